@@ -1,0 +1,7 @@
+"""``python -m torchdoctor``."""
+
+import sys
+
+from torchdoctor.cli import main
+
+sys.exit(main())

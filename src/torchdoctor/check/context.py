@@ -1,0 +1,97 @@
+"""Context: what a rule sees of one file: the tree, resolved names, parents, and ``report``."""
+
+from __future__ import annotations
+
+import ast
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from torchdoctor.findings import Edit, Finding, Location, Severity
+
+if TYPE_CHECKING:
+    from torchdoctor.check.facts import Facts
+
+
+class Context:
+    def __init__(self, path: str, source: str, tree: ast.Module, settings: object | None = None) -> None:
+        self.path = path
+        self.source = source
+        self.tree = tree
+        self.settings = settings
+        self.findings: list[Finding] = []
+        self.lines = source.splitlines()
+        self.imports: dict[str, str] = {}  # local name -> qualified name ("nn" -> "torch.nn")
+        self.parents: dict[ast.AST, ast.AST] = {}
+        self.enabled: set[str] | None = None  # None: every code
+
+    # ---- names -------------------------------------------------------------
+    def qualname(self, node: ast.AST) -> str | None:
+        """The dotted name an expression refers to through the file's imports.
+
+        ``nn.Linear`` -> ``torch.nn.Linear`` after ``import torch.nn as nn``;
+        ``load`` -> ``torch.load`` after ``from torch import load``. Names that
+        are not imported resolve to themselves (``model.cuda`` -> ``model.cuda``).
+        """
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        parts.append(self.imports.get(node.id, node.id))
+        return ".".join(reversed(parts))
+
+    def call_name(self, node: ast.AST) -> str | None:
+        """``qualname`` of the function a Call calls, else None."""
+        return self.qualname(node.func) if isinstance(node, ast.Call) else None
+
+    # ---- tree --------------------------------------------------------------
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.parents.get(node)
+
+    def ancestors(self, node: ast.AST):
+        node = self.parents.get(node)
+        while node is not None:
+            yield node
+            node = self.parents.get(node)
+
+    @cached_property
+    def facts(self) -> Facts:
+        from torchdoctor.check.facts import Facts
+
+        return Facts(self)
+
+    # ---- output ------------------------------------------------------------
+    def wants(self, code: str) -> bool:
+        return self.enabled is None or code in self.enabled
+
+    def location(self, node: ast.AST) -> Location:
+        line = getattr(node, "lineno", 1)
+        end_line = getattr(node, "end_lineno", None)
+        return Location(
+            self.path,
+            line,
+            self._char_col(line, getattr(node, "col_offset", 0)) + 1,
+            end_line,
+            self._char_col(end_line, node.end_col_offset) + 1 if end_line and getattr(node, "end_col_offset", None) is not None else None,
+        )
+
+    def _char_col(self, line: int, byte_col: int) -> int:
+        """ast columns count UTF-8 bytes; people and editors count characters."""
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        if text.isascii():
+            return byte_col
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    def report(
+        self,
+        code: str,
+        node: ast.AST,
+        message: str,
+        *,
+        fix: str | None = None,
+        edits: tuple[Edit, ...] = (),
+        severity: Severity | None = None,
+    ) -> None:
+        if self.wants(code):
+            self.findings.append(Finding(code, message, self.location(node), fix, edits, severity))

@@ -1,0 +1,1 @@
+"""Rules, one module per checklist stage; each registers with @rule on import."""

@@ -1,0 +1,1 @@
+"""The environment doctor: why CUDA is (not) usable here, and how to fix it."""

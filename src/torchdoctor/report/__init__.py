@@ -1,0 +1,81 @@
+"""Reporters: each module renders findings to one format as ``render(findings, ...) -> str``.
+
+Reporters never import torch. ``emit`` is the one place a report is written,
+to a stream or (``--output-file``) atomically to a file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from typing import IO
+
+from torchdoctor.errors import InputError
+from torchdoctor.findings import Finding
+
+__all__ = ["FORMATS", "render", "emit", "write_text_atomic", "use_color"]
+
+FORMATS = ("text", "json", "sarif", "github")
+
+
+def render(findings: Sequence[Finding], fmt: str, *, color: bool = False, tool_command: str = "check") -> str:
+    if fmt == "text":
+        from torchdoctor.report import text
+
+        return text.render(findings, color=color)
+    if fmt == "json":
+        from torchdoctor.report import json as json_report
+
+        return json_report.render(findings)
+    if fmt == "sarif":
+        from torchdoctor.report import sarif
+
+        return sarif.render(findings)
+    if fmt == "github":
+        from torchdoctor.report import github
+
+        return github.render(findings)
+    raise ValueError(f"unknown output format {fmt!r}")
+
+
+def use_color(stream: IO[str]) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader never sees half a file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InputError(f"cannot write {path}: directory {directory} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".torchdoctor-", dir=directory)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def emit(text: str, output_file: str | None, stream: IO[str] | None = None) -> None:
+    """Write a rendered report to ``output_file`` or to ``stream`` (stdout)."""
+    if output_file:
+        write_text_atomic(output_file, text if text.endswith("\n") or not text else text + "\n")
+        return
+    out = stream if stream is not None else sys.stdout
+    out.write(text)
+    if text and not text.endswith("\n"):
+        out.write("\n")
