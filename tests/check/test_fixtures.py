@@ -1,0 +1,33 @@
+"""Every fixture under fixtures/ yields exactly the findings its ``# expect:`` comments name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.check.expectations import config_lines, expected, fixture_files
+from torchdoctor.check import check_source
+
+ROOT = Path(__file__).parent / "fixtures"
+
+
+def _settings(source: str):
+    lines = config_lines(source)
+    if not lines:
+        return None
+    from torchdoctor.config import settings_from_toml  # the platform's config reader
+
+    return settings_from_toml("\n".join(lines))
+
+
+@pytest.mark.parametrize("path", fixture_files(ROOT), ids=lambda p: str(p.relative_to(ROOT)))
+def test_fixture(path: Path) -> None:
+    source = path.read_text("utf-8")
+    findings = check_source(source, str(path), settings=_settings(source))
+    got = {(f.location.line, f.code) for f in findings}
+    want = expected(source)
+    missing = sorted(want - got)
+    extra = sorted((line, code, next(f.message for f in findings if (f.location.line, f.code) == (line, code)))
+                   for line, code in got - want)
+    assert not missing and not extra, f"missing: {missing}\nunexpected: {extra}"
