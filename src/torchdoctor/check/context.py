@@ -71,17 +71,36 @@ class Context:
         return Location(
             self.path,
             line,
-            self._char_col(line, getattr(node, "col_offset", 0)) + 1,
+            self.char_col(line, getattr(node, "col_offset", 0)) + 1,
             end_line,
-            self._char_col(end_line, node.end_col_offset) + 1 if end_line and getattr(node, "end_col_offset", None) is not None else None,
+            self.char_col(end_line, node.end_col_offset) + 1 if end_line and getattr(node, "end_col_offset", None) is not None else None,
         )
 
-    def _char_col(self, line: int, byte_col: int) -> int:
+    def char_col(self, line: int, byte_col: int) -> int:
         """ast columns count UTF-8 bytes; people and editors count characters."""
         text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
         if text.isascii():
             return byte_col
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+    def segment(self, node: ast.AST) -> str:
+        """The node's source text."""
+        return ast.get_source_segment(self.source, node) or ""
+
+    def replace_edit(self, node: ast.AST, text: str) -> Edit:
+        """An edit replacing the node's source text with ``text``."""
+        return Edit(
+            node.lineno,
+            self.char_col(node.lineno, node.col_offset),
+            node.end_lineno,
+            self.char_col(node.end_lineno, node.end_col_offset),
+            text,
+        )
+
+    def insert_edit(self, line: int, byte_col: int, text: str) -> Edit:
+        """An edit inserting ``text`` at an ast position (1-based line, UTF-8 byte column)."""
+        col = self.char_col(line, byte_col)
+        return Edit(line, col, line, col, text)
 
     def report(
         self,
