@@ -1,0 +1,132 @@
+"""Small, pure helpers over ``ast`` nodes that the facts and the rules share."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
+
+# torch functions that make a new tensor and take ``device=``.
+FACTORIES = frozenset({
+    "zeros", "ones", "full", "empty", "arange", "range", "linspace", "logspace", "eye",
+    "tensor", "as_tensor", "rand", "randn", "randint", "randperm", "normal", "bernoulli",
+    "empty_strided", "tril_indices", "triu_indices",
+})
+# Attribute names that name dtypes: ``.to(torch.float16)`` changes the dtype, not the device.
+DTYPES = frozenset({
+    "float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8",
+    "int16", "int32", "int64", "long", "short", "bool", "uint8", "complex64", "complex128",
+    "cfloat", "cdouble", "float8_e4m3fn", "float8_e5m2",
+})
+
+
+def dotted(node: ast.AST | None) -> str | None:
+    """``self.model`` for an Attribute chain over a Name; None for anything else."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def root_name(node: ast.AST | None) -> str | None:
+    """The Name at the bottom of attributes, subscripts and method calls: ``batch`` in ``batch["x"].float()``."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, (ast.Attribute, ast.Subscript, ast.Starred)):
+            node = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            node = node.func.value
+        else:
+            return None
+
+
+def method_name(call: ast.AST) -> str | None:
+    """``"to"`` for ``x.to(...)``; None when the call is not a method call."""
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
+def receiver(call: ast.Call) -> ast.AST | None:
+    return call.func.value if isinstance(call.func, ast.Attribute) else None
+
+
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw
+    return None
+
+
+def has_kwargs(call: ast.Call) -> bool:
+    """A ``**kwargs`` argument may carry any keyword: rules never report it as missing."""
+    return any(kw.arg is None for kw in call.keywords)
+
+
+def is_false(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value in (False, 0, None) and node.value is not True
+
+
+def is_true(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
+def walk_local(nodes: ast.AST | list[ast.stmt]) -> Iterator[ast.AST]:
+    """Every node under ``nodes`` without entering nested functions, lambdas or classes."""
+    stack = list(reversed(nodes)) if isinstance(nodes, list) else [nodes]
+    while stack:
+        node = stack.pop()
+        yield node
+        children = [c for c in ast.iter_child_nodes(node) if not isinstance(c, SCOPE_TYPES)]
+        stack.extend(reversed(children))
+
+
+def body_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes inside a loop/function body (not its header), in source order, same scope."""
+    if isinstance(node, LOOP_TYPES):
+        stmts = list(node.body) + list(node.orelse)
+    elif isinstance(node, FUNC_TYPES):
+        stmts = list(node.body)
+    else:
+        stmts = [node]
+    return walk_local(stmts)
+
+
+def target_names(target: ast.AST) -> list[str]:
+    """Names bound by an assignment or loop target, tuple unpacking included."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for elt in target.elts for n in target_names(elt)]
+    if isinstance(target, ast.Starred):
+        return target_names(target.value)
+    return []
+
+
+def names_in(node: ast.AST) -> set[str]:
+    """Every Name id read in an expression."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def func_params(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> list[str]:
+    a = func.args
+    names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    if a.vararg:
+        names.append(a.vararg.arg)
+    if a.kwarg:
+        names.append(a.kwarg.arg)
+    return names
+
+
+def string_value(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
