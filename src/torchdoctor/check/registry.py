@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,20 +19,41 @@ class RegisteredRule:
     code: str
     node_types: tuple[type[ast.AST], ...]
     func: RuleFunc
+    codes: tuple[str, ...] = ()  # every code the rule may report; () means just ``code``
+
+    @property
+    def all_codes(self) -> tuple[str, ...]:
+        return self.codes or (self.code,)
 
 
 REGISTRY: list[RegisteredRule] = []
 
 
-def rule(code: str, *node_types: type[ast.AST]) -> Callable[[RuleFunc], RuleFunc]:
+def rule(code: str, *node_types: type[ast.AST], codes: tuple[str, ...] = ()) -> Callable[[RuleFunc], RuleFunc]:
     """Register ``func(node, ctx)`` to be called for every node of ``node_types``.
 
     A rule that judges a whole file registers for ``ast.Module``. A rule may
-    report several codes (they share the analysis); ``code`` names the main one.
+    report several codes (they share the analysis); ``code`` names the main one
+    and ``codes`` lists them all, so that ``--select TD303`` still runs a rule
+    registered under TD302 that also reports TD303.
     """
 
     def decorate(func: RuleFunc) -> RuleFunc:
-        REGISTRY.append(RegisteredRule(code, node_types, func))
+        REGISTRY.append(RegisteredRule(code, node_types, func, tuple(codes)))
         return func
 
     return decorate
+
+
+@contextmanager
+def only_rules(*rules: RegisteredRule) -> Iterator[list[RegisteredRule]]:
+    """Run with exactly these rules registered, then restore the registry (for tests)."""
+    from torchdoctor.check.engine import load_rules
+
+    load_rules()  # the real modules import now, not inside the block
+    saved = REGISTRY[:]
+    REGISTRY[:] = list(rules)
+    try:
+        yield REGISTRY
+    finally:
+        REGISTRY[:] = saved

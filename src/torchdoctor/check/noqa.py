@@ -1,0 +1,54 @@
+"""``# noqa`` comments: a finding is dropped when the line it is reported on says so.
+
+``# noqa`` alone silences every code on the line; ``# noqa: TD302, TD603``
+only those codes (a prefix such as ``TD3`` silences that family). Codes of
+other tools (``# noqa: E501``) leave torchdoctor's findings alone. For a
+statement spanning several lines the comment goes on the line the finding
+is reported on (where its location starts), as flake8 and ruff do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from torchdoctor.findings import Finding
+
+__all__ = ["noqa_codes", "filter_noqa"]
+
+_NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]*(?:[,\s]+[A-Z]+[0-9]*)*))?", re.I)
+ALL = frozenset({"*"})
+
+
+def noqa_codes(line: str) -> frozenset[str] | None:
+    """None if the line has no noqa comment; ``ALL`` for a bare one; else the codes named."""
+    if "noqa" not in line.lower():
+        return None
+    m = _NOQA.search(line)
+    if m is None:
+        return None
+    codes = m.group("codes")
+    if not codes:
+        return ALL
+    return frozenset(c.upper() for c in re.split(r"[,\s]+", codes.strip()) if c)
+
+
+def _silenced(code: str, codes: frozenset[str]) -> bool:
+    return codes is ALL or any(code.startswith(c) for c in codes if c.startswith("TD"))
+
+
+def filter_noqa(findings: Sequence[Finding], lines: Sequence[str]) -> list[Finding]:
+    """The findings not silenced by a noqa comment on their line (``lines``: the file's lines)."""
+    out = []
+    cache: dict[int, frozenset[str] | None] = {}
+    for f in findings:
+        loc = f.location
+        if loc is None or not 0 < loc.line <= len(lines):
+            out.append(f)
+            continue
+        if loc.line not in cache:
+            cache[loc.line] = noqa_codes(lines[loc.line - 1])
+        codes = cache[loc.line]
+        if codes is None or not _silenced(f.code, codes):
+            out.append(f)
+    return out

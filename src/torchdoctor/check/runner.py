@@ -1,0 +1,181 @@
+"""Files in, results out: read, decode, parse, gate, analyse, fix; in parallel when there are many.
+
+Nothing here raises for a bad file: every problem becomes a per-file message
+in ``FileResult.errors``, so one unreadable file never stops the run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+from torchdoctor.check.engine import RuleError, analyse, load_rules, may_be_torch, parse
+from torchdoctor.check.source import Decoded, SourceError, decode_source, encode_source
+from torchdoctor.config import Settings
+from torchdoctor.errors import InputError
+from torchdoctor.findings import Finding
+
+__all__ = ["FileResult", "Mode", "check_file", "check_files"]
+
+PARALLEL_MIN_FILES = 48  # below this, starting processes costs more than it saves
+MAX_FIX_PASSES = 8
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What to do with each file, beyond finding problems."""
+
+    gate: bool = True  # only files that can be torch code get rules
+    fix: bool = False  # write fixed files
+    diff: bool = False  # compute the diff the fixes would make
+
+
+@dataclass
+class FileResult:
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # "path: error: ..." lines, for stderr
+    notes: list[str] = field(default_factory=list)  # informational lines, for stderr
+    fixed: int = 0
+    diff: str = ""
+    fixed_source: str | None = None  # the fixed text when the input came from stdin
+
+    def error(self, message: str, where: str | None = None) -> None:
+        self.errors.append(f"{where or self.path}: error: {message}")
+
+
+def check_file(path: str, settings: Settings | None = None, mode: Mode = Mode(), data: bytes | None = None,
+               *, stdin: bool = False) -> FileResult:
+    """One file's result; ``data`` is the content when it does not come from ``path`` (stdin,
+    whose fixed text is returned in ``fixed_source`` instead of being written to ``path``)."""
+    result = FileResult(path)
+    settings = settings or Settings()
+    try:
+        if data is None:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        if path.endswith(".ipynb"):
+            _check_notebook(result, data, settings, mode)
+        else:
+            _check_python(result, data, settings, mode, stdin=stdin)
+    except OSError as exc:
+        from torchdoctor.check.discovery import describe_os_error
+
+        result.error(f"cannot read: {describe_os_error(exc)}")
+    except SourceError as exc:
+        result.error(str(exc))
+    except InputError as exc:
+        result.error(str(exc))
+    except Exception as exc:  # a bug of ours: say so, keep going with the other files
+        result.error(f"internal error: {type(exc).__name__}: {exc} (please report it)")
+    return result
+
+
+def _parse_or_report(result: FileResult, text: str, where=None):
+    try:
+        return parse(text, result.path)
+    except SyntaxError as exc:
+        line, col = exc.lineno or 1, exc.offset or 1
+        cell, line = where(line) if where else (None, line)
+        at = f"cell {cell}, line {line}" if cell else f"line {line}"
+        result.error(f"syntax error at {at}, column {col}: {exc.msg}")
+    except (RecursionError, MemoryError):
+        result.error("cannot parse: the code is nested too deeply for Python's parser")
+    except ValueError as exc:  # NUL bytes in a notebook's text
+        result.error(f"cannot parse: {exc}")
+    return None
+
+
+def _report_rule_errors(result: FileResult, errors: list[RuleError]) -> None:
+    for err in errors:
+        line = f"{result.path}: {err}"
+        if line not in result.errors:
+            result.errors.append(line)
+
+
+def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mode, *, stdin: bool) -> None:
+    decoded = decode_source(data)
+    tree = _parse_or_report(result, decoded.text)
+    if tree is None or (mode.gate and not may_be_torch(decoded.text)):
+        return
+    errors: list[RuleError] = []
+    result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors)
+    if (mode.fix or mode.diff) and any(f.edits for f in result.findings):
+        _fix(result, decoded, settings, mode, errors, stdin=stdin)
+    _report_rule_errors(result, errors)
+
+
+def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, errors: list[RuleError],
+         *, stdin: bool) -> None:
+    """Apply fixes pass after pass (overlapping ones wait a pass); re-parse each time; write once."""
+    from torchdoctor.check.fix import apply_fixes, unified_diff, write_bytes_atomic
+
+    text, findings, total = decoded.text, result.findings, 0
+    for _ in range(MAX_FIX_PASSES):
+        new, n = apply_fixes(text, findings)
+        if n == 0 or new == text:
+            break
+        try:
+            tree = parse(new, result.path)
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            line = getattr(exc, "lineno", None)
+            result.error(f"fixing would make invalid Python ({getattr(exc, 'msg', exc)} at line {line}); "
+                         "file left unchanged (please report this)")
+            return
+        text, total = new, total + n
+        findings = analyse(text, result.path, tree=tree, settings=settings, errors=errors)
+    if total == 0:
+        return
+    result.fixed = total
+    if mode.diff:
+        result.diff = unified_diff(result.path, decoded.text, text)
+    if mode.fix:
+        if stdin:
+            result.fixed_source = text
+        else:
+            try:
+                data = encode_source(text, decoded.encoding)
+            except UnicodeEncodeError:
+                result.error(f"fixed text cannot be written in the file's encoding {decoded.encoding}; file left unchanged")
+                return
+            write_bytes_atomic(result.path, data)
+        result.findings = findings
+
+
+def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: Mode) -> None:
+    from torchdoctor.check.notebook import read_notebook
+
+    nb = read_notebook(data)
+    if not nb.python:
+        return
+    tree = _parse_or_report(result, nb.text, nb.where)
+    if tree is None or (mode.gate and not may_be_torch(nb.text)):
+        return
+    errors: list[RuleError] = []
+    found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors)
+    if (mode.fix or mode.diff) and any(f.edits for f in found):
+        result.notes.append(f"{result.path}: note: fixes are not applied to notebooks; fix the cells by hand")
+    result.findings = [nb.locate(f) for f in found]
+    _report_rule_errors(result, errors)
+
+
+def check_files(paths: Sequence[str], settings: Settings | None = None, mode: Mode = Mode(),
+                jobs: int | None = None) -> list[FileResult]:
+    """Results in the order of ``paths``; in worker processes when there are many files."""
+    settings = settings or Settings()
+    jobs = jobs or os.cpu_count() or 1
+    if jobs <= 1 or len(paths) < PARALLEL_MIN_FILES:
+        return [check_file(p, settings, mode) for p in paths]
+    load_rules()  # once here: forked workers inherit the registry instead of importing it each
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    work = partial(check_file, settings=settings, mode=mode)
+    chunk = max(1, min(64, len(paths) // (jobs * 4)))
+    try:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(work, paths, chunksize=chunk))
+    except (BrokenProcessPool, OSError):  # a worker died (memory, a signal): finish in this process
+        return [check_file(p, settings, mode) for p in paths]

@@ -1,0 +1,110 @@
+"""The engine: dispatch to rules, enabled codes, per-file ignores, the torch gate, rule crashes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.check.fake_rules import fake_rules  # noqa: F401 - a fixture
+from torchdoctor.check.engine import RuleError, analyse, check_source, may_be_torch
+from torchdoctor.check.runner import Mode, check_file, check_files
+from torchdoctor.config import Settings
+
+SRC = 'import torch\nm = net.cuda()\nx = torch.load("w.pt")\n'
+
+
+def codes(findings) -> list[tuple[int, str]]:
+    return [(f.location.line, f.code) for f in findings]
+
+
+def test_rules_see_nodes_and_report(fake_rules) -> None:
+    assert codes(check_source(SRC, "a.py")) == [(2, "TD102"), (3, "TD502")]
+
+
+def test_enabled_limits_codes(fake_rules) -> None:
+    assert codes(check_source(SRC, "a.py", enabled={"TD502"})) == [(3, "TD502")]
+    assert check_source(SRC, "a.py", enabled=set()) == []
+
+
+def test_settings_selection_applies_when_enabled_is_not_given(fake_rules) -> None:
+    settings = Settings(ignore=("TD1",))
+    assert codes(check_source(SRC, "a.py", settings=settings)) == [(3, "TD502")]
+
+
+def test_multi_code_rule_runs_when_only_its_second_code_is_selected(fake_rules) -> None:
+    src = "import torch\nFLAG_MODULE = 1\n"
+    assert codes(check_source(src, "a.py", enabled={"TD203"})) == [(1, "TD203")]
+
+
+def test_per_file_ignores_match_relative_to_root(fake_rules, tmp_path: Path) -> None:
+    settings = Settings(per_file_ignores=(("tests/**", ("TD102",)), ("*_old.py", ("TD5",))), root=str(tmp_path))
+    assert codes(check_source(SRC, str(tmp_path / "tests" / "t.py"), settings=settings)) == [(3, "TD502")]
+    assert codes(check_source(SRC, str(tmp_path / "src" / "x_old.py"), settings=settings)) == [(2, "TD102")]
+    assert len(check_source(SRC, str(tmp_path / "src" / "x.py"), settings=settings)) == 2
+
+
+def test_rule_crash_propagates_from_check_source(fake_rules) -> None:
+    with pytest.raises(ZeroDivisionError):
+        check_source("import torch\nboom()\n", "a.py")
+
+
+def test_rule_crash_is_recorded_and_other_rules_go_on(fake_rules) -> None:
+    errors: list[RuleError] = []
+    found = analyse("import torch\nboom()\nboom()\nnet.cuda()\n", "a.py", errors=errors)
+    assert codes(found) == [(4, "TD102")]
+    assert len(errors) == 1  # the failing rule is switched off for the rest of the file
+    assert "internal error in rule TD704 at line 2: ZeroDivisionError: boom" in str(errors[0])
+
+
+def test_file_with_rule_crash_reports_path_and_rule(fake_rules, tmp_path: Path) -> None:
+    f = tmp_path / "a.py"
+    f.write_text("import torch\nboom()\nnet.cuda()\n")
+    result = check_file(str(f))
+    assert codes(result.findings) == [(3, "TD102")]
+    assert result.errors == [f"{f}: internal error in rule TD704 at line 2: ZeroDivisionError: boom"]
+
+
+def test_torch_gate() -> None:
+    assert may_be_torch("import torch\n")
+    assert may_be_torch("from torchvision import models\n")
+    assert may_be_torch("model.cuda()\n")
+    assert not may_be_torch("import numpy as np\nx = np.zeros(3)\n")
+
+
+def test_gate_skips_rules_on_non_torch_files_but_still_parses(fake_rules, tmp_path: Path) -> None:
+    plain = tmp_path / "plain.py"
+    plain.write_text("import jax\nx = something.load()\nboom()\n")
+    assert check_file(str(plain)).errors == []
+    ungated = check_file(str(plain), mode=Mode(gate=False))
+    assert any("TD704" in e for e in ungated.errors)
+    broken = tmp_path / "broken.py"
+    broken.write_text("x = (\n")
+    assert "syntax error" in check_file(str(broken)).errors[0]
+
+
+def test_findings_sorted_and_deterministic(fake_rules) -> None:
+    src = "import torch\nb.cuda(); a.cuda()\nx = torch.load('f')\n"
+    first = check_source(src, "a.py")
+    assert [(f.location.line, f.location.column) for f in first] == [(2, 1), (2, 11), (3, 5)]
+    assert first == check_source(src, "a.py")
+
+
+def test_parallel_results_equal_serial(fake_rules, tmp_path: Path) -> None:
+    paths = []
+    for i in range(60):
+        p = tmp_path / f"m{i:02d}.py"
+        p.write_text("import torch\n" + "net.cuda()\n" * (i % 3) + ("boom()\n" if i == 7 else ""))
+        paths.append(str(p))
+    serial = check_files(paths, jobs=1)
+    parallel = check_files(paths, jobs=2)
+    assert [(r.path, r.findings, r.errors) for r in parallel] == [(r.path, r.findings, r.errors) for r in serial]
+    assert sum(len(r.findings) for r in serial) == 60
+    assert [len(r.errors) for r in serial].count(1) == 1
+
+
+def test_syntax_warnings_are_not_printed(fake_rules, tmp_path: Path, capfd) -> None:
+    p = tmp_path / "w.py"
+    p.write_text('import torch\nre = "\\d"\n')
+    assert check_file(str(p)).errors == []
+    assert "SyntaxWarning" not in capfd.readouterr().err
