@@ -1,0 +1,263 @@
+"""Checkpoints that survive crashes: atomic save, safe load (weights_only, map_location, prefixes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Union
+
+import torch
+from torch import nn
+
+from torchdoctor.errors import InputError
+from torchdoctor.train.keys import KeyReport, reconcile_keys, unwrap_model
+
+__all__ = ["save", "load", "latest", "LoadResult", "CheckpointError", "CheckpointWarning", "unwrap_model"]
+
+FORMAT = "torchdoctor-checkpoint"
+VERSION = 1
+PathLike = Union[str, "os.PathLike[str]"]
+_NUMBERED = re.compile(r"^(?P<stem>.*?)(?P<num>\d+)(?P<suffix>\.[^.]*)?$")
+
+
+class CheckpointError(InputError):
+    """A checkpoint cannot be written, read, or does not fit the model."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint was loaded with an adjustment the user should know about."""
+
+
+@dataclass
+class LoadResult:
+    """What :func:`load` found in the file and what it had to adjust."""
+
+    path: Path
+    epoch: int | None = None
+    step: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def save(
+    path: PathLike,
+    *,
+    model: nn.Module,
+    optimizer: Any = None,
+    scaler: Any = None,
+    scheduler: Any = None,
+    epoch: int | None = None,
+    step: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+    keep_last: int | None = None,
+) -> Path:
+    """Write a checkpoint atomically; on any failure the previous file at ``path`` is untouched.
+
+    The model is unwrapped first (DataParallel, DDP, ``torch.compile``), so keys
+    never carry ``module.`` or ``_orig_mod.``. ``keep_last=K`` then deletes older
+    numbered siblings (``epoch-0001.pt`` ...) so that K remain.
+    """
+    target = Path(path)
+    payload: dict[str, Any] = {"format": FORMAT, "version": VERSION, "model": unwrap_model(model).state_dict()}
+    for name, obj in (("optimizer", optimizer), ("scaler", scaler), ("scheduler", scheduler)):
+        if obj is not None:
+            payload[name] = obj.state_dict()
+    payload.update(epoch=epoch, step=step, extra=dict(extra or {}))
+    write_atomic(target, lambda handle: torch.save(payload, handle))
+    if keep_last is not None:
+        prune(target, keep_last)
+    return target
+
+
+def write_atomic(target: Path, write: Callable[[IO[bytes]], Any]) -> None:
+    """Run ``write`` on a temporary file beside ``target``, make it durable, then rename it over ``target``."""
+    directory = target.parent if str(target.parent) else Path(".")
+    tmp_name = str(directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        # os.open with 0o666, unlike mkstemp's 0o600, leaves the file as readable as the umask allows.
+        fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write a checkpoint in {str(directory)!r}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
+        os.replace(tmp_name, target)
+        _fsync_dir(directory)  # ... and the rename itself survives a power cut
+    except BaseException as exc:
+        _remove_quietly(tmp_name)
+        if isinstance(exc, OSError):
+            raise CheckpointError(f"saving {str(target)!r} failed ({exc.strerror or exc}); the previous file is intact") from exc
+        raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # Windows cannot open directories; the rename is still atomic there
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(name: str) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def numbered_siblings(target: Path) -> list[tuple[int, Path]]:
+    """Files next to ``target`` named like it with another number, oldest first."""
+    match = _NUMBERED.match(target.name)
+    if match is None:
+        return []
+    stem, suffix = match["stem"], match["suffix"] or ""
+    found = []
+    for candidate in target.parent.iterdir():
+        other = _NUMBERED.match(candidate.name)
+        if other and other["stem"] == stem and (other["suffix"] or "") == suffix and candidate.is_file():
+            found.append((int(other["num"]), candidate))
+    return sorted(found)
+
+
+def prune(target: Path, keep_last: int) -> list[Path]:
+    """Delete all but the ``keep_last`` highest-numbered siblings of ``target``; return the deleted."""
+    if keep_last < 1:
+        raise CheckpointError(f"keep_last must be at least 1, got {keep_last}")
+    siblings = numbered_siblings(target)
+    doomed = [path for _, path in siblings[:-keep_last]]
+    for path in doomed:
+        _remove_quietly(str(path))
+    return doomed
+
+
+def latest(directory: PathLike, prefix: str = "epoch-", suffix: str = ".pt") -> Path | None:
+    """The highest-numbered ``<prefix>NNNN<suffix>`` in ``directory`` (temporary files ignored), or None."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        return None
+    pattern = re.compile(re.escape(prefix) + r"(\d+)" + re.escape(suffix) + "$")
+    numbered = [(int(m.group(1)), p) for p in folder.iterdir() if (m := pattern.match(p.name)) and p.is_file()]
+    return max(numbered)[1] if numbered else None
+
+
+def load(
+    path: PathLike,
+    model: nn.Module | None = None,
+    optimizer: Any = None,
+    scaler: Any = None,
+    scheduler: Any = None,
+    *,
+    map_location: Any = "cpu",
+    strict: bool = True,
+) -> LoadResult:
+    """Load a checkpoint into the given objects, safely (``weights_only=True``, always).
+
+    A ``module.``/``_orig_mod.`` prefix that the file and the model disagree on is
+    stripped or added, with a :class:`CheckpointWarning` and a note in the result.
+    Missing, truncated and foreign files, and weights of another model, raise
+    :class:`CheckpointError` naming the problem.
+    """
+    source = Path(path)
+    payload = read(source, map_location)
+    result = LoadResult(path=source, epoch=payload.get("epoch"), step=payload.get("step"), extra=payload.get("extra") or {})
+    if model is not None:
+        _load_model(source, unwrap_model(model), payload["model"], strict, result)
+    for name, obj in (("optimizer", optimizer), ("scaler", scaler), ("scheduler", scheduler)):
+        if obj is None:
+            continue
+        if payload.get(name) is None:
+            _note(result, f"{source}: holds no {name} state; the {name} starts fresh")
+            continue
+        try:
+            obj.load_state_dict(payload[name])
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise CheckpointError(f"{source}: the saved {name} state does not fit this {name}: {exc}") from None
+    return result
+
+
+def read(source: Path, map_location: Any = "cpu") -> dict[str, Any]:
+    """The checkpoint's contents as a dict; a bare state_dict is taken as the model's weights."""
+    if not source.exists():
+        raise CheckpointError(f"no checkpoint at {str(source)!r}")
+    if source.is_dir():
+        raise CheckpointError(f"{str(source)!r} is a directory, not a checkpoint file")
+    try:
+        payload = torch.load(source, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for bad files
+        raise CheckpointError(_describe_unreadable(source, exc)) from None
+    if isinstance(payload, Mapping) and payload.get("format") == FORMAT:
+        return dict(payload)
+    if isinstance(payload, Mapping) and payload and all(isinstance(v, torch.Tensor) for v in payload.values()):
+        return {"model": dict(payload)}  # a plain state_dict saved by someone else
+    raise CheckpointError(
+        f"{str(source)!r} is not a checkpoint: it holds a {type(payload).__name__}, "
+        "not a torchdoctor checkpoint or a state_dict"
+    )
+
+
+def _describe_unreadable(source: Path, exc: Exception) -> str:
+    size = source.stat().st_size
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if size == 0:
+        return f"{str(source)!r} is empty (0 bytes): a write was interrupted; use an earlier checkpoint"
+    if "weights only" in str(exc).lower() or "weights_only" in str(exc):
+        return (
+            f"{str(source)!r} holds pickled Python objects that a safe load refuses (weights_only=True): {text}. "
+            "Save state_dicts, not whole objects"
+        )
+    return f"{str(source)!r} is truncated, corrupt or not a PyTorch file ({size} bytes): {text}"
+
+
+def _load_model(source: Path, model: nn.Module, weights: Mapping[str, Any], strict: bool, result: LoadResult) -> None:
+    own = model.state_dict()
+    report: KeyReport = reconcile_keys(list(weights), list(own))
+    if report.note:
+        _note(result, f"{source}: {report.note}")
+    renamed = {report.rename(key): value for key, value in weights.items()}
+    shapes = [
+        f"{key}: file {tuple(value.shape)} vs model {tuple(own[key].shape)}"
+        for key, value in renamed.items()
+        if key in own and isinstance(value, torch.Tensor) and value.shape != own[key].shape
+    ]
+    missing = [key for key in own if key not in renamed]
+    unexpected = [key for key in renamed if key not in own]
+    if shapes or (strict and (missing or unexpected)):
+        raise CheckpointError(_mismatch_message(source, model, missing, unexpected, shapes))
+    if missing or unexpected:
+        _note(result, f"{source}: loaded non-strictly; missing {_few(missing)}, unexpected {_few(unexpected)}")
+    model.load_state_dict(renamed, strict=strict)
+
+
+def _mismatch_message(source: Path, model: nn.Module, missing: list[str], unexpected: list[str], shapes: list[str]) -> str:
+    parts = [f"{str(source)!r} does not hold weights for this {type(model).__name__}"]
+    if missing:
+        parts.append(f"missing from the file: {_few(missing)}")
+    if unexpected:
+        parts.append(f"in the file but not in the model: {_few(unexpected)}")
+    if shapes:
+        parts.append(f"shape differs: {_few(shapes)}")
+    return "; ".join(parts) + ". Was it saved from another model?"
+
+
+def _few(items: list[str], limit: int = 5) -> str:
+    if not items:
+        return "none"
+    shown = ", ".join(items[:limit])
+    return f"{len(items)} ({shown}{', ...' if len(items) > limit else ''})"
+
+
+def _note(result: LoadResult, message: str) -> None:
+    result.notes.append(message)
+    warnings.warn(message, CheckpointWarning, stacklevel=3)

@@ -1,0 +1,77 @@
+"""The pieces of one step that fit() repeats: split a batch, call the model, read losses back rarely."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import torch
+
+from torchdoctor.errors import InputError, TorchDoctorError
+
+__all__ = ["TrainingError", "split_batch", "forward", "count_samples", "read_window", "check_finite"]
+
+
+class TrainingError(TorchDoctorError):
+    """Training cannot go on (a loss that is not finite); nothing broken was saved."""
+
+
+def split_batch(batch: Any) -> tuple[Any, Any]:
+    """``(inputs, targets)`` of a batch; anything else is a clear error, not an unpacking crash."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return batch[0], batch[1]
+    kind = f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (list, tuple)) else f"a {type(batch).__name__}"
+    raise InputError(f"fit() expects each batch to be (inputs, targets); the loader gave {kind}")
+
+
+def forward(model: Callable[..., Any], inputs: Any) -> Any:
+    """``model(inputs)``; a dict of inputs becomes keyword arguments, a list positional ones."""
+    if isinstance(inputs, Mapping):
+        return model(**inputs)
+    if isinstance(inputs, list) or (type(inputs) is tuple):
+        return model(*inputs)
+    return model(inputs)
+
+
+def count_samples(target: Any) -> int:
+    """The batch size, from host-side metadata only (no device sync)."""
+    if isinstance(target, torch.Tensor):
+        return int(target.shape[0]) if target.dim() else 1
+    if isinstance(target, Mapping):
+        target = list(target.values())
+    if isinstance(target, (list, tuple)) and target:
+        return count_samples(target[0])
+    return 1
+
+
+def read_window(window: list[torch.Tensor], first_step: int, epoch: int) -> list[float]:
+    """The losses of the last steps as floats: one device-to-host sync for the whole window."""
+    if not window:
+        return []
+    values = torch.stack(window).float().tolist()
+    window.clear()
+    for offset, value in enumerate(values):
+        check_finite(value, f"training loss at epoch {epoch + 1}, step {first_step + offset}")
+    return values
+
+
+def check_finite(value: float, where: str) -> None:
+    if not math.isfinite(value):
+        raise TrainingError(
+            f"{where} is {value}: training stopped and nothing was saved after it. "
+            "Lower the learning rate, set clip_grad_norm=1.0, or look for NaN/inf in the data"
+        )
+
+
+def metric_values(metrics: Mapping[str, Callable[..., Any]], output: Any, target: Any) -> list[torch.Tensor]:
+    """Each metric for one batch, as a float tensor left where it was computed."""
+    values = []
+    for name, metric in metrics.items():
+        value = metric(output, target)
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(float(value))
+        if value.numel() != 1:
+            raise InputError(f"metric {name!r} must return one number per batch; it returned shape {tuple(value.shape)}")
+        values.append(value.detach().float().reshape(()))
+    return values
