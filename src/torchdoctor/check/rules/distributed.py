@@ -1,0 +1,202 @@
+"""Stage 7 rules, distributed: samplers, rank-0 duties, backends, per-rank devices, SyncBatchNorm."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import is_true, keyword, string_value
+from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.device import all_nodes, ancestors, cuda_site, is_ddp_program, iter_cuda_sites, memo, method_calls
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+_DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
+# torchvision/timm architectures built with BatchNorm layers.
+_BN_ARCH = re.compile(
+    r"^(resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|regnet|inception|googlenet|shufflenet|"
+    r"mnasnet|vgg\d+_bn|convnext_?nano_?bn|resnetv2|seresnet|seresnext|cspdarknet|cspresnet|darknet|dla|"
+    r"dpn|hrnet|res2net|resnest|rexnet|selecsls|tresnet|xception|nfnet|ghostnet|fbnet|mixnet|tf_efficientnet|"
+    r"tf_mobilenet|lcnet|hardcorenas|spnasnet|semnasnet|fcn_resnet|deeplabv3|lraspp|fasterrcnn|maskrcnn|"
+    r"retinanet|keypointrcnn|ssd|r2plus1d|r3d|mc3|s3d|x3d|slowfast)"
+)
+
+
+def _is_dataloader(ctx: Context, call: ast.Call) -> bool:
+    name = ctx.call_name(call) or ""
+    return name.startswith("torch.utils.data") and name.endswith(".DataLoader")
+
+
+# ---- TD702 ---------------------------------------------------------------------
+
+
+def _arg(call: ast.Call, name: str, position: int) -> ast.AST | None:
+    kw = keyword(call, name)
+    if kw is not None:
+        return kw.value
+    if len(call.args) > position and not any(isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+        return call.args[position]
+    return None
+
+
+@rule("TD702", ast.Call)
+def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
+    """DataLoader given both a sampler and `shuffle=True`.
+
+    What it does: finds `DataLoader(..., sampler=..., shuffle=True)` (or `batch_sampler=`).
+    Why is this bad? DataLoader raises `ValueError: sampler option is mutually
+    exclusive with shuffle` at start-up; with a sampler that is sometimes None it
+    fails only in the distributed run.
+    Use instead: `shuffle=(sampler is None)`; a DistributedSampler shuffles by itself.
+    """
+    if not _is_dataloader(ctx, node) or not is_true(_arg(node, "shuffle", 2)):
+        return
+    for name, position in (("sampler", 3), ("batch_sampler", 4)):
+        value = _arg(node, name, position)
+        if value is not None and not (isinstance(value, ast.Constant) and value.value is None):
+            ctx.report(
+                "TD702",
+                node,
+                f"DataLoader gets `{name}={ctx.segment(value)}` and `shuffle=True`: "
+                "DataLoader raises ValueError (they are mutually exclusive)",
+                fix=f"pass `shuffle=({ctx.segment(value)} is None)` or drop `shuffle=True`; the sampler decides the order",
+            )
+            return
+
+
+# ---- TD704 ---------------------------------------------------------------------
+
+
+@rule("TD704", ast.Call)
+def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
+    """`init_process_group("nccl")` hard-coded.
+
+    What it does: finds a literal `"nccl"` backend.
+    Why is this bad? NCCL needs GPUs: the same program cannot run (or be tested)
+    on CPUs, where the backend is gloo. A configurable backend is fine.
+    Use instead: `dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")`.
+    """
+    if (ctx.call_name(node) or "") not in ("torch.distributed.init_process_group",
+                                           "torch.distributed.distributed_c10d.init_process_group"):
+        return
+    backend = _arg(node, "backend", 0)
+    if (string_value(backend) or "").strip().lower() == "nccl":
+        ctx.report(
+            "TD704",
+            backend,  # type: ignore[arg-type]
+            '`init_process_group("nccl")` hard-codes NCCL: the program cannot run on CPUs (gloo)',
+            fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',
+        )
+
+
+# ---- TD705 ---------------------------------------------------------------------
+
+
+def _sets_rank_device(ctx: Context) -> bool:
+    """Each process picks its own GPU: `set_device`, or CUDA_VISIBLE_DEVICES set in the program."""
+
+    def compute() -> bool:
+        for n in all_nodes(ctx):
+            if isinstance(n, ast.Call):
+                name = ctx.call_name(n) or ""
+                if name.endswith(("set_device", "set_device_index")):
+                    return True
+            # os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank): "cuda" is then this rank's GPU
+            if string_value(n) == "CUDA_VISIBLE_DEVICES" and any(
+                    isinstance(a, ast.Assign) for a in list(ancestors(ctx, n))[:3]):
+                return True
+        return False
+
+    return memo(ctx, "sets_rank_device", compute)
+
+
+@rule("TD705", ast.Call, ast.Assign, ast.AnnAssign)
+def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
+    """Every rank on GPU 0: an un-indexed CUDA device in a DDP program.
+
+    What it does: in a program that starts a process group or wraps a model in DDP,
+    finds `.cuda()`, `.to("cuda")`, `torch.device("cuda")` without a device index,
+    when the file never calls `torch.cuda.set_device(local_rank)`.
+    Why is this bad? Every process then puts its model and data on GPU 0: the
+    other GPUs idle and GPU 0 runs out of memory (or NCCL hangs).
+    Use instead: `torch.cuda.set_device(local_rank)` at start-up, or `torch.device("cuda", local_rank)`.
+    """
+    site = cuda_site(node, ctx)
+    if site is None or site.indexed or not is_ddp_program(ctx) or _sets_rank_device(ctx):
+        return
+    ctx.report(
+        "TD705",
+        site.node,
+        f"`{site.text}` names no GPU index in a DDP program that never calls `torch.cuda.set_device`: "
+        "every rank runs on GPU 0",
+        fix='call `torch.cuda.set_device(local_rank)` first, or use `torch.device("cuda", local_rank)`',
+    )
+
+
+# ---- TD706 ---------------------------------------------------------------------
+
+
+def _uses_batchnorm(ctx: Context) -> bool:
+    """A BatchNorm layer in the file's model definitions, or a library model built with them."""
+
+    def compute() -> bool:
+        for n in all_nodes(ctx):
+            if isinstance(n, (ast.Attribute, ast.Name)):
+                name = ctx.qualname(n) or ""
+                if re.search(r"torch\.nn\.(modules\.batchnorm\.)?BatchNorm[123]?d$", name):
+                    return True
+            if isinstance(n, ast.Call):
+                name = ctx.call_name(n) or ""
+                arch = None
+                if name.startswith("torchvision.models.") or name.startswith("torchvision.models"):
+                    arch = name.rsplit(".", 1)[-1]
+                elif name in ("timm.create_model", "torchvision.models.get_model") and n.args:
+                    arch = string_value(n.args[0])
+                if arch and _BN_ARCH.match(arch.lower()):
+                    return True
+        return False
+
+    return memo(ctx, "uses_bn", compute)
+
+
+def _converts_sync_bn(ctx: Context) -> bool:
+    def compute() -> bool:
+        return any(isinstance(n, ast.Attribute) and n.attr in ("convert_sync_batchnorm", "SyncBatchNorm")
+                   or isinstance(n, ast.Name) and n.id in ("convert_sync_batchnorm", "SyncBatchNorm")
+                   for n in all_nodes(ctx))
+
+    return memo(ctx, "sync_bn", compute)
+
+
+def _on_gpus(ctx: Context) -> bool:
+    """SyncBatchNorm needs GPUs: the hint is only for programs that use CUDA or NCCL."""
+
+    def compute() -> bool:
+        return any(True for _ in iter_cuda_sites(ctx)) or any(
+            (string_value(n) or "").lower().startswith(("nccl", "cuda")) for n in all_nodes(ctx))
+
+    return memo(ctx, "on_gpus", compute)
+
+
+@rule("TD706", ast.Call)
+def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
+    """BatchNorm in a DDP model without `SyncBatchNorm.convert_sync_batchnorm`.
+
+    What it does: reports the `DDP(` wrap when the file's models use BatchNorm and
+    the file never converts them.
+    Why is this bad? Each rank normalises with its own small batch's statistics;
+    with small per-GPU batches that hurts accuracy (a hint, not an error).
+    Use instead: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping.
+    """
+    if ctx.call_name(node) not in _DDP or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) or not _on_gpus(ctx):
+        return
+    model = ctx.segment(node.args[0]) if node.args else "model"
+    ctx.report(
+        "TD706",
+        node,
+        f"`{model}` has BatchNorm layers and is wrapped in DDP without SyncBatchNorm: "
+        "each GPU normalises with its own batch statistics",
+        fix=f"`{model} = nn.SyncBatchNorm.convert_sync_batchnorm({model})` before `DDP(...)`",
+    )

@@ -1,0 +1,268 @@
+"""Stage 6 rules, performance: deprecated AMP APIs, float16 without a scaler, half-used
+GradScaler, `empty_cache()` per step, and host-device syncs every step."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import FUNC_TYPES, dotted, keyword, string_value
+from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.device import all_nodes, ancestors, in_other_branch, memo, method_calls
+from torchdoctor.findings import Edit
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+# deprecated name -> (new name under torch, device type)
+_DEPRECATED_AMP = {
+    "torch.cuda.amp.autocast": ("amp.autocast", "cuda"),
+    "torch.cuda.amp.GradScaler": ("amp.GradScaler", "cuda"),
+    "torch.cpu.amp.autocast": ("amp.autocast", "cpu"),
+    "torch.cpu.amp.GradScaler": ("amp.GradScaler", "cpu"),
+}
+_AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast_mode.autocast")
+_SCALERS = re.compile(r"^torch\.(cuda\.amp\.|cpu\.amp\.|amp\.|amp\.grad_scaler\.)?GradScaler$|ShardedGradScaler$")
+_EVAL_FUNC = re.compile(r"eval|valid|test|predict|infer|generate|sample", re.IGNORECASE)
+
+
+def _torch_name(ctx: Context) -> str | None:
+    """A local name bound to the torch module (``torch``, or ``th`` after ``import torch as th``)."""
+    names = sorted(k for k, v in ctx.imports.items() if v == "torch")
+    return "torch" if "torch" in names else (names[0] if names else None)
+
+
+# ---- TD601 ---------------------------------------------------------------------
+
+
+def _amp_edits(ctx: Context, call: ast.Call, new: str, device: str) -> tuple[Edit, ...]:
+    """`torch.cuda.amp.X(kw=...)` -> `torch.amp.X("cuda", kw=...)`; only keyword calls (positions differ)."""
+    torch_name = _torch_name(ctx)
+    if torch_name is None or call.args:
+        return ()
+    func = call.func
+    line = ctx.lines[func.end_lineno - 1] if func.end_lineno else ""
+    col = ctx.char_col(func.end_lineno, func.end_col_offset)
+    rest = line[col:]
+    paren = col + (len(rest) - len(rest.lstrip()))
+    if not rest.strip().startswith("("):
+        return ()
+    arg = f'"{device}"' + (", " if call.keywords else "")
+    return (
+        ctx.replace_edit(func, f"{torch_name}.{new}"),
+        Edit(func.end_lineno, paren + 1, func.end_lineno, paren + 1, arg),
+    )
+
+
+@rule("TD601", ast.Call, ast.Attribute, ast.Name)
+def deprecated_amp(node: ast.AST, ctx: Context) -> None:
+    """Deprecated `torch.cuda.amp.autocast`/`GradScaler` (and `torch.cpu.amp`).
+
+    What it does: finds uses of the per-device AMP namespaces, deprecated since PyTorch 2.4.
+    Why is this bad? They warn on every call and will be removed; the device-generic
+    API takes the device type as its first argument.
+    Use instead: `torch.amp.autocast("cuda", ...)`, `torch.amp.GradScaler("cuda", ...)`.
+    Fix safety: calls that pass only keywords are rewritten (the positional
+    parameters differ between the old and the new API).
+    """
+    if isinstance(node, ast.Call):
+        name = ctx.call_name(node)
+        if name not in _DEPRECATED_AMP:
+            return
+        new, device = _DEPRECATED_AMP[name]
+        old = ctx.segment(node.func)
+        ctx.report(
+            "TD601",
+            node,
+            f"`{old}(...)` is deprecated: use `torch.{new}(\"{device}\", ...)`",
+            fix=f"replace with `torch.{new}(\"{device}\", ...)`",
+            edits=_amp_edits(ctx, node, new, device),
+        )
+        return
+    # a reference that is not called here (`amp_ctx = torch.cuda.amp.autocast`)
+    parent = ctx.parent(node)
+    if isinstance(parent, ast.Call) and parent.func is node:
+        return
+    if isinstance(parent, ast.Attribute) or isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+        return
+    name = ctx.qualname(node)
+    if name in _DEPRECATED_AMP:
+        new, device = _DEPRECATED_AMP[name]
+        ctx.report("TD601", node, f"`{ctx.segment(node)}` is deprecated: use `torch.{new}` with device type \"{device}\"",
+                   fix=f"use `torch.{new}` and pass \"{device}\" as the device type")
+
+
+# ---- TD604 ---------------------------------------------------------------------
+
+
+def _autocast_dtype(ctx: Context, call: ast.Call) -> str | None:
+    """"float16" when this autocast certainly runs float16; None when it does not or we cannot tell."""
+    name = ctx.call_name(call)
+    if name not in _AUTOCASTS:
+        return None
+    enabled = keyword(call, "enabled")
+    if enabled is not None and not (isinstance(enabled.value, ast.Constant) and enabled.value.value is True):
+        return None  # `enabled=use_amp` or False: float16 only sometimes, or never
+    if any(k.arg is None for k in call.keywords):
+        return None
+    dtype = keyword(call, "dtype")
+    if name == "torch.cuda.amp.autocast":
+        device = "cuda"
+        if dtype is None and len(call.args) >= 2:
+            dtype = ast.keyword(arg="dtype", value=call.args[1])
+    else:
+        dev = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device_type"), None)
+        device = string_value(dev)
+        if dtype is None and len(call.args) >= 2:
+            dtype = ast.keyword(arg="dtype", value=call.args[1])
+    if dtype is None:
+        return "float16" if device == "cuda" else None
+    dtype_name = ctx.qualname(dtype.value) or string_value(dtype.value) or ""
+    return "float16" if dtype_name in ("torch.float16", "torch.half", "float16") else None
+
+
+def _has_scaler(ctx: Context) -> bool:
+    def compute() -> bool:
+        return any(isinstance(n, (ast.Call, ast.Attribute, ast.Name)) and _SCALERS.search(
+            (ctx.call_name(n) if isinstance(n, ast.Call) else ctx.qualname(n)) or "") for n in all_nodes(ctx))
+
+    return memo(ctx, "has_scaler", compute)
+
+
+def _trains(ctx: Context) -> bool:
+    return memo(ctx, "trains", lambda: bool(method_calls(ctx, "backward"))
+                or any(ctx.call_name(n) == "torch.autograd.backward" for n in all_nodes(ctx)))
+
+
+def _in_evaluation(ctx: Context, node: ast.AST) -> bool:
+    for anc in ctx.ancestors(node):
+        if isinstance(anc, FUNC_TYPES) and _EVAL_FUNC.search(anc.name):
+            return True
+        if isinstance(anc, (ast.With, ast.AsyncWith)):
+            for item in anc.items:
+                name = ctx.call_name(item.context_expr) or ctx.qualname(item.context_expr) or ""
+                if name in ("torch.no_grad", "torch.inference_mode"):
+                    return True
+        if isinstance(anc, FUNC_TYPES):
+            for dec in anc.decorator_list:
+                name = ctx.call_name(dec) or ctx.qualname(dec) or ""
+                if name in ("torch.no_grad", "torch.inference_mode"):
+                    return True
+    return False
+
+
+@rule("TD604", ast.Call)
+def float16_without_scaler(node: ast.Call, ctx: Context) -> None:
+    """float16 autocast in a training program with no GradScaler.
+
+    What it does: finds float16 autocast regions (`torch.autocast("cuda")` without
+    `dtype` means float16) in a file that calls `backward()` but never creates a GradScaler.
+    Why is this bad? float16 gradients below ~6e-8 underflow to zero: training stalls
+    or diverges silently.
+    Use instead: `scaler = torch.amp.GradScaler("cuda")` with `scaler.scale(loss).backward()`,
+    `scaler.step(optimizer)`, `scaler.update()`; or `dtype=torch.bfloat16` (no scaler needed).
+    """
+    if _autocast_dtype(ctx, node) != "float16" or _has_scaler(ctx) or not _trains(ctx):
+        return
+    if _in_evaluation(ctx, node):
+        return
+    ctx.report(
+        "TD604",
+        node,
+        f"`{ctx.segment(node.func)}(...)` computes in float16 but no GradScaler scales the loss: "
+        "small gradients underflow to zero",
+        fix='use `torch.amp.GradScaler("cuda")` (scale, step, update) or autocast with `dtype=torch.bfloat16`',
+    )
+
+
+# ---- TD605 ---------------------------------------------------------------------
+
+
+def _scaler_names(ctx: Context) -> set[str]:
+    """Dotted names that hold a GradScaler: assigned from its constructor, or named ``scaler``."""
+
+    def compute() -> set[str]:
+        out = {"scaler", "grad_scaler", "amp_scaler", "self.scaler", "self.grad_scaler"}
+        for n in all_nodes(ctx):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, ast.Call) \
+                    and _SCALERS.search(ctx.call_name(n.value) or ""):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                out.update(d for t in targets if (d := dotted(t)))
+        return out
+
+    return memo(ctx, "scaler_names", compute)
+
+
+def _scaler_method_calls(ctx: Context, attr: str) -> list[ast.Call]:
+    names = _scaler_names(ctx)
+    return [c for c in method_calls(ctx, attr) if dotted(c.func.value) in names]  # type: ignore[attr-defined]
+
+
+_OPTIMIZER = re.compile(r"^(optimizer|optim|opt|optimiser)s?$|_(optimizer|optim|opt)$|^(optimizer|opt)_", re.I)
+
+
+def _optimizer_steps(ctx: Context) -> list[ast.Call]:
+    """``optimizer.step()`` calls (never a scheduler's or a scaler's step)."""
+    scalers = _scaler_names(ctx)
+    out = []
+    for c in method_calls(ctx, "step"):
+        name = dotted(c.func.value)  # type: ignore[attr-defined]
+        if name and name not in scalers and _OPTIMIZER.search(name.rsplit(".", 1)[-1]):
+            out.append(c)
+    return out
+
+
+def _enclosing_func(ctx: Context, node: ast.AST) -> ast.AST:
+    return next((a for a in ancestors(ctx, node) if isinstance(a, FUNC_TYPES)), ctx.tree)
+
+
+def _direct_steps_beside(ctx: Context, scale: ast.Call) -> list[ast.Call]:
+    """Direct ``optimizer.step()`` calls on the same path as ``scaler.scale(...)``."""
+    func = _enclosing_func(ctx, scale)
+    return [s for s in _optimizer_steps(ctx)
+            if _enclosing_func(ctx, s) is func and not in_other_branch(ctx, scale, s)]
+
+
+@rule("TD605", ast.Call)
+def half_used_scaler(node: ast.Call, ctx: Context) -> None:
+    """GradScaler used half-way.
+
+    What it does: finds `scaler.scale(loss).backward()` in a file that never calls
+    `scaler.step(optimizer)` (reported on a direct `optimizer.step()` beside it, else
+    on the `scale` call) or never calls `scaler.update()`.
+    Why is this bad? `optimizer.step()` then applies gradients still multiplied by
+    the scale (65536 by default) and skips the inf/NaN check; without `update()` the
+    scale never adapts.
+    Use instead: `scaler.scale(loss).backward(); scaler.step(optimizer); scaler.update()`.
+    """
+    if not (isinstance(node.func, ast.Attribute) and node.func.attr in ("scale", "step")):
+        return
+    scales = _scaler_method_calls(ctx, "scale")
+    if not scales or _scaler_method_calls(ctx, "step"):
+        missing_step = False
+    else:
+        missing_step = True
+    missing_update = bool(scales) and not _scaler_method_calls(ctx, "update")
+    if node.func.attr == "step":
+        if missing_step and any(node in _direct_steps_beside(ctx, s) for s in scales):
+            opt = ctx.segment(node.func.value)
+            ctx.report("TD605", node,
+                       f"`{opt}.step()` is called directly although the loss is scaled by a GradScaler: "
+                       "the step applies scaled gradients and skips the inf/NaN check",
+                       fix=f"call `scaler.step({opt})` then `scaler.update()` instead")
+        return
+    if node not in scales:
+        return
+    problems = []
+    if missing_step:
+        if _direct_steps_beside(ctx, node):
+            return  # reported on the direct `optimizer.step()`, whose fix names both calls
+        problems.append("`scaler.step(optimizer)`")
+    if missing_update:
+        problems.append("`scaler.update()`")
+    if problems:
+        scaler = ctx.segment(node.func.value)
+        ctx.report("TD605", node,
+                   f"`{scaler}.scale(...)` is used without {' and '.join(problems)}: the GradScaler is used half-way",
+                   fix=f"after backward call `{scaler}.step(optimizer)` and `{scaler}.update()`")
