@@ -1,0 +1,1 @@
+"""The runtime checks: each module watches one concern and turns events into findings."""

@@ -1,0 +1,59 @@
+"""Data-loader passes: samplers that never reshuffle (TD701), batches the device waits for (TD606)."""
+
+from __future__ import annotations
+
+import statistics
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from torchdoctor.findings import Finding, Location
+
+WAIT_FRACTION = 0.20  # the catalog's threshold
+MIN_WAIT_S = 0.005  # below this a pipeline is not what slows training, whatever the ratio
+MIN_STEPS = 8
+
+
+def input_bottleneck(data_wait: list[float], step_time: list[float]) -> tuple[float, float] | None:
+    """(median share of the step spent waiting, median wait) when the input pipeline is the bottleneck."""
+    pairs = [(w, t) for w, t in zip(data_wait, step_time) if t > 0][2:]  # the first steps start workers
+    if len(pairs) < MIN_STEPS:
+        return None
+    share = statistics.median(w / t for w, t in pairs)
+    wait = statistics.median(w for w, _ in pairs)
+    if share > WAIT_FRACTION and wait >= MIN_WAIT_S:
+        return share, wait
+    return None
+
+
+@dataclass
+class _Sampler:
+    ref: weakref.ReferenceType
+    epoch: int
+    passes: int = 1
+
+
+class SamplerCheck:
+    def __init__(self) -> None:
+        self._samplers: dict[int, _Sampler] = {}
+        self.findings: list[Finding] = []
+
+    def on_pass(self, loader: Any, where: Any) -> None:
+        from torch.utils.data.distributed import DistributedSampler
+
+        sampler = getattr(loader, "sampler", None)
+        if not isinstance(sampler, DistributedSampler):
+            sampler = getattr(getattr(loader, "batch_sampler", None), "sampler", None)
+        if not isinstance(sampler, DistributedSampler) or not getattr(sampler, "shuffle", False):
+            return
+        st = self._samplers.get(id(sampler))
+        if st is None or st.ref() is not sampler:
+            self._samplers[id(sampler)] = _Sampler(weakref.ref(sampler), sampler.epoch)
+            return
+        st.passes += 1
+        if sampler.epoch == st.epoch and not self.findings:
+            loc: Location | None = where()
+            self.findings.append(Finding(
+                "TD701", f"DistributedSampler is iterated again (pass {st.passes}) with the same epoch {st.epoch}: "
+                "every epoch sees the same order", loc, "call sampler.set_epoch(epoch) at the start of every epoch"))
+        st.epoch = sampler.epoch

@@ -1,0 +1,56 @@
+"""Loss tensors kept alive across steps: TD405.
+
+At each ``backward()`` a small sentinel object is put in the metadata of the
+loss's graph node; the node (and the sentinel) lives exactly as long as
+something still references the graph: the loss in a list, or a running
+``total += loss``. Several losses from earlier steps still alive means the
+graphs accumulate. Only weak references are kept; no GPU is needed.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import deque
+from typing import Any
+
+from torchdoctor.findings import Finding, Location
+
+_KEY = "torchdoctor.loss"
+_AGE = 2  # steps before a surviving loss counts as kept
+_ALIVE = 3  # kept losses before reporting
+
+
+class _Sentinel:
+    __slots__ = ("__weakref__",)
+
+
+class LossCheck:
+    def __init__(self) -> None:
+        self._recent: deque[tuple[int, weakref.ReferenceType, Location | None]] = deque(maxlen=12)
+        self._count = 0
+        self.findings: list[Finding] = []
+
+    def on_backward(self, tensors: Any, where: Any) -> None:
+        node = getattr(tensors, "grad_fn", None)
+        if node is None:
+            return
+        self._count += 1
+        sentinel = _Sentinel()
+        try:
+            node.metadata[_KEY] = sentinel
+            # scaled losses (GradScaler) and sums: the user may hold the node below
+            for nxt, _ in node.next_functions[:1]:
+                if nxt is not None:
+                    nxt.metadata[_KEY] = sentinel
+        except (AttributeError, RuntimeError, TypeError):
+            return
+        if self.findings:
+            return
+        kept = [(step, loc) for step, ref, loc in self._recent if ref() is not None and self._count - step >= _AGE]
+        if len(kept) >= _ALIVE:
+            first_step, loc = kept[0]
+            self.findings.append(Finding(
+                "TD405", f"loss tensors of {len(kept)} earlier steps are still alive at step {self._count} (the oldest from "
+                f"step {first_step}): each keeps its autograd graph, so memory grows",
+                loc, "accumulate loss.item() (or loss.detach()) instead of the loss tensor"))
+        self._recent.append((self._count, weakref.ref(sentinel), where()))

@@ -1,0 +1,110 @@
+"""Train/eval modes around forward passes: TD401, TD402, TD403.
+
+Forward calls of each root model are grouped into segments of one state
+(data-loader pass, training flag, grad mode). A segment followed by a
+``backward()`` is training; one that closes with no backward is evaluation.
+Forwards under ``no_grad`` that feed a backward (teacher, EMA, key encoder)
+are therefore training, never evaluation.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchdoctor.findings import Finding, Location
+
+
+@dataclass
+class _Segment:
+    key: tuple[Any, bool, bool]
+    location: Location | None
+    inference: bool
+    forwards: int = 0
+    trained: bool = False
+
+
+@dataclass
+class _Root:
+    ref: weakref.ReferenceType
+    name: str
+    has_norm: bool
+    trainable: bool
+    segment: _Segment | None = None
+    trained_in_train_mode: bool = False
+    reported: set[str] = field(default_factory=set)
+
+
+class ModeCheck:
+    def __init__(self) -> None:
+        import torch
+
+        self._norm_types = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
+        self._roots: dict[int, _Root] = {}
+        self._since_backward: dict[int, _Root] = {}
+        self.eval_locations: dict[int, Location] = {}  # where model.eval() was last called, by module id
+        self.findings: list[Finding] = []
+
+    def root(self, module: Any) -> _Root | None:
+        st = self._roots.get(id(module))
+        if st is None or st.ref() is not module:
+            params = list(module.parameters())
+            if not params:
+                return None  # losses and activations: no mode to judge
+            has_norm = any(isinstance(m, self._norm_types) for m in module.modules())
+            st = _Root(weakref.ref(module), type(module).__name__, has_norm, any(p.requires_grad for p in params))
+            self._roots[id(module)] = st
+        return st
+
+    def on_forward(self, module: Any, pass_id: Any, grad: bool, inference: bool, where: Any) -> None:
+        st = self.root(module)
+        if st is None:
+            return
+        key = (pass_id, bool(module.training), grad and not inference)
+        seg = st.segment
+        if seg is None or seg.key != key:
+            if seg is not None:
+                self._close(st, seg)
+            seg = st.segment = _Segment(key, where(), inference)
+        seg.forwards += 1
+        self._since_backward[id(module)] = st
+
+    def on_backward(self) -> None:
+        for st in self._since_backward.values():
+            seg = st.segment
+            if seg is None:
+                continue
+            seg.trained = True
+            training = seg.key[1]
+            if training:
+                st.trained_in_train_mode = True
+            elif st.has_norm and st.trained_in_train_mode and "TD403" not in st.reported:
+                st.reported.add("TD403")
+                where = self.eval_locations.get(id(st.ref())) or seg.location
+                self.findings.append(Finding(
+                    "TD403", f"model `{st.name}` trains in eval mode after model.eval(): dropout/batch-norm stay frozen "
+                    "for the rest of training", where, "call model.train() at the start of every training epoch"))
+        self._since_backward.clear()
+
+    def _close(self, st: _Root, seg: _Segment) -> None:
+        if seg.trained or seg.forwards == 0 or seg.location is None:
+            return  # a forward called from inside torch (e.g. swa_utils.update_bn) has no user location
+        _, training, grad = seg.key
+        if grad and st.trainable and "TD401" not in st.reported:
+            st.reported.add("TD401")
+            self.findings.append(Finding(
+                "TD401", f"evaluation forward pass of `{st.name}` runs with autograd on: it builds graphs it never uses",
+                seg.location, "wrap evaluation in `with torch.no_grad():` (or torch.inference_mode())"))
+        if training and st.has_norm and "TD402" not in st.reported:
+            st.reported.add("TD402")
+            self.findings.append(Finding(
+                "TD402", f"evaluation forward pass of `{st.name}` runs in training mode: dropout/batch-norm are active",
+                seg.location, "call model.eval() before evaluating (and model.train() before training again)"))
+
+    def finish(self) -> list[Finding]:
+        for st in self._roots.values():
+            if st.segment is not None:
+                self._close(st, st.segment)
+                st.segment = None
+        return self.findings

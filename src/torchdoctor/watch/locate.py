@@ -1,0 +1,95 @@
+"""Where the user's code is: the first stack frame outside torch, torchdoctor and the runners."""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+
+from torchdoctor.findings import Location
+
+_torch_dir: str | None = None
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_RUNNERS = ("runpy.py", "<frozen runpy>", "contextlib.py", "functools.py", "<frozen importlib._bootstrap>")
+_cache: dict[str, bool] = {}
+
+
+def _torch_root() -> str:
+    global _torch_dir
+    if _torch_dir is None:
+        import torch
+
+        _torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    return _torch_dir
+
+
+def is_internal(filename: str) -> bool:
+    """True for files that are not the user's: torch, torchdoctor, runpy and friends."""
+    hit = _cache.get(filename)
+    if hit is None:
+        path = os.path.abspath(filename) if not filename.startswith("<") else filename
+        hit = (
+            path.startswith(_torch_root() + os.sep)
+            or path.startswith(_OWN_DIR + os.sep)
+            or os.path.basename(path) in _RUNNERS
+            or path in _RUNNERS
+            or f"{os.sep}tqdm{os.sep}" in path
+        )
+        _cache[filename] = hit
+    return hit
+
+
+def user_frame(start: FrameType | None = None) -> FrameType | None:
+    frame = start if start is not None else sys._getframe(1)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def frame_location(frame: FrameType | None) -> Location | None:
+    if frame is None:
+        return None
+    code = frame.f_code
+    line, column = frame.f_lineno, 1
+    try:
+        positions = list(code.co_positions())
+        pos = positions[frame.f_lasti // 2]
+        if pos[0] == line and pos[2] is not None:
+            column = pos[2] + 1
+    except (AttributeError, IndexError):
+        pass
+    return Location(path=display_path(code.co_filename), line=line, column=column)
+
+
+def user_location() -> Location | None:
+    """The user's source line that led to the current call."""
+    return frame_location(user_frame(sys._getframe(1)))
+
+
+def display_path(filename: str) -> str:
+    if filename.startswith("<"):
+        return filename
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def traceback_user_frames(tb) -> list[FrameType]:  # type: ignore[no-untyped-def]
+    """The user's frames in a traceback, outermost first."""
+    frames = []
+    while tb is not None:
+        if not is_internal(tb.tb_frame.f_code.co_filename):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def tb_location(tb, frame: FrameType) -> Location | None:  # type: ignore[no-untyped-def]
+    """The line a traceback records for ``frame`` (f_lineno of a finished frame may move)."""
+    while tb is not None:
+        if tb.tb_frame is frame:
+            return Location(path=display_path(frame.f_code.co_filename), line=tb.tb_lineno)
+        tb = tb.tb_next
+    return frame_location(frame)

@@ -1,0 +1,148 @@
+"""Every hook and patch a session installs, and their removal (also after an exception)."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class Patches:
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def handle(self, handle: Any) -> None:
+        self._undo.append(handle.remove)
+
+    def replace(self, owner: Any, name: str, make: Callable[[Any], Any]) -> None:
+        original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        setattr(owner, name, make(original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    def remove(self) -> None:
+        while self._undo:
+            undo = self._undo.pop()
+            try:
+                undo()
+            except Exception:  # keep removing the rest; a half-removed watch is worse
+                pass
+
+
+def install(session: Any) -> Patches:
+    import torch
+    from torch.nn.modules import module as module_mod
+    from torch.optim import optimizer as optim_mod
+    from torch.utils.data import dataloader as dl
+
+    p = Patches()
+    try:
+        p.handle(module_mod.register_module_forward_pre_hook(lambda m, a: session.on_forward_pre(m, a)))
+        p.handle(module_mod.register_module_forward_hook(lambda m, a, o: session.on_forward_post(m), always_call=True))
+        p.handle(optim_mod.register_optimizer_step_pre_hook(lambda o, a, k: session.on_step_pre(o)))
+        p.handle(optim_mod.register_optimizer_step_post_hook(lambda o, a, k: session.on_step_post(o)))
+        p.replace(torch.autograd, "backward", lambda orig: _backward(session, orig))
+        p.replace(dl._BaseDataLoaderIter, "__init__", lambda orig: _iter_init(session, orig))
+        p.replace(dl._BaseDataLoaderIter, "__next__", lambda orig: _iter_next(session, orig))
+        p.replace(torch.nn.Module, "_apply", lambda orig: _module_apply(session, orig))
+        p.replace(torch.nn.Module, "train", lambda orig: _module_train(session, orig))
+        p.replace(torch.nn.Module, "load_state_dict", lambda orig: _load_state_dict(session, orig))
+        p.replace(torch, "save", lambda orig: _save(session, orig))
+    except BaseException:
+        p.remove()
+        raise
+    return p
+
+
+def _backward(session: Any, orig: Any) -> Any:
+    @functools.wraps(orig)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if session._in_backward:  # reentrant checkpointing calls backward inside backward
+            return orig(tensors, *args, **kwargs)
+        session.before_backward(tensors)
+        session._in_backward = True
+        t0 = time.perf_counter()
+        try:
+            return orig(tensors, *args, **kwargs)
+        finally:
+            session._in_backward = False
+            session.after_backward(time.perf_counter() - t0)
+
+    return backward
+
+
+def _iter_init(session: Any, orig: Any) -> Any:
+    @functools.wraps(orig)
+    def __init__(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+        orig(self, loader, *args, **kwargs)
+        session.on_pass_start(self, loader)
+
+    return __init__
+
+
+def _iter_next(session: Any, orig: Any) -> Any:
+    @functools.wraps(orig)
+    def __next__(self: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            batch = orig(self)
+        except StopIteration:
+            session.on_pass_end()
+            raise
+        session.on_batch(self, batch, time.perf_counter() - t0)
+        return batch
+
+    return __next__
+
+
+def _module_apply(session: Any, orig: Any) -> Any:
+    @functools.wraps(orig)
+    def _apply(self: Any, *args: Any, **kwargs: Any) -> Any:
+        session.on_module_apply()
+        return orig(self, *args, **kwargs)
+
+    return _apply
+
+
+def _module_train(session: Any, orig: Any) -> Any:
+    depth = [0]
+
+    @functools.wraps(orig)
+    def train(self: Any, mode: bool = True) -> Any:
+        if depth[0] == 0 and not mode:
+            session.on_eval_call(self)
+        depth[0] += 1
+        try:
+            return orig(self, mode)
+        finally:
+            depth[0] -= 1
+
+    return train
+
+
+def _load_state_dict(session: Any, orig: Any) -> Any:
+    from torchdoctor.watch.checks import saving
+
+    @functools.wraps(orig)
+    def load_state_dict(self: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = orig(self, state_dict, *args, **kwargs)
+        except RuntimeError:
+            session.add(saving.on_load_error(state_dict, self, session.call_location))
+            raise
+        if getattr(result, "unexpected_keys", None):
+            session.add(saving.on_load_error(state_dict, self, session.call_location))
+        return result
+
+    return load_state_dict
+
+
+def _save(session: Any, orig: Any) -> Any:
+    from torchdoctor.watch.checks import saving
+
+    @functools.wraps(orig)
+    def save(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        session.add(saving.on_save(obj, session.call_location))
+        return orig(obj, *args, **kwargs)
+
+    return save

@@ -1,0 +1,334 @@
+"""The watch session: installs global hooks and patches, routes events to the checks, removes them all.
+
+Only weak references to the user's modules, optimizers and tensors are kept
+once a call returns; one session at a time per process.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import weakref
+from typing import Any
+
+from torchdoctor.errors import TorchDoctorError
+from torchdoctor.findings import Finding, Location, sort_findings
+from torchdoctor.watch import patches
+from torchdoctor.watch.checks import data, devices, gpu, grads, losses, modes
+from torchdoctor.watch.checks.env import startup_findings
+from torchdoctor.watch.locate import user_location
+from torchdoctor.watch.probe import DeviceProbe, default_probe
+from torchdoctor.watch.timeline import Timeline
+
+_lock = threading.Lock()
+_active: WatchSession | None = None
+
+
+class WatchSession:
+    """``with torchdoctor.watch() as session:`` ... ``session.findings``, ``session.report()``."""
+
+    def __init__(self, model: Any = None, optimizer: Any = None, *, probe: DeviceProbe | None = None,
+                 environment: bool = True) -> None:
+        self._model_ids: set[int] | None = {id(m) for m in model.modules()} if model is not None else None
+        self._optimizer = weakref.ref(optimizer) if optimizer is not None else None
+        self._probe = probe
+        self._environment = environment
+        self._findings: list[Finding] = []
+        self._closed = False
+        self.stats: dict[str, Any] = {}
+
+    # -- public ------------------------------------------------------------
+    @property
+    def findings(self) -> list[Finding]:
+        """Findings so far (final once the ``with`` block has exited)."""
+        if self._closed:
+            return list(self._findings)
+        return sort_findings(_dedup(self._findings + self._live_findings()))
+
+    def report(self, fmt: str = "text", *, color: bool = False) -> str:
+        from torchdoctor.watch.reporting import render
+
+        return render(self.findings, self.stats, fmt, color=color)
+
+    def __enter__(self) -> WatchSession:
+        global _active
+        with _lock:
+            if _active is not None:
+                raise TorchDoctorError("a torchdoctor watch session is already active in this process; "
+                                       "nested or concurrent sessions are not supported (end the first one)")
+            _active = self
+        try:
+            self._start()
+        except BaseException:
+            with _lock:
+                _active = None
+            raise
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        global _active
+        try:
+            self._finish(exc)
+        finally:
+            self._patches.remove()
+            self._probe_obj.stop_sync_watch()
+            with _lock:
+                _active = None
+
+    # -- set-up ------------------------------------------------------------
+    def _start(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._probe_obj = self._probe if self._probe is not None else default_probe()
+        if self._environment:
+            self._findings += startup_findings()
+        self.timeline = Timeline()
+        self._devices = devices.DeviceCheck(self)
+        self._modes = modes.ModeCheck()
+        self._grads = grads.GradCheck()
+        self._losses = losses.LossCheck()
+        self._samplers = data.SamplerCheck()
+        self._root: Any = None
+        self._root_args: tuple[Any, ...] = ()
+        self._root_t0 = 0.0
+        self._in_backward = False
+        self._pass_id: int | None = None
+        self._passes = 0
+        self._batch: dict[int, weakref.ReferenceType] = {}
+        self._primary: Any = None
+        self._opt_t0 = 0.0
+        self._train_devices: set[str] = set()
+        self._autocast_steps = 0
+        self._fp32 = False
+        self._step_location: Location | None = None
+        self._sync_steps: dict[Location, set[int]] = {}
+        self._peak = 0
+        self._memory: list[int] = []
+        self._explained: set[int] = set()
+        self._train_devices_pending: str | None = None
+        self._autocast_now = False
+        self._patches = patches.install(self)
+        self._probe_obj.start_sync_watch(self._on_sync)
+
+    # -- events (called from hooks; keep them cheap) ------------------------
+    def on_forward_pre(self, module: Any, args: tuple[Any, ...]) -> None:
+        if self._in_backward:
+            return
+        if self._root is None:
+            self._root, self._root_args, self._root_t0 = module, args, time.perf_counter()
+            self._on_root(module)
+        self._devices.on_call(module, args)
+
+    def on_forward_post(self, module: Any) -> None:
+        if module is not self._root:
+            return
+        self._root, self._root_args = None, ()
+        self.timeline.forward += time.perf_counter() - self._root_t0
+        self.timeline.forwards += 1
+        error = sys.exc_info()[1]
+        if error is not None and devices.is_device_error(error):
+            promoted = self._devices.promote()
+            if promoted:
+                self._explained.add(id(error))
+                self._findings += promoted
+        else:
+            self._devices.discard()
+
+    def _on_root(self, module: Any) -> None:
+        if self._model_ids is not None and id(module) not in self._model_ids:
+            return
+        torch = self._torch
+        self._modes.on_forward(module, self._pass_id, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), self.call_location)
+        for p in module.parameters():
+            self._train_devices_pending = p.device.type
+            self._fp32 = p.dtype == torch.float32
+            break
+        self._autocast_now = torch.is_autocast_enabled("cuda") if self._probe_obj.accelerator == "cuda" else False
+
+    def before_backward(self, tensors: Any) -> None:
+        self._grads.before_backward()
+        self._losses.on_backward(tensors, self.call_location)
+        self._modes.on_backward()
+        self.timeline.backwards += 1
+        pending = getattr(self, "_train_devices_pending", None)
+        if pending is not None:
+            self._train_devices.add(pending)
+
+    def after_backward(self, seconds: float) -> None:
+        self.timeline.backward += seconds
+        self._grads.after_backward()
+
+    def on_step_pre(self, opt: Any) -> None:
+        if self._optimizer is not None and self._optimizer() is not opt:
+            return
+        self._opt_t0 = time.perf_counter()
+        self._grads.on_step_pre(opt, self.call_location)
+        if self._step_location is None:
+            self._step_location = self.call_location()
+
+    def on_step_post(self, opt: Any) -> None:
+        if self._optimizer is not None and self._optimizer() is not opt:
+            return
+        self.timeline.optimizer += time.perf_counter() - self._opt_t0
+        self._grads.on_step_post(opt)
+        if self._primary is None:
+            self._primary = weakref.ref(opt)
+        if self._primary() is not opt:
+            return
+        if getattr(self, "_autocast_now", False):
+            self._autocast_steps += 1
+        probe = self._probe_obj
+        memory = probe.memory_allocated()
+        peak = probe.peak_and_reset()
+        if memory is not None:
+            self._memory.append(memory)
+        if peak is not None:
+            self._peak = max(self._peak, peak)
+        self.timeline.end_step(memory)
+
+    def on_pass_start(self, it: Any, loader: Any) -> None:
+        self._passes += 1
+        it._torchdoctor_pass = self._passes
+        self._samplers.on_pass(loader, self.call_location)
+
+    def on_batch(self, it: Any, batch: Any, seconds: float) -> None:
+        self._pass_id = getattr(it, "_torchdoctor_pass", None)
+        self.timeline.data += seconds
+        self.timeline.batches += 1
+        self._batch = {}
+        _collect(batch, self._batch, self._torch.Tensor, 2)
+
+    def on_pass_end(self) -> None:
+        self._pass_id = None
+
+    def on_module_apply(self) -> None:
+        self._devices.generation += 1
+
+    def on_eval_call(self, module: Any) -> None:
+        self._modes.eval_locations[id(module)] = self.call_location()
+
+    def add(self, finding: Finding | None) -> None:
+        if finding is not None:
+            self._findings.append(finding)
+
+    def _on_sync(self) -> None:
+        loc = user_location()
+        if loc is not None:
+            self._sync_steps.setdefault(loc, set()).add(self.timeline.count)
+
+    # -- helpers for the checks ---------------------------------------------
+    def call_location(self) -> Location | None:
+        return user_location()
+
+    def from_loader(self, tensor: Any) -> bool:
+        ref = self._batch.get(id(tensor))
+        return ref is not None and ref() is tensor
+
+    def is_root_input(self, tensor: Any) -> bool:
+        return any(a is tensor for a in self._root_args)
+
+    def module_path(self, module: Any) -> str:
+        root = self._root
+        if root is None or module is root:
+            return type(module).__name__
+        for name, m in root.named_modules():
+            if m is module:
+                return name
+        return type(module).__name__
+
+    def root_devices(self) -> tuple[str, ...]:
+        root = self._root
+        if root is None:
+            return ()
+        return tuple(sorted({str(t.device) for t in root.parameters()} | {str(t.device) for t in root.buffers()}))
+
+    # -- the end -------------------------------------------------------------
+    def _live_findings(self) -> list[Finding]:
+        return self._modes.findings + self._grads.findings + self._losses.findings + self._samplers.findings
+
+    def _finish(self, exc: BaseException | None) -> None:
+        found = list(self._findings) + self._modes.finish() + self._grads.findings + self._losses.findings + self._samplers.findings
+        found += self._timing_findings() + gpu.decide(self._gpu_readings(), self._step_location)
+        if exc is not None and id(exc) not in self._explained:
+            found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None
+        found = [f for f in found if f is not None]
+        from torchdoctor.watch import distributed
+
+        self._findings = distributed.merge(sort_findings(_dedup(found)))
+        self.stats = self.timeline.stats()
+        self.stats["peak_memory"] = self._peak or None
+        self._closed = True
+        self._release_refs()
+        if exc is not None and devices.is_device_error(exc) and hasattr(exc, "add_note"):
+            notes = [f"torchdoctor: {f.code} {f.message}\n    fix: {f.fix}" for f in self._findings if f.code in _DEVICE_CODES]
+            for note in notes:
+                exc.add_note(note)
+
+    def _timing_findings(self) -> list[Finding]:
+        steps = self.timeline.steps
+        hit = data.input_bottleneck([s.data for s in steps], [s.total for s in steps])
+        if hit is None:
+            return []
+        share, wait = hit
+        return [Finding("TD606", f"waiting for the next batch takes {share:.0%} of a training step ({wait * 1000:.1f} ms a batch)",
+                        self._step_location, "raise DataLoader num_workers (with persistent_workers=True), pin_memory=True on CUDA, "
+                        "and move per-sample work out of __getitem__")]
+
+    def _gpu_readings(self) -> dict[str, Any]:
+        probe = self._probe_obj
+        on_acc = probe.accelerator is not None and probe.accelerator in self._train_devices
+        return {
+            "steps": self.timeline.count,
+            "cuda_available": probe.cuda_available(),
+            "trained_devices": set(self._train_devices),
+            "on_accelerator": on_acc,
+            "sync_steps": self._sync_steps,
+            "allocated": self._memory,
+            "peak": self._peak,
+            "capacity": probe.memory_capacity() or 0,
+            "capability": probe.capability(),
+            "autocast_steps": self._autocast_steps,
+            "fp32_params": self._fp32,
+        }
+
+    def _release_refs(self) -> None:
+        self._root, self._root_args, self._batch = None, (), {}
+        self._primary = None
+
+
+_DEVICE_CODES = {"TD201", "TD202", "TD203", "TD302", "TD303", "TD406", "TD707"}
+
+
+def _collect(obj: Any, out: dict[int, weakref.ReferenceType], tensor_type: type, depth: int) -> None:
+    if isinstance(obj, tensor_type):
+        out[id(obj)] = weakref.ref(obj)
+    elif depth > 0 and isinstance(obj, (list, tuple)):
+        for item in obj[:16]:
+            _collect(item, out, tensor_type, depth - 1)
+    elif depth > 0 and isinstance(obj, dict):
+        for item in list(obj.values())[:16]:
+            _collect(item, out, tensor_type, depth - 1)
+
+
+def _dedup(findings: list[Finding]) -> list[Finding]:
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for f in findings:
+        key = (f.code, f.location, f.message, f.rank)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def watch(model: Any = None, optimizer: Any = None, *, probe: DeviceProbe | None = None, environment: bool = True) -> WatchSession:
+    """Audit the training code run inside ``with torchdoctor.watch() as session:``.
+
+    ``model``/``optimizer`` narrow attention to them; without them modules,
+    optimizers and data loaders are discovered as they are used. ``probe``
+    replaces the accelerator readings (tests); ``environment=False`` skips the
+    start-up environment check.
+    """
+    return WatchSession(model, optimizer, probe=probe, environment=environment)

@@ -1,0 +1,67 @@
+"""Per-step timing (data wait, forward, backward, optimizer) and device memory.
+
+A step ends at each step of the first optimizer seen; what happens between
+two step ends (waiting for data, forward passes, backward passes) is charged
+to the step. Long runs keep every step up to a cap, then every n-th.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MAX_STEPS = 5000
+
+
+@dataclass
+class Step:
+    index: int
+    total: float
+    data: float
+    forward: float
+    backward: float
+    optimizer: float
+    memory: int | None = None
+
+    @property
+    def other(self) -> float:
+        return max(0.0, self.total - self.data - self.forward - self.backward - self.optimizer)
+
+
+class Timeline:
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.count = 0
+        self.batches = 0
+        self.forwards = 0
+        self.backwards = 0
+        self._stride = 1
+        self._reset(time.perf_counter())
+
+    def _reset(self, now: float) -> None:
+        self._start = now
+        self.data = self.forward = self.backward = self.optimizer = 0.0
+
+    def end_step(self, memory: int | None) -> None:
+        now = time.perf_counter()
+        self.count += 1
+        if self.count % self._stride == 0:
+            self.steps.append(Step(self.count, now - self._start, self.data, self.forward, self.backward, self.optimizer, memory))
+            if len(self.steps) >= MAX_STEPS:  # thin out: keep every other step from now on
+                self.steps = self.steps[::2]
+                self._stride *= 2
+        self._reset(now)
+
+    def stats(self) -> dict[str, Any]:
+        total = sum(s.total for s in self.steps) or 0.0
+        sums = {k: sum(getattr(s, k) for s in self.steps) for k in ("data", "forward", "backward", "optimizer")}
+        return {
+            "steps": self.count,
+            "batches": self.batches,
+            "forward_calls": self.forwards,
+            "backward_calls": self.backwards,
+            "time_s": round(total, 6),
+            "share": {k: (round(v / total, 4) if total else 0.0) for k, v in sums.items()},
+            "timeline": [asdict(s) for s in self.steps],
+        }
