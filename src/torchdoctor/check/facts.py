@@ -58,7 +58,7 @@ Device moves
 Calls
     ``is_backward_call(node)``, ``is_model_call(call)`` (calls a model/wrapper),
     ``mode_call(call)`` -> "train" | "eval" | None for ``m.train()``/``m.eval()``/``m.train(False)``,
-    ``resolve(call)`` -> functions defined in the file that the call may run,
+    ``resolve(call)`` -> functions defined in the file that the call may run; ``call_sites(func)``,
     ``reachable(func)`` -> those functions plus every in-file function they call.
 """
 
@@ -312,6 +312,19 @@ class Facts:
         if func.attr in _TRAIN_METHODS or self.kind_of(key, call) is not None:
             return []
         return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
+
+    @cached_property
+    def _call_sites(self) -> dict[int, list[ast.Call]]:
+        out: dict[int, list[ast.Call]] = {}
+        for node in ast.walk(self.ctx.tree):
+            if isinstance(node, ast.Call):
+                for f in self.resolve(node):
+                    out.setdefault(id(f), []).append(node)
+        return out
+
+    def call_sites(self, func: ast.AST) -> list[ast.Call]:
+        """Calls in the file that may run ``func`` (see ``resolve``)."""
+        return self._call_sites.get(id(func), [])
 
     def reachable(self, func: ast.AST) -> list[ast.AST]:
         """``func`` and every in-file function it may call, transitively, in discovery order."""

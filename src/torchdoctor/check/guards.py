@@ -50,10 +50,28 @@ def grad_mode(facts: Facts, node: ast.AST) -> str:
                     return mode
             if _set_grad_disabled_before(facts, a, node):
                 return "off"
-            return "on"  # grad mode at a call site is not followed across functions
+            return _callers_mode(facts, a)
         elif isinstance(a, ast.Lambda):
             return "on"
     return "off" if _set_grad_disabled_before(facts, facts.ctx.tree, node) else "on"
+
+
+_busy: set[int] = set()
+
+
+def _callers_mode(facts: Facts, func: ast.AST) -> str:
+    """A function runs in the grad mode of its call sites when every one of them agrees."""
+    if id(func) in _busy:
+        return "on"
+    _busy.add(id(func))
+    try:
+        sites = facts.call_sites(func)
+        modes = {grad_mode(facts, s) for s in sites}
+        if len(modes) == 1:
+            return modes.pop()
+        return "maybe" if "on" not in modes and modes else "on"
+    finally:
+        _busy.discard(id(func))
 
 
 def _set_grad_disabled_before(facts: Facts, scope: ast.AST, node: ast.AST) -> bool:

@@ -219,6 +219,8 @@ class Scopes:
                 return self.kind_of(key, at)  # type: ignore[arg-type]
             return kind_from_name(key) if isinstance(node, ast.Attribute) and node.attr == "device" else None
         if isinstance(node, ast.IfExp):
+            if any(isinstance(b, ast.Attribute) and b.attr in ("module", "_orig_mod") for b in (node.body, node.orelse)):
+                return "model"  # ``model.module if hasattr(model, "module") else model`` unwraps
             kinds = [self.expr_kind(node.body, at), self.expr_kind(node.orelse, at)]
             if "wrapper" in kinds:
                 return "wrapper"

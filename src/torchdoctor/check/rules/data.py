@@ -1,0 +1,402 @@
+"""Stage 3 rules: batches, targets, new tensors and the input pipeline."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check import flow
+from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name
+from torchdoctor.check.context import Context
+from torchdoctor.check.registry import rule
+from torchdoctor.findings import Severity
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+# ---- TD301 ----------------------------------------------------------------------------
+@rule("TD301", ast.Expr)
+def move_result_discarded(node: ast.AST, ctx: Context) -> None:
+    """tensor.to(...)/.cuda() as a statement: tensors are not moved in place."""
+    assert isinstance(node, ast.Expr)
+    call = node.value
+    if not isinstance(call, ast.Call) or method_name(call) not in ("to", "cuda", "cpu"):
+        return
+    recv = call.func.value  # type: ignore[attr-defined]
+    if not _is_tensor_value(ctx, recv, call):
+        return
+    text = ctx.segment(recv)
+    edits = (ctx.replace_edit(node, f"{text} = {ctx.segment(call)}"),) if isinstance(recv, ast.Name) else ()
+    ctx.report("TD301", call, f"`{ctx.segment(call)}` returns a moved copy that is discarded: `{text}` stays where it was",
+               fix=f"assign the result: `{text} = {ctx.segment(call)}`", edits=edits)
+
+
+def _is_tensor_value(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    facts = ctx.facts
+    if isinstance(recv, ast.Subscript):
+        base = root_name(recv)
+        return base is not None and facts.kind_of(base, at) == "tensor" and not _dict_like_batch(ctx, base, at, ok_subscript=True)
+    if isinstance(recv, ast.Call):
+        return facts.expr_kind(recv, at) == "tensor"
+    key = dotted(recv)
+    if key is None or facts.kind_of(key, at) != "tensor":
+        return False
+    return not _dict_like_batch(ctx, key, at)
+
+
+def _dict_like_batch(ctx: Context, key: str, at: ast.AST, ok_subscript: bool = False) -> bool:
+    """A whole batch object (HF BatchEncoding, PyG Data) whose ``.to()`` works in place."""
+    if "torch_geometric" in ctx.source or "BatchEncoding" in ctx.source:
+        return True
+    if ok_subscript:
+        return False
+    b = ctx.facts.scopes.binding_at(key, at)
+    return b is not None and b.value is None and not isinstance(ctx.facts.parent(b.node), ast.Tuple) and not isinstance(b.node, ast.Tuple)
+
+
+# ---- TD302 ----------------------------------------------------------------------------
+@rule("TD302", *_LOOPS)
+def batch_not_moved(node: ast.AST, ctx: Context) -> None:
+    """A batch element flows into the model or the loss without being moved to the device."""
+    facts = ctx.facts
+    info = facts.loop_info(node)
+    if not info.is_batch or not info.batch_vars:
+        return
+    body = flow.region_nodes(node)
+    batch = set(info.batch_vars)
+    moves = [n for n in body if isinstance(n, ast.Call) and facts.is_device_move(n) and _moves_batch(ctx, n, batch)]
+    partial = bool(moves)
+    if not partial and not _whole_batch_unmoved_applies(ctx, node):
+        return
+    device = (facts.move_device(moves[0]) if moves else None) or _model_device(ctx) or "device"
+    seen: set[str] = set()
+    for use in body:
+        if not (isinstance(use, ast.Name) and use.id in batch and isinstance(use.ctx, ast.Load)):
+            continue
+        if flow.is_cpu_name(use.id) or not _unmoved(ctx, use.id, use, node, batch):
+            continue
+        consumer, moved = flow.path_to_consumer(ctx, use, node)
+        if consumer is None or moved:
+            continue
+        element = _element_text(ctx, use)
+        if element in seen or flow.is_cpu_name(element.split("[")[-1].strip("'\"]")):
+            continue
+        seen.add(element)
+        callee = ctx.segment(consumer.func)
+        why = "(inputs were moved)" if partial else f"(the model is on `{device}`)"
+        ctx.report("TD302", use, f"batch element `{element}` is used by `{callee}(...)` without being moved to `{device}` {why}",
+                   fix=f"move it with the others: `{element}.to({device})`")
+
+
+def _moves_batch(ctx: Context, call: ast.Call, batch: set[str]) -> bool:
+    if method_name(call) in ("to", "cuda"):
+        return root_name(call.func.value) in batch  # type: ignore[attr-defined]
+    return any(root_name(a) in batch for a in call.args)
+
+
+def _element_text(ctx: Context, use: ast.Name) -> str:
+    parent = ctx.facts.parent(use)
+    if isinstance(parent, ast.Subscript) and parent.value is use and isinstance(parent.slice, ast.Constant):
+        return ctx.segment(parent)
+    return use.id
+
+
+def _unmoved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, batch: set[str], depth: int = 0) -> bool:
+    """The value of ``name`` at ``at`` is batch data that no device move touched."""
+    b = ctx.facts.scopes.binding_at(name, at)
+    if b is None or depth > 6:
+        return False
+    if b.value is None:  # the loop's own target
+        return ctx.facts.parent(b.node) is loop or b.node is getattr(loop, "target", None)
+    if any(isinstance(n, ast.Call) and (ctx.facts.is_device_move(n) or method_name(n) == "pin_memory") for n in ast.walk(b.value)):
+        return False
+    if not any(b.node is n for n in flow.region_nodes(loop)):
+        return False
+    root = root_name(b.value) if b.index is None else root_name(b.value)
+    if root is None or root not in batch or any(isinstance(n, ast.Call) and not method_name(n) for n in ast.walk(b.value)):
+        return False
+    return _unmoved(ctx, root, b.node, loop, batch, depth + 1)
+
+
+def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
+    """Nothing in the loop is moved: report only when the model is surely on a GPU and the data surely not."""
+    from torchdoctor.check.rules.model import _moved_keys
+
+    facts = ctx.facts
+    if not facts.is_cuda_program or facts.loop_kind(loop) not in ("train", "eval"):
+        return False
+    loader = facts.loader_of(loop)
+    key = dotted(loader) if loader is not None else None
+    b = facts.scopes.binding_at(key, loop) if key else None
+    if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "").rsplit(".", 1)[-1] != "DataLoader":
+        return False
+    if keyword(b.value, "collate_fn") or has_kwargs(b.value) or _data_preloaded_on_device(ctx):
+        return False
+    models = [n for n in flow.region_nodes(loop) if isinstance(n, ast.Call) and flow.consumer_kind(ctx, n) == "model"]
+    moved = _moved_keys(ctx)
+    return any((dotted(m.func) or "").rsplit(".", 1)[-1] in moved for m in models)
+
+
+def _data_preloaded_on_device(ctx: Context) -> bool:
+    """Tensors moved outside any batch loop (a dataset built on the GPU) or moved inside a Dataset class."""
+    facts = ctx.facts
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Call) and facts.is_device_move(node):
+            kind = facts.expr_kind(node.func.value, node) if isinstance(node.func, ast.Attribute) else None
+            if kind in ("model", "wrapper", "loss_fn") or facts.enclosing_loop(node, "batch") is not None:
+                continue
+            func = facts.function_of(node)
+            if func is not None and func.name == "forward":
+                continue
+            return True
+    return False
+
+
+def _model_device(ctx: Context) -> str | None:
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Call) and ctx.facts.is_device_move(node):
+            return ctx.facts.move_device(node)
+    return None
+
+
+# ---- TD303 ----------------------------------------------------------------------------
+@rule("TD303", ast.Call)
+def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
+    """A tensor factory without device= inside the loop or forward(), combined with device tensors."""
+    assert isinstance(node, ast.Call)
+    q = ctx.call_name(node) or ""
+    if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in FACTORIES:
+        return
+    facts = ctx.facts
+    if keyword(node, "device") or has_kwargs(node) or not facts.is_cuda_program or _scalar_tensor(node):
+        return
+    region = _region(ctx, node)
+    if region is None:
+        return
+    parent = facts.parent(node)
+    if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory"):
+        return
+    seeds = _region_seeds(ctx, region)
+    hot = flow.device_names(ctx, region, seeds)
+    partner = _combined_with(ctx, node, hot, region)
+    if partner is None:
+        return
+    ctx.report("TD303", node, f"`{ctx.segment(node)[:60]}` is created on the CPU and combined with device tensor "
+               f"`{partner}`", fix=f"create it on the same device: `{q.split('.')[1]}(..., device={partner}.device)`")
+
+
+def _scalar_tensor(call: ast.Call) -> bool:
+    """``torch.tensor(0.5)``: a 0-dim CPU tensor mixes with CUDA tensors without error."""
+    if not call.args:
+        return False
+    arg = call.args[0]
+    if isinstance(arg, ast.UnaryOp):
+        arg = arg.operand
+    name = dotted(call.func) or ""
+    return name.endswith(("tensor", "as_tensor")) and isinstance(arg, (ast.Constant, ast.Name))
+
+
+def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
+    facts = ctx.facts
+    loop = facts.enclosing_loop(node, "train") or facts.enclosing_loop(node, "eval")
+    if loop is not None:
+        return loop
+    func = facts.function_of(node)
+    cls = facts.class_of(node)
+    if func is not None and func.name == "forward" and cls is not None and cls.name in facts.module_classes:
+        return func
+    return None
+
+
+def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:
+    if isinstance(region, _LOOPS):
+        return set()
+    return {a.arg for a in region.args.args[1:] if not flow.is_cpu_name(a.arg)}  # type: ignore[attr-defined]
+
+
+def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) -> str | None:
+    """The device tensor a new CPU tensor meets in arithmetic, a torch op, or a model/loss call."""
+    facts = ctx.facts
+    parent = facts.parent(node)
+    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target] if isinstance(parent, ast.AnnAssign) else []
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+        name = targets[0].id
+        for use in flow.region_nodes(region):
+            if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load) and use.lineno >= node.lineno:
+                up = facts.parent(use)
+                if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda"):
+                    return None
+                partner = _meets(ctx, use, hot - {name})
+                if partner:
+                    return partner
+        return None
+    return _meets(ctx, node, hot)
+
+
+def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
+    facts = ctx.facts
+    child = expr
+    for a in facts.ancestors(expr):
+        if isinstance(a, (ast.BinOp, ast.Compare)):
+            others = [a.right] if child is a.left else [a.left] if isinstance(a, ast.BinOp) else [a.left, *a.comparators]
+            for o in others:
+                if o is not child and flow.mentions(o, hot):
+                    return root_name(o) or ctx.segment(o)
+        elif isinstance(a, ast.Call):
+            if child is a.func:
+                child = a
+                continue
+            if flow.consumer_kind(ctx, a) or (ctx.call_name(a) or "").startswith("torch."):
+                for o in list(a.args) + [k.value for k in a.keywords]:
+                    if o is not child and flow.mentions(o, hot):
+                        return root_name(o) or ctx.segment(o)
+                if flow.consumer_kind(ctx, a):
+                    return ctx.segment(a.func)
+            if not (ctx.call_name(a) or "").startswith("torch."):
+                return None
+        elif isinstance(a, ast.Subscript) and child is a.slice or isinstance(a, ast.stmt):
+            return None
+        child = a
+    return None
+
+
+# ---- TD304 / TD305 -----------------------------------------------------------------------
+def _judged_loader(ctx: Context, node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
+            and ctx.facts.is_cuda_program and not _dataset_on_device(ctx, node))
+
+
+@rule("TD304", ast.Call)
+def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
+    """A DataLoader in a CUDA program without pin_memory=True."""
+    if not _judged_loader(ctx, node):
+        return
+    pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
+    if pin is None or is_false(pin.value):
+        ctx.report("TD304", node, "DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory",
+                   fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
+
+
+@rule("TD305", ast.Call)
+def loader_without_workers(node: ast.AST, ctx: Context) -> None:
+    """A DataLoader with num_workers=0 in a CUDA training script."""
+    if not _judged_loader(ctx, node) or not ctx.facts.trains:
+        return
+    workers = keyword(node, "num_workers")  # type: ignore[arg-type]
+    if workers is None or (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
+        what = "`num_workers=0`" if workers else "no `num_workers` (0)"
+        ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
+                   fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
+
+
+def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
+    q = ctx.call_name(call) or ""
+    return q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader")
+
+
+def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
+    """The dataset already holds device tensors (pinning would fail; workers cannot share them)."""
+    arg = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
+    for _ in range(3):
+        if arg is None:
+            return False
+        if any(isinstance(n, ast.Call) and ctx.facts.is_device_move(n) for n in ast.walk(arg)):
+            return True
+        key = dotted(arg)
+        b = ctx.facts.scopes.binding_at(key, call) if key else None
+        if b is None or b.value is None:
+            return False
+        if isinstance(b.value, ast.Call) and any(dotted(a) and ctx.facts.is_moved(dotted(a), b.node) for a in b.value.args):  # type: ignore[arg-type]
+            return True
+        arg = b.value
+    return False
+
+
+# ---- TD306 ----------------------------------------------------------------------------------
+@rule("TD306", ast.Call)
+def non_blocking_misuse(node: ast.AST, ctx: Context) -> None:
+    """non_blocking=True read before a sync (device->host), or from pageable memory (host->device)."""
+    assert isinstance(node, ast.Call)
+    nb = keyword(node, "non_blocking")
+    if nb is None or not is_true(nb.value) or method_name(node) not in ("to", "cuda", "cpu"):
+        return
+    dev = ctx.facts.move_device(node) if method_name(node) != "cpu" else "cpu"
+    if dev is not None and dev.strip("'\"") == "cpu":
+        _device_to_host(ctx, node)
+    elif dev is not None:
+        _host_to_device(ctx, node, dev)
+
+
+def _device_to_host(ctx: Context, call: ast.Call) -> None:
+    read = _first_unsynced_read(ctx, call)
+    if read is not None:
+        ctx.report("TD306", call, f"`{ctx.segment(call)}` copies to the host asynchronously and `{ctx.segment(read)[:40]}` "
+                   "reads it before any synchronize()", fix="call `torch.cuda.synchronize()` (or an event's) before "
+                   "reading, or drop non_blocking=True", severity=Severity.ERROR)
+
+
+def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
+    facts = ctx.facts
+    loop = facts.enclosing_loop(call, "batch")
+    recv = call.func.value  # type: ignore[attr-defined]
+    if loop is None or root_name(recv) not in set(facts.batch_vars(loop)):
+        return
+    loader = _loader_call(ctx, loop)
+    if loader is None or has_kwargs(loader) or _dataset_on_device(ctx, loader):
+        return
+    pin = keyword(loader, "pin_memory")
+    if pin is None or is_false(pin.value):
+        ctx.report("TD306", call, f"`{ctx.segment(call)}` copies from pageable memory (the DataLoader does not pin it): "
+                   "non_blocking has no effect", fix="pass `pin_memory=True` to the DataLoader", severity=Severity.WARNING)
+
+
+def _loader_call(ctx: Context, loop: ast.AST) -> ast.Call | None:
+    facts = ctx.facts
+    loader = facts.loader_of(loop)
+    key = dotted(loader) if loader is not None else None
+    b = facts.scopes.binding_at(key, loop) if key else None
+    if b is not None and isinstance(b.value, ast.Call) and is_torch_dataloader(ctx, b.value):
+        return b.value
+    if b is not None and b.value is not None:
+        return None
+    calls = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and is_torch_dataloader(ctx, n)]
+    unpinned = [c for c in calls if keyword(c, "pin_memory") is None and not has_kwargs(c)]
+    return unpinned[0] if calls and len(unpinned) == len(calls) else None
+
+
+_READS = ("numpy", "item", "tolist")
+_SYNCS = ("synchronize", "wait", "wait_stream", "wait_event")
+
+
+def _first_unsynced_read(ctx: Context, call: ast.Call) -> ast.AST | None:
+    """The first read of an async device-to-host copy before any synchronize(), in the same body."""
+    facts = ctx.facts
+    parent = facts.parent(call)
+    if isinstance(parent, ast.Attribute) and parent.attr in _READS:
+        return parent
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return None
+    name = parent.targets[0].id
+    scope = facts.scope_of(call)
+    after = (parent.end_lineno or 0, parent.end_col_offset or 0)
+    for node in flow.region_nodes(scope):
+        if (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) < after:
+            continue
+        if isinstance(node, ast.Call) and method_name(node) in _SYNCS:
+            return None
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
+            return None
+        if isinstance(node, ast.Name) and node.id == name and _is_read(ctx, node):
+            return facts.parent(node) or node
+    return None
+
+
+def _is_read(ctx: Context, use: ast.Name) -> bool:
+    parent = ctx.facts.parent(use)
+    if isinstance(parent, ast.Attribute) and parent.attr in _READS:
+        return True
+    if isinstance(parent, ast.Subscript) and parent.value is use:
+        return True
+    if isinstance(parent, ast.Call) and use in parent.args:
+        q = ctx.call_name(parent) or ""
+        return q in ("print", "float", "int", "list") or q.startswith(("numpy.", "np."))
+    return False

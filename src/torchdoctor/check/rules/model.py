@@ -1,0 +1,242 @@
+"""Stage 2 rules: the model's parameters, buffers and wrappers must live where the data is."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check.astutil import FACTORIES, FUNC_TYPES, dotted, keyword, method_name, walk_local
+from torchdoctor.check.context import Context
+from torchdoctor.check.registry import rule
+
+_NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
+
+
+# ---- TD201 --------------------------------------------------------------------------------
+@rule("TD201", ast.Module)
+def model_never_moved(node: ast.AST, ctx: Context) -> None:
+    """Model never moved to the device that its inputs are moved to."""
+    facts = ctx.facts
+    input_device = _first_input_device(ctx)
+    if input_device is None:
+        return
+    moved = _moved_keys(ctx)
+    for stmt in ast.walk(ctx.tree):
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.value, ast.Call):
+            continue
+        key = dotted(stmt.targets[0])
+        call = stmt.value
+        if key is None or facts.scopes.call_kind(call, stmt) != "model" or method_name(call) in ("to", "cuda"):
+            continue
+        cls = facts.class_of(stmt)
+        if cls is not None and cls.name in facts.module_classes:
+            continue  # a submodule moves with its parent
+        if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
+            continue
+        if _last(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key):
+            continue
+        name = ctx.segment(call.func)
+        ctx.report("TD201", call,
+                   f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{input_device}`",
+                   fix=f"move it once after construction: `{key} = {key}.to({input_device})`")
+
+
+def _last(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def _first_input_device(ctx: Context) -> str | None:
+    """The device of the first tensor moved off the CPU in the file, if any."""
+    facts = ctx.facts
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Call) and facts.is_device_move(node):
+            dev = facts.move_device(node) or ""
+            recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
+            kind = facts.expr_kind(recv, node) if recv is not None else None
+            if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") in ("cpu",) or "cpu" == dev:
+                continue
+            if recv is not None and _looks_like_model_expr(ctx, recv):
+                continue
+            return dev
+    return None
+
+
+def _looks_like_model_expr(ctx: Context, recv: ast.AST) -> bool:
+    return isinstance(recv, ast.Call) and ctx.facts.scopes.call_kind(recv, recv) in ("model", "wrapper")
+
+
+def _moved_keys(ctx: Context) -> set[str]:
+    """Last name parts of every receiver moved to a device, or handed to a device-aware helper."""
+    facts = ctx.facts
+    out: set[str] = set()
+    for node in ast.walk(ctx.tree):
+        if not isinstance(node, ast.Call):
+            continue
+        meth = method_name(node)
+        if meth in ("to", "cuda", "to_empty", "xpu", "mps") and isinstance(node.func, ast.Attribute):
+            key = dotted(node.func.value) or dotted(getattr(node.func.value, "func", None))
+            if key:
+                out.add(_last(key))
+        elif meth in ("prepare", "setup", "prepare_model", "setup_module") or facts.is_device_move(node):
+            out |= {_last(dotted(a) or "") for a in node.args}
+    # a function that moves one of its parameters moves whatever is passed in
+    for funcs in facts.functions.values():
+        for func in funcs:
+            params = {a.arg for a in func.args.args + func.args.kwonlyargs}
+            if params & out:
+                out |= _passed_to(ctx, func.name)
+    return out
+
+
+def _passed_to(ctx: Context, func_name: str) -> set[str]:
+    out: set[str] = set()
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Call) and _last(dotted(node.func) or "") == func_name:
+            out |= {_last(dotted(a) or "") for a in list(node.args) + [k.value for k in node.keywords]}
+    return out
+
+
+def _used_as_model(ctx: Context, key: str) -> bool:
+    """The model is called somewhere (``model(x)``) or handed to an in-file function."""
+    last = _last(key)
+    for node in ast.walk(ctx.tree):
+        if isinstance(node, ast.Call):
+            if _last(dotted(node.func) or "") == last and isinstance(node.func, (ast.Name, ast.Attribute)) and dotted(node.func):
+                if not method_name(node) or dotted(node.func).startswith("self."):
+                    return True
+            if ctx.facts.resolve(node) and any(_last(dotted(a) or "") == last for a in node.args):
+                return True
+    return False
+
+
+def _escapes(ctx: Context, key: str) -> bool:
+    """The model is handed to code outside the file that may move it (a Trainer, a helper module)."""
+    last = _last(key)
+    for node in ast.walk(ctx.tree):
+        if not isinstance(node, ast.Call) or ctx.facts.resolve(node):
+            continue
+        q = ctx.call_name(node) or ""
+        if q.startswith(_NOT_MOVING_CALLS) or q.rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel", "DDP", "compile"):
+            continue
+        args = list(node.args) + [k.value for k in node.keywords]
+        if any(isinstance(a, (ast.Name, ast.Attribute)) and _last(dotted(a) or "") == last for a in args):
+            if not method_name(node) or method_name(node) not in ("append", "add", "format"):
+                return True
+    return False
+
+
+# ---- TD203 --------------------------------------------------------------------------------
+@rule("TD203", ast.Assign)
+def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
+    """Plain tensor attribute set in an nn.Module's __init__: it stays behind on model.to(device)."""
+    assert isinstance(node, ast.Assign)
+    if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Attribute):
+        return
+    target = node.targets[0]
+    if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(node.value, ast.Call)):
+        return
+    q = ctx.call_name(node.value) or ""
+    if not (q.startswith("torch.") and (q.rsplit(".", 1)[-1] in FACTORIES or q.endswith(("Tensor", "from_numpy")))):
+        return
+    if q.count(".") > 1 and not q.startswith("torch.Tensor"):
+        return  # torch.nn.init.*, torch.cuda.* ... are not plain factories
+    func = ctx.facts.function_of(node)
+    cls = ctx.facts.class_of(node)
+    if func is None or func.name != "__init__" or cls is None or cls.name not in ctx.facts.module_classes:
+        return
+    if _registered(cls, target.attr):
+        return
+    call = ctx.segment(node.value)
+    edits = ()
+    if keyword(node.value, "requires_grad") is None and _after_super_init(func, node):
+        edits = (ctx.replace_edit(node, f'self.register_buffer("{target.attr}", {call}, persistent=False)'),)
+    ctx.report("TD203", node,
+               f"`self.{target.attr}` in `{cls.name}.__init__` is a plain tensor: `model.to(device)` leaves it on the CPU",
+               fix=f'register it: `self.register_buffer("{target.attr}", {call})` (or wrap a learned value in nn.Parameter)',
+               edits=edits)
+
+
+def _registered(cls: ast.ClassDef, attr: str) -> bool:
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Call) and method_name(node) in ("register_buffer", "register_parameter") and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and first.value == attr:
+                return True
+    return False
+
+
+def _after_super_init(func: ast.AST, node: ast.AST) -> bool:
+    for stmt in walk_local(func.body):  # type: ignore[attr-defined]
+        if getattr(stmt, "lineno", 10**9) >= node.lineno:
+            break
+        if isinstance(stmt, ast.Call) and method_name(stmt) == "__init__":
+            return True
+    return False
+
+
+# ---- TD204 --------------------------------------------------------------------------------
+@rule("TD204", ast.Call)
+def data_parallel(node: ast.AST, ctx: Context) -> None:
+    """nn.DataParallel: single-process, slower and unbalanced; use DistributedDataParallel."""
+    q = ctx.call_name(node) or ""
+    if q in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"):
+        ctx.report("TD204", node, f"`{ctx.segment(node.func)}` runs one process over all GPUs (GIL-bound, "
+                   "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+
+
+# ---- TD205 --------------------------------------------------------------------------------
+@rule("TD205", ast.Call)
+def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
+    """state_dict() saved from a DataParallel/DDP/compiled wrapper: keys gain a prefix."""
+    assert isinstance(node, ast.Call)
+    if method_name(node) != "state_dict" or node.args or not isinstance(node.func, ast.Attribute):
+        return
+    recv = node.func.value
+    if ctx.facts.expr_kind(recv, node) != "wrapper" or not _saved(ctx, node):
+        return
+    name = ctx.segment(recv)
+    attr = "_orig_mod" if _wrapped_by_compile(ctx, recv, node) else "module"
+    prefix = f"{attr}."
+    ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
+               fix=f"save `{name}.{attr}.state_dict()` (unwrap first)")
+
+
+def _wrapped_by_compile(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    key = dotted(recv)
+    b = ctx.facts.scopes.binding_at(key, at) if key else None
+    value = b.value if b is not None else None
+    if isinstance(value, ast.IfExp):
+        value = value.body
+    return isinstance(value, ast.Call) and (ctx.call_name(value) or "").endswith("compile")
+
+
+def _saved(ctx: Context, call: ast.Call) -> bool:
+    """The state_dict flows into ``torch.save`` directly, or through the name it is stored under."""
+    facts = ctx.facts
+    stmt = call
+    for a in facts.ancestors(call):
+        if isinstance(a, ast.Call) and _is_save(ctx, a):
+            return True
+        if isinstance(a, ast.stmt):
+            stmt = a
+            break
+    names: set[str] = set()
+    if isinstance(stmt, ast.Assign):
+        for t in stmt.targets:
+            base = t.value if isinstance(t, ast.Subscript) else t
+            if isinstance(base, ast.Name):
+                names.add(base.id)
+    if not names:
+        return False
+    scope = facts.scope_of(stmt)
+    body = scope.body if isinstance(scope, (*FUNC_TYPES, ast.Module)) else []
+    for node in walk_local(body):
+        if isinstance(node, ast.Call) and _is_save(ctx, node) and getattr(node, "lineno", 0) >= stmt.lineno:
+            args = list(node.args) + [k.value for k in node.keywords]
+            if any(isinstance(a, ast.Name) and a.id in names for a in args):
+                return True
+    return False
+
+
+def _is_save(ctx: Context, call: ast.Call) -> bool:
+    q = ctx.call_name(call) or ""
+    return q in ("torch.save", "torch_xla.core.xla_model.save", "xm.save") or q.endswith("safetensors.torch.save_file")
