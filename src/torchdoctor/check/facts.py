@@ -342,11 +342,7 @@ class Facts:
 
     def calls_training(self, call: ast.Call) -> bool:
         """The call runs an in-file function that holds a training or evaluation loop."""
-        for func in self.resolve(call):
-            for f in self.reachable(func):
-                if any(isinstance(n, LOOP_TYPES) and self.loop_kind(n) in ("train", "eval") for n in walk_local(f.body)):  # type: ignore[attr-defined]
-                    return True
-        return False
+        return self._loops.calls_training(call)
 
     # ---- device moves ---------------------------------------------------------------------
     def is_device_move(self, call: ast.AST) -> bool:

@@ -185,9 +185,18 @@ class Loops:
             if isinstance(node, LOOP_TYPES) and self.info[id(node)].kind in ("train", "eval"):
                 info.kind = "epoch"
                 return
-            if isinstance(node, ast.Call) and self.facts.calls_training(node):
+            if isinstance(node, ast.Call) and self.calls_training(node):
                 info.kind = "epoch"
                 return
+
+    def calls_training(self, call: ast.Call) -> bool:
+        """The call runs an in-file function that holds a training or evaluation loop."""
+        for func in self.facts.resolve(call):
+            for f in self.facts.reachable(func):
+                for n in walk_local(f.body):  # type: ignore[attr-defined]
+                    if isinstance(n, LOOP_TYPES) and id(n) in self.info and self.info[id(n)].kind in ("train", "eval"):
+                        return True
+        return False
 
     # ---- queries ---------------------------------------------------------------------
     def get(self, loop: ast.AST) -> LoopInfo:
