@@ -62,7 +62,7 @@ def fit(
         runner = _Runner(model, optimizer, loss_fn, world, dev, resolve_precision(precision, dev.type))
         runner.configure(train_loader, val_loader, epochs, grad_accum_steps, clip_grad_norm, scheduler,
                          scheduler_interval, log_every, metrics, callbacks, progress)  # fmt: skip
-        runner.files = RunFiles.prepare(checkpoint_dir, keep_last, world) if checkpoint_dir is not None else None
+        runner.files = RunFiles.prepare(checkpoint_dir, keep_last, world, resume) if checkpoint_dir is not None else None
         if runner.files is not None and resume:
             runner.resume()
         return runner.run()

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchdoctor.errors import UsageError
 from torchdoctor.train import checkpoint, distributed
 from torchdoctor.train.checkpoint import CheckpointError, CheckpointWarning
 from torchdoctor.train.history import History
@@ -50,9 +51,17 @@ class RunFiles:
         self.directory, self.keep_last, self.world = directory, keep_last, world
 
     @classmethod
-    def prepare(cls, directory: Any, keep_last: int, world: distributed.World) -> RunFiles:
+    def prepare(cls, directory: Any, keep_last: int, world: distributed.World, resume: bool = True) -> RunFiles:
         """Make sure checkpoints can be written before training starts, not after the first hour."""
         path = Path(directory)
+        stale = checkpoint.latest(path, prefix=CHECKPOINT_PREFIX)
+        if stale is not None and not resume:
+            # A fresh run would interleave its epoch files with the old run's, and a later
+            # resume would pick the old run's newest: refuse rather than delete anything.
+            raise UsageError(
+                f"checkpoint_dir {str(path)!r} already holds checkpoints ({stale.name}); "
+                "pass resume=True to continue that run, or use an empty directory"
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(prefix=".torchdoctor-probe-", dir=path)

@@ -1,0 +1,60 @@
+"""A process killed with SIGKILL in the middle of a save: the previous checkpoint still loads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from torchdoctor.train import checkpoint
+
+# Saves a 48 MB state over and over; announces each save before and after it.
+_WRITER = textwrap.dedent(
+    """
+    import sys, torch
+    from torch import nn
+    from torchdoctor.train import checkpoint
+    model = nn.Linear(3000, 4000)
+    for n in range(1, 10_000):
+        with torch.no_grad():
+            model.weight.fill_(float(n))
+        print("begin", n, flush=True)
+        checkpoint.save(sys.argv[1], model=model, epoch=n)
+        print("done", n, flush=True)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="SIGKILL is POSIX")
+def test_sigkill_during_save_leaves_a_loadable_previous_checkpoint(tmp_path: Path) -> None:
+    target = tmp_path / "ckpt.pt"
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    done = 0
+    for line in proc.stdout:
+        word, n = line.split()
+        if word == "done":
+            done = int(n)
+        elif word == "begin" and done >= 2:
+            time.sleep(0.01)  # well inside the write of a 48 MB file
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    model = torch.nn.Linear(3000, 4000)
+    result = checkpoint.load(target, model)
+    # A complete checkpoint: the one that finished last (or the one being written, if it got renamed).
+    assert result.epoch in (done, done + 1)
+    assert torch.all(model.weight == float(result.epoch))
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "ckpt.pt"]
+    assert all(name.startswith(".ckpt.pt.") and name.endswith(".tmp") for name in leftovers)
+    print("killed mid-save" if leftovers else "killed between saves", leftovers)
