@@ -156,7 +156,7 @@ def _call_site(call: ast.Call, ctx: Context) -> CudaSite | None:
     if isinstance(func, ast.Attribute) and func.attr == "cuda":
         if ctx.qualname(func.value) == "torch":
             return None
-        return CudaSite(call, _short(ctx, call), bool(call.args or call.keywords))
+        return CudaSite(call, _short(ctx, call), bool(call.args) or any(k.arg == "device" for k in call.keywords))
     if isinstance(func, ast.Attribute) and func.attr == "to":
         for arg in list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "device"]:
             is_cuda, indexed = cuda_string(arg)

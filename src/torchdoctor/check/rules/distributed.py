@@ -200,3 +200,121 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
         "each GPU normalises with its own batch statistics",
         fix=f"`{model} = nn.SyncBatchNorm.convert_sync_batchnorm({model})` before `DDP(...)`",
     )
+
+
+# ---- TD701 ---------------------------------------------------------------------
+
+
+def _shuffling_samplers(ctx: Context) -> list[ast.Call]:
+    """DistributedSampler constructions that shuffle (the default)."""
+    out = []
+    for n in all_nodes(ctx):
+        if isinstance(n, ast.Call):
+            name = ctx.call_name(n) or ""
+            if name.startswith("torch.utils.data") and name.endswith(".DistributedSampler"):
+                shuffle = _arg(n, "shuffle", 3)
+                if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+                    out.append(n)
+    return out
+
+
+@rule("TD701", ast.For, ast.AsyncFor)
+def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
+    """`DistributedSampler` without `sampler.set_epoch(epoch)` in the epoch loop.
+
+    What it does: reports the outermost epoch loop of a file that builds a shuffling
+    DistributedSampler and never calls `set_epoch`.
+    Why is this bad? The sampler seeds its shuffle with the epoch number: without
+    `set_epoch`, every epoch visits the data in the same order.
+    Use instead: `train_sampler.set_epoch(epoch)` at the top of each epoch.
+    """
+    facts = ctx.facts
+    if facts.loop_kind(node) != "epoch" or facts.enclosing_loop(node, "epoch") is not None:
+        return
+    samplers = _shuffling_samplers(ctx)
+    if not samplers or method_calls(ctx, "set_epoch"):
+        return
+    sampler = ctx.segment(samplers[0])
+    if len(sampler) > 50 or "\n" in sampler:
+        sampler = "DistributedSampler(...)"
+    ctx.report(
+        "TD701",
+        node,
+        f"`{sampler}` shuffles, but this epoch loop never calls `set_epoch(epoch)`: "
+        "every epoch sees the same order",
+        fix="call `sampler.set_epoch(epoch)` at the start of each epoch",
+    )
+
+
+# ---- TD703 ---------------------------------------------------------------------
+
+_WRITE_MODE = re.compile(r"[wax+]")
+_SAVERS = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt")
+
+
+def _write_site(ctx: Context, call: ast.Call) -> str | None:
+    """What the call writes (for the message), if it writes a file."""
+    name = ctx.call_name(call) or ""
+    if name in _SAVERS:
+        return f"`{name}`"
+    meth = call.func.attr if isinstance(call.func, ast.Attribute) else None
+    if name == "open" or meth == "open":
+        mode = _arg(call, "mode", 1 if name == "open" else 0)
+        text = string_value(mode)
+        return f"`open(..., {text!r})`" if text and _WRITE_MODE.search(text) else None
+    if meth in ("write_text", "write_bytes", "save_pretrained"):
+        return f"`.{meth}(...)`"
+    return None
+
+
+def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
+    """A per-rank file name (`f"ckpt_rank{rank}.pt"`): each rank writes its own file on purpose."""
+    return any(re.search(r"(?i)rank", ctx.segment(a)) for a in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _callers(ctx: Context) -> dict[int, list[ast.Call]]:
+    """In-file function (by id) -> the calls that may run it."""
+
+    def compute() -> dict[int, list[ast.Call]]:
+        out: dict[int, list[ast.Call]] = {}
+        for n in all_nodes(ctx):
+            if isinstance(n, ast.Call):
+                for f in ctx.facts.resolve(n):
+                    out.setdefault(id(f), []).append(n)
+        return out
+
+    return memo(ctx, "callers", compute)
+
+
+def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
+    """Guarded here, or every call of the enclosing function is guarded (and there is one)."""
+    facts = ctx.facts
+    if facts.under_rank_guard(node):
+        return True
+    func = facts.function_of(node)
+    if func is None or depth > 4:
+        return False
+    calls = _callers(ctx).get(id(func), [])
+    return bool(calls) and all(_rank_guarded(ctx, c, depth + 1) for c in calls)
+
+
+@rule("TD703", ast.Call)
+def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
+    """Checkpoint saving or file writing in a DDP program with no rank-0 guard.
+
+    What it does: in a DDP program, finds `torch.save`, `open(..., "w")` and similar
+    writes that are not behind a rank test (`if rank == 0:`, `is_main_process()`,
+    an early `if rank != 0: return`) here or at every call of the enclosing function.
+    Why is this bad? Every rank writes the same file at once: wasted I/O and
+    truncated or corrupt checkpoints. Prints are not reported.
+    Use instead: `if dist.get_rank() == 0: torch.save(...)`.
+    """
+    what = _write_site(ctx, node)
+    if what is None or not ctx.facts.is_ddp_program or _mentions_rank(ctx, node) or _rank_guarded(ctx, node):
+        return
+    ctx.report(
+        "TD703",
+        node,
+        f"{what} runs on every rank of this DDP program: all processes write the same file",
+        fix="guard it with `if dist.get_rank() == 0:` (or your is_main_process())",
+    )

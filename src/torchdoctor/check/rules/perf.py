@@ -266,3 +266,156 @@ def half_used_scaler(node: ast.Call, ctx: Context) -> None:
         ctx.report("TD605", node,
                    f"`{scaler}.scale(...)` is used without {' and '.join(problems)}: the GradScaler is used half-way",
                    fix=f"after backward call `{scaler}.step(optimizer)` and `{scaler}.update()`")
+
+
+# ---- per-step sites (TD602, TD603) ---------------------------------------------------
+
+
+def _in_handler(ctx: Context, node: ast.AST, stop: ast.AST) -> bool:
+    """Inside an ``except`` block below ``stop`` (OOM recovery runs rarely, not every step)."""
+    for anc in ancestors(ctx, node):
+        if anc is stop:
+            return False
+        if isinstance(anc, ast.ExceptHandler):
+            return True
+    return False
+
+
+def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None:
+    """The batch loop that runs ``node`` on every iteration, unguarded; through helper calls too."""
+    facts = ctx.facts
+    loop = facts.enclosing_loop(node, "batch")
+    if loop is not None:
+        if facts.under_step_guard(node) or _in_handler(ctx, node, loop):
+            return None
+        return loop
+    func = facts.function_of(node)
+    if func is None or depth >= 2 or facts.under_step_guard(node):
+        return None
+    for call in _callers(ctx).get(id(func), []):
+        found = per_step_loop(ctx, call, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _callers(ctx: Context) -> dict[int, list[ast.Call]]:
+    """In-file function (by id) -> the calls that may run it."""
+
+    def compute() -> dict[int, list[ast.Call]]:
+        out: dict[int, list[ast.Call]] = {}
+        for n in all_nodes(ctx):
+            if isinstance(n, ast.Call):
+                for f in ctx.facts.resolve(n):
+                    out.setdefault(id(f), []).append(n)
+        return out
+
+    return memo(ctx, "callers", compute)
+
+
+@rule("TD602", ast.Call)
+def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
+    """`torch.cuda.empty_cache()` inside the training loop.
+
+    What it does: finds `empty_cache()` that runs on every batch (in a batch loop,
+    or in a helper called from one), not behind a `step % N` guard or in an
+    `except` handler. Between epochs or trials it is fine.
+    Why is this bad? It returns cached blocks to the driver, so the next step must
+    allocate them again (slow, synchronising), and frees nothing this process still uses.
+    Use instead: remove it; call it between epochs or phases if another process needs the memory.
+    """
+    if ctx.call_name(node) != "torch.cuda.empty_cache" or per_step_loop(ctx, node) is None:
+        return
+    ctx.report(
+        "TD602",
+        node,
+        "`torch.cuda.empty_cache()` runs every step: the allocator must re-acquire the memory next step "
+        "and nothing is freed for this process",
+        fix="remove it from the step (at most call it between epochs)",
+    )
+
+
+_SYNC_METHODS = ("item", "cpu", "tolist")
+_LOSS_NAME = re.compile(r"^(loss|.*_loss|loss_.*|losses)$")
+
+
+def _is_sync_call(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _SYNC_METHODS and not node.args and not node.keywords)
+
+
+def _inner_sync(node: ast.Call) -> bool:
+    """Another sync deeper in the same chain (`x.cpu().numpy().tolist()`): that one is the site."""
+    cur = node.func.value if isinstance(node.func, ast.Attribute) else None
+    while cur is not None:
+        if _is_sync_call(cur):
+            return True
+        if isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute):
+            cur = cur.func.value
+        elif isinstance(cur, (ast.Attribute, ast.Subscript)):
+            cur = cur.value
+        else:
+            cur = None
+    return False
+
+
+def _tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    if isinstance(expr, ast.Name):
+        return ctx.facts.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))
+    return False
+
+
+def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """`.cpu()`/`.tolist()` on a batch element that was never moved: no device copy at all."""
+    from torchdoctor.check.astutil import root_name
+
+    name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    facts = ctx.facts
+    return name is not None and name in facts.batch_vars(loop) and not facts.is_moved(name, node)
+
+
+def _sync_site(ctx: Context, node: ast.Call) -> str | None:
+    """How the message names the sync at ``node``, if it is one."""
+    if _is_sync_call(node):
+        recv = node.func.value  # type: ignore[attr-defined]
+        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.facts.kind_of(recv.id, node) != "tensor":  # type: ignore[attr-defined]
+            return None  # most likely a NumPy array already on the host
+        return None if _inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
+    if isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1:
+        return f"`{node.func.id}({ctx.segment(node.args[0])})`" if _tensor_value(ctx, node.args[0], node) else None
+    if isinstance(node.func, ast.Name) and node.func.id == "print":
+        for arg in node.args:
+            values = [v.value for v in arg.values if isinstance(v, ast.FormattedValue)] if isinstance(arg, ast.JoinedStr) else [arg]
+            for v in values:
+                if _tensor_value(ctx, v, node):
+                    return f"`print` of tensor `{ctx.segment(v)}`"
+    return None
+
+
+@rule("TD603", ast.Call)
+def sync_every_step(node: ast.Call, ctx: Context) -> None:
+    """Host-device synchronisation every step.
+
+    What it does: in a CUDA program, finds `.item()`, `.cpu()`, `.tolist()`,
+    `float(t)` and `print(t)` that run on every batch of a training or evaluation
+    loop, not behind a `step % N` guard. A CPU-only program is never told.
+    Why is this bad? The CPU waits for the GPU to finish all queued work before it
+    can read the value: the GPU idles while the next step is being queued.
+    Use instead: accumulate on the device (`total += loss.detach()`) and read it
+    every N steps or once per epoch.
+    """
+    what = _sync_site(ctx, node)
+    if what is None or not ctx.facts.is_cuda_program:
+        return
+    loop = per_step_loop(ctx, node)
+    if loop is None:
+        return
+    if isinstance(node.func, ast.Attribute) and node.func.attr in ("cpu", "tolist") \
+            and _host_copy_of_cpu_data(ctx, node, loop):
+        return
+    ctx.report(
+        "TD603",
+        node,
+        f"{what} synchronises with the GPU on every step of the loop at line {loop.lineno}",
+        fix="keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch",
+    )

@@ -221,3 +221,159 @@ def whole_model_saved(node: ast.Call, ctx: Context) -> None:
         "import path and an unsafe `weights_only=False`",
         fix=f"save `{text}.state_dict()` and load it with `model.load_state_dict(...)`",
     )
+
+
+# ---- TD501 ---------------------------------------------------------------------
+
+_HOST = (False, False)  # (may be on a GPU, may require grad)
+# Results that never require grad (integer/bool tensors, detached views).
+_NO_GRAD_METHODS = frozenset({"detach", "argmax", "argmin", "argsort", "long", "int", "bool", "eq", "ne", "gt",
+                              "lt", "ge", "le", "isnan", "isfinite", "nonzero", "byte", "short"})
+
+
+def _binding_value(ctx: Context, name: str, at: ast.AST) -> ast.AST | None:
+    """The value last assigned to ``name`` before ``at`` in its function (or module); None if unknown."""
+    scope = ctx.facts.function_of(at) or ctx.tree
+    here = (at.lineno, at.col_offset)  # type: ignore[attr-defined]
+    best: tuple[tuple[int, int], ast.AST | None] | None = None
+    for n in walk_local(scope.body):  # type: ignore[attr-defined]
+        if isinstance(n, ast.Assign) and (n.lineno, n.col_offset) < here:
+            if any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
+                if best is None or (n.lineno, n.col_offset) > best[0]:
+                    best = ((n.lineno, n.col_offset), n.value)
+            elif any(isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name for e in t.elts)
+                     for t in n.targets):
+                if best is None or (n.lineno, n.col_offset) > best[0]:
+                    best = ((n.lineno, n.col_offset), _unpacked(n, name))
+    return best[1] if best else None
+
+
+def _unpacked(assign: ast.Assign, name: str) -> ast.AST | None:
+    """``x, y = x.to(d), y.to(d)`` -> the element assigned to ``name``."""
+    target = assign.targets[0]
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(assign.value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(assign.value.elts):
+        for t, v in zip(target.elts, assign.value.elts):
+            if isinstance(t, ast.Name) and t.id == name:
+                return v
+    return None
+
+
+def _or(*flags: tuple[bool, bool]) -> tuple[bool, bool]:
+    return (any(f[0] for f in flags), any(f[1] for f in flags))
+
+
+def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
+    """Whether the tensor ``expr`` may live on a GPU and may require grad, as far as the file shows."""
+    if depth > 8:
+        return _HOST
+    facts = ctx.facts
+    if isinstance(expr, ast.Name):
+        if facts.is_moved(expr.id, expr):
+            return (True, False)
+        value = _binding_value(ctx, expr.id, expr)
+        return _flags(ctx, value, depth + 1) if value is not None else _HOST
+    if isinstance(expr, ast.Attribute):
+        return (_flags(ctx, expr.value, depth + 1)[0], False) if expr.attr in ("data", "grad") else _HOST
+    if isinstance(expr, (ast.Subscript, ast.Starred)):
+        return _flags(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        return _or(_flags(ctx, expr.left, depth + 1), _flags(ctx, expr.right, depth + 1))
+    if isinstance(expr, ast.Compare):  # comparisons give bool tensors: no grad
+        return (_or(*(_flags(ctx, e, depth + 1) for e in [expr.left, *expr.comparators]))[0], False)
+    if isinstance(expr, ast.UnaryOp):
+        return _flags(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.IfExp):
+        return _or(_flags(ctx, expr.body, depth + 1), _flags(ctx, expr.orelse, depth + 1))
+    if isinstance(expr, ast.Call):
+        return _call_flags(ctx, expr, depth)
+    return _HOST
+
+
+def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
+    facts = ctx.facts
+    if facts.is_model_call(call):
+        return (facts.is_cuda_program, not facts.under_no_grad(call))
+    from torchdoctor.check.astutil import root_name
+
+    imported = root_name(call.func) in ctx.imports and isinstance(call.func, (ast.Name, ast.Attribute))
+    if isinstance(call.func, ast.Attribute) and not (imported and dotted(call.func)):
+        meth, recv = call.func.attr, call.func.value
+        if meth in ("item", "tolist", "numpy", "state_dict", "parameters"):
+            return _HOST
+        if meth in _NO_GRAD_METHODS:
+            return (_flags(ctx, recv, depth + 1)[0], False)
+        if meth == "detach":
+            return (_flags(ctx, recv, depth + 1)[0], False)
+        if meth == "cpu":
+            return (False, _flags(ctx, recv, depth + 1)[1])
+        if meth in ("cuda", "to") and facts.is_device_move(call):
+            target = (facts.move_device(call) or "").strip("'\"")
+            on_host = target == "cpu" or "torch.device('cpu')" in target or 'torch.device("cpu")' in target
+            return (not on_host, _flags(ctx, recv, depth + 1)[1])
+        if facts.expr_kind(recv, call) in ("model", "wrapper"):
+            return _HOST  # model.parameters(), model.generate(): not followed
+        return _flags(ctx, recv, depth + 1)
+    name = ctx.call_name(call) or ""
+    kind = facts.expr_kind(call.func, call)
+    if kind == "loss_fn" or name.startswith("torch."):
+        args = [a for arg in call.args for a in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg])]
+        return _or(*(_flags(ctx, a, depth + 1) for a in args)) if args else _HOST
+    return _HOST
+
+
+def _chain_methods(expr: ast.AST) -> list[str]:
+    out: list[str] = []
+    while True:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            out.append(expr.func.attr)
+            expr = expr.func.value
+        elif isinstance(expr, ast.Attribute):
+            out.append(expr.attr)
+            expr = expr.value
+        elif isinstance(expr, ast.Subscript):
+            expr = expr.value
+        else:
+            return out
+
+
+@rule("TD501", ast.Call)
+def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
+    """`.numpy()` on a tensor that may be on a GPU or require grad.
+
+    What it does: follows the tensor back to where it came from (a model output, a
+    device move, a loss) and reports `.numpy()` when, in a CUDA program, it may be on
+    a GPU, or when it may require grad. `.numpy()` after `.detach().cpu()`, on data
+    that never left the CPU, or on outputs computed under `no_grad` is fine.
+    Why is this bad? `.numpy()` raises on CUDA tensors ("can't convert cuda:0 device
+    type tensor to numpy") and on tensors that require grad.
+    Use instead: `t.detach().cpu().numpy()`.
+    Fix safety: inserts the missing `.detach()`/`.cpu()` before `.numpy()`.
+    """
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "numpy") or node.args:
+        return
+    if any(k.arg == "force" for k in node.keywords) or node.keywords:
+        return
+    gpu, grad = _flags(ctx, func.value)
+    gpu = gpu and ctx.facts.is_cuda_program
+    if not (gpu or grad):
+        return
+    chain = _chain_methods(func.value)
+    missing = ("" if {"detach", "data"} & set(chain) else ".detach()") + ("" if "cpu" in chain else ".cpu()")
+    edits: tuple[Edit, ...] = ()
+    col = func.end_col_offset - len(".numpy")  # type: ignore[operator]
+    line_text = ctx.lines[func.end_lineno - 1].encode("utf-8") if func.end_lineno else b""
+    if missing and line_text[col:col + 6] == b".numpy":
+        edits = (ctx.insert_edit(func.end_lineno, col, missing),)  # type: ignore[arg-type]
+    recv = ctx.segment(func.value)
+    if len(recv) > 40 or "\n" in recv:
+        recv = "tensor"
+    why = " and ".join(w for w, on in (("may be on the GPU", gpu), ("may require grad", grad)) if on)
+    ctx.report(
+        "TD501",
+        node,
+        f"`{recv}.numpy()`: `{recv}` {why}; `.numpy()` raises on such a tensor",
+        fix=f"use `{recv}{missing or '.detach().cpu()'}.numpy()`",
+        edits=edits,
+    )
