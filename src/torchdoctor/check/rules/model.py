@@ -134,11 +134,8 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     target = node.targets[0]
     if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(node.value, ast.Call)):
         return
-    q = ctx.call_name(node.value) or ""
-    if not (q.startswith("torch.") and (q.rsplit(".", 1)[-1] in FACTORIES or q.endswith(("Tensor", "from_numpy")))):
+    if not _new_tensor(ctx, node.value, node, 0):
         return
-    if q.count(".") > 1 and not q.startswith("torch.Tensor"):
-        return  # torch.nn.init.*, torch.cuda.* ... are not plain factories
     func = ctx.facts.function_of(node)
     cls = ctx.facts.class_of(node)
     if func is None or func.name != "__init__" or cls is None or cls.name not in ctx.facts.module_classes:
@@ -153,6 +150,28 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                f"`self.{target.attr}` in `{cls.name}.__init__` is a plain tensor: `model.to(device)` leaves it on the CPU",
                fix=f'register it: `self.register_buffer("{target.attr}", {call})` (or wrap a learned value in nn.Parameter)',
                edits=edits)
+
+
+def _new_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int) -> bool:
+    """A fresh plain tensor: ``torch.ones(...)``, ``torch.tril(torch.ones(...))``, ``pe.unsqueeze(0)`` of a local one."""
+    if depth > 4:
+        return False
+    if isinstance(value, ast.Call):
+        q = ctx.call_name(value) or ""
+        if q.startswith("torch.") and q.count(".") == 1:  # torch.nn.Parameter, torch.nn.init.* are not plain
+            if q.split(".")[1] in FACTORIES or q.endswith(("Tensor", "from_numpy")):
+                return True
+            return any(_new_tensor(ctx, a, at, depth + 1) for a in value.args)
+        recv = value.func.value if isinstance(value.func, ast.Attribute) else None
+        if recv is None or (isinstance(recv, ast.Name) and recv.id in ctx.imports):
+            return False
+        return _new_tensor(ctx, recv, at, depth + 1)  # pe.unsqueeze(0), mask.float()
+    if isinstance(value, ast.Name):
+        b = ctx.facts.scopes.binding_at(value.id, at)
+        if b is None or b.value is None or b.index is not None or isinstance(b.node, FUNC_TYPES):
+            return False
+        return _new_tensor(ctx, b.value, b.node, depth + 1)
+    return False
 
 
 def _registered(cls: ast.ClassDef, attr: str) -> bool:
