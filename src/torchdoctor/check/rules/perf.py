@@ -48,7 +48,8 @@ def _amp_edits(ctx: Context, call: ast.Call, new: str, device: str) -> tuple[Edi
     paren = col + (len(rest) - len(rest.lstrip()))
     if not rest.strip().startswith("("):
         return ()
-    arg = f'"{device}"' + (", " if call.keywords else "")
+    at_line_end = not line[paren + 1:].strip()
+    arg = f'"{device}"' + (("," if at_line_end else ", ") if call.keywords else "")
     return (
         ctx.replace_edit(func, f"{torch_name}.{new}"),
         Edit(func.end_lineno, paren + 1, func.end_lineno, paren + 1, arg),
