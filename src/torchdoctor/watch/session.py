@@ -249,7 +249,7 @@ class WatchSession:
         return self._modes.findings + self._grads.findings + self._losses.findings + self._samplers.findings
 
     def _finish(self, exc: BaseException | None) -> None:
-        found = list(self._findings) + self._modes.finish() + self._grads.findings + self._losses.findings + self._samplers.findings
+        found = list(self._findings) + self._modes.finish(interrupted=exc is not None) + self._grads.findings + self._losses.findings + self._samplers.findings
         found += self._timing_findings() + gpu.decide(self._gpu_readings(), self._step_location)
         if exc is not None and id(exc) not in self._explained:
             found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None

@@ -47,7 +47,7 @@ class Mismatch:
 
 def classify(m: Mismatch) -> tuple[str, str, str]:
     """(code, message, fix) for one mismatch."""
-    where = f"`{m.module_path}` ({m.module_type})"
+    where = f"`{m.module_path}`" if m.module_path == m.module_type else f"`{m.module_path}` ({m.module_type})"
     if m.spread:
         return ("TD202", f"parameters and buffers of {where} are spread over {', '.join(m.spread)}",
                 f"move the whole model once with model.to(device) after building it")

@@ -102,9 +102,10 @@ class ModeCheck:
                 "TD402", f"evaluation forward pass of `{st.name}` runs in training mode: dropout/batch-norm are active",
                 seg.location, "call model.eval() before evaluating (and model.train() before training again)"))
 
-    def finish(self) -> list[Finding]:
+    def finish(self, interrupted: bool = False) -> list[Finding]:
+        """Judge the open segments, unless an exception cut the run short inside one."""
         for st in self._roots.values():
-            if st.segment is not None:
+            if st.segment is not None and not interrupted:
                 self._close(st, st.segment)
-                st.segment = None
+            st.segment = None
         return self.findings

@@ -1,0 +1,54 @@
+"""``torchdoctor run [-m] TARGET [args...]``: run a program under the runtime auditor."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from torchdoctor.errors import UsageError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from torchdoctor.cli import add_output_options
+
+    add_output_options(parser, formats=("text", "json"))
+    parser.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report with step-time and memory charts")
+    parser.add_argument("--no-env", action="store_true", help="skip the start-up environment check")
+    parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as `python -m MODULE` does")
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
+                        help="the script and its own arguments (passed through unchanged)")
+    parser.epilog = "The report goes to standard error (or --output-file), never mixed into the program's output."
+
+
+def main(args: argparse.Namespace) -> int:
+    from torchdoctor.watch import distributed
+    from torchdoctor.watch.launcher import run_program
+    from torchdoctor.watch.session import WatchSession
+
+    program = list(args.program)
+    if program and program[0] == "--":
+        program = program[1:]
+    if args.module:
+        target, argv, as_module = args.module, program, True
+    elif program:
+        target, argv, as_module = program[0], program[1:], False
+    else:
+        raise UsageError("nothing to run: give a script (torchdoctor run train.py ...) or a module (-m package.module)")
+
+    def report(session: WatchSession, error: BaseException | None) -> None:
+        if not distributed.is_reporter():
+            return
+        _write(session, args)
+
+    return run_program(target, argv, as_module=as_module, session=WatchSession(environment=not args.no_env), on_report=report)
+
+
+def _write(session, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]
+    from torchdoctor.report import emit, use_color
+
+    color = args.output_format == "text" and not args.output_file and use_color(sys.stderr)
+    emit(session.report(args.output_format, color=color), args.output_file, stream=sys.stderr)
+    if args.html:
+        from torchdoctor.report import write_text_atomic
+
+        write_text_atomic(args.html, session.report("html"))

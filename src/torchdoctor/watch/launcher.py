@@ -1,0 +1,80 @@
+"""Runs an unmodified script or module under a watch session, as ``python script.py`` would."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from torchdoctor.errors import InputError
+from torchdoctor.watch.session import WatchSession
+
+
+def run_program(target: str, argv: list[str], *, as_module: bool, session: WatchSession,
+                on_report: Callable[[WatchSession, BaseException | None], None]) -> int:
+    """Run ``target`` with ``sys.argv = [target, *argv]``; report, then return its exit code.
+
+    The report comes before the traceback, so that a device error is explained
+    first; Ctrl-C still reports what was seen.
+    """
+    if not as_module and not os.path.isfile(target):
+        raise InputError(f"no such script: {target}")
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [target if not as_module else _module_file(target), *argv]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(target)) if not as_module else os.getcwd())
+    error: BaseException | None = None
+    code = 0
+    try:
+        with session:
+            try:
+                if as_module:
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                else:
+                    runpy.run_path(target, run_name="__main__")
+            except SystemExit as exc:
+                code = _exit_code(exc)
+    except KeyboardInterrupt as exc:
+        error, code = exc, 130
+    except BaseException as exc:  # the program's own error: report, then show it as Python would
+        error, code = exc, 1
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    on_report(session, error)
+    if error is not None and not isinstance(error, KeyboardInterrupt):
+        traceback.print_exception(type(error), error, _user_tb(error.__traceback__))
+    elif isinstance(error, KeyboardInterrupt):
+        print("KeyboardInterrupt", file=sys.stderr)
+    return code
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
+def _module_file(name: str) -> str:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError) as exc:
+        raise InputError(f"cannot find module {name}: {exc}") from None
+    if spec is None:
+        raise InputError(f"no module named {name}")
+    return spec.origin or name
+
+
+def _user_tb(tb: Any) -> Any:
+    """Drop the launcher's own frames from the head of the traceback."""
+    from torchdoctor.watch.locate import is_internal
+
+    while tb is not None and is_internal(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return tb

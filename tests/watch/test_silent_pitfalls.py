@@ -1,0 +1,159 @@
+"""Each silent pitfall is found by running a real loop under watch; the correct look-alikes stay quiet."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
+
+import torchdoctor
+from tests.watch.loops import data, setup, train_epoch
+
+
+def codes(session) -> list[str]:
+    return sorted(f.code for f in session.findings)
+
+
+def test_eval_in_train_mode_is_td402():
+    model, opt, train, val = setup()
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            train_epoch(model, opt, train)
+            with torch.no_grad():
+                for x, _y in val:
+                    model(x)
+    assert codes(s) == ["TD402"]
+    f = s.findings[0]
+    assert f.location is not None and f.location.path.endswith("test_silent_pitfalls.py") and "Sequential" in f.message
+
+
+def test_td402_needs_dropout_or_batchnorm():
+    model, opt, train, val = setup(dropout=False)
+    with torchdoctor.watch(environment=False) as s:
+        train_epoch(model, opt, train)
+        with torch.no_grad():
+            for x, _y in val:
+                model(x)
+    assert codes(s) == []
+
+
+def test_eval_with_autograd_is_td401():
+    model, opt, train, val = setup()
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            model.train()
+            train_epoch(model, opt, train)
+            model.eval()
+            for x, _y in val:
+                model(x)
+    assert codes(s) == ["TD401"]
+
+
+def test_training_resumes_in_eval_mode_is_td403_at_the_eval_call():
+    model, opt, train, val = setup()
+    with torchdoctor.watch(environment=False) as s:
+        model.train()
+        for _ in range(2):
+            train_epoch(model, opt, train)
+            model.eval()  # never undone
+            with torch.no_grad():
+                for x, _y in val:
+                    model(x)
+    assert codes(s) == ["TD403"]
+    assert "model.eval()" in open(__file__).read().splitlines()[s.findings[0].location.line - 1]
+
+
+def test_gradients_never_zeroed_is_td404():
+    model, opt, train, _ = setup()
+    with torchdoctor.watch(environment=False) as s:
+        train_epoch(model, opt, train, zero=False)
+    assert codes(s) == ["TD404"]
+
+
+def test_loss_tensor_accumulated_is_td405():
+    model, opt, train, _ = setup()
+    with torchdoctor.watch(environment=False) as s:
+        total = 0
+        for x, y in train:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            total = total + loss
+    assert codes(s) == ["TD405"]
+
+
+def test_losses_appended_is_td405_but_items_are_fine():
+    model, opt, train, _ = setup()
+    with torchdoctor.watch(environment=False) as s:
+        kept = []
+        for x, y in train:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            kept.append(loss)
+    assert codes(s) == ["TD405"]
+    with torchdoctor.watch(environment=False) as s:
+        kept = []
+        best = None
+        for x, y in train:
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            kept.append(loss.detach())
+            best = loss  # one graph kept is not an accumulation
+    assert codes(s) == []
+
+
+def test_sampler_without_set_epoch_is_td701():
+    model, opt, _, _ = setup()
+    ds = data()
+    sampler = DistributedSampler(ds, num_replicas=2, rank=0, shuffle=True)
+    loader = DataLoader(ds, batch_size=8, sampler=sampler)
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            train_epoch(model, opt, loader)
+    assert codes(s) == ["TD701"]
+    with torchdoctor.watch(environment=False) as s:
+        for epoch in range(2):
+            sampler.set_epoch(epoch + 1)
+            train_epoch(model, opt, loader)
+    assert codes(s) == []
+
+
+class _Slow(Dataset):
+    def __len__(self) -> int:
+        return 48
+
+    def __getitem__(self, i: int):
+        time.sleep(0.008)
+        return torch.randn(8), i % 2
+
+
+def test_slow_input_pipeline_is_td606():
+    model, opt, _, _ = setup()
+    with torchdoctor.watch(environment=False) as s:
+        train_epoch(model, opt, DataLoader(_Slow(), batch_size=4))
+    assert codes(s) == ["TD606"]
+
+
+def test_state_dict_of_a_wrapper_is_td205(tmp_path):
+    model, opt, train, _ = setup()
+    wrapped = nn.DataParallel(model)  # on the CPU it simply calls the module
+    with torchdoctor.watch(environment=False) as s:
+        train_epoch(wrapped, opt, train)
+        torch.save(wrapped.state_dict(), tmp_path / "ok-not.pt")
+        torch.save(model.state_dict(), tmp_path / "fine.pt")
+    assert codes(s) == ["TD205"]
+    state = torch.load(tmp_path / "ok-not.pt", weights_only=True)
+    with torchdoctor.watch(environment=False) as s:
+        try:
+            model.load_state_dict(state)
+        except RuntimeError:
+            pass
+    assert codes(s) == ["TD205"] and "module." in s.findings[0].message
