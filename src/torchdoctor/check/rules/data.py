@@ -301,12 +301,12 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
             return False
         if any(isinstance(n, ast.Call) and ctx.facts.is_device_move(n) for n in ast.walk(arg)):
             return True
+        if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors
+            return any(isinstance(a, ast.Name) and ctx.facts.is_moved(a.id, call) for a in arg.args)
         key = dotted(arg)
         b = ctx.facts.scopes.binding_at(key, call) if key else None
         if b is None or b.value is None:
             return False
-        if isinstance(b.value, ast.Call) and any(dotted(a) and ctx.facts.is_moved(dotted(a), b.node) for a in b.value.args):  # type: ignore[arg-type]
-            return True
         arg = b.value
     return False
 
