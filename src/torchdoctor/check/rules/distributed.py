@@ -6,9 +6,9 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import is_true, keyword, string_value
+from torchdoctor.check.astutil import FUNC_TYPES, dotted, is_true, keyword, string_value
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.device import all_nodes, ancestors, cuda_site, is_ddp_program, iter_cuda_sites, memo, method_calls
+from torchdoctor.check.rules.device import all_nodes, ancestors, cuda_site, iter_cuda_sites, memo, method_calls
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -86,7 +86,8 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
         ctx.report(
             "TD704",
             backend,  # type: ignore[arg-type]
-            '`init_process_group("nccl")` hard-codes NCCL: the program cannot run on CPUs (gloo)',
+            f'`{ctx.segment(node.func)}(..., {ctx.segment(backend)})` hard-codes NCCL: '  # type: ignore[arg-type]
+            "the program cannot run on CPUs (gloo)",
             fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',
         )
 
@@ -112,6 +113,23 @@ def _sets_rank_device(ctx: Context) -> bool:
     return memo(ctx, "sets_rank_device", compute)
 
 
+def _has_indexed_device(ctx: Context) -> bool:
+    """The program places work on a per-rank GPU somewhere (`torch.device("cuda", rank)`, `.to(local_rank)`)."""
+
+    def compute() -> bool:
+        if any(site.indexed for site in iter_cuda_sites(ctx)):
+            return True
+        aliases = _rank_aliases(ctx)
+        for call in method_calls(ctx, "to"):
+            arg = call.args[0] if call.args else None
+            name = dotted(arg) or ""
+            if name and (name in aliases or re.search(r"(?i)rank|gpu_id|local_gpu", name)):
+                return True
+        return False
+
+    return memo(ctx, "indexed_device", compute)
+
+
 @rule("TD705", ast.Call, ast.Assign, ast.AnnAssign)
 def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     """Every rank on GPU 0: an un-indexed CUDA device in a DDP program.
@@ -124,7 +142,8 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     Use instead: `torch.cuda.set_device(local_rank)` at start-up, or `torch.device("cuda", local_rank)`.
     """
     site = cuda_site(node, ctx)
-    if site is None or site.indexed or not is_ddp_program(ctx) or _sets_rank_device(ctx):
+    if site is None or site.indexed or not ctx.facts.is_ddp_program or _sets_rank_device(ctx) \
+            or _has_indexed_device(ctx):
         return
     ctx.report(
         "TD705",
@@ -268,8 +287,16 @@ def _write_site(ctx: Context, call: ast.Call) -> str | None:
 
 
 def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
-    """A per-rank file name (`f"ckpt_rank{rank}.pt"`): each rank writes its own file on purpose."""
-    return any(re.search(r"(?i)rank", ctx.segment(a)) for a in [*call.args, *(k.value for k in call.keywords)])
+    """A per-rank file name (`f"ckpt_rank{rank}.pt"`, or a name assigned one): each rank writes its own file."""
+    aliases = _rank_aliases(ctx)
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in aliases for n in ast.walk(arg)):
+            return True
+        if isinstance(arg, ast.Name) and any(
+                isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == arg.id for t in n.targets)
+                and re.search(r"(?i)rank", ctx.segment(n.value)) for n in all_nodes(ctx)):
+            return True
+    return False
 
 
 def _callers(ctx: Context) -> dict[int, list[ast.Call]]:
@@ -286,10 +313,50 @@ def _callers(ctx: Context) -> dict[int, list[ast.Call]]:
     return memo(ctx, "callers", compute)
 
 
+def _rank_aliases(ctx: Context) -> set[str]:
+    """Names that hold a rank under another name: `self.gpu_id = int(os.environ["LOCAL_RANK"])`,
+    or the first parameter of a function started by `mp.spawn` (its process index)."""
+
+    def compute() -> set[str]:
+        out: set[str] = set()
+        for n in all_nodes(ctx):
+            if isinstance(n, ast.Assign) and re.search(r"(?i)rank", ctx.segment(n.value)):
+                out.update(d for t in n.targets if (d := dotted(t)))
+            elif isinstance(n, ast.Call) and (ctx.call_name(n) or "").endswith("multiprocessing.spawn") and n.args:
+                target = dotted(n.args[0])
+                for f in all_nodes(ctx):
+                    if isinstance(f, FUNC_TYPES) and f.name == target and (f.args.posonlyargs + f.args.args):
+                        out.add((f.args.posonlyargs + f.args.args)[0].arg)
+        return out
+
+    return memo(ctx, "rank_aliases", compute)
+
+
+def _alias_guard(ctx: Context, node: ast.AST) -> bool:
+    """Inside an `if` (or after an early return) whose test reads a rank alias."""
+    aliases = _rank_aliases(ctx)
+    if not aliases:
+        return False
+
+    def reads_alias(test: ast.AST) -> bool:
+        return any(dotted(n) in aliases for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute)))
+
+    child = node
+    for anc in ctx.facts.ancestors(node):
+        if isinstance(anc, (ast.If, ast.IfExp)) and child is not anc.test and reads_alias(anc.test):
+            return True
+        if isinstance(anc, FUNC_TYPES):
+            return any(isinstance(s, ast.If) and reads_alias(s.test) and s.body
+                       and isinstance(s.body[-1], (ast.Return, ast.Continue, ast.Raise)) and s.lineno < node.lineno
+                       for s in anc.body)
+        child = anc
+    return False
+
+
 def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     """Guarded here, or every call of the enclosing function is guarded (and there is one)."""
     facts = ctx.facts
-    if facts.under_rank_guard(node):
+    if facts.under_rank_guard(node) or _alias_guard(ctx, node):
         return True
     func = facts.function_of(node)
     if func is None or depth > 4:

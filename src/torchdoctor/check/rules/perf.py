@@ -124,9 +124,16 @@ def _autocast_dtype(ctx: Context, call: ast.Call) -> str | None:
 
 
 def _has_scaler(ctx: Context) -> bool:
+    """A GradScaler (or a wrapper such as timm's NativeScaler, or one passed in as `scaler`) is in use."""
+
     def compute() -> bool:
-        return any(isinstance(n, (ast.Call, ast.Attribute, ast.Name)) and _SCALERS.search(
-            (ctx.call_name(n) if isinstance(n, ast.Call) else ctx.qualname(n)) or "") for n in all_nodes(ctx))
+        for n in all_nodes(ctx):
+            if isinstance(n, (ast.Attribute, ast.Name)):
+                if _SCALERS.search(ctx.qualname(n) or "") or "scaler" in (dotted(n) or "").lower():
+                    return True
+            elif isinstance(n, ast.arg) and "scaler" in n.arg.lower():
+                return True
+        return False
 
     return memo(ctx, "has_scaler", compute)
 
@@ -411,7 +418,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     loop = per_step_loop(ctx, node)
     if loop is None:
         return
-    if isinstance(node.func, ast.Attribute) and node.func.attr in ("cpu", "tolist") \
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
             and _host_copy_of_cpu_data(ctx, node, loop):
         return
     ctx.report(

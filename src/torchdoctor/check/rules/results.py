@@ -194,6 +194,8 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
         return True
     if _NOT_MODEL.search(last):
         return False
+    if ctx.facts.expr_kind(expr, expr) in ("model", "wrapper"):
+        return True
     if last == "module":  # model.module: the model inside a (D)DP wrapper
         return "." in name and is_model_expr(ctx, expr.value)  # type: ignore[attr-defined]
     return bool(_MODEL_NAME.match(last))
