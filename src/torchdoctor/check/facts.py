@@ -209,12 +209,32 @@ class Facts:
         b = self.scopes.binding_at(key, at)
         if b is not None and b.value is not None and b.index is None and not isinstance(b.node, FUNC_TYPES):
             return self._construction(b.value, b.node, depth + 1)
+        if b is not None and isinstance(b.node, FUNC_TYPES):
+            for arg, site in self._arguments_for(b.node, key):
+                found = self._construction(arg, site, depth + 1)
+                if found is not None:
+                    return found
         for other in self.scopes.bindings_of(key):  # a parameter: any construction of that name
             if other.value is not None and other.index is None and not isinstance(other.node, FUNC_TYPES):
                 found = self._construction(other.value, other.node, depth + 1)
                 if found is not None:
                     return found
         return None
+
+    def _arguments_for(self, func: ast.AST, param: str) -> list[tuple[ast.AST, ast.Call]]:
+        """What each call site passes for ``param`` of ``func``."""
+        args = func.args  # type: ignore[attr-defined]
+        names = [a.arg for a in args.posonlyargs + args.args]
+        if self.class_of(func) is not None and names[:1] == ["self"]:
+            names = names[1:]
+        out: list[tuple[ast.AST, ast.Call]] = []
+        for site in self.call_sites(func):
+            for kw in site.keywords:
+                if kw.arg == param:
+                    out.append((kw.value, site))
+            if param in names and names.index(param) < len(site.args):
+                out.append((site.args[names.index(param)], site))
+        return out
 
     def class_has_dropout_or_bn(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
         cls = next((n for n in ast.walk(self.ctx.tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
