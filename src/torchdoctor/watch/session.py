@@ -222,6 +222,17 @@ class WatchSession:
     def call_location(self) -> Location | None:
         return user_location()
 
+    def root_call_location(self) -> Location | None:
+        """The user's line that called the root module now running (not a line inside its forward)."""
+        from torchdoctor.watch.locate import frame_location, user_frame
+
+        frame, outer = sys._getframe(1), None
+        while frame is not None:
+            if frame.f_code.co_name == "_wrapped_call_impl" and frame.f_locals.get("self") is self._root:
+                outer = frame
+            frame = frame.f_back
+        return frame_location(user_frame(outer.f_back)) if outer is not None and outer.f_back else self.call_location()
+
     def from_loader(self, tensor: Any) -> bool:
         ref = self._batch.get(id(tensor))
         return ref is not None and ref() is tensor

@@ -159,7 +159,8 @@ class DeviceCheck:
         m = Mismatch(path, type(module).__name__, argument, input_dev, param_dev,
                      self._session.root_devices(), is_loss=st.is_loss, **kw)
         code, message, fix = classify(m)
-        loc = self._session.call_location()
+        # a batch or a model not moved is the caller's doing: point at the model call in the loop
+        loc = self._session.root_call_location() if code in ("TD201", "TD302", "TD406") else self._session.call_location()
         if code == "TD203":
             loc = _assignment_location(module, m.plain_attr or "") or loc
         self.pending[id(module)] = Finding(code, message, loc, fix)
