@@ -97,6 +97,7 @@ class Facts:
             if isinstance(node, FUNC_TYPES):
                 self.functions.setdefault(node.name, []).append(node)
         self._reach: dict[int, list[ast.AST]] = {}
+        self._classes = {n.name: n for n in ast.walk(ctx.tree) if isinstance(n, ast.ClassDef)}
 
     # ---- tree ------------------------------------------------------------------
     def parent(self, node: ast.AST) -> ast.AST | None:
@@ -322,6 +323,8 @@ class Facts:
         """In-file functions a call may run: ``f()`` -> ``def f``; ``self.m()`` -> the class's ``m``."""
         func = call.func
         if isinstance(func, ast.Name):
+            if func.id in self._classes:  # Trainer(...) runs Trainer.__init__
+                return [f for f in self.functions.get("__init__", []) if self.class_of(f) is self._classes[func.id]]
             return [f for f in self.functions.get(func.id, []) if self.class_of(f) is None]
         if not isinstance(func, ast.Attribute):
             return []

@@ -70,7 +70,7 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     device = (facts.move_device(moves[0]) if moves else None) or _model_device(ctx) or "device"
     seen: set[str] = set()
     for use in body:
-        if not (isinstance(use, ast.Name) and use.id in batch and isinstance(use.ctx, ast.Load)):
+        if not (isinstance(use, ast.Name) and isinstance(use.ctx, ast.Load)):
             continue
         if flow.is_cpu_name(use.id) or not _unmoved(ctx, use.id, use, node, batch):
             continue
@@ -111,10 +111,36 @@ def _unmoved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, batch: set[str
         return False
     if not any(b.node is n for n in flow.region_nodes(loop)):
         return False
-    root = root_name(b.value) if b.index is None else root_name(b.value)
-    if root is None or root not in batch or any(isinstance(n, ast.Call) and not method_name(n) for n in ast.walk(b.value)):
+    root = _data_root(b.value)
+    if root is None:
         return False
     return _unmoved(ctx, root, b.node, loop, batch, depth + 1)
+
+
+_KEEPS_DATA = {"long", "float", "half", "double", "int", "bool", "byte", "view", "reshape", "squeeze", "unsqueeze",
+               "permute", "transpose", "flatten", "contiguous", "clone", "detach", "type", "to", "t", "expand",
+               "repeat", "get", "narrow", "chunk", "split", "unbind", "values"}
+_NOT_DATA = {"shape", "device", "dtype", "ndim", "is_cuda"}
+
+
+def _data_root(value: ast.AST) -> str | None:
+    """The batch name an expression still carries as tensor data (``batch["y"].long()`` -> batch), else None."""
+    node = value
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Call):
+            if method_name(node) not in _KEEPS_DATA:
+                return None
+            node = node.func.value  # type: ignore[attr-defined]
+        elif isinstance(node, ast.Attribute):
+            if node.attr in _NOT_DATA:
+                return None
+            node = node.value
+        elif isinstance(node, (ast.Subscript, ast.Starred)):
+            node = node.value
+        else:
+            return None
 
 
 def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
@@ -253,6 +279,10 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
                     return ctx.segment(a.func)
             if not (ctx.call_name(a) or "").startswith("torch."):
                 return None
+        elif isinstance(a, ast.AugAssign):  # counts[c] += (pred == c).sum()
+            if child is a.target and flow.mentions(a.value, hot):
+                return root_name(a.value) or ctx.segment(a.value)
+            return None
         elif isinstance(a, ast.Subscript) and child is a.slice or isinstance(a, ast.stmt):
             return None
         child = a
