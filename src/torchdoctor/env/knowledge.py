@@ -126,6 +126,12 @@ INTEGRATED_CC = frozenset({53, 62, 72, 87, 101})
 # CUDA 13 renamed Thor's sm_101 to sm_110; a sm_101 cubin also runs on 11.0.
 CC_ALIASES: dict[int, frozenset[int]] = {101: frozenset({101, 110})}
 
+# The first driver branch that knows a GPU generation: below it the driver cannot
+# drive the GPU at all, whatever CUDA minor-version compatibility promises.
+# Source: NVIDIA driver release notes (R520/R525: Ada and Hopper; R570: Blackwell
+# B200 and GeForce RTX 50; R580: GB10/DGX Spark and Thor).
+FIRST_DRIVER_FOR_CC: dict[int, int] = {89: 525, 90: 525, 100: 570, 103: 575, 110: 580, 120: 570, 121: 580}
+
 ARCH_NAMES = (
     (30, "Kepler"), (50, "Maxwell"), (60, "Pascal"), (70, "Volta"), (75, "Turing"),
     (80, "Ampere"), (89, "Ada Lovelace"), (90, "Hopper"), (100, "Blackwell"), (130, "?"),

@@ -12,7 +12,7 @@ from typing import Any
 
 from torchdoctor.env import probe_host as host
 from torchdoctor.env._child import DRIVER_SCRIPT, TORCH_SCRIPT
-from torchdoctor.env.system import System
+from torchdoctor.env.system import CommandResult, System
 
 __all__ = ["probe", "Timeouts"]
 
@@ -33,7 +33,7 @@ def probe(*, init_cuda: bool = True, system: System | None = None, timeouts: Tim
     child process. A step that fails, hangs or is missing leaves its keys
     unknown and a line in ``probe_errors``.
     """
-    sysm = system or System()
+    sysm = _never_raising(system or System())
     t = timeouts or Timeouts()
     errors: list[str] = []
     facts: dict[str, Any] = _basics()
@@ -50,6 +50,24 @@ def probe(*, init_cuda: bool = True, system: System | None = None, timeouts: Tim
     if errors:
         facts["probe_errors"] = errors
     return facts
+
+
+def _never_raising(sysm: System) -> System:
+    """The same system, except that a read, listing or command that raises reads as 'unknown'."""
+
+    def wrap(fn: Any, default: Any) -> Any:
+        def safe(*args: Any) -> Any:
+            try:
+                return fn(*args)
+            except Exception:
+                return default
+        return safe
+
+    return System(
+        run=wrap(sysm.run, CommandResult(None, missing=True)), read=wrap(sysm.read, None),
+        listdir=wrap(sysm.listdir, []), exists=wrap(sysm.exists, False), which=wrap(sysm.which, None),
+        environ=sysm.environ,
+    )
 
 
 def _guarded(fn: Any, errors: list[str], what: str) -> dict[str, Any]:
@@ -108,6 +126,8 @@ def _driver_facts(sysm: System, t: Timeouts, errors: list[str]) -> dict[str, Any
         out = host.load_json_lines(res.stdout)
         if res.timed_out:
             errors.append(f"driver query (NVML) did not answer within {t.driver:g} s")
+        elif not out and not res.missing:
+            errors.append(f"driver query failed: {(res.stderr.strip().splitlines() or [f'exit status {res.rc}'])[-1]}")
     smi = sysm.which("nvidia-smi")
     out["nvidia_smi_present"] = smi is not None
     if smi and not out.get("gpus"):

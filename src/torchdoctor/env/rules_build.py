@@ -151,6 +151,9 @@ def _kernel_finding(f: Facts, label: str, cc: int, arch_list: list[str], codes: 
             fix = f"no current PyTorch wheel ships kernels for compute capability {cc // 10}.{cc % 10} ({K.arch_name(cc)}): build PyTorch from source with TORCH_CUDA_ARCH_LIST={cc // 10}.{cc % 10}, or use a newer GPU"
         else:
             need = driver_needed(f, K.flavour_cuda(fl))
+            first = K.FIRST_DRIVER_FOR_CC.get(cc)
+            if f.driver and first and f.driver[0] < first and not f.windows_driver_numbers:
+                need = f"an R{first} or newer driver: {f.driver[0]} does not know this GPU"
             fix = f"install the {K.flavour_label(fl)} build: {K.pip_command(fl)}" + (f" (it needs {need})" if need else "")
     if cc >= min(codes):
         what = "is newer than every kernel in" if cc > max(codes) else "has no kernel that runs on it in"
