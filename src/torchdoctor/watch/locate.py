@@ -10,7 +10,7 @@ from torchdoctor.findings import Location
 
 _torch_dir: str | None = None
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_RUNNERS = ("runpy.py", "<frozen runpy>", "contextlib.py", "functools.py", "<frozen importlib._bootstrap>")
+_RUNNERS = ("runpy.py", "<frozen runpy>", "contextlib.py", "functools.py", "warnings.py", "<frozen importlib._bootstrap>")
 _cache: dict[str, bool] = {}
 
 

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-SyncSink = Callable[[], None]
+SyncSink = Callable[..., None]  # sink(frame=None): the frame that synchronised, when known
 
 
 class DeviceProbe:

@@ -213,8 +213,10 @@ class WatchSession:
         if finding is not None:
             self._findings.append(finding)
 
-    def _on_sync(self) -> None:
-        loc = user_location()
+    def _on_sync(self, frame: Any = None) -> None:
+        from torchdoctor.watch.locate import frame_location, user_frame
+
+        loc = frame_location(user_frame(frame)) if frame is not None else user_location()
         if loc is not None:
             self._sync_steps.setdefault(loc, set()).add(self.timeline.count)
 

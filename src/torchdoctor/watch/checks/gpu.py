@@ -64,7 +64,7 @@ def decide(readings: dict, where: Location | None) -> list[Finding]:
                            "pick the device with torch.device('cuda' if torch.cuda.is_available() else 'cpu') and move model and batches"))
     if readings["on_accelerator"]:
         for loc in syncs_every_step(readings["sync_steps"], readings["steps"]):
-            n = len(readings["sync_steps"][loc])
+            n = min(len(readings["sync_steps"][loc]), steps)
             out.append(Finding("TD603", f"host-device synchronisation here in {n} of {steps} steps: the CPU waits for the GPU every step",
                                loc, "read values back only every N steps (if step % 100 == 0: ...) or accumulate on the device"))
         gained = memory_leak(readings["allocated"])
