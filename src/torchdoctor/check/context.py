@@ -84,8 +84,23 @@ class Context:
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
 
     def segment(self, node: ast.AST) -> str:
-        """The node's source text."""
-        return ast.get_source_segment(self.source, node) or ""
+        """The node's source text (as ast.get_source_segment, which re-splits the whole file per call)."""
+        line, end_line = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        lines = self._segment_lines
+        if line is None or end_line is None or col is None or end_col is None or end_line > len(lines):
+            return ""
+        if line == end_line:
+            return lines[line - 1].encode()[col:end_col].decode("utf-8", "replace")
+        first = lines[line - 1].encode()[col:].decode("utf-8", "replace")
+        last = lines[end_line - 1].encode()[:end_col].decode("utf-8", "replace")
+        return first + "".join(lines[line:end_line - 1]) + last
+
+    @cached_property
+    def _segment_lines(self) -> list[str]:
+        import re  # the line breaks ast counts, kept (str.splitlines also breaks at \f and \x1c)
+
+        return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", self.source)
 
     def replace_edit(self, node: ast.AST, text: str) -> Edit:
         """An edit replacing the node's source text with ``text``."""
