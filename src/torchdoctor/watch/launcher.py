@@ -23,8 +23,12 @@ def run_program(target: str, argv: list[str], *, as_module: bool, session: Watch
     if not as_module and not os.path.isfile(target):
         raise InputError(f"no such script: {target}")
     saved_argv, saved_path = sys.argv[:], sys.path[:]
-    sys.argv = [target if not as_module else _module_file(target), *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(target)) if not as_module else os.getcwd())
+    try:
+        sys.argv = [target if not as_module else _module_file(target), *argv]
+    except InputError:
+        sys.path[:] = saved_path
+        raise
     error: BaseException | None = None
     code = 0
     try:

@@ -1,0 +1,90 @@
+"""`torchdoctor run`: an unmodified program, its argv and exit code, the report at exit in each format."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+pytestmark = pytest.mark.slow
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """In-process through the CLI entry point (a subprocess per test would import torch each time)."""
+    import contextlib
+    import io
+    import os
+
+    from torchdoctor.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["run", "--no-env", *args])
+    finally:
+        os.chdir(saved)
+        sys.modules.pop("pkg.train", None)
+        sys.modules.pop("pkg", None)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def test_real_process_keeps_report_off_stdout(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nprint('out')\nsys.exit(4)\n")
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--no-env", str(script)],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (4, "out\n") and "All checks passed." in done.stderr
+
+
+def test_argv_name_and_exit_code_pass_through(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nprint(__name__, sys.argv)\nsys.exit(int(sys.argv[2]))\n")
+    done = run(str(script), "--flag", "3")
+    assert done.returncode == 3
+    assert done.stdout == f"__main__ ['{script}', '--flag', '3']\n"  # the report never mixes into stdout
+    assert "All checks passed." in done.stderr
+
+
+def test_pitfall_example_text_report():
+    done = run("examples/pitfalls/grads_never_zeroed.py")
+    assert done.returncode == 0
+    assert "examples/pitfalls/grads_never_zeroed.py:13:5: TD404 [error]" in done.stderr
+
+
+def test_device_error_is_explained_before_the_traceback_and_exit_code_is_1():
+    done = run("examples/pitfalls/target_not_moved.py")
+    assert done.returncode == 1
+    report, trace = done.stderr.index("TD302"), done.stderr.index("Traceback")
+    assert report < trace and "RuntimeError" in done.stderr
+
+
+def test_json_to_file_and_html(tmp_path):
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    done = run("--output-format", "json", "--output-file", str(out), "--html", str(page), "examples/pitfalls/eval_with_autograd.py")
+    assert done.returncode == 0 and done.stderr == ""
+    doc = json.loads(out.read_text())
+    assert [f["code"] for f in doc["findings"]] == ["TD401"]
+    assert doc["stats"]["steps"] == 16 and {"data", "forward", "backward", "optimizer"} <= set(doc["stats"]["share"])
+    html = page.read_text()
+    assert html.count("<svg") == 1 and "TD401" in html  # no memory chart without CUDA readings, only a note
+    assert "No device memory readings" in html
+
+
+def test_module_mode(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("import sys\nprint(__name__, sys.argv[1:])\n")
+    done = run("-m", "pkg.train", "a", "b", cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout == "__main__ ['a', 'b']\n"
+
+
+def test_missing_script_is_a_usage_error():
+    done = run("no/such/script.py")
+    assert done.returncode == 2 and "no such script" in done.stderr
