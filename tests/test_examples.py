@@ -66,3 +66,16 @@ def test_cli_check_exit_codes_tell_the_examples_apart() -> None:
 
     assert main(["check", str(FIXED)]) == 0
     assert main(["check", str(BUGGY)]) == 1
+
+
+@pytest.mark.slow
+def test_fixes_applied_to_the_buggy_example_keep_it_running(tmp_path: Path) -> None:
+    # `--fix` edits are promised safe: the rewritten program must still run end to end.
+    from torchdoctor.cli import main
+
+    copy = tmp_path / "buggy_train.py"
+    copy.write_text(BUGGY.read_text("utf-8"), "utf-8")
+    main(["check", "--fix", str(copy)])
+    fixed_sites = _found(BUGGY) - _found(copy)
+    assert {code for _, code in fixed_sites} >= {"TD301", "TD501", "TD601"}
+    assert "predicted classes:" in _run(copy, tmp_path)
