@@ -28,6 +28,7 @@ class LossCheck:
     def __init__(self) -> None:
         self._recent: deque[tuple[int, weakref.ReferenceType, Location | None]] = deque(maxlen=12)
         self._count = 0
+        self._where: Location | None = None
         self.findings: list[Finding] = []
 
     def on_backward(self, tensors: Any, where: Any) -> None:
@@ -53,4 +54,6 @@ class LossCheck:
                 "TD405", f"loss tensors of {len(kept)} earlier steps are still alive at step {self._count} (the oldest from "
                 f"step {first_step}): each keeps its autograd graph, so memory grows",
                 loc, "accumulate loss.item() (or loss.detach()) instead of the loss tensor"))
-        self._recent.append((self._count, weakref.ref(sentinel), where()))
+        if self._where is None:  # the backward line is the same every step; walking the stack each time is not free
+            self._where = where()
+        self._recent.append((self._count, weakref.ref(sentinel), self._where))
