@@ -27,7 +27,9 @@ _CUDA = re.compile(r"cuda(:\d+)?")
 _DEVICE_WORDS = re.compile(r"cuda|gpu|device|accelerat", re.IGNORECASE)
 # Calls that take `device=` but fall back by themselves (autocast, GradScaler warn and disable)
 # or hold configuration rather than placing anything.
-_QUIET_DEVICE_KW = re.compile(r"(^torch\.(cuda|amp|autocast|GradScaler|cpu)\b)|(^dict$)|(Config|Args|Arguments|Namespace)$")
+_QUIET_DEVICE_KW = re.compile(
+    r"(^torch\.(cuda|amp|autocast|GradScaler|cpu)\b)|(^dict$)|(Config|Args|Arguments|Namespace|set_defaults|add_argument)$"
+)
 
 
 def memo(ctx: Context, key: str, compute: Callable[[], T]) -> T:
@@ -154,7 +156,7 @@ def _call_site(call: ast.Call, ctx: Context) -> CudaSite | None:
                             or any(k.arg == "index" for k in call.keywords))
         return None
     if isinstance(func, ast.Attribute) and func.attr == "cuda":
-        if ctx.qualname(func.value) == "torch":
+        if ctx.qualname(func.value) == "torch" or on_module(ctx, func.value):
             return None
         return CudaSite(call, _short(ctx, call), bool(call.args) or any(k.arg == "device" for k in call.keywords))
     if isinstance(func, ast.Attribute) and func.attr == "to":
@@ -176,6 +178,23 @@ def _call_site(call: ast.Call, ctx: Context) -> CudaSite | None:
 def _short(ctx: Context, call: ast.Call) -> str:
     text = ctx.segment(call)
     return text if len(text) <= 60 and "\n" not in text else f"{ctx.segment(call.func)}(...)"
+
+
+def _module_names(ctx: Context) -> set[str]:
+    """Names bound by plain ``import x`` / ``import x as y`` statements (modules, not objects)."""
+
+    def compute() -> set[str]:
+        return {(a.asname or a.name.split(".")[0]) for n in all_nodes(ctx) if isinstance(n, ast.Import) for a in n.names}
+
+    return memo(ctx, "module_names", compute)
+
+
+def on_module(ctx: Context, receiver: ast.AST) -> bool:
+    """``tvm.cuda()``, ``cupy.cuda...``: a function of an imported module, not a tensor's method."""
+    node = receiver
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in _module_names(ctx)
 
 
 def chooses_device(ctx: Context, node: ast.AST) -> bool:
@@ -256,7 +275,7 @@ def dot_cuda(node: ast.Call, ctx: Context) -> None:
     func = node.func
     if not (isinstance(func, ast.Attribute) and func.attr == "cuda"):
         return
-    if ctx.qualname(func.value) == "torch":
+    if ctx.qualname(func.value) == "torch" or on_module(ctx, func.value):
         return
     receiver = ctx.segment(func.value)
     if len(receiver) > 40 or "\n" in receiver:

@@ -85,7 +85,7 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     if (string_value(backend) or "").strip().lower() == "nccl":
         ctx.report(
             "TD704",
-            backend,  # type: ignore[arg-type]
+            node,
             f'`{ctx.segment(node.func)}(..., {ctx.segment(backend)})` hard-codes NCCL: '  # type: ignore[arg-type]
             "the program cannot run on CPUs (gloo)",
             fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',

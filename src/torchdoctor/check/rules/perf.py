@@ -82,6 +82,8 @@ def deprecated_amp(node: ast.AST, ctx: Context) -> None:
         )
         return
     # a reference that is not called here (`amp_ctx = torch.cuda.amp.autocast`)
+    if (node.attr if isinstance(node, ast.Attribute) else node.id) not in ("autocast", "GradScaler"):  # type: ignore[attr-defined]
+        return
     parent = ctx.parent(node)
     if isinstance(parent, ast.Call) and parent.func is node:
         return
@@ -103,8 +105,8 @@ def _autocast_dtype(ctx: Context, call: ast.Call) -> str | None:
     if name not in _AUTOCASTS:
         return None
     enabled = keyword(call, "enabled")
-    if enabled is not None and not (isinstance(enabled.value, ast.Constant) and enabled.value.value is True):
-        return None  # `enabled=use_amp` or False: float16 only sometimes, or never
+    if enabled is not None and isinstance(enabled.value, ast.Constant) and not enabled.value.value:
+        return None  # switched off; `enabled=use_amp` still runs float16 whenever AMP is on
     if any(k.arg is None for k in call.keywords):
         return None
     dtype = keyword(call, "dtype")
@@ -412,8 +414,10 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     Use instead: accumulate on the device (`total += loss.detach()`) and read it
     every N steps or once per epoch.
     """
+    if not ctx.facts.is_cuda_program:
+        return
     what = _sync_site(ctx, node)
-    if what is None or not ctx.facts.is_cuda_program:
+    if what is None:
         return
     loop = per_step_loop(ctx, node)
     if loop is None:
