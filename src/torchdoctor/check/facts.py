@@ -58,6 +58,8 @@ Device moves
 Calls
     ``is_backward_call(node)``, ``is_model_call(call)`` (calls a model/wrapper),
     ``mode_call(call)`` -> "train" | "eval" | None for ``m.train()``/``m.eval()``/``m.train(False)``,
+    ``nodes`` / ``calls`` every node / every Call of the file; ``calls_to[name]`` the calls whose
+    callee's last name is ``name``; ``cached(key, compute)`` a per-file memo for rules.
     ``resolve(call)`` -> functions defined in the file that the call may run; ``call_sites(func)``,
     ``reachable(func)`` -> those functions plus every in-file function they call.
 """
@@ -96,8 +98,15 @@ class Facts:
         for node in ast.walk(ctx.tree):
             if isinstance(node, FUNC_TYPES):
                 self.functions.setdefault(node.name, []).append(node)
+        self.calls_to: dict[str, list[ast.Call]] = {}  # last name of the callee -> calls
         self._reach: dict[int, list[ast.AST]] = {}
         self._classes = {n.name: n for n in ast.walk(ctx.tree) if isinstance(n, ast.ClassDef)}
+        self.nodes: list[ast.AST] = list(ast.walk(ctx.tree))  # every node once (breadth-first)
+        self.calls: list[ast.Call] = [n for n in self.nodes if isinstance(n, ast.Call)]
+        self.memo: dict[object, object] = {}  # per-file caches for rules: key -> value
+        for call in self.calls:
+            last = (dotted(call.func) or "").rsplit(".", 1)[-1]
+            self.calls_to.setdefault(last, []).append(call)
 
     # ---- tree ------------------------------------------------------------------
     def parent(self, node: ast.AST) -> ast.AST | None:
@@ -336,13 +345,18 @@ class Facts:
             return []
         return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
 
+    def cached(self, key: object, compute):  # type: ignore[no-untyped-def]
+        """``compute()`` once per file under ``key`` (rules share expensive per-file answers)."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
     @cached_property
     def _call_sites(self) -> dict[int, list[ast.Call]]:
         out: dict[int, list[ast.Call]] = {}
-        for node in ast.walk(self.ctx.tree):
-            if isinstance(node, ast.Call):
-                for f in self.resolve(node):
-                    out.setdefault(id(f), []).append(node)
+        for node in self.calls:
+            for f in self.resolve(node):
+                out.setdefault(id(f), []).append(node)
         return out
 
     def call_sites(self, func: ast.AST) -> list[ast.Call]:

@@ -73,7 +73,22 @@ def path_to_consumer(ctx: Context, use: ast.AST, stop: ast.AST) -> tuple[ast.Cal
     return None, False
 
 
+_REGIONS: dict[int, tuple[ast.AST, list[ast.AST]]] = {}
+
+
 def region_nodes(region: ast.AST) -> list[ast.AST]:
+    """The nodes of a loop's or a function's body, same scope, in source order (cached per node)."""
+    hit = _REGIONS.get(id(region))
+    if hit is not None and hit[0] is region:
+        return hit[1]
+    if len(_REGIONS) > 4096:
+        _REGIONS.clear()
+    nodes = _region_nodes(region)
+    _REGIONS[id(region)] = (region, nodes)
+    return nodes
+
+
+def _region_nodes(region: ast.AST) -> list[ast.AST]:
     if isinstance(region, LOOP_TYPES):
         return list(walk_local(list(region.body)))
     return list(walk_local(list(getattr(region, "body", []))))

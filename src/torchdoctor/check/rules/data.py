@@ -164,9 +164,13 @@ def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
 
 def _data_preloaded_on_device(ctx: Context) -> bool:
     """Tensors moved outside any batch loop (a dataset built on the GPU) or moved inside a Dataset class."""
+    return ctx.facts.cached("data_preloaded", lambda: _find_preloaded(ctx))  # type: ignore[no-any-return]
+
+
+def _find_preloaded(ctx: Context) -> bool:
     facts = ctx.facts
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, ast.Call) and facts.is_device_move(node):
+    for node in facts.calls:
+        if facts.is_device_move(node):
             kind = facts.expr_kind(node.func.value, node) if isinstance(node.func, ast.Attribute) else None
             if kind in ("model", "wrapper", "loss_fn") or facts.enclosing_loop(node, "batch") is not None:
                 continue
@@ -178,10 +182,8 @@ def _data_preloaded_on_device(ctx: Context) -> bool:
 
 
 def _model_device(ctx: Context) -> str | None:
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, ast.Call) and ctx.facts.is_device_move(node):
-            return ctx.facts.move_device(node)
-    return None
+    moves = [n for n in ctx.facts.calls if ctx.facts.is_device_move(n)]
+    return ctx.facts.move_device(min(moves, key=lambda n: (n.lineno, n.col_offset))) if moves else None
 
 
 # ---- TD303 ----------------------------------------------------------------------------
@@ -388,7 +390,7 @@ def _loader_call(ctx: Context, loop: ast.AST) -> ast.Call | None:
         return b.value
     if b is not None and b.value is not None:
         return None
-    calls = [n for n in ast.walk(ctx.tree) if isinstance(n, ast.Call) and is_torch_dataloader(ctx, n)]
+    calls = [n for n in ctx.facts.calls if is_torch_dataloader(ctx, n)]
     unpinned = [c for c in calls if keyword(c, "pin_memory") is None and not has_kwargs(c)]
     return unpinned[0] if calls and len(unpinned) == len(calls) else None
 

@@ -69,7 +69,7 @@ def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
 
 
 def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
-    return list(walk_local(list(getattr(scope, "body", []))))
+    return flow.region_nodes(scope)
 
 
 # ---- TD403 -----------------------------------------------------------------------------------
@@ -120,6 +120,10 @@ def _loops_around(facts, node: ast.AST) -> list[ast.AST]:
 
 def _loop_nodes(ctx: Context, loop: ast.AST) -> list[ast.AST]:
     """The loop body's nodes plus those of every in-file function it calls."""
+    return ctx.facts.cached(("loop_nodes", id(loop)), lambda: _find_loop_nodes(ctx, loop))  # type: ignore[no-any-return]
+
+
+def _find_loop_nodes(ctx: Context, loop: ast.AST) -> list[ast.AST]:
     facts = ctx.facts
     nodes = [n for stmt in list(loop.body) for n in ast.walk(stmt)]  # type: ignore[attr-defined]
     funcs: list[ast.AST] = []

@@ -20,7 +20,7 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
     if input_device is None:
         return
     moved = _moved_keys(ctx)
-    for stmt in ast.walk(ctx.tree):
+    for stmt in facts.nodes:
         if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.value, ast.Call):
             continue
         key = dotted(stmt.targets[0])
@@ -46,9 +46,13 @@ def _last(key: str) -> str:
 
 def _first_input_device(ctx: Context) -> str | None:
     """The device of the first tensor moved off the CPU in the file, if any."""
+    return ctx.facts.cached("first_input_device", lambda: _find_input_device(ctx))  # type: ignore[no-any-return]
+
+
+def _find_input_device(ctx: Context) -> str | None:
     facts = ctx.facts
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, ast.Call) and facts.is_device_move(node):
+    for node in sorted(facts.calls, key=lambda n: (n.lineno, n.col_offset)):
+        if facts.is_device_move(node):
             dev = facts.move_device(node) or ""
             recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
             kind = facts.expr_kind(recv, node) if recv is not None else None
@@ -66,11 +70,13 @@ def _looks_like_model_expr(ctx: Context, recv: ast.AST) -> bool:
 
 def _moved_keys(ctx: Context) -> set[str]:
     """Last name parts of every receiver moved to a device, or handed to a device-aware helper."""
+    return ctx.facts.cached("moved_keys", lambda: _find_moved_keys(ctx))  # type: ignore[no-any-return]
+
+
+def _find_moved_keys(ctx: Context) -> set[str]:
     facts = ctx.facts
     out: set[str] = set()
-    for node in ast.walk(ctx.tree):
-        if not isinstance(node, ast.Call):
-            continue
+    for node in facts.calls:
         meth = method_name(node)
         if meth in ("to", "cuda", "to_empty", "xpu", "mps") and isinstance(node.func, ast.Attribute):
             key = dotted(node.func.value) or dotted(getattr(node.func.value, "func", None))
@@ -89,39 +95,44 @@ def _moved_keys(ctx: Context) -> set[str]:
 
 def _passed_to(ctx: Context, func_name: str) -> set[str]:
     out: set[str] = set()
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, ast.Call) and _last(dotted(node.func) or "") == func_name:
-            out |= {_last(dotted(a) or "") for a in list(node.args) + [k.value for k in node.keywords]}
+    for node in ctx.facts.calls_to.get(func_name, []):
+        out |= {_last(dotted(a) or "") for a in list(node.args) + [k.value for k in node.keywords]}
     return out
 
 
 def _used_as_model(ctx: Context, key: str) -> bool:
     """The model is called somewhere (``model(x)``) or handed to an in-file function."""
-    last = _last(key)
-    for node in ast.walk(ctx.tree):
-        if isinstance(node, ast.Call):
-            if _last(dotted(node.func) or "") == last and isinstance(node.func, (ast.Name, ast.Attribute)) and dotted(node.func):
-                if not method_name(node) or dotted(node.func).startswith("self."):
-                    return True
-            if ctx.facts.resolve(node) and any(_last(dotted(a) or "") == last for a in node.args):
-                return True
-    return False
+    return _last(key) in ctx.facts.cached("models_used", lambda: _names_used_as_models(ctx))
+
+
+def _names_used_as_models(ctx: Context) -> set[str]:
+    out: set[str] = set()
+    for node in ctx.facts.calls:
+        key = dotted(node.func)
+        if key and (not method_name(node) or key.startswith("self.")):
+            out.add(_last(key))
+        if ctx.facts.resolve(node):
+            out |= {_last(dotted(a) or "") for a in node.args}
+    return out
 
 
 def _escapes(ctx: Context, key: str) -> bool:
     """The model is handed to code outside the file that may move it (a Trainer, a helper module)."""
-    last = _last(key)
-    for node in ast.walk(ctx.tree):
-        if not isinstance(node, ast.Call) or ctx.facts.resolve(node):
+    return _last(key) in ctx.facts.cached("escaping", lambda: _names_escaping(ctx))
+
+
+def _names_escaping(ctx: Context) -> set[str]:
+    out: set[str] = set()
+    for node in ctx.facts.calls:
+        if ctx.facts.resolve(node) or method_name(node) in ("append", "add", "format"):
             continue
         q = ctx.call_name(node) or ""
         if q.startswith(_NOT_MOVING_CALLS) or q.rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel", "DDP", "compile"):
             continue
-        args = list(node.args) + [k.value for k in node.keywords]
-        if any(isinstance(a, (ast.Name, ast.Attribute)) and _last(dotted(a) or "") == last for a in args):
-            if not method_name(node) or method_name(node) not in ("append", "add", "format"):
-                return True
-    return False
+        for a in list(node.args) + [k.value for k in node.keywords]:
+            if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a):
+                out.add(_last(dotted(a) or ""))
+    return out
 
 
 # ---- TD203 --------------------------------------------------------------------------------
