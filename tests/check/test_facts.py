@@ -118,3 +118,108 @@ def test_guards_and_moves() -> None:
     assert not f.is_moved("labels", name_at(f, "labels", 19))
     assert f.enclosing_loop(fwd).lineno == 26
     assert f.enclosing_loop(fwd, "epoch").lineno == 14
+
+
+FUNCTIONS = """\
+import torch
+
+def train_one_epoch(model, loader, opt):
+    model.train()
+    for x, y in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+
+def predict(model, loader):
+    for x in loader:
+        model(x)
+
+def main(model, train_dl, val_dl, opt):
+    for epoch in range(3):
+        train_one_epoch(model, train_dl, opt)
+        predict(model, val_dl)
+    for name in ["a", "b"]:
+        print(name)
+"""
+
+
+def test_function_structured_script() -> None:
+    f = facts_of(FUNCTIONS)
+    # the epoch loop trains through a called function; a plain loop over names is nothing
+    assert loops_by_line(f) == {5: "train", 11: "eval", 15: "epoch", 18: None}
+    main_call = find(f, lambda n: isinstance(n, ast.Call) and getattr(n.func, "id", "") == "train_one_epoch")
+    assert [fn.name for fn in f.resolve(main_call)] == ["train_one_epoch"]
+    assert f.kind_of("model", main_call) == "model"  # an unannotated parameter: known by its name
+
+
+TRAINER = """\
+import torch
+
+class Trainer:
+    def __init__(self, model, loader):
+        self.model = torch.nn.DataParallel(model)
+        self.loader = loader
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def fit(self):
+        step = 0
+        while True:
+            batch = next(self.it)
+            self.opt.zero_grad()
+            self.model(batch).sum().backward()
+            self.opt.step()
+            if self.rank == 0:
+                torch.save(self.model.module.state_dict(), "m.pt")
+"""
+
+
+def test_class_attributes_and_while_loops() -> None:
+    f = facts_of(TRAINER)
+    save = find(f, lambda n: isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "save")
+    assert f.kind_of("self.model", save) == "wrapper"
+    assert f.kind_of("self.opt", save) == "optimizer"
+    assert f.expr_kind(save.args[0].func.value, save) == "model"  # self.model.module unwraps
+    loop = f.loops[0]
+    assert f.loop_kind(loop) == "train" and f.batch_vars(loop) == ["batch"]
+    assert f.under_rank_guard(save) and not f.under_step_guard(save)
+
+
+def test_no_grad_forms_and_teacher_forward() -> None:
+    f = facts_of("""\
+        import torch
+        @torch.inference_mode()
+        def infer(m, x):
+            return m(x)
+        def train(student, teacher, loader, opt):
+            for x, y in loader:
+                with torch.no_grad():
+                    t = teacher(x)
+                    with torch.enable_grad():
+                        inner = student(x)
+                with torch.set_grad_enabled(False):
+                    off = student(x)
+                opt.zero_grad()
+                (student(x) - t).sum().backward()
+                opt.step()
+        """)
+    calls = {n.lineno: n for n in ast.walk(f.ctx.tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("m", "teacher", "student")}
+    assert f.under_no_grad(calls[4], strict=True)
+    assert f.under_no_grad(calls[8], strict=True) and not f.under_no_grad(calls[10])
+    assert f.under_no_grad(calls[12], strict=True) and not f.under_no_grad(calls[14])
+    assert loops_by_line(f) == {6: "train"}  # the teacher forward under no_grad is not evaluation
+
+
+def test_device_moves() -> None:
+    f = facts_of("""\
+        import torch
+        x = torch.ones(2)
+        a = x.to("cuda")
+        b = x.to(torch.float16)
+        c = x.to(device=dev, non_blocking=True).float()
+        d = x.cuda()
+        e = to_device(x, dev)
+        """)
+    assign = {n.targets[0].id: n for n in f.ctx.tree.body if isinstance(n, ast.Assign)}
+    moved = {k: f.value_is_moved(v.value) for k, v in assign.items()}
+    assert moved == {"x": False, "a": True, "b": False, "c": True, "d": True, "e": True}
+    assert f.move_device(assign["a"].value) == "cuda" and f.move_device(assign["c"].value.func.value) == "dev"
