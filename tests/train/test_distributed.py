@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -37,9 +38,15 @@ def test_shard_loader_keeps_the_loader_options_and_splits_the_data() -> None:
 def _torchrun(out: Path, epochs: int) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(out), str(epochs)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    # A session of its own, so that a timeout ends torchrun's workers too, not only torchrun.
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=140)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    assert proc.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def _weights(out: Path, rank: int) -> dict[str, torch.Tensor]:
