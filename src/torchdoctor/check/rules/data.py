@@ -159,7 +159,8 @@ def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
         return False
     models = [n for n in flow.region_nodes(loop) if isinstance(n, ast.Call) and flow.consumer_kind(ctx, n) == "model"]
     moved = _moved_keys(ctx)
-    return any((dotted(m.func) or "").rsplit(".", 1)[-1] in moved for m in models)
+    keys = [dotted(m.func) for m in models]
+    return any(k and (k.rsplit(".", 1)[-1] in moved or facts.is_moved(k, loop)) for k in keys)
 
 
 def _data_preloaded_on_device(ctx: Context) -> bool:
