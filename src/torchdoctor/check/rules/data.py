@@ -210,7 +210,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     if partner is None:
         return
     ctx.report("TD303", node, f"`{ctx.segment(node)[:60]}` is created on the CPU and combined with device tensor "
-               f"`{partner}`", fix=f"create it on the same device: `{q.split('.')[1]}(..., device={partner}.device)`")
+               f"`{partner}`", fix=f"create it on the same device: `{ctx.segment(node.func)}(..., device={partner}.device)`")
 
 
 def _scalar_tensor(call: ast.Call) -> bool:
