@@ -120,9 +120,10 @@ def _settings(args: argparse.Namespace, paths: list[str]):
         target = parse_target_torch(args.target_torch, "--target-torch") if args.target_torch else None
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    if args.select is not None:  # as in ruff, --select starts the selection afresh
+        settings = with_overrides(settings, select=tuple(args.select), extend_select=(), ignore=())
     return with_overrides(
         settings,
-        select=tuple(args.select) if args.select is not None else None,
         extend_select=settings.extend_select + tuple(args.extend_select) if args.extend_select else None,
         ignore=settings.ignore + tuple(args.ignore) if args.ignore else None,
         extend_exclude=settings.extend_exclude + tuple(args.extend_exclude) if args.extend_exclude else None,

@@ -16,7 +16,7 @@ from torchdoctor.findings import Finding
 
 __all__ = ["noqa_codes", "filter_noqa"]
 
-_NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]*(?:[,\s]+[A-Z]+[0-9]*)*))?", re.I)
+_NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
 ALL = frozenset({"*"})
 
 

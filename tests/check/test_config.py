@@ -1,0 +1,165 @@
+"""Configuration: [tool.torchdoctor] keys, discovery of pyproject.toml, overrides and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.check.fake_rules import fake_rules  # noqa: F401 - a fixture
+from torchdoctor.catalog import RULES
+from torchdoctor.cli import main
+from torchdoctor.config import (
+    Settings,
+    find_config,
+    glob_match,
+    load_settings,
+    parse_target_torch,
+    settings_from_toml,
+)
+from torchdoctor.errors import ConfigError
+
+BUGGY = 'import torch\nnet.cuda()\nx = torch.load("w.pt")\n'
+
+
+def test_defaults_enable_everything() -> None:
+    s = Settings()
+    assert s.enabled == frozenset(RULES)
+    assert s.target_torch is None
+
+
+def test_select_prefix_ignore_all() -> None:
+    assert settings_from_toml('select = ["TD3"]').enabled == {c for c in RULES if c.startswith("TD3")}
+    assert settings_from_toml('select = ["ALL"]\nignore = ["TD3", "TD502"]').enabled == {
+        c for c in RULES if not c.startswith("TD3") and c != "TD502"
+    }
+    assert settings_from_toml('select = ["TD3"]\nextend-select = ["TD502"]').enabled == {
+        c for c in RULES if c.startswith("TD3")
+    } | {"TD502"}
+
+
+def test_target_torch() -> None:
+    assert settings_from_toml('target-torch = "2.6"').target_torch == (2, 6)
+    assert settings_from_toml('target-torch = "2.10.1"').target_torch == (2, 10)
+    assert parse_target_torch("1.13") == (1, 13)
+    with pytest.raises(ConfigError, match="quoted version"):
+        settings_from_toml("target-torch = 2.6")  # a TOML float: 2.10 would read as 2.1
+    with pytest.raises(ConfigError, match="target-torch"):
+        settings_from_toml('target-torch = "latest"')
+
+
+@pytest.mark.parametrize("body, needle", [
+    ('selct = ["TD3"]', "unknown key 'selct' (did you mean 'select'?)"),
+    ('select = ["TD999"]', "TD999"),
+    ('ignore = ["XX1"]', "XX1"),
+    ('select = "TD3"', "expected a list of strings"),
+    ('per-file-ignores = {"tests/*" = ["TD9"]}', "TD9"),
+    ('per-file-ignores = ["x"]', "expected a table"),
+    ("exclude = [1]", "exclude"),
+    ("select = [", "invalid TOML"),
+])
+def test_bad_config_names_the_problem(body: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=None) as info:
+        settings_from_toml(body, where="proj/pyproject.toml")
+    assert needle in str(info.value) and "proj/pyproject.toml" in str(info.value)
+
+
+def test_per_file_ignores_and_globs(tmp_path: Path) -> None:
+    s = settings_from_toml('[per-file-ignores]\n"tests/**" = ["TD3"]\n"*_test.py" = ["TD502"]', root=str(tmp_path))
+    assert "TD302" in s.ignored_for(str(tmp_path / "tests" / "a" / "b.py"))
+    assert s.ignored_for(str(tmp_path / "src" / "m_test.py")) == {"TD502"}
+    assert s.ignored_for(str(tmp_path / "src" / "m.py")) == frozenset()
+
+
+@pytest.mark.parametrize("pattern, path, hit", [
+    ("build", "build/x.py", True), ("build", "src/build/x.py", True), ("build", "builder/x.py", False),
+    ("tests/fixtures/**", "tests/fixtures/a/b.py", True), ("tests/fixtures/**", "tests/fixtures", True),
+    ("tests/fixtures/**", "src/tests/fixtures/a.py", False), ("*.ipynb", "a/b/nb.ipynb", True),
+    ("src/*.py", "src/a.py", True), ("src/*.py", "src/sub/a.py", False), ("**/gen_*.py", "a/b/gen_x.py", True),
+    ("data/[ab].py", "data/a.py", True), ("data/[!ab].py", "data/a.py", False),
+])
+def test_glob_match(pattern: str, path: str, hit: bool) -> None:
+    assert glob_match(pattern, path) is hit
+
+
+def test_find_config_searches_upward_for_our_table(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdoctor]\nselect = ["TD1"]\n')
+    sub = tmp_path / "pkg" / "sub"
+    sub.mkdir(parents=True)
+    (tmp_path / "pkg" / "pyproject.toml").write_text("[tool.black]\nline-length = 100\n")  # not ours: skipped
+    assert find_config(str(sub)) == str(tmp_path / "pyproject.toml")
+    s = load_settings(find_config(str(sub)))
+    assert s.root == str(tmp_path) and s.enabled == {"TD101", "TD102", "TD103"}
+
+
+def _project(tmp_path: Path, table: str) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n\n[tool.torchdoctor]\n" + table)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.py").write_text(BUGGY)
+    return tmp_path
+
+
+def _codes(capsys) -> list[str]:
+    return [d["code"] for d in json.loads(capsys.readouterr().out)]
+
+
+def test_cli_reads_nearest_pyproject(fake_rules, tmp_path: Path, monkeypatch, capsys) -> None:
+    _project(tmp_path, 'ignore = ["TD102"]\n')
+    monkeypatch.chdir(tmp_path / "src")
+    main(["check", "train.py", "--output-format", "json"])
+    assert _codes(capsys) == ["TD502"]
+    main(["check", "train.py", "--output-format", "json", "--isolated"])
+    assert _codes(capsys) == ["TD102", "TD502"]
+    main(["check", "train.py", "--output-format", "json", "--select", "TD1"])  # the command line wins
+    assert _codes(capsys) == ["TD102"]
+
+
+def test_cli_config_option(fake_rules, tmp_path: Path, monkeypatch, capsys) -> None:
+    _project(tmp_path, "")
+    (tmp_path / "other.toml").write_text('select = ["TD5"]\n')
+    monkeypatch.chdir(tmp_path)
+    main(["check", "src", "--output-format", "json", "--config", "other.toml"])
+    assert _codes(capsys) == ["TD502"]
+
+
+def test_cli_exclude_and_per_file_ignores(fake_rules, tmp_path: Path, monkeypatch, capsys) -> None:
+    _project(tmp_path, 'extend-exclude = ["gen"]\n[tool.torchdoctor.per-file-ignores]\n"src/*" = ["TD5"]\n')
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "g.py").write_text(BUGGY)
+    monkeypatch.chdir(tmp_path)
+    main(["check", ".", "--output-format", "json"])
+    assert _codes(capsys) == ["TD102"]
+    main(["check", ".", "--output-format", "json", "--per-file-ignores", "src/train.py:TD102"])
+    assert _codes(capsys) == []
+
+
+@pytest.mark.parametrize("table, needle", [
+    ('nonsense = 1\n', "unknown key 'nonsense'"),
+    ('select = ["TD777"]\n', "TD777"),
+    ('target-torch = "x"\n', "target-torch"),
+])
+def test_cli_bad_config_exits_2_naming_the_file(fake_rules, tmp_path: Path, monkeypatch, capsys, table, needle):
+    _project(tmp_path, table)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "."]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "pyproject.toml" in err
+
+
+def test_missing_config_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", ".", "--config", "nope.toml"]) == 2
+    assert "nope.toml" in capsys.readouterr().err
+
+
+def test_settings_reach_rules(tmp_path: Path) -> None:
+    from torchdoctor.check.engine import analyse
+    from torchdoctor.check.registry import RegisteredRule, only_rules
+
+    seen = []
+    record = RegisteredRule("TD503", (type(compile("", "", "exec", 1024)),),
+                            lambda node, ctx: seen.append(getattr(ctx.settings, "target_torch", None)))
+    with only_rules(record):
+        analyse("import torch\n", "a.py", settings=settings_from_toml('target-torch = "2.6"'))
+    assert seen == [(2, 6)]

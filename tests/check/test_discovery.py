@@ -1,0 +1,70 @@
+"""Which files a run checks: folders walked, defaults and excludes skipped, explicit paths honoured."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.check.discovery import discover
+from torchdoctor.config import Settings
+
+
+def touch(root: Path, *names: str) -> None:
+    for name in names:
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x = 1\n")
+
+
+def rel(root: Path, files: list[str]) -> list[str]:
+    return [os.path.relpath(f, root).replace(os.sep, "/") for f in files]
+
+
+def test_walk_skips_defaults_and_virtualenvs(tmp_path: Path) -> None:
+    touch(tmp_path, "a.py", "pkg/b.py", "pkg/nb.ipynb", "pkg/notes.txt", ".git/hooks/h.py", "build/x.py",
+          "dist/x.py", "pkg/__pycache__/c.py", "node_modules/m.py", ".venv/lib/v.py", "myenv/lib/e.py",
+          "myenv/pyvenv.cfg", "conda/conda-meta/history", "conda/lib/c.py", "deep/er/z.py")
+    found = discover([str(tmp_path)], Settings(root=str(tmp_path)))
+    assert rel(tmp_path, found.files) == ["a.py", "deep/er/z.py", "pkg/b.py", "pkg/nb.ipynb"]
+    assert found.errors == []
+
+
+def test_exclude_patterns_and_force_exclude(tmp_path: Path) -> None:
+    touch(tmp_path, "src/a.py", "src/gen/b.py", "tests/fixtures/f.py", "tests/t.py")
+    s = Settings(extend_exclude=("gen", "tests/fixtures/**"), root=str(tmp_path))
+    assert rel(tmp_path, discover([str(tmp_path)], s).files) == ["src/a.py", "tests/t.py"]
+    explicit = [str(tmp_path / "tests/fixtures/f.py"), str(tmp_path / "src/gen/b.py")]
+    assert len(discover(explicit, s).files) == 2  # named on the command line: checked
+    assert discover(explicit, s, force_exclude=True).files == []  # pre-commit's way
+
+
+def test_explicit_file_of_any_suffix_and_dedup(tmp_path: Path) -> None:
+    touch(tmp_path, "script", "a.py")
+    found = discover([str(tmp_path / "script"), str(tmp_path / "a.py"), str(tmp_path)], Settings(root=str(tmp_path)))
+    assert rel(tmp_path, found.files) == ["a.py", "script"]
+
+
+def test_missing_path_and_symlink_loops(tmp_path: Path) -> None:
+    touch(tmp_path, "pkg/a.py")
+    os.symlink(tmp_path / "pkg", tmp_path / "pkg" / "again")  # a folder loop: visited once, no error
+    os.symlink("loop.py", tmp_path / "loop.py")  # a file link to itself
+    os.symlink("gone.py", tmp_path / "dangling.py")
+    found = discover([str(tmp_path), str(tmp_path / "missing.py")], Settings(root=str(tmp_path)))
+    assert rel(tmp_path, found.files) == ["pkg/a.py"]
+    assert {(os.path.basename(p), m) for p, m in found.errors} == {
+        ("loop.py", "symbolic link loop"), ("dangling.py", "broken symbolic link"),
+        ("missing.py", "no such file or directory"),
+    }
+
+
+@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True, reason="root reads everything")
+def test_unreadable_folder(tmp_path: Path) -> None:
+    touch(tmp_path, "locked/a.py")
+    os.chmod(tmp_path / "locked", 0)
+    try:
+        found = discover([str(tmp_path)], Settings(root=str(tmp_path)))
+    finally:
+        os.chmod(tmp_path / "locked", 0o755)
+    assert found.errors and "permission denied" in found.errors[0][1]

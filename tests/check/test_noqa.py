@@ -1,0 +1,58 @@
+"""``# noqa`` comments: bare, with codes, with prefixes, other tools' codes, multi-line statements."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.check.fake_rules import fake_rules  # noqa: F401 - a fixture
+from torchdoctor.check import check_source
+from torchdoctor.check.noqa import ALL, noqa_codes
+
+
+@pytest.mark.parametrize("line, want", [
+    ("x = 1", None),
+    ("x = 1  # noqa", ALL),
+    ("x = 1  # NOQA", ALL),
+    ("x = 1  # noqa - reason given", ALL),
+    ("x = 1  # noqa: TD302", {"TD302"}),
+    ("x = 1  # noqa:TD302,TD603", {"TD302", "TD603"}),
+    ("x = 1  # noqa: TD302, TD603 because", {"TD302", "TD603"}),
+    ("x = 1  # noqa: E501", {"E501"}),
+    ("x = 1  # type: ignore  # noqa: td3", {"TD3"}),
+    ("x = 'noqa'", None),
+])
+def test_parse(line: str, want) -> None:
+    got = noqa_codes(line)
+    assert got == (frozenset(want) if isinstance(want, set) else want)
+
+
+def lines(src: str) -> list[tuple[int, str]]:
+    return [(f.location.line, f.code) for f in check_source(src, "a.py")]
+
+
+def test_bare_noqa_silences_every_code_on_the_line(fake_rules) -> None:
+    assert lines("import torch\nx = torch.load(a.cuda())  # noqa\ny = b.cuda()\n") == [(3, "TD102")]
+
+
+def test_noqa_with_codes_silences_only_those(fake_rules) -> None:
+    src = "import torch\nx = torch.load(a.cuda())  # noqa: TD502\n"
+    assert lines(src) == [(2, "TD102")]
+    assert lines(src.replace("TD502", "TD502, TD102")) == []
+    assert lines(src.replace("TD502", "TD1")) == [(2, "TD502")]  # a prefix
+    assert lines(src.replace("TD502", "E501")) == [(2, "TD502"), (2, "TD102")]  # not ours; warning sorts first
+
+
+def test_multi_line_statement_uses_the_reported_line(fake_rules) -> None:
+    src = "import torch\nx = torch.load(  # noqa: TD502\n    'w.pt',\n)\ny = torch.load(\n    'w.pt',\n)  # noqa\n"
+    assert lines(src) == [(5, "TD502")]
+
+
+def test_noqa_in_a_notebook_cell(fake_rules, tmp_path) -> None:
+    import json
+
+    from torchdoctor.check.runner import check_file
+
+    nb = {"cells": [{"cell_type": "code", "source": "import torch\na.cuda()  # noqa\nb.cuda()\n"}]}
+    p = tmp_path / "n.ipynb"
+    p.write_text(json.dumps(nb))
+    assert [(f.location.cell, f.location.line) for f in check_file(str(p)).findings] == [(1, 3)]
