@@ -101,7 +101,9 @@ FLAVOUR_ARCHS: dict[str, dict[str, tuple[int, ...]]] = {
 }
 
 # The torch releases that publish each flavour on download.pytorch.org (first, last;
-# None: still published by the newest release we know, torch 2.13).
+# None: still published by the newest release we know, torch 2.13, whose
+# PYTORCH_RELEASES_CODE_CC lists 12.6, 12.9, 13.0 and 13.2). The "last" of cu128
+# (2.9) and the first of cu132 (2.11) are our best reading, not re-checked.
 FLAVOUR_TORCH: dict[str, tuple[str, str | None]] = {
     "cu118": ("2.0", "2.7"),
     "cu121": ("2.1", "2.5"),

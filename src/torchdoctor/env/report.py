@@ -48,7 +48,7 @@ def _summary(f: Facts) -> list[str]:
     shm = f.int("shm_bytes")
     host = [f"CPUs: {f.int('cpu_count')}"] if f.int("cpu_count") else []
     if shm is not None:
-        host.append(f"/dev/shm: {shm / 2**30:.1f} GiB")
+        host.append(f"/dev/shm: {shm / 2**30:.1f} GiB" if shm >= 2**30 else f"/dev/shm: {shm // 2**20} MiB")
     if f.str("mp_start_method"):
         host.append(f"start method: {f.text('mp_start_method')}")
     if host:
