@@ -163,3 +163,18 @@ def test_version_in_check(capsys) -> None:
 
     assert main(["check", "--version"]) == 0
     assert capsys.readouterr().out.strip() == f"torchdoctor {__version__}"
+
+
+def test_pre_commit_hook_invocation(fake_rules, tmp_path: Path, monkeypatch, capsys) -> None:
+    """pre-commit runs the hook's entry from the repository root with the staged file names appended."""
+    hook = (Path(__file__).parents[2] / ".pre-commit-hooks.yaml").read_text()
+    entry = next(line.split(":", 1)[1].strip() for line in hook.splitlines() if line.strip().startswith("entry:"))
+    assert entry == "torchdoctor check --force-exclude"
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdoctor]\nextend-exclude = ["fixtures/**"]\n')
+    for name in ("fixtures/bad.py", "src/train.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(BUGGY)
+    monkeypatch.chdir(tmp_path)
+    argv = entry.split()[1:] + ["fixtures/bad.py", "src/train.py", "--output-format", "json"]
+    assert main(argv) == 1
+    assert {d["path"] for d in json.loads(capsys.readouterr().out)} == {"src/train.py"}
