@@ -1,7 +1,8 @@
 """Configuration: the ``[tool.torchdoctor]`` table of the nearest pyproject.toml, plus CLI overrides.
 
 Keys (kebab-case, as ruff spells them): ``select``, ``extend-select``, ``ignore``,
-``exclude``, ``extend-exclude``, ``per-file-ignores`` and ``target-torch``. An
+``exclude``, ``extend-exclude`` (both add to the built-in skip list),
+``per-file-ignores`` and ``target-torch``. An
 unknown key, a value of the wrong type or an unknown rule code is a ConfigError
 that names the file and the key: a typo must never silently change what is checked.
 """
@@ -39,7 +40,7 @@ class Settings:
     select: tuple[str, ...] = ()
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    exclude: tuple[str, ...] = ()
     extend_exclude: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     target_torch: tuple[int, int] | None = None
@@ -53,7 +54,9 @@ class Settings:
 
     @property
     def all_excludes(self) -> tuple[str, ...]:
-        return self.exclude + self.extend_exclude
+        # The built-in list always applies: a project's `exclude` must not make the
+        # checker walk into .git or a virtual environment (a known footgun of ruff's).
+        return DEFAULT_EXCLUDE + self.exclude + self.extend_exclude
 
     def ignored_for(self, path: str) -> frozenset[str]:
         """Codes that ``per-file-ignores`` switches off for ``path``."""

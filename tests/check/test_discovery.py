@@ -68,3 +68,9 @@ def test_unreadable_folder(tmp_path: Path) -> None:
     finally:
         os.chmod(tmp_path / "locked", 0o755)
     assert found.errors and "permission denied" in found.errors[0][1]
+
+
+def test_project_exclude_adds_to_the_builtin_list(tmp_path: Path) -> None:
+    touch(tmp_path, "a.py", ".venv/lib/v.py", "gen/g.py")
+    found = discover([str(tmp_path)], Settings(exclude=("gen",), root=str(tmp_path)))
+    assert rel(tmp_path, found.files) == ["a.py"]
