@@ -27,7 +27,7 @@ _LAZY = {
     "Finding": ("torchdoctor.findings", "Finding"),
     "Severity": ("torchdoctor.findings", "Severity"),
     "TorchDoctorError": ("torchdoctor.errors", "TorchDoctorError"),
-    "watch": ("torchdoctor.watch", "watch"),
+    "watch": ("torchdoctor.runtime", "watch"),
     "pick_device": ("torchdoctor.env.device", "pick_device"),
     "to_device": ("torchdoctor.train", "to_device"),
     "DeviceLoader": ("torchdoctor.train", "DeviceLoader"),
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from torchdoctor.errors import TorchDoctorError
     from torchdoctor.findings import Finding, Severity
     from torchdoctor.train import DeviceLoader, checkpoint, fit, to_device
-    from torchdoctor.watch import watch
+    from torchdoctor.runtime import watch
 
 
 def __getattr__(name: str) -> Any:

@@ -20,7 +20,7 @@ from torchdoctor.report import FORMATS
 
 _COMMANDS = {
     "check": ("torchdoctor.check.command", "find pitfalls in training scripts without running them"),
-    "run": ("torchdoctor.watch.command", "run a script under the runtime auditor and report what it saw"),
+    "run": ("torchdoctor.runtime.command", "run a script under the runtime auditor and report what it saw"),
     "env": ("torchdoctor.env.command", "diagnose why CUDA is (not) usable on this machine"),
     "rules": ("torchdoctor.cli_rules", "list the catalog, or explain one code"),
 }

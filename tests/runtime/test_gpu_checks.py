@@ -8,9 +8,9 @@ import torch
 
 import torchdoctor
 from torchdoctor.findings import Location
-from torchdoctor.watch.checks import gpu
-from torchdoctor.watch.probe import DeviceProbe
-from tests.watch.loops import setup, train_epoch
+from torchdoctor.runtime.checks import gpu
+from torchdoctor.runtime.probe import DeviceProbe
+from tests.runtime.loops import setup, train_epoch
 
 MiB = 1 << 20
 
@@ -97,7 +97,7 @@ def test_pure_decisions_and_their_quiet_cases():
 
 def test_environment_errors_are_reported_at_start_up(monkeypatch):
     from torchdoctor.findings import Finding
-    from torchdoctor.watch.checks import env
+    from torchdoctor.runtime.checks import env
 
     monkeypatch.setattr(env, "_cache", [Finding("TD010", "CUDA_VISIBLE_DEVICES hides every GPU")])
     with torchdoctor.watch() as s:

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 import torchdoctor
-from tests.watch.loops import data, setup, train_epoch
+from tests.runtime.loops import data, setup, train_epoch
 
 
 def codes(session) -> list[str]:

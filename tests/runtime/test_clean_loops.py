@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 import torchdoctor
-from tests.watch.loops import setup, train_epoch
+from tests.runtime.loops import setup, train_epoch
 
 
 @torch.no_grad()

@@ -8,8 +8,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 import torchdoctor
-from torchdoctor.watch.checks.devices import Mismatch, classify
-from tests.watch.loops import data
+from torchdoctor.runtime.checks.devices import Mismatch, classify
+from tests.runtime.loops import data
 
 
 class Encoder(nn.Module):

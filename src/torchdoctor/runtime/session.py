@@ -14,12 +14,12 @@ from typing import Any
 
 from torchdoctor.errors import TorchDoctorError
 from torchdoctor.findings import Finding, Location, sort_findings
-from torchdoctor.watch import patches
-from torchdoctor.watch.checks import data, devices, gpu, grads, losses, modes
-from torchdoctor.watch.checks.env import startup_findings
-from torchdoctor.watch.locate import user_location
-from torchdoctor.watch.probe import DeviceProbe, default_probe
-from torchdoctor.watch.timeline import Timeline
+from torchdoctor.runtime import patches
+from torchdoctor.runtime.checks import data, devices, gpu, grads, losses, modes
+from torchdoctor.runtime.checks.env import startup_findings
+from torchdoctor.runtime.locate import user_location
+from torchdoctor.runtime.probe import DeviceProbe, default_probe
+from torchdoctor.runtime.timeline import Timeline
 
 _lock = threading.Lock()
 _active: WatchSession | None = None
@@ -47,7 +47,7 @@ class WatchSession:
         return sort_findings(_dedup(self._findings + self._live_findings()))
 
     def report(self, fmt: str = "text", *, color: bool = False) -> str:
-        from torchdoctor.watch.reporting import render
+        from torchdoctor.runtime.reporting import render
 
         return render(self.findings, self.stats, fmt, color=color)
 
@@ -214,7 +214,7 @@ class WatchSession:
             self._findings.append(finding)
 
     def _on_sync(self, frame: Any = None) -> None:
-        from torchdoctor.watch.locate import frame_location, user_frame
+        from torchdoctor.runtime.locate import frame_location, user_frame
 
         loc = frame_location(user_frame(frame)) if frame is not None else user_location()
         if loc is not None:
@@ -226,7 +226,7 @@ class WatchSession:
 
     def root_call_location(self) -> Location | None:
         """The user's line that called the root module now running (not a line inside its forward)."""
-        from torchdoctor.watch.locate import frame_location, user_frame
+        from torchdoctor.runtime.locate import frame_location, user_frame
 
         frame, outer = sys._getframe(1), None
         while frame is not None:
@@ -267,7 +267,7 @@ class WatchSession:
         if exc is not None and id(exc) not in self._explained:
             found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None
         found = [f for f in found if f is not None]
-        from torchdoctor.watch import distributed
+        from torchdoctor.runtime import distributed
 
         self._findings = distributed.merge(sort_findings(_dedup(found)))
         self.stats = self.timeline.stats()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from torchdoctor.errors import InputError
-from torchdoctor.watch.session import WatchSession
+from torchdoctor.runtime.session import WatchSession
 
 
 def run_program(target: str, argv: list[str], *, as_module: bool, session: WatchSession,
@@ -77,7 +77,7 @@ def _module_file(name: str) -> str:
 
 def _user_tb(tb: Any) -> Any:
     """Drop the launcher's own frames from the head of the traceback."""
-    from torchdoctor.watch.locate import is_internal
+    from torchdoctor.runtime.locate import is_internal
 
     while tb is not None and is_internal(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next

@@ -21,9 +21,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from torchdoctor.watch import distributed
-    from torchdoctor.watch.launcher import run_program
-    from torchdoctor.watch.session import WatchSession
+    from torchdoctor.runtime import distributed
+    from torchdoctor.runtime.launcher import run_program
+    from torchdoctor.runtime.session import WatchSession
 
     program = list(args.program)
     if program and program[0] == "--":

@@ -121,7 +121,7 @@ def _module_train(session: Any, orig: Any) -> Any:
 
 
 def _load_state_dict(session: Any, orig: Any) -> Any:
-    from torchdoctor.watch.checks import saving
+    from torchdoctor.runtime.checks import saving
 
     @functools.wraps(orig)
     def load_state_dict(self: Any, state_dict: Any, *args: Any, **kwargs: Any) -> Any:
@@ -138,7 +138,7 @@ def _load_state_dict(session: Any, orig: Any) -> Any:
 
 
 def _save(session: Any, orig: Any) -> Any:
-    from torchdoctor.watch.checks import saving
+    from torchdoctor.runtime.checks import saving
 
     @functools.wraps(orig)
     def save(obj: Any, *args: Any, **kwargs: Any) -> Any:

@@ -14,7 +14,7 @@ from torch.utils.data import dataloader as dl
 
 import torchdoctor
 from torchdoctor.errors import TorchDoctorError
-from tests.watch.loops import setup, train_epoch
+from tests.runtime.loops import setup, train_epoch
 
 
 def _globals():

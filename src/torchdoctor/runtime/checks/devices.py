@@ -185,7 +185,7 @@ def _arg_names(module: Any, n: int) -> list[str]:
 
 
 def _assignment_location(module: Any, attr: str) -> Location | None:
-    from torchdoctor.watch.locate import display_path
+    from torchdoctor.runtime.locate import display_path
 
     try:
         lines, start = inspect.getsourcelines(type(module).__init__)
@@ -204,7 +204,7 @@ def explain_error(exc: BaseException, session: Any) -> Finding | None:
     """A device error no pre-hook foresaw (a tensor combined inside forward or in the loop)."""
     if not is_device_error(exc):
         return None
-    from torchdoctor.watch.locate import tb_location, traceback_user_frames
+    from torchdoctor.runtime.locate import tb_location, traceback_user_frames
 
     frames = traceback_user_frames(exc.__traceback__)
     if not frames:
