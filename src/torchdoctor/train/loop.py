@@ -22,6 +22,8 @@ from torchdoctor.train.steps import check_finite, count_samples, forward, metric
 
 __all__ = ["fit", "FitState"]
 
+_NO_SYNC = contextlib.nullcontext()
+
 
 def fit(
     model: nn.Module,
@@ -184,7 +186,7 @@ class _Runner:
         inputs, target = split_batch(to_device(batch, self.device))
         # Between optimizer steps DDP need not all-reduce: gradients only accumulate.
         no_sync = self.world.distributed and not update
-        with self.model.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[operator]
+        with self.model.no_sync() if no_sync else _NO_SYNC:  # type: ignore[operator]
             with autocast_context(self.device, self.precision):
                 output = forward(self.model, inputs)
                 loss = self.loss_fn(output, target)

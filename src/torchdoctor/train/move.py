@@ -26,7 +26,7 @@ def to_device(batch: Any, device: DeviceLike, non_blocking: bool | None = None) 
     pinned source. ``None`` means "wherever it is valid"; ``False`` never.
     A device-to-host copy is always blocking: reading it early would be a race.
     """
-    target = torch.device(device)
+    target = device if isinstance(device, torch.device) else torch.device(device)
 
     def move(tensor: torch.Tensor) -> torch.Tensor:
         if tensor.device == target:
@@ -55,6 +55,14 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any], other: Callable[[
     """``batch`` rebuilt with ``fn`` applied to every tensor (and ``other`` to objects with ``.to``)."""
     if isinstance(batch, torch.Tensor):
         return fn(batch)
+    # Exact built-in types first: the common batch costs no ABC isinstance checks.
+    kind = type(batch)
+    if kind is list:
+        return [map_tensors(value, fn, other) for value in batch]
+    if kind is tuple:
+        return tuple([map_tensors(value, fn, other) for value in batch])
+    if kind is dict:
+        return {key: map_tensors(value, fn, other) for key, value in batch.items()}
     if isinstance(batch, (str, bytes, int, float, bool)) or batch is None:
         return batch
     if isinstance(batch, Mapping):

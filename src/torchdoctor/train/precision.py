@@ -19,6 +19,7 @@ _ALIASES = {
     "fp16": "fp16", "16": "fp16", "float16": "fp16", "16-mixed": "fp16",
 }  # fmt: skip
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_NO_AUTOCAST = contextlib.nullcontext()  # reusable and re-entrant: one object for every step
 
 
 def resolve_precision(requested: Any, device_type: str, bf16_supported: bool | None = None) -> str:
@@ -53,7 +54,7 @@ def _cuda_bf16_supported() -> bool:  # pragma: no cover - needs CUDA
 def autocast_context(device: torch.device, precision: str) -> ContextManager[Any]:
     """The autocast context for one forward pass; a no-op for fp32."""
     if precision == "fp32":
-        return contextlib.nullcontext()
+        return _NO_AUTOCAST
     return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
 
 
