@@ -207,9 +207,10 @@ class Facts:
         if depth > 8:
             return None
         if isinstance(expr, ast.Call):
-            if self.scopes.call_kind(expr, at) == "model" and method_name(expr) not in ("to", "cuda", "train", "eval"):
+            kind = self.scopes.call_kind(expr, at)
+            if kind == "model" and method_name(expr) not in ("to", "cuda", "train", "eval"):
                 return expr
-            inner = expr.func.value if method_name(expr) else (expr.args[0] if expr.args else None)  # type: ignore[union-attr]
+            inner = self._wrapped(expr, kind)
             return self._construction(inner, at, depth + 1) if inner is not None else None
         if isinstance(expr, ast.Attribute) and expr.attr in ("module", "_orig_mod"):
             return self._construction(expr.value, at, depth + 1)
@@ -230,6 +231,20 @@ class Facts:
                 if found is not None:
                     return found
         return None
+
+    def _wrapped(self, call: ast.Call, kind: str | None) -> ast.AST | None:
+        """The model a call passes through: ``m.to(d)`` -> m; ``DDP(m)``, ``torch.compile(m)``,
+        ``nn.SyncBatchNorm.convert_sync_batchnorm(m)`` -> m (calls of imported functions)."""
+        func = call.func
+        first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("module", "model")), None)
+        if kind == "wrapper" or not isinstance(func, ast.Attribute):
+            return first
+        root = func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id in self.ctx.imports and self.scopes.binding_at(root.id, call) is None:
+            return first
+        return func.value
 
     def _arguments_for(self, func: ast.AST, param: str) -> list[tuple[ast.AST, ast.Call]]:
         """What each call site passes for ``param`` of ``func``."""

@@ -7,7 +7,16 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, FUNC_TYPES, dotted, func_params, method_name, string_value, target_names
+from torchdoctor.check.astutil import (
+    FACTORIES,
+    FUNC_TYPES,
+    dotted,
+    func_params,
+    method_name,
+    string_value,
+    target_names,
+    walk_local,
+)
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -65,6 +74,8 @@ class Scopes:
         self.bindings: dict[tuple[int, str], list[Binding]] = {}
         self.param_receivers: set[str] = set()  # keys used as ``x.parameters()``
         self._busy: set[int] = set()
+        self.functions: dict[str, list[ast.AST]] = {}  # plain functions (not methods) by name
+        self.defined: set[str] = set(ctx.imports)  # names bound by def, class or import
         self._collect(ctx.tree)
 
     # ---- collection ----------------------------------------------------------
@@ -117,6 +128,14 @@ class Scopes:
                 self._bind_target(node.optional_vars, node.context_expr, node.optional_vars)
             elif isinstance(node, (*FUNC_TYPES, ast.Lambda)):
                 self._collect_params(node)
+                if not isinstance(node, ast.Lambda):
+                    self.defined.add(node.name)
+                    if not isinstance(self.parents.get(node), ast.ClassDef):
+                        self.functions.setdefault(node.name, []).append(node)
+            elif isinstance(node, ast.ClassDef):
+                self.defined.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.defined.update((a.asname or a.name).split(".")[0] for a in node.names)
             elif isinstance(node, ast.Call) and method_name(node) in ("parameters", "named_parameters"):
                 key = dotted(node.func.value)  # type: ignore[union-attr]
                 if key:
@@ -159,6 +178,8 @@ class Scopes:
 
     def kind_of(self, key: str, at: ast.AST) -> str | None:
         b = self.binding_at(key, at)
+        if b is None and key in self.defined:
+            return None  # a function, class or module: name hints (``build_model``) describe values only
         kind = self.binding_kind(b) if b is not None else None
         if kind is None and key in self.param_receivers:
             return "model"
@@ -267,11 +288,28 @@ class Scopes:
         if q.startswith("torch.") and last[:1].islower() and (last in FACTORIES or q.startswith("torch.nn.functional.")
                                                                 or last in ("cat", "stack", "from_numpy", "where", "matmul")):
             return "tensor"
+        if isinstance(call.func, ast.Name) and call.func.id in self.functions:
+            return self._return_kind(self.functions[call.func.id])
         if isinstance(call.func, (ast.Name, ast.Attribute)) and dotted(call.func):
             callee = self.expr_kind(call.func, at)
             if callee in ("model", "wrapper", "loss_fn"):
                 return "tensor"
         return None
+
+    def _return_kind(self, funcs: list[ast.AST]) -> str | None:
+        """What an in-file function returns, when every ``return`` agrees (``build_model()`` -> model)."""
+        kinds: set[str | None] = set()
+        for func in funcs:
+            if id(func) in self._busy:
+                return None
+            self._busy.add(id(func))
+            try:
+                for node in walk_local(func.body):  # type: ignore[attr-defined]
+                    if isinstance(node, ast.Return) and node.value is not None:
+                        kinds.add(self.expr_kind(node.value, node))
+            finally:
+                self._busy.discard(id(func))
+        return kinds.pop() if len(kinds) == 1 else None
 
     def _is_model_constructor(self, call: ast.Call, q: str, last: str) -> bool:
         if q in self.module_classes or (q.startswith("torch.nn.") and last[:1].isupper() and last != "Parameter"):

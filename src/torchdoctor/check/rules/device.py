@@ -190,11 +190,27 @@ def _module_names(ctx: Context) -> set[str]:
 
 
 def on_module(ctx: Context, receiver: ast.AST) -> bool:
-    """``tvm.cuda()``, ``cupy.cuda...``: a function of an imported module, not a tensor's method."""
+    """``tvm.cuda()``, ``cupy.cuda...``: a function of an imported module, not a tensor's method;
+    or ``settings.cuda()`` on an instance of a plain in-file class that defines its own ``cuda``."""
     node = receiver
     while isinstance(node, ast.Attribute):
         node = node.value
-    return isinstance(node, ast.Name) and node.id in _module_names(ctx)
+    if isinstance(node, ast.Name) and node.id in _module_names(ctx):
+        return True
+    return isinstance(receiver, ast.Name) and _own_cuda_class(ctx, receiver) is not None
+
+
+def _own_cuda_class(ctx: Context, receiver: ast.Name) -> str | None:
+    """The in-file non-module class ``receiver`` was built from, when that class defines ``cuda``."""
+    classes = memo(ctx, "own_cuda_classes", lambda: {
+        c.name for c in all_nodes(ctx) if isinstance(c, ast.ClassDef) and c.name not in ctx.facts.module_classes
+        and any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "cuda" for f in c.body)})
+    if not classes:
+        return None
+    b = ctx.facts.scopes.binding_at(receiver.id, receiver)
+    value = b.value if b is not None and b.index is None else None
+    name = ctx.call_name(value) if isinstance(value, ast.Call) else None
+    return name if name in classes else None
 
 
 def chooses_device(ctx: Context, node: ast.AST) -> bool:

@@ -320,7 +320,7 @@ def _rank_aliases(ctx: Context) -> set[str]:
     def compute() -> set[str]:
         out: set[str] = set()
         for n in all_nodes(ctx):
-            if isinstance(n, ast.Assign) and re.search(r"(?i)rank", ctx.segment(n.value)):
+            if isinstance(n, ast.Assign) and _is_rank_value(ctx, n.value):
                 out.update(d for t in n.targets if (d := dotted(t)))
             elif isinstance(n, ast.Call) and (ctx.call_name(n) or "").endswith("multiprocessing.spawn") and n.args:
                 target = dotted(n.args[0])
@@ -330,6 +330,25 @@ def _rank_aliases(ctx: Context) -> set[str]:
         return out
 
     return memo(ctx, "rank_aliases", compute)
+
+
+_RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
+
+
+def _is_rank_value(ctx: Context, value: ast.AST) -> bool:
+    """``value`` is a rank itself (``int(os.environ["LOCAL_RANK"])``, ``dist.get_rank()``, ``args.local_rank``),
+    not merely an expression that mentions one (``DDP(model, device_ids=[rank])`` is a model)."""
+    if isinstance(value, ast.IfExp):
+        return _is_rank_value(ctx, value.body) or _is_rank_value(ctx, value.orelse)
+    if isinstance(value, ast.BinOp):
+        return _is_rank_value(ctx, value.left) or _is_rank_value(ctx, value.right)
+    if isinstance(value, ast.Call):
+        last = (dotted(value.func) or "").rsplit(".", 1)[-1]
+        if last not in _RANK_CALLS and "rank" not in last.lower():
+            return False
+    elif not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)):
+        return False
+    return bool(re.search(r"(?i)rank", ctx.segment(value)))
 
 
 def _alias_guard(ctx: Context, node: ast.AST) -> bool:

@@ -79,9 +79,12 @@ def _find_moved_keys(ctx: Context) -> set[str]:
     for node in facts.calls:
         meth = method_name(node)
         if meth in ("to", "cuda", "to_empty", "xpu", "mps") and isinstance(node.func, ast.Attribute):
-            key = dotted(node.func.value) or dotted(getattr(node.func.value, "func", None))
+            recv = node.func.value
+            key = dotted(recv) or dotted(getattr(recv, "func", None))
             if key:
                 out.add(_last(key))
+            if isinstance(recv, ast.Call):  # convert_sync_batchnorm(model).to(device) moves `model` too
+                out |= {_last(dotted(a) or "") for a in recv.args}
         elif meth in ("prepare", "setup", "prepare_model", "setup_module") or facts.is_device_move(node):
             out |= {_last(dotted(a) or "") for a in node.args}
     # a function that moves one of its parameters moves whatever is passed in

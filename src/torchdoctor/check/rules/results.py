@@ -261,6 +261,20 @@ def _unpacked(assign: ast.Assign, name: str) -> ast.AST | None:
     return None
 
 
+def _is_empty_list(value: ast.AST | None) -> bool:
+    if isinstance(value, ast.List):
+        return not value.elts
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "list" and not value.args
+
+
+def _appended(ctx: Context, name: str, at: ast.AST) -> list[ast.AST]:
+    """What ``name.append(v)`` / ``name.extend(v)`` add to a list in the scope of ``at``."""
+    scope = ctx.facts.function_of(at) or ctx.tree
+    return [n.args[0] for n in walk_local(scope.body)  # type: ignore[attr-defined]
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend")
+            and isinstance(n.func.value, ast.Name) and n.func.value.id == name and len(n.args) == 1]
+
+
 def _or(*flags: tuple[bool, bool]) -> tuple[bool, bool]:
     return (any(f[0] for f in flags), any(f[1] for f in flags))
 
@@ -271,10 +285,12 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
         return _HOST
     facts = ctx.facts
     if isinstance(expr, ast.Name):
-        if facts.is_moved(expr.id, expr):
-            return (True, False)
         value = _binding_value(ctx, expr.id, expr)
-        return _flags(ctx, value, depth + 1) if value is not None else _HOST
+        if _is_empty_list(value):  # outputs = []; outputs.append(model(x)); torch.cat(outputs)
+            return _or(_HOST, *(_flags(ctx, v, depth + 1) for v in _appended(ctx, expr.id, expr)))
+        if value is not None:  # follows moves too: `.to("cpu")` lands on the host
+            return _flags(ctx, value, depth + 1)
+        return (True, False) if facts.is_moved(expr.id, expr) else _HOST
     if isinstance(expr, ast.Attribute):
         return (_flags(ctx, expr.value, depth + 1)[0], False) if expr.attr in ("data", "grad") else _HOST
     if isinstance(expr, (ast.Subscript, ast.Starred)):
