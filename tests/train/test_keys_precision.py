@@ -46,7 +46,7 @@ def test_ambiguous_model_keys_are_not_guessed() -> None:
 
 def test_unwrap_model_sees_through_data_parallel() -> None:
     inner = nn.Linear(2, 2)
-    assert unwrap_model(nn.DataParallel(inner)) is inner
+    assert unwrap_model(nn.DataParallel(inner)) is inner  # noqa: TD204
     assert unwrap_model(inner) is inner
 
 

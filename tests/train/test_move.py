@@ -119,7 +119,7 @@ def test_to_device_passes_non_blocking_false_for_pageable_sources(monkeypatch: p
 
 
 def test_device_loader_on_cpu_is_a_pass_through() -> None:
-    loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4)
+    loader = DataLoader(TensorDataset(torch.arange(10.0)), batch_size=4)  # noqa: TD304 - a CPU test
     wrapped = DeviceLoader(loader, "cpu")
     assert len(wrapped) == 3
     assert wrapped.batch_size == 4 and wrapped.dataset is loader.dataset  # attributes reach the loader
@@ -128,7 +128,7 @@ def test_device_loader_on_cpu_is_a_pass_through() -> None:
 
 
 def test_device_loader_moves_batches_to_another_device() -> None:
-    loader = DataLoader(TensorDataset(torch.arange(6.0), torch.arange(6)), batch_size=2)
+    loader = DataLoader(TensorDataset(torch.arange(6.0), torch.arange(6)), batch_size=2)  # noqa: TD304 - a CPU test
     batches = list(DeviceLoader(loader, "meta"))
     assert len(batches) == 3 and all(set(_devices(b)) == {"meta"} for b in batches)
 

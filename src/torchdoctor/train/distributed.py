@@ -69,10 +69,10 @@ def setup(preferred: Any = "auto") -> tuple[World, torch.device]:
 
 def wrap_model(model: nn.Module, world: World, device: torch.device) -> nn.Module:
     """The model wrapped in DistributedDataParallel when there are several ranks; else itself."""
-    if not world.distributed:
-        return model
     from torch.nn.parallel import DistributedDataParallel
 
+    if not world.distributed or isinstance(model, DistributedDataParallel):
+        return model  # wrapped by the user already: wrapping twice would all-reduce twice
     ids = [device.index] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
 

@@ -14,6 +14,7 @@ from torch import nn
 from torchdoctor.errors import InputError, UsageError
 from torchdoctor.train import distributed
 from torchdoctor.train.history import History
+from torchdoctor.train.keys import unwrap_model
 from torchdoctor.train.move import DeviceLoader, to_device
 from torchdoctor.train.precision import autocast_context, make_scaler, resolve_precision
 from torchdoctor.train.preload import PreloadedLoader
@@ -101,8 +102,9 @@ class _Runner:
     def __init__(self, model: nn.Module, optimizer: Any, loss_fn: Any, world: Any, device: torch.device, precision: str) -> None:
         _check_model(model, optimizer)
         self.world, self.device, self.precision = world, device, precision
-        self.raw_model = model.to(device)  # TD201: parameters move in place, so the optimizer's stay valid
-        self.model = model
+        model.to(device)  # TD201: parameters move in place, so the optimizer's stay valid
+        self.model = model  # what is called: may be compiled or already wrapped by the user
+        self.raw_model = unwrap_model(model)  # what is saved and switched between train and eval
         self.optimizer = optimizer
         self.loss_fn = loss_fn.to(device) if isinstance(loss_fn, nn.Module) else loss_fn  # TD406
         self.scaler = make_scaler(device, precision)
@@ -139,7 +141,7 @@ class _Runner:
             self.history.rows[:] = rows
 
     def run(self) -> History:
-        self.model = distributed.wrap_model(self.raw_model, self.world, self.device)
+        self.model = distributed.wrap_model(self.model, self.world, self.device)
         self._call("on_fit_start")
         for epoch in range(self.start_epoch, self.epochs):
             self.state.epoch = epoch
