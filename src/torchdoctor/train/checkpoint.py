@@ -79,6 +79,7 @@ def write_atomic(target: Path, write: Callable[[IO[bytes]], Any]) -> None:
     directory = target.parent if str(target.parent) else Path(".")
     tmp_name = str(directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
+        directory.mkdir(parents=True, exist_ok=True)
         # os.open with 0o666, unlike mkstemp's 0o600, leaves the file as readable as the umask allows.
         fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     except OSError as exc:

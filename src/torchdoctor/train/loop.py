@@ -153,6 +153,7 @@ class _Runner:
             if self.state.stop:
                 break
         self._call("on_fit_end")
+        distributed.barrier(self.world)  # no rank leaves the group while rank 0 still writes
         return self.history
 
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
