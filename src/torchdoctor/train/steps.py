@@ -27,6 +27,8 @@ def split_batch(batch: Any) -> tuple[Any, Any]:
 
 def forward(model: Callable[..., Any], inputs: Any) -> Any:
     """``model(inputs)``; a dict of inputs becomes keyword arguments, a list positional ones."""
+    if isinstance(inputs, torch.Tensor):  # the common case first: no ABC checks per step
+        return model(inputs)
     if isinstance(inputs, Mapping):
         return model(**inputs)
     if isinstance(inputs, list) or (type(inputs) is tuple):
