@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -100,5 +101,8 @@ def test_emit_writes_file_atomically(tmp_path):
     emit("[]", str(target))
     assert target.read_text() == "[]\n"
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~umask
     with pytest.raises(InputError, match="does not exist"):
         write_text_atomic(str(tmp_path / "missing" / "r.txt"), "x")
