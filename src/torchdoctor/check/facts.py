@@ -130,6 +130,23 @@ class Facts:
     # ---- program ---------------------------------------------------------------
     @cached_property
     def is_cuda_program(self) -> bool:
+        return self._mentions_cuda() and self._places_work()
+
+    def _places_work(self) -> bool:
+        """Something is put on a device: a move, a ``device=`` argument, a default device.
+        A file that only defines ``device`` and never uses it (a tutorial's last cell) runs on the CPU."""
+        for call in self.calls:
+            if self.is_device_move(call) and (self.move_device(call) or "").strip("'\"") != "cpu":
+                return True
+            if any(k.arg in ("device", "device_ids", "map_location") and string_value(k.value) != "cpu"
+                   for k in call.keywords):
+                return True
+            if method_name(call) in ("set_default_device", "prepare", "setup") or \
+                    (self.ctx.call_name(call) or "").endswith(("set_device", "pick_device")):
+                return True
+        return False
+
+    def _mentions_cuda(self) -> bool:
         for node in ast.walk(self.ctx.tree):
             s = string_value(node)
             if s is not None and re.fullmatch(r"cuda(:\d+)?", s.strip()):
