@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 
+from torchdoctor.check import flow
 from torchdoctor.check.astutil import FACTORIES, FUNC_TYPES, dotted, keyword, method_name, walk_local
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
@@ -34,10 +35,42 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue
         if _last(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key):
             continue
+        if _inputs_stay_on_host(ctx, key, stmt):
+            continue
         name = ctx.segment(call.func)
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{input_device}`",
                    fix=f"move it once after construction: `{key} = {key}.to({input_device})`")
+
+
+def _inputs_stay_on_host(ctx: Context, key: str, stmt: ast.Assign) -> bool:
+    """Every call of this very binding (``model(x)`` in its scope) takes inputs known to be on the host:
+    a model re-created for CPU inference (``x = test_data[0][0]``) next to a training part that moved data."""
+    facts = ctx.facts
+    binding = next((b for b in facts.scopes.bindings_of(key) if b.node is stmt), None)
+    if binding is None:
+        return False
+    body = facts.scope_of(stmt)
+    calls = [n for n in flow.region_nodes(body) if isinstance(n, ast.Call) and dotted(n.func) == key
+             and getattr(n, "lineno", 0) > stmt.lineno and facts.scopes.binding_at(key, n) is binding]
+    args = [(a, c) for c in calls for a in [*c.args, *(k.value for k in c.keywords)]]
+    return bool(calls) and not any(_may_be_on_device(ctx, a, c, 0) for a, c in args)
+
+
+def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+    """``expr`` may hold a device tensor: moved, created with ``device=``, or of unknown origin."""
+    facts = ctx.facts
+    for n in ast.walk(expr):
+        if isinstance(n, ast.Call) and (facts.is_device_move(n) or keyword(n, "device") is not None):
+            return True
+    names = [n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id not in ctx.imports]
+    for name in names:
+        b = facts.scopes.binding_at(name.id, at)
+        if b is None or b.value is None or b.index is not None or depth > 4:
+            return True  # a parameter, a loop target, an unpacked value: unknown
+        if _may_be_on_device(ctx, b.value, b.node, depth + 1):
+            return True
+    return False
 
 
 def _last(key: str) -> str:
