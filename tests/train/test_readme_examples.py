@@ -52,8 +52,9 @@ def test_readme_fit() -> None:
     from torchdoctor import fit
 
     data = TensorDataset(torch.randn(1000, 20), torch.randint(0, 2, (1000,)))
-    train_loader = DataLoader(data, batch_size=64, shuffle=True)
-    val_loader = DataLoader(data, batch_size=256)
+    pin = torch.cuda.is_available()  # fit() trains on the GPU when there is one
+    train_loader = DataLoader(data, batch_size=64, shuffle=True, pin_memory=pin)
+    val_loader = DataLoader(data, batch_size=256, pin_memory=pin)
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
     history = fit(
         model, train_loader,
