@@ -173,3 +173,18 @@ def test_loss_module_with_weights_is_moved_and_callbacks_run(run: Any) -> None:
     weighted = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0, 3.0]))
     history = fit(model, train, loss_fn=weighted, optimizer=opt, epochs=5, callbacks=[Recorder()], progress=False)
     assert events == ["start0", "end0", "start1", "end1"] and len(history) == 2
+
+
+def test_sampler_set_epoch_is_called_every_epoch_including_after_resume(tmp_path: Path) -> None:
+    class RecordingSampler(torch.utils.data.SequentialSampler):  # type: ignore[type-arg]
+        epochs: list[int] = []
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epochs.append(epoch)
+
+    data = make_data(32)
+    loader = DataLoader(data, batch_size=16, sampler=RecordingSampler(data))
+    model, opt, _, _ = make_run()
+    fit(model, loader, loss_fn=CE, optimizer=opt, epochs=2, checkpoint_dir=tmp_path, progress=False)
+    fit(model, loader, loss_fn=CE, optimizer=opt, epochs=4, checkpoint_dir=tmp_path, progress=False)  # resumes
+    assert RecordingSampler.epochs == [0, 1, 2, 3]  # TD701: a new order each epoch, continued after resume
