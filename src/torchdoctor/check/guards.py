@@ -90,13 +90,39 @@ def _has_mod(test: ast.AST) -> bool:
     return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(test))
 
 
+_COUNTER = re.compile(r"(?i)^(i|j|k|n|it|idx|step|steps|iter|iteration|batch_?(idx|id|i|num|index)?|.*_(step|iter|idx))$")
+
+
+def _one_off(test: ast.AST) -> bool:
+    """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a step counter tested against a fixed value."""
+    for n in ast.walk(test):
+        if not isinstance(n, ast.Compare) or len(n.ops) != 1 or not isinstance(n.ops[0], (ast.Eq, ast.Lt, ast.LtE)):
+            continue
+        sides = [n.left, n.comparators[0]]
+        names = [s.id if isinstance(s, ast.Name) else s.attr if isinstance(s, ast.Attribute) else "" for s in sides]
+        fixed = [isinstance(s, ast.Constant) or (isinstance(s, ast.BinOp) and "len" in ast.dump(s)) for s in sides]
+        if any(_COUNTER.match(name) for name in names) and any(fixed):
+            return True
+    return False
+
+
+def _in_body(test_node: ast.If | ast.IfExp, child: ast.AST) -> bool:
+    """``child`` is in the branch the test selects (not the else-branch, which runs on every other step)."""
+    if isinstance(test_node, ast.IfExp):
+        return child is test_node.body
+    return any(child is s for s in test_node.body)
+
+
 def under_step_guard(facts: Facts, node: ast.AST) -> bool:
-    """Inside an ``if`` whose test uses ``%`` (``step % log_every == 0``), in its body or else-branch."""
+    """Inside an ``if`` whose test uses ``%`` (``step % log_every == 0``) or runs on one step only
+    (``if i == 0:``), in its body or else-branch."""
     child = node
     for a in facts.ancestors(node):
         if isinstance(a, (*FUNC_TYPES, ast.Lambda, ast.ClassDef)):
             return False
         if isinstance(a, (ast.If, ast.IfExp)) and child is not a.test and _has_mod(a.test):
+            return True
+        if isinstance(a, (ast.If, ast.IfExp)) and child is not a.test and _in_body(a, child) and _one_off(a.test):
             return True
         child = a
     return False
