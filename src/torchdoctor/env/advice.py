@@ -37,7 +37,7 @@ def recommend_flavour(f: Facts, ccs: list[int]) -> str | None:
 
 
 def install_hint(f: Facts, ccs: list[int]) -> str:
-    """``pip install ... cuXXX`` for this machine's GPUs, with the driver it needs if this one is too old."""
+    """``pip install ... cu<NNN>`` for this machine's GPUs, with the driver it needs if this one is too old."""
     fl = recommend_flavour(f, ccs)
     if fl is None:
         return "install a CUDA build of PyTorch from https://pytorch.org/get-started/locally/"
