@@ -72,7 +72,7 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from torchdoctor.check import guards
+from torchdoctor.check import guards, models
 from torchdoctor.check.astutil import FUNC_TYPES, LOOP_TYPES, dotted, is_false, keyword, method_name, string_value, walk_local
 from torchdoctor.check.loops import LoopInfo, Loops
 from torchdoctor.check.scopes import Scopes
@@ -81,7 +81,6 @@ if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
 _MODULE_BASES = {"Module", "LightningModule", "PreTrainedModel", "Sequential", "ModuleList"}
-_DROPOUT_BN = re.compile(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm|InstanceNorm")
 _TRAIN_METHODS = {"train", "eval", "to", "cuda", "step", "zero_grad", "backward", "parameters", "forward"}
 
 
@@ -207,87 +206,7 @@ class Facts:
 
     def has_dropout_or_bn(self, expr: ast.AST, at: ast.AST) -> bool | None:
         """Whether the model ``expr`` evaluates to uses dropout or batch-norm (None: unknown)."""
-        value = self._construction(expr, at)
-        if value is None:
-            return None
-        q = self.ctx.call_name(value) or ""
-        if q in self.module_classes:
-            return self.class_has_dropout_or_bn(q)
-        if q.startswith(("torchvision.", "timm.", "transformers.", "torch.hub.")) or q.endswith("from_pretrained"):
-            return True
-        if q.startswith("torch.nn."):
-            return bool(_DROPOUT_BN.search(self.ctx.segment(value)))
-        return None
-
-    def _construction(self, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.Call | None:
-        """The constructor call a model expression came from, through names, ``.to()``, wrappers."""
-        if depth > 8:
-            return None
-        if isinstance(expr, ast.Call):
-            kind = self.scopes.call_kind(expr, at)
-            if kind == "model" and method_name(expr) not in ("to", "cuda", "train", "eval"):
-                return expr
-            inner = self._wrapped(expr, kind)
-            return self._construction(inner, at, depth + 1) if inner is not None else None
-        if isinstance(expr, ast.Attribute) and expr.attr in ("module", "_orig_mod"):
-            return self._construction(expr.value, at, depth + 1)
-        key = dotted(expr)
-        if key is None:
-            return None
-        b = self.scopes.binding_at(key, at)
-        if b is not None and b.value is not None and b.index is None and not isinstance(b.node, FUNC_TYPES):
-            return self._construction(b.value, b.node, depth + 1)
-        if b is not None and isinstance(b.node, FUNC_TYPES):
-            for arg, site in self._arguments_for(b.node, key):
-                found = self._construction(arg, site, depth + 1)
-                if found is not None:
-                    return found
-        for other in self.scopes.bindings_of(key):  # a parameter: any construction of that name
-            if other.value is not None and other.index is None and not isinstance(other.node, FUNC_TYPES):
-                found = self._construction(other.value, other.node, depth + 1)
-                if found is not None:
-                    return found
-        return None
-
-    def _wrapped(self, call: ast.Call, kind: str | None) -> ast.AST | None:
-        """The model a call passes through: ``m.to(d)`` -> m; ``DDP(m)``, ``torch.compile(m)``,
-        ``nn.SyncBatchNorm.convert_sync_batchnorm(m)`` -> m (calls of imported functions)."""
-        func = call.func
-        first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("module", "model")), None)
-        if kind == "wrapper" or not isinstance(func, ast.Attribute):
-            return first
-        root = func
-        while isinstance(root, ast.Attribute):
-            root = root.value
-        if isinstance(root, ast.Name) and root.id in self.ctx.imports and self.scopes.binding_at(root.id, call) is None:
-            return first
-        return func.value
-
-    def _arguments_for(self, func: ast.AST, param: str) -> list[tuple[ast.AST, ast.Call]]:
-        """What each call site passes for ``param`` of ``func``."""
-        args = func.args  # type: ignore[attr-defined]
-        names = [a.arg for a in args.posonlyargs + args.args]
-        if self.class_of(func) is not None and names[:1] == ["self"]:
-            names = names[1:]
-        out: list[tuple[ast.AST, ast.Call]] = []
-        for site in self.call_sites(func):
-            for kw in site.keywords:
-                if kw.arg == param:
-                    out.append((kw.value, site))
-            if param in names and names.index(param) < len(site.args):
-                out.append((site.args[names.index(param)], site))
-        return out
-
-    def class_has_dropout_or_bn(self, name: str, seen: frozenset[str] = frozenset()) -> bool:
-        cls = next((n for n in ast.walk(self.ctx.tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
-        if cls is None or name in seen:
-            return False
-        seen = seen | {name}
-        if _DROPOUT_BN.search(self.ctx.segment(cls)):
-            return True
-        used = {dotted(n.func) for n in ast.walk(cls) if isinstance(n, ast.Call)}
-        used |= {dotted(b) for b in cls.bases}
-        return any(u in self.module_classes and self.class_has_dropout_or_bn(u, seen) for u in used if u)
+        return models.has_dropout_or_bn(self, expr, at)
 
     # ---- loops ---------------------------------------------------------------------
     @cached_property

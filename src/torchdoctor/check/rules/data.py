@@ -7,6 +7,7 @@ import ast
 from torchdoctor.check import flow
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name
 from torchdoctor.check.context import Context
+from torchdoctor.check.models import moved_keys
 from torchdoctor.check.registry import rule
 from torchdoctor.findings import Severity
 
@@ -145,8 +146,6 @@ def _data_root(value: ast.AST) -> str | None:
 
 def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
     """Nothing in the loop is moved: report only when the model is surely on a GPU and the data surely not."""
-    from torchdoctor.check.rules.model import _moved_keys
-
     facts = ctx.facts
     if not facts.is_cuda_program or facts.loop_kind(loop) not in ("train", "eval"):
         return False
@@ -158,7 +157,7 @@ def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
     if keyword(b.value, "collate_fn") or has_kwargs(b.value) or _data_preloaded_on_device(ctx):
         return False
     models = [n for n in flow.region_nodes(loop) if isinstance(n, ast.Call) and flow.consumer_kind(ctx, n) == "model"]
-    moved = _moved_keys(ctx)
+    moved = moved_keys(ctx)
     keys = [dotted(m.func) for m in models]
     return any(k and (k.rsplit(".", 1)[-1] in moved or facts.is_moved(k, loop)) for k in keys)
 

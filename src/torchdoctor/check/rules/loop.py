@@ -5,8 +5,9 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check import flow
-from torchdoctor.check.astutil import FUNC_TYPES, LOOP_TYPES, dotted, keyword, method_name, walk_local
+from torchdoctor.check.astutil import FUNC_TYPES, LOOP_TYPES, dotted, keyword, method_name
 from torchdoctor.check.context import Context
+from torchdoctor.check.models import first_input_device
 from torchdoctor.check.registry import rule
 
 
@@ -282,9 +283,7 @@ def loss_weights_on_cpu(node: ast.AST, ctx: Context) -> None:
     held = [(arg, v) for arg, v in held if _cpu_tensor(ctx, v, node)]
     if not held or _loss_moved(ctx, node):
         return
-    from torchdoctor.check.rules.model import _first_input_device
-
-    device = _first_input_device(ctx)
+    device = first_input_device(ctx)
     if device is None:
         return
     arg, value = held[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check import flow
+from torchdoctor.check.models import first_input_device, last_name, moved_keys
 from torchdoctor.check.astutil import FACTORIES, FUNC_TYPES, dotted, keyword, method_name, walk_local
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
@@ -17,10 +18,10 @@ _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str"
 def model_never_moved(node: ast.AST, ctx: Context) -> None:
     """Model never moved to the device that its inputs are moved to."""
     facts = ctx.facts
-    input_device = _first_input_device(ctx)
+    input_device = first_input_device(ctx)
     if input_device is None:
         return
-    moved = _moved_keys(ctx)
+    moved = moved_keys(ctx)
     for stmt in facts.nodes:
         if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.value, ast.Call):
             continue
@@ -33,7 +34,7 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # a submodule moves with its parent
         if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
             continue
-        if _last(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key):
+        if last_name(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key):
             continue
         if _inputs_stay_on_host(ctx, key, stmt):
             continue
@@ -73,72 +74,9 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
     return False
 
 
-def _last(key: str) -> str:
-    return key.rsplit(".", 1)[-1]
-
-
-def _first_input_device(ctx: Context) -> str | None:
-    """The device of the first tensor moved off the CPU in the file, if any."""
-    return ctx.facts.cached("first_input_device", lambda: _find_input_device(ctx))  # type: ignore[no-any-return]
-
-
-def _find_input_device(ctx: Context) -> str | None:
-    facts = ctx.facts
-    for node in sorted(facts.calls, key=lambda n: (n.lineno, n.col_offset)):
-        if facts.is_device_move(node):
-            dev = facts.move_device(node) or ""
-            recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
-            kind = facts.expr_kind(recv, node) if recv is not None else None
-            if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") in ("cpu",) or "cpu" == dev:
-                continue
-            if recv is not None and _looks_like_model_expr(ctx, recv):
-                continue
-            return dev
-    return None
-
-
-def _looks_like_model_expr(ctx: Context, recv: ast.AST) -> bool:
-    return isinstance(recv, ast.Call) and ctx.facts.scopes.call_kind(recv, recv) in ("model", "wrapper")
-
-
-def _moved_keys(ctx: Context) -> set[str]:
-    """Last name parts of every receiver moved to a device, or handed to a device-aware helper."""
-    return ctx.facts.cached("moved_keys", lambda: _find_moved_keys(ctx))  # type: ignore[no-any-return]
-
-
-def _find_moved_keys(ctx: Context) -> set[str]:
-    facts = ctx.facts
-    out: set[str] = set()
-    for node in facts.calls:
-        meth = method_name(node)
-        if meth in ("to", "cuda", "to_empty", "xpu", "mps") and isinstance(node.func, ast.Attribute):
-            recv = node.func.value
-            key = dotted(recv) or dotted(getattr(recv, "func", None))
-            if key:
-                out.add(_last(key))
-            if isinstance(recv, ast.Call):  # convert_sync_batchnorm(model).to(device) moves `model` too
-                out |= {_last(dotted(a) or "") for a in recv.args}
-        elif meth in ("prepare", "setup", "prepare_model", "setup_module") or facts.is_device_move(node):
-            out |= {_last(dotted(a) or "") for a in node.args}
-    # a function that moves one of its parameters moves whatever is passed in
-    for funcs in facts.functions.values():
-        for func in funcs:
-            params = {a.arg for a in func.args.args + func.args.kwonlyargs}
-            if params & out:
-                out |= _passed_to(ctx, func.name)
-    return out
-
-
-def _passed_to(ctx: Context, func_name: str) -> set[str]:
-    out: set[str] = set()
-    for node in ctx.facts.calls_to.get(func_name, []):
-        out |= {_last(dotted(a) or "") for a in list(node.args) + [k.value for k in node.keywords]}
-    return out
-
-
 def _used_as_model(ctx: Context, key: str) -> bool:
     """The model is called somewhere (``model(x)``) or handed to an in-file function."""
-    return _last(key) in ctx.facts.cached("models_used", lambda: _names_used_as_models(ctx))
+    return last_name(key) in ctx.facts.cached("models_used", lambda: _names_used_as_models(ctx))
 
 
 def _names_used_as_models(ctx: Context) -> set[str]:
@@ -146,15 +84,15 @@ def _names_used_as_models(ctx: Context) -> set[str]:
     for node in ctx.facts.calls:
         key = dotted(node.func)
         if key and (not method_name(node) or key.startswith("self.")):
-            out.add(_last(key))
+            out.add(last_name(key))
         if ctx.facts.resolve(node):
-            out |= {_last(dotted(a) or "") for a in node.args}
+            out |= {last_name(dotted(a) or "") for a in node.args}
     return out
 
 
 def _escapes(ctx: Context, key: str) -> bool:
     """The model is handed to code outside the file that may move it (a Trainer, a helper module)."""
-    return _last(key) in ctx.facts.cached("escaping", lambda: _names_escaping(ctx))
+    return last_name(key) in ctx.facts.cached("escaping", lambda: _names_escaping(ctx))
 
 
 def _names_escaping(ctx: Context) -> set[str]:
@@ -167,7 +105,7 @@ def _names_escaping(ctx: Context) -> set[str]:
             continue
         for a in list(node.args) + [k.value for k in node.keywords]:
             if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a):
-                out.add(_last(dotted(a) or ""))
+                out.add(last_name(dotted(a) or ""))
     return out
 
 
