@@ -78,28 +78,12 @@ def unified_diff(path: str, old: str, new: str) -> str:
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Replace a source file in one step, keeping its permissions (and the file behind a symlink).
-
-    torchdoctor.report.write_text_atomic writes reports; a source file also
-    needs its own encoding and mode kept, which that helper does not do.
-    """
-    import tempfile
+    """Replace a source file in one step, keeping its mode (and the file behind a symlink)."""
+    from torchdoctor._files import write_atomic
 
     target = os.path.realpath(path)
-    directory = os.path.dirname(target)
     try:
         mode = os.stat(target).st_mode & 0o7777
-        fd, tmp = tempfile.mkstemp(prefix=".torchdoctor-", dir=directory)
+        write_atomic(target, lambda handle: handle.write(data), mode=mode, durable=False)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None

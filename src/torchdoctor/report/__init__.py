@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import IO
 
@@ -51,27 +50,15 @@ def use_color(stream: IO[str]) -> bool:
 
 def write_text_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader never sees half a file."""
+    from torchdoctor._files import write_atomic
+
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise InputError(f"cannot write {path}: directory {directory} does not exist")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".torchdoctor-", dir=directory)
+        write_atomic(path, lambda handle: handle.write(text.encode("utf-8")), durable=False)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        # mkstemp makes the file 0600; a report should get the usual mode (umask applies).
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def emit(text: str, output_file: str | None, stream: IO[str] | None = None) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from typing import IO, Any, Callable, Union
 import torch
 from torch import nn
 
+from torchdoctor._files import write_atomic as _write_atomic
 from torchdoctor.errors import InputError
 from torchdoctor.train.keys import KeyReport, reconcile_keys, unwrap_model
 
@@ -75,40 +75,16 @@ def save(
 
 
 def write_atomic(target: Path, write: Callable[[IO[bytes]], Any]) -> None:
-    """Run ``write`` on a temporary file beside ``target``, make it durable, then rename it over ``target``."""
+    """Write durably beside ``target`` and rename over it (torchdoctor._files.write_atomic)."""
     directory = target.parent if str(target.parent) else Path(".")
-    tmp_name = str(directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        # os.open with 0o666, unlike mkstemp's 0o600, leaves the file as readable as the umask allows.
-        fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     except OSError as exc:
         raise CheckpointError(f"cannot write a checkpoint in {str(directory)!r}: {exc.strerror or exc}") from None
     try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
-        os.replace(tmp_name, target)
-        _fsync_dir(directory)  # ... and the rename itself survives a power cut
-    except BaseException as exc:
-        _remove_quietly(tmp_name)
-        if isinstance(exc, OSError):
-            raise CheckpointError(f"saving {str(target)!r} failed ({exc.strerror or exc}); the previous file is intact") from exc
-        raise
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # Windows cannot open directories; the rename is still atomic there
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        _write_atomic(target, write)
+    except OSError as exc:
+        raise CheckpointError(f"saving {str(target)!r} failed ({exc.strerror or exc}); the previous file is intact") from exc
 
 
 def _remove_quietly(name: str) -> None:
