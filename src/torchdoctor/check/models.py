@@ -173,3 +173,57 @@ def _passed_to(ctx: Context, func_name: str) -> set[str]:
     for node in ctx.facts.calls_to.get(func_name, []):
         out |= {last_name(dotted(a) or "") for a in list(node.args) + [k.value for k in node.keywords]}
     return out
+
+
+# ---- wrappers ---------------------------------------------------------------------------------
+_PARALLEL = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
+_SAME_MODULE = ("to", "cuda", "train", "eval", "half", "float", "bfloat16", "requires_grad_")
+
+
+def wrapper_prefix(facts: Facts, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
+    """The key prefix a wrapper adds to ``expr.state_dict()``: ``module.`` (DataParallel/DDP),
+    ``_orig_mod.`` (torch.compile), or None for a plain module (or when unknown).
+
+    ``m.module`` is what the wrapper wraps, which may itself be compiled (nanoGPT's
+    ``raw_model = model.module if ddp else model`` around ``DDP(torch.compile(model))``).
+    """
+    if depth > 8:
+        return None
+    if isinstance(expr, ast.Call):
+        q = facts.ctx.call_name(expr) or ""
+        if q.rsplit(".", 1)[-1] in _PARALLEL:
+            return "module."
+        if q == "torch.compile":
+            return "_orig_mod."
+        if method_name(expr) in _SAME_MODULE:
+            return wrapper_prefix(facts, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
+        return None
+    if isinstance(expr, ast.IfExp):  # `m.module if wrapped else m`: the unwrapping branch decides
+        unwrap = [b for b in (expr.body, expr.orelse) if isinstance(b, ast.Attribute) and b.attr in ("module", "_orig_mod")]
+        if unwrap:
+            return wrapper_prefix(facts, unwrap[0], at, depth + 1)
+        return wrapper_prefix(facts, expr.body, at, depth + 1) or wrapper_prefix(facts, expr.orelse, at, depth + 1)
+    if isinstance(expr, ast.Attribute) and expr.attr in ("module", "_orig_mod"):
+        inner = _wrapped_argument(facts, expr.value, at, depth)
+        return wrapper_prefix(facts, inner[0], inner[1], depth + 1) if inner is not None else None
+    key = dotted(expr)
+    b = facts.scopes.binding_at(key, at) if key else None
+    if b is None or b.value is None or b.index is not None or isinstance(b.node, FUNC_TYPES):
+        return None
+    return wrapper_prefix(facts, b.value, b.node, depth + 1)
+
+
+def _wrapped_argument(facts: Facts, expr: ast.AST, at: ast.AST, depth: int) -> tuple[ast.AST, ast.AST] | None:
+    """The module a wrapper expression was built around, and where: ``DDP(m)`` -> (m, that call)."""
+    for _ in range(8 - depth):
+        if isinstance(expr, ast.Call):
+            q = facts.ctx.call_name(expr) or ""
+            if (q.rsplit(".", 1)[-1] in _PARALLEL or q == "torch.compile") and expr.args:
+                return expr.args[0], at
+            return None
+        key = dotted(expr)
+        b = facts.scopes.binding_at(key, at) if key else None
+        if b is None or b.value is None or b.index is not None or isinstance(b.node, FUNC_TYPES):
+            return None
+        expr, at = b.value, b.node
+    return None

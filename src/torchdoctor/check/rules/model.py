@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check import flow
-from torchdoctor.check.models import first_input_device, last_name, moved_keys
+from torchdoctor.check.models import first_input_device, last_name, moved_keys, wrapper_prefix
 from torchdoctor.check.astutil import FACTORIES, FUNC_TYPES, dotted, keyword, method_name, walk_local
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
@@ -195,11 +195,13 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     if method_name(node) != "state_dict" or node.args or not isinstance(node.func, ast.Attribute):
         return
     recv = node.func.value
-    if ctx.facts.expr_kind(recv, node) != "wrapper" or not _saved(ctx, node):
+    prefix = wrapper_prefix(ctx.facts, recv, node)
+    if prefix is None and ctx.facts.expr_kind(recv, node) == "wrapper":
+        prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
+    if prefix is None or not _saved(ctx, node):
         return
     name = ctx.segment(recv)
-    attr = "_orig_mod" if _wrapped_by_compile(ctx, recv, node) else "module"
-    prefix = f"{attr}."
+    attr = prefix.rstrip(".")
     ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
                fix=f"save `{name}.{attr}.state_dict()` (unwrap first)")
 
