@@ -38,12 +38,15 @@ def add_output_options(parser: argparse.ArgumentParser, formats: Sequence[str] =
     parser.add_argument("--output-file", "-o", metavar="PATH", help="write the report to PATH instead of standard output")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that sub-command's (so that `check` never imports `run`'s parts)."""
     parser = _Parser(prog="torchdoctor", description="Makes sure a PyTorch program gets GPU training right.")
     parser.add_argument("--version", action="version", version=f"torchdoctor {__version__}")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subs.required = True
     for name, (module, help_text) in _COMMANDS.items():
+        if only is not None and name != only:
+            continue
         sub = subs.add_parser(name, help=help_text, description=help_text)
         sub.set_defaults(_module=module)
         # Configuring a parser must stay cheap: each command module imports its
@@ -54,9 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    # Only the chosen command's module is configured when one is named, so that
-    # `torchdoctor check` never imports the parts of `run` or `env`.
-    parser = _build_for(args_list)
+    chosen = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(chosen if chosen in _COMMANDS else None)
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exc:
@@ -75,21 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("torchdoctor: internal error (please report it with the traceback below)", file=sys.stderr)
         traceback.print_exc()
         return 2
-
-
-def _build_for(argv: list[str]) -> argparse.ArgumentParser:
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    if chosen not in _COMMANDS:
-        return build_parser()
-    parser = _Parser(prog="torchdoctor", description="Makes sure a PyTorch program gets GPU training right.")
-    parser.add_argument("--version", action="version", version=f"torchdoctor {__version__}")
-    subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    subs.required = True
-    module, help_text = _COMMANDS[chosen]
-    sub = subs.add_parser(chosen, help=help_text, description=help_text)
-    sub.set_defaults(_module=module)
-    importlib.import_module(module).configure(sub)
-    return parser
 
 
 if __name__ == "__main__":
