@@ -164,13 +164,15 @@ def _find_moved_keys(ctx: Context) -> set[str]:
         for func in funcs:
             params = {a.arg for a in func.args.args + func.args.kwonlyargs}
             if params & out:
-                out |= _passed_to(ctx, func.name)
+                out |= _passed_to(ctx, func)
     return out
 
 
-def _passed_to(ctx: Context, func_name: str) -> set[str]:
+def _passed_to(ctx: Context, func: ast.AST) -> set[str]:
+    """Names passed to ``func``: by its name, or to its class for an ``__init__`` (``Trainer(net, ...)``)."""
+    calls = list(ctx.facts.calls_to.get(func.name, [])) + list(ctx.facts.call_sites(func))  # type: ignore[attr-defined]
     out: set[str] = set()
-    for node in ctx.facts.calls_to.get(func_name, []):
+    for node in calls:
         out |= {last_name(dotted(a) or "") for a in list(node.args) + [k.value for k in node.keywords]}
     return out
 
