@@ -275,7 +275,9 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
         site.node,
         f"`{site.text}` hard-codes CUDA and the file never checks `torch.cuda.is_available()`: "
         "it crashes on a machine without a GPU",
-        fix='pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
+        fix=('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '
+             'else torch.device("cpu")` (with the gloo backend)') if site.indexed else
+            'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
     )
 
 
