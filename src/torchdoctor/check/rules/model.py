@@ -125,7 +125,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     cls = ctx.facts.class_of(node)
     if func is None or func.name != "__init__" or cls is None or cls.name not in ctx.facts.module_classes:
         return
-    if _registered(cls, target.attr):
+    if _registered(cls, target.attr) or _moved_by_own_to(cls, target.attr):
         return
     call = ctx.segment(node.value)
     edits = ()
@@ -165,6 +165,16 @@ def _registered(cls: ast.ClassDef, attr: str) -> bool:
             first = node.args[0]
             if isinstance(first, ast.Constant) and first.value == attr:
                 return True
+    return False
+
+
+def _moved_by_own_to(cls: ast.ClassDef, attr: str) -> bool:
+    """The class overrides ``to``/``cuda``/``_apply`` and moves ``self.attr`` there itself."""
+    for func in cls.body:
+        if isinstance(func, FUNC_TYPES) and func.name in ("to", "cuda", "_apply"):
+            for node in ast.walk(func):
+                if isinstance(node, ast.Assign) and any(dotted(t) == f"self.{attr}" for t in node.targets):
+                    return True
     return False
 
 
