@@ -8,6 +8,7 @@ from collections.abc import Iterator
 SCOPE_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 FUNC_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
 LOOP_TYPES = (ast.For, ast.AsyncFor, ast.While)
+COMP_TYPES = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)  # loops written as expressions
 
 # torch functions that make a new tensor and take ``device=``.
 FACTORIES = frozenset({
@@ -95,9 +96,18 @@ def body_nodes(node: ast.AST) -> Iterator[ast.AST]:
         stmts = list(node.body) + list(node.orelse)
     elif isinstance(node, FUNC_TYPES):
         stmts = list(node.body)
+    elif isinstance(node, COMP_TYPES):
+        stmts = comp_body(node)  # type: ignore[assignment]
     else:
         stmts = [node]
     return walk_local(stmts)
+
+
+def comp_body(comp: ast.AST) -> list[ast.AST]:
+    """What a comprehension runs per item: its element(s), its conditions, the iterables after the first."""
+    elts = [comp.key, comp.value] if isinstance(comp, ast.DictComp) else [comp.elt]  # type: ignore[attr-defined]
+    gens = comp.generators  # type: ignore[attr-defined]
+    return [*elts, *(c for g in gens for c in g.ifs), *(g.iter for g in gens[1:])]
 
 
 def target_names(target: ast.AST) -> list[str]:

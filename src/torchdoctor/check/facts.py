@@ -36,7 +36,8 @@ Loops (``for``/``async for``/``while``)
     ``batch_vars(loop)``     names bound to batch data: the target (tuple unpacking, minus
                              enumerate's counter) plus ``x, y = batch`` / ``x = batch["x"]``.
     ``loader_of(loop)``      the iterated loader expression, or None.
-    ``enclosing_loop(node, kind=None)``  nearest loop around ``node`` in the same function;
+    ``enclosing_loop(node, kind=None)``  nearest loop around ``node`` in the same function
+                             (a comprehension over a loader counts: ``[model(x) for x in loader]``);
                              ``kind`` in "train", "eval", "epoch", "batch" (train or eval or
                              any batch loop).
 
@@ -73,7 +74,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from torchdoctor.check import guards, models
-from torchdoctor.check.astutil import FUNC_TYPES, LOOP_TYPES, dotted, is_false, keyword, method_name, string_value, walk_local
+from torchdoctor.check.astutil import COMP_TYPES, FUNC_TYPES, LOOP_TYPES, dotted, is_false, keyword, method_name, string_value, walk_local
 from torchdoctor.check.loops import LoopInfo, Loops
 from torchdoctor.check.scopes import Scopes
 
@@ -237,7 +238,9 @@ class Facts:
         for a in self.ancestors(node):
             if a is scope:
                 return None
-            if isinstance(a, LOOP_TYPES) and _in_body(a, node, self):
+            if isinstance(a, COMP_TYPES) and not self._loops.get(a).is_batch:
+                continue  # ``[t.item() for t in losses]``: not a loop over batches
+            if isinstance(a, (*LOOP_TYPES, *COMP_TYPES)) and _in_body(a, node, self):
                 info = self._loops.get(a)
                 if kind is None or info.kind == kind or (kind == "batch" and (info.is_batch or info.kind in ("train", "eval"))):
                     return a
@@ -386,6 +389,8 @@ class Facts:
 
 def _in_body(loop: ast.AST, node: ast.AST, facts: Facts) -> bool:
     """``node`` is in the loop's body (not its iterable or its target)."""
+    if isinstance(loop, COMP_TYPES):  # its first iterable is evaluated once, outside
+        return not any(a is loop.generators[0].iter for a in [node, *facts.ancestors(node)])  # type: ignore[attr-defined]
     header = [getattr(loop, "iter", None), getattr(loop, "target", None), getattr(loop, "test", None)]
     for a in [node, *facts.ancestors(node)]:
         if a is loop:

@@ -6,7 +6,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import LOOP_TYPES, dotted, method_name, root_name, walk_local
+from torchdoctor.check.astutil import COMP_TYPES, LOOP_TYPES, comp_body, dotted, method_name, root_name, walk_local
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -91,6 +91,8 @@ def region_nodes(region: ast.AST) -> list[ast.AST]:
 def _region_nodes(region: ast.AST) -> list[ast.AST]:
     if isinstance(region, LOOP_TYPES):
         return list(walk_local(list(region.body)))
+    if isinstance(region, COMP_TYPES):
+        return list(walk_local(comp_body(region)))  # type: ignore[arg-type]
     return list(walk_local(list(getattr(region, "body", []))))
 
 

@@ -7,7 +7,17 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FUNC_TYPES, LOOP_TYPES, body_nodes, dotted, method_name, target_names, walk_local
+from torchdoctor.check.astutil import (
+    COMP_TYPES,
+    FUNC_TYPES,
+    LOOP_TYPES,
+    body_nodes,
+    dotted,
+    method_name,
+    names_in,
+    target_names,
+    walk_local,
+)
 
 if TYPE_CHECKING:
     from torchdoctor.check.facts import Facts
@@ -59,8 +69,16 @@ class Loops:
             self.info[id(loop)] = self._describe(loop)
         for loop in loops:
             self._classify_train(loop)
+        # Comprehensions over a loader (``sum(f(model(x)) for x, y in val_loader)``) are batch loops too.
+        comps = [n for n in facts.nodes if isinstance(n, COMP_TYPES)]
+        comps.sort(key=lambda n: (n.lineno, n.col_offset))
+        for comp in comps:
+            self.info[id(comp)] = self._describe_comp(comp)
         for loop in loops:
             self._classify_eval(loop)
+        for comp in comps:
+            if self.info[id(comp)].is_batch:
+                self._classify_comp(comp)
         for loop in loops:
             self._classify_epoch(loop)
 
@@ -89,6 +107,50 @@ class Loops:
             info.index_var = target.elts[0].id if isinstance(target.elts[0], ast.Name) else None
             target = target.elts[1]
         info.batch_vars = [n for n in target_names(target) if n not in _NOT_BATCH_NAMES]
+
+    def _describe_comp(self, comp: ast.AST) -> LoopInfo:
+        info = LoopInfo(comp)
+        gen = comp.generators[0]  # type: ignore[attr-defined]
+        iters, counter = unwrap_iter(gen.iter)
+        loaders = [it for it in iters if self._is_loader(it, comp)]
+        if not loaders:
+            return info
+        info.is_batch, info.loader = True, loaders[0]
+        info.has_backward = any(self.facts.is_backward_call(n) for n in body_nodes(comp))
+        target = gen.target
+        if counter and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            info.index_var = target.elts[0].id if isinstance(target.elts[0], ast.Name) else None
+            target = target.elts[1]
+        info.batch_vars = [n for n in target_names(target) if n not in _NOT_BATCH_NAMES]
+        return info
+
+    def _classify_comp(self, comp: ast.AST) -> None:
+        """Train when its result is backpropagated, else evaluation by the same signs as a loop."""
+        info = self.info[id(comp)]
+        if info.has_backward or self._feeds_backward(comp):
+            info.kind = "train"
+        else:
+            self._classify_eval(comp)
+
+    def _feeds_backward(self, comp: ast.AST) -> bool:
+        """``loss = sum(crit(model(x), y) for ...)`` followed by ``loss.backward()`` (through assignments)."""
+        stmt = next((a for a in self.facts.ancestors(comp) if isinstance(a, ast.stmt)), None)
+        if stmt is None:
+            return False
+        if not hasattr(stmt, "body") and any(self.facts.is_backward_call(n) for n in walk_local([stmt])):
+            return True
+        scope = self.facts.scope_of(comp)
+        tainted = {n for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if t is not None
+                   for n in target_names(t)}
+        for node in walk_local(getattr(scope, "body", [])):
+            if not tainted or (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) <= (stmt.lineno, stmt.col_offset):
+                continue
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and names_in(node.value) & tainted:
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    tainted.update(target_names(t))
+            elif self.facts.is_backward_call(node) and names_in(node) & tainted:
+                return True
+        return False
 
     def _describe_while(self, info: LoopInfo) -> None:
         # ``while True: x, y = get_batch("train")`` / ``batch = next(it)``.

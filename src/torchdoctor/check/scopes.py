@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import (
+    COMP_TYPES,
     FACTORIES,
     FUNC_TYPES,
+    SCOPE_TYPES,
     dotted,
     func_params,
     method_name,
@@ -76,6 +78,7 @@ class Scopes:
         self._busy: set[int] = set()
         self.functions: dict[str, list[ast.AST]] = {}  # plain functions (not methods) by name
         self.defined: set[str] = set(ctx.imports)  # names bound by def, class or import
+        self.comp_bindings: dict[str, dict[int, Binding]] = {}  # name -> id(comprehension) -> its target
         self._collect(ctx.tree)
 
     # ---- collection ----------------------------------------------------------
@@ -124,6 +127,8 @@ class Scopes:
             elif isinstance(node, (ast.For, ast.AsyncFor)):
                 for name in target_names(node.target):
                     self._add(name, node, None, node.target)
+            elif isinstance(node, COMP_TYPES):
+                self._collect_comp(node)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 self._bind_target(node.optional_vars, node.context_expr, node.optional_vars)
             elif isinstance(node, (*FUNC_TYPES, ast.Lambda)):
@@ -141,6 +146,29 @@ class Scopes:
                 if key:
                     self.param_receivers.add(key)
 
+    def _collect_comp(self, comp: ast.AST) -> None:
+        """A comprehension's targets bind inside it only (``x`` in ``[m(x) for x in loader]``)."""
+        scope = self.scope_of(comp)
+        for gen in comp.generators:  # type: ignore[attr-defined]
+            for name in target_names(gen.target):
+                pos = (gen.target.lineno, gen.target.col_offset)
+                self.comp_bindings.setdefault(name, {})[id(comp)] = Binding(name, scope, None, pos, gen.target)
+
+    def _comp_binding(self, key: str, at: ast.AST) -> Binding | None:
+        """The binding of ``key`` by a comprehension around ``at`` (not in its first iterable)."""
+        found = self.comp_bindings.get(key)
+        if not found:
+            return None
+        path = [at]
+        cur = self.parents.get(at)
+        while cur is not None and not isinstance(cur, SCOPE_TYPES):
+            b = found.get(id(cur))
+            if b is not None and not (len(path) >= 2 and path[-2] is cur.generators[0].iter):  # type: ignore[attr-defined]
+                return b
+            path.append(cur)
+            cur = self.parents.get(cur)
+        return None
+
     def _collect_params(self, func: ast.AST) -> None:
         args = func.args  # type: ignore[attr-defined]
         annotated = {a.arg: a.annotation for a in args.posonlyargs + args.args + args.kwonlyargs}
@@ -157,6 +185,9 @@ class Scopes:
         scope = self._scope_for_key(key, at)
         if scope is None:
             return None
+        comp = self._comp_binding(key, at)
+        if comp is not None:
+            return comp
         here = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
         found = self.bindings.get((id(scope), key))
         if not found and not key.startswith("self."):
@@ -207,10 +238,10 @@ class Scopes:
         from torchdoctor.check.loops import _LOADERISH, unwrap_iter
 
         loop = self.parents.get(b.node)
-        if not isinstance(loop, (ast.For, ast.AsyncFor)) or b.node is not loop.target:
+        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)) or b.node is not loop.target:
             return None
         iters, counter = unwrap_iter(loop.iter)
-        if not any(_LOADERISH.search(self.ctx.segment(i)) or (dotted(i) and self.expr_kind(i, loop) == "loader")
+        if not any(_LOADERISH.search(self.ctx.segment(i)) or (dotted(i) and self.expr_kind(i, i) == "loader")
                    for i in iters):
             return None
         target = loop.target

@@ -11,7 +11,7 @@ from torchdoctor.check.models import moved_keys
 from torchdoctor.check.registry import rule
 from torchdoctor.findings import Severity
 
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 # ---- TD301 ----------------------------------------------------------------------------
@@ -106,8 +106,10 @@ def _unmoved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, batch: set[str
     b = ctx.facts.scopes.binding_at(name, at)
     if b is None or depth > 6:
         return False
-    if b.value is None:  # the loop's own target
-        return ctx.facts.parent(b.node) is loop or b.node is getattr(loop, "target", None)
+    if b.value is None:  # the loop's own target (a comprehension's: under its ``for`` clause)
+        parent = ctx.facts.parent(b.node)
+        return parent is loop or b.node is getattr(loop, "target", None) or \
+            (isinstance(parent, ast.comprehension) and ctx.facts.parent(parent) is loop)
     if any(isinstance(n, ast.Call) and (ctx.facts.is_device_move(n) or method_name(n) == "pin_memory") for n in ast.walk(b.value)):
         return False
     if not any(b.node is n for n in flow.region_nodes(loop)):
