@@ -27,7 +27,7 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue
         key = dotted(stmt.targets[0])
         call = stmt.value
-        if key is None or facts.scopes.call_kind(call, stmt) != "model" or method_name(call) in ("to", "cuda"):
+        if key is None or facts.scopes.call_kind(call, stmt) != "model" or facts.value_is_moved(call):
             continue
         cls = facts.class_of(stmt)
         if cls is not None and cls.name in facts.module_classes:
