@@ -51,7 +51,17 @@ def _dict_like_batch(ctx: Context, key: str, at: ast.AST, ok_subscript: bool = F
     if ok_subscript:
         return False
     b = ctx.facts.scopes.binding_at(key, at)
-    return b is not None and b.value is None and not isinstance(ctx.facts.parent(b.node), ast.Tuple) and not isinstance(b.node, ast.Tuple)
+    if b is None or b.value is not None or isinstance(ctx.facts.parent(b.node), ast.Tuple):
+        return False
+    return not isinstance(b.node, ast.Tuple) or _enumerated_item(ctx, b.node, key)
+
+
+def _enumerated_item(ctx: Context, target: ast.Tuple, key: str) -> bool:
+    """``for step, batch in enumerate(loader)``: ``batch`` is the whole item, as in ``for batch in loader``."""
+    loop = ctx.facts.parent(target)
+    it = getattr(loop, "iter", None)
+    return len(target.elts) == 2 and isinstance(target.elts[1], ast.Name) and target.elts[1].id == key \
+        and isinstance(it, ast.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] == "enumerate"
 
 
 # ---- TD302 ----------------------------------------------------------------------------
@@ -66,6 +76,10 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     batch = set(info.batch_vars)
     moves = [n for n in body if isinstance(n, ast.Call) and facts.is_device_move(n) and _moves_batch(ctx, n, batch)]
     partial = bool(moves)
+    # ``batch.to(device)`` as a statement on a whole batch object (BatchEncoding, PyG Data) moves it in place.
+    in_place = {root_name(m.func.value) for m in moves if isinstance(ctx.facts.parent(m), ast.Expr)  # type: ignore[attr-defined]
+              and method_name(m) == "to" and isinstance(m.func.value, ast.Name)  # type: ignore[attr-defined]
+              and _dict_like_batch(ctx, m.func.value.id, m)}  # type: ignore[attr-defined]
     if not partial and not _whole_batch_unmoved_applies(ctx, node):
         return
     device = (facts.move_device(moves[0]) if moves else None) or _model_device(ctx) or "device"
@@ -73,7 +87,7 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     for use in body:
         if not (isinstance(use, ast.Name) and isinstance(use.ctx, ast.Load)):
             continue
-        if flow.is_cpu_name(use.id) or not _unmoved(ctx, use.id, use, node, batch):
+        if flow.is_cpu_name(use.id) or use.id in in_place or not _unmoved(ctx, use.id, use, node, batch):
             continue
         consumer, moved = flow.path_to_consumer(ctx, use, node)
         if consumer is None or moved:
