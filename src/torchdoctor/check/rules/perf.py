@@ -291,12 +291,37 @@ def _in_handler(ctx: Context, node: ast.AST, stop: ast.AST) -> bool:
     return False
 
 
+_EXITS = ("sys.exit", "exit", "quit", "os._exit")
+
+
+def _in_exit_branch(ctx: Context, node: ast.AST, stop: ast.AST) -> bool:
+    """In an ``if`` block below ``stop`` that leaves the loop (``if not isfinite(loss.item()): print(...); sys.exit(1)``):
+    it runs at most once, not every step."""
+    child = node
+    for anc in ancestors(ctx, node):
+        if anc is stop:
+            return False
+        if isinstance(anc, ast.If):
+            block = anc.body if any(child is s for s in anc.body) else anc.orelse if any(child is s for s in anc.orelse) else []
+            if block and _leaves(ctx, block[-1]):
+                return True
+        child = anc
+    return False
+
+
+def _leaves(ctx: Context, stmt: ast.stmt) -> bool:
+    if isinstance(stmt, (ast.Raise, ast.Return, ast.Break)):
+        return True
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+        (ctx.call_name(stmt.value) or dotted(stmt.value.func) or "") in _EXITS
+
+
 def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None:
     """The batch loop that runs ``node`` on every iteration, unguarded; through helper calls too."""
     facts = ctx.facts
     loop = facts.enclosing_loop(node, "batch")
     if loop is not None:
-        if facts.under_step_guard(node) or _in_handler(ctx, node, loop):
+        if facts.under_step_guard(node) or _in_handler(ctx, node, loop) or _in_exit_branch(ctx, node, loop):
             return None
         return loop
     func = facts.function_of(node)
