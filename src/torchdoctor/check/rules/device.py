@@ -298,9 +298,13 @@ def dot_cuda(node: ast.Call, ctx: Context) -> None:
     receiver = ctx.segment(func.value)
     if len(receiver) > 40 or "\n" in receiver:
         receiver = "x"
+    args = ctx.segment(node)[len(ctx.segment(func)):] if node.args or node.keywords else "()"
+    if len(args) > 40 or "\n" in args:
+        args = "(...)"
+    chosen = f'`torch.device("cuda", {ctx.segment(node.args[0])})`' if node.args else "CUDA if available, else the CPU"
     ctx.report(
         "TD102",
         node,
-        f"`{receiver}.cuda()` places the tensor/module itself: the device is not chosen by one variable",
-        fix=f"use `{receiver}.to(device)` with one `device` chosen at start-up",
+        f"`{receiver}.cuda{args}` hard-wires CUDA at this call: placement is not controlled by one `device` variable",
+        fix=f"use `{receiver}.to(device)`, with `device` chosen once at start-up ({chosen})",
     )
