@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from types import FrameType
@@ -12,6 +13,7 @@ _torch_dir: str | None = None
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _RUNNERS = ("runpy.py", "<frozen runpy>", "contextlib.py", "functools.py", "warnings.py", "<frozen importlib._bootstrap>")
 _cache: dict[str, bool] = {}
+_locations: dict[tuple[object, int], Location] = {}
 
 
 def _torch_root() -> str:
@@ -47,18 +49,24 @@ def user_frame(start: FrameType | None = None) -> FrameType | None:
 
 
 def frame_location(frame: FrameType | None) -> Location | None:
+    """The frame's line and column; cached by instruction, since a sync site recurs every step."""
     if frame is None:
         return None
     code = frame.f_code
-    line, column = frame.f_lineno, 1
-    try:
-        positions = list(code.co_positions())
-        pos = positions[frame.f_lasti // 2]
-        if pos[0] == line and pos[2] is not None:
-            column = pos[2] + 1
-    except (AttributeError, IndexError):
-        pass
-    return Location(path=display_path(code.co_filename), line=line, column=column)
+    key = (code, frame.f_lasti)
+    loc = _locations.get(key)
+    if loc is None:
+        line, column = frame.f_lineno, 1
+        try:
+            pos = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None))
+            if pos[0] == line and pos[2] is not None:
+                column = pos[2] + 1
+        except (AttributeError, StopIteration):
+            pass
+        loc = Location(path=display_path(code.co_filename), line=line, column=column)
+        if len(_locations) < 10_000:
+            _locations[key] = loc
+    return loc
 
 
 def user_location() -> Location | None:

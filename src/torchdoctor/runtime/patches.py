@@ -31,17 +31,16 @@ class Patches:
 
 def install(session: Any) -> Patches:
     import torch
-    from torch.nn.modules import module as module_mod
     from torch.optim import optimizer as optim_mod
     from torch.utils.data import dataloader as dl
 
     p = Patches()
     try:
-        p.handle(module_mod.register_module_forward_pre_hook(lambda m, a: session.on_forward_pre(m, a)))
-        p.handle(module_mod.register_module_forward_hook(lambda m, a, o: session.on_forward_post(m), always_call=True))
-        p.handle(optim_mod.register_optimizer_step_pre_hook(lambda o, a, k: session.on_step_pre(o)))
-        p.handle(optim_mod.register_optimizer_step_post_hook(lambda o, a, k: session.on_step_post(o)))
+        p.replace(torch.nn.Module, "__call__", lambda orig: _module_call(session, orig))
+        p.handle(optim_mod.register_optimizer_step_pre_hook(session.on_step_pre))
+        p.handle(optim_mod.register_optimizer_step_post_hook(session.on_step_post))
         p.replace(torch.autograd, "backward", lambda orig: _backward(session, orig))
+        p.replace(torch.autograd, "grad", lambda orig: _grad(session, orig))
         p.replace(dl._BaseDataLoaderIter, "__init__", lambda orig: _iter_init(session, orig))
         p.replace(dl._BaseDataLoaderIter, "__next__", lambda orig: _iter_next(session, orig))
         p.replace(torch.nn.Module, "_apply", lambda orig: _module_apply(session, orig))
@@ -52,6 +51,25 @@ def install(session: Any) -> Patches:
         p.remove()
         raise
     return p
+
+
+def _module_call(session: Any, orig: Any) -> Any:
+    # Module.__call__ rather than global module hooks: a global hook sends every
+    # module call (children too) down torch's slow path, and makes torch.compile'd
+    # modules warn on each call. Calls inside another module's forward, or inside
+    # backward (checkpoint recomputation), pass straight through; so do calls
+    # dynamo traces (it inlines this function: it must not read the session).
+    import torch
+
+    compiling = torch.compiler.is_compiling
+
+    @functools.wraps(orig)
+    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if compiling() or session._root is not None or session._in_backward:
+            return orig(self, *args, **kwargs)
+        return session.on_root_call(orig, self, args, kwargs)
+
+    return __call__
 
 
 def _backward(session: Any, orig: Any) -> Any:
@@ -71,6 +89,21 @@ def _backward(session: Any, orig: Any) -> Any:
     return backward
 
 
+def _grad(session: Any, orig: Any) -> Any:
+    @functools.wraps(orig)
+    def grad(*args: Any, **kwargs: Any) -> Any:
+        if session._in_backward:
+            return orig(*args, **kwargs)
+        session.on_grad()
+        session._in_backward = True
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            session._in_backward = False
+
+    return grad
+
+
 def _iter_init(session: Any, orig: Any) -> Any:
     @functools.wraps(orig)
     def __init__(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
@@ -87,7 +120,7 @@ def _iter_next(session: Any, orig: Any) -> Any:
         try:
             batch = orig(self)
         except StopIteration:
-            session.on_pass_end()
+            session.on_pass_end(self)
             raise
         session.on_batch(self, batch, time.perf_counter() - t0)
         return batch

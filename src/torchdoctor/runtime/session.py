@@ -6,10 +6,9 @@ once a call returns; one session at a time per process.
 
 from __future__ import annotations
 
-import sys
 import threading
-import time
 import weakref
+from time import perf_counter
 from typing import Any
 
 from torchdoctor.errors import TorchDoctorError
@@ -85,19 +84,22 @@ class WatchSession:
         if self._environment:
             self._findings += startup_findings()
         self.timeline = Timeline()
-        self._devices = devices.DeviceCheck(self)
         self._modes = modes.ModeCheck()
         self._grads = grads.GradCheck()
         self._losses = losses.LossCheck()
         self._samplers = data.SamplerCheck()
         self._root: Any = None
         self._root_args: tuple[Any, ...] = ()
-        self._root_t0 = 0.0
+        self._root_info: dict[int, tuple[Any, ...]] = {}
+        self._generation = 0  # bumped by every Module._apply (.to, .cuda, .cpu, .half): root facts are re-read
+        self._watch_autocast = self._probe_obj.accelerator == "cuda"
+        self._reads_memory = self._probe_obj.accelerator is not None  # the plain probe has no readings
         self._in_backward = False
         self._pass_id: int | None = None
         self._passes = 0
         self._batch: dict[int, weakref.ReferenceType] = {}
         self._primary: Any = None
+        self._other_step: tuple[int, int] | None = None
         self._opt_t0 = 0.0
         self._train_devices: set[str] = set()
         self._autocast_steps = 0
@@ -113,85 +115,117 @@ class WatchSession:
         self._probe_obj.start_sync_watch(self._on_sync)
 
     # -- events (called from hooks; keep them cheap) ------------------------
-    def on_forward_pre(self, module: Any, args: tuple[Any, ...]) -> None:
-        if self._in_backward:
-            return
-        if self._root is None:
-            self._root, self._root_args, self._root_t0 = module, args, time.perf_counter()
-            self._on_root(module)
-        self._devices.on_call(module, args)
+    def on_root_call(self, call: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """A module called from outside any other module's forward: the model, a loss, a teacher.
 
-    def on_forward_post(self, module: Any) -> None:
-        if module is not self._root:
-            return
-        self._root, self._root_args = None, ()
-        self.timeline.forward += time.perf_counter() - self._root_t0
-        self.timeline.forwards += 1
-        error = sys.exc_info()[1]
-        if error is not None and devices.is_device_error(error):
-            promoted = self._devices.promote()
-            if promoted:
-                self._explained.add(id(error))
-                self._findings += promoted
-        else:
-            self._devices.discard()
+        Only these calls are watched; the modules they call inside run
+        untouched (``patches._module_call`` passes them straight through).
+        What a root is (its device, dtype, mode record) is read once per
+        ``Module._apply`` generation, not on every call.
+        """
+        self._root, self._root_args = module, args
+        t0 = perf_counter()
+        try:
+            info = self._root_info.get(id(module))
+            if info is None or info[0] != self._generation or info[1]() is not module:
+                info = self._root_info[id(module)] = self._read_root(module)
+            if info[4] is not None:  # a model with parameters, and the one watched if narrowed
+                torch = self._torch
+                self._modes.on_forward(info[4], module.training, self._pass_id, torch.is_grad_enabled(),
+                                       torch.is_inference_mode_enabled(), self.call_location)
+                self._train_devices_pending, self._fp32 = info[2], info[3]
+                if self._watch_autocast:
+                    self._autocast_now = torch.is_autocast_enabled("cuda")
+            return call(module, *args, **kwargs)
+        except Exception as error:
+            if devices.is_device_error(error):
+                self._explain(error)
+            raise
+        finally:
+            self._root, self._root_args = None, ()
+            timeline = self.timeline
+            timeline.forward += perf_counter() - t0
+            timeline.forwards += 1
 
-    def _on_root(self, module: Any) -> None:
+    def _read_root(self, module: Any) -> tuple[Any, ...]:
+        """(generation, ref, device type of the first parameter, float32?, mode record or None)."""
+        ref = weakref.ref(module)
         if self._model_ids is not None and id(module) not in self._model_ids:
-            return
-        torch = self._torch
-        self._modes.on_forward(module, self._pass_id, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), self.call_location)
+            return self._generation, ref, None, False, None
+        mode = self._modes.root(module)
         for p in module.parameters():
-            self._train_devices_pending = p.device.type
-            self._fp32 = p.dtype == torch.float32
-            break
-        self._autocast_now = torch.is_autocast_enabled("cuda") if self._probe_obj.accelerator == "cuda" else False
+            return self._generation, ref, p.device.type, p.dtype == self._torch.float32, mode
+        return self._generation, ref, None, False, mode
+
+    def _explain(self, error: BaseException) -> None:
+        found = devices.explain_failure(error, self)
+        if found:
+            self._explained.add(id(error))
+            self._findings += found
 
     def before_backward(self, tensors: Any) -> None:
-        self._grads.before_backward()
+        if self._grads.waiting:
+            self._grads.before_backward()
         self._losses.on_backward(tensors, self.call_location)
         self._modes.on_backward()
         self.timeline.backwards += 1
-        pending = getattr(self, "_train_devices_pending", None)
+        pending = self._train_devices_pending
         if pending is not None:
             self._train_devices.add(pending)
 
+    def on_grad(self) -> None:
+        """torch.autograd.grad: the graph is used (adversarial attacks, penalties), no gradient is accumulated."""
+        self._modes.on_backward(grad_only=True)
+
     def after_backward(self, seconds: float) -> None:
         self.timeline.backward += seconds
-        self._grads.after_backward()
+        if self._grads.waiting:
+            self._grads.after_backward()
 
-    def on_step_pre(self, opt: Any) -> None:
+    def on_step_pre(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        """Registered as a global optimizer step pre-hook."""
         if self._optimizer is not None and self._optimizer() is not opt:
             return
-        self._opt_t0 = time.perf_counter()
-        self._grads.on_step_pre(opt, self.call_location)
+        self._opt_t0 = perf_counter()
+        closure = (args is not None and len(args) > 1) or bool(kwargs and kwargs.get("closure") is not None)
+        self._grads.on_step_pre(opt, self.call_location, closure)
         if self._step_location is None:
             self._step_location = self.call_location()
 
-    def on_step_post(self, opt: Any) -> None:
+    def on_step_post(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        """Registered as a global optimizer step post-hook; the first optimizer seen ends a step."""
         if self._optimizer is not None and self._optimizer() is not opt:
             return
-        self.timeline.optimizer += time.perf_counter() - self._opt_t0
+        now = perf_counter()
+        self.timeline.optimizer += now - self._opt_t0
         self._grads.on_step_post(opt)
-        if self._primary is None:
+        primary = self._primary
+        if primary is None or primary() is None:
+            primary = self._primary = weakref.ref(opt)
+        if primary() is not opt:
+            # another optimizer stepping twice with no step of the first in between takes over
+            # (an LR finder's optimizer replaced by the real one); GAN optimizers alternate and do not
+            mark = (id(opt), self.timeline.count)
+            if self._other_step != mark:
+                self._other_step = mark
+                return
             self._primary = weakref.ref(opt)
-        if self._primary() is not opt:
-            return
-        if getattr(self, "_autocast_now", False):
+        if self._autocast_now:
             self._autocast_steps += 1
-        probe = self._probe_obj
-        memory = probe.memory_allocated()
-        peak = probe.peak_and_reset()
-        if memory is not None:
-            self._memory.append(memory)
-        if peak is not None:
-            self._peak = max(self._peak, peak)
-        self.timeline.end_step(memory)
+        memory = None
+        if self._reads_memory:
+            probe = self._probe_obj
+            memory, peak = probe.memory_allocated(), probe.peak_and_reset()
+            if memory is not None:
+                self._memory.append(memory)
+            if peak is not None:
+                self._peak = max(self._peak, peak)
+        self.timeline.end_step(memory, now)
 
     def on_pass_start(self, it: Any, loader: Any) -> None:
         self._passes += 1
         it._torchdoctor_pass = self._passes
-        self._samplers.on_pass(loader, self.call_location)
+        self._samplers.on_pass(loader, it, self.call_location)
 
     def on_batch(self, it: Any, batch: Any, seconds: float) -> None:
         self._pass_id = getattr(it, "_torchdoctor_pass", None)
@@ -200,11 +234,12 @@ class WatchSession:
         self._batch = {}
         _collect(batch, self._batch, self._torch.Tensor, 2)
 
-    def on_pass_end(self) -> None:
+    def on_pass_end(self, it: Any) -> None:
         self._pass_id = None
+        self._samplers.on_pass_done(it)
 
     def on_module_apply(self) -> None:
-        self._devices.generation += 1
+        self._generation += 1
 
     def on_eval_call(self, module: Any) -> None:
         self._modes.eval_locations[id(module)] = self.call_location()
@@ -225,15 +260,8 @@ class WatchSession:
         return user_location()
 
     def root_call_location(self) -> Location | None:
-        """The user's line that called the root module now running (not a line inside its forward)."""
-        from torchdoctor.runtime.locate import frame_location, user_frame
-
-        frame, outer = sys._getframe(1), None
-        while frame is not None:
-            if frame.f_code.co_name == "_wrapped_call_impl" and frame.f_locals.get("self") is self._root:
-                outer = frame
-            frame = frame.f_back
-        return frame_location(user_frame(outer.f_back)) if outer is not None and outer.f_back else self.call_location()
+        """The user's line that called the root module now running (its call is the outermost module call)."""
+        return user_location()
 
     def from_loader(self, tensor: Any) -> bool:
         ref = self._batch.get(id(tensor))
@@ -259,10 +287,10 @@ class WatchSession:
 
     # -- the end -------------------------------------------------------------
     def _live_findings(self) -> list[Finding]:
-        return self._modes.findings + self._grads.findings + self._losses.findings + self._samplers.findings
+        return self._modes.findings + self._grads.findings + self._losses.judge() + self._samplers.findings
 
     def _finish(self, exc: BaseException | None) -> None:
-        found = list(self._findings) + self._modes.finish(interrupted=exc is not None) + self._grads.findings + self._losses.findings + self._samplers.findings
+        found = list(self._findings) + self._modes.finish(interrupted=exc is not None) + self._grads.findings + self._losses.judge() + self._samplers.findings
         found += self._timing_findings() + gpu.decide(self._gpu_readings(), self._step_location)
         if exc is not None and id(exc) not in self._explained:
             found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None

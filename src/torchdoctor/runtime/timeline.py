@@ -31,7 +31,7 @@ class Step:
 
 class Timeline:
     def __init__(self) -> None:
-        self.steps: list[Step] = []
+        self._rows: list[tuple[Any, ...]] = []  # Step fields as plain tuples: built every step, so kept cheap
         self.count = 0
         self.batches = 0
         self.forwards = 0
@@ -39,23 +39,28 @@ class Timeline:
         self._stride = 1
         self._reset(time.perf_counter())
 
+    @property
+    def steps(self) -> list[Step]:
+        return [Step(*row) for row in self._rows]
+
     def _reset(self, now: float) -> None:
         self._start = now
         self.data = self.forward = self.backward = self.optimizer = 0.0
 
-    def end_step(self, memory: int | None) -> None:
-        now = time.perf_counter()
+    def end_step(self, memory: int | None, now: float) -> None:
         self.count += 1
-        if self.count % self._stride == 0:
-            self.steps.append(Step(self.count, now - self._start, self.data, self.forward, self.backward, self.optimizer, memory))
-            if len(self.steps) >= MAX_STEPS:  # thin out: keep every other step from now on
-                self.steps = self.steps[::2]
+        if self._stride == 1 or self.count % self._stride == 0:
+            self._rows.append((self.count, now - self._start, self.data, self.forward, self.backward, self.optimizer, memory))
+            if len(self._rows) >= MAX_STEPS:  # thin out: keep every other step from now on
+                self._rows = self._rows[1::2]  # the kept counts stay multiples of the stride
                 self._stride *= 2
-        self._reset(now)
+        self._start = now
+        self.data = self.forward = self.backward = self.optimizer = 0.0
 
     def stats(self) -> dict[str, Any]:
-        total = sum(s.total for s in self.steps) or 0.0
-        sums = {k: sum(getattr(s, k) for s in self.steps) for k in ("data", "forward", "backward", "optimizer")}
+        steps = self.steps
+        total = sum(s.total for s in steps) or 0.0
+        sums = {k: sum(getattr(s, k) for s in steps) for k in ("data", "forward", "backward", "optimizer")}
         return {
             "steps": self.count,
             "batches": self.batches,
@@ -63,5 +68,5 @@ class Timeline:
             "backward_calls": self.backwards,
             "time_s": round(total, 6),
             "share": {k: (round(v / total, 4) if total else 0.0) for k, v in sums.items()},
-            "timeline": [asdict(s) for s in self.steps],
+            "timeline": [asdict(s) for s in steps],
         }

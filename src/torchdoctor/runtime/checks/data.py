@@ -29,16 +29,18 @@ def input_bottleneck(data_wait: list[float], step_time: list[float]) -> tuple[fl
 @dataclass
 class _Sampler:
     ref: weakref.ReferenceType
-    epoch: int
-    passes: int = 1
+    passes: int = 0
+    done_epoch: int | None = None  # the epoch of the last pass iterated to its end
 
 
 class SamplerCheck:
+    """A pass counts once it is iterated to its end: a peek (``next(iter(loader))``) is not an epoch."""
+
     def __init__(self) -> None:
         self._samplers: dict[int, _Sampler] = {}
         self.findings: list[Finding] = []
 
-    def on_pass(self, loader: Any, where: Any) -> None:
+    def on_pass(self, loader: Any, it: Any, where: Any) -> None:
         from torch.utils.data.distributed import DistributedSampler
 
         sampler = getattr(loader, "sampler", None)
@@ -48,12 +50,17 @@ class SamplerCheck:
             return
         st = self._samplers.get(id(sampler))
         if st is None or st.ref() is not sampler:
-            self._samplers[id(sampler)] = _Sampler(weakref.ref(sampler), sampler.epoch)
-            return
+            st = self._samplers[id(sampler)] = _Sampler(weakref.ref(sampler))
         st.passes += 1
-        if sampler.epoch == st.epoch and not self.findings:
+        it._torchdoctor_sampler = st
+        if st.done_epoch is not None and sampler.epoch == st.done_epoch and not self.findings:
             loc: Location | None = where()
             self.findings.append(Finding(
-                "TD701", f"DistributedSampler is iterated again (pass {st.passes}) with the same epoch {st.epoch}: "
+                "TD701", f"DistributedSampler is iterated again (pass {st.passes}) with the same epoch {st.done_epoch}: "
                 "every epoch sees the same order", loc, "call sampler.set_epoch(epoch) at the start of every epoch"))
-        st.epoch = sampler.epoch
+
+    def on_pass_done(self, it: Any) -> None:
+        st = getattr(it, "_torchdoctor_sampler", None)
+        sampler = st.ref() if st is not None else None
+        if sampler is not None:
+            st.done_epoch = sampler.epoch

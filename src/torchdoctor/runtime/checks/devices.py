@@ -1,18 +1,16 @@
 """Device mismatches explained before PyTorch's own error: TD201 TD202 TD203 TD302 TD303 TD406 TD707.
 
-A global forward pre-hook hands every module call here. The full comparison
-runs only when the devices of a module's inputs differ from the last call, so
-the steady state costs one tuple comparison per module call. What is found is
-*pending*: it becomes a finding only if the forward then fails, so a module
-that moves its inputs itself is never blamed.
+Nothing runs while training is healthy: when a root module call fails with a
+device error, the module calls on the failing path are read back from the
+traceback and compared then, so a module that moves its inputs itself is never
+blamed and the steady state costs nothing.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
-import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from torchdoctor.findings import Finding, Location
@@ -78,101 +76,97 @@ def classify(m: Mismatch) -> tuple[str, str, str]:
             "create tensors with device=x.device (or use torch.zeros_like / x.new_zeros)")
 
 
-@dataclass
-class _ModuleState:
-    ref: weakref.ReferenceType
-    generation: int
-    devices: tuple[str, ...]  # of the module's own parameters and buffers
-    is_loss: bool
-    plain: tuple[str, ...]  # names of plain tensor attributes
-    last_inputs: tuple[Any, ...] = ()
-    interesting: bool = field(default=True)
+def explain_failure(exc: BaseException, session: Any) -> list[Finding]:
+    """The findings for a device error raised inside the root module call now ending.
+
+    Nothing is compared while the run is healthy: the traceback still holds the
+    frames of every module call on the failing path with their arguments, so the
+    comparison runs once, here. The innermost module whose inputs disagree with
+    its own tensors is the explanation; without one, the failing line is.
+    """
+    entries = _tb_entries(exc.__traceback__)
+    found = None
+    for index, (frame, _line) in enumerate(entries):
+        if frame.f_code is not _call_impl_code():
+            continue
+        local = frame.f_locals
+        module, args, kwargs = local.get("self"), local.get("args") or (), local.get("kwargs") or {}
+        m = _mismatch(module, args, kwargs, session) if module is not None else None
+        if m is not None:
+            found = _finding(module, m, session, _caller_location(entries, index))
+    if found is None:
+        found = explain_error(exc, session)
+    return [found] if found is not None else []
 
 
-class DeviceCheck:
-    def __init__(self, session: Any) -> None:
-        import torch
+def _call_impl_code() -> Any:
+    import torch
 
-        self._torch = torch
-        self._session = session
-        self._state: dict[int, _ModuleState] = {}
-        self.generation = 0  # bumped by every Module._apply (.to, .cuda, .cpu, .half)
-        self.pending: dict[int, Finding] = {}
+    return torch.nn.Module._call_impl.__code__
 
-    def on_call(self, module: Any, args: tuple[Any, ...]) -> None:
-        st = self._state.get(id(module))
-        if st is None or st.generation != self.generation or st.ref() is not module:
-            st = self._build(module)
-        if not st.interesting:
-            return
-        Tensor = self._torch.Tensor
-        inputs = tuple(a.device for a in args if isinstance(a, Tensor))
-        if inputs == st.last_inputs:
-            return
-        st.last_inputs = inputs
-        self._compare(module, st, args)
 
-    def _build(self, module: Any) -> _ModuleState:
-        torch = self._torch
-        own = [t for t in module._parameters.values() if t is not None]
-        own += [t for t in module._buffers.values() if t is not None]
-        devices = tuple(sorted({str(t.device) for t in own}))
-        is_loss = isinstance(module, torch.nn.modules.loss._Loss)
-        plain = tuple(k for k, v in vars(module).items() if isinstance(v, torch.Tensor) and not k.startswith("_"))
-        st = _ModuleState(weakref.ref(module), self.generation, devices, is_loss, plain)
-        st.interesting = bool(devices) or is_loss or bool(plain)
-        self._state[id(module)] = st
-        return st
+def _tb_entries(tb: Any) -> list[tuple[Any, int]]:
+    out = []
+    while tb is not None:
+        out.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return out
 
-    def _compare(self, module: Any, st: _ModuleState, args: tuple[Any, ...]) -> None:
-        torch = self._torch
-        tensors = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
-        if not tensors:
-            return
-        names = _arg_names(module, len(args))
-        if len(st.devices) > 1:
-            self._pend(module, st, names[0], str(tensors[0][1].device), st.devices[0], spread=st.devices)
-            return
-        if st.is_loss and len(tensors) >= 2:
-            (i0, a0), (i1, a1) = tensors[0], tensors[1]
-            d0, d1 = str(a0.device), str(a1.device)
-            if d0 != d1:
-                odd_i, odd, other = (i1, d1, d0) if not is_accelerator(d1) or is_accelerator(d0) else (i0, d0, d1)
-                self._pend(module, st, names[odd_i], odd, other, from_loader=self._session.from_loader(args[odd_i]))
-                return
-        for i, a in tensors:
-            dev = str(a.device)
-            for p in st.devices:
-                if p != dev:
-                    buf = next((b for b in _LOSS_BUFFERS if module._buffers.get(b) is not None), None) if st.is_loss else None
-                    self._pend(module, st, names[i], dev, p, loss_buffer=buf,
-                               from_loader=self._session.from_loader(a), is_root_input=self._session.is_root_input(a))
-                    return
-            for attr in st.plain:
-                value = vars(module).get(attr)
-                if isinstance(value, torch.Tensor) and str(value.device) != dev:
-                    self._pend(module, st, names[i], dev, str(value.device), plain_attr=attr)
-                    return
 
-    def _pend(self, module: Any, st: _ModuleState, argument: str, input_dev: str, param_dev: str, **kw: Any) -> None:
-        path = self._session.module_path(module)
-        m = Mismatch(path, type(module).__name__, argument, input_dev, param_dev,
-                     self._session.root_devices(), is_loss=st.is_loss, **kw)
-        code, message, fix = classify(m)
-        # a batch or a model not moved is the caller's doing: point at the model call in the loop
-        loc = self._session.root_call_location() if code in ("TD201", "TD302", "TD406") else self._session.call_location()
-        if code == "TD203":
-            loc = _assignment_location(module, m.plain_attr or "") or loc
-        self.pending[id(module)] = Finding(code, message, loc, fix)
+def _caller_location(entries: list[tuple[Any, int]], index: int) -> Location | None:
+    """The user's line that called the module whose frame is ``entries[index]`` (None: the root call's)."""
+    from torchdoctor.runtime.locate import display_path, is_internal
 
-    def promote(self) -> list[Finding]:
-        """The explanations of a forward that failed."""
-        found = list(self.pending.values())
-        self.pending.clear()
-        return found
+    for frame, line in reversed(entries[:index]):
+        if not is_internal(frame.f_code.co_filename):
+            return Location(display_path(frame.f_code.co_filename), line)
+    return None
 
-    def discard(self) -> None:
-        self.pending.clear()
+
+def _mismatch(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], session: Any) -> Mismatch | None:
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        return None
+    names = _arg_names(module, len(args))
+    tensors = [(names[i], a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    tensors += [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return None
+    own = [t for t in module._parameters.values() if t is not None] + [t for t in module._buffers.values() if t is not None]
+    devs = tuple(sorted({str(t.device) for t in own}))
+    is_loss = isinstance(module, torch.nn.modules.loss._Loss)
+    base = (session.module_path(module), type(module).__name__)
+    model = session.root_devices()
+    if len(devs) > 1:
+        return Mismatch(*base, tensors[0][0], str(tensors[0][1].device), devs[0], model, spread=devs)
+    if is_loss and len(tensors) >= 2:
+        (n0, a0), (n1, a1) = tensors[0], tensors[1]
+        d0, d1 = str(a0.device), str(a1.device)
+        if d0 != d1:
+            odd_n, odd_a, odd, other = (n1, a1, d1, d0) if not is_accelerator(d1) or is_accelerator(d0) else (n0, a0, d0, d1)
+            return Mismatch(*base, odd_n, odd, other, model, is_loss=True, from_loader=session.from_loader(odd_a))
+    plain = [(k, v) for k, v in vars(module).items() if isinstance(v, torch.Tensor) and not k.startswith("_")]
+    for name, a in tensors:
+        dev = str(a.device)
+        for p in devs:
+            if p != dev:
+                buf = next((b for b in _LOSS_BUFFERS if module._buffers.get(b) is not None), None) if is_loss else None
+                return Mismatch(*base, name, dev, p, model, is_loss=is_loss, loss_buffer=buf,
+                                from_loader=session.from_loader(a), is_root_input=session.is_root_input(a))
+        for attr, value in plain:
+            if str(value.device) != dev:
+                return Mismatch(*base, name, dev, str(value.device), model, is_loss=is_loss, plain_attr=attr)
+    return None
+
+
+def _finding(module: Any, m: Mismatch, session: Any, caller: Location | None) -> Finding:
+    code, message, fix = classify(m)
+    # a batch or a model not moved is the caller's doing: point at the model call in the loop
+    loc = session.root_call_location() if code in ("TD201", "TD302", "TD406") or caller is None else caller
+    if code == "TD203":
+        loc = _assignment_location(module, m.plain_attr or "") or loc
+    return Finding(code, message, loc, fix)
 
 
 def _arg_names(module: Any, n: int) -> list[str]:

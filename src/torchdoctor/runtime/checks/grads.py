@@ -3,7 +3,8 @@
 For each optimizer one parameter's gradient is watched: after a step, it
 must be reset before the next backward adds to it: set to None, replaced,
 or zeroed in place (its version counter moves). Backward passes of other
-losses (GAN generator steps) do not count as a reset.
+losses (GAN generator steps) do not count as a reset. ``step(closure)``
+(LBFGS) zeroes inside the step: each backward of the closure must see a reset.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torchdoctor.findings import Finding, Location
 _CONFIRM = 2  # un-zeroed intervals before reporting
 
 
-@dataclass
+@dataclass(slots=True, eq=False)
 class _Opt:
     ref: weakref.ReferenceType
     param: Any = None  # weakref to the sampled parameter
@@ -29,10 +30,14 @@ class _Opt:
 
 
 class GradCheck:
+    """Called at every step and backward: kept to a few attribute reads each."""
+
     def __init__(self) -> None:
         self._opts: dict[int, _Opt] = {}
+        self.waiting: list[_Opt] = []  # stepped, gradient not reset since: what a backward must look at
         self.findings: list[Finding] = []
         self._reported: set[int] = set()
+        self._closure_step: _Opt | None = None  # the optimizer whose step(closure) is running
 
     def _state(self, opt: Any) -> _Opt:
         st = self._opts.get(id(opt))
@@ -47,44 +52,52 @@ class GradCheck:
             st.param = weakref.ref(p) if p is not None else None
         return p
 
-    def on_step_pre(self, opt: Any, where: Any) -> None:
+    def on_step_pre(self, opt: Any, where: Any, closure: bool = False) -> None:
         st = self._state(opt)
-        p = self._sample(st, opt)
-        if p is None or st.grad is None:
-            return
-        if not st.zeroed and p.grad is st.grad() and p.grad is not None:
-            st.misses += 1
-            if st.misses >= _CONFIRM and id(opt) not in self._reported:
-                self._reported.add(id(opt))
-                self.findings.append(Finding(
-                    "TD404", f"gradients of {type(opt).__name__} are never zeroed: each step adds to the gradients of all previous steps",
-                    st.location or where(), "call optimizer.zero_grad() once per step (before backward, or after step)"))
         if st.location is None:
             st.location = where()
+        if closure:  # LBFGS-style: the closure zeroes and recomputes inside step(); its backward judges
+            self._closure_step = st
+            return
+        if st.zeroed or st.grad is None:
+            return
+        p = self._sample(st, opt)
+        if p is not None and p.grad is not None and p.grad is st.grad():
+            self._miss(st, opt)
+
+    def _miss(self, st: _Opt, opt: Any) -> None:
+        st.misses += 1
+        if st.misses >= _CONFIRM and id(opt) not in self._reported:
+            self._reported.add(id(opt))
+            self.findings.append(Finding(
+                "TD404", f"gradients of {type(opt).__name__} are never zeroed: each step adds to the gradients of all previous steps",
+                st.location, "call optimizer.zero_grad() once per step (before backward, or after step)"))
 
     def on_step_post(self, opt: Any) -> None:
         st = self._state(opt)
         p = self._sample(st, opt)
-        if p is None:
-            st.grad = None
+        if p is None:  # no gradient at all: nothing to follow until the next step
+            st.grad, st.zeroed, self._closure_step = None, True, None
             return
-        st.grad, st.version, st.zeroed = weakref.ref(p.grad), p.grad._version, False
-
-    def _changed(self, st: _Opt) -> bool:
-        p = st.param() if st.param is not None else None
-        if p is None:
-            return True
-        g = p.grad
-        return g is None or g is not st.grad() or g._version != st.version
+        self._closure_step = None
+        grad = p.grad
+        st.grad, st.version, st.zeroed = weakref.ref(grad), grad._version, False
+        if st not in self.waiting:
+            self.waiting.append(st)
 
     def before_backward(self) -> None:
-        for st in self._opts.values():
-            if not st.zeroed and st.grad is not None and self._changed(st):
+        for st in self.waiting:
+            p = st.param() if st.param is not None else None
+            g = p.grad if p is not None else None
+            if g is None or g is not st.grad() or g._version != st.version:
                 st.zeroed = True
+            elif st is self._closure_step and (opt := st.ref()) is not None:
+                self._miss(st, opt)  # a closure's backward adds to what the previous evaluation left
+        self.waiting = [st for st in self.waiting if not st.zeroed]
 
     def after_backward(self) -> None:
         # what this backward accumulated is not a reset: take a new baseline
-        for st in self._opts.values():
+        for st in self.waiting:
             p = st.param() if st.param is not None else None
-            if not st.zeroed and p is not None and p.grad is not None:
+            if p is not None and p.grad is not None:
                 st.grad, st.version = weakref.ref(p.grad), p.grad._version

@@ -18,6 +18,7 @@ from torchdoctor.findings import Finding, Location
 _KEY = "torchdoctor.loss"
 _AGE = 2  # steps before a surviving loss counts as kept
 _ALIVE = 3  # kept losses before reporting
+_EVERY = 4  # backward passes between two looks at the kept losses (and one at the end)
 
 
 class _Sentinel:
@@ -26,7 +27,7 @@ class _Sentinel:
 
 class LossCheck:
     def __init__(self) -> None:
-        self._recent: deque[tuple[int, weakref.ReferenceType, Location | None]] = deque(maxlen=12)
+        self._recent: deque[tuple[int, weakref.ReferenceType]] = deque(maxlen=12)
         self._count = 0
         self._where: Location | None = None
         self.findings: list[Finding] = []
@@ -35,25 +36,30 @@ class LossCheck:
         node = getattr(tensors, "grad_fn", None)
         if node is None:
             return
-        self._count += 1
         sentinel = _Sentinel()
         try:
             node.metadata[_KEY] = sentinel
             # scaled losses (GradScaler) and sums: the user may hold the node below
-            for nxt, _ in node.next_functions[:1]:
-                if nxt is not None:
-                    nxt.metadata[_KEY] = sentinel
+            below = node.next_functions
+            if below and below[0][0] is not None:
+                below[0][0].metadata[_KEY] = sentinel
         except (AttributeError, RuntimeError, TypeError):
             return
-        if self.findings:
-            return
-        kept = [(step, loc) for step, ref, loc in self._recent if ref() is not None and self._count - step >= _AGE]
-        if len(kept) >= _ALIVE:
-            first_step, loc = kept[0]
-            self.findings.append(Finding(
-                "TD405", f"loss tensors of {len(kept)} earlier steps are still alive at step {self._count} (the oldest from "
-                f"step {first_step}): each keeps its autograd graph, so memory grows",
-                loc, "accumulate loss.item() (or loss.detach()) instead of the loss tensor"))
+        self._count += 1
         if self._where is None:  # the backward line is the same every step; walking the stack each time is not free
             self._where = where()
-        self._recent.append((self._count, weakref.ref(sentinel), self._where))
+        self._recent.append((self._count, weakref.ref(sentinel)))
+        if self._count % _EVERY == 0:
+            self.judge()
+
+    def judge(self) -> list[Finding]:
+        """Report losses of earlier steps still alive (also called once at the end of the session)."""
+        if self.findings:
+            return self.findings
+        kept = [step for step, ref in self._recent if ref() is not None and self._count - step >= _AGE]
+        if len(kept) >= _ALIVE:
+            self.findings.append(Finding(
+                "TD405", f"loss tensors of {len(kept)} earlier steps are still alive at step {self._count} (the oldest from "
+                f"step {kept[0]}): each keeps its autograd graph, so memory grows",
+                self._where, "accumulate loss.item() (or loss.detach()) instead of the loss tensor"))
+        return self.findings

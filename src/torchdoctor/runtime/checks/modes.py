@@ -34,6 +34,7 @@ class _Root:
     segment: _Segment | None = None
     trained_in_train_mode: bool = False
     reported: set[str] = field(default_factory=set)
+    judged: bool = True  # False for modules without parameters (losses, activations): no mode to judge
 
 
 class ModeCheck:
@@ -50,36 +51,35 @@ class ModeCheck:
         st = self._roots.get(id(module))
         if st is None or st.ref() is not module:
             params = list(module.parameters())
-            if not params:
-                return None  # losses and activations: no mode to judge
-            has_norm = any(isinstance(m, self._norm_types) for m in module.modules())
-            st = _Root(weakref.ref(module), type(module).__name__, has_norm, any(p.requires_grad for p in params))
+            has_norm = bool(params) and any(isinstance(m, self._norm_types) for m in module.modules())
+            st = _Root(weakref.ref(module), type(module).__name__, has_norm, any(p.requires_grad for p in params), judged=bool(params))
             self._roots[id(module)] = st
-        return st
+        return st if st.judged else None
 
-    def on_forward(self, module: Any, pass_id: Any, grad: bool, inference: bool, where: Any) -> None:
-        st = self.root(module)
-        if st is None:
-            return
-        key = (pass_id, bool(module.training), grad and not inference)
+    def on_forward(self, st: _Root, training: bool, pass_id: Any, grad: bool, inference: bool, where: Any) -> None:
+        """A forward pass of the root ``st`` (from ``root(module)``)."""
+        key = (pass_id, training, grad and not inference)
         seg = st.segment
         if seg is None or seg.key != key:
             if seg is not None:
                 self._close(st, seg)
             seg = st.segment = _Segment(key, where(), inference)
         seg.forwards += 1
-        self._since_backward[id(module)] = st
+        self._since_backward[id(st)] = st
 
-    def on_backward(self) -> None:
+    def on_backward(self, grad_only: bool = False) -> None:
+        """A backward (or, ``grad_only``, a torch.autograd.grad: an attack or a penalty, not a training step)."""
         for st in self._since_backward.values():
             seg = st.segment
             if seg is None:
                 continue
-            seg.trained = True
-            training = seg.key[1]
+            seg.trained = True  # its graph was used: not an evaluation
+            _, training, grad = seg.key
+            if grad_only:
+                continue
             if training:
                 st.trained_in_train_mode = True
-            elif st.has_norm and st.trained_in_train_mode and "TD403" not in st.reported:
+            elif grad and st.has_norm and st.trained_in_train_mode and "TD403" not in st.reported and _trainable(st):
                 st.reported.add("TD403")
                 where = self.eval_locations.get(id(st.ref())) or seg.location
                 self.findings.append(Finding(
@@ -91,7 +91,7 @@ class ModeCheck:
         if seg.trained or seg.forwards == 0 or seg.location is None:
             return  # a forward called from inside torch (e.g. swa_utils.update_bn) has no user location
         _, training, grad = seg.key
-        if grad and st.trainable and "TD401" not in st.reported:
+        if grad and "TD401" not in st.reported and _trainable(st):
             st.reported.add("TD401")
             self.findings.append(Finding(
                 "TD401", f"evaluation forward pass of `{st.name}` runs with autograd on: it builds graphs it never uses",
@@ -109,3 +109,11 @@ class ModeCheck:
                 self._close(st, st.segment)
             st.segment = None
         return self.findings
+
+
+def _trainable(st: _Root) -> bool:
+    """Whether the root has a parameter that requires grad now (frozen feature extractors do not train)."""
+    module = st.ref()
+    if module is None:
+        return st.trainable  # as first seen
+    return any(p.requires_grad for p in module.parameters())
