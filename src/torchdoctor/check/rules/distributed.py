@@ -299,20 +299,6 @@ def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
     return False
 
 
-def _callers(ctx: Context) -> dict[int, list[ast.Call]]:
-    """In-file function (by id) -> the calls that may run it."""
-
-    def compute() -> dict[int, list[ast.Call]]:
-        out: dict[int, list[ast.Call]] = {}
-        for n in all_nodes(ctx):
-            if isinstance(n, ast.Call):
-                for f in ctx.facts.resolve(n):
-                    out.setdefault(id(f), []).append(n)
-        return out
-
-    return memo(ctx, "callers", compute)
-
-
 def _rank_aliases(ctx: Context) -> set[str]:
     """Names that hold a rank under another name: `self.gpu_id = int(os.environ["LOCAL_RANK"])`,
     or the first parameter of a function started by `mp.spawn` (its process index)."""
@@ -380,7 +366,7 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     func = facts.function_of(node)
     if func is None or depth > 4:
         return False
-    calls = _callers(ctx).get(id(func), [])
+    calls = ctx.facts.call_sites(func)
     return bool(calls) and all(_rank_guarded(ctx, c, depth + 1) for c in calls)
 
 

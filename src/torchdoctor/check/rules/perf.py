@@ -327,25 +327,11 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     func = facts.function_of(node)
     if func is None or depth >= 2 or facts.under_step_guard(node):
         return None
-    for call in _callers(ctx).get(id(func), []):
+    for call in ctx.facts.call_sites(func):
         found = per_step_loop(ctx, call, depth + 1)
         if found is not None:
             return found
     return None
-
-
-def _callers(ctx: Context) -> dict[int, list[ast.Call]]:
-    """In-file function (by id) -> the calls that may run it."""
-
-    def compute() -> dict[int, list[ast.Call]]:
-        out: dict[int, list[ast.Call]] = {}
-        for n in all_nodes(ctx):
-            if isinstance(n, ast.Call):
-                for f in ctx.facts.resolve(n):
-                    out.setdefault(id(f), []).append(n)
-        return out
-
-    return memo(ctx, "callers", compute)
 
 
 @rule("TD602", ast.Call)

@@ -142,34 +142,11 @@ def load_without_weights_only(node: ast.Call, ctx: Context) -> None:
 # ---- TD504 ---------------------------------------------------------------------
 
 
-def _model_classes(ctx: Context) -> set[str]:
-    """Names of classes defined in the file that derive (directly or through the file) from nn.Module."""
-
-    def compute() -> set[str]:
-        classes = [n for n in all_nodes(ctx) if isinstance(n, ast.ClassDef)]
-        found: set[str] = set()
-        changed = True
-        while changed:
-            changed = False
-            for cls in classes:
-                if cls.name in found:
-                    continue
-                for base in cls.bases:
-                    name = ctx.qualname(base) or ""
-                    if name.startswith("torch.nn.") or name in found or name.endswith(("nn.Module", "PreTrainedModel")):
-                        found.add(cls.name)
-                        changed = True
-                        break
-        return found
-
-    return memo(ctx, "model_classes", compute)
-
-
 def _constructed_models(ctx: Context) -> set[str]:
     """Dotted names assigned a model constructor anywhere in the file (``model = Net()``)."""
 
     def compute() -> set[str]:
-        classes = _model_classes(ctx)
+        classes = ctx.facts.module_classes
         out: set[str] = set()
         for node in all_nodes(ctx):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
@@ -187,7 +164,7 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if name is None:
         if isinstance(expr, ast.Call):
             called = ctx.call_name(expr) or ""
-            return called in _model_classes(ctx) or bool(_MODEL_FACTORY.match(called)) and called != "torch.nn.Parameter"
+            return called in ctx.facts.module_classes or bool(_MODEL_FACTORY.match(called)) and called != "torch.nn.Parameter"
         return False
     last = name.rsplit(".", 1)[-1]
     if name in _constructed_models(ctx):
