@@ -76,6 +76,30 @@ def test_loss_weight_left_behind_is_td406():
     assert [f.code for f in s.findings] == ["TD406"]
 
 
+class Tagger(nn.Module):
+    """Called with keyword inputs, as HuggingFace models are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, input_ids=None, attention_mask=None):
+        if attention_mask is None:
+            return self.fc(input_ids)
+        return self.fc(input_ids * attention_mask)
+
+
+def test_keyword_input_not_moved_is_td302_at_the_model_call():
+    model = Tagger().to("meta")
+    for mask in (None, torch.ones(4, 8, device="meta")):  # fails in the child, then in the model's own line
+        with pytest.raises(RuntimeError):
+            with torchdoctor.watch(environment=False) as s:
+                model(input_ids=torch.randn(4, 8), attention_mask=mask)
+        [f] = s.findings
+        assert f.code == "TD302" and ("`input_ids`" in f.message or "`input`" in f.message), f.message
+        assert "model(input_ids=" in open(__file__).read().splitlines()[f.location.line - 1]
+
+
 class Masked(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -73,6 +73,60 @@ def test_gradients_never_zeroed_is_td404():
     assert codes(s) == ["TD404"]
 
 
+def test_lbfgs_closure_without_zero_grad_is_td404():
+    model, _, train, _ = setup(dropout=False)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+    with torchdoctor.watch(environment=False) as s:
+        for x, y in train:
+            def closure():
+                loss = nn.functional.cross_entropy(model(x), y)
+                loss.backward()  # adds to what the previous evaluation left
+                return loss
+            opt.step(closure)
+    assert codes(s) == ["TD404"] and "LBFGS" in s.findings[0].message
+
+
+def test_evaluation_with_autograd_in_a_generator_expression_is_td401_at_its_line():
+    model, opt, train, val = setup()
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            model.train()
+            train_epoch(model, opt, train)
+            model.eval()
+            accuracy = sum((model(x).argmax(1) == y).sum().item() for x, y in val)
+    assert codes(s) == ["TD401"] and accuracy >= 0
+    assert "sum((model(x)" in open(__file__).read().splitlines()[s.findings[0].location.line - 1]
+
+
+def test_evaluation_in_train_mode_after_an_attack_is_still_td402():
+    model, opt, train, val = setup()
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            for x, y in train:
+                x_adv = x.clone().requires_grad_(True)
+                (grad,) = torch.autograd.grad(nn.functional.cross_entropy(model(x_adv), y), x_adv)
+                opt.zero_grad()
+                nn.functional.cross_entropy(model((x + 0.01 * grad.sign()).detach()), y).backward()
+                opt.step()
+            with torch.no_grad():
+                for x, _y in val:
+                    model(x)
+    assert codes(s) == ["TD402"]
+
+
+def test_losses_kept_in_a_short_run_are_td405_at_the_end():
+    model, opt, train, _ = setup()
+    with torchdoctor.watch(environment=False) as s:
+        kept = []
+        for x, y in list(train)[:6]:  # fewer backward passes than the check's stride: judged when the watch ends
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            kept.append(loss)
+    assert codes(s) == ["TD405"]
+
+
 def test_loss_tensor_accumulated_is_td405():
     model, opt, train, _ = setup()
     with torchdoctor.watch(environment=False) as s:
@@ -124,6 +178,11 @@ def test_sampler_without_set_epoch_is_td701():
             sampler.set_epoch(epoch + 1)
             train_epoch(model, opt, loader)
     assert codes(s) == []
+    with torchdoctor.watch(environment=False) as s:
+        next(iter(loader))  # a peek is not an epoch, but two full passes with one epoch are
+        for _ in range(2):
+            train_epoch(model, opt, loader)
+    assert codes(s) == ["TD701"] and "pass 3" in s.findings[0].message
 
 
 class _Slow(Dataset):

@@ -139,6 +139,7 @@ class WatchSession:
             return call(module, *args, **kwargs)
         except Exception as error:
             if devices.is_device_error(error):
+                self._root_args = (*args, *kwargs.values())  # keyword inputs are the batch too (HF-style calls)
                 self._explain(error)
             raise
         finally:

@@ -216,8 +216,13 @@ def explain_error(exc: BaseException, session: Any) -> Finding | None:
                        loc, "create it on the right device: device=x.device (or use *_like / x.new_*)")
     import torch
 
+    model = set(session.root_devices())
     for name, value in frame.f_locals.items():
-        if isinstance(value, torch.Tensor) and session.from_loader(value) and name in source:
+        if not isinstance(value, torch.Tensor) or name not in source:
+            continue
+        root_input = session.is_root_input(value) and model and str(value.device) not in model
+        if root_input or session.from_loader(value):
+            loc = session.root_call_location() if root_input else loc  # where the batch goes in unmoved
             return Finding("TD302", f"batch element `{name}` is on {value.device} and is combined with tensors on another device ({pair})",
                            loc, f"move it to the model's device: {name} = {name}.to(device)")
     return Finding("TD303", f"tensors on different devices ({pair}) are combined{inside}: one of them was created or left on the wrong device",
