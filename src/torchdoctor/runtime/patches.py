@@ -61,7 +61,7 @@ def _module_call(session: Any, orig: Any) -> Any:
     # dynamo traces (it inlines this function: it must not read the session).
     import torch
 
-    compiling = torch.compiler.is_compiling
+    compiling = torch.compiler.is_dynamo_compiling  # False in eager (one trivial call), True while dynamo traces
 
     @functools.wraps(orig)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -53,7 +53,9 @@ class GradCheck:
         return p
 
     def on_step_pre(self, opt: Any, where: Any, closure: bool = False) -> None:
-        st = self._state(opt)
+        st = self._opts.get(id(opt))
+        if st is None or st.ref() is not opt:
+            st = self._state(opt)
         if st.location is None:
             st.location = where()
         if closure:  # LBFGS-style: the closure zeroes and recomputes inside step(); its backward judges
@@ -74,7 +76,9 @@ class GradCheck:
                 st.location, "call optimizer.zero_grad() once per step (before backward, or after step)"))
 
     def on_step_post(self, opt: Any) -> None:
-        st = self._state(opt)
+        st = self._opts.get(id(opt))
+        if st is None or st.ref() is not opt:
+            st = self._state(opt)
         p = self._sample(st, opt)
         if p is None:  # no gradient at all: nothing to follow until the next step
             st.grad, st.zeroed, self._closure_step = None, True, None
@@ -86,14 +90,16 @@ class GradCheck:
             self.waiting.append(st)
 
     def before_backward(self) -> None:
+        reset = False
         for st in self.waiting:
             p = st.param() if st.param is not None else None
             g = p.grad if p is not None else None
             if g is None or g is not st.grad() or g._version != st.version:
-                st.zeroed = True
+                st.zeroed = reset = True
             elif st is self._closure_step and (opt := st.ref()) is not None:
                 self._miss(st, opt)  # a closure's backward adds to what the previous evaluation left
-        self.waiting = [st for st in self.waiting if not st.zeroed]
+        if reset:
+            self.waiting = [st for st in self.waiting if not st.zeroed]
 
     def after_backward(self) -> None:
         # what this backward accumulated is not a reset: take a new baseline
