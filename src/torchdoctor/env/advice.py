@@ -18,7 +18,7 @@ def recommend_flavour(f: Facts, ccs: list[int]) -> str | None:
         return None
     driver = f.driver
     if driver is None:
-        return candidates[0]
+        return _by_driver_cuda(f, candidates)
     windows = f.windows_driver_numbers
     # A current flavour that runs by minor-version compatibility beats an old,
     # unmaintained one that the driver fully supports.
@@ -34,6 +34,18 @@ def recommend_flavour(f: Facts, ccs: list[int]) -> str | None:
             if floor is not None and driver >= floor:
                 return fl
     return candidates[0]
+
+
+def _by_driver_cuda(f: Facts, candidates: list[str]) -> str:
+    """Without a driver version, the CUDA version the driver reports (cuDriverGetVersion, or the
+    'found version NNNNN' of PyTorch's error) still rules out flavours: a flavour runs when its CUDA
+    is not newer, or has the same major (>= 11: minor-version compatibility)."""
+    drv = f.drv_cuda
+    if drv is None or drv[0] < 9:  # WSL without a driver reports 0
+        return candidates[0]
+    runs = [fl for fl in candidates if K.flavour_cuda(fl) <= drv or (K.flavour_cuda(fl)[0] == drv[0] >= 11)]
+    current = [fl for fl in runs if fl in K.CURRENT_FLAVOURS]
+    return (current or runs or candidates)[0]
 
 
 def install_hint(f: Facts, ccs: list[int]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,7 +143,12 @@ class Facts:
 
     @property
     def drv_cuda(self) -> tuple[int, int] | None:
-        return cuda_pair(self.int("drv_cuda"))
+        """The driver's CUDA version; else the one PyTorch's 'driver too old (found version 11040)' names."""
+        v = cuda_pair(self.int("drv_cuda"))
+        if v is None:
+            m = re.search(r"too old \(found version (\d+)\)", self.init_text)
+            v = cuda_pair(int(m.group(1))) if m else None
+        return v
 
     @property
     def nvidia_count(self) -> int | None:

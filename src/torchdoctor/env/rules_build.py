@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from torchdoctor.env import knowledge as K
-from torchdoctor.env.advice import driver_needed, gpu_ccs, install_hint, recommend_flavour
+from torchdoctor.env.advice import driver_branch_for, driver_needed, gpu_ccs, install_hint, recommend_flavour
 from torchdoctor.env.facts import Facts
 from torchdoctor.findings import Finding
 
@@ -57,10 +57,12 @@ _INSUFFICIENT = re.compile(r"driver version is insufficient for CUDA runtime ver
 def driver_version(f: Facts) -> list[Finding]:
     """TD003 (too old) and TD004 (old, but within CUDA minor-version compatibility)."""
     cuda = f.torch_cuda
-    if not f.torch_ok or cuda is None:
-        return []
     text = f.init_text
     m = _TOO_OLD.search(text)
+    if cuda is None and (m or _INSUFFICIENT.search(text)) and _maybe_cuda_build(f):
+        return [_too_old_unknown_build(f, K.cuda_pair(int(m.group(1))) if m else f.drv_cuda)]
+    if not f.torch_ok or cuda is None:
+        return []
     found = K.cuda_pair(int(m.group(1))) if m else None
     windows = f.windows_driver_numbers
     need = K.toolkit_driver(cuda, windows)
@@ -109,6 +111,27 @@ def _too_old(f: Facts, cuda: tuple[int, int], subject: str) -> Finding:
     )
 
 
+def _too_old_unknown_build(f: Facts, drv: tuple[int, int] | None) -> Finding:
+    """TD003 from CUDA's own message when the snapshot does not say which CUDA torch was built with."""
+    driver = f" {K.fmt_version(f.driver)}" if f.driver else ""
+    supports = f" (it supports CUDA {drv[0]}.{drv[1]})" if drv else ""
+    windows = f.windows_driver_numbers
+    upgrade = f"upgrade the NVIDIA {'Windows ' if windows else ''}driver ({driver_branch_for(gpu_ccs(f))})"
+    alt = recommend_flavour(f, gpu_ccs(f)) if (f.driver or drv) else None
+    if alt and not driver_needed(f, K.flavour_cuda(alt)) and (drv is None or _drv_runs(drv, K.flavour_cuda(alt))):
+        upgrade += f", or keep the driver and install the {K.flavour_label(alt)} build: {K.pip_command(alt)}"
+    return Finding(
+        "TD003",
+        f"the NVIDIA driver{driver}{supports} is too old for the CUDA version this PyTorch was built with",
+        fix=upgrade,
+    )
+
+
+def _drv_runs(drv: tuple[int, int], cuda: tuple[int, int]) -> bool:
+    """Whether a driver supporting CUDA ``drv`` runs a build for ``cuda`` (same major: minor-version compatibility)."""
+    return cuda <= drv or (cuda[0] == drv[0] and cuda[0] >= 11)
+
+
 _WARN_OLD = re.compile(r"(?P<name>[^\n]+?) with CUDA capability sm_(?P<cc>\d+) is not compatible")
 _WARN_NEW = re.compile(r"Found GPU(?P<idx>\d+) (?P<name>.+?) which is of (?:cuda )?compute capability \(CC\) (?P<ma>\d+)\.(?P<mi>\d+)", re.I)
 _WARN_ARCHS = re.compile(r"supports CUDA capabilities ((?:(?:sm|compute)_\d+[af]? ?)+)")
@@ -116,7 +139,7 @@ _WARN_ARCHS = re.compile(r"supports CUDA capabilities ((?:(?:sm|compute)_\d+[af]
 
 def kernels_for_gpus(f: Facts) -> list[Finding]:
     """TD005 (GPU newer than every kernel) and TD006 (GPU older than the build supports)."""
-    if not f.torch_ok or not f.str("torch_cuda"):
+    if not _maybe_cuda_build(f):
         return []
     arch_list = [a for a in f.list("arch_list") if K.parse_arch(a)]
     text = f.init_text
@@ -140,8 +163,25 @@ def kernels_for_gpus(f: Facts) -> list[Finding]:
     return out
 
 
+def _maybe_cuda_build(f: Facts) -> bool:
+    """False only when the snapshot says torch is broken or a CPU/ROCm build; unknown stays possible.
+
+    A snapshot pasted from a bug report often lacks torch_version or torch_cuda while
+    PyTorch's own warning (or the arch list) still proves a CUDA build.
+    """
+    if f.str("torch_import_error") or f.str("torch_hip"):
+        return False
+    return bool(f.str("torch_cuda")) if "torch_cuda" in f.raw else True
+
+
+def _build_label(f: Facts, arch_list: list[str]) -> str:
+    version = f"torch {f.text('torch_version')}" if f.str("torch_version") else "this PyTorch"
+    cuda = f"CUDA {f.text('torch_cuda')}, " if f.str("torch_cuda") else ""
+    return f"{version} ({cuda}kernels for {' '.join(arch_list)})"
+
+
 def _kernel_finding(f: Facts, label: str, cc: int, arch_list: list[str], codes: list[int]) -> Finding:
-    build = f"torch {f.text('torch_version')} (CUDA {f.text('torch_cuda')}, kernels for {' '.join(arch_list)})"
+    build = _build_label(f, arch_list)
     if cc in K.INTEGRATED_CC:
         fix = "Jetson/DRIVE GPUs need NVIDIA's PyTorch wheels for JetPack (developer.nvidia.com, 'PyTorch for Jetson'); PyPI builds do not target them"
     else:
@@ -155,11 +195,15 @@ def _kernel_finding(f: Facts, label: str, cc: int, arch_list: list[str], codes: 
             if f.driver and first and f.driver[0] < first and not f.windows_driver_numbers:
                 need = f"an R{first} or newer driver: {f.driver[0]} does not know this GPU"
             fix = f"install the {K.flavour_label(fl)} build: {K.pip_command(fl)}" + (f" (it needs {need})" if need else "")
-    if cc >= min(codes):
+    if cc > max(codes) or (cc >= min(codes) and any(c // 10 == cc // 10 for c in codes)):
         what = "is newer than every kernel in" if cc > max(codes) else "has no kernel that runs on it in"
         msg = f"{label} {what} {build}: 'no kernel image is available for execution on the device'"
         return Finding("TD005", msg, fix=fix)
-    msg = f"{label} ({K.arch_name(cc)}) is older than {build} supports: its architecture was dropped from this build"
+    # Older than every kernel, or a generation the build skipped while keeping older and
+    # newer ones (the cu111 nightlies kept sm_50 and sm_70 but dropped Pascal:
+    # https://github.com/pytorch/pytorch/issues/53164): either way the architecture was dropped.
+    older = "is older than" if cc < min(codes) else "is a generation left out of"
+    msg = f"{label} ({K.arch_name(cc)}) {older} {build}: its architecture was dropped from this build"
     return Finding("TD006", msg, fix=fix)
 
 
