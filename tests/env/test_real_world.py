@@ -322,3 +322,25 @@ def test_unknown_driver_numbers_do_not_make_a_driver_error():
     # https://github.com/microsoft/WSL/issues/9254: WSL, torch 1.10.0+cu111, the driver reports version 0
     facts = {"platform": "linux", "is_wsl": True, "torch_version": "1.10.0+cu111", "torch_cuda": "11.1", "drv_cuda": 0}
     assert "TD003" not in errors(facts)
+
+
+def test_k80_fix_never_asks_for_a_driver_kepler_cannot_run():
+    # https://github.com/nelson-liu/pytorch-manylinux-binaries/issues/13: the K80's driver stops at R470 (CUDA 11.4)
+    facts = {"platform": "linux", "torch_version": "1.12.1+cu113", "torch_cuda": "11.3", "driver_version": "470.256.02",
+             "arch_list": ["sm_37", "sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"],
+             "gpus": [gpu(0, "Tesla K80", (3, 7))]}
+    assert errors(facts) == []
+    facts.update(torch_version="2.0.1+cu118", torch_cuda="11.8", arch_list=["sm_50", "sm_60", "sm_61", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"])
+    found = by_code(facts)
+    assert "520" not in found["TD004"][0].fix and "R470" in found["TD004"][0].fix
+    facts.update(torch_version="2.5.1+cu121", torch_cuda="12.1")
+    fix = one(facts, "TD003").fix
+    assert "R5" not in fix and "R470" in fix
+
+
+def test_flavour_advice_names_the_driver_it_needs_when_the_driver_is_unknown():
+    # the RTX 5080 of https://github.com/lllyasviel/FramePack/issues/702: a cu13x wheel needs driver >= 580
+    facts = {"platform": "win32", "torch_cuda": "12.6", "arch_list": CU124_ARCHS,
+             "gpus": [gpu(0, "NVIDIA GeForce RTX 5080", (12, 0))]}
+    fix = one(facts, "TD005").fix
+    assert "needs an NVIDIA driver >=" in fix

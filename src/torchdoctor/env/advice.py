@@ -55,7 +55,7 @@ def install_hint(f: Facts, ccs: list[int]) -> str:
         return "install a CUDA build of PyTorch from https://pytorch.org/get-started/locally/"
     hint = f"install the {K.flavour_label(fl)} build: {K.pip_command(fl)}"
     need = driver_needed(f, K.flavour_cuda(fl))
-    return f"{hint} (it needs {need})" if need else hint
+    return f"{hint} (it needs {need})" if need else hint + unknown_driver_note(f, fl)
 
 
 def driver_needed(f: Facts, cuda: tuple[int, int]) -> str:
@@ -69,6 +69,22 @@ def driver_needed(f: Facts, cuda: tuple[int, int]) -> str:
     branch = K.RECOMMENDED_BRANCH.get(cuda[0])
     version = K.fmt_version(need) if need else (K.fmt_version(floor) if floor else "a newer one")
     return f"driver >= {version}" + (f", e.g. the R{branch} branch" if branch else "")
+
+
+def driver_ceiling(f: Facts) -> tuple[int, str] | None:
+    """(branch, GPU label) of the GPU here whose driver support ends first, if any GPU has a ceiling."""
+    caps = [(K.last_driver_for(g.cc), g.label) for g in f.gpus if g.cc is not None and K.last_driver_for(g.cc)]
+    return min(caps) if caps else None  # type: ignore[return-value]
+
+
+def unknown_driver_note(f: Facts, flavour: str) -> str:
+    """' (it needs driver >= X)' when the snapshot does not tell the driver, so the advice stays checkable."""
+    if f.driver is not None or f.drv_cuda is not None:
+        return ""
+    need = K.toolkit_driver(K.flavour_cuda(flavour), f.windows_driver_numbers)
+    floor = K.compat_floor(K.flavour_cuda(flavour)[0], f.windows_driver_numbers)
+    least = floor or need
+    return f" (it needs an NVIDIA driver >= {K.fmt_version(least)})" if least else ""
 
 
 def driver_branch_for(ccs: list[int]) -> str:

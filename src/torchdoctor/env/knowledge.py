@@ -134,6 +134,20 @@ CC_ALIASES: dict[int, frozenset[int]] = {101: frozenset({101, 110})}
 # B200 and GeForce RTX 50; R580: GB10/DGX Spark and Thor).
 FIRST_DRIVER_FOR_CC: dict[int, int] = {89: 525, 90: 525, 100: 570, 103: 575, 110: 580, 120: 570, 121: 580}
 
+# The last driver branch that supports a GPU generation: a fix may not ask for a newer one.
+# Source: NVIDIA driver release notes / support bulletins: R470 is the last branch with
+# Kepler (sm_3x) support; R580 is the last with Maxwell, Pascal and Volta (sm_5x..sm_7.0/7.2).
+LAST_DRIVER_FOR_CC: tuple[tuple[int, int], ...] = ((50, 470), (75, 580))  # (first cc NOT covered, branch)
+
+
+def last_driver_for(cc: int) -> int | None:
+    """The newest driver branch a GPU of capability ``cc`` can run; None when no ceiling is known."""
+    for below, branch in LAST_DRIVER_FOR_CC:
+        if cc < below:
+            return branch
+    return None
+
+
 ARCH_NAMES = (
     (30, "Kepler"), (50, "Maxwell"), (60, "Pascal"), (70, "Volta"), (75, "Turing"),
     (80, "Ampere"), (89, "Ada Lovelace"), (90, "Hopper"), (100, "Blackwell"), (130, "?"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 from torchdoctor.env import knowledge as K
-from torchdoctor.env.advice import driver_branch_for, driver_needed, gpu_ccs, install_hint, recommend_flavour
+from torchdoctor.env.advice import (
+    driver_branch_for, driver_ceiling, driver_needed, gpu_ccs, install_hint, recommend_flavour, unknown_driver_note,
+)
 from torchdoctor.env.facts import Facts
 from torchdoctor.findings import Finding
 
@@ -77,7 +79,7 @@ def driver_version(f: Facts) -> list[Finding]:
                 "TD004",
                 f"NVIDIA {where} {K.fmt_version(driver)} is older than the {K.fmt_version(need)} that CUDA "
                 f"{cuda[0]}.{cuda[1]} (torch {f.text('torch_version')}) ships with: it runs only by minor-version compatibility",
-                fix=f"fine for most training; to avoid PTX-JIT and 'requires newer driver' errors, upgrade to >= {K.fmt_version(need)} (R{K.RECOMMENDED_BRANCH.get(cuda[0], need[0])} branch)",
+                fix=_compat_fix(f, f"fine for most training; to avoid PTX-JIT and 'requires newer driver' errors, upgrade to >= {K.fmt_version(need)} (R{K.RECOMMENDED_BRANCH.get(cuda[0], need[0])} branch)", need),
             )]
         return [_too_old(f, cuda, f"NVIDIA {where} {K.fmt_version(driver)}")]
     drv = found or f.drv_cuda
@@ -86,12 +88,20 @@ def driver_version(f: Facts) -> list[Finding]:
             return [Finding(
                 "TD004",
                 f"the NVIDIA driver supports CUDA {drv[0]}.{drv[1]}, older than this build's CUDA {cuda[0]}.{cuda[1]}: it runs only by minor-version compatibility",
-                fix=f"upgrade the driver to >= {K.fmt_version(need) if need else 'the ' + str(cuda) + ' one'} to avoid PTX-JIT and 'requires newer driver' errors",
+                fix=_compat_fix(f, f"upgrade the driver to >= {K.fmt_version(need) if need else 'the ' + str(cuda) + ' one'} to avoid PTX-JIT and 'requires newer driver' errors", need),
             )]
         return [_too_old(f, cuda, f"the NVIDIA {where}, which supports CUDA {drv[0]}.{drv[1]} only,")]
     if m or _INSUFFICIENT.search(text):
         return [_too_old(f, cuda, f"the NVIDIA {where}")]
     return []
+
+
+def _compat_fix(f: Facts, fix: str, need: tuple[int, ...] | None) -> str:
+    """The TD004 fix, unless a GPU here cannot take the driver it names (Kepler stops at R470)."""
+    ceiling = driver_ceiling(f)
+    if ceiling and need and ceiling[0] < need[0]:
+        return f"nothing to upgrade: {ceiling[1]} is supported by drivers up to R{ceiling[0]} only, so minor-version compatibility is as far as it goes (fine for most training)"
+    return fix
 
 
 def _too_old(f: Facts, cuda: tuple[int, int], subject: str) -> Finding:
@@ -101,6 +111,9 @@ def _too_old(f: Facts, cuda: tuple[int, int], subject: str) -> Finding:
     need = driver_needed(f, cuda) or (f"driver >= {K.fmt_version(floor)}" if floor else "a newer driver")
     upgrade = f"upgrade the NVIDIA {'Windows ' if f.bool('is_wsl') or windows else ''}driver ({need}"
     upgrade += f"; R{branch} branch)" if branch and "branch" not in need else ")"
+    ceiling = driver_ceiling(f)
+    if ceiling and floor and ceiling[0] < floor[0]:
+        upgrade = f"{ceiling[1]} cannot run a driver newer than R{ceiling[0]}, too old for CUDA {cuda[0]}.x: install a build for an older CUDA"
     alt = recommend_flavour(f, gpu_ccs(f))
     if alt and K.flavour_cuda(alt) < cuda and not driver_needed(f, K.flavour_cuda(alt)):
         upgrade += f", or keep the driver and install the {K.flavour_label(alt)} build: {K.pip_command(alt)}"
@@ -194,7 +207,7 @@ def _kernel_finding(f: Facts, label: str, cc: int, arch_list: list[str], codes: 
             first = K.FIRST_DRIVER_FOR_CC.get(cc)
             if f.driver and first and f.driver[0] < first and not f.windows_driver_numbers:
                 need = f"an R{first} or newer driver: {f.driver[0]} does not know this GPU"
-            fix = f"install the {K.flavour_label(fl)} build: {K.pip_command(fl)}" + (f" (it needs {need})" if need else "")
+            fix = f"install the {K.flavour_label(fl)} build: {K.pip_command(fl)}" + (f" (it needs {need})" if need else unknown_driver_note(f, fl))
     if cc > max(codes) or (cc >= min(codes) and any(c // 10 == cc // 10 for c in codes)):
         what = "is newer than every kernel in" if cc > max(codes) else "has no kernel that runs on it in"
         msg = f"{label} {what} {build}: 'no kernel image is available for execution on the device'"
