@@ -58,14 +58,14 @@ def _module_call(session: Any, orig: Any) -> Any:
     # module call (children too) down torch's slow path, and makes torch.compile'd
     # modules warn on each call. Calls inside another module's forward, or inside
     # backward (checkpoint recomputation), pass straight through; so do calls
-    # dynamo traces (it inlines this function: it must not read the session).
+    # dynamo traces (it inlines this function: it reads only a flag, never a module).
     import torch
 
     compiling = torch.compiler.is_dynamo_compiling  # False in eager (one trivial call), True while dynamo traces
 
     @functools.wraps(orig)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if compiling() or session._root is not None or session._in_backward:
+        if session._busy or compiling():
             return orig(self, *args, **kwargs)
         return session.on_root_call(orig, self, args, kwargs)
 
@@ -78,12 +78,13 @@ def _backward(session: Any, orig: Any) -> Any:
         if session._in_backward:  # reentrant checkpointing calls backward inside backward
             return orig(tensors, *args, **kwargs)
         session.before_backward(tensors)
-        session._in_backward = True
+        busy = session._busy
+        session._in_backward = session._busy = True
         t0 = time.perf_counter()
         try:
             return orig(tensors, *args, **kwargs)
         finally:
-            session._in_backward = False
+            session._in_backward, session._busy = False, busy
             session.after_backward(time.perf_counter() - t0)
 
     return backward
@@ -95,11 +96,12 @@ def _grad(session: Any, orig: Any) -> Any:
         if session._in_backward:
             return orig(*args, **kwargs)
         session.on_grad()
-        session._in_backward = True
+        busy = session._busy
+        session._in_backward = session._busy = True
         try:
             return orig(*args, **kwargs)
         finally:
-            session._in_backward = False
+            session._in_backward, session._busy = False, busy
 
     return grad
 

@@ -95,6 +95,9 @@ class WatchSession:
         self._watch_autocast = self._probe_obj.accelerator == "cuda"
         self._reads_memory = self._probe_obj.accelerator is not None  # the plain probe has no readings
         self._in_backward = False
+        self._busy = False  # a root call or a backward is running: module calls pass straight through
+        self._grad_enabled = torch.is_grad_enabled
+        self._since_backward = self._modes.since_backward
         self._pass_id: int | None = None
         self._passes = 0
         self._batch: dict[int, weakref.ReferenceType] = {}
@@ -103,13 +106,12 @@ class WatchSession:
         self._opt_t0 = 0.0
         self._train_devices: set[str] = set()
         self._autocast_steps = 0
-        self._fp32 = False
         self._step_location: Location | None = None
         self._sync_steps: dict[Location, set[int]] = {}
         self._peak = 0
         self._memory: list[int] = []
         self._explained: set[int] = set()
-        self._train_devices_pending: str | None = None
+        self._facts: tuple[Any, ...] | None = None  # _read_root of the last model called (device type, float32)
         self._autocast_now = False
         self._patches = patches.install(self)
         self._probe_obj.start_sync_watch(self._on_sync)
@@ -123,27 +125,35 @@ class WatchSession:
         What a root is (its device, dtype, mode record) is read once per
         ``Module._apply`` generation, not on every call.
         """
-        self._root, self._root_args = module, args
+        self._busy = True
         t0 = perf_counter()
         try:
             info = self._root_info.get(id(module))
             if info is None or info[0] != self._generation or info[1]() is not module:
                 info = self._root_info[id(module)] = self._read_root(module)
-            if info[4] is not None:  # a model with parameters, and the one watched if narrowed
-                torch = self._torch
-                self._modes.on_forward(info[4], module.training, self._pass_id, torch.is_grad_enabled(),
-                                       torch.is_inference_mode_enabled(), self.call_location)
-                self._train_devices_pending, self._fp32 = info[2], info[3]
+            st = info[4]
+            if st is not None:  # a model with parameters, and the one watched if narrowed
+                key = (self._pass_id, module.training, self._grad_enabled())
+                seg = st.segment
+                if seg is None or seg.key != key:
+                    self._modes.on_forward(st, key, self.call_location)
+                else:
+                    self._since_backward[id(st)] = st
+                self._facts = info
                 if self._watch_autocast:
-                    self._autocast_now = torch.is_autocast_enabled("cuda")
+                    self._autocast_now = self._torch.is_autocast_enabled("cuda")
             return call(module, *args, **kwargs)
         except Exception as error:
             if devices.is_device_error(error):
-                self._root_args = (*args, *kwargs.values())  # keyword inputs are the batch too (HF-style calls)
-                self._explain(error)
+                # the explanation reads the root and its inputs (keyword inputs are the batch too: HF-style calls)
+                self._root, self._root_args = module, (*args, *kwargs.values())
+                try:
+                    self._explain(error)
+                finally:
+                    self._root, self._root_args = None, ()
             raise
         finally:
-            self._root, self._root_args = None, ()
+            self._busy = False
             timeline = self.timeline
             timeline.forward += perf_counter() - t0
             timeline.forwards += 1
@@ -170,9 +180,8 @@ class WatchSession:
         self._losses.on_backward(tensors, self.call_location)
         self._modes.on_backward()
         self.timeline.backwards += 1
-        pending = self._train_devices_pending
-        if pending is not None:
-            self._train_devices.add(pending)
+        if self._facts is not None:
+            self._train_devices.add(self._facts[2])
 
     def on_grad(self) -> None:
         """torch.autograd.grad: the graph is used (adversarial attacks, penalties), no gradient is accumulated."""
@@ -188,8 +197,7 @@ class WatchSession:
         if self._optimizer is not None and self._optimizer() is not opt:
             return
         self._opt_t0 = perf_counter()
-        closure = (args is not None and len(args) > 1) or bool(kwargs and kwargs.get("closure") is not None)
-        self._grads.on_step_pre(opt, self.call_location, closure)
+        self._grads.on_step_pre(opt, self.call_location, args, kwargs)
         if self._step_location is None:
             self._step_location = self.call_location()
 
@@ -332,7 +340,7 @@ class WatchSession:
             "capacity": probe.memory_capacity() or 0,
             "capability": probe.capability(),
             "autocast_steps": self._autocast_steps,
-            "fp32_params": self._fp32,
+            "fp32_params": bool(self._facts and self._facts[3]),
         }
 
     def _release_refs(self) -> None:

@@ -52,16 +52,16 @@ class GradCheck:
             st.param = weakref.ref(p) if p is not None else None
         return p
 
-    def on_step_pre(self, opt: Any, where: Any, closure: bool = False) -> None:
+    def on_step_pre(self, opt: Any, where: Any, args: Any = None, kwargs: Any = None) -> None:
+        """``args``/``kwargs``: those of ``step()`` (args starts with the optimizer)."""
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
-        if st.location is None:
             st.location = where()
-        if closure:  # LBFGS-style: the closure zeroes and recomputes inside step(); its backward judges
-            self._closure_step = st
-            return
         if st.zeroed or st.grad is None:
+            return
+        if (args is not None and len(args) > 1) or (kwargs and kwargs.get("closure") is not None):
+            self._closure_step = st  # LBFGS-style: the closure zeroes and recomputes inside step(); its backward judges
             return
         p = self._sample(st, opt)
         if p is not None and p.grad is not None and p.grad is st.grad():
@@ -79,7 +79,9 @@ class GradCheck:
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
-        p = self._sample(st, opt)
+        p = st.param() if st.param is not None else None
+        if p is None or p.grad is None:
+            p = self._sample(st, opt)
         if p is None:  # no gradient at all: nothing to follow until the next step
             st.grad, st.zeroed, self._closure_step = None, True, None
             return
@@ -99,7 +101,7 @@ class GradCheck:
             elif st is self._closure_step and (opt := st.ref()) is not None:
                 self._miss(st, opt)  # a closure's backward adds to what the previous evaluation left
         if reset:
-            self.waiting = [st for st in self.waiting if not st.zeroed]
+            self.waiting = [st for st in self.waiting if not st.zeroed] if len(self.waiting) > 1 else []
 
     def after_backward(self) -> None:
         # what this backward accumulated is not a reset: take a new baseline

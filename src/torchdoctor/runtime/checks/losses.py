@@ -18,7 +18,7 @@ from torchdoctor.findings import Finding, Location
 _KEY = "torchdoctor.loss"
 _AGE = 2  # steps before a surviving loss counts as kept
 _ALIVE = 3  # kept losses before reporting
-_EVERY = 4  # backward passes between two looks at the kept losses (and one at the end)
+_EVERY = 8  # backward passes between two looks at the kept losses (and one at the end)
 
 
 class _Sentinel:

@@ -20,8 +20,6 @@ from torchdoctor.findings import Finding, Location
 class _Segment:
     key: tuple[Any, bool, bool]
     location: Location | None
-    inference: bool
-    forwards: int = 0
     trained: bool = False
 
 
@@ -43,7 +41,7 @@ class ModeCheck:
 
         self._norm_types = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
         self._roots: dict[int, _Root] = {}
-        self._since_backward: dict[int, _Root] = {}
+        self.since_backward: dict[int, _Root] = {}
         self.eval_locations: dict[int, Location] = {}  # where model.eval() was last called, by module id
         self.findings: list[Finding] = []
 
@@ -56,20 +54,20 @@ class ModeCheck:
             self._roots[id(module)] = st
         return st if st.judged else None
 
-    def on_forward(self, st: _Root, training: bool, pass_id: Any, grad: bool, inference: bool, where: Any) -> None:
-        """A forward pass of the root ``st`` (from ``root(module)``)."""
-        key = (pass_id, training, grad and not inference)
+    def on_forward(self, st: _Root, key: tuple[Any, bool, bool], where: Any) -> None:
+        """A forward pass of the root ``st`` (from ``root(module)``) in a new state: (pass, training, grad).
+
+        The caller records a forward in the same state itself (``since_backward``): that is every step.
+        """
         seg = st.segment
-        if seg is None or seg.key != key:
-            if seg is not None:
-                self._close(st, seg)
-            seg = st.segment = _Segment(key, where(), inference)
-        seg.forwards += 1
-        self._since_backward[id(st)] = st
+        if seg is not None:
+            self._close(st, seg)
+        st.segment = _Segment(key, where())
+        self.since_backward[id(st)] = st
 
     def on_backward(self, grad_only: bool = False) -> None:
         """A backward (or, ``grad_only``, a torch.autograd.grad: an attack or a penalty, not a training step)."""
-        for st in self._since_backward.values():
+        for st in self.since_backward.values():
             seg = st.segment
             if seg is None:
                 continue
@@ -85,10 +83,10 @@ class ModeCheck:
                 self.findings.append(Finding(
                     "TD403", f"model `{st.name}` trains in eval mode after model.eval(): dropout/batch-norm stay frozen "
                     "for the rest of training", where, "call model.train() at the start of every training epoch"))
-        self._since_backward.clear()
+        self.since_backward.clear()
 
     def _close(self, st: _Root, seg: _Segment) -> None:
-        if seg.trained or seg.forwards == 0 or seg.location is None:
+        if seg.trained or seg.location is None:
             return  # a forward called from inside torch (e.g. swa_utils.update_bn) has no user location
         _, training, grad = seg.key
         if grad and "TD401" not in st.reported and _trainable(st):
