@@ -344,3 +344,23 @@ def test_flavour_advice_names_the_driver_it_needs_when_the_driver_is_unknown():
              "gpus": [gpu(0, "NVIDIA GeForce RTX 5080", (12, 0))]}
     fix = one(facts, "TD005").fix
     assert "needs an NVIDIA driver >=" in fix
+
+
+def test_healthy_machines_minus_any_two_facts_never_get_an_error():
+    # precision first: losing facts (a partial snapshot pasted from a report) must not invent an error
+    import itertools
+
+    from tests.env.snapshots import gb10_cu130, h100, rtx4090_cu118
+
+    for base in (h100(), rtx4090_cu118(), gb10_cu130()):
+        for r in (1, 2):
+            for gone in itertools.combinations(list(base), r):
+                facts = {k: v for k, v in base.items() if k not in gone}
+                assert errors(facts) == [], gone
+
+
+def test_nvml_version_of_a_two_part_driver_is_read_as_the_driver():
+    # nvidia-smi's "NVML library version: 550.144" (https://github.com/mozilla/translations/issues/1167);
+    # NVML reports it as "12.550.144": the leading 12 is the CUDA major, not the driver branch
+    facts = {"platform": "linux", "torch_cuda": "12.4", "torch_version": "2.5.1+cu124", "nvml_lib_version": "12.550.144"}
+    assert errors(facts) == []

@@ -137,8 +137,9 @@ class Facts:
         for key in ("driver_version", "proc_driver_version", "nvml_lib_version"):
             v = parse_version(self.str(key))
             if v is not None and len(v) >= 2:
-                # NVML's own version reads "12.550.54.14": the driver is what follows.
-                return v[1:] if key == "nvml_lib_version" and len(v) == 4 else v
+                # NVML's own version reads "12.550.54.14" or "12.550.120" (two-part drivers):
+                # a leading CUDA major (< 100, no driver branch is that low) is not the driver.
+                return v[1:] if key == "nvml_lib_version" and len(v) >= 3 and v[0] < 100 else v
         return None
 
     @property

@@ -107,7 +107,7 @@ def driver_library_mismatch(f: Facts) -> list[Finding]:
 
 def _user_space_version(f: Facts) -> tuple[int, ...] | None:
     v = K.parse_version(f.str("nvml_lib_version"))
-    if v and len(v) == 4:
+    if v and len(v) >= 3 and v[0] < 100:  # "12.550.120": CUDA major, then the driver
         return v[1:]
     m = re.search(r"\.so\.(\d+\.\d+(?:\.\d+)?)$", f.text("libcuda_path"))
     return K.parse_version(m.group(1)) if m else None
