@@ -367,3 +367,20 @@ def test_distributed_sampler_peeked_before_training_with_set_epoch():
             sampler.set_epoch(epoch)
             train_epoch(model, opt, loader)
     assert x.shape == (8, 8) and quiet(s, 8)
+
+
+def test_swa_with_batchnorm_statistics_recomputed_by_update_bn():
+    from torch.optim.swa_utils import AveragedModel, update_bn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Linear(16, 2))
+    opt, swa = torch.optim.SGD(model.parameters(), lr=0.1), AveragedModel(model)
+    train = DataLoader(data(), batch_size=8, shuffle=True)
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            model.train()
+            train_epoch(model, opt, train)
+            swa.update_parameters(model)
+        update_bn(train, swa)  # forwards in train mode under no_grad, made by torch on purpose
+        evaluate(swa, DataLoader(data(32), batch_size=16))
+    assert quiet(s, 16)

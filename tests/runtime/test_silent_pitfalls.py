@@ -30,6 +30,18 @@ def test_eval_in_train_mode_is_td402():
     assert f.location is not None and f.location.path.endswith("test_silent_pitfalls.py") and "Sequential" in f.message
 
 
+def test_eval_in_train_mode_of_a_compiled_model_is_td402():
+    model, opt, train, val = setup()
+    compiled = torch.compile(model, backend="eager")
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            train_epoch(compiled, opt, train)
+            with torch.no_grad():
+                for x, _y in val:
+                    compiled(x)
+    assert codes(s) == ["TD402"] and s.findings[0].location.path.endswith("test_silent_pitfalls.py")
+
+
 def test_td402_needs_dropout_or_batchnorm():
     model, opt, train, val = setup(dropout=False)
     with torchdoctor.watch(environment=False) as s:

@@ -69,6 +69,23 @@ def frame_location(frame: FrameType | None) -> Location | None:
     return loc
 
 
+_PLUMBING = ("__call__", "_call_impl", "_wrapped_call_impl")  # how a module call is made, not who made it
+
+
+def called_by_library(frame: FrameType | None) -> bool:
+    """Whether torch itself made the module call that ``frame`` is inside (swa_utils.update_bn, jit.trace).
+
+    torchdoctor's frames and the plumbing of a module call (``__call__``, also
+    torch.compile's and a user's override) are looked through.
+    """
+    while frame is not None:
+        code = frame.f_code
+        if not (code.co_name in _PLUMBING or code.co_filename.startswith(_OWN_DIR + os.sep)):
+            return os.path.abspath(code.co_filename).startswith(_torch_root() + os.sep)
+        frame = frame.f_back
+    return False
+
+
 def user_location() -> Location | None:
     """The user's source line that led to the current call."""
     return frame_location(user_frame(sys._getframe(1)))

@@ -6,6 +6,7 @@ once a call returns; one session at a time per process.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from time import perf_counter
@@ -136,7 +137,7 @@ class WatchSession:
                 key = (self._pass_id, module.training, self._grad_enabled())
                 seg = st.segment
                 if seg is None or seg.key != key:
-                    self._modes.on_forward(st, key, self.call_location)
+                    self._modes.on_forward(st, key, self._segment_location)
                 else:
                     self._since_backward[id(st)] = st
                 self._facts = info
@@ -161,8 +162,8 @@ class WatchSession:
     def _read_root(self, module: Any) -> tuple[Any, ...]:
         """(generation, ref, device type of the first parameter, float32?, mode record or None)."""
         ref = weakref.ref(module)
-        if self._model_ids is not None and id(module) not in self._model_ids:
-            return self._generation, ref, None, False, None
+        if (self._model_ids is not None and id(module) not in self._model_ids) or not (module._parameters or module._modules):
+            return self._generation, ref, None, False, None  # not watched, or a loss/activation built on the fly
         mode = self._modes.root(module)
         for p in module.parameters():
             return self._generation, ref, p.device.type, p.dtype == self._torch.float32, mode
@@ -267,6 +268,12 @@ class WatchSession:
     # -- helpers for the checks ---------------------------------------------
     def call_location(self) -> Location | None:
         return user_location()
+
+    def _segment_location(self) -> Location | None:
+        """Where a root's forward passes in a new mode start; None when torch makes them (update_bn): not judged."""
+        from torchdoctor.runtime.locate import called_by_library
+
+        return None if called_by_library(sys._getframe(1)) else user_location()
 
     def root_call_location(self) -> Location | None:
         """The user's line that called the root module now running (its call is the outermost module call)."""
