@@ -384,3 +384,19 @@ def test_swa_with_batchnorm_statistics_recomputed_by_update_bn():
         update_bn(train, swa)  # forwards in train mode under no_grad, made by torch on purpose
         evaluate(swa, DataLoader(data(32), batch_size=16))
     assert quiet(s, 16)
+
+
+def test_pseudo_labels_from_the_model_being_trained_under_no_grad():
+    model, opt, train, val = setup()
+    unlabeled = DataLoader(data(), batch_size=8, shuffle=True)
+    with torchdoctor.watch(environment=False) as s:
+        for _ in range(2):
+            model.train()
+            for (u, _), (x, y) in zip(unlabeled, train):
+                with torch.no_grad():
+                    pseudo = model(u).argmax(1)  # train mode on purpose: part of the training step
+                opt.zero_grad()
+                (nn.functional.cross_entropy(model(x), y) + nn.functional.cross_entropy(model(u), pseudo)).backward()
+                opt.step()
+            evaluate(model, val)
+    assert quiet(s, 16)

@@ -42,6 +42,21 @@ def test_eval_in_train_mode_of_a_compiled_model_is_td402():
     assert codes(s) == ["TD402"] and s.findings[0].location.path.endswith("test_silent_pitfalls.py")
 
 
+def test_mid_epoch_evaluation_in_train_mode_is_td402_on_a_loader_or_a_held_out_tensor():
+    model, opt, train, val = setup()
+    held_out = torch.randn(16, 8)
+    for evaluate in (lambda: [model(x) for x, _y in val], lambda: model(held_out)):
+        with torchdoctor.watch(environment=False) as s:
+            for i, (x, y) in enumerate(train):
+                opt.zero_grad()
+                nn.functional.cross_entropy(model(x), y).backward()
+                opt.step()
+                if i % 4 == 3:
+                    with torch.no_grad():
+                        evaluate()
+        assert codes(s) == ["TD402"]
+
+
 def test_td402_needs_dropout_or_batchnorm():
     model, opt, train, val = setup(dropout=False)
     with torchdoctor.watch(environment=False) as s:

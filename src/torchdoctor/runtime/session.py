@@ -101,7 +101,7 @@ class WatchSession:
         self._since_backward = self._modes.since_backward
         self._pass_id: int | None = None
         self._passes = 0
-        self._batch: dict[int, weakref.ReferenceType] = {}
+        self._batches: tuple[dict[int, weakref.ReferenceType], ...] = ({}, {})
         self._primary: Any = None
         self._other_step: tuple[int, int] | None = None
         self._opt_t0 = 0.0
@@ -137,7 +137,7 @@ class WatchSession:
                 key = (self._pass_id, module.training, self._grad_enabled())
                 seg = st.segment
                 if seg is None or seg.key != key:
-                    self._modes.on_forward(st, key, self._segment_location)
+                    self._modes.on_forward(st, key, self._segment_location, self._takes_batch(args, kwargs))
                 else:
                     self._since_backward[id(st)] = st
                 self._facts = info
@@ -241,8 +241,9 @@ class WatchSession:
         self._pass_id = getattr(it, "_torchdoctor_pass", None)
         self.timeline.data += seconds
         self.timeline.batches += 1
-        self._batch = {}
-        _collect(batch, self._batch, self._torch.Tensor, 2)
+        current: dict[int, weakref.ReferenceType] = {}
+        _collect(batch, current, self._torch.Tensor, 2)
+        self._batches = (current, self._batches[0])  # the previous batch too: loops that zip two loaders use both
 
     def on_pass_end(self, it: Any) -> None:
         self._pass_id = None
@@ -279,9 +280,15 @@ class WatchSession:
         """The user's line that called the root module now running (its call is the outermost module call)."""
         return user_location()
 
+    def _takes_batch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        return any(self.from_loader(a) for a in (*args, *kwargs.values()))
+
     def from_loader(self, tensor: Any) -> bool:
-        ref = self._batch.get(id(tensor))
-        return ref is not None and ref() is tensor
+        for batch in self._batches:
+            ref = batch.get(id(tensor))
+            if ref is not None and ref() is tensor:
+                return True
+        return False
 
     def is_root_input(self, tensor: Any) -> bool:
         return any(a is tensor for a in self._root_args)
@@ -351,7 +358,7 @@ class WatchSession:
         }
 
     def _release_refs(self) -> None:
-        self._root, self._root_args, self._batch = None, (), {}
+        self._root, self._root_args, self._batches = None, (), ({}, {})
         self._primary = None
 
 

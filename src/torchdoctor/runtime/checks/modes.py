@@ -4,7 +4,9 @@ Forward calls of each root model are grouped into segments of one state
 (data-loader pass, training flag, grad mode). A segment followed by a
 ``backward()`` is training; one that closes with no backward is evaluation.
 Forwards under ``no_grad`` that feed a backward (teacher, EMA, key encoder)
-are therefore training, never evaluation.
+are therefore training, never evaluation; so is a ``no_grad`` forward on the
+current loader batch followed by training on the same pass (pseudo-labels
+from the model being trained): it is judged only once its follower is known.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class _Segment:
     key: tuple[Any, bool, bool]
     location: Location | None
     trained: bool = False
+    batch: bool = False  # its first forward took the current loader batch
 
 
 @dataclass
@@ -30,6 +33,7 @@ class _Root:
     has_norm: bool
     trainable: bool
     segment: _Segment | None = None
+    deferred: _Segment | None = None  # a no_grad segment on the batch, judged once its follower is known
     trained_in_train_mode: bool = False
     reported: set[str] = field(default_factory=set)
     judged: bool = True  # False for modules without parameters (losses, activations): no mode to judge
@@ -54,7 +58,7 @@ class ModeCheck:
             self._roots[id(module)] = st
         return st if st.judged else None
 
-    def on_forward(self, st: _Root, key: tuple[Any, bool, bool], where: Any) -> None:
+    def on_forward(self, st: _Root, key: tuple[Any, bool, bool], where: Any, batch: bool = False) -> None:
         """A forward pass of the root ``st`` (from ``root(module)``) in a new state: (pass, training, grad).
 
         The caller records a forward in the same state itself (``since_backward``): that is every step.
@@ -62,7 +66,7 @@ class ModeCheck:
         seg = st.segment
         if seg is not None:
             self._close(st, seg)
-        st.segment = _Segment(key, where())
+        st.segment = _Segment(key, where(), batch=batch)
         self.since_backward[id(st)] = st
 
     def on_backward(self, grad_only: bool = False) -> None:
@@ -86,6 +90,16 @@ class ModeCheck:
         self.since_backward.clear()
 
     def _close(self, st: _Root, seg: _Segment) -> None:
+        before, st.deferred = st.deferred, None
+        if before is not None and not (seg.trained and seg.key[0] == before.key[0]):
+            self._judge(st, before)  # not followed by training on its pass: an evaluation after all
+        pass_id, _, grad = seg.key
+        if not seg.trained and not grad and seg.batch and pass_id is not None:
+            st.deferred = seg
+        else:
+            self._judge(st, seg)
+
+    def _judge(self, st: _Root, seg: _Segment) -> None:
         if seg.trained or seg.location is None:
             return  # a forward called from inside torch (e.g. swa_utils.update_bn) has no user location
         _, training, grad = seg.key
@@ -105,7 +119,9 @@ class ModeCheck:
         for st in self._roots.values():
             if st.segment is not None and not interrupted:
                 self._close(st, st.segment)
-            st.segment = None
+            if st.deferred is not None and not interrupted:
+                self._judge(st, st.deferred)
+            st.segment = st.deferred = None
         return self.findings
 
 
