@@ -1,7 +1,11 @@
 """The watch session: installs global hooks and patches, routes events to the checks, removes them all.
 
-Only weak references to the user's modules, optimizers and tensors are kept
-once a call returns; one session at a time per process.
+Per step only root module calls (the model, the loss), backward and the
+optimizer's step hooks do work, and little: what a module is gets read once
+per ``Module._apply``, stack walks happen when a location is first needed, and
+device comparisons only once a call has failed. Only weak references to the
+user's modules, optimizers and tensors are kept once a call returns; one
+session at a time per process.
 """
 
 from __future__ import annotations
@@ -242,7 +246,7 @@ class WatchSession:
         self.timeline.data += seconds
         self.timeline.batches += 1
         current: dict[int, weakref.ReferenceType] = {}
-        _collect(batch, current, self._torch.Tensor, 2)
+        data.collect_tensors(batch, current, self._torch.Tensor, 2)
         self._batches = (current, self._batches[0])  # the previous batch too: loops that zip two loaders use both
 
     def on_pass_end(self, it: Any) -> None:
@@ -314,7 +318,7 @@ class WatchSession:
 
     def _finish(self, exc: BaseException | None) -> None:
         found = list(self._findings) + self._modes.finish(interrupted=exc is not None) + self._grads.findings + self._losses.judge() + self._samplers.findings
-        found += self._timing_findings() + gpu.decide(self._gpu_readings(), self._step_location)
+        found += data.bottleneck_findings(self.timeline.steps, self._step_location) + gpu.decide(self._gpu_readings(), self._step_location)
         if exc is not None and id(exc) not in self._explained:
             found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None
         found = [f for f in found if f is not None]
@@ -329,16 +333,6 @@ class WatchSession:
             notes = [f"torchdoctor: {f.code} {f.message}\n    fix: {f.fix}" for f in self._findings if f.code in _DEVICE_CODES]
             for note in notes:
                 exc.add_note(note)
-
-    def _timing_findings(self) -> list[Finding]:
-        steps = self.timeline.steps
-        hit = data.input_bottleneck([s.data for s in steps], [s.total for s in steps])
-        if hit is None:
-            return []
-        share, wait = hit
-        return [Finding("TD606", f"waiting for the next batch takes {share:.0%} of a training step ({wait * 1000:.1f} ms a batch)",
-                        self._step_location, "raise DataLoader num_workers (with persistent_workers=True), pin_memory=True on CUDA, "
-                        "and move per-sample work out of __getitem__")]
 
     def _gpu_readings(self) -> dict[str, Any]:
         probe = self._probe_obj
@@ -363,17 +357,6 @@ class WatchSession:
 
 
 _DEVICE_CODES = {"TD201", "TD202", "TD203", "TD302", "TD303", "TD406", "TD707"}
-
-
-def _collect(obj: Any, out: dict[int, weakref.ReferenceType], tensor_type: type, depth: int) -> None:
-    if isinstance(obj, tensor_type):
-        out[id(obj)] = weakref.ref(obj)
-    elif depth > 0 and isinstance(obj, (list, tuple)):
-        for item in obj[:16]:
-            _collect(item, out, tensor_type, depth - 1)
-    elif depth > 0 and isinstance(obj, dict):
-        for item in list(obj.values())[:16]:
-            _collect(item, out, tensor_type, depth - 1)
 
 
 def _dedup(findings: list[Finding]) -> list[Finding]:

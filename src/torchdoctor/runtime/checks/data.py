@@ -26,6 +26,29 @@ def input_bottleneck(data_wait: list[float], step_time: list[float]) -> tuple[fl
     return None
 
 
+def bottleneck_findings(steps: list[Any], where: Location | None) -> list[Finding]:
+    """TD606 from the timeline's steps."""
+    hit = input_bottleneck([s.data for s in steps], [s.total for s in steps])
+    if hit is None:
+        return []
+    share, wait = hit
+    return [Finding("TD606", f"waiting for the next batch takes {share:.0%} of a training step ({wait * 1000:.1f} ms a batch)",
+                    where, "raise DataLoader num_workers (with persistent_workers=True), pin_memory=True on CUDA, "
+                    "and move per-sample work out of __getitem__")]
+
+
+def collect_tensors(obj: Any, out: dict[int, weakref.ReferenceType], tensor_type: type, depth: int) -> None:
+    """Weak references to the tensors of a batch (tuples, lists, dicts; two levels, 16 items each)."""
+    if isinstance(obj, tensor_type):
+        out[id(obj)] = weakref.ref(obj)
+    elif depth > 0 and isinstance(obj, (list, tuple)):
+        for item in obj[:16]:
+            collect_tensors(item, out, tensor_type, depth - 1)
+    elif depth > 0 and isinstance(obj, dict):
+        for item in list(obj.values())[:16]:
+            collect_tensors(item, out, tensor_type, depth - 1)
+
+
 @dataclass
 class _Sampler:
     ref: weakref.ReferenceType
