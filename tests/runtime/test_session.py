@@ -106,3 +106,26 @@ def test_report_formats():
     assert "TD404" in s.report("text")
     page = s.report("html")
     assert "<svg" in page and "TD404" in page and "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+
+
+PROGRAM = """
+import sys, torch
+from torch import nn
+import torchdoctor
+real = nn.Module.__call__
+assert "torch._dynamo" not in sys.modules
+with torchdoctor.watch(environment=False):
+    torch.compile(nn.Linear(2, 2), backend="eager")(torch.randn(1, 2))  # dynamo first imported here
+import torch._dynamo.utils as utils, torch._dynamo.variables.nn_module as nn_module
+print(utils.unpatched_nn_module_call is real, nn_module.unpatched_nn_module_call is real, nn.Module.__call__ is real)
+"""
+
+
+@pytest.mark.slow
+def test_dynamo_imported_during_the_watch_keeps_the_real_module_call():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]

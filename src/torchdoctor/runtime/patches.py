@@ -20,6 +20,9 @@ class Patches:
         setattr(owner, name, make(original))
         self._undo.append(lambda: setattr(owner, name, original))
 
+    def undo(self, step: Callable[[], None]) -> None:
+        self._undo.append(step)
+
     def remove(self) -> None:
         while self._undo:
             undo = self._undo.pop()
@@ -37,6 +40,7 @@ def install(session: Any) -> Patches:
     p = Patches()
     try:
         p.replace(torch.nn.Module, "__call__", lambda orig: _module_call(session, orig))
+        p.undo(_forget_in_dynamo(torch.nn.Module.__call__, torch.nn.Module.__dict__["__call__"].__wrapped__))
         p.handle(optim_mod.register_optimizer_step_pre_hook(session.on_step_pre))
         p.handle(optim_mod.register_optimizer_step_post_hook(session.on_step_post))
         p.replace(torch.autograd, "backward", lambda orig: _backward(session, orig))
@@ -70,6 +74,20 @@ def _module_call(session: Any, orig: Any) -> Any:
         return session.on_root_call(orig, self, args, kwargs)
 
     return __call__
+
+
+def _forget_in_dynamo(wrapper: Any, original: Any) -> Callable[[], None]:
+    """Dynamo imported during the session took the wrapper for the unpatched Module.__call__: set it back."""
+
+    def forget() -> None:
+        import sys
+
+        for name in ("torch._dynamo.utils", "torch._dynamo.variables.nn_module"):
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "unpatched_nn_module_call", None) is wrapper:
+                module.unpatched_nn_module_call = original
+
+    return forget
 
 
 def _backward(session: Any, orig: Any) -> Any:
