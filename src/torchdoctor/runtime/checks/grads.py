@@ -27,6 +27,7 @@ class _Opt:
     zeroed: bool = True
     misses: int = 0
     location: Location | None = None
+    steps: int = 0
 
 
 class GradCheck:
@@ -79,11 +80,17 @@ class GradCheck:
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
-        p = st.param() if st.param is not None else None
-        if p is None or p.grad is None:
-            p = self._sample(st, opt)
-        if p is None:  # no gradient at all: nothing to follow until the next step
+        st.steps += 1
+        p = None
+        # every other step is followed (a loop that never zeroes shows on the next one; once seen, every step)
+        if st.steps % 2 == 1 or st.misses:
+            p = st.param() if st.param is not None else None
+            if p is None or p.grad is None:
+                p = self._sample(st, opt)
+        if p is None:  # not followed, or no gradient at all: nothing to judge until the next step
             st.grad, st.zeroed, self._closure_step = None, True, None
+            if st in self.waiting:
+                self.waiting.remove(st)
             return
         self._closure_step = None
         grad = p.grad
