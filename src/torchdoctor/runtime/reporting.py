@@ -9,6 +9,13 @@ from typing import Any
 from torchdoctor.findings import Finding
 
 
+_COUNTED = (("optimizer step", "optimizer steps"), ("forward pass", "forward passes"), ("batch", "batches"))
+
+
+def _plural(n: int, word: tuple[str, str]) -> str:
+    return f"{n} {word[0] if n == 1 else word[1]}"
+
+
 def render(findings: Sequence[Finding], stats: dict[str, Any], fmt: str, *, color: bool = False) -> str:
     if fmt == "text":
         from torchdoctor.report import text
@@ -16,7 +23,8 @@ def render(findings: Sequence[Finding], stats: dict[str, Any], fmt: str, *, colo
         head = "torchdoctor run: "
         steps = stats.get("steps")
         if steps is not None:
-            head += f"watched {steps} optimizer steps, {stats.get('forward_calls', 0)} forward passes, {stats.get('batches', 0)} batches\n"
+            counts = (steps, stats.get("forward_calls", 0), stats.get("batches", 0))
+            head += "watched " + ", ".join(_plural(n, word) for n, word in zip(counts, _COUNTED)) + "\n"
         return head + text.render(findings, color=color)
     if fmt == "json":
         from torchdoctor.report.json import finding_to_dict
