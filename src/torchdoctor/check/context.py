@@ -6,6 +6,7 @@ import ast
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from torchdoctor.check.astutil import dotted
 from torchdoctor.findings import Edit, Finding, Location, Severity
 
 if TYPE_CHECKING:
@@ -32,14 +33,11 @@ class Context:
         ``load`` -> ``torch.load`` after ``from torch import load``. Names that
         are not imported resolve to themselves (``model.cuda`` -> ``model.cuda``).
         """
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-            node = node.value
-        if not isinstance(node, ast.Name):
+        name = dotted(node)
+        if name is None:
             return None
-        parts.append(self.imports.get(node.id, node.id))
-        return ".".join(reversed(parts))
+        head, dot, rest = name.partition(".")
+        return self.imports.get(head, head) + dot + rest
 
     def call_name(self, node: ast.AST) -> str | None:
         """``qualname`` of the function a Call calls, else None."""
