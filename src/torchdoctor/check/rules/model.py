@@ -36,12 +36,26 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue
         if last_name(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key):
             continue
+        if _returned(ctx, key, stmt):
+            continue  # a builder function: its caller decides where the model goes
         if _inputs_stay_on_host(ctx, key, stmt):
             continue
         name = ctx.segment(call.func)
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{input_device}`",
                    fix=f"move it once after construction: `{key} = {key}.to({input_device})`")
+
+
+def _returned(ctx: Context, key: str, stmt: ast.Assign) -> bool:
+    """The model is handed back by the function that builds it (``return model``)."""
+    body = ctx.facts.scope_of(stmt)
+    if not isinstance(body, FUNC_TYPES):
+        return False
+    for n in walk_local(body.body):
+        if isinstance(n, (ast.Return, ast.Yield)) and n.value is not None:
+            if any(dotted(v) == key for v in ast.walk(n.value) if isinstance(v, (ast.Name, ast.Attribute))):
+                return True
+    return False
 
 
 def _inputs_stay_on_host(ctx: Context, key: str, stmt: ast.Assign) -> bool:
