@@ -384,6 +384,12 @@ class Facts:
             if isinstance(node, (ast.Subscript, ast.Starred)):
                 node = node.value
                 continue
+            if isinstance(node, ast.DictComp):  # ``{k: v.to(device) for k, v in batch.items()}``
+                node = node.value
+                continue
+            if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+                node = node.elt
+                continue
             return False
 
 
