@@ -224,6 +224,11 @@ def _binding_value(ctx: Context, name: str, at: ast.AST) -> ast.AST | None:
                      for t in n.targets):
                 if best is None or (n.lineno, n.col_offset) > best[0]:
                     best = ((n.lineno, n.col_offset), _unpacked(n, name))
+        elif isinstance(n, (ast.For, ast.AsyncFor)) and (n.lineno, n.col_offset) < here \
+                and any(isinstance(e, ast.Name) and e.id == name for e in ast.walk(n.target)):
+            # a loop re-binds it (``for inputs, labels in val_loader``): an earlier move no longer holds
+            if best is None or (n.lineno, n.col_offset) > best[0]:
+                best = ((n.lineno, n.col_offset), None)
     return best[1] if best else None
 
 
