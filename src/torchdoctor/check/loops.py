@@ -163,6 +163,8 @@ class Loops:
                         info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
 
     def _is_loader(self, it: ast.AST, loop: ast.AST) -> bool:
+        if isinstance(it, (ast.List, ast.Tuple, ast.Set)) and all(isinstance(e, ast.Constant) for e in it.elts):
+            return False  # ``for phase in ["train", "val"]``: phases, not batches
         key = dotted(it)
         if key and self.facts.kind_of(key, loop) == "loader":
             return True
