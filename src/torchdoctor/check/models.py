@@ -103,11 +103,25 @@ def class_has_dropout_or_bn(facts: Facts, name: str, seen: frozenset[str] = froz
     if cls is None or name in seen:
         return False
     seen = seen | {name}
-    if _DROPOUT_BN.search(facts.ctx.segment(cls)):
+    if any(_DROPOUT_BN.search(word) for word in _code_words(cls)):
         return True
     used = {dotted(n.func) for n in ast.walk(cls) if isinstance(n, ast.Call)}
     used |= {dotted(b) for b in cls.bases}
     return any(u in facts.module_classes and class_has_dropout_or_bn(facts, u, seen) for u in used if u)
+
+
+def _code_words(node: ast.AST) -> list[str]:
+    """The identifiers of the code (names, attributes, keywords, parameters), not its docstrings or comments:
+    a docstring saying "no dropout" is not a dropout layer."""
+    words: list[str] = []
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            words.append(n.id)
+        elif isinstance(n, ast.Attribute):
+            words.append(n.attr)
+        elif isinstance(n, (ast.keyword, ast.arg)) and n.arg:
+            words.append(n.arg)
+    return words
 
 
 # ---- placement -------------------------------------------------------------------------------

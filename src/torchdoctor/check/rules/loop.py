@@ -52,7 +52,7 @@ def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
     """An eval-mode call in the loop's function, or in a function calling it."""
     facts = ctx.facts
     scope = facts.scope_of(loop)
-    if any(facts.mode_call(n) == "eval" for n in _scope_nodes(scope)):
+    if any(facts.mode_call(n) == "eval" and _reaches(ctx, n, loop) for n in _scope_nodes(scope)):
         return True
     seen: set[int] = set()
     todo = [scope]
@@ -67,6 +67,15 @@ def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
                 return True
             todo.append(caller)
     return False
+
+
+def _reaches(ctx: Context, call: ast.AST, loop: ast.AST) -> bool:
+    """The mode call can run before ``loop``: earlier in the source, or in a loop around both
+    (a final ``model.eval()`` for the test set does not cover the validation loop above it)."""
+    if (call.lineno, call.col_offset) < (loop.lineno, loop.col_offset):  # type: ignore[attr-defined]
+        return True
+    around = {id(a) for a in ctx.facts.ancestors(loop) if isinstance(a, LOOP_TYPES)}
+    return any(id(a) in around for a in ctx.facts.ancestors(call))
 
 
 def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
