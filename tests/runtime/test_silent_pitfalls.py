@@ -67,6 +67,34 @@ def test_td402_needs_dropout_or_batchnorm():
     assert codes(s) == []
 
 
+class _Seq(nn.Module):
+    def __init__(self, dropout: float, layers: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(8, 8, num_layers=layers, dropout=dropout, batch_first=True)
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(self.lstm(x)[0][:, -1])
+
+
+def test_td402_counts_the_dropout_argument_of_a_stacked_lstm():
+    found = {}
+    for dropout, layers in ((0.25, 2), (0.0, 2)):
+        torch.manual_seed(0)
+        model = _Seq(dropout, layers)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        xs, ys = torch.randn(32, 5, 8), torch.randint(0, 2, (32,))
+        loader = DataLoader(torch.utils.data.TensorDataset(xs, ys), batch_size=8)
+        with torchdoctor.watch(environment=False) as s:
+            for _ in range(2):
+                train_epoch(model, opt, loader)
+                with torch.no_grad():
+                    for x, _y in loader:
+                        model(x)
+        found[dropout] = codes(s)
+    assert found == {0.25: ["TD402"], 0.0: []}
+
+
 def test_eval_with_autograd_is_td401():
     model, opt, train, val = setup()
     with torchdoctor.watch(environment=False) as s:

@@ -44,6 +44,8 @@ class ModeCheck:
         import torch
 
         self._norm_types = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._NormBase)
+        # modules whose own dropout argument makes train mode differ (nn.LSTM(dropout=0.2, num_layers=2))
+        self._dropout_arg_types = (torch.nn.RNNBase, torch.nn.MultiheadAttention)
         self._roots: dict[int, _Root] = {}
         self.since_backward: dict[int, _Root] = {}
         self.eval_locations: dict[int, Location] = {}  # where model.eval() was last called, by module id
@@ -53,10 +55,16 @@ class ModeCheck:
         st = self._roots.get(id(module))
         if st is None or st.ref() is not module:
             params = list(module.parameters())
-            has_norm = bool(params) and any(isinstance(m, self._norm_types) for m in module.modules())
+            has_norm = bool(params) and any(self._mode_dependent(m) for m in module.modules())
             st = _Root(weakref.ref(module), type(module).__name__, has_norm, any(p.requires_grad for p in params), judged=bool(params))
             self._roots[id(module)] = st
         return st if st.judged else None
+
+    def _mode_dependent(self, m: Any) -> bool:
+        if isinstance(m, self._norm_types):
+            return True
+        # an RNN applies its dropout only between stacked layers
+        return isinstance(m, self._dropout_arg_types) and getattr(m, "dropout", 0) > 0 and getattr(m, "num_layers", 2) > 1
 
     def on_forward(self, st: _Root, key: tuple[Any, bool, bool], where: Any, batch: bool = False) -> None:
         """A forward pass of the root ``st`` (from ``root(module)``) in a new state: (pass, training, grad).
