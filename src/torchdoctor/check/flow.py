@@ -122,3 +122,61 @@ def _self_call(call: ast.Call) -> bool:
 
 def mentions(node: ast.AST, names: set[str]) -> bool:
     return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node)) or root_name(node) in names
+
+
+_HOST_METHODS = {"cpu", "numpy", "tolist", "to", "cuda", "item"}
+
+
+def combined_in_helper(ctx: Context, use: ast.Name, loop: ast.AST) -> ast.Call | None:
+    """``dice(logits, masks)``: ``use`` is passed, next to a device tensor, to an in-file function that
+    combines the two parameters arithmetically and moves nothing: the helper call, else None."""
+    call = ctx.facts.parent(use)
+    if not isinstance(call, ast.Call) or not any(a is use for a in call.args) or call.keywords:
+        return None
+    funcs = ctx.facts.resolve(call)
+    if len(funcs) != 1 or not isinstance(funcs[0], ast.FunctionDef):
+        return None
+    func = funcs[0]
+    params = [a.arg for a in func.args.args]
+    if params[:1] == ["self"] or len(params) < len(call.args) or func.args.vararg is not None:
+        return None
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _HOST_METHODS
+           for n in walk_local(func.body)):
+        return None  # the helper moves or reads back values itself
+    hot = device_names(ctx, loop, set())
+    index = next(i for i, a in enumerate(call.args) if a is use)
+    mine = _tainted(func, params[index])
+    for i, arg in enumerate(call.args):
+        if i != index and isinstance(arg, ast.Name) and arg.id in hot and not _read_back(ctx, arg) \
+                and _combined(func, mine, _tainted(func, params[i])):
+            return call
+    return None
+
+
+def _read_back(ctx: Context, name: ast.Name) -> bool:
+    """``preds = model(x).cpu()``: computed from the model, yet on the host."""
+    b = ctx.facts.scopes.binding_at(name.id, name)
+    value = b.value if b is not None else None
+    return value is None or any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                                and n.func.attr in ("cpu", "numpy", "tolist", "item") for n in ast.walk(value))
+
+
+def _tainted(func: ast.FunctionDef, param: str) -> set[str]:
+    out = {param}
+    for node in walk_local(func.body):
+        if isinstance(node, ast.Assign) and any(isinstance(n, ast.Name) and n.id in out for n in ast.walk(node.value)):
+            out |= {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return out
+
+
+def _combined(func: ast.FunctionDef, left: set[str], right: set[str]) -> bool:
+    """A binary operation takes one side from each set (and neither side from both)."""
+    for node in walk_local(func.body):
+        if isinstance(node, (ast.BinOp, ast.Compare)):
+            a, b = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.left, node.comparators[0])
+            na = {n.id for n in ast.walk(a) if isinstance(n, ast.Name)}
+            nb = {n.id for n in ast.walk(b) if isinstance(n, ast.Name)}
+            if (na & left and nb & right and not na & right and not nb & left) or \
+                    (na & right and nb & left and not na & left and not nb & right):
+                return True
+    return False

@@ -90,6 +90,8 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         if flow.is_cpu_name(use.id) or use.id in in_place or not _unmoved(ctx, use.id, use, node, batch):
             continue
         consumer, moved = flow.path_to_consumer(ctx, use, node)
+        if consumer is None and not moved:
+            consumer = flow.combined_in_helper(ctx, use, node)
         if consumer is None or moved:
             continue
         element = _element_text(ctx, use)
