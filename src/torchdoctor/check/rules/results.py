@@ -210,6 +210,11 @@ _NO_GRAD_METHODS = frozenset({"detach", "argmax", "argmin", "argsort", "long", "
                               "lt", "ge", "le", "isnan", "isfinite", "nonzero", "byte", "short"})
 
 
+# Tensor fields of a transformers model output.
+_OUTPUT_FIELDS = frozenset({"logits", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
+                            "image_embeds", "text_embeds"})
+
+
 def _binding_value(ctx: Context, name: str, at: ast.AST) -> ast.AST | None:
     """The value last assigned to ``name`` before ``at`` in its function (or module); None if unknown."""
     scope = ctx.facts.function_of(at) or ctx.tree
@@ -274,6 +279,8 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
             return _flags(ctx, value, depth + 1)
         return (True, False) if facts.is_moved(expr.id, expr) else _HOST
     if isinstance(expr, ast.Attribute):
+        if expr.attr in _OUTPUT_FIELDS:  # ``model(**batch).logits``: the model's output tensor
+            return _flags(ctx, expr.value, depth + 1)
         return (_flags(ctx, expr.value, depth + 1)[0], False) if expr.attr in ("data", "grad") else _HOST
     if isinstance(expr, (ast.Subscript, ast.Starred)):
         return _flags(ctx, expr.value, depth + 1)
