@@ -28,6 +28,8 @@ class _Sentinel:
 class LossCheck:
     def __init__(self) -> None:
         self._recent: deque[tuple[int, weakref.ReferenceType]] = deque(maxlen=12)
+        # losses still alive when they left the window: kept for good (logged every N steps, say)
+        self._survivors: deque[tuple[int, weakref.ReferenceType]] = deque(maxlen=12)
         self._count = 0
         self._where: Location | None = None
         self.findings: list[Finding] = []
@@ -48,7 +50,10 @@ class LossCheck:
         self._count += 1
         if self._where is None:  # the backward line is the same every step; walking the stack each time is not free
             self._where = where()
-        self._recent.append((self._count, weakref.ref(sentinel)))
+        recent = self._recent
+        if len(recent) == recent.maxlen and recent[0][1]() is not None:
+            self._survivors.append(recent[0])
+        recent.append((self._count, weakref.ref(sentinel)))
         if self._count % _EVERY == 0:
             self.judge()
 
@@ -56,7 +61,7 @@ class LossCheck:
         """Report losses of earlier steps still alive (also called once at the end of the session)."""
         if self.findings:
             return self.findings
-        kept = [step for step, ref in self._recent if ref() is not None and self._count - step >= _AGE]
+        kept = [step for step, ref in (*self._survivors, *self._recent) if ref() is not None and self._count - step >= _AGE]
         if len(kept) >= _ALIVE:
             self.findings.append(Finding(
                 "TD405", f"loss tensors of {len(kept)} earlier steps are still alive at step {self._count} (the oldest from "

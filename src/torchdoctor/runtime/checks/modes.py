@@ -35,6 +35,7 @@ class _Root:
     segment: _Segment | None = None
     deferred: _Segment | None = None  # a no_grad segment on the batch, judged once its follower is known
     trained_in_train_mode: bool = False
+    evaluated: bool = False  # ran in eval mode without autograd (an evaluation before any training, say)
     reported: set[str] = field(default_factory=set)
     judged: bool = True  # False for modules without parameters (losses, activations): no mode to judge
 
@@ -76,6 +77,8 @@ class ModeCheck:
             self._close(st, seg)
         st.segment = _Segment(key, where(), batch=batch)
         self.since_backward[id(st)] = st
+        if not key[1] and not key[2]:
+            st.evaluated = True
 
     def on_backward(self, grad_only: bool = False) -> None:
         """A backward (or, ``grad_only``, a torch.autograd.grad: an attack or a penalty, not a training step)."""
@@ -89,13 +92,17 @@ class ModeCheck:
                 continue
             if training:
                 st.trained_in_train_mode = True
-            elif grad and st.has_norm and st.trained_in_train_mode and "TD403" not in st.reported and _trainable(st):
+            elif grad and st.has_norm and self._left_in_eval(st) and "TD403" not in st.reported and _trainable(st):
                 st.reported.add("TD403")
                 where = self.eval_locations.get(id(st.ref())) or seg.location
                 self.findings.append(Finding(
                     "TD403", f"model `{st.name}` trains in eval mode after model.eval(): dropout/batch-norm stay frozen "
                     "for the rest of training", where, "call model.train() at the start of every training epoch"))
         self.since_backward.clear()
+
+    def _left_in_eval(self, st: _Root) -> bool:
+        """Trained in train mode before, or evaluated after a model.eval() (a check before the first epoch)."""
+        return st.trained_in_train_mode or (st.evaluated and id(st.ref()) in self.eval_locations)
 
     def _close(self, st: _Root, seg: _Segment) -> None:
         before, st.deferred = st.deferred, None
