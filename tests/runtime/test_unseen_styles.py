@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -81,3 +82,25 @@ def test_loss_tensors_logged_every_n_steps_are_td405():
     with torchdoctor.watch(environment=False) as s:
         _logged_every(model, opt, train, epochs=4, keep_tensor=False)
     assert codes(s) == []
+
+
+def _functional_loss(weight_device: str, target_device: str):
+    model = nn.Linear(4, 3).to("meta")
+    w = torch.tensor([1.0, 2.0, 0.5], device=weight_device)
+    with pytest.raises(RuntimeError):
+        with torchdoctor.watch(environment=False) as s:
+            x = torch.randn(8, 4, device="meta")
+            y = torch.randint(0, 3, (8,), device=target_device)
+            nn.functional.cross_entropy(model(x), y, weight=w)
+    return s.findings
+
+
+def test_functional_loss_weight_left_on_the_cpu_is_td406_naming_it_at_the_loss_line():
+    found = _functional_loss("cpu", "meta")
+    assert [f.code for f in found] == ["TD406"] and "`w`" in found[0].message and "weight=" in found[0].message
+    assert "cross_entropy" in open(__file__).read().splitlines()[found[0].location.line - 1]
+
+
+def test_functional_loss_weight_on_the_models_device_is_not_blamed():
+    found = _functional_loss("meta", "cpu")
+    assert [f.code for f in found] == ["TD303"] and "`w`" not in found[0].message

@@ -306,6 +306,10 @@ class WatchSession:
                 return name
         return type(module).__name__
 
+    def last_model_device_type(self) -> str | None:
+        """The device type of the last model called (read once per Module._apply), None before any."""
+        return self._facts[2] if self._facts else None
+
     def root_devices(self) -> tuple[str, ...]:
         root = self._root
         if root is None:

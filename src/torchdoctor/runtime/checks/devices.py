@@ -225,8 +225,27 @@ def explain_error(exc: BaseException, session: Any) -> Finding | None:
             loc = session.root_call_location() if root_input else loc  # where the batch goes in unmoved
             return Finding("TD302", f"batch element `{name}` is on {value.device} and is combined with tensors on another device ({pair})",
                            loc, f"move it to the model's device: {name} = {name}.to(device)")
+    weight = _loss_weight(frame, source, devices, getattr(session, "last_model_device_type", lambda: None)(), torch.Tensor)
+    if weight:
+        name, kw, device = weight
+        return Finding("TD406", f"`{name}` passed as the loss's `{kw}=` is on {device} but the loss's inputs are on another device ({pair})",
+                       loc, f"move it once, before the loop: {name} = {name}.to(device)")
     return Finding("TD303", f"tensors on different devices ({pair}) are combined{inside}: one of them was created or left on the wrong device",
                    loc, "create new tensors with device=x.device and move every input with .to(device)")
+
+
+_WEIGHT_ARG = re.compile(r"\b(pos_weight|weight)\s*=\s*([A-Za-z_]\w*)\b(?!\s*[.(\[])")
+
+
+def _loss_weight(frame: Any, source: str, devices: list[str], model: str | None, tensor_type: type) -> tuple[str, str, str] | None:
+    """A functional loss given ``weight=w`` (``F.cross_entropy(out, y, weight=w)``) with ``w`` on the odd device out."""
+    for kw, name in _WEIGHT_ARG.findall(source):
+        value = frame.f_locals.get(name, frame.f_globals.get(name))
+        if not isinstance(value, tensor_type) or str(value.device) not in devices:
+            continue
+        if value.device.type != model if model else len(set(devices)) > 1:  # the model's device is the right one
+            return name, kw, str(value.device)
+    return None
 
 
 def is_device_error(exc: BaseException) -> bool:
