@@ -31,7 +31,7 @@ class Counting(nn.Module):
 
 def main() -> None:
     if hasattr(signal, "alarm"):
-        signal.alarm(150)  # never outlive the test: a rank orphaned by a killed launcher would wait for ever
+        signal.alarm(450)  # never outlive the test: a rank orphaned by a killed launcher would wait for ever
     out, epochs = Path(sys.argv[1]), int(sys.argv[2])
     rank = int(os.environ["RANK"])
     torch.manual_seed(rank)  # different initial weights per rank: DDP must broadcast rank 0's

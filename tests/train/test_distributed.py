@@ -38,10 +38,11 @@ def test_shard_loader_keeps_the_loader_options_and_splits_the_data() -> None:
 def _torchrun(out: Path, epochs: int) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(out), str(epochs)]
-    # A session of its own, so that a timeout ends torchrun's workers too, not only torchrun.
+    # A session of its own for torchrun; its workers lead sessions of their own, so each also
+    # ends itself by alarm (ddp_worker.py) if a timeout kills only the launcher.
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as proc:
         try:
-            stdout, stderr = proc.communicate(timeout=140)
+            stdout, stderr = proc.communicate(timeout=420)  # ~17 s on an idle 2-core machine; generous for a loaded one
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             raise
