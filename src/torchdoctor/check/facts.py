@@ -88,20 +88,19 @@ _TRAIN_METHODS = {"train", "eval", "to", "cuda", "step", "zero_grad", "backward"
 class Facts:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.parents: dict[ast.AST, ast.AST] = {}
-        for node in ast.walk(ctx.tree):
-            for child in ast.iter_child_nodes(node):
-                self.parents[child] = node
+        self.nodes: list[ast.AST] = list(ast.walk(ctx.tree))  # every node once (breadth-first)
+        self.parents: dict[ast.AST, ast.AST] = {
+            child: node for node in self.nodes for child in ast.iter_child_nodes(node)
+        }
         self.module_classes = self._module_classes()
         self.scopes = Scopes(ctx, self.parents, self.module_classes)
         self.functions: dict[str, list[ast.AST]] = {}
-        for node in ast.walk(ctx.tree):
+        for node in self.nodes:
             if isinstance(node, FUNC_TYPES):
                 self.functions.setdefault(node.name, []).append(node)
         self.calls_to: dict[str, list[ast.Call]] = {}  # last name of the callee -> calls
         self._reach: dict[int, list[ast.AST]] = {}
-        self._classes = {n.name: n for n in ast.walk(ctx.tree) if isinstance(n, ast.ClassDef)}
-        self.nodes: list[ast.AST] = list(ast.walk(ctx.tree))  # every node once (breadth-first)
+        self._classes = {n.name: n for n in self.nodes if isinstance(n, ast.ClassDef)}
         self.calls: list[ast.Call] = [n for n in self.nodes if isinstance(n, ast.Call)]
         self.memo: dict[object, object] = {}  # per-file caches for rules: key -> value
         for call in self.calls:
@@ -147,7 +146,7 @@ class Facts:
         return False
 
     def _mentions_cuda(self) -> bool:
-        for node in ast.walk(self.ctx.tree):
+        for node in self.nodes:
             s = string_value(node)
             if s is not None and re.fullmatch(r"cuda(:\d+)?", s.strip()):
                 return True
@@ -161,7 +160,7 @@ class Facts:
 
     @cached_property
     def has_cuda_check(self) -> bool:
-        for node in ast.walk(self.ctx.tree):
+        for node in self.nodes:
             if isinstance(node, (ast.Attribute, ast.Name)):
                 q = self.ctx.qualname(node) or ""
                 if q.endswith((".is_available", ".device_count")) or q.startswith("torch.accelerator"):
@@ -170,7 +169,7 @@ class Facts:
 
     @cached_property
     def is_ddp_program(self) -> bool:
-        for node in ast.walk(self.ctx.tree):
+        for node in self.nodes:
             if isinstance(node, (ast.Attribute, ast.Name)):
                 last = (self.ctx.qualname(node) or "").rsplit(".", 1)[-1]
                 if last in ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP"):
@@ -181,7 +180,7 @@ class Facts:
 
     @cached_property
     def trains(self) -> bool:
-        return any(self.is_backward_call(n) for n in ast.walk(self.ctx.tree))
+        return any(self.is_backward_call(n) for n in self.nodes)
 
     # ---- names -------------------------------------------------------------------
     def kind_of(self, key: str, at: ast.AST) -> str | None:
@@ -191,7 +190,7 @@ class Facts:
         return self.scopes.expr_kind(expr, at)
 
     def _module_classes(self) -> set[str]:
-        classes = [n for n in ast.walk(self.ctx.tree) if isinstance(n, ast.ClassDef)]
+        classes = [n for n in self.nodes if isinstance(n, ast.ClassDef)]
         found: set[str] = set()
         changed = True
         while changed:

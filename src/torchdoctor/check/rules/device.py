@@ -11,7 +11,6 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
-from weakref import WeakKeyDictionary
 
 from torchdoctor.check.astutil import string_value
 from torchdoctor.check.registry import rule
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
 T = TypeVar("T")
-_MEMO: WeakKeyDictionary[Context, dict[str, object]] = WeakKeyDictionary()
 
 _CUDA = re.compile(r"cuda(:\d+)?")
 # An `if` or conditional expression testing one of these words chooses the device itself.
@@ -33,25 +31,18 @@ _QUIET_DEVICE_KW = re.compile(
 
 
 def memo(ctx: Context, key: str, compute: Callable[[], T]) -> T:
-    """Compute a file-level fact once per file (rules run once per node)."""
-    slot = _MEMO.setdefault(ctx, {})
-    if key not in slot:
-        slot[key] = compute()
-    return slot[key]  # type: ignore[return-value]
+    """Compute a file-level fact once per file (rules run once per node); kept in the file's Facts."""
+    return ctx.facts.cached(("rules", key), compute)  # type: ignore[no-any-return]
 
 
 def all_nodes(ctx: Context) -> list[ast.AST]:
     """Every node of the file, in a deterministic order (ast.walk is breadth-first)."""
-    return memo(ctx, "nodes", lambda: list(ast.walk(ctx.tree)))
+    return ctx.facts.nodes
 
 
 def parent_map(ctx: Context) -> dict[ast.AST, ast.AST]:
     """Parents of every node (the engine's map only covers nodes already visited)."""
-
-    def compute() -> dict[ast.AST, ast.AST]:
-        return {child: node for node in all_nodes(ctx) for child in ast.iter_child_nodes(node)}
-
-    return memo(ctx, "parents", compute)
+    return ctx.facts.parents
 
 
 def ancestors(ctx: Context, node: ast.AST) -> Iterator[ast.AST]:

@@ -330,8 +330,8 @@ def _loss_moved(ctx: Context, call: ast.Call) -> bool:
         return True
     if isinstance(parent, ast.Assign):
         keys = {dotted(t) for t in parent.targets}
-        for n in ast.walk(ctx.tree):
-            if isinstance(n, ast.Call) and method_name(n) in ("to", "cuda") and dotted(n.func.value) in keys:  # type: ignore[attr-defined]
+        for n in ctx.facts.calls:
+            if method_name(n) in ("to", "cuda") and dotted(n.func.value) in keys:  # type: ignore[attr-defined]
                 return True
     return False
 
