@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.check.expectations import expected
+from tests.check.expectations import expected, reported
 from torchdoctor.check import check_source
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -46,7 +46,7 @@ def test_buggy_example_still_runs_on_the_cpu(tmp_path: Path) -> None:
 
 
 def _found(path: Path) -> set[tuple[int, str]]:
-    return {(f.location.line, f.code) for f in check_source(path.read_text("utf-8"), str(path))}
+    return reported(check_source(path.read_text("utf-8"), str(path)))
 
 
 def test_check_finds_exactly_the_annotated_pitfalls_in_the_buggy_example() -> None:

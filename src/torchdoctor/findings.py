@@ -59,8 +59,10 @@ class Finding:
 
     ``severity`` defaults to the catalog's severity for ``code`` (a few codes,
     such as TD306, carry a different one per case). ``edits`` is non-empty only
-    when the fix is mechanical and safe. ``rank`` tags runtime findings made by
-    one process of a distributed run.
+    when the fix is mechanical; ``unsafe_fix`` marks edits that may change what
+    the program does (ruff's "unsafe" fixes: applied only when asked). ``related``
+    names the other codes found on the same construct, folded into this finding.
+    ``rank`` tags runtime findings made by one process of a distributed run.
     """
 
     code: str
@@ -70,6 +72,8 @@ class Finding:
     edits: tuple[Edit, ...] = ()
     severity: Severity = field(default=None)  # type: ignore[assignment]
     rank: int | None = None
+    unsafe_fix: bool = False
+    related: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.severity is None:
@@ -81,7 +85,13 @@ class Finding:
 
     @property
     def fixable(self) -> bool:
-        return bool(self.edits)
+        """A safe fix exists (``--fix`` applies it)."""
+        return bool(self.edits) and not self.unsafe_fix
+
+    @property
+    def unsafe_fixable(self) -> bool:
+        """Only an unsafe fix exists (``--fix --unsafe-fixes`` applies it)."""
+        return bool(self.edits) and self.unsafe_fix
 
     def with_rank(self, rank: int) -> Finding:
         return replace(self, rank=rank)

@@ -35,3 +35,9 @@ def config_lines(source: str) -> list[str]:
 
 def fixture_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if p.is_file())
+
+
+def reported(findings) -> set[tuple[int, str]]:
+    """(line, code) of every finding, and of every code folded into one (a construct that has several
+    pitfalls is one finding naming the others: ``.cuda()`` is TD705, also TD101 and TD102)."""
+    return {(f.location.line, code) for f in findings for code in (f.code, *f.related)}

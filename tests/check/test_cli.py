@@ -78,11 +78,12 @@ def test_json_keys_exactly(fake_rules, project: Path, capsys) -> None:
     run("train.py", "--output-format", "json")
     data = json.loads(capsys.readouterr().out)
     assert [set(d) for d in data] == [
-        {"code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "fixable"}
+        {"code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "fixable",
+         "unsafe_fix", "related"}
     ] * 2
     assert data[0] | {"message": None} == {
         "code": "TD102", "severity": "info", "message": None, "path": "train.py", "line": 3, "column": 1,
-        "end_line": 3, "end_column": 11, "fix": "use .to(device)", "fixable": True,
+        "end_line": 3, "end_column": 11, "fix": "use .to(device)", "fixable": True, "unsafe_fix": False, "related": [],
     }
 
 

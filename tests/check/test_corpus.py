@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.check.expectations import expected, fixture_files
+from tests.check.expectations import expected, fixture_files, reported
 from torchdoctor.check import check_source
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -40,7 +40,7 @@ def score(files: list[Path]) -> tuple[set[Site], set[Site]]:
         source = path.read_text("utf-8")
         skip = unscored(source)
         want |= {(path.name, line, code) for line, code in expected(source) if code not in skip}
-        got |= {(path.name, f.location.line, f.code) for f in check_source(source, str(path)) if f.code not in skip}
+        got |= {(path.name, line, code) for line, code in reported(check_source(source, str(path))) if code not in skip}
     return want, got
 
 

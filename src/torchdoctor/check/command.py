@@ -47,6 +47,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cfg.add_argument("--stdin-filename", metavar="PATH", help="the name of the file read from standard input")
     fix = parser.add_argument_group("fixing")
     fix.add_argument("--fix", action="store_true", help="apply the safe fixes, then report what remains")
+    fix.add_argument("--unsafe-fixes", action="store_true",
+                     help="with --fix or --diff, also apply the fixes that may change what the code does")
     fix.add_argument("--diff", action="store_true", help="print the fixes as a unified diff; change nothing")
     out = parser.add_argument_group("output")
     add_output_options(out)
@@ -68,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--jobs must be at least 1")
     paths = args.paths or ["."]
     settings = _settings(args, paths)
-    mode = Mode(gate=not args.no_torch_gate, fix=args.fix, diff=args.diff)
+    mode = Mode(gate=not args.no_torch_gate, fix=args.fix, diff=args.diff, unsafe_fixes=args.unsafe_fixes)
     results: list[FileResult]
     if paths == ["-"]:
         results = _check_stdin(args, settings, mode, check_file)

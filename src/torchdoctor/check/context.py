@@ -1,112 +1,78 @@
-"""Context: what a rule sees of one file: the tree, resolved names, parents, and ``report``."""
+"""Context: what a rule sees of one file: the semantic model, the settings, and ``report``."""
 
 from __future__ import annotations
 
 import ast
-from functools import cached_property
-from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted
+from torchdoctor.check.semantic import SemanticModel, short
 from torchdoctor.findings import Edit, Finding, Location, Severity
-
-if TYPE_CHECKING:
-    from torchdoctor.check.facts import Facts
 
 
 class Context:
-    def __init__(self, path: str, source: str, tree: ast.Module, settings: object | None = None) -> None:
+    def __init__(self, path: str, source: str, tree: ast.Module, settings: object | None = None,
+                 project: object | None = None) -> None:
         self.path = path
         self.source = source
         self.tree = tree
         self.settings = settings
         self.findings: list[Finding] = []
-        self.lines = source.splitlines()
-        self.imports: dict[str, str] = {}  # local name -> qualified name ("nn" -> "torch.nn")
-        self.parents: dict[ast.AST, ast.AST] = {}
+        self.sites: list[ast.AST] = []  # the node each finding was reported at (its construct)
+        self.semantic = SemanticModel(tree, source, path, project)
+        self.lines = self.semantic.text.lines  # as ast numbers them (str.splitlines also breaks at \f)
+        self.imports = self.semantic.imports  # local name -> qualified name ("nn" -> "torch.nn")
         self.enabled: set[str] | None = None  # None: every code
 
-    # ---- names -------------------------------------------------------------
-    def qualname(self, node: ast.AST) -> str | None:
-        """The dotted name an expression refers to through the file's imports.
-
-        ``nn.Linear`` -> ``torch.nn.Linear`` after ``import torch.nn as nn``;
-        ``load`` -> ``torch.load`` after ``from torch import load``. Names that
-        are not imported resolve to themselves (``model.cuda`` -> ``model.cuda``).
-        """
-        name = dotted(node)
-        if name is None:
-            return None
-        head, dot, rest = name.partition(".")
-        return self.imports.get(head, head) + dot + rest
+    # ---- names (the semantic model's, for brevity in rules) ------------------------------------
+    def qualname(self, node: ast.AST | None) -> str | None:
+        """The dotted name an expression refers to through the file's imports."""
+        return self.semantic.qualname(node)
 
     def call_name(self, node: ast.AST) -> str | None:
         """``qualname`` of the function a Call calls, else None."""
-        return self.qualname(node.func) if isinstance(node, ast.Call) else None
+        return self.semantic.call_name(node)
 
-    # ---- tree --------------------------------------------------------------
     def parent(self, node: ast.AST) -> ast.AST | None:
-        return self.parents.get(node)
+        return self.semantic.parent(node)
 
     def ancestors(self, node: ast.AST):
-        node = self.parents.get(node)
-        while node is not None:
-            yield node
-            node = self.parents.get(node)
+        return self.semantic.ancestors(node)
 
-    @cached_property
-    def facts(self) -> Facts:
-        from torchdoctor.check.facts import Facts
+    # ---- text ------------------------------------------------------------------------------------
+    def segment(self, node: ast.AST | None) -> str:
+        """The node's exact source text (for edits); messages use ``name``."""
+        return self.semantic.segment(node)
 
-        return Facts(self)
+    def name(self, node: ast.AST | None, limit: int = 40) -> str:
+        """How a message names a node: its source on one line, long or multi-line text collapsed
+        (``build(...)``); messages never paste a multi-line expression."""
+        return short(self.semantic.segment(node), limit)
 
-    # ---- output ------------------------------------------------------------
+    def char_col(self, line: int, byte_col: int) -> int:
+        return self.semantic.text.char_col(line, byte_col)
+
+    # ---- output ------------------------------------------------------------------------------------
     def wants(self, code: str) -> bool:
         return self.enabled is None or code in self.enabled
 
     def location(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 1)
         end_line = getattr(node, "end_lineno", None)
+        end_col = getattr(node, "end_col_offset", None)
         return Location(
             self.path,
             line,
             self.char_col(line, getattr(node, "col_offset", 0)) + 1,
             end_line,
-            self.char_col(end_line, node.end_col_offset) + 1 if end_line and getattr(node, "end_col_offset", None) is not None else None,
+            self.char_col(end_line, end_col) + 1 if end_line and end_col is not None else None,
         )
-
-    def char_col(self, line: int, byte_col: int) -> int:
-        """ast columns count UTF-8 bytes; people and editors count characters."""
-        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-        if text.isascii():
-            return byte_col
-        return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
-
-    def segment(self, node: ast.AST) -> str:
-        """The node's source text (as ast.get_source_segment, which re-splits the whole file per call)."""
-        line, end_line = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
-        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
-        lines = self._segment_lines
-        if line is None or end_line is None or col is None or end_col is None or end_line > len(lines):
-            return ""
-        if line == end_line:
-            return lines[line - 1].encode()[col:end_col].decode("utf-8", "replace")
-        first = lines[line - 1].encode()[col:].decode("utf-8", "replace")
-        last = lines[end_line - 1].encode()[:end_col].decode("utf-8", "replace")
-        return first + "".join(lines[line:end_line - 1]) + last
-
-    @cached_property
-    def _segment_lines(self) -> list[str]:
-        import re  # the line breaks ast counts, kept (str.splitlines also breaks at \f and \x1c)
-
-        return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z", self.source)
 
     def replace_edit(self, node: ast.AST, text: str) -> Edit:
         """An edit replacing the node's source text with ``text``."""
         return Edit(
-            node.lineno,
-            self.char_col(node.lineno, node.col_offset),
-            node.end_lineno,
-            self.char_col(node.end_lineno, node.end_col_offset),
+            node.lineno,  # type: ignore[attr-defined]
+            self.char_col(node.lineno, node.col_offset),  # type: ignore[attr-defined]
+            node.end_lineno,  # type: ignore[attr-defined]
+            self.char_col(node.end_lineno, node.end_col_offset),  # type: ignore[attr-defined]
             text,
         )
 
@@ -124,6 +90,11 @@ class Context:
         fix: str | None = None,
         edits: tuple[Edit, ...] = (),
         severity: Severity | None = None,
+        unsafe: bool = False,
     ) -> None:
+        """Record a finding at ``node``. ``unsafe`` marks edits that may change what the program does
+        (applied only with ``--unsafe-fixes``)."""
         if self.wants(code):
-            self.findings.append(Finding(code, message, self.location(node), fix, edits, severity))
+            self.findings.append(Finding(code, message, self.location(node), fix, edits, severity,
+                                         unsafe_fix=bool(edits) and unsafe))
+            self.sites.append(node)

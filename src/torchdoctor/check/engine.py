@@ -1,4 +1,4 @@
-"""One source in, findings out: parse once, resolve imports, one walk dispatching to rules, noqa.
+"""One source in, findings out: parse once, one walk into the semantic model, rules over its lists, noqa.
 
 ``check_source`` is the stable entry point that the rules' tests and the
 fixture harness call; runner.py wraps it with reading, notebooks, fixing and
@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import ast
 import warnings
-from collections import defaultdict
 from collections.abc import Iterable
 
 from torchdoctor.check.context import Context
 from torchdoctor.check.noqa import filter_noqa
 from torchdoctor.check.registry import REGISTRY, RegisteredRule
-from torchdoctor.check.source import split_lines
 from torchdoctor.findings import Finding, sort_findings
 
-__all__ = ["check_source", "load_rules", "parse", "may_be_torch", "RuleError"]
+__all__ = ["check_source", "load_rules", "parse", "may_be_torch", "RuleError", "merge_constructs"]
 
 _RULE_MODULES = ("device", "model", "data", "loop", "results", "perf", "distributed")
 # A file that mentions none of these cannot be PyTorch code: it is parsed (syntax
@@ -64,21 +62,6 @@ def parse(source: str | bytes, path: str) -> ast.Module:
         return ast.parse(source, filename=path)
 
 
-def _collect_imports(tree: ast.Module, ctx: Context) -> None:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    ctx.imports[alias.asname] = alias.name
-                else:
-                    top = alias.name.split(".")[0]
-                    ctx.imports.setdefault(top, top)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                if alias.name != "*":
-                    ctx.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-
-
 def enabled_codes(path: str, enabled: Iterable[str] | None, settings: object | None) -> set[str] | None:
     """The codes to report for ``path``: ``enabled`` (else the settings' selection) less per-file ignores."""
     codes: set[str] | None = set(enabled) if enabled is not None else None
@@ -99,56 +82,116 @@ def _all_codes() -> set[str]:
 
 
 def check_source(source: str, path: str = "<stdin>", *, tree: ast.Module | None = None,
-                 enabled: set[str] | None = None, settings: object | None = None) -> list[Finding]:
+                 enabled: set[str] | None = None, settings: object | None = None,
+                 project: object | None = None) -> list[Finding]:
     """All findings for one Python source. Raises SyntaxError for invalid code.
 
     A rule that raises propagates its exception (tests want the traceback);
     ``analyse`` is the forgiving variant the command line uses.
     """
-    return analyse(source, path, tree=tree, enabled=enabled, settings=settings, errors=None)
+    return analyse(source, path, tree=tree, enabled=enabled, settings=settings, errors=None, project=project)
 
 
 def analyse(source: str, path: str, *, tree: ast.Module | None = None, enabled: Iterable[str] | None = None,
-            settings: object | None = None, errors: list[RuleError] | None = None) -> list[Finding]:
+            settings: object | None = None, errors: list[RuleError] | None = None,
+            project: object | None = None) -> list[Finding]:
     """``check_source``, except that with an ``errors`` list a failing rule is recorded
     there and skipped for the rest of the file while the other rules go on."""
     if tree is None:
         tree = parse(source, path)
     codes = enabled_codes(path, enabled, settings)
-    ctx = Context(path, source, tree, settings)
-    ctx.enabled = codes
     rules = [r for r in load_rules() if codes is None or not codes.isdisjoint(r.all_codes)]
-    if rules:
-        _collect_imports(tree, ctx)
-        _walk(tree, ctx, rules, errors)
+    if not rules:
+        return []
+    ctx = Context(path, source, tree, settings, project)
+    ctx.enabled = codes
+    if project is not None:
+        project.begin(ctx.semantic)  # type: ignore[attr-defined]
+    try:
+        _run(ctx, rules, errors)
+    finally:
+        if project is not None:
+            project.end(ctx.semantic)  # type: ignore[attr-defined]
     if not ctx.findings:
         return []
-    return sort_findings(filter_noqa(ctx.findings, split_lines(source)))
+    kept = {id(f) for f in filter_noqa(ctx.findings, ctx.lines)}
+    return sort_findings(merge_constructs([(f, n) for f, n in zip(ctx.findings, ctx.sites) if id(f) in kept]))
 
 
-def _walk(tree: ast.Module, ctx: Context, rules: list[RegisteredRule], errors: list[RuleError] | None) -> None:
-    dispatch: dict[type, list[RegisteredRule]] = defaultdict(list)
+def _targets(reg: RegisteredRule, ctx: Context) -> list[ast.AST]:
+    sem = ctx.semantic
+    if reg.calls or reg.keywords:
+        found = list(sem.calls_named(*reg.calls)) if reg.calls else []
+        for arg in reg.keywords:
+            found += sem.calls_with_keyword(arg)
+        if reg.keywords and len(found) > 1:
+            found = sorted(set(found), key=sem.index.pos.__getitem__)
+        return found
+    if reg.node_types == (ast.Module,):
+        return [ctx.tree]
+    return sem.of_type(*reg.node_types)
+
+
+def _run(ctx: Context, rules: list[RegisteredRule], errors: list[RuleError] | None) -> None:
+    """Each rule over exactly the nodes it registered for, in source order."""
     for reg in rules:
-        for t in reg.node_types:
-            dispatch[t].append(reg)
-    failed: set[int] = set()
-    parents = ctx.parents
-    # One pre-order walk (parents before children, earlier statements first):
-    # rules see nodes in source order, so findings and rule state are deterministic.
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        for reg in dispatch.get(type(node), ()):
-            if id(reg) in failed:
-                continue
+        for node in _targets(reg, ctx):
             try:
                 reg.func(node, ctx)
             except Exception as exc:
                 if errors is None:
                     raise
-                failed.add(id(reg))
                 errors.append(RuleError(reg.code, getattr(node, "lineno", None), exc))
-        children = list(ast.iter_child_nodes(node))
-        for child in children:
-            parents[child] = node
-        stack.extend(reversed(children))
+                break
+
+
+def merge_constructs(found: list[tuple[Finding, ast.AST]]) -> list[Finding]:
+    """One construct, one finding: findings reported at the same node fold into the most severe one
+    (ties: the later stage, which is the more specific), whose message names the others' codes.
+    A code that was not selected or is silenced by ``# noqa`` never reached this point, so the next
+    code in line then leads."""
+    groups: dict[int, list[Finding]] = {}
+    order: list[int] = []
+    for f, node in found:
+        key = id(node)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        if all(g.code != f.code for g in groups[key]):
+            groups[key].append(f)
+    out = []
+    for key in order:
+        group = groups[key]
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        group.sort(key=lambda f: (f.severity.rank, _reverse_code(f.code)))
+        out.append(_fold(group[0], group[1:]))
+    return out
+
+
+def _reverse_code(code: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in code)
+
+
+def _fold(primary: Finding, others: list[Finding]) -> Finding:
+    from dataclasses import replace
+
+    from torchdoctor.catalog import get_rule
+
+    also = "; ".join(f"{o.code}: {get_rule(o.code).title}" for o in others)
+    fixes = [primary.fix] + [o.fix for o in others if o.fix and o.fix != primary.fix]
+    edits = list(primary.edits)
+    for o in others:
+        for e in o.edits:
+            same = next((i for i, x in enumerate(edits) if (x.line, x.column, x.end_line, x.end_column)
+                         == (e.line, e.column, e.line, e.column) == (e.line, e.column, e.end_line, e.end_column)), None)
+            if same is not None:  # two insertions at one point: one edit, in this order
+                x = edits[same]
+                if e.replacement not in x.replacement:
+                    edits[same] = replace(x, replacement=x.replacement + e.replacement)
+            elif e not in edits:
+                edits.append(e)
+    return replace(primary, message=f"{primary.message} (also {also})", fix="; ".join(x for x in fixes if x) or None,
+                   edits=tuple(edits), unsafe_fix=any(f.unsafe_fix for f in (primary, *others) if f.edits),
+                   related=tuple(o.code for o in others))

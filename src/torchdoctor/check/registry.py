@@ -1,4 +1,11 @@
-"""Where rules register: ``@rule("TD601", ast.Call)`` on a small check function."""
+"""Where rules register: ``@rule("TD502", calls=("load",))`` on a small check function.
+
+A rule names what it looks at, and the engine hands it exactly those nodes
+from the semantic model's lists, in source order: the calls whose callee's
+last name is one of ``calls``, the calls passing one of ``keywords``, every
+node of ``node_types`` (``ast.Module``: once per file). Nothing walks the tree
+for a rule; most nodes never reach any rule.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ class RegisteredRule:
     node_types: tuple[type[ast.AST], ...]
     func: RuleFunc
     codes: tuple[str, ...] = ()  # every code the rule may report; () means just ``code``
+    calls: tuple[str, ...] = ()  # callee last names that trigger the rule
+    keywords: tuple[str, ...] = ()  # keyword arguments that trigger the rule
 
     @property
     def all_codes(self) -> tuple[str, ...]:
@@ -29,17 +38,17 @@ class RegisteredRule:
 REGISTRY: list[RegisteredRule] = []
 
 
-def rule(code: str, *node_types: type[ast.AST], codes: tuple[str, ...] = ()) -> Callable[[RuleFunc], RuleFunc]:
-    """Register ``func(node, ctx)`` to be called for every node of ``node_types``.
+def rule(code: str, *node_types: type[ast.AST], codes: tuple[str, ...] = (), calls: tuple[str, ...] = (),
+         keywords: tuple[str, ...] = ()) -> Callable[[RuleFunc], RuleFunc]:
+    """Register ``func(node, ctx)`` for the nodes it looks at (see the module docstring).
 
-    A rule that judges a whole file registers for ``ast.Module``. A rule may
-    report several codes (they share the analysis); ``code`` names the main one
-    and ``codes`` lists them all, so that ``--select TD303`` still runs a rule
-    registered under TD302 that also reports TD303.
+    A rule may report several codes (they share the analysis); ``code`` names the main one
+    and ``codes`` lists them all, so that ``--select TD303`` still runs a rule registered
+    under TD302 that also reports TD303.
     """
 
     def decorate(func: RuleFunc) -> RuleFunc:
-        REGISTRY.append(RegisteredRule(code, node_types, func, tuple(codes)))
+        REGISTRY.append(RegisteredRule(code, tuple(node_types), func, tuple(codes), tuple(calls), tuple(keywords)))
         return func
 
     return decorate

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from torchdoctor.check.engine import RuleError, analyse, load_rules, may_be_torch, parse
+from torchdoctor.check.project import Project
 from torchdoctor.check.source import Decoded, SourceError, decode_source, encode_source
 from torchdoctor.config import Settings
 from torchdoctor.errors import InputError
@@ -30,6 +31,7 @@ class Mode:
     gate: bool = True  # only files that can be torch code get rules
     fix: bool = False  # write fixed files
     diff: bool = False  # compute the diff the fixes would make
+    unsafe_fixes: bool = False  # apply (or show) the fixes that may change behaviour too
 
 
 @dataclass
@@ -47,19 +49,22 @@ class FileResult:
 
 
 def check_file(path: str, settings: Settings | None = None, mode: Mode = Mode(), data: bytes | None = None,
-               *, stdin: bool = False) -> FileResult:
+               *, stdin: bool = False, project: Project | None = None) -> FileResult:
     """One file's result; ``data`` is the content when it does not come from ``path`` (stdin,
-    whose fixed text is returned in ``fixed_source`` instead of being written to ``path``)."""
+    whose fixed text is returned in ``fixed_source`` instead of being written to ``path``).
+    ``project`` answers questions about the other modules (by default: the files near ``path``)."""
     result = FileResult(path)
     settings = settings or Settings()
+    if project is None:
+        project = Project([path], getattr(settings, "root", None))
     try:
         if data is None:
             with open(path, "rb") as fh:
                 data = fh.read()
         if path.endswith(".ipynb"):
-            _check_notebook(result, data, settings, mode)
+            _check_notebook(result, data, settings, mode, project)
         else:
-            _check_python(result, data, settings, mode, stdin=stdin)
+            _check_python(result, data, settings, mode, project, stdin=stdin)
     except OSError as exc:
         from torchdoctor.check.discovery import describe_os_error
 
@@ -95,26 +100,31 @@ def _report_rule_errors(result: FileResult, errors: list[RuleError]) -> None:
             result.errors.append(line)
 
 
-def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mode, *, stdin: bool) -> None:
+def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mode, project: Project,
+                  *, stdin: bool) -> None:
     decoded = decode_source(data)
     tree = _parse_or_report(result, decoded.text)
     if tree is None or (mode.gate and not may_be_torch(decoded.text)):
         return
     errors: list[RuleError] = []
-    result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors)
-    if (mode.fix or mode.diff) and any(f.edits for f in result.findings):
-        _fix(result, decoded, settings, mode, errors, stdin=stdin)
+    result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
+    if (mode.fix or mode.diff) and any(_applicable(f, mode) for f in result.findings):
+        _fix(result, decoded, settings, mode, errors, project, stdin=stdin)
     _report_rule_errors(result, errors)
 
 
+def _applicable(finding: Finding, mode: Mode) -> bool:
+    return finding.fixable or (mode.unsafe_fixes and finding.unsafe_fixable)
+
+
 def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, errors: list[RuleError],
-         *, stdin: bool) -> None:
+         project: Project, *, stdin: bool) -> None:
     """Apply fixes pass after pass (overlapping ones wait a pass); re-parse each time; write once."""
     from torchdoctor.check.fix import apply_fixes, unified_diff, write_bytes_atomic
 
     text, findings, total = decoded.text, result.findings, 0
     for _ in range(MAX_FIX_PASSES):
-        new, n = apply_fixes(text, findings)
+        new, n = apply_fixes(text, [f for f in findings if _applicable(f, mode)])
         if n == 0 or new == text:
             break
         try:
@@ -125,7 +135,7 @@ def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, e
                          "file left unchanged (please report this)")
             return
         text, total = new, total + n
-        findings = analyse(text, result.path, tree=tree, settings=settings, errors=errors)
+        findings = analyse(text, result.path, tree=tree, settings=settings, errors=errors, project=project)
     if total == 0:
         return
     result.fixed = total
@@ -144,7 +154,7 @@ def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, e
         result.findings = findings
 
 
-def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: Mode) -> None:
+def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: Mode, project: Project) -> None:
     from torchdoctor.check.notebook import read_notebook
 
     nb = read_notebook(data)
@@ -154,7 +164,7 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
     if tree is None or (mode.gate and not may_be_torch(nb.text)):
         return
     errors: list[RuleError] = []
-    found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors)
+    found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
     if (mode.fix or mode.diff) and any(f.edits for f in found):
         result.notes.append(f"{result.path}: note: fixes are not applied to notebooks; fix the cells by hand")
     result.findings = [nb.locate(f) for f in found]
@@ -165,17 +175,18 @@ def check_files(paths: Sequence[str], settings: Settings | None = None, mode: Mo
                 jobs: int | None = None) -> list[FileResult]:
     """Results in the order of ``paths``; in worker processes when there are many files."""
     settings = settings or Settings()
+    project = Project(paths, getattr(settings, "root", None))
     jobs = jobs or os.cpu_count() or 1
     if jobs <= 1 or len(paths) < PARALLEL_MIN_FILES:
-        return [check_file(p, settings, mode) for p in paths]
+        return [check_file(p, settings, mode, project=project) for p in paths]
     load_rules()  # once here: forked workers inherit the registry instead of importing it each
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    work = partial(check_file, settings=settings, mode=mode)
+    work = partial(check_file, settings=settings, mode=mode, project=project)
     chunk = max(1, min(64, len(paths) // (jobs * 4)))
     try:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             return list(pool.map(work, paths, chunksize=chunk))
     except (BrokenProcessPool, OSError):  # a worker died (memory, a signal): finish in this process
-        return [check_file(p, settings, mode) for p in paths]
+        return [check_file(p, settings, mode, project=project) for p in paths]

@@ -23,6 +23,8 @@ def finding_to_dict(f: Finding) -> dict[str, Any]:
         "end_column": loc.end_column if loc else None,
         "fix": f.fix,
         "fixable": f.fixable,
+        "unsafe_fix": f.unsafe_fixable,
+        "related": list(f.related),
     }
 
 

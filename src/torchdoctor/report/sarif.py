@@ -55,6 +55,9 @@ def _result(f: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
         result["locations"] = [
             {"physicalLocation": {"artifactLocation": {"uri": _uri(loc.path)}, "region": region}}
         ]
+    if f.edits or f.related:
+        # fixable: `--fix` applies the fix; unsafe: only `--fix --unsafe-fixes` does (it may change behaviour)
+        result["properties"] = {"fixable": f.fixable, "unsafe": f.unsafe_fixable, "related": list(f.related)}
     return result
 
 

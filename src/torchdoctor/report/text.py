@@ -24,7 +24,7 @@ def format_finding(f: Finding, *, color: bool = False) -> str:
         f"[{f.severity.value}] {rank}{f.message}"
     )
     if f.fix:
-        mark = " (fixable with --fix)" if f.fixable else ""
+        mark = " (fixable with --fix)" if f.fixable else " (fixable with --fix --unsafe-fixes)" if f.unsafe_fixable else ""
         head += "\n    " + _paint(f"fix: {f.fix}{mark}", _DIM, color)
     return head
 
@@ -40,7 +40,10 @@ def summary(findings: Sequence[Finding]) -> str:
     ]
     n = len(findings)
     fixable = sum(f.fixable for f in findings)
+    unsafe = sum(f.unsafe_fixable for f in findings)
     tail = f"\n{fixable} fixable with the `--fix` option." if fixable else ""
+    if unsafe:
+        tail += f"\n{unsafe} more with `--fix --unsafe-fixes` (these fixes may change what the code does: review them)."
     return f"Found {n} problem{'' if n == 1 else 's'} ({', '.join(parts)}).{tail}"
 
 

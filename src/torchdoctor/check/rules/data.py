@@ -4,42 +4,43 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check import flow
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name
 from torchdoctor.check.context import Context
-from torchdoctor.check.models import moved_keys
 from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic.models import moved_keys
 from torchdoctor.findings import Severity
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 # ---- TD301 ----------------------------------------------------------------------------
-@rule("TD301", ast.Expr)
-def move_result_discarded(node: ast.AST, ctx: Context) -> None:
+@rule("TD301", calls=("to", "cuda", "cpu"))
+def move_result_discarded(call: ast.AST, ctx: Context) -> None:
     """tensor.to(...)/.cuda() as a statement: tensors are not moved in place."""
-    assert isinstance(node, ast.Expr)
-    call = node.value
-    if not isinstance(call, ast.Call) or method_name(call) not in ("to", "cuda", "cpu"):
+    assert isinstance(call, ast.Call)
+    node = ctx.semantic.parent(call)
+    if not isinstance(node, ast.Expr) or not isinstance(call.func, ast.Attribute):
         return
-    recv = call.func.value  # type: ignore[attr-defined]
+    recv = call.func.value
     if not _is_tensor_value(ctx, recv, call):
         return
     text = ctx.segment(recv)
     edits = (ctx.replace_edit(node, f"{text} = {ctx.segment(call)}"),) if isinstance(recv, ast.Name) else ()
-    ctx.report("TD301", call, f"`{ctx.segment(call)}` returns a moved copy that is discarded: `{text}` stays where it was",
-               fix=f"assign the result: `{text} = {ctx.segment(call)}`", edits=edits)
+    name, what = ctx.name(recv), ctx.name(call, 50)
+    ctx.report("TD301", call, f"`{what}` returns a moved copy that is discarded: `{name}` stays where it was",
+               fix=f"assign the result: `{name} = {what}`", edits=edits)
 
 
 def _is_tensor_value(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
-    facts = ctx.facts
+    sem = ctx.semantic
     if isinstance(recv, ast.Subscript):
         base = root_name(recv)
-        return base is not None and facts.kind_of(base, at) == "tensor" and not _dict_like_batch(ctx, base, at, ok_subscript=True)
+        return base is not None and sem.kind_of(base, at) == "tensor" and not _dict_like_batch(ctx, base, at, ok_subscript=True)
     if isinstance(recv, ast.Call):
-        return facts.expr_kind(recv, at) == "tensor"
+        return sem.expr_kind(recv, at) == "tensor"
     key = dotted(recv)
-    if key is None or facts.kind_of(key, at) != "tensor":
+    if key is None or sem.kind_of(key, at) != "tensor":
         return False
     return not _dict_like_batch(ctx, key, at)
 
@@ -50,15 +51,15 @@ def _dict_like_batch(ctx: Context, key: str, at: ast.AST, ok_subscript: bool = F
         return True
     if ok_subscript:
         return False
-    b = ctx.facts.scopes.binding_at(key, at)
-    if b is None or b.value is not None or isinstance(ctx.facts.parent(b.node), ast.Tuple):
+    b = ctx.semantic.binding_at(key, at)
+    if b is None or b.value is not None or isinstance(ctx.semantic.parent(b.node), ast.Tuple):
         return False
     return not isinstance(b.node, ast.Tuple) or _enumerated_item(ctx, b.node, key)
 
 
 def _enumerated_item(ctx: Context, target: ast.Tuple, key: str) -> bool:
     """``for step, batch in enumerate(loader)``: ``batch`` is the whole item, as in ``for batch in loader``."""
-    loop = ctx.facts.parent(target)
+    loop = ctx.semantic.parent(target)
     it = getattr(loop, "iter", None)
     return len(target.elts) == 2 and isinstance(target.elts[1], ast.Name) and target.elts[1].id == key \
         and isinstance(it, ast.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] == "enumerate"
@@ -68,40 +69,54 @@ def _enumerated_item(ctx: Context, target: ast.Tuple, key: str) -> bool:
 @rule("TD302", *_LOOPS)
 def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     """A batch element flows into the model or the loss without being moved to the device."""
-    facts = ctx.facts
-    info = facts.loop_info(node)
-    if not info.is_batch or not info.batch_vars:
+    sem = ctx.semantic
+    info = sem.loop_info(node)
+    if not info.is_batch or not info.batch_vars or program.is_rpc_program(sem):
         return
-    body = flow.region_nodes(node)
+    body = ctx.semantic.body(node)
     batch = set(info.batch_vars)
-    moves = [n for n in body if isinstance(n, ast.Call) and facts.is_device_move(n) and _moves_batch(ctx, n, batch)]
+    moves = [n for n in body if isinstance(n, ast.Call) and sem.is_device_move(n) and _moves_batch(ctx, n, batch)]
     partial = bool(moves)
     # ``batch.to(device)`` as a statement on a whole batch object (BatchEncoding, PyG Data) moves it in place.
-    in_place = {root_name(m.func.value) for m in moves if isinstance(ctx.facts.parent(m), ast.Expr)  # type: ignore[attr-defined]
+    in_place = {root_name(m.func.value) for m in moves if isinstance(ctx.semantic.parent(m), ast.Expr)  # type: ignore[attr-defined]
               and method_name(m) == "to" and isinstance(m.func.value, ast.Name)  # type: ignore[attr-defined]
               and _dict_like_batch(ctx, m.func.value.id, m)}  # type: ignore[attr-defined]
+    in_place |= _moved_key_by_key(ctx, body, batch)
     if not partial and not _whole_batch_unmoved_applies(ctx, node):
         return
-    device = (facts.move_device(moves[0]) if moves else None) or _model_device(ctx) or "device"
+    device = (sem.move_device(moves[0]) if moves else None) or _model_device(ctx) or "device"
     seen: set[str] = set()
     for use in body:
         if not (isinstance(use, ast.Name) and isinstance(use.ctx, ast.Load)):
             continue
         if flow.is_cpu_name(use.id) or use.id in in_place or not _unmoved(ctx, use.id, use, node, batch):
             continue
-        consumer, moved = flow.path_to_consumer(ctx, use, node)
+        consumer, moved = flow.path_to_consumer(ctx.semantic, use, node)
         if consumer is None and not moved:
-            consumer = flow.combined_in_helper(ctx, use, node)
+            consumer = flow.combined_in_helper(ctx.semantic, use, node)
         if consumer is None or moved:
             continue
         element = _element_text(ctx, use)
         if element in seen or flow.is_cpu_name(element.split("[")[-1].strip("'\"]")):
             continue
         seen.add(element)
-        callee = ctx.segment(consumer.func)
+        callee = ctx.name(consumer.func)
         why = "(inputs were moved)" if partial else f"(the model is on `{device}`)"
         ctx.report("TD302", use, f"batch element `{element}` is used by `{callee}(...)` without being moved to `{device}` {why}",
                    fix=f"move it with the others: `{element}.to({device})`")
+
+
+def _moved_key_by_key(ctx: Context, body: list[ast.AST], batch: set[str]) -> set[str]:
+    """``for k in batch: batch[k] = batch[k].to(device)`` (or ``batch[k] = v.to(device)`` over items()):
+    a batch dict moved entry by entry, in place."""
+    sem = ctx.semantic
+    out: set[str] = set()
+    for node in body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
+            base = root_name(node.targets[0])
+            if base in batch and any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in sem.subtree(node.value)):
+                out.add(base)  # type: ignore[arg-type]
+    return out
 
 
 def _moves_batch(ctx: Context, call: ast.Call, batch: set[str]) -> bool:
@@ -111,24 +126,25 @@ def _moves_batch(ctx: Context, call: ast.Call, batch: set[str]) -> bool:
 
 
 def _element_text(ctx: Context, use: ast.Name) -> str:
-    parent = ctx.facts.parent(use)
+    parent = ctx.semantic.parent(use)
     if isinstance(parent, ast.Subscript) and parent.value is use and isinstance(parent.slice, ast.Constant):
-        return ctx.segment(parent)
+        return ctx.name(parent)
     return use.id
 
 
 def _unmoved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, batch: set[str], depth: int = 0) -> bool:
     """The value of ``name`` at ``at`` is batch data that no device move touched."""
-    b = ctx.facts.scopes.binding_at(name, at)
+    b = ctx.semantic.binding_at(name, at)
     if b is None or depth > 6:
         return False
     if b.value is None:  # the loop's own target (a comprehension's: under its ``for`` clause)
-        parent = ctx.facts.parent(b.node)
+        parent = ctx.semantic.parent(b.node)
         return parent is loop or b.node is getattr(loop, "target", None) or \
-            (isinstance(parent, ast.comprehension) and ctx.facts.parent(parent) is loop)
-    if any(isinstance(n, ast.Call) and (ctx.facts.is_device_move(n) or method_name(n) == "pin_memory") for n in ast.walk(b.value)):
+            (isinstance(parent, ast.comprehension) and ctx.semantic.parent(parent) is loop)
+    if any(isinstance(n, ast.Call) and (ctx.semantic.is_device_move(n) or method_name(n) == "pin_memory")
+           for n in ctx.semantic.subtree(b.value)):
         return False
-    if not any(b.node is n for n in flow.region_nodes(loop)):
+    if not any(b.node is n for n in ctx.semantic.body(loop)):
         return False
     root = _data_root(b.value)
     if root is None:
@@ -164,35 +180,35 @@ def _data_root(value: ast.AST) -> str | None:
 
 def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
     """Nothing in the loop is moved: report only when the model is surely on a GPU and the data surely not."""
-    facts = ctx.facts
-    if not facts.is_cuda_program or facts.loop_kind(loop) not in ("train", "eval"):
+    sem = ctx.semantic
+    if not program.runs_on_accelerator(sem) or sem.loop_kind(loop) not in ("train", "eval"):
         return False
-    loader = facts.loader_of(loop)
+    loader = sem.loader_of(loop)
     key = dotted(loader) if loader is not None else None
-    b = facts.scopes.binding_at(key, loop) if key else None
+    b = sem.binding_at(key, loop) if key else None
     if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "").rsplit(".", 1)[-1] != "DataLoader":
         return False
     if keyword(b.value, "collate_fn") or has_kwargs(b.value) or _data_preloaded_on_device(ctx):
         return False
-    models = [n for n in flow.region_nodes(loop) if isinstance(n, ast.Call) and flow.consumer_kind(ctx, n) == "model"]
-    moved = moved_keys(ctx)
+    models = [n for n in ctx.semantic.body(loop) if isinstance(n, ast.Call) and flow.consumer_kind(ctx.semantic, n) == "model"]
+    moved = moved_keys(ctx.semantic)
     keys = [dotted(m.func) for m in models]
-    return any(k and (k.rsplit(".", 1)[-1] in moved or facts.is_moved(k, loop)) for k in keys)
+    return any(k and (k.rsplit(".", 1)[-1] in moved or sem.is_moved(k, loop)) for k in keys)
 
 
 def _data_preloaded_on_device(ctx: Context) -> bool:
     """Tensors moved outside any batch loop (a dataset built on the GPU) or moved inside a Dataset class."""
-    return ctx.facts.cached("data_preloaded", lambda: _find_preloaded(ctx))  # type: ignore[no-any-return]
+    return ctx.semantic.cached("data_preloaded", lambda: _find_preloaded(ctx))  # type: ignore[no-any-return]
 
 
 def _find_preloaded(ctx: Context) -> bool:
-    facts = ctx.facts
-    for node in facts.calls:
-        if facts.is_device_move(node):
-            kind = facts.expr_kind(node.func.value, node) if isinstance(node.func, ast.Attribute) else None
-            if kind in ("model", "wrapper", "loss_fn") or facts.enclosing_loop(node, "batch") is not None:
+    sem = ctx.semantic
+    for node in sem.calls_named("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device"):
+        if sem.is_device_move(node):
+            kind = sem.expr_kind(node.func.value, node) if isinstance(node.func, ast.Attribute) else None
+            if kind in ("model", "wrapper", "loss_fn") or sem.enclosing_loop(node, "batch") is not None:
                 continue
-            func = facts.function_of(node)
+            func = sem.function_of(node)
             if func is not None and func.name == "forward":
                 continue
             return True
@@ -200,34 +216,35 @@ def _find_preloaded(ctx: Context) -> bool:
 
 
 def _model_device(ctx: Context) -> str | None:
-    moves = [n for n in ctx.facts.calls if ctx.facts.is_device_move(n)]
-    return ctx.facts.move_device(min(moves, key=lambda n: (n.lineno, n.col_offset))) if moves else None
+    moves = [n for n in ctx.semantic.calls_named("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
+             if ctx.semantic.is_device_move(n)]
+    return ctx.semantic.move_device(min(moves, key=lambda n: (n.lineno, n.col_offset))) if moves else None
 
 
 # ---- TD303 ----------------------------------------------------------------------------
-@rule("TD303", ast.Call)
+@rule("TD303", calls=tuple(sorted(FACTORIES)))
 def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     """A tensor factory without device= inside the loop or forward(), combined with device tensors."""
     assert isinstance(node, ast.Call)
     q = ctx.call_name(node) or ""
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in FACTORIES:
         return
-    facts = ctx.facts
-    if keyword(node, "device") or has_kwargs(node) or not facts.is_cuda_program or _scalar_tensor(node):
+    sem = ctx.semantic
+    if keyword(node, "device") or has_kwargs(node) or not program.runs_on_accelerator(sem) or _scalar_tensor(node):
         return
     region = _region(ctx, node)
     if region is None:
         return
-    parent = facts.parent(node)
+    parent = sem.parent(node)
     if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory"):
         return
     seeds = _region_seeds(ctx, region)
-    hot = flow.device_names(ctx, region, seeds)
+    hot = flow.device_names(ctx.semantic, region, seeds)
     partner = _combined_with(ctx, node, hot, region)
     if partner is None:
         return
-    ctx.report("TD303", node, f"`{ctx.segment(node)[:60]}` is created on the CPU and combined with device tensor "
-               f"`{partner}`", fix=f"create it on the same device: `{ctx.segment(node.func)}(..., device={partner}.device)`")
+    ctx.report("TD303", node, f"`{ctx.name(node, 60)}` is created on the CPU and combined with device tensor "
+               f"`{partner}`", fix=f"create it on the same device: `{ctx.name(node.func)}(..., device={partner}.device)`")
 
 
 def _scalar_tensor(call: ast.Call) -> bool:
@@ -242,13 +259,13 @@ def _scalar_tensor(call: ast.Call) -> bool:
 
 
 def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
-    facts = ctx.facts
-    loop = facts.enclosing_loop(node, "train") or facts.enclosing_loop(node, "eval")
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(node, "train") or sem.enclosing_loop(node, "eval")
     if loop is not None:
         return loop
-    func = facts.function_of(node)
-    cls = facts.class_of(node)
-    if func is not None and func.name == "forward" and cls is not None and cls.name in facts.module_classes:
+    func = sem.function_of(node)
+    cls = sem.class_of(node)
+    if func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes:
         return func
     return None
 
@@ -261,14 +278,14 @@ def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:
 
 def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) -> str | None:
     """The device tensor a new CPU tensor meets in arithmetic, a torch op, or a model/loss call."""
-    facts = ctx.facts
-    parent = facts.parent(node)
+    sem = ctx.semantic
+    parent = sem.parent(node)
     targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target] if isinstance(parent, ast.AnnAssign) else []
     if len(targets) == 1 and isinstance(targets[0], ast.Name):
         name = targets[0].id
-        for use in flow.region_nodes(region):
+        for use in ctx.semantic.body(region):
             if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load) and use.lineno >= node.lineno:
-                up = facts.parent(use)
+                up = sem.parent(use)
                 if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda"):
                     return None
                 partner = _meets(ctx, use, hot - {name})
@@ -279,29 +296,29 @@ def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) 
 
 
 def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
-    facts = ctx.facts
+    sem = ctx.semantic
     child = expr
-    for a in facts.ancestors(expr):
+    for a in sem.ancestors(expr):
         if isinstance(a, (ast.BinOp, ast.Compare)):
             others = [a.right] if child is a.left else [a.left] if isinstance(a, ast.BinOp) else [a.left, *a.comparators]
             for o in others:
-                if o is not child and flow.mentions(o, hot):
-                    return root_name(o) or ctx.segment(o)
+                if o is not child and flow.mentions(ctx.semantic, o, hot):
+                    return root_name(o) or ctx.name(o)
         elif isinstance(a, ast.Call):
             if child is a.func:
                 child = a
                 continue
-            if flow.consumer_kind(ctx, a) or (ctx.call_name(a) or "").startswith("torch."):
+            if flow.consumer_kind(ctx.semantic, a) or (ctx.call_name(a) or "").startswith("torch."):
                 for o in list(a.args) + [k.value for k in a.keywords]:
-                    if o is not child and flow.mentions(o, hot):
-                        return root_name(o) or ctx.segment(o)
-                if flow.consumer_kind(ctx, a):
-                    return ctx.segment(a.func)
+                    if o is not child and flow.mentions(ctx.semantic, o, hot):
+                        return root_name(o) or ctx.name(o)
+                if flow.consumer_kind(ctx.semantic, a):
+                    return ctx.name(a.func)
             if not (ctx.call_name(a) or "").startswith("torch."):
                 return None
         elif isinstance(a, ast.AugAssign):  # counts[c] += (pred == c).sum()
-            if child is a.target and flow.mentions(a.value, hot):
-                return root_name(a.value) or ctx.segment(a.value)
+            if child is a.target and flow.mentions(ctx.semantic, a.value, hot):
+                return root_name(a.value) or ctx.name(a.value)
             return None
         elif isinstance(a, ast.Subscript) and child is a.slice or isinstance(a, ast.stmt):
             return None
@@ -312,10 +329,11 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
 # ---- TD304 / TD305 -----------------------------------------------------------------------
 def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
-            and ctx.facts.is_cuda_program and not _dataset_on_device(ctx, node))
+            and program.runs_on_accelerator(ctx.semantic) and not program.is_rpc_program(ctx.semantic)
+            and not _dataset_on_device(ctx, node))
 
 
-@rule("TD304", ast.Call)
+@rule("TD304", calls=("DataLoader",))
 def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     """A DataLoader in a CUDA program without pin_memory=True."""
     if not _judged_loader(ctx, node):
@@ -326,10 +344,10 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
                    fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
 
-@rule("TD305", ast.Call)
+@rule("TD305", calls=("DataLoader",))
 def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     """A DataLoader with num_workers=0 in a CUDA training script."""
-    if not _judged_loader(ctx, node) or not ctx.facts.trains:
+    if not _judged_loader(ctx, node) or not ctx.semantic.trains:
         return
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     if workers is None or (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
@@ -349,12 +367,12 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
     for _ in range(3):
         if arg is None:
             return False
-        if any(isinstance(n, ast.Call) and ctx.facts.is_device_move(n) for n in ast.walk(arg)):
+        if any(isinstance(n, ast.Call) and ctx.semantic.is_device_move(n) for n in ctx.semantic.subtree(arg)):
             return True
         if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors
-            return any(isinstance(a, ast.Name) and ctx.facts.is_moved(a.id, call) for a in arg.args)
+            return any(isinstance(a, ast.Name) and ctx.semantic.is_moved(a.id, call) for a in arg.args)
         key = dotted(arg)
-        b = ctx.facts.scopes.binding_at(key, call) if key else None
+        b = ctx.semantic.binding_at(key, call) if key else None
         if b is None or b.value is None:
             return False
         arg = b.value
@@ -362,14 +380,14 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
 
 
 # ---- TD306 ----------------------------------------------------------------------------------
-@rule("TD306", ast.Call)
+@rule("TD306", keywords=("non_blocking",))
 def non_blocking_misuse(node: ast.AST, ctx: Context) -> None:
     """non_blocking=True read before a sync (device->host), or from pageable memory (host->device)."""
     assert isinstance(node, ast.Call)
     nb = keyword(node, "non_blocking")
     if nb is None or not is_true(nb.value) or method_name(node) not in ("to", "cuda", "cpu"):
         return
-    dev = ctx.facts.move_device(node) if method_name(node) != "cpu" else "cpu"
+    dev = ctx.semantic.move_device(node) if method_name(node) != "cpu" else "cpu"
     if dev is not None and dev.strip("'\"") == "cpu":
         _device_to_host(ctx, node)
     elif dev is not None:
@@ -379,36 +397,36 @@ def non_blocking_misuse(node: ast.AST, ctx: Context) -> None:
 def _device_to_host(ctx: Context, call: ast.Call) -> None:
     read = _first_unsynced_read(ctx, call)
     if read is not None:
-        ctx.report("TD306", call, f"`{ctx.segment(call)}` copies to the host asynchronously and `{ctx.segment(read)[:40]}` "
+        ctx.report("TD306", call, f"`{ctx.name(call)}` copies to the host asynchronously and `{ctx.name(read)}` "
                    "reads it before any synchronize()", fix="call `torch.cuda.synchronize()` (or an event's) before "
                    "reading, or drop non_blocking=True", severity=Severity.ERROR)
 
 
 def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
-    facts = ctx.facts
-    loop = facts.enclosing_loop(call, "batch")
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(call, "batch")
     recv = call.func.value  # type: ignore[attr-defined]
-    if loop is None or root_name(recv) not in set(facts.batch_vars(loop)):
+    if loop is None or root_name(recv) not in set(sem.batch_vars(loop)):
         return
     loader = _loader_call(ctx, loop)
     if loader is None or has_kwargs(loader) or _dataset_on_device(ctx, loader):
         return
     pin = keyword(loader, "pin_memory")
     if pin is None or is_false(pin.value):
-        ctx.report("TD306", call, f"`{ctx.segment(call)}` copies from pageable memory (the DataLoader does not pin it): "
+        ctx.report("TD306", call, f"`{ctx.name(call)}` copies from pageable memory (the DataLoader does not pin it): "
                    "non_blocking has no effect", fix="pass `pin_memory=True` to the DataLoader", severity=Severity.WARNING)
 
 
 def _loader_call(ctx: Context, loop: ast.AST) -> ast.Call | None:
-    facts = ctx.facts
-    loader = facts.loader_of(loop)
+    sem = ctx.semantic
+    loader = sem.loader_of(loop)
     key = dotted(loader) if loader is not None else None
-    b = facts.scopes.binding_at(key, loop) if key else None
+    b = sem.binding_at(key, loop) if key else None
     if b is not None and isinstance(b.value, ast.Call) and is_torch_dataloader(ctx, b.value):
         return b.value
     if b is not None and b.value is not None:
         return None
-    calls = [n for n in ctx.facts.calls if is_torch_dataloader(ctx, n)]
+    calls = [n for n in ctx.semantic.calls_named("DataLoader") if is_torch_dataloader(ctx, n)]
     unpinned = [c for c in calls if keyword(c, "pin_memory") is None and not has_kwargs(c)]
     return unpinned[0] if calls and len(unpinned) == len(calls) else None
 
@@ -419,16 +437,16 @@ _SYNCS = ("synchronize", "wait", "wait_stream", "wait_event")
 
 def _first_unsynced_read(ctx: Context, call: ast.Call) -> ast.AST | None:
     """The first read of an async device-to-host copy before any synchronize(), in the same body."""
-    facts = ctx.facts
-    parent = facts.parent(call)
+    sem = ctx.semantic
+    parent = sem.parent(call)
     if isinstance(parent, ast.Attribute) and parent.attr in _READS:
         return parent
     if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
         return None
     name = parent.targets[0].id
-    scope = facts.scope_of(call)
+    scope = sem.scope_of(call)
     after = (parent.end_lineno or 0, parent.end_col_offset or 0)
-    for node in flow.region_nodes(scope):
+    for node in ctx.semantic.body(scope):
         if (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) < after:
             continue
         if isinstance(node, ast.Call) and method_name(node) in _SYNCS:
@@ -436,12 +454,12 @@ def _first_unsynced_read(ctx: Context, call: ast.Call) -> ast.AST | None:
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Store):
             return None
         if isinstance(node, ast.Name) and node.id == name and _is_read(ctx, node):
-            return facts.parent(node) or node
+            return sem.parent(node) or node
     return None
 
 
 def _is_read(ctx: Context, use: ast.Name) -> bool:
-    parent = ctx.facts.parent(use)
+    parent = ctx.semantic.parent(use)
     if isinstance(parent, ast.Attribute) and parent.attr in _READS:
         return True
     if isinstance(parent, ast.Subscript) and parent.value is use:

@@ -6,9 +6,9 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FUNC_TYPES, dotted, is_true, keyword, string_value
+from torchdoctor.check.astutil import dotted, is_true, keyword, string_value
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.device import all_nodes, ancestors, cuda_site, iter_cuda_sites, memo, method_calls
+from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -41,7 +41,7 @@ def _arg(call: ast.Call, name: str, position: int) -> ast.AST | None:
     return None
 
 
-@rule("TD702", ast.Call)
+@rule("TD702", calls=("DataLoader",))
 def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
     """DataLoader given both a sampler and `shuffle=True`.
 
@@ -59,9 +59,9 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
             ctx.report(
                 "TD702",
                 node,
-                f"DataLoader gets `{name}={ctx.segment(value)}` and `shuffle=True`: "
+                f"DataLoader gets `{name}={ctx.name(value)}` and `shuffle=True`: "
                 "DataLoader raises ValueError (they are mutually exclusive)",
-                fix=f"pass `shuffle=({ctx.segment(value)} is None)` or drop `shuffle=True`; the sampler decides the order",
+                fix=f"pass `shuffle=({ctx.name(value)} is None)` or drop `shuffle=True`; the sampler decides the order",
             )
             return
 
@@ -69,7 +69,7 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
 # ---- TD704 ---------------------------------------------------------------------
 
 
-@rule("TD704", ast.Call)
+@rule("TD704", calls=("init_process_group",))
 def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     """`init_process_group("nccl")` hard-coded.
 
@@ -86,7 +86,7 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
         ctx.report(
             "TD704",
             node,
-            f'`{ctx.segment(node.func)}(..., {ctx.segment(backend)})` hard-codes NCCL: '  # type: ignore[arg-type]
+            f'`{ctx.name(node.func)}(..., {ctx.name(backend)})` hard-codes NCCL: '  # type: ignore[arg-type]
             "the program cannot run on CPUs (gloo)",
             fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',
         )
@@ -99,38 +99,35 @@ def _sets_rank_device(ctx: Context) -> bool:
     """Each process picks its own GPU: `set_device`, or CUDA_VISIBLE_DEVICES set in the program."""
 
     def compute() -> bool:
-        for n in all_nodes(ctx):
-            if isinstance(n, ast.Call):
-                name = ctx.call_name(n) or ""
-                if name.endswith(("set_device", "set_device_index")):
-                    return True
-            # os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank): "cuda" is then this rank's GPU
-            if string_value(n) == "CUDA_VISIBLE_DEVICES" and any(
-                    isinstance(a, ast.Assign) for a in list(ancestors(ctx, n))[:3]):
-                return True
-        return False
+        sem = ctx.semantic
+        if any((ctx.call_name(n) or "").endswith(("set_device", "set_device_index"))
+               for n in sem.calls_named("set_device", "set_device_index")):
+            return True
+        # os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank): "cuda" is then this rank's GPU
+        return any(string_value(n) == "CUDA_VISIBLE_DEVICES" and any(
+            isinstance(a, ast.Assign) for a in list(sem.ancestors(n))[:3]) for n in sem.of_type(ast.Constant))
 
-    return memo(ctx, "sets_rank_device", compute)
+    return ctx.semantic.cached("sets_rank_device", compute)  # type: ignore[no-any-return]
 
 
 def _has_indexed_device(ctx: Context) -> bool:
     """The program places work on a per-rank GPU somewhere (`torch.device("cuda", rank)`, `.to(local_rank)`)."""
 
     def compute() -> bool:
-        if any(site.indexed for site in iter_cuda_sites(ctx)):
+        if any(site.indexed for site in program.cuda_sites(ctx.semantic)):
             return True
         aliases = _rank_aliases(ctx)
-        for call in method_calls(ctx, "to"):
+        for call in ctx.semantic.calls_named("to"):
             arg = call.args[0] if call.args else None
             name = dotted(arg) or ""
             if name and (name in aliases or re.search(r"(?i)rank|gpu_id|local_gpu", name)):
                 return True
         return False
 
-    return memo(ctx, "indexed_device", compute)
+    return ctx.semantic.cached("indexed_device", compute)  # type: ignore[no-any-return]
 
 
-@rule("TD705", ast.Call, ast.Assign, ast.AnnAssign)
+@rule("TD705", ast.Module)
 def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     """Every rank on GPU 0: an un-indexed CUDA device in a DDP program.
 
@@ -141,77 +138,68 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     other GPUs idle and GPU 0 runs out of memory (or NCCL hangs).
     Use instead: `torch.cuda.set_device(local_rank)` at start-up, or `torch.device("cuda", local_rank)`.
     """
-    site = cuda_site(node, ctx)
-    if site is None or site.indexed or not ctx.facts.is_ddp_program or _sets_rank_device(ctx) \
-            or _has_indexed_device(ctx):
+    sem = ctx.semantic
+    if not program.is_ddp_program(sem) or _sets_rank_device(ctx) or _has_indexed_device(ctx):
         return
-    ctx.report(
-        "TD705",
-        site.node,
-        f"`{site.text}` names no GPU index in a DDP program that never calls `torch.cuda.set_device`: "
-        "every rank runs on GPU 0",
-        fix='call `torch.cuda.set_device(local_rank)` first, or use `torch.device("cuda", local_rank)`',
-    )
+    for site in program.cuda_sites(sem):
+        if site.indexed:
+            continue
+        ctx.report(
+            "TD705",
+            site.node,
+            f"`{site.text}` names no GPU index in a DDP program that never calls `torch.cuda.set_device`: "
+            "every rank runs on GPU 0",
+            fix='call `torch.cuda.set_device(local_rank)` first, or use `torch.device("cuda", local_rank)`',
+        )
 
 
 # ---- TD706 ---------------------------------------------------------------------
+_BATCHNORM = re.compile(r"torch\.nn\.(modules\.batchnorm\.)?BatchNorm[123]?d$")
 
 
 def _uses_batchnorm(ctx: Context) -> bool:
     """A BatchNorm layer in the file's model definitions, or a library model built with them."""
 
     def compute() -> bool:
-        for n in all_nodes(ctx):
-            if isinstance(n, (ast.Attribute, ast.Name)):
-                name = ctx.qualname(n) or ""
-                if re.search(r"torch\.nn\.(modules\.batchnorm\.)?BatchNorm[123]?d$", name):
-                    return True
-            if isinstance(n, ast.Call):
-                name = ctx.call_name(n) or ""
-                arch = None
-                if name.startswith("torchvision.models.") or name.startswith("torchvision.models"):
-                    arch = name.rsplit(".", 1)[-1]
-                elif name in ("timm.create_model", "torchvision.models.get_model") and n.args:
-                    arch = string_value(n.args[0])
-                if arch and _BN_ARCH.match(arch.lower()):
-                    return True
+        sem = ctx.semantic
+        if "BatchNorm" in ctx.source and any(_BATCHNORM.search(ctx.qualname(n) or "")
+                                             for n in sem.of_type(ast.Attribute, ast.Name)):
+            return True
+        for n in sem.calls:
+            name = ctx.call_name(n) or ""
+            arch = None
+            if name.startswith("torchvision.models"):
+                arch = name.rsplit(".", 1)[-1]
+            elif name in ("timm.create_model", "torchvision.models.get_model") and n.args:
+                arch = string_value(n.args[0])
+            if arch and _BN_ARCH.match(arch.lower()):
+                return True
         return False
 
-    return memo(ctx, "uses_bn", compute)
+    return ctx.semantic.cached("uses_bn", compute)  # type: ignore[no-any-return]
 
 
 def _converts_sync_bn(ctx: Context) -> bool:
-    def compute() -> bool:
-        return any(isinstance(n, ast.Attribute) and n.attr in ("convert_sync_batchnorm", "SyncBatchNorm")
-                   or isinstance(n, ast.Name) and n.id in ("convert_sync_batchnorm", "SyncBatchNorm")
-                   for n in all_nodes(ctx))
-
-    return memo(ctx, "sync_bn", compute)
+    return "convert_sync_batchnorm" in ctx.source or "SyncBatchNorm" in ctx.source
 
 
 def _on_gpus(ctx: Context) -> bool:
     """SyncBatchNorm needs GPUs: the hint is only for programs that use CUDA or NCCL."""
 
     def compute() -> bool:
-        return any(True for _ in iter_cuda_sites(ctx)) or any(
-            (string_value(n) or "").lower().startswith(("nccl", "cuda")) for n in all_nodes(ctx))
+        sem = ctx.semantic
+        return bool(program.cuda_sites(sem)) or any(
+            (string_value(n) or "").lower().startswith(("nccl", "cuda")) for n in sem.of_type(ast.Constant))
 
-    return memo(ctx, "on_gpus", compute)
+    return ctx.semantic.cached("on_gpus", compute)  # type: ignore[no-any-return]
 
 
-@rule("TD706", ast.Call)
+@rule("TD706", calls=("DistributedDataParallel", "DDP"))
 def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
-    """BatchNorm in a DDP model without `SyncBatchNorm.convert_sync_batchnorm`.
-
-    What it does: reports the `DDP(` wrap when the file's models use BatchNorm and
-    the file never converts them.
-    Why is this bad? Each rank normalises with its own small batch's statistics;
-    with small per-GPU batches that hurts accuracy (a hint, not an error).
-    Use instead: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before wrapping.
-    """
+    """BatchNorm in a DDP model without `SyncBatchNorm.convert_sync_batchnorm`: reported on the `DDP(` wrap."""
     if ctx.call_name(node) not in _DDP or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) or not _on_gpus(ctx):
         return
-    model = ctx.segment(node.args[0]) if node.args else "model"
+    model = ctx.name(node.args[0]) if node.args else "model"
     ctx.report(
         "TD706",
         node,
@@ -227,34 +215,28 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
 def _shuffling_samplers(ctx: Context) -> list[ast.Call]:
     """DistributedSampler constructions that shuffle (the default)."""
     out = []
-    for n in all_nodes(ctx):
-        if isinstance(n, ast.Call):
-            name = ctx.call_name(n) or ""
-            if name.startswith("torch.utils.data") and name.endswith(".DistributedSampler"):
-                shuffle = _arg(n, "shuffle", 3)
-                if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
-                    out.append(n)
+    for n in ctx.semantic.calls_named("DistributedSampler"):
+        name = ctx.call_name(n) or ""
+        if name.startswith("torch.utils.data") and name.endswith(".DistributedSampler"):
+            shuffle = _arg(n, "shuffle", 3)
+            if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+                out.append(n)
     return out
 
 
 @rule("TD701", ast.For, ast.AsyncFor)
 def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
-    """`DistributedSampler` without `sampler.set_epoch(epoch)` in the epoch loop.
-
-    What it does: reports the outermost epoch loop of a file that builds a shuffling
-    DistributedSampler and never calls `set_epoch`.
-    Why is this bad? The sampler seeds its shuffle with the epoch number: without
-    `set_epoch`, every epoch visits the data in the same order.
-    Use instead: `train_sampler.set_epoch(epoch)` at the top of each epoch.
-    """
-    facts = ctx.facts
-    if facts.loop_kind(node) != "epoch" or facts.enclosing_loop(node, "epoch") is not None:
+    """`DistributedSampler` without `sampler.set_epoch(epoch)`: reported on the outermost epoch loop of a file
+    that builds a shuffling DistributedSampler and never calls `set_epoch`, here or in a function the loop
+    runs (of this file or of the project)."""
+    sem = ctx.semantic
+    if sem.loop_kind(node) != "epoch" or sem.enclosing_loop(node, "epoch") is not None:
         return
     samplers = _shuffling_samplers(ctx)
-    if not samplers or method_calls(ctx, "set_epoch"):
+    if not samplers or sem.calls_named("set_epoch") or "set_epoch" in sem.region_effects(sem.body(node)):
         return
-    sampler = ctx.segment(samplers[0])
-    if len(sampler) > 50 or "\n" in sampler:
+    sampler = ctx.name(samplers[0], 50)
+    if len(sampler) > 50:
         sampler = "DistributedSampler(...)"
     ctx.report(
         "TD701",
@@ -288,101 +270,48 @@ def _write_site(ctx: Context, call: ast.Call) -> str | None:
 
 def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
     """A per-rank file name (`f"ckpt_rank{rank}.pt"`, or a name assigned one): each rank writes its own file."""
-    aliases = _rank_aliases(ctx)
+    sem = ctx.semantic
+    aliases = sem.guards.rank_aliases()
     for arg in [*call.args, *(k.value for k in call.keywords)]:
-        if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in aliases for n in ast.walk(arg)):
+        if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in aliases for n in sem.subtree(arg)):
             return True
-        if isinstance(arg, ast.Name) and any(
-                isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == arg.id for t in n.targets)
-                and re.search(r"(?i)rank", ctx.segment(n.value)) for n in all_nodes(ctx)):
+        if isinstance(arg, ast.Name) and any(b.value is not None and not b.is_param
+                                             and re.search(r"(?i)rank", ctx.segment(b.value))
+                                             for b in sem.bindings_of(arg.id)):
             return True
     return False
 
 
 def _rank_aliases(ctx: Context) -> set[str]:
-    """Names that hold a rank under another name: `self.gpu_id = int(os.environ["LOCAL_RANK"])`,
-    or the first parameter of a function started by `mp.spawn` (its process index)."""
-
-    def compute() -> set[str]:
-        out: set[str] = set()
-        for n in all_nodes(ctx):
-            if isinstance(n, ast.Assign) and _is_rank_value(ctx, n.value):
-                out.update(d for t in n.targets if (d := dotted(t)))
-            elif isinstance(n, ast.Call) and (ctx.call_name(n) or "").endswith("multiprocessing.spawn") and n.args:
-                target = dotted(n.args[0])
-                for f in all_nodes(ctx):
-                    if isinstance(f, FUNC_TYPES) and f.name == target and (f.args.posonlyargs + f.args.args):
-                        out.add((f.args.posonlyargs + f.args.args)[0].arg)
-        return out
-
-    return memo(ctx, "rank_aliases", compute)
-
-
-_RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
-
-
-def _is_rank_value(ctx: Context, value: ast.AST) -> bool:
-    """``value`` is a rank itself (``int(os.environ["LOCAL_RANK"])``, ``dist.get_rank()``, ``args.local_rank``),
-    not merely an expression that mentions one (``DDP(model, device_ids=[rank])`` is a model)."""
-    if isinstance(value, ast.IfExp):
-        return _is_rank_value(ctx, value.body) or _is_rank_value(ctx, value.orelse)
-    if isinstance(value, ast.BinOp):
-        return _is_rank_value(ctx, value.left) or _is_rank_value(ctx, value.right)
-    if isinstance(value, ast.Call):
-        last = (dotted(value.func) or "").rsplit(".", 1)[-1]
-        if last not in _RANK_CALLS and "rank" not in last.lower():
-            return False
-    elif not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)):
-        return False
-    return bool(re.search(r"(?i)rank", ctx.segment(value)))
-
-
-def _alias_guard(ctx: Context, node: ast.AST) -> bool:
-    """Inside an `if` (or after an early return) whose test reads a rank alias."""
-    aliases = _rank_aliases(ctx)
-    if not aliases:
-        return False
-
-    def reads_alias(test: ast.AST) -> bool:
-        return any(dotted(n) in aliases for n in ast.walk(test) if isinstance(n, (ast.Name, ast.Attribute)))
-
-    child = node
-    for anc in ctx.facts.ancestors(node):
-        if isinstance(anc, (ast.If, ast.IfExp)) and child is not anc.test and reads_alias(anc.test):
-            return True
-        if isinstance(anc, FUNC_TYPES):
-            return any(isinstance(s, ast.If) and reads_alias(s.test) and s.body
-                       and isinstance(s.body[-1], (ast.Return, ast.Continue, ast.Raise)) and s.lineno < node.lineno
-                       for s in anc.body)
-        child = anc
-    return False
+    return ctx.semantic.guards.rank_aliases()
 
 
 def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
-    """Guarded here, or every call of the enclosing function is guarded (and there is one)."""
-    facts = ctx.facts
-    if facts.under_rank_guard(node) or _alias_guard(ctx, node):
+    """Guarded here, or every call of the enclosing function is guarded (and there is one), in this file
+    or, through the project index, in the files that call it."""
+    sem = ctx.semantic
+    if sem.under_rank_guard(node):
         return True
-    func = facts.function_of(node)
+    func = sem.function_of(node)
     if func is None or depth > 4:
         return False
-    calls = ctx.facts.call_sites(func)
-    return bool(calls) and all(_rank_guarded(ctx, c, depth + 1) for c in calls)
+    calls = sem.call_sites(func)
+    if calls:
+        return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
+    return sem.project is not None and sem.class_of(func) is None and \
+        bool(sem.project.callers_rank_guarded(sem, func))  # type: ignore[attr-defined]
 
 
-@rule("TD703", ast.Call)
+_WRITERS = ("save", "savez", "savez_compressed", "savetxt", "open", "write_text", "write_bytes", "save_pretrained")
+
+
+@rule("TD703", calls=_WRITERS)
 def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
-    """Checkpoint saving or file writing in a DDP program with no rank-0 guard.
-
-    What it does: in a DDP program, finds `torch.save`, `open(..., "w")` and similar
-    writes that are not behind a rank test (`if rank == 0:`, `is_main_process()`,
-    an early `if rank != 0: return`) here or at every call of the enclosing function.
-    Why is this bad? Every rank writes the same file at once: wasted I/O and
-    truncated or corrupt checkpoints. Prints are not reported.
-    Use instead: `if dist.get_rank() == 0: torch.save(...)`.
-    """
+    """Checkpoint saving or file writing in a DDP program with no rank-0 guard (prints are not reported):
+    not behind a rank test (`if rank == 0:`, `is_main_process()`, an early `if rank != 0: return`) here
+    or at every call of the enclosing function."""
     what = _write_site(ctx, node)
-    if what is None or not ctx.facts.is_ddp_program or _mentions_rank(ctx, node) or _rank_guarded(ctx, node):
+    if what is None or not program.is_ddp_program(ctx.semantic) or _mentions_rank(ctx, node) or _rank_guarded(ctx, node):
         return
     ctx.report(
         "TD703",

@@ -4,69 +4,90 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check import flow
-from torchdoctor.check.astutil import FUNC_TYPES, LOOP_TYPES, dotted, keyword, method_name
+from torchdoctor.check.astutil import dotted, keyword, method_name
 from torchdoctor.check.context import Context
-from torchdoctor.check.models import first_input_device
 from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic.models import first_input_device, has_dropout_or_bn
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 # ---- TD401 / TD402: evaluation forward passes ---------------------------------------------
-def _eval_forward(ctx: Context, node: ast.AST) -> ast.AST | None:
-    """The evaluation loop around a model call, or None."""
-    if not isinstance(node, ast.Call) or flow.consumer_kind(ctx, node) != "model":
-        return None
-    if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) and node.func.value.id == "self":
-        if ctx.facts.class_of(node) is not None and ctx.facts.class_of(node).name in ctx.facts.module_classes:
-            return None  # a submodule inside forward()
-    return ctx.facts.enclosing_loop(node, "eval")
+def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
+    """The model calls an evaluation loop makes itself (not a nested evaluation loop's, not a submodule's)."""
+    sem = ctx.semantic
+    if sem.loop_kind(loop) != "eval":
+        return []
+    out = []
+    for node in sem.body(loop):
+        if not isinstance(node, ast.Call) or flow.consumer_kind(sem, node) != "model":
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            cls = sem.class_of(node)
+            if cls is not None and cls.name in sem.module_classes:
+                continue  # a submodule inside forward()
+        if sem.enclosing_loop(node, "eval") is loop:
+            out.append(node)
+    return out
 
 
-@rule("TD401", ast.Call)
-def eval_with_autograd(node: ast.AST, ctx: Context) -> None:
+@rule("TD401", *_LOOPS)
+def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
     """Evaluation forward pass with autograd on."""
-    loop = _eval_forward(ctx, node)
-    if loop is None or ctx.facts.under_no_grad(node):
-        return
-    name = ctx.segment(node.func)  # type: ignore[attr-defined]
-    ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",
-               fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
+    for node in _eval_forwards(ctx, loop):
+        if ctx.semantic.under_no_grad(node):
+            continue
+        name = ctx.name(node.func)
+        ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",
+                   fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
 
 
-@rule("TD402", ast.Call)
-def eval_in_train_mode(node: ast.AST, ctx: Context) -> None:
+@rule("TD402", *_LOOPS)
+def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
     """Evaluation with the model still in training mode."""
-    loop = _eval_forward(ctx, node)
-    if loop is None:
+    sem = ctx.semantic
+    forwards = _eval_forwards(ctx, loop)
+    if not forwards or _eval_mode_set(ctx, loop):
         return
-    facts = ctx.facts
-    func = node.func.value if method_name(node) == "forward" else node.func  # type: ignore[union-attr]
-    if facts.has_dropout_or_bn(func, node) is not True or _eval_mode_set(ctx, loop):
-        return
-    name = ctx.segment(func)
-    ctx.report("TD402", node, f"`{name}` evaluates in training mode: dropout/batch-norm stay active (no `{name}.eval()`)",
-               fix=f"call `{name}.eval()` before the evaluation loop (and `{name}.train()` before training again)")
+    for node in forwards:
+        func = node.func.value if method_name(node) == "forward" else node.func  # type: ignore[union-attr]
+        if has_dropout_or_bn(sem, func, node) is not True:
+            continue
+        name = ctx.name(func)
+        ctx.report("TD402", node, f"`{name}` evaluates in training mode: dropout/batch-norm stay active (no `{name}.eval()`)",
+                   fix=f"call `{name}.eval()` before the evaluation loop (and `{name}.train()` before training again)")
 
 
 def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
-    """An eval-mode call in the loop's function, or in a function calling it."""
-    facts = ctx.facts
-    scope = facts.scope_of(loop)
-    if any(facts.mode_call(n) == "eval" and _reaches(ctx, n, loop) for n in _scope_nodes(scope)):
+    """An eval-mode call in the loop's function that can run before it, or in a function calling it
+    (in this file or, through the project index, in another)."""
+    sem = ctx.semantic
+    scope = sem.scope_of(loop)
+    if any(_reaches(ctx, n, loop) for n in _mode_calls(ctx, scope, "eval")):
         return True
     seen: set[int] = set()
     todo = [scope]
     while todo:
         f = todo.pop()
-        if id(f) in seen or not isinstance(f, FUNC_TYPES):
+        if id(f) in seen or not isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         seen.add(id(f))
-        for site in facts.call_sites(f):
-            caller = facts.scope_of(site)
-            if any(facts.mode_call(n) == "eval" for n in _scope_nodes(caller)):
+        for site in sem.call_sites(f):
+            caller = sem.scope_of(site)
+            if _mode_calls(ctx, caller, "eval"):
                 return True
             todo.append(caller)
+        if sem.project is not None and sem.class_of(f) is None and \
+                sem.project.callers_effect(sem, f, "eval"):  # type: ignore[attr-defined]
+            return True
     return False
+
+
+def _mode_calls(ctx: Context, scope: ast.AST, mode: str) -> list[ast.Call]:
+    sem = ctx.semantic
+    return [n for n in sem.calls_named(mode) if sem.scope_of(n) is scope and sem.mode_call(n) == mode]
 
 
 def _reaches(ctx: Context, call: ast.AST, loop: ast.AST) -> bool:
@@ -74,151 +95,114 @@ def _reaches(ctx: Context, call: ast.AST, loop: ast.AST) -> bool:
     (a final ``model.eval()`` for the test set does not cover the validation loop above it)."""
     if (call.lineno, call.col_offset) < (loop.lineno, loop.col_offset):  # type: ignore[attr-defined]
         return True
-    around = {id(a) for a in ctx.facts.ancestors(loop) if isinstance(a, LOOP_TYPES)}
-    return any(id(a) in around for a in ctx.facts.ancestors(call))
-
-
-def _scope_nodes(scope: ast.AST) -> list[ast.AST]:
-    return flow.region_nodes(scope)
+    sem = ctx.semantic
+    around = set(sem.loops_around(loop))
+    return any(a in around for a in sem.loops_around(call))
 
 
 # ---- TD403 -----------------------------------------------------------------------------------
-@rule("TD403", ast.Call)
+@rule("TD403", calls=("eval", "train"))
 def eval_never_undone(node: ast.AST, ctx: Context) -> None:
     """model.eval() inside the epoch loop and model.train() never called again before training."""
-    facts = ctx.facts
-    if facts.mode_call(node) != "eval":
+    sem = ctx.semantic
+    if sem.mode_call(node) != "eval":
         return
     recv = node.func.value  # type: ignore[attr-defined]
-    if facts.has_dropout_or_bn(recv, node) is not True:
+    if has_dropout_or_bn(sem, recv, node) is not True:
         return
     loops = _training_loops_around(ctx, node)
-    if not loops or any(_sets_train_mode(ctx, loop) for loop in loops):
+    if not loops or any("train" in _loop_effects(ctx, loop) for loop in loops):
         return
-    name = ctx.segment(recv)
+    name = ctx.name(recv)
     ctx.report("TD403", node, f"`{name}.eval()` is never undone: the next training pass runs in eval mode "
                "(no `.train()` in the loop)", fix=f"call `{name}.train()` at the start of each epoch")
 
 
+def _loop_effects(ctx: Context, loop: ast.AST) -> frozenset[str]:
+    """What one pass of the loop does, through every function it calls."""
+    sem = ctx.semantic
+    return sem.cached(("loop_effects", loop), lambda: sem.region_effects(sem.body(loop)))  # type: ignore[no-any-return]
+
+
 def _training_loops_around(ctx: Context, node: ast.AST) -> list[ast.AST]:
     """The innermost loops that train and run ``node`` (directly, or through the function holding it)."""
-    facts = ctx.facts
+    sem = ctx.semantic
     out: list[ast.AST] = []
     todo: list[tuple[ast.AST, int]] = [(node, 0)]
     while todo:
         site, depth = todo.pop()
-        loop = next((a for a in _loops_around(facts, site) if _trains(ctx, a)), None)
+        loop = next((a for a in sem.loops_around(site) if "backward" in _loop_effects(ctx, a)), None)
         if loop is not None:
             out.append(loop)
             continue
-        func = facts.function_of(site)
+        func = sem.function_of(site)
         if func is not None and depth < 3:
-            todo.extend((s, depth + 1) for s in facts.call_sites(func))
+            todo.extend((s, depth + 1) for s in sem.call_sites(func))
     return out
-
-
-def _loops_around(facts, node: ast.AST) -> list[ast.AST]:
-    scope = facts.scope_of(node)
-    out = []
-    for a in facts.ancestors(node):
-        if a is scope:
-            break
-        if isinstance(a, LOOP_TYPES):
-            out.append(a)
-    return out
-
-
-def _loop_nodes(ctx: Context, loop: ast.AST) -> list[ast.AST]:
-    """The loop body's nodes plus those of every in-file function it calls."""
-    return ctx.facts.cached(("loop_nodes", id(loop)), lambda: _find_loop_nodes(ctx, loop))  # type: ignore[no-any-return]
-
-
-def _find_loop_nodes(ctx: Context, loop: ast.AST) -> list[ast.AST]:
-    facts = ctx.facts
-    nodes = [n for stmt in list(loop.body) for n in ast.walk(stmt)]  # type: ignore[attr-defined]
-    funcs: list[ast.AST] = []
-    for n in nodes:
-        if isinstance(n, ast.Call):
-            for f in facts.resolve(n):
-                funcs += [g for g in facts.reachable(f) if g not in funcs]
-    for f in funcs:
-        nodes += [n for stmt in f.body for n in ast.walk(stmt)]  # type: ignore[attr-defined]
-    return nodes
-
-
-def _trains(ctx: Context, loop: ast.AST) -> bool:
-    return any(ctx.facts.is_backward_call(n) for n in _loop_nodes(ctx, loop))
-
-
-def _sets_train_mode(ctx: Context, loop: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and ctx.facts.mode_call(n) == "train" for n in _loop_nodes(ctx, loop))
 
 
 # ---- TD404 -----------------------------------------------------------------------------------
 @rule("TD404", ast.For, ast.AsyncFor, ast.While)
 def gradients_never_zeroed(node: ast.AST, ctx: Context) -> None:
     """backward() + step() in a loop with no zero_grad()."""
-    nodes = _loop_nodes(ctx, node)
-    backward = next((n for n in nodes if ctx.facts.is_backward_call(n)), None)
-    step = next((n for n in nodes if _is_optimizer_step(ctx, n)), None)
-    if backward is None or step is None or any(_zeroes_grads(n) for n in nodes):
+    sem = ctx.semantic
+    effects = _loop_effects(ctx, node)
+    if not {"backward", "step"} <= effects or "zero_grad" in effects:
         return
-    inner = [n for n in nodes if isinstance(n, LOOP_TYPES) and n is not node]
-    if any(_has_both(ctx, i) for i in inner):
+    if _fresh_autograd_context(ctx, node):
+        return
+    body = sem.body(node)
+    inner = [n for n in body if isinstance(n, (ast.For, ast.AsyncFor, ast.While))]
+    if any({"backward", "step"} <= _loop_effects(ctx, i) for i in inner):
         return  # the inner loop is the one that trains
-    ctx.report("TD404", node, f"this loop calls `{ctx.segment(backward)}` and `{ctx.segment(step)}` but never "
-               "`zero_grad()`: gradients add up across steps", fix="call `optimizer.zero_grad()` once per step "
-               "(or every k steps when accumulating gradients)")
+    backward = next((n for n in body if sem.is_backward_call(n)), None)
+    step = next((n for n in body if sem.is_optimizer_step(n)), None)
+    what = f"`{ctx.name(backward)}` and `{ctx.name(step)}`" if backward is not None and step is not None \
+        else "backward() and an optimizer step (through the functions it calls)"
+    ctx.report("TD404", node, f"this loop calls {what} but never `zero_grad()`: gradients add up across steps",
+               fix="call `optimizer.zero_grad()` once per step (or every k steps when accumulating gradients)")
 
 
-def _has_both(ctx: Context, loop: ast.AST) -> bool:
-    nodes = _loop_nodes(ctx, loop)
-    return any(ctx.facts.is_backward_call(n) for n in nodes) and any(_is_optimizer_step(ctx, n) for n in nodes)
-
-
-def _is_optimizer_step(ctx: Context, node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call) or method_name(node) != "step":
-        return False
-    key = dotted(node.func.value) or ""  # type: ignore[attr-defined]
-    kind = ctx.facts.kind_of(key, node) if key else None
-    if kind in ("optimizer", "scaler"):
-        return True
-    return kind is None and "opt" in key.rsplit(".", 1)[-1].lower()
-
-
-def _zeroes_grads(node: ast.AST) -> bool:
-    if isinstance(node, ast.Call) and method_name(node) in ("zero_grad", "zero_grad_"):
-        return True
-    if isinstance(node, ast.Assign):  # p.grad = None
-        return any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in node.targets)
-    if isinstance(node, ast.Call) and method_name(node) in ("zero_", "fill_", "detach_"):
-        return "grad" in (dotted(node.func.value) or "")  # type: ignore[attr-defined]
-    return False
+def _fresh_autograd_context(ctx: Context, loop: ast.AST) -> bool:
+    """``with dist_autograd.context() as ctx_id:`` per step: distributed autograd keeps each step's
+    gradients in that fresh context, so there is nothing to zero."""
+    sem = ctx.semantic
+    return program.is_rpc_program(sem) and any(
+        (sem.call_name(n) or "").endswith("autograd.context") for n in sem.calls_named("context") if sem.contains(loop, n))
 
 
 # ---- TD405 -----------------------------------------------------------------------------------
-@rule("TD405", ast.AugAssign, ast.Call)
-def loss_graph_kept(node: ast.AST, ctx: Context) -> None:
-    """A loss tensor accumulated across steps without .item()/.detach()."""
-    facts = ctx.facts
-    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
-        acc, value = node.target, node.value
-    elif isinstance(node, ast.Call) and method_name(node) in ("append", "extend") and len(node.args) == 1:
-        acc, value = node.func.value, node.args[0]  # type: ignore[attr-defined]
-    else:
-        return
-    loop = facts.enclosing_loop(node, "batch")
-    if loop is None or facts.under_no_grad(node) or not _is_loss_tensor(ctx, value, node, 0):
+@rule("TD405", ast.AugAssign)
+def loss_accumulated(node: ast.AST, ctx: Context) -> None:
+    """A loss tensor summed across steps without .item()/.detach()."""
+    assert isinstance(node, ast.AugAssign)
+    if isinstance(node.op, ast.Add):
+        _loss_graph_kept(ctx, node, node.target, node.value)
+
+
+@rule("TD405", calls=("append", "extend"))
+def loss_collected(node: ast.AST, ctx: Context) -> None:
+    """A loss tensor appended to a list across steps without .item()/.detach()."""
+    assert isinstance(node, ast.Call)
+    if len(node.args) == 1 and isinstance(node.func, ast.Attribute):
+        _loss_graph_kept(ctx, node, node.func.value, node.args[0])
+
+
+def _loss_graph_kept(ctx: Context, node: ast.AST, acc: ast.AST, value: ast.AST) -> None:
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(node, "batch")
+    if loop is None or sem.under_no_grad(node) or not _is_loss_tensor(ctx, value, node, 0):
         return
     acc_key = dotted(acc.value if isinstance(acc, ast.Subscript) else acc)
     if acc_key is None or _bound_in(ctx, acc_key, loop, node) or _backpropagated(ctx, acc_key, node):
         return
-    text = ctx.segment(value)
-    ctx.report("TD405", node, f"`{ctx.segment(acc)}` accumulates the loss tensor `{text}`: every step's graph stays alive",
+    text = ctx.name(value)
+    ctx.report("TD405", node, f"`{ctx.name(acc)}` accumulates the loss tensor `{text}`: every step's graph stays alive",
                fix=f"accumulate `{text}.item()` (or `{text}.detach()`)")
 
 
 def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+    sem = ctx.semantic
     if depth > 5:
         return False
     if isinstance(expr, ast.BinOp):
@@ -226,24 +210,26 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
     if isinstance(expr, ast.Call):
         if method_name(expr) in ("mean", "sum", "cpu", "clone") and not expr.args:
             return _is_loss_tensor(ctx, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
-        return flow.consumer_kind(ctx, expr) == "loss"
+        return flow.consumer_kind(sem, expr) == "loss"
     if isinstance(expr, ast.Attribute):
         return expr.attr == "loss"
     if isinstance(expr, ast.Subscript):
         return isinstance(expr.slice, ast.Constant) and expr.slice.value == "loss"
     if not isinstance(expr, ast.Name):
         return False
-    b = ctx.facts.scopes.binding_at(expr.id, at)
-    if b is None or b.value is None or isinstance(b.node, FUNC_TYPES):
+    b = sem.binding_at(expr.id, at)
+    if b is None or b.value is None or b.is_param:
         return False
+    if sem.under_no_grad(b.node):
+        return False  # computed under no_grad: no graph to keep alive
     if b.index is not None:  # logits, loss = model(x, y)
-        return "loss" in expr.id.lower() and isinstance(b.value, ast.Call) and flow.consumer_kind(ctx, b.value) == "model"
+        return "loss" in expr.id.lower() and isinstance(b.value, ast.Call) and flow.consumer_kind(sem, b.value) == "model"
     return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
 
 
 def _bound_in(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
     """The accumulator is (re)set inside the loop: it does not live across steps."""
-    for n in flow.region_nodes(loop):
+    for n in ctx.semantic.body(loop):
         if isinstance(n, (ast.Assign, ast.AnnAssign)) and n is not node:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
             if any(dotted(t) == key for t in targets):
@@ -253,9 +239,12 @@ def _bound_in(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
 
 def _backpropagated(ctx: Context, key: str, node: ast.AST) -> bool:
     """``total = total + ...; total.backward()`` sums losses on purpose."""
-    scope = ctx.facts.scope_of(node)
-    for n in _scope_nodes(scope) if not isinstance(scope, ast.Lambda) else []:
-        if ctx.facts.is_backward_call(n) and key in {dotted(x) for x in ast.walk(n)}:
+    sem = ctx.semantic
+    scope = sem.scope_of(node)
+    if isinstance(scope, ast.Lambda):
+        return False
+    for n in sem.local_nodes(scope):
+        if sem.is_backward_call(n) and key in {dotted(x) for x in sem.subtree(n)}:
             return True
         if isinstance(n, ast.Call) and (ctx.call_name(n) or "") in ("torch.stack", "torch.cat", "sum"):
             if any(dotted(a) == key for a in n.args) and _feeds_backward(ctx, n):
@@ -264,13 +253,14 @@ def _backpropagated(ctx: Context, key: str, node: ast.AST) -> bool:
 
 
 def _feeds_backward(ctx: Context, call: ast.Call) -> bool:
-    for a in ctx.facts.ancestors(call):
-        if isinstance(a, ast.Call) and ctx.facts.is_backward_call(a):
+    sem = ctx.semantic
+    for a in sem.ancestors(call):
+        if isinstance(a, ast.Call) and sem.is_backward_call(a):
             return True
         if isinstance(a, ast.stmt):
             return isinstance(a, ast.Assign) and any(
-                ctx.facts.is_backward_call(n) and dotted(getattr(n.func, "value", None)) in {dotted(t) for t in a.targets}
-                for n in _scope_nodes(ctx.facts.scope_of(a)))
+                sem.is_backward_call(n) and dotted(getattr(n.func, "value", None)) in {dotted(t) for t in a.targets}
+                for n in sem.calls_named("backward") if sem.scope_of(n) is sem.scope_of(a))
     return False
 
 
@@ -278,12 +268,12 @@ def _feeds_backward(ctx: Context, call: ast.Call) -> bool:
 _WEIGHT_FIRST = ("CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "MultiLabelSoftMarginLoss")
 
 
-@rule("TD406", ast.Call)
+@rule("TD406", calls=_WEIGHT_FIRST, keywords=("weight", "pos_weight"))
 def loss_weights_on_cpu(node: ast.AST, ctx: Context) -> None:
     """Loss function holding tensors (weight=, pos_weight=) not moved to the device."""
     assert isinstance(node, ast.Call)
-    facts = ctx.facts
-    if facts.scopes.call_kind(node, node) != "loss_fn" or not facts.is_cuda_program:
+    sem = ctx.semantic
+    if sem.call_kind(node, node) != "loss_fn" or not program.runs_on_accelerator(sem):
         return
     last = (ctx.call_name(node) or "").rsplit(".", 1)[-1]
     held = [(k.arg, k.value) for k in node.keywords if k.arg in ("weight", "pos_weight")]
@@ -292,20 +282,20 @@ def loss_weights_on_cpu(node: ast.AST, ctx: Context) -> None:
     held = [(arg, v) for arg, v in held if _cpu_tensor(ctx, v, node)]
     if not held or _loss_moved(ctx, node):
         return
-    device = first_input_device(ctx)
+    device = first_input_device(sem)
     if device is None:
         return
     arg, value = held[0]
-    ctx.report("TD406", node, f"`{last}` holds `{arg}={ctx.segment(value)}` on the CPU while its inputs are on `{device}`",
-               fix=f"create the weight on the device (`{ctx.segment(value)}.to({device})`) or move the loss with `.to({device})`")
+    ctx.report("TD406", node, f"`{last}` holds `{arg}={ctx.name(value)}` on the CPU while its inputs are on `{device}`",
+               fix=f"create the weight on the device (`{ctx.name(value)}.to({device})`) or move the loss with `.to({device})`")
 
 
 def _cpu_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int = 0) -> bool:
-    facts = ctx.facts
+    sem = ctx.semantic
     if depth > 4:
         return False
     if isinstance(value, ast.Call):
-        if facts.value_is_moved(value) or keyword(value, "device"):
+        if sem.value_is_moved(value) or keyword(value, "device"):
             return False
         q = ctx.call_name(value) or ""
         if q.startswith("torch.") and (q.split(".")[1] in ("tensor", "as_tensor", "ones", "full", "from_numpy", "linspace")
@@ -314,32 +304,32 @@ def _cpu_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int = 0) -> bo
         if method_name(value) in ("float", "double", "long", "half") and isinstance(value.func, ast.Attribute):
             return _cpu_tensor(ctx, value.func.value, at, depth + 1)
         return False
-    key = dotted(value)
-    if not isinstance(value, ast.Name) or key is None:
+    if not isinstance(value, ast.Name):
         return False
-    b = facts.scopes.binding_at(key, at)
-    if b is None or b.value is None or isinstance(b.node, FUNC_TYPES) or b.index is not None:
+    b = sem.binding_at(value.id, at)
+    if b is None or b.value is None or b.is_param or b.index is not None:
         return False
     return _cpu_tensor(ctx, b.value, b.node, depth + 1)
 
 
 def _loss_moved(ctx: Context, call: ast.Call) -> bool:
-    facts = ctx.facts
-    parent = facts.parent(call)
+    sem = ctx.semantic
+    parent = sem.parent(call)
     if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda"):
         return True
     if isinstance(parent, ast.Assign):
         keys = {dotted(t) for t in parent.targets}
-        for n in ctx.facts.calls:
-            if method_name(n) in ("to", "cuda") and dotted(n.func.value) in keys:  # type: ignore[attr-defined]
+        for n in sem.calls_named("to", "cuda"):
+            if dotted(n.func.value) in keys:  # type: ignore[attr-defined]
                 return True
     return False
 
 
 # ---- TD407 -----------------------------------------------------------------------------------
-@rule("TD407", ast.Call)
+@rule("TD407", calls=("backward",))
 def backward_under_no_grad(node: ast.AST, ctx: Context) -> None:
     """backward() inside a no_grad()/inference_mode() block."""
-    if ctx.facts.is_backward_call(node) and ctx.facts.under_no_grad(node, strict=True):
-        ctx.report("TD407", node, f"`{ctx.segment(node)}` runs under no_grad/inference_mode: the loss has no graph "
+    sem = ctx.semantic
+    if sem.is_backward_call(node) and sem.under_no_grad(node, strict=True):
+        ctx.report("TD407", node, f"`{ctx.name(node)}` runs under no_grad/inference_mode: the loss has no graph "
                    "and backward() raises", fix="move the forward pass and backward() out of the no_grad block")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check import flow
-from torchdoctor.check.models import first_input_device, last_name, moved_keys, wrapper_prefix
-from torchdoctor.check.astutil import FACTORIES, FUNC_TYPES, dotted, keyword, method_name, walk_local
+from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic.models import first_input_device, last_name, moved_keys, wrapper_prefix
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
 
@@ -17,20 +16,19 @@ _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str"
 @rule("TD201", ast.Module)
 def model_never_moved(node: ast.AST, ctx: Context) -> None:
     """Model never moved to the device that its inputs are moved to."""
-    facts = ctx.facts
-    input_device = first_input_device(ctx)
+    sem = ctx.semantic
+    input_device = first_input_device(sem)
     if input_device is None:
         return
-    moved = moved_keys(ctx)
-    for stmt in facts.nodes:
-        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.value, ast.Call):
+    moved = moved_keys(sem)
+    for stmt in sem.of_type(ast.Assign):
+        if len(stmt.targets) != 1 or not isinstance(stmt.value, ast.Call):  # type: ignore[attr-defined]
             continue
-        key = dotted(stmt.targets[0])
-        call = stmt.value
-        if key is None or facts.scopes.call_kind(call, stmt) != "model" or facts.value_is_moved(call):
+        key = dotted(stmt.targets[0])  # type: ignore[attr-defined]
+        call = stmt.value  # type: ignore[attr-defined]
+        if key is None or sem.call_kind(call, stmt) != "model" or sem.value_is_moved(call):
             continue
-        cls = facts.class_of(stmt)
-        if cls is not None and cls.name in facts.module_classes:
+        if _submodule(ctx, stmt, key):
             continue  # a submodule moves with its parent
         if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
             continue
@@ -40,20 +38,33 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # a builder function: its caller decides where the model goes
         if _inputs_stay_on_host(ctx, key, stmt):
             continue
-        name = ctx.segment(call.func)
+        name = ctx.name(call.func)
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{input_device}`",
                    fix=f"move it once after construction: `{key} = {key}.to({input_device})`")
 
 
+def _submodule(ctx: Context, stmt: ast.AST, key: str) -> bool:
+    """Assigned inside an nn.Module (a class of this file or the project that is a module, or any class
+    with a ``forward``): a submodule, which moves with its parent."""
+    sem = ctx.semantic
+    cls = sem.class_of(stmt)
+    if cls is None:
+        return False
+    if cls.name in sem.module_classes:
+        return True
+    return any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "forward" for f in cls.body)
+
+
 def _returned(ctx: Context, key: str, stmt: ast.Assign) -> bool:
     """The model is handed back by the function that builds it (``return model``)."""
-    body = ctx.facts.scope_of(stmt)
-    if not isinstance(body, FUNC_TYPES):
+    sem = ctx.semantic
+    body = sem.scope_of(stmt)
+    if not isinstance(body, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
-    for n in walk_local(body.body):
+    for n in sem.local_nodes(body):
         if isinstance(n, (ast.Return, ast.Yield)) and n.value is not None:
-            if any(dotted(v) == key for v in ast.walk(n.value) if isinstance(v, (ast.Name, ast.Attribute))):
+            if any(dotted(v) == key for v in sem.subtree(n.value) if isinstance(v, (ast.Name, ast.Attribute))):
                 return True
     return False
 
@@ -61,26 +72,27 @@ def _returned(ctx: Context, key: str, stmt: ast.Assign) -> bool:
 def _inputs_stay_on_host(ctx: Context, key: str, stmt: ast.Assign) -> bool:
     """Every call of this very binding (``model(x)`` in its scope) takes inputs known to be on the host:
     a model re-created for CPU inference (``x = test_data[0][0]``) next to a training part that moved data."""
-    facts = ctx.facts
-    binding = next((b for b in facts.scopes.bindings_of(key) if b.node is stmt), None)
+    sem = ctx.semantic
+    binding = next((b for b in sem.bindings_of(key) if b.node is stmt), None)
     if binding is None:
         return False
-    body = facts.scope_of(stmt)
-    calls = [n for n in flow.region_nodes(body) if isinstance(n, ast.Call) and dotted(n.func) == key
-             and getattr(n, "lineno", 0) > stmt.lineno and facts.scopes.binding_at(key, n) is binding]
+    body = sem.scope_of(stmt)
+    calls = [n for n in sem.body(body) if isinstance(n, ast.Call) and dotted(n.func) == key
+             and getattr(n, "lineno", 0) > stmt.lineno and sem.binding_at(key, n) is binding]
     args = [(a, c) for c in calls for a in [*c.args, *(k.value for k in c.keywords)]]
     return bool(calls) and not any(_may_be_on_device(ctx, a, c, 0) for a, c in args)
 
 
 def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
     """``expr`` may hold a device tensor: moved, created with ``device=``, or of unknown origin."""
-    facts = ctx.facts
-    for n in ast.walk(expr):
-        if isinstance(n, ast.Call) and (facts.is_device_move(n) or keyword(n, "device") is not None):
+    sem = ctx.semantic
+    nodes = sem.subtree(expr)
+    for n in nodes:
+        if isinstance(n, ast.Call) and (sem.is_device_move(n) or keyword(n, "device") is not None):
             return True
-    names = [n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id not in ctx.imports]
+    names = [n for n in nodes if isinstance(n, ast.Name) and n.id not in ctx.imports]
     for name in names:
-        b = facts.scopes.binding_at(name.id, at)
+        b = sem.binding_at(name.id, at)
         if b is None or b.value is None or b.index is not None or depth > 4:
             return True  # a parameter, a loop target, an unpacked value: unknown
         if _may_be_on_device(ctx, b.value, b.node, depth + 1):
@@ -90,29 +102,31 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
 
 def _used_as_model(ctx: Context, key: str) -> bool:
     """The model is called somewhere (``model(x)``) or handed to an in-file function."""
-    return last_name(key) in ctx.facts.cached("models_used", lambda: _names_used_as_models(ctx))
+    return last_name(key) in ctx.semantic.cached("models_used", lambda: _names_used_as_models(ctx))
 
 
 def _names_used_as_models(ctx: Context) -> set[str]:
     out: set[str] = set()
-    for node in ctx.facts.calls:
+    sem = ctx.semantic
+    for node in sem.calls:
         key = dotted(node.func)
         if key and (not method_name(node) or key.startswith("self.")):
             out.add(last_name(key))
-        if ctx.facts.resolve(node):
+        if sem.resolve(node):
             out |= {last_name(dotted(a) or "") for a in node.args}
     return out
 
 
 def _escapes(ctx: Context, key: str) -> bool:
     """The model is handed to code outside the file that may move it (a Trainer, a helper module)."""
-    return last_name(key) in ctx.facts.cached("escaping", lambda: _names_escaping(ctx))
+    return last_name(key) in ctx.semantic.cached("escaping", lambda: _names_escaping(ctx))
 
 
 def _names_escaping(ctx: Context) -> set[str]:
     out: set[str] = set()
-    for node in ctx.facts.calls:
-        if ctx.facts.resolve(node) or method_name(node) in ("append", "add", "format"):
+    sem = ctx.semantic
+    for node in sem.calls:
+        if sem.resolve(node) or method_name(node) in ("append", "add", "format"):
             continue
         q = ctx.call_name(node) or ""
         if q.startswith(_NOT_MOVING_CALLS) or q.rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel", "DDP", "compile"):
@@ -133,21 +147,22 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     target = node.targets[0]
     if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(node.value, ast.Call)):
         return
+    sem = ctx.semantic
+    func, cls = sem.function_of(node), sem.class_of(node)
+    if func is None or func.name != "__init__" or cls is None or cls.name not in sem.module_classes:
+        return
     if not _new_tensor(ctx, node.value, node, 0):
         return
-    func = ctx.facts.function_of(node)
-    cls = ctx.facts.class_of(node)
-    if func is None or func.name != "__init__" or cls is None or cls.name not in ctx.facts.module_classes:
-        return
-    if _registered(cls, target.attr) or _moved_by_own_to(cls, target.attr):
+    if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr):
         return
     call = ctx.segment(node.value)
     edits = ()
-    if keyword(node.value, "requires_grad") is None and _after_super_init(func, node):
+    if keyword(node.value, "requires_grad") is None and _after_super_init(ctx, func, node):
         edits = (ctx.replace_edit(node, f'self.register_buffer("{target.attr}", {call}, persistent=False)'),)
     ctx.report("TD203", node,
                f"`self.{target.attr}` in `{cls.name}.__init__` is a plain tensor: `model.to(device)` leaves it on the CPU",
-               fix=f'register it: `self.register_buffer("{target.attr}", {call})` (or wrap a learned value in nn.Parameter)',
+               fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(node.value, 50)})` '
+                   "(or wrap a learned value in nn.Parameter)",
                edits=edits)
 
 
@@ -166,35 +181,36 @@ def _new_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int) -> bool:
             return False
         return _new_tensor(ctx, recv, at, depth + 1)  # pe.unsqueeze(0), mask.float()
     if isinstance(value, ast.Name):
-        b = ctx.facts.scopes.binding_at(value.id, at)
-        if b is None or b.value is None or b.index is not None or isinstance(b.node, FUNC_TYPES):
+        b = ctx.semantic.binding_at(value.id, at)
+        if b is None or b.value is None or b.index is not None or b.is_param:
             return False
         return _new_tensor(ctx, b.value, b.node, depth + 1)
     return False
 
 
-def _registered(cls: ast.ClassDef, attr: str) -> bool:
-    for node in ast.walk(cls):
-        if isinstance(node, ast.Call) and method_name(node) in ("register_buffer", "register_parameter") and node.args:
+def _registered(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    sem = ctx.semantic
+    for node in sem.calls_named("register_buffer", "register_parameter"):
+        if node.args and sem.contains(cls, node):
             first = node.args[0]
             if isinstance(first, ast.Constant) and first.value == attr:
                 return True
     return False
 
 
-def _moved_by_own_to(cls: ast.ClassDef, attr: str) -> bool:
+def _moved_by_own_to(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     """The class overrides ``to``/``cuda``/``_apply`` and moves ``self.attr`` there itself."""
     for func in cls.body:
-        if isinstance(func, FUNC_TYPES) and func.name in ("to", "cuda", "_apply"):
-            for node in ast.walk(func):
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name in ("to", "cuda", "_apply"):
+            for node in ctx.semantic.subtree(func):
                 if isinstance(node, ast.Assign) and any(dotted(t) == f"self.{attr}" for t in node.targets):
                     return True
     return False
 
 
-def _after_super_init(func: ast.AST, node: ast.AST) -> bool:
-    for stmt in walk_local(func.body):  # type: ignore[attr-defined]
-        if getattr(stmt, "lineno", 10**9) >= node.lineno:
+def _after_super_init(ctx: Context, func: ast.AST, node: ast.AST) -> bool:
+    for stmt in ctx.semantic.local_nodes(func):
+        if getattr(stmt, "lineno", 10**9) >= node.lineno:  # type: ignore[attr-defined]
             break
         if isinstance(stmt, ast.Call) and method_name(stmt) == "__init__":
             return True
@@ -202,29 +218,34 @@ def _after_super_init(func: ast.AST, node: ast.AST) -> bool:
 
 
 # ---- TD204 --------------------------------------------------------------------------------
-@rule("TD204", ast.Call)
+_DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
+                  "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")
+
+
+@rule("TD204", calls=("DataParallel", "data_parallel"))
 def data_parallel(node: ast.AST, ctx: Context) -> None:
-    """nn.DataParallel: single-process, slower and unbalanced; use DistributedDataParallel."""
+    """nn.DataParallel (or the functional ``nn.parallel.data_parallel``): single-process, slower and unbalanced."""
     q = ctx.call_name(node) or ""
-    if q in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"):
-        ctx.report("TD204", node, f"`{ctx.segment(node.func)}` runs one process over all GPUs (GIL-bound, "
+    if q in _DATA_PARALLEL:
+        ctx.report("TD204", node, f"`{ctx.name(node.func)}` runs one process over all GPUs (GIL-bound, "  # type: ignore[attr-defined]
                    "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
 
 
 # ---- TD205 --------------------------------------------------------------------------------
-@rule("TD205", ast.Call)
+@rule("TD205", calls=("state_dict",))
 def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     """state_dict() saved from a DataParallel/DDP/compiled wrapper: keys gain a prefix."""
     assert isinstance(node, ast.Call)
-    if method_name(node) != "state_dict" or node.args or not isinstance(node.func, ast.Attribute):
+    if node.args or not isinstance(node.func, ast.Attribute):
         return
+    sem = ctx.semantic
     recv = node.func.value
-    prefix = wrapper_prefix(ctx.facts, recv, node)
-    if prefix is None and ctx.facts.expr_kind(recv, node) == "wrapper":
+    prefix = wrapper_prefix(sem, recv, node)
+    if prefix is None and sem.expr_kind(recv, node) == "wrapper":
         prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
     if prefix is None or not _saved(ctx, node):
         return
-    name = ctx.segment(recv)
+    name = ctx.name(recv)
     attr = prefix.rstrip(".")
     ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
                fix=f"save `{name}.{attr}.state_dict()` (unwrap first)")
@@ -232,7 +253,7 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
 
 def _wrapped_by_compile(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     key = dotted(recv)
-    b = ctx.facts.scopes.binding_at(key, at) if key else None
+    b = ctx.semantic.binding_at(key, at) if key else None
     value = b.value if b is not None else None
     if isinstance(value, ast.IfExp):
         value = value.body
@@ -240,11 +261,12 @@ def _wrapped_by_compile(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
 
 
 def _saved(ctx: Context, call: ast.Call) -> bool:
-    """The state_dict flows into ``torch.save`` directly, or through the name it is stored under."""
-    facts = ctx.facts
-    stmt = call
-    for a in facts.ancestors(call):
-        if isinstance(a, ast.Call) and _is_save(ctx, a):
+    """The state_dict flows into ``torch.save`` (or a helper that saves: ``save_checkpoint({...})``),
+    directly or through the name it is stored under."""
+    sem = ctx.semantic
+    stmt: ast.AST = call
+    for a in sem.ancestors(call):
+        if isinstance(a, ast.Call) and a is not call and _is_save(ctx, a):
             return True
         if isinstance(a, ast.stmt):
             stmt = a
@@ -257,10 +279,8 @@ def _saved(ctx: Context, call: ast.Call) -> bool:
                 names.add(base.id)
     if not names:
         return False
-    scope = facts.scope_of(stmt)
-    body = scope.body if isinstance(scope, (*FUNC_TYPES, ast.Module)) else []
-    for node in walk_local(body):
-        if isinstance(node, ast.Call) and _is_save(ctx, node) and getattr(node, "lineno", 0) >= stmt.lineno:
+    for node in sem.local_nodes(sem.scope_of(stmt)):
+        if isinstance(node, ast.Call) and getattr(node, "lineno", 0) >= stmt.lineno and _is_save(ctx, node):  # type: ignore[attr-defined]
             args = list(node.args) + [k.value for k in node.keywords]
             if any(isinstance(a, ast.Name) and a.id in names for a in args):
                 return True
@@ -268,5 +288,12 @@ def _saved(ctx: Context, call: ast.Call) -> bool:
 
 
 def _is_save(ctx: Context, call: ast.Call) -> bool:
+    """``torch.save`` and friends, or a function of this file or the project that saves what it gets."""
     q = ctx.call_name(call) or ""
-    return q in ("torch.save", "torch_xla.core.xla_model.save", "xm.save") or q.endswith("safetensors.torch.save_file")
+    if q in ("torch.save", "torch_xla.core.xla_model.save", "xm.save") or q.endswith("safetensors.torch.save_file"):
+        return True
+    sem = ctx.semantic
+    if any("save" in sem.effects(f) for f in sem.resolve(call)):
+        return True
+    ext = sem.external(call)
+    return ext is not None and "save" in getattr(ext, "effects", ())

@@ -7,9 +7,9 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FUNC_TYPES, dotted, keyword, string_value
+from torchdoctor.check.astutil import dotted, keyword, string_value
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.device import all_nodes, ancestors, in_other_branch, memo, method_calls
+from torchdoctor.check.semantic import program
 from torchdoctor.findings import Edit
 
 if TYPE_CHECKING:
@@ -56,7 +56,19 @@ def _amp_edits(ctx: Context, call: ast.Call, new: str, device: str) -> tuple[Edi
     )
 
 
-@rule("TD601", ast.Call, ast.Attribute, ast.Name)
+@rule("TD601", ast.Module)
+def deprecated_amp_module(node: ast.AST, ctx: Context) -> None:
+    """Deprecated AMP calls and references: only files that mention ``amp`` are looked at."""
+    sem = ctx.semantic
+    if ".amp" not in ctx.source and "amp import" not in ctx.source:
+        return
+    for call in sem.calls_named("autocast", "GradScaler"):
+        deprecated_amp(call, ctx)
+    for ref in sem.of_type(ast.Attribute, ast.Name):
+        if (ref.attr if isinstance(ref, ast.Attribute) else ref.id) in ("autocast", "GradScaler"):  # type: ignore[attr-defined]
+            deprecated_amp(ref, ctx)
+
+
 def deprecated_amp(node: ast.AST, ctx: Context) -> None:
     """Deprecated `torch.cuda.amp.autocast`/`GradScaler` (and `torch.cpu.amp`).
 
@@ -72,7 +84,7 @@ def deprecated_amp(node: ast.AST, ctx: Context) -> None:
         if name not in _DEPRECATED_AMP:
             return
         new, device = _DEPRECATED_AMP[name]
-        old = ctx.segment(node.func)
+        old = ctx.name(node.func)
         ctx.report(
             "TD601",
             node,
@@ -92,7 +104,7 @@ def deprecated_amp(node: ast.AST, ctx: Context) -> None:
     name = ctx.qualname(node)
     if name in _DEPRECATED_AMP:
         new, device = _DEPRECATED_AMP[name]
-        ctx.report("TD601", node, f"`{ctx.segment(node)}` is deprecated: use `torch.{new}` with device type \"{device}\"",
+        ctx.report("TD601", node, f"`{ctx.name(node)}` is deprecated: use `torch.{new}` with device type \"{device}\"",
                    fix=f"use `torch.{new}` and pass \"{device}\" as the device type")
 
 
@@ -129,40 +141,30 @@ def _has_scaler(ctx: Context) -> bool:
     """A GradScaler (or a wrapper such as timm's NativeScaler, or one passed in as `scaler`) is in use."""
 
     def compute() -> bool:
-        for n in all_nodes(ctx):
-            if isinstance(n, (ast.Attribute, ast.Name)):
-                if _SCALERS.search(ctx.qualname(n) or "") or "scaler" in (dotted(n) or "").lower():
-                    return True
-            elif isinstance(n, ast.arg) and "scaler" in n.arg.lower():
+        if "caler" not in ctx.source:  # GradScaler, NativeScaler, scaler: none can appear
+            return False
+        sem = ctx.semantic
+        for n in sem.of_type(ast.Attribute, ast.Name):
+            if _SCALERS.search(ctx.qualname(n) or "") or "scaler" in (dotted(n) or "").lower():
                 return True
-        return False
+        return any("scaler" in n.arg.lower() for n in sem.of_type(ast.arg))  # type: ignore[attr-defined]
 
-    return memo(ctx, "has_scaler", compute)
+    return ctx.semantic.cached("has_scaler", compute)  # type: ignore[no-any-return]
 
 
 def _trains(ctx: Context) -> bool:
-    return memo(ctx, "trains", lambda: bool(method_calls(ctx, "backward"))
-                or any(ctx.call_name(n) == "torch.autograd.backward" for n in all_nodes(ctx)))
+    return ctx.semantic.trains
 
 
 def _in_evaluation(ctx: Context, node: ast.AST) -> bool:
-    for anc in ctx.ancestors(node):
-        if isinstance(anc, FUNC_TYPES) and _EVAL_FUNC.search(anc.name):
+    sem = ctx.semantic
+    for frame in sem.frame(node).chain():
+        if frame.kind == "function" and _EVAL_FUNC.search(frame.node.name):  # type: ignore[attr-defined]
             return True
-        if isinstance(anc, (ast.With, ast.AsyncWith)):
-            for item in anc.items:
-                name = ctx.call_name(item.context_expr) or ctx.qualname(item.context_expr) or ""
-                if name in ("torch.no_grad", "torch.inference_mode"):
-                    return True
-        if isinstance(anc, FUNC_TYPES):
-            for dec in anc.decorator_list:
-                name = ctx.call_name(dec) or ctx.qualname(dec) or ""
-                if name in ("torch.no_grad", "torch.inference_mode"):
-                    return True
-    return False
+    return sem.grad_mode(node) == "off"
 
 
-@rule("TD604", ast.Call)
+@rule("TD604", calls=("autocast",))
 def float16_without_scaler(node: ast.Call, ctx: Context) -> None:
     """float16 autocast in a training program with no GradScaler.
 
@@ -180,7 +182,7 @@ def float16_without_scaler(node: ast.Call, ctx: Context) -> None:
     ctx.report(
         "TD604",
         node,
-        f"`{ctx.segment(node.func)}(...)` computes in float16 but no GradScaler scales the loss: "
+        f"`{ctx.name(node.func)}(...)` computes in float16 but no GradScaler scales the loss: "
         "small gradients underflow to zero",
         fix='use `torch.amp.GradScaler("cuda")` (scale, step, update) or autocast with `dtype=torch.bfloat16`',
     )
@@ -194,19 +196,19 @@ def _scaler_names(ctx: Context) -> set[str]:
 
     def compute() -> set[str]:
         out = {"scaler", "grad_scaler", "amp_scaler", "self.scaler", "self.grad_scaler"}
-        for n in all_nodes(ctx):
-            if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, ast.Call) \
-                    and _SCALERS.search(ctx.call_name(n.value) or ""):
-                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        for n in ctx.semantic.of_type(ast.Assign, ast.AnnAssign):
+            if isinstance(n.value, ast.Call) and _SCALERS.search(ctx.call_name(n.value) or ""):  # type: ignore[attr-defined]
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]  # type: ignore[attr-defined]
                 out.update(d for t in targets if (d := dotted(t)))
         return out
 
-    return memo(ctx, "scaler_names", compute)
+    return ctx.semantic.cached("scaler_names", compute)  # type: ignore[no-any-return]
 
 
 def _scaler_method_calls(ctx: Context, attr: str) -> list[ast.Call]:
     names = _scaler_names(ctx)
-    return [c for c in method_calls(ctx, attr) if dotted(c.func.value) in names]  # type: ignore[attr-defined]
+    return [c for c in ctx.semantic.calls_named(attr)
+            if isinstance(c.func, ast.Attribute) and dotted(c.func.value) in names]
 
 
 _OPTIMIZER = re.compile(r"^(optimizer|optim|opt|optimiser)s?$|_(optimizer|optim|opt)$|^(optimizer|opt)_", re.I)
@@ -216,25 +218,27 @@ def _optimizer_steps(ctx: Context) -> list[ast.Call]:
     """``optimizer.step()`` calls (never a scheduler's or a scaler's step)."""
     scalers = _scaler_names(ctx)
     out = []
-    for c in method_calls(ctx, "step"):
-        name = dotted(c.func.value)  # type: ignore[attr-defined]
+    for c in ctx.semantic.calls_named("step"):
+        if not isinstance(c.func, ast.Attribute):
+            continue
+        name = dotted(c.func.value)
         if name and name not in scalers and _OPTIMIZER.search(name.rsplit(".", 1)[-1]):
             out.append(c)
     return out
 
 
 def _enclosing_func(ctx: Context, node: ast.AST) -> ast.AST:
-    return next((a for a in ancestors(ctx, node) if isinstance(a, FUNC_TYPES)), ctx.tree)
+    return ctx.semantic.function_of(node) or ctx.tree
 
 
 def _direct_steps_beside(ctx: Context, scale: ast.Call) -> list[ast.Call]:
     """Direct ``optimizer.step()`` calls on the same path as ``scaler.scale(...)``."""
     func = _enclosing_func(ctx, scale)
     return [s for s in _optimizer_steps(ctx)
-            if _enclosing_func(ctx, s) is func and not in_other_branch(ctx, scale, s)]
+            if _enclosing_func(ctx, s) is func and not ctx.semantic.in_other_branch(scale, s)]
 
 
-@rule("TD605", ast.Call)
+@rule("TD605", calls=("scale", "step"))
 def half_used_scaler(node: ast.Call, ctx: Context) -> None:
     """GradScaler used half-way.
 
@@ -256,7 +260,7 @@ def half_used_scaler(node: ast.Call, ctx: Context) -> None:
     missing_update = bool(scales) and not _scaler_method_calls(ctx, "update")
     if node.func.attr == "step":
         if missing_step and any(node in _direct_steps_beside(ctx, s) for s in scales):
-            opt = ctx.segment(node.func.value)
+            opt = ctx.name(node.func.value)
             ctx.report("TD605", node,
                        f"`{opt}.step()` is called directly although the loss is scaled by a GradScaler: "
                        "the step applies scaled gradients and skips the inf/NaN check",
@@ -272,7 +276,7 @@ def half_used_scaler(node: ast.Call, ctx: Context) -> None:
     if missing_update:
         problems.append("`scaler.update()`")
     if problems:
-        scaler = ctx.segment(node.func.value)
+        scaler = ctx.name(node.func.value)
         ctx.report("TD605", node,
                    f"`{scaler}.scale(...)` is used without {' and '.join(problems)}: the GradScaler is used half-way",
                    fix=f"after backward call `{scaler}.step(optimizer)` and `{scaler}.update()`")
@@ -281,60 +285,25 @@ def half_used_scaler(node: ast.Call, ctx: Context) -> None:
 # ---- per-step sites (TD602, TD603) ---------------------------------------------------
 
 
-def _in_handler(ctx: Context, node: ast.AST, stop: ast.AST) -> bool:
-    """Inside an ``except`` block below ``stop`` (OOM recovery runs rarely, not every step)."""
-    for anc in ancestors(ctx, node):
-        if anc is stop:
-            return False
-        if isinstance(anc, ast.ExceptHandler):
-            return True
-    return False
-
-
-_EXITS = ("sys.exit", "exit", "quit", "os._exit")
-
-
-def _in_exit_branch(ctx: Context, node: ast.AST, stop: ast.AST) -> bool:
-    """In an ``if`` block below ``stop`` that leaves the loop (``if not isfinite(loss.item()): print(...); sys.exit(1)``):
-    it runs at most once, not every step."""
-    child = node
-    for anc in ancestors(ctx, node):
-        if anc is stop:
-            return False
-        if isinstance(anc, ast.If):
-            block = anc.body if any(child is s for s in anc.body) else anc.orelse if any(child is s for s in anc.orelse) else []
-            if block and _leaves(ctx, block[-1]):
-                return True
-        child = anc
-    return False
-
-
-def _leaves(ctx: Context, stmt: ast.stmt) -> bool:
-    if isinstance(stmt, (ast.Raise, ast.Return, ast.Break)):
-        return True
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-        (ctx.call_name(stmt.value) or dotted(stmt.value.func) or "") in _EXITS
-
-
 def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None:
     """The batch loop that runs ``node`` on every iteration, unguarded; through helper calls too."""
-    facts = ctx.facts
-    loop = facts.enclosing_loop(node, "batch")
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
-        if facts.under_step_guard(node) or _in_handler(ctx, node, loop) or _in_exit_branch(ctx, node, loop):
+        if sem.under_step_guard(node) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop):
             return None
         return loop
-    func = facts.function_of(node)
-    if func is None or depth >= 2 or facts.under_step_guard(node):
+    func = sem.function_of(node)
+    if func is None or depth >= 2 or sem.under_step_guard(node):
         return None
-    for call in ctx.facts.call_sites(func):
+    for call in sem.call_sites(func):
         found = per_step_loop(ctx, call, depth + 1)
         if found is not None:
             return found
     return None
 
 
-@rule("TD602", ast.Call)
+@rule("TD602", calls=("empty_cache",))
 def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
     """`torch.cuda.empty_cache()` inside the training loop.
 
@@ -382,7 +351,23 @@ def _inner_sync(node: ast.Call) -> bool:
 
 def _tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     if isinstance(expr, ast.Name):
-        return ctx.facts.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))
+        return (ctx.semantic.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))) \
+            and not _host_number(ctx, expr, at)
+    return False
+
+
+def _host_number(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """``loss`` bound to a Python number (``loss = 0.0``, ``loss = loss.item()``, a ``range()`` counter)."""
+    b = ctx.semantic.binding_at(name.id, at)
+    if b is None or b.value is None:
+        loop = ctx.semantic.parent(b.node) if b is not None else None
+        return isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
+            (dotted(loop.iter.func) or "") in ("range", "enumerate")
+    value = b.value
+    if isinstance(value, ast.Constant):
+        return True
+    return isinstance(value, ast.Call) and (isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist")
+                                            or dotted(value.func) in ("float", "int", "len", "sum", "round"))
     return False
 
 
@@ -391,29 +376,29 @@ def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     from torchdoctor.check.astutil import root_name
 
     name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
-    facts = ctx.facts
-    return name is not None and name in facts.batch_vars(loop) and not facts.is_moved(name, node)
+    sem = ctx.semantic
+    return name is not None and name in sem.batch_vars(loop) and not sem.is_moved(name, node)
 
 
 def _sync_site(ctx: Context, node: ast.Call) -> str | None:
     """How the message names the sync at ``node``, if it is one."""
     if _is_sync_call(node):
         recv = node.func.value  # type: ignore[attr-defined]
-        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.facts.kind_of(recv.id, node) != "tensor":  # type: ignore[attr-defined]
+        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.semantic.kind_of(recv.id, node) != "tensor":  # type: ignore[attr-defined]
             return None  # most likely a NumPy array already on the host
         return None if _inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
     if isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1:
-        return f"`{node.func.id}({ctx.segment(node.args[0])})`" if _tensor_value(ctx, node.args[0], node) else None
+        return f"`{node.func.id}({ctx.name(node.args[0])})`" if _tensor_value(ctx, node.args[0], node) else None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:
             values = [v.value for v in arg.values if isinstance(v, ast.FormattedValue)] if isinstance(arg, ast.JoinedStr) else [arg]
             for v in values:
                 if _tensor_value(ctx, v, node):
-                    return f"`print` of tensor `{ctx.segment(v)}`"
+                    return f"`print` of tensor `{ctx.name(v)}`"
     return None
 
 
-@rule("TD603", ast.Call)
+@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "print"))
 def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """Host-device synchronisation every step.
 
@@ -425,7 +410,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     Use instead: accumulate on the device (`total += loss.detach()`) and read it
     every N steps or once per epoch.
     """
-    if not ctx.facts.is_cuda_program:
+    if not program.runs_on_accelerator(ctx.semantic):
         return
     what = _sync_site(ctx, node)
     if what is None:

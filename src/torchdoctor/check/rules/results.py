@@ -6,9 +6,9 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FUNC_TYPES, dotted, func_params, has_kwargs, keyword, walk_local
+from torchdoctor.check.astutil import dotted, func_params, has_kwargs, keyword
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.device import all_nodes, memo
+from torchdoctor.check.semantic import program
 from torchdoctor.findings import Edit
 
 if TYPE_CHECKING:
@@ -31,10 +31,10 @@ def _insert_after_last_arg(ctx: Context, call: ast.Call, text: str) -> Edit | No
 
 
 def _load_text(ctx: Context, call: ast.Call) -> str:
-    first = ctx.segment(call.args[0]) if call.args else ""
-    if len(first) > 40 or "\n" in first:
+    first = ctx.name(call.args[0]) if call.args else ""
+    if len(first) > 40:
         first = "..."
-    return f"{ctx.segment(call.func)}({first})"
+    return f"{ctx.name(call.func)}({first})"
 
 
 # ---- TD502 / TD503 -------------------------------------------------------------
@@ -42,16 +42,17 @@ def _load_text(ctx: Context, call: ast.Call) -> str:
 
 def _device_var(ctx: Context, call: ast.Call) -> str | None:
     """``device`` when a variable of that name clearly holds the program's device at ``call``."""
-    func = next((a for a in ctx.ancestors(call) if isinstance(a, FUNC_TYPES)), None)
+    sem = ctx.semantic
+    func = sem.function_of(call)
     stmt_line = call.lineno
     if func is not None:
         if "device" in func_params(func):
             return "device"
-        local = [n for n in walk_local(func.body) if _assigns_device(n)]
+        local = [n for n in sem.local_nodes(func) if _assigns_device(n)]
         if local:
             # a local `device` is visible only after a plain statement of the body assigned it
-            return "device" if any(s in func.body and s.lineno < stmt_line for s in local) else None
-        if any(isinstance(a, FUNC_TYPES) for a in ctx.ancestors(func)) or _declares_global_device(ctx, func):
+            return "device" if any(s in func.body and s.lineno < stmt_line for s in local) else None  # type: ignore[attr-defined]
+        if sem.function_of(func) is not None or _declares_global_device(ctx, func):
             return None
         return "device" if any(_assigns_device(s) for s in ctx.tree.body) else None
     return "device" if any(_assigns_device(s) and s.lineno < stmt_line for s in ctx.tree.body) else None
@@ -63,7 +64,7 @@ def _assigns_device(node: ast.AST) -> bool:
 
 
 def _declares_global_device(ctx: Context, func: ast.AST) -> bool:
-    return any(isinstance(n, ast.Global) and "device" in n.names for n in ast.walk(func))
+    return any("device" in n.names and ctx.semantic.contains(func, n) for n in ctx.semantic.of_type(ast.Global))  # type: ignore[attr-defined]
 
 
 def _target_torch(ctx: Context) -> tuple[int, ...] | None:
@@ -71,7 +72,7 @@ def _target_torch(ctx: Context) -> tuple[int, ...] | None:
     return tuple(value) if value else None
 
 
-@rule("TD502", ast.Call)
+@rule("TD502", calls=("load",))
 def load_without_map_location(node: ast.Call, ctx: Context) -> None:
     """`torch.load` without `map_location`.
 
@@ -100,7 +101,7 @@ def load_without_map_location(node: ast.Call, ctx: Context) -> None:
     )
 
 
-@rule("TD503", ast.Call)
+@rule("TD503", calls=("load",))
 def load_without_weights_only(node: ast.Call, ctx: Context) -> None:
     """`torch.load` without `weights_only=True`, or with `weights_only=False`.
 
@@ -146,16 +147,16 @@ def _constructed_models(ctx: Context) -> set[str]:
     """Dotted names assigned a model constructor anywhere in the file (``model = Net()``)."""
 
     def compute() -> set[str]:
-        classes = ctx.facts.module_classes
+        sem = ctx.semantic
         out: set[str] = set()
-        for node in all_nodes(ctx):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                name = ctx.call_name(node.value) or ""
-                if name in classes or _MODEL_FACTORY.match(name):
-                    out.update(d for t in node.targets if (d := dotted(t)))
+        for node in sem.of_type(ast.Assign):
+            if isinstance(node.value, ast.Call):  # type: ignore[attr-defined]
+                name = ctx.call_name(node.value) or ""  # type: ignore[attr-defined]
+                if sem.kinds.is_module_class(name, node.value.func) or _MODEL_FACTORY.match(name):  # type: ignore[attr-defined]
+                    out.update(d for t in node.targets if (d := dotted(t)))  # type: ignore[attr-defined]
         return out
 
-    return memo(ctx, "constructed_models", compute)
+    return ctx.semantic.cached("constructed_models", compute)  # type: ignore[no-any-return]
 
 
 def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
@@ -164,21 +165,21 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if name is None:
         if isinstance(expr, ast.Call):
             called = ctx.call_name(expr) or ""
-            return called in ctx.facts.module_classes or bool(_MODEL_FACTORY.match(called)) and called != "torch.nn.Parameter"
+            return called in ctx.semantic.module_classes or bool(_MODEL_FACTORY.match(called)) and called != "torch.nn.Parameter"
         return False
     last = name.rsplit(".", 1)[-1]
     if name in _constructed_models(ctx):
         return True
     if _NOT_MODEL.search(last):
         return False
-    if ctx.facts.expr_kind(expr, expr) in ("model", "wrapper"):
+    if ctx.semantic.expr_kind(expr, expr) in ("model", "wrapper"):
         return True
     if last == "module":  # model.module: the model inside a (D)DP wrapper
         return "." in name and is_model_expr(ctx, expr.value)  # type: ignore[attr-defined]
     return bool(_MODEL_NAME.match(last))
 
 
-@rule("TD504", ast.Call)
+@rule("TD504", calls=("save",))
 def whole_model_saved(node: ast.Call, ctx: Context) -> None:
     """`torch.save(model, ...)`: the whole model pickled instead of its `state_dict()`.
 
@@ -192,7 +193,7 @@ def whole_model_saved(node: ast.Call, ctx: Context) -> None:
     obj = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "obj"), None)
     if obj is None or not is_model_expr(ctx, obj):
         return
-    text = ctx.segment(obj)
+    text = ctx.name(obj)
     ctx.report(
         "TD504",
         node,
@@ -216,36 +217,12 @@ _OUTPUT_FIELDS = frozenset({"logits", "last_hidden_state", "pooler_output", "sta
 
 
 def _binding_value(ctx: Context, name: str, at: ast.AST) -> ast.AST | None:
-    """The value last assigned to ``name`` before ``at`` in its function (or module); None if unknown."""
-    scope = ctx.facts.function_of(at) or ctx.tree
-    here = (at.lineno, at.col_offset)  # type: ignore[attr-defined]
-    best: tuple[tuple[int, int], ast.AST | None] | None = None
-    for n in walk_local(scope.body):  # type: ignore[attr-defined]
-        if isinstance(n, ast.Assign) and (n.lineno, n.col_offset) < here:
-            if any(isinstance(t, ast.Name) and t.id == name for t in n.targets):
-                if best is None or (n.lineno, n.col_offset) > best[0]:
-                    best = ((n.lineno, n.col_offset), n.value)
-            elif any(isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name for e in t.elts)
-                     for t in n.targets):
-                if best is None or (n.lineno, n.col_offset) > best[0]:
-                    best = ((n.lineno, n.col_offset), _unpacked(n, name))
-        elif isinstance(n, (ast.For, ast.AsyncFor)) and (n.lineno, n.col_offset) < here \
-                and any(isinstance(e, ast.Name) and e.id == name for e in ast.walk(n.target)):
-            # a loop re-binds it (``for inputs, labels in val_loader``): an earlier move no longer holds
-            if best is None or (n.lineno, n.col_offset) > best[0]:
-                best = ((n.lineno, n.col_offset), None)
-    return best[1] if best else None
-
-
-def _unpacked(assign: ast.Assign, name: str) -> ast.AST | None:
-    """``x, y = x.to(d), y.to(d)`` -> the element assigned to ``name``."""
-    target = assign.targets[0]
-    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(assign.value, (ast.Tuple, ast.List)) \
-            and len(target.elts) == len(assign.value.elts):
-        for t, v in zip(target.elts, assign.value.elts):
-            if isinstance(t, ast.Name) and t.id == name:
-                return v
-    return None
+    """The value last assigned to ``name`` before ``at``; None if unknown (a parameter, a loop target:
+    ``for inputs, labels in val_loader`` re-binds a name, so an earlier move no longer holds)."""
+    b = ctx.semantic.binding_at(name, at)
+    if b is None or b.is_param or b.value is None or b.index is not None:
+        return None
+    return b.value
 
 
 def _is_empty_list(value: ast.AST | None) -> bool:
@@ -256,10 +233,11 @@ def _is_empty_list(value: ast.AST | None) -> bool:
 
 def _appended(ctx: Context, name: str, at: ast.AST) -> list[ast.AST]:
     """What ``name.append(v)`` / ``name.extend(v)`` add to a list in the scope of ``at``."""
-    scope = ctx.facts.function_of(at) or ctx.tree
-    return [n.args[0] for n in walk_local(scope.body)  # type: ignore[attr-defined]
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("append", "extend")
-            and isinstance(n.func.value, ast.Name) and n.func.value.id == name and len(n.args) == 1]
+    sem = ctx.semantic
+    scope = sem.scope_of(at)
+    return [n.args[0] for n in sem.calls_named("append", "extend")
+            if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == name
+            and len(n.args) == 1 and sem.scope_of(n) is scope]
 
 
 def _or(*flags: tuple[bool, bool]) -> tuple[bool, bool]:
@@ -270,14 +248,14 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
     """Whether the tensor ``expr`` may live on a GPU and may require grad, as far as the file shows."""
     if depth > 8:
         return _HOST
-    facts = ctx.facts
+    sem = ctx.semantic
     if isinstance(expr, ast.Name):
         value = _binding_value(ctx, expr.id, expr)
         if _is_empty_list(value):  # outputs = []; outputs.append(model(x)); torch.cat(outputs)
             return _or(_HOST, *(_flags(ctx, v, depth + 1) for v in _appended(ctx, expr.id, expr)))
         if value is not None:  # follows moves too: `.to("cpu")` lands on the host
             return _flags(ctx, value, depth + 1)
-        return (True, False) if facts.is_moved(expr.id, expr) else _HOST
+        return (True, False) if sem.is_moved(expr.id, expr) else _HOST
     if isinstance(expr, ast.Attribute):
         if expr.attr in _OUTPUT_FIELDS:  # ``model(**batch).logits``: the model's output tensor
             return _flags(ctx, expr.value, depth + 1)
@@ -298,9 +276,9 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
 
 
 def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
-    facts = ctx.facts
-    if facts.is_model_call(call):
-        return (facts.is_cuda_program, not facts.under_no_grad(call))
+    sem = ctx.semantic
+    if sem.is_model_call(call):
+        return (program.runs_on_accelerator(sem), not sem.under_no_grad(call))
     from torchdoctor.check.astutil import root_name
 
     imported = root_name(call.func) in ctx.imports and isinstance(call.func, (ast.Name, ast.Attribute))
@@ -314,15 +292,15 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
             return (_flags(ctx, recv, depth + 1)[0], False)
         if meth == "cpu":
             return (False, _flags(ctx, recv, depth + 1)[1])
-        if meth in ("cuda", "to") and facts.is_device_move(call):
-            target = (facts.move_device(call) or "").strip("'\"")
+        if meth in ("cuda", "to") and sem.is_device_move(call):
+            target = (sem.move_device(call) or "").strip("'\"")
             on_host = target == "cpu" or "torch.device('cpu')" in target or 'torch.device("cpu")' in target
             return (not on_host, _flags(ctx, recv, depth + 1)[1])
-        if facts.expr_kind(recv, call) in ("model", "wrapper"):
+        if sem.expr_kind(recv, call) in ("model", "wrapper"):
             return _HOST  # model.parameters(), model.generate(): not followed
         return _flags(ctx, recv, depth + 1)
     name = ctx.call_name(call) or ""
-    kind = facts.expr_kind(call.func, call)
+    kind = sem.expr_kind(call.func, call)
     if kind == "loss_fn" or name.startswith("torch."):
         args = [a for arg in call.args for a in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg])]
         return _or(*(_flags(ctx, a, depth + 1) for a in args)) if args else _HOST
@@ -344,7 +322,7 @@ def _chain_methods(expr: ast.AST) -> list[str]:
             return out
 
 
-@rule("TD501", ast.Call)
+@rule("TD501", calls=("numpy",))
 def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
     """`.numpy()` on a tensor that may be on a GPU or require grad.
 
@@ -363,7 +341,7 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
     if any(k.arg == "force" for k in node.keywords) or node.keywords:
         return
     gpu, grad = _flags(ctx, func.value)
-    gpu = gpu and ctx.facts.is_cuda_program
+    gpu = gpu and program.runs_on_accelerator(ctx.semantic)
     if not (gpu or grad):
         return
     chain = _chain_methods(func.value)
@@ -373,8 +351,8 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
     line_text = ctx.lines[func.end_lineno - 1].encode("utf-8") if func.end_lineno else b""
     if missing and line_text[col:col + 6] == b".numpy":
         edits = (ctx.insert_edit(func.end_lineno, col, missing),)  # type: ignore[arg-type]
-    recv = ctx.segment(func.value)
-    if len(recv) > 40 or "\n" in recv:
+    recv = ctx.name(func.value)
+    if len(recv) > 40:
         recv = "tensor"
     why = " and ".join(w for w, on in (("may be on the GPU", gpu), ("may require grad", grad)) if on)
     ctx.report(

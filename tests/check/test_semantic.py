@@ -1,32 +1,27 @@
-"""The checker's shared facts: loop classification, name kinds, guards and device moves."""
+"""The checker's semantic model: loop classification, name kinds, guards and device moves."""
 
 from __future__ import annotations
 
 import ast
 import textwrap
 
-from torchdoctor.check.context import Context
-from torchdoctor.check.engine import _collect_imports
-from torchdoctor.check.facts import Facts
+from torchdoctor.check.semantic import SemanticModel, program
 
 
-def facts_of(source: str) -> Facts:
+def facts_of(source: str) -> SemanticModel:
     source = textwrap.dedent(source)
-    tree = ast.parse(source)
-    ctx = Context("t.py", source, tree)
-    _collect_imports(tree, ctx)
-    return ctx.facts
+    return SemanticModel(ast.parse(source), source, "t.py")
 
 
-def loops_by_line(f: Facts) -> dict[int, str | None]:
+def loops_by_line(f: SemanticModel) -> dict[int, str | None]:
     return {loop.lineno: f.loop_kind(loop) for loop in f.loops}
 
 
-def find(f: Facts, pred) -> ast.AST:
-    return next(n for n in ast.walk(f.ctx.tree) if pred(n))
+def find(f: SemanticModel, pred) -> ast.AST:
+    return next(n for n in ast.walk(f.tree) if pred(n))
 
 
-def name_at(f: Facts, name: str, line: int) -> ast.Name:
+def name_at(f: SemanticModel, name: str, line: int) -> ast.Name:
     return find(f, lambda n: isinstance(n, ast.Name) and n.id == name and n.lineno == line)
 
 
@@ -64,12 +59,12 @@ for epoch in range(10):
 
 def test_program_flags() -> None:
     f = facts_of(SCRIPT)
-    assert f.is_cuda_program and f.has_cuda_check and f.trains
-    assert not f.is_ddp_program
+    assert program.runs_on_accelerator(f) and program.has_cuda_check(f) and f.trains
+    assert not program.is_ddp_program(f)
     cpu = facts_of("import torch\nx = torch.zeros(3)\n")
-    assert not cpu.is_cuda_program and not cpu.has_cuda_check and not cpu.trains
+    assert not program.runs_on_accelerator(cpu) and not program.has_cuda_check(cpu) and not cpu.trains
     ddp = facts_of("import os\nrank = int(os.environ['LOCAL_RANK'])\n")
-    assert ddp.is_ddp_program
+    assert program.is_ddp_program(ddp)
 
 
 def test_loop_kinds_and_batch_vars() -> None:
@@ -78,14 +73,14 @@ def test_loop_kinds_and_batch_vars() -> None:
     train = next(l for l in f.loops if l.lineno == 16)
     assert f.batch_vars(train) == ["images", "labels"]
     assert f.loop_info(train).index_var == "step"
-    assert f.ctx.segment(f.loader_of(train)) == "train_loader"
+    assert f.segment(f.loader_of(train)) == "train_loader"
     val = next(l for l in f.loops if l.lineno == 26)
     assert f.batch_vars(val) == ["batch", "x", "y"]
 
 
 def test_name_kinds() -> None:
     f = facts_of(SCRIPT)
-    at = f.ctx.tree.body[-1]
+    at = f.tree.body[-1]
     kinds = {n: f.kind_of(n, at) for n in ("device", "model", "train_loader", "criterion", "optimizer", "scaler")}
     assert kinds == {"device": "device", "model": "model", "train_loader": "loader", "criterion": "loss_fn",
                      "optimizer": "optimizer", "scaler": "scaler"}
@@ -202,7 +197,7 @@ def test_no_grad_forms_and_teacher_forward() -> None:
                 (student(x) - t).sum().backward()
                 opt.step()
         """)
-    calls = {n.lineno: n for n in ast.walk(f.ctx.tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("m", "teacher", "student")}
+    calls = {n.lineno: n for n in ast.walk(f.tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("m", "teacher", "student")}
     assert f.under_no_grad(calls[4], strict=True)
     assert f.under_no_grad(calls[8], strict=True) and not f.under_no_grad(calls[10])
     assert f.under_no_grad(calls[12], strict=True) and not f.under_no_grad(calls[14])
@@ -219,7 +214,7 @@ def test_device_moves() -> None:
         d = x.cuda()
         e = to_device(x, dev)
         """)
-    assign = {n.targets[0].id: n for n in f.ctx.tree.body if isinstance(n, ast.Assign)}
+    assign = {n.targets[0].id: n for n in f.tree.body if isinstance(n, ast.Assign)}
     moved = {k: f.value_is_moved(v.value) for k, v in assign.items()}
     assert moved == {"x": False, "a": True, "b": False, "c": True, "d": True, "e": True}
     assert f.move_device(assign["a"].value) == "cuda" and f.move_device(assign["c"].value.func.value) == "dev"

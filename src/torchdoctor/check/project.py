@@ -1,0 +1,336 @@
+"""The project index: what the other modules of the program define and how they call each other.
+
+Rules ask it cross-file questions through the semantic model: is ``Net`` (imported from
+``model.py``) an ``nn.Module`` with dropout? what does ``train_one_epoch`` (from
+``engine.py``) do: backward, zero_grad, set_epoch? do the callers of this function guard it
+by rank, set eval mode first, pass it a CUDA device?
+
+Answers come from small per-module summaries, made the first time a module is asked about
+(one parse and one walk of that file, then the tree is dropped) and kept for the rest of the
+run in this process. Modules resolve as Python would from the checked file's folder, its
+package and the project root, only to ``.py`` files that exist on disk, so a single-file
+run (pre-commit passes changed files) still sees its siblings; the number of modules read
+and their size are bounded. Reverse questions (who calls this function?) look only at the
+files checked together, or, for a single-file run, the ``.py`` files near it.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Sequence
+
+from torchdoctor.check.semantic import SemanticModel
+from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary, call_records, summarize
+
+__all__ = ["Project"]
+
+MAX_MODULES = 400  # summaries read per process
+MAX_BYTES = 2_000_000  # a larger module is not read for the index
+MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
+_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
+
+
+class Project:
+    """``files``: the paths checked together; ``root``: where absolute imports of the project start."""
+
+    def __init__(self, files: Sequence[str], root: str | None = None) -> None:
+        self.files = [os.path.abspath(f) for f in files if f.endswith(".py")]
+        root = os.path.abspath(root) if root else None
+        inside = root is not None and all(f.startswith(root + os.sep) for f in self.files)
+        self.root = root if inside else _guess_root(self.files)  # type: ignore[assignment]
+        self._state: _State | None = None
+
+    def __getstate__(self) -> dict:  # worker processes start with an empty cache
+        return {"files": self.files, "root": self.root, "_state": None}
+
+    @property
+    def state(self) -> _State:
+        if self._state is None:
+            self._state = _State()
+        return self._state
+
+    # ---- the file being analysed ------------------------------------------------------------------
+    def begin(self, sem: SemanticModel) -> None:
+        """``sem`` is being analysed: questions about its own module use it instead of reading the file."""
+        self.state.current[os.path.abspath(sem.path)] = sem
+
+    def end(self, sem: SemanticModel) -> None:
+        self.state.current.pop(os.path.abspath(sem.path), None)
+
+    # ---- forward questions (what does that name, imported here, stand for?) ------------------------------
+    def is_module_class(self, sem: SemanticModel, written: str) -> bool | None:
+        cls = self._lookup(sem, written, "class")
+        return None if cls is None else cls.is_module  # type: ignore[attr-defined]
+
+    def class_dropout_bn(self, sem: SemanticModel, written: str) -> bool | None:
+        cls = self._lookup(sem, written, "class")
+        return None if cls is None or not cls.is_module else cls.dropout_bn  # type: ignore[attr-defined]
+
+    def function_for(self, sem: SemanticModel, call: ast.Call) -> FunctionSummary | None:
+        from torchdoctor.check.astutil import dotted
+
+        written = dotted(call.func)
+        if written is None:
+            return None
+        found = self._lookup(sem, written, "function")
+        if found is None:  # ``Trainer(...)`` runs ``Trainer.__init__``
+            found = self._lookup(sem, written + ".__init__", "function")
+        return found  # type: ignore[return-value]
+
+    def _lookup(self, sem: SemanticModel, written: str, what: str) -> object | None:
+        key = (os.path.abspath(sem.path), written, what)
+        memo = self.state.lookups
+        if key not in memo:
+            memo[key] = self._find(sem.path, sem.names.from_imports, sem.names.imports, written, what, 0)
+        return memo[key]
+
+    def _find(self, path: str, from_imports: dict, imports: dict, written: str, what: str, depth: int) -> object | None:
+        if depth > 3:
+            return None
+        head, _, rest = written.partition(".")
+        if head in from_imports:
+            level, module, name = from_imports[head]
+            target = self._module_file(path, level, module)
+            attr = name + ("." + rest if rest else "")
+            sub = self._module_file(path, level, f"{module}.{name}" if module else name)  # `from . import models`
+            if sub is not None and rest:
+                target, attr = sub, rest
+        elif head in imports:
+            target, attr = self._split_module(path, imports[head], rest)
+        else:
+            return None
+        if target is None or not attr:
+            return None
+        return self._in_module(target, attr, what, depth)
+
+    def _in_module(self, target: str, attr: str, what: str, depth: int) -> object | None:
+        summary = self.summary(target)
+        if summary is None:
+            return None
+        if what == "class" and attr in summary.classes:
+            return summary.classes[attr]
+        if what == "function" and attr in summary.functions:
+            return summary.functions[attr]
+        return self._find(target, summary.from_imports, summary.imports, attr, what, depth + 1)  # a re-export
+
+    def _split_module(self, path: str, module: str, rest: str) -> tuple[str | None, str]:
+        """``import a.b as x`` + ``x.c.f``: the longest prefix that is a module file, and what is left."""
+        parts = module.split(".") + (rest.split(".") if rest else [])
+        for n in range(len(parts) - 1, 0, -1):
+            found = self._module_file(path, 0, ".".join(parts[:n]))
+            if found is not None:
+                return found, ".".join(parts[n:])
+        return None, ""
+
+    # ---- reverse questions (how do other modules call this function?) ------------------------------------
+    def callers_effect(self, sem: SemanticModel, func: ast.AST, effect: str) -> bool:
+        """Some caller in another module sets eval mode before calling ``func`` (``effect`` == "eval")."""
+        return any(r.eval_before for r in self._callers(sem, func)) if effect == "eval" else False
+
+    def callers_rank_guarded(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """``func`` is called from other modules, and only under a rank guard."""
+        records = self._callers(sem, func)
+        return bool(records) and all(r.rank_guarded for r in records)
+
+    def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
+        modes = {r.grad_mode for r in self._callers(sem, func)}
+        return modes.pop() if len(modes) == 1 else None
+
+    def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
+        """A caller in another module passes an accelerator device for ``param`` of ``func``."""
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+        slot = f"#{params.index(param)}" if param in params else None
+        return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
+                   for r in self._callers(sem, func))
+
+    def _callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
+        name = func.name  # type: ignore[attr-defined]
+        here = os.path.abspath(sem.path)
+        key = (here, name)
+        memo = self.state.callers
+        if key in memo:
+            return memo[key]
+        stem = os.path.splitext(os.path.basename(here))[0]
+        if stem == "__init__":
+            stem = os.path.basename(os.path.dirname(here))
+        pattern = re.compile(rf"\b{re.escape(name)}\b")
+        out: list[CallRecord] = []
+        for other in self._candidates(here):
+            if stem not in self.state.import_words(other):
+                continue
+            text = self.state.text(other)
+            if not text or not pattern.search(text):
+                continue
+            names, records = self._records(other)
+            for head, found in records.items():
+                if self._imports_function(other, names, head, here, name):
+                    out += [r for r in found if r.written.rsplit(".", 1)[-1] == name or r.written == head]
+        memo[key] = out
+        return out
+
+    def _records(self, path: str) -> tuple[tuple[dict, dict], dict[str, list[CallRecord]]]:
+        """A module's imports, and its calls of imported names grouped by the local name they start with."""
+        memo = self.state.records
+        if path not in memo:
+            grouped: dict[str, list[CallRecord]] = {}
+            names: tuple[dict, dict] = ({}, {})
+            sem = self._model(path)
+            if sem is not None:
+                names = (dict(sem.names.from_imports), dict(sem.names.imports))
+                heads = set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
+                for r in call_records(sem, heads):
+                    grouped.setdefault(r.written.split(".")[0], []).append(r)
+            memo[path] = (names, grouped)
+        return memo[path]
+
+    def _imports_function(self, path: str, names: tuple[dict, dict], head: str, target: str, name: str) -> bool:
+        """In module ``path``, the local name ``head`` leads to function ``name`` of module ``target``."""
+        from_imports, imports = names
+        if head in from_imports:
+            level, module, imported = from_imports[head]
+            if imported == name and self._module_file(path, level, module) == target:
+                return True
+            return self._module_file(path, level, f"{module}.{imported}" if module else imported) == target
+        if head in imports:
+            return self._module_file(path, 0, imports[head]) == target
+        return False
+
+    def _candidates(self, here: str) -> list[str]:
+        if len(self.files) > 1:
+            return [f for f in self.files if f != here]
+        memo = self.state.near
+        if here not in memo:
+            found: list[str] = []
+            top = self.root if here.startswith(self.root + os.sep) else os.path.dirname(here)
+            for dirpath, dirnames, filenames in os.walk(top):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in ("venv", ".venv", "build",
+                                                                                          "dist", "__pycache__")]
+                found += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
+                if len(found) > MAX_NEAR:
+                    break
+            memo[here] = [f for f in found[:MAX_NEAR] if f != here]
+        return memo[here]
+
+    # ---- modules on disk ---------------------------------------------------------------------------------------
+    def _module_file(self, path: str, level: int, module: str) -> str | None:
+        key = (os.path.dirname(os.path.abspath(path)), level, module)
+        memo = self.state.modules
+        if key in memo:
+            return memo[key]
+        parts = [p for p in module.split(".") if p]
+        found = None
+        if level > 0:
+            base = key[0]
+            for _ in range(level - 1):
+                base = os.path.dirname(base)
+            found = _file_of(base, parts)
+        elif parts:
+            for base in self._roots(key[0]):
+                found = _file_of(base, parts)
+                if found is not None:
+                    break
+        memo[key] = found
+        return found
+
+    def _roots(self, directory: str) -> list[str]:
+        """Where ``import x`` may find a project module: the file's folder, each package folder above it
+        (up to the project root), and the root."""
+        roots = [directory]
+        cur = directory
+        while cur.startswith(self.root) and cur != self.root:
+            cur = os.path.dirname(cur)
+            roots.append(cur)
+        if self.root not in roots:
+            roots.append(self.root)
+        return roots
+
+    def summary(self, path: str) -> ModuleSummary | None:
+        memo = self.state.summaries
+        if path not in memo:
+            memo[path] = None  # a module importing itself back, meanwhile, gets nothing
+            sem = self._model(path)
+            memo[path] = summarize(sem) if sem is not None else None
+        return memo[path]
+
+    def _model(self, path: str) -> SemanticModel | None:
+        current = self.state.current.get(path)
+        if current is not None:
+            return current
+        state = self.state
+        if state.parsed >= MAX_MODULES:
+            return None
+        text = state.text(path)
+        if text is None or "torch" not in text:
+            return None
+        from torchdoctor.check.engine import parse
+
+        try:
+            tree = parse(text, path)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        state.parsed += 1
+        return SemanticModel(tree, text, path, self)
+
+
+class _State:
+    """One process's caches (never pickled to worker processes)."""
+
+    def __init__(self) -> None:
+        self.summaries: dict[str, ModuleSummary | None] = {}
+        self.records: dict[str, dict[str, list[CallRecord]]] = {}
+        self.modules: dict[tuple, str | None] = {}
+        self.lookups: dict[tuple, object | None] = {}
+        self.callers: dict[tuple, list[CallRecord]] = {}
+        self.near: dict[str, list[str]] = {}
+        self.current: dict[str, SemanticModel] = {}
+        self.words: dict[str, frozenset[str]] = {}
+        self.parsed = 0
+
+    def text(self, path: str) -> str | None:
+        """The file's text, read afresh (texts are not kept: a big project's would fill memory)."""
+        try:
+            if os.path.getsize(path) > MAX_BYTES:
+                return None
+            with open(path, "rb") as fh:
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    def import_words(self, path: str) -> frozenset[str]:
+        """The words on the file's import lines (module names and imported names), read once."""
+        if path not in self.words:
+            text = self.text(path) or ""
+            self.words[path] = frozenset(w for m in _IMPORT_LINE.finditer(text) for w in re.findall(r"\w+", m.group(0)))
+        return self.words[path]
+
+
+def _file_of(base: str, parts: list[str]) -> str | None:
+    if not parts:
+        init = os.path.join(base, "__init__.py")
+        return init if os.path.isfile(init) else None
+    stem = os.path.join(base, *parts)
+    if os.path.isfile(stem + ".py"):
+        return stem + ".py"
+    init = os.path.join(stem, "__init__.py")
+    return init if os.path.isfile(init) else None
+
+
+def _guess_root(files: list[str]) -> str:
+    """The nearest folder above the files that holds a project marker, else their common folder."""
+    if not files:
+        return os.getcwd()
+    try:
+        common = os.path.commonpath([os.path.dirname(f) for f in files])
+    except ValueError:
+        return os.path.dirname(files[0])
+    cur = common
+    while True:
+        if any(os.path.exists(os.path.join(cur, m)) for m in _MARKERS):
+            return cur
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return common
+        cur = parent

@@ -1,0 +1,237 @@
+"""Calls: which function a call may run (in this file, or in another module of the project), the call
+sites of a function, and the *effects* of code: backward, optimizer steps, zero_grad, set_epoch,
+train/eval modes, saving, all through the functions it calls."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterable
+
+from torchdoctor.check.astutil import dotted, is_false, keyword, method_name
+from torchdoctor.check.semantic.bindings import Bindings
+from torchdoctor.check.semantic.kinds import Kinds
+from torchdoctor.check.semantic.names import Names
+from torchdoctor.check.semantic.walk import Index
+
+__all__ = ["Calls", "EFFECTS", "SAVERS"]
+
+# What code may do, as far as rules care.
+EFFECTS = ("backward", "step", "zero_grad", "set_epoch", "eval", "train", "save", "empty_cache", "moves")
+_TRAIN_METHODS = {"train", "eval", "to", "cuda", "step", "zero_grad", "backward", "parameters", "forward"}
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+SAVERS = ("torch.save", "torch_xla.core.xla_model.save", "xm.save", "safetensors.torch.save_file",
+          "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt")
+
+
+class Calls:
+    """``external(call)`` (given by the project index) returns the summary of a function of another
+    module that the call runs, or None; its ``effects`` are a frozenset of EFFECTS."""
+
+    def __init__(self, index: Index, names: Names, bindings: Bindings, kinds: Kinds,
+                 external: Callable[[ast.Call], object | None] | None = None) -> None:
+        self.index = index
+        self.names = names
+        self.bindings = bindings
+        self.kinds = kinds
+        self.external = external
+        self.functions: dict[str, list[ast.AST]] = {}  # every def, methods included, by name
+        for t in (ast.FunctionDef, ast.AsyncFunctionDef):
+            for f in index.by_type.get(t, ()):
+                self.functions.setdefault(f.name, []).append(f)  # type: ignore[attr-defined]
+        self.classes = {c.name: c for c in index.by_type.get(ast.ClassDef, ())}  # type: ignore[attr-defined]
+        self.calls: list[ast.Call] = index.by_type.get(ast.Call, [])  # type: ignore[assignment]
+        self.by_name: dict[str, list[ast.Call]] = {}  # the callee's last name -> calls
+        self.by_keyword: dict[str, list[ast.Call]] = {}
+        for call in self.calls:
+            func = call.func
+            last = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+            self.by_name.setdefault(last, []).append(call)
+            for kw in call.keywords:
+                if kw.arg:
+                    self.by_keyword.setdefault(kw.arg, []).append(call)
+        self._resolved: dict[ast.Call, list[ast.AST]] = {}
+        self._sites: dict[ast.AST, list[ast.Call]] | None = None
+        self._reach: dict[ast.AST, list[ast.AST]] = {}
+        self._effects: dict[ast.AST, frozenset[str]] = {}
+        self._busy: set[ast.AST] = set()
+
+    def named(self, *names: str) -> list[ast.Call]:
+        """Calls whose callee's last name is one of ``names``, in source order."""
+        if len(names) == 1:
+            return self.by_name.get(names[0], [])
+        out = [c for n in names for c in self.by_name.get(n, [])]
+        out.sort(key=self.index.pos.__getitem__)
+        return out
+
+    # ---- resolution -------------------------------------------------------------------------------
+    def class_of(self, node: ast.AST) -> ast.AST | None:
+        frame = self.index.frame.get(node)
+        return frame.cls if frame is not None else None
+
+    def resolve(self, call: ast.Call) -> list[ast.AST]:
+        """In-file functions a call may run: ``f()`` -> ``def f``; ``self.m()`` -> the class's ``m``;
+        ``Trainer(...)`` -> ``Trainer.__init__``."""
+        hit = self._resolved.get(call)
+        if hit is None:
+            hit = self._resolved[call] = self._resolve(call)
+        return hit
+
+    def _resolve(self, call: ast.Call) -> list[ast.AST]:
+        func = call.func
+        if isinstance(func, ast.Name):
+            if self.bindings.at(func.id, call) is not None and func.id not in self.bindings.functions:
+                return []  # a local value shadows nothing we know
+            if func.id in self.classes:
+                cls = self.classes[func.id]
+                return [f for f in self.functions.get("__init__", []) if self.class_of(f) is cls]
+            return [f for f in self.functions.get(func.id, []) if self.class_of(f) is None]
+        if not isinstance(func, ast.Attribute):
+            return []
+        key = dotted(func.value) or ""
+        if key == "self":
+            cls = self.class_of(call)
+            return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is cls]
+        if func.attr in _TRAIN_METHODS:
+            return []
+        if key and (key.split(".")[0] in self.names.modules or self.kinds.kind_of(key, call) is not None):
+            return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
+        return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
+
+    def external_of(self, call: ast.Call) -> object | None:
+        """The summary of a function in another module of the project that ``call`` runs, or None."""
+        if self.external is None or self.resolve(call):
+            return None
+        return self.external(call)
+
+    def sites(self, func: ast.AST) -> list[ast.Call]:
+        """Calls in the file that may run ``func`` (see ``resolve``)."""
+        if self._sites is None:
+            out: dict[ast.AST, list[ast.Call]] = {}
+            for node in self.calls:
+                for f in self.resolve(node):
+                    out.setdefault(f, []).append(node)
+            self._sites = out
+        return self._sites.get(func, [])
+
+    def local_nodes(self, region: ast.AST) -> list[ast.AST]:
+        """The nodes below ``region`` in its own body: nested functions, lambdas and classes excluded
+        (for a function, its body only: not its decorators or defaults)."""
+        frames = self.index.frame
+        unit = region if isinstance(region, _SCOPES) else frames[region].unit
+        return [n for n in self.index.below(region) if frames[n].unit is unit]
+
+    def reachable(self, func: ast.AST) -> list[ast.AST]:
+        """``func`` and every in-file function it may call, transitively, in discovery order."""
+        hit = self._reach.get(func)
+        if hit is not None:
+            return hit
+        out: list[ast.AST] = [func]
+        seen = {func}
+        i = 0
+        while i < len(out):
+            for node in self.local_nodes(out[i]):
+                if isinstance(node, ast.Call):
+                    for f in self.resolve(node):
+                        if f not in seen:
+                            seen.add(f)
+                            out.append(f)
+            i += 1
+        self._reach[func] = out
+        return out
+
+    # ---- effects ---------------------------------------------------------------------------------------
+    def is_backward_call(self, node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call):
+            return False
+        if method_name(node) == "backward":
+            return True
+        return (self.names.call_name(node) or "") in ("torch.autograd.backward",)
+
+    def mode_call(self, call: ast.AST) -> str | None:
+        """"train" | "eval" | None for ``m.train()``/``m.eval()``/``m.train(False)`` on a model."""
+        meth = method_name(call)
+        if meth not in ("train", "eval") or not isinstance(call, ast.Call):
+            return None
+        key = dotted(call.func.value) or ""  # type: ignore[union-attr]
+        if "trainer" in key.lower() or self.kinds.kind_of(key, call) not in (None, "model", "wrapper"):
+            return None
+        if meth == "eval":
+            return "eval" if not call.args else None
+        kw = keyword(call, "mode")
+        arg = call.args[0] if call.args else (kw.value if kw else None)
+        if arg is None or (isinstance(arg, ast.Constant) and arg.value is True):
+            return "train"
+        return "eval" if is_false(arg) else None
+
+    def is_optimizer_step(self, node: ast.AST) -> bool:
+        if not isinstance(node, ast.Call) or method_name(node) != "step":
+            return False
+        key = dotted(node.func.value) or ""  # type: ignore[attr-defined]
+        kind = self.kinds.kind_of(key, node) if key else None
+        if kind in ("optimizer", "scaler"):
+            return True
+        return kind is None and "opt" in key.rsplit(".", 1)[-1].lower()
+
+    def zeroes_grads(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Call) and method_name(node) in ("zero_grad", "zero_grad_"):
+            return True
+        if isinstance(node, ast.Assign):  # p.grad = None
+            return any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in node.targets)
+        if isinstance(node, ast.Call) and method_name(node) in ("zero_", "fill_", "detach_"):
+            return "grad" in (dotted(node.func.value) or "")  # type: ignore[attr-defined]
+        return False
+
+    def node_effects(self, node: ast.AST) -> Iterable[str]:
+        """The effects of one node by itself (not of the functions it calls)."""
+        if isinstance(node, ast.Assign):
+            if self.zeroes_grads(node):
+                yield "zero_grad"
+            return
+        if not isinstance(node, ast.Call):
+            return
+        meth = method_name(node)
+        if self.is_backward_call(node):
+            yield "backward"
+        elif meth == "step" and self.is_optimizer_step(node):
+            yield "step"
+        elif self.zeroes_grads(node):
+            yield "zero_grad"
+        elif meth == "set_epoch":
+            yield "set_epoch"
+        elif meth in ("train", "eval"):
+            mode = self.mode_call(node)
+            if mode:
+                yield mode
+        elif meth == "empty_cache":
+            yield "empty_cache"
+        q = self.names.call_name(node) or ""
+        if q in SAVERS or meth in ("save_pretrained", "save_state", "save_model"):
+            yield "save"
+
+    def effects(self, func: ast.AST) -> frozenset[str]:
+        """What running ``func`` may do: its own nodes' effects and those of every function it calls."""
+        hit = self._effects.get(func)
+        if hit is not None:
+            return hit
+        if func in self._busy:
+            return frozenset()
+        self._busy.add(func)
+        try:
+            found = self.region_effects(self.local_nodes(func))
+        finally:
+            self._busy.discard(func)
+        self._effects[func] = found
+        return found
+
+    def region_effects(self, nodes: Iterable[ast.AST]) -> frozenset[str]:
+        """The effects of running these nodes, through every call among them."""
+        out: set[str] = set()
+        for node in nodes:
+            out.update(self.node_effects(node))
+            if isinstance(node, ast.Call):
+                for f in self.resolve(node):
+                    out |= self.effects(f)
+                ext = self.external_of(node) if self.external is not None else None
+                if ext is not None:
+                    out |= getattr(ext, "effects", frozenset())
+        return frozenset(out)

@@ -1,0 +1,293 @@
+"""What the frames around a node say: the grad mode, ``step % N`` guards, rank guards, device choices,
+``except`` handlers and branches that leave the loop."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+
+from torchdoctor.check.astutil import dotted, is_false, is_true, keyword, string_value
+from torchdoctor.check.semantic.bindings import Bindings
+from torchdoctor.check.semantic.names import Names
+from torchdoctor.check.semantic.walk import CLASS, EXCEPT, FUNCTION, IF, LAMBDA, LOOP, WITH, Frame, Index
+
+__all__ = ["Guards", "RANKISH"]
+
+RANKISH = re.compile(
+    r"(?i)(rank|is_main|main_process|is_master|master_process|is_primary|is_global_zero|"
+    r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0)"
+)
+_COUNTER = re.compile(r"(?i)^(i|j|k|n|it|idx|step|steps|iter|iteration|batch_?(idx|id|i|num|index)?|.*_(step|iter|idx))$")
+_DEVICE_WORDS = re.compile(r"cuda|gpu|device|accelerat", re.IGNORECASE)
+_EXITS = ("sys.exit", "exit", "quit", "os._exit")
+_RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
+
+
+class Guards:
+    def __init__(self, index: Index, names: Names, bindings: Bindings, segment: Callable[[ast.AST], str],
+                 call_sites: Callable[[ast.AST], list[ast.Call]]) -> None:
+        self.index = index
+        self.names = names
+        self.bindings = bindings
+        self.segment = segment
+        self.call_sites = call_sites
+        self._busy: set[ast.AST] = set()
+        self._mode_memo: dict[ast.AST, str] = {}
+        self._aliases: set[str] | None = None
+
+    def frame(self, node: ast.AST) -> Frame | None:
+        return self.index.frame.get(node)
+
+    # ---- grad mode ------------------------------------------------------------------------------
+    def grad_call(self, expr: ast.AST) -> str | None:
+        """"off", "on" or "maybe" for a grad-mode context manager or decorator expression."""
+        call = expr if isinstance(expr, ast.Call) else None
+        q = self.names.qualname(call.func if call else expr) or ""
+        last = q.rsplit(".", 1)[-1]
+        if last == "no_grad":
+            return "off"
+        if last == "enable_grad":
+            return "on"
+        if last == "inference_mode":
+            kw = keyword(call, "mode") if call else None
+            arg = (call.args[0] if call and call.args else None) or (kw.value if kw else None)
+            return "on" if is_false(arg) else ("off" if arg is None or is_true(arg) else "maybe")
+        if last == "set_grad_enabled" and call is not None and call.args:
+            arg = call.args[0]
+            return "off" if is_false(arg) else ("on" if is_true(arg) else "maybe")
+        return None
+
+    def grad_mode(self, node: ast.AST) -> str:
+        """The autograd mode at ``node`` as far as the program shows: "on", "off" or "maybe"."""
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            kind = frame.kind
+            if kind == WITH:
+                mode = self._with_mode(frame)
+                if mode is not None:
+                    return mode
+            elif kind == FUNCTION:
+                return self._function_mode(frame.node, node)
+            elif kind == LAMBDA:
+                return "on"
+            frame = frame.parent
+        return "off" if self._disabled_before(self.index.tree, node) else "on"
+
+    def _with_mode(self, frame: Frame) -> str | None:
+        memo = frame.memo if frame.memo is not None else {}
+        frame.memo = memo
+        if "grad" not in memo:
+            memo["grad"] = next((m for i in frame.node.items if (m := self.grad_call(i.context_expr)) is not None), None)  # type: ignore[attr-defined]
+        return memo["grad"]
+
+    def _function_mode(self, func: ast.AST, node: ast.AST) -> str:
+        for dec in func.decorator_list:  # type: ignore[attr-defined]
+            mode = self.grad_call(dec)
+            if mode is not None:
+                return mode
+        if self._disabled_before(func, node):
+            return "off"
+        return self.callers_mode(func)
+
+    def callers_mode(self, func: ast.AST) -> str:
+        """A function runs in the grad mode of its call sites when every one of them agrees."""
+        if func in self._mode_memo:
+            return self._mode_memo[func]
+        if func in self._busy:
+            return "on"
+        self._busy.add(func)
+        try:
+            modes = {self.grad_mode(s) for s in self.call_sites(func)}
+        finally:
+            self._busy.discard(func)
+        mode = modes.pop() if len(modes) == 1 else ("maybe" if "on" not in modes and modes else "on")
+        self._mode_memo[func] = mode
+        return mode
+
+    def _disabled_before(self, scope: ast.AST, node: ast.AST) -> bool:
+        """A statement ``torch.set_grad_enabled(False)`` earlier in the same body."""
+        here = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        for stmt in getattr(scope, "body", []):
+            if (stmt.lineno, stmt.col_offset) >= here:
+                break
+            if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+                    (self.names.call_name(stmt.value) or "").endswith("set_grad_enabled") and \
+                    self.grad_call(stmt.value) == "off":
+                return True
+        return False
+
+    # ---- step guards -----------------------------------------------------------------------------------
+    def _test_memo(self, test: ast.AST, key: str, compute: Callable[[], bool]) -> bool:
+        frame = self.index.frame[test]  # the frame the test sits in; memo per test node
+        memo = frame.memo if frame.memo is not None else {}
+        frame.memo = memo
+        slot = (key, test)
+        if slot not in memo:
+            memo[slot] = compute()
+        return memo[slot]
+
+    def _has_mod(self, test: ast.AST) -> bool:
+        return self._test_memo(test, "mod", lambda: any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(test)))
+
+    def _one_off(self, test: ast.AST) -> bool:
+        """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a counter tested against a fixed value."""
+        def compute() -> bool:
+            for n in self.index.subtree(test):
+                if not isinstance(n, ast.Compare) or len(n.ops) != 1 or not isinstance(n.ops[0], (ast.Eq, ast.Lt, ast.LtE)):
+                    continue
+                sides = [n.left, n.comparators[0]]
+                names = [s.id if isinstance(s, ast.Name) else s.attr if isinstance(s, ast.Attribute) else "" for s in sides]
+                fixed = [isinstance(s, ast.Constant) or (isinstance(s, ast.BinOp) and "len(" in self.segment(s)) for s in sides]
+                if any(_COUNTER.match(name) for name in names) and any(fixed):
+                    return True
+            return False
+
+        return self._test_memo(test, "one_off", compute)
+
+    def under_step_guard(self, node: ast.AST) -> bool:
+        """Inside an ``if`` whose test uses ``%`` (``step % log_every == 0``), in either branch, or in the
+        body of one that runs on one step only (``if i == 0:``); up to the enclosing function."""
+        frame = self.index.frame.get(node)
+        while frame is not None and frame.kind not in (FUNCTION, LAMBDA, CLASS):
+            if frame.kind == IF:
+                test = frame.node.test  # type: ignore[attr-defined]
+                if self._has_mod(test) or (frame.branch == "body" and self._one_off(test)):
+                    return True
+            frame = frame.parent
+        return False
+
+    # ---- rank guards ---------------------------------------------------------------------------------------
+    def rank_aliases(self) -> set[str]:
+        """Names holding a rank under another name: ``self.gpu_id = int(os.environ["LOCAL_RANK"])``, or the
+        first parameter of a function started by ``mp.spawn`` (its process index)."""
+        if self._aliases is None:
+            out: set[str] = set()
+            for n in self.index.by_type.get(ast.Assign, ()):
+                if self.is_rank_value(n.value):  # type: ignore[attr-defined]
+                    out.update(d for t in n.targets if (d := dotted(t)))  # type: ignore[attr-defined]
+            for n in self.index.by_type.get(ast.Call, ()):
+                if (self.names.call_name(n) or "").endswith("multiprocessing.spawn") and n.args:  # type: ignore[attr-defined]
+                    for f in self.bindings.functions.get(dotted(n.args[0]) or "", []):  # type: ignore[attr-defined]
+                        params = f.args.posonlyargs + f.args.args  # type: ignore[attr-defined]
+                        if params:
+                            out.add(params[0].arg)
+            self._aliases = out
+        return self._aliases
+
+    def is_rank_value(self, value: ast.AST) -> bool:
+        """``value`` is a rank itself (``int(os.environ["LOCAL_RANK"])``, ``dist.get_rank()``, ``args.local_rank``),
+        not merely an expression that mentions one (``DDP(model, device_ids=[rank])`` is a model)."""
+        if isinstance(value, ast.IfExp):
+            return self.is_rank_value(value.body) or self.is_rank_value(value.orelse)
+        if isinstance(value, ast.BinOp):
+            return self.is_rank_value(value.left) or self.is_rank_value(value.right)
+        if isinstance(value, ast.Call):
+            last = (dotted(value.func) or "").rsplit(".", 1)[-1]
+            if last not in _RANK_CALLS and "rank" not in last.lower():
+                return False
+        elif not isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)):
+            return False
+        return bool(re.search(r"(?i)rank", self.segment(value)))
+
+    def rank_test(self, test: ast.AST) -> bool:
+        def compute() -> bool:
+            if RANKISH.search(self.segment(test)):
+                return True
+            aliases = self.rank_aliases()
+            return bool(aliases) and any(dotted(n) in aliases for n in self.index.subtree(test)
+                                         if isinstance(n, (ast.Name, ast.Attribute)))
+
+        return self._test_memo(test, "rank", compute)
+
+    def under_rank_guard(self, node: ast.AST) -> bool:
+        """Inside a rank test, after an early ``if rank != 0: return``, or in a ``@rank_zero_only`` function."""
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            if frame.kind == IF and self.rank_test(frame.node.test):  # type: ignore[attr-defined]
+                return True
+            if frame.kind == LOOP and isinstance(frame.node, ast.While) and self.rank_test(frame.node.test):
+                return True
+            if frame.kind == FUNCTION:
+                func = frame.node
+                if any("rank_zero" in self.segment(d) or "main_process" in self.segment(d) for d in func.decorator_list):  # type: ignore[attr-defined]
+                    return True
+                if self._early_exit_on_rank(func, node):
+                    return True
+            frame = frame.parent
+        return False
+
+    def _early_exit_on_rank(self, func: ast.AST, node: ast.AST) -> bool:
+        here = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
+        for stmt in func.body:  # type: ignore[attr-defined]
+            if (stmt.lineno, stmt.col_offset) >= here:
+                break
+            if isinstance(stmt, ast.If) and self.rank_test(stmt.test):
+                if stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise)):
+                    return True
+        return False
+
+    # ---- device choice, handlers, exits -------------------------------------------------------------------------
+    def chooses_device(self, node: ast.AST) -> bool:
+        """``node`` sits in a branch that a test about the device chose (``if args.cuda:``, ``x.cuda() if gpu else x``)."""
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            if frame.kind == IF and self._mentions_device(frame.node.test):  # type: ignore[attr-defined]
+                return True
+            if frame.kind == LOOP and isinstance(frame.node, ast.While) and self._mentions_device(frame.node.test):
+                return True
+            frame = frame.parent
+        return False
+
+    def _mentions_device(self, test: ast.AST) -> bool:
+        def compute() -> bool:
+            for n in self.index.subtree(test):
+                word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else string_value(n)
+                if word and _DEVICE_WORDS.search(word):
+                    return True
+            return False
+
+        return self._test_memo(test, "device", compute)
+
+    def in_handler(self, node: ast.AST, stop: ast.AST) -> bool:
+        """Inside an ``except`` block below the frame of ``stop`` (OOM recovery runs rarely, not every step)."""
+        frame = self.index.frame.get(node)
+        while frame is not None and frame.node is not stop:
+            if frame.kind == EXCEPT:
+                return True
+            frame = frame.parent
+        return False
+
+    def in_exit_branch(self, node: ast.AST, stop: ast.AST) -> bool:
+        """In an ``if`` branch below ``stop`` that leaves the loop (``if not isfinite(loss.item()): sys.exit(1)``):
+        it runs at most once, not every step."""
+        frame = self.index.frame.get(node)
+        while frame is not None and frame.node is not stop:
+            if frame.kind == IF and isinstance(frame.node, ast.If):
+                block = frame.node.body if frame.branch == "body" else frame.node.orelse
+                if block and self._leaves(block[-1]):
+                    return True
+            frame = frame.parent
+        return False
+
+    def _leaves(self, stmt: ast.stmt) -> bool:
+        if isinstance(stmt, (ast.Raise, ast.Return, ast.Break)):
+            return True
+        return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+            (self.names.call_name(stmt.value) or dotted(stmt.value.func) or "") in _EXITS
+
+    def in_other_branch(self, a: ast.AST, b: ast.AST) -> bool:
+        """``a`` and ``b`` sit in the two exclusive branches of one ``if`` (AMP on / AMP off)."""
+        fa = self.index.frame.get(a)
+        branches = {}
+        while fa is not None:
+            if fa.kind == IF:
+                branches[fa.node] = fa.branch
+            fa = fa.parent
+        fb = self.index.frame.get(b)
+        while fb is not None:
+            if fb.kind == IF and fb.node in branches and branches[fb.node] != fb.branch:
+                return True
+            fb = fb.parent
+        return False

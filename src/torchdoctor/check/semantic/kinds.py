@@ -1,0 +1,284 @@
+"""What a name or an expression holds: a model, tensor, loader, optimizer, scaler, sampler, device,
+loss function, scheduler or wrapper (DataParallel/DDP/compiled), as far as the code shows."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, string_value, target_names
+from torchdoctor.check.semantic.bindings import Binding, Bindings
+from torchdoctor.check.semantic.names import Names
+from torchdoctor.check.semantic.walk import Index
+
+__all__ = ["KINDS", "Kinds", "kind_from_name", "LOADERISH", "unwrap_iter"]
+
+KINDS = ("model", "tensor", "loader", "optimizer", "scaler", "sampler", "device", "loss_fn", "scheduler", "wrapper")
+
+MODULE_BASES = {"Module", "LightningModule", "PreTrainedModel", "Sequential", "ModuleList", "ModuleDict"}
+_WRAPPERS = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
+_NOT_MODELS = re.compile(r"Tokenizer|Processor|Config|FeatureExtractor|Dataset")
+_OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
+               "SparseAdam", "ASGD", "Rprop", "Lion", "Adafactor", "AdamW8bit", "Adam8bit", "LARS", "LAMB"}
+_SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_",
+                     "detach", "clone", "contiguous", "long", "int", "bool", "view", "reshape", "squeeze",
+                     "unsqueeze", "permute", "transpose", "flatten", "type", "pin_memory", "share_memory_",
+                     "to_empty", "mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log"}
+_TENSOR_METHODS_ONLY = {"mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log", "view", "reshape",
+                        "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous"}
+_NAME_HINTS = (
+    (re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
+    (re.compile(r"(loader|^dl$|_dl$)", re.I), "loader"),
+    (re.compile(r"^(optimizer|optim|opt|optimiser)$|_(optimizer|optim|opt)$", re.I), "optimizer"),
+    (re.compile(r"^(criterion|loss_fn|loss_func|loss_function|lossfn)$", re.I), "loss_fn"),
+    (re.compile(r"(^|_)scaler$", re.I), "scaler"),
+    (re.compile(r"(^|_)sampler$", re.I), "sampler"),
+    (re.compile(r"^(device|dev)$|_device$", re.I), "device"),
+    (re.compile(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
+)
+LOADERISH = re.compile(r"(?i)(loader|\bdl\b|_dl\b|dataloader|batches|batch_iter|data_iter)")
+_WRAPPER_CALLS = {"enumerate", "tqdm", "trange", "iter", "zip", "islice", "track", "progress", "progress_bar",
+                  "prefetch", "DeviceLoader", "cycle", "chain"}
+
+
+def kind_from_name(key: str) -> str | None:
+    """A weak guess from a name alone (``train_loader`` -> loader), used when nothing better is known."""
+    last = key.rsplit(".", 1)[-1]
+    for pattern, kind in _NAME_HINTS:
+        if pattern.search(last):
+            return kind
+    return None
+
+
+def unwrap_iter(node: ast.AST) -> tuple[list[ast.AST], bool]:
+    """The iterables under enumerate/tqdm/zip wrappers, and whether an enumerate counter comes first."""
+    counter = False
+    while isinstance(node, ast.Call) and node.args:
+        name = (dotted(node.func) or "").rsplit(".", 1)[-1]
+        if name not in _WRAPPER_CALLS:
+            break
+        if name == "enumerate":
+            counter = True
+        if name in ("zip", "chain"):
+            return list(node.args), counter
+        node = node.args[0]
+    return [node], counter
+
+
+class Kinds:
+    """Answers ``kind_of(key, at)`` and ``expr_kind(expr, at)``, memoised per binding.
+
+    ``project_class(qualname)`` (given by the project index) says whether an imported
+    name is an ``nn.Module`` class defined in another module of the project.
+    """
+
+    def __init__(self, index: Index, names: Names, bindings: Bindings, segment: Callable[[ast.AST], str],
+                 project_class: Callable[[str], bool | None] | None = None) -> None:
+        self.index = index
+        self.names = names
+        self.bindings = bindings
+        self.segment = segment
+        self.project_class = project_class
+        self._memo: dict[int, str | None] = {}
+        self._busy: set[int] = set()
+        self.module_classes = self._module_classes()
+
+    # ---- classes ---------------------------------------------------------------------------------
+    def _module_classes(self) -> set[str]:
+        classes = self.index.by_type.get(ast.ClassDef, [])
+        found: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for cls in classes:
+                if cls.name in found:  # type: ignore[attr-defined]
+                    continue
+                for base in cls.bases:  # type: ignore[attr-defined]
+                    q = self.names.qualname(base) or ""
+                    last = q.rsplit(".", 1)[-1]
+                    if last in MODULE_BASES or last in found or self._imported_module_class(q, base):
+                        found.add(cls.name)  # type: ignore[attr-defined]
+                        changed = True
+                        break
+        return found
+
+    def _imported_module_class(self, q: str, node: ast.AST) -> bool:
+        if self.project_class is None or q.startswith(("torch.", "typing.", "abc.", "enum.")):
+            return False
+        written = dotted(node) or ""
+        head = written.split(".")[0]
+        if head not in self.names.imports and head not in self.names.relative:
+            return False
+        return bool(self.project_class(written))
+
+    def is_module_class(self, q: str, node: ast.AST | None = None) -> bool:
+        """``q`` (a resolved call name) is an nn.Module class of this file or of the project."""
+        if q in self.module_classes:
+            return True
+        last = q.rsplit(".", 1)[-1]
+        if not last[:1].isupper() or node is None:
+            return False
+        return self._imported_module_class(q, node)
+
+    # ---- names -------------------------------------------------------------------------------------
+    def kind_of(self, key: str, at: ast.AST) -> str | None:
+        b = self.bindings.at(key, at)
+        if b is None and key in self.bindings.defined:
+            return None  # a function, class or module: name hints (``build_model``) describe values only
+        kind = self.binding_kind(b) if b is not None else None
+        if kind is None and key in self.bindings.param_receivers:
+            return "model"
+        if kind is None and (b is None or b.value is None or isinstance(b.value, ast.Call)):
+            kind = kind_from_name(key)
+        return kind
+
+    def binding_kind(self, b: Binding) -> str | None:
+        key = id(b)
+        if key in self._memo:
+            return self._memo[key]
+        if key in self._busy:
+            return None
+        self._busy.add(key)
+        try:
+            if b.value is None:
+                kind = self._loop_target_kind(b)
+            elif b.is_param:
+                kind = self._annotation_kind(b.value)
+            elif b.index is not None:
+                kind = self._unpacked_kind(b.value, b.index, b.node)
+            else:
+                kind = self.expr_kind(b.value, b.node)
+        finally:
+            self._busy.discard(key)
+        self._memo[key] = kind
+        return kind
+
+    def is_loader_expr(self, it: ast.AST) -> bool:
+        return bool(LOADERISH.search(self.segment(it))) or bool(dotted(it)) and self.expr_kind(it, it) == "loader"
+
+    def _loop_target_kind(self, b: Binding) -> str | None:
+        """Names a batch loop binds are tensors (enumerate's counter is not)."""
+        loop = self.index.parent.get(b.node)
+        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)) or b.node is not loop.target:
+            return None
+        iters, counter = unwrap_iter(loop.iter)
+        if not any(self.is_loader_expr(i) for i in iters):
+            return None
+        target = loop.target
+        if counter and isinstance(target, ast.Tuple) and target.elts and b.key in target_names(target.elts[0]):
+            return None
+        return "tensor"
+
+    def _annotation_kind(self, ann: ast.AST) -> str | None:
+        q = self.names.qualname(ann) or ""
+        last = q.rsplit(".", 1)[-1]
+        return {"Module": "model", "Tensor": "tensor", "DataLoader": "loader", "device": "device",
+                "Optimizer": "optimizer"}.get(last)
+
+    def _unpacked_kind(self, value: ast.AST, index: int, at: ast.AST) -> str | None:
+        # ``model, opt, loader = accelerator.prepare(model, opt, loader)`` keeps each kind.
+        if isinstance(value, ast.Call) and method_name(value) in ("prepare", "setup") and index < len(value.args):
+            return self.expr_kind(value.args[index], at)
+        return None
+
+    # ---- expressions ----------------------------------------------------------------------------------
+    def expr_kind(self, node: ast.AST, at: ast.AST) -> str | None:
+        """What an expression evaluates to, as one of KINDS, or None when unknown."""
+        if isinstance(node, ast.Name):
+            return self.kind_of(node.id, at)
+        if isinstance(node, ast.Attribute):
+            if node.attr in ("module", "_orig_mod"):
+                return "model"
+            key = dotted(node)
+            if key is None:
+                return None
+            if key.startswith("self."):
+                return self.kind_of(key, at)
+            return kind_from_name(key) if node.attr == "device" else None
+        if isinstance(node, ast.Call):
+            return self.call_kind(node, at)
+        if isinstance(node, ast.IfExp):
+            if any(isinstance(b, ast.Attribute) and b.attr in ("module", "_orig_mod") for b in (node.body, node.orelse)):
+                return "model"  # ``model.module if hasattr(model, "module") else model`` unwraps
+            kinds = [self.expr_kind(node.body, at), self.expr_kind(node.orelse, at)]
+            if "wrapper" in kinds:
+                return "wrapper"
+            return kinds[0] if kinds[0] == kinds[1] else (kinds[0] or kinds[1]) if None in kinds else None
+        if isinstance(node, ast.Constant):
+            s = string_value(node)
+            return "device" if s and re.fullmatch(r"(cuda|cpu|mps|xpu|meta)(:\d+)?", s) else None
+        if isinstance(node, ast.BinOp):
+            return "tensor" if "tensor" in (self.expr_kind(node.left, at), self.expr_kind(node.right, at)) else None
+        return None
+
+    def call_kind(self, call: ast.Call, at: ast.AST) -> str | None:
+        q = self.names.call_name(call) or ""
+        last = q.rsplit(".", 1)[-1]
+        if last in _WRAPPERS or q in ("torch.compile", "torch.nn.parallel.DistributedDataParallel"):
+            return "wrapper"
+        if last == "DataLoader":
+            return "loader"
+        if last.endswith("Sampler"):
+            return "sampler"
+        if last == "GradScaler":
+            return "scaler"
+        if q == "torch.device":
+            return "device"
+        if "lr_scheduler" in q or last.startswith(("get_linear_schedule", "get_cosine_schedule")) or last.endswith("LR"):
+            return "scheduler"
+        if (q.startswith("torch.optim.") and last[:1].isupper()) or last in _OPTIMIZERS:
+            return "optimizer"
+        if last.endswith("Loss") and (q.startswith("torch.nn.") or "." not in q):
+            return "loss_fn"
+        if self.is_model_constructor(call, q, last):
+            return "model"
+        if last in ("tqdm", "trange", "track", "iter", "enumerate") and call.args:
+            return "loader" if self.expr_kind(call.args[0], at) == "loader" else None
+        meth = method_name(call)
+        if meth in _SAME_AS_RECEIVER:
+            inner = self.expr_kind(call.func.value, at)  # type: ignore[attr-defined]
+            if meth in _TENSOR_METHODS_ONLY and inner != "tensor":
+                return None
+            return inner
+        if q.startswith("torch.") and last[:1].islower() and (last in FACTORIES or q.startswith("torch.nn.functional.")
+                                                                or last in ("cat", "stack", "from_numpy", "where", "matmul")):
+            return "tensor"
+        if isinstance(call.func, ast.Name) and call.func.id in self.bindings.functions:
+            return self._return_kind(self.bindings.functions[call.func.id])
+        if isinstance(call.func, (ast.Name, ast.Attribute)) and dotted(call.func):
+            callee = self.expr_kind(call.func, at)
+            if callee in ("model", "wrapper", "loss_fn"):
+                return "tensor"
+        return None
+
+    def _return_kind(self, funcs: list[ast.AST]) -> str | None:
+        """What an in-file function returns, when every ``return`` agrees (``build_model()`` -> model)."""
+        kinds: set[str | None] = set()
+        for func in funcs:
+            if id(func) in self._busy:
+                return None
+            self._busy.add(id(func))
+            try:
+                for node in self.returns_of(func):
+                    kinds.add(self.expr_kind(node.value, node))  # type: ignore[arg-type]
+            finally:
+                self._busy.discard(id(func))
+        return kinds.pop() if len(kinds) == 1 else None
+
+    def returns_of(self, func: ast.AST) -> list[ast.Return]:
+        """The ``return value`` statements of ``func`` itself (not of functions nested in it)."""
+        frames = self.index.frame
+        return [n for n in self.index.below(func)
+                if isinstance(n, ast.Return) and n.value is not None and frames[n].unit is func]  # type: ignore[misc]
+
+    def is_model_constructor(self, call: ast.Call, q: str, last: str) -> bool:
+        if q.startswith("torch.nn.") and last[:1].isupper() and last != "Parameter":
+            return True
+        if self.is_module_class(q, call.func):
+            return True
+        if last == "from_pretrained":
+            return not _NOT_MODELS.search(q)
+        if q.startswith("torchvision.models.") and last[:1].islower() and not last.startswith("get_"):
+            return True
+        return q in ("timm.create_model", "torch.hub.load") or (q.startswith("transformers.Auto") and "Model" in q)

@@ -1,0 +1,289 @@
+"""Loops of a training program: batch loops, training, evaluation and epoch loops, and what they bind."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from torchdoctor.check.astutil import dotted, method_name, names_in, target_names
+from torchdoctor.check.semantic.calls import Calls
+from torchdoctor.check.semantic.guards import Guards
+from torchdoctor.check.semantic.kinds import LOADERISH, Kinds, unwrap_iter
+from torchdoctor.check.semantic.walk import COMP, FUNCTION, LAMBDA, LOOP, Index
+
+__all__ = ["LoopInfo", "Loops", "EVALISH", "EVAL_FUNC"]
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+EVALISH = re.compile(r"(?i)(val|valid|test|eval|dev\b|holdout)")
+EVAL_FUNC = re.compile(r"(?i)(eval|valid|test|predict|infer|score)")
+_NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
+
+
+@dataclass(eq=False)
+class LoopInfo:
+    node: ast.AST
+    is_batch: bool = False  # iterates batches of data
+    loader: ast.AST | None = None  # the iterated loader expression, unwrapped
+    batch_vars: list[str] = field(default_factory=list)  # names bound to batch data (target + unpacking)
+    index_var: str | None = None  # enumerate's counter
+    has_backward: bool = False  # backward() in its body (nested loops included, same function)
+    kind: str | None = None  # "train" | "eval" | "epoch" | None
+
+
+class Loops:
+    """Classifies every loop and comprehension of the file once."""
+
+    def __init__(self, index: Index, kinds: Kinds, calls: Calls, guards: Guards,
+                 segment: Callable[[ast.AST], str]) -> None:
+        self.index = index
+        self.kinds = kinds
+        self.calls = calls
+        self.guards = guards
+        self.segment = segment
+        self.info: dict[ast.AST, LoopInfo] = {}
+        get = index.by_type.get
+        loops = [n for t in _LOOPS for n in get(t, ())]
+        loops.sort(key=index.pos.__getitem__)
+        self.order = loops
+        comps = [n for t in _COMPS for n in get(t, ())]
+        comps.sort(key=index.pos.__getitem__)
+        for loop in loops:
+            self.info[loop] = self._describe(loop)
+        for loop in loops:
+            self._classify_train(loop)
+        for comp in comps:
+            self.info[comp] = self._describe_comp(comp)
+        for loop in loops:
+            self._classify_eval(loop)
+        for comp in comps:
+            if self.info[comp].is_batch:
+                self._classify_comp(comp)
+        for loop in loops:
+            self._classify_epoch(loop)
+
+    def get(self, loop: ast.AST) -> LoopInfo:
+        return self.info[loop]
+
+    # ---- description -----------------------------------------------------------------------------
+    def _describe(self, loop: ast.AST) -> LoopInfo:
+        info = LoopInfo(loop)
+        body = self.index.body(loop)
+        info.has_backward = any(isinstance(n, ast.Call) and self.calls.is_backward_call(n) for n in body)
+        if isinstance(loop, ast.While):
+            self._describe_while(info, body)
+        else:
+            self._describe_for(info)
+        if info.is_batch:
+            info.batch_vars += self._derived_batch_vars(body, info.batch_vars)
+        return info
+
+    def _describe_for(self, info: LoopInfo) -> None:
+        loop = info.node
+        iters, counter = unwrap_iter(loop.iter)  # type: ignore[attr-defined]
+        loaders = [it for it in iters if self._is_loader(it, loop)]
+        if not loaders:
+            return
+        info.is_batch = True
+        info.loader = loaders[0]
+        target = loop.target  # type: ignore[attr-defined]
+        if counter and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            info.index_var = target.elts[0].id if isinstance(target.elts[0], ast.Name) else None
+            target = target.elts[1]
+        info.batch_vars = [n for n in target_names(target) if n not in _NOT_BATCH_NAMES]
+
+    def _describe_comp(self, comp: ast.AST) -> LoopInfo:
+        info = LoopInfo(comp)
+        gen = comp.generators[0]  # type: ignore[attr-defined]
+        iters, counter = unwrap_iter(gen.iter)
+        loaders = [it for it in iters if self._is_loader(it, comp)]
+        if not loaders:
+            return info
+        info.is_batch, info.loader = True, loaders[0]
+        info.has_backward = any(self.calls.is_backward_call(n) for n in self.index.body(comp))
+        target = gen.target
+        if counter and isinstance(target, ast.Tuple) and len(target.elts) == 2:
+            info.index_var = target.elts[0].id if isinstance(target.elts[0], ast.Name) else None
+            target = target.elts[1]
+        info.batch_vars = [n for n in target_names(target) if n not in _NOT_BATCH_NAMES]
+        return info
+
+    def _describe_while(self, info: LoopInfo, body: list[ast.AST]) -> None:
+        # ``while True: x, y = get_batch("train")`` / ``batch = next(it)``.
+        for node in body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+                name = (dotted(node.value.func) or "").rsplit(".", 1)[-1]
+                if name == "next" or "batch" in name.lower():
+                    info.is_batch = True
+                    for t in node.targets:
+                        info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
+
+    def _is_loader(self, it: ast.AST, loop: ast.AST) -> bool:
+        if isinstance(it, (ast.List, ast.Tuple, ast.Set)) and all(isinstance(e, ast.Constant) for e in it.elts):
+            return False  # ``for phase in ["train", "val"]``: phases, not batches
+        key = dotted(it)
+        if key and self.kinds.kind_of(key, loop) == "loader":
+            return True
+        if isinstance(it, ast.Subscript):  # dataloaders[phase]
+            it = it.value
+        text = self.segment(it)
+        if isinstance(it, (ast.Name, ast.Attribute, ast.Call)) and LOADERISH.search(text):
+            return not isinstance(it, ast.Call) or method_name(it) not in ("items", "keys", "values")
+        # ``for x, y in val_data:`` counts when the body runs a model on it.
+        return bool(EVALISH.search(text)) and self._calls_model(loop)
+
+    def _calls_model(self, loop: ast.AST) -> bool:
+        for n in self.index.body(loop):
+            if isinstance(n, ast.Call):
+                key = dotted(n.func)
+                if key is not None and self.kinds.kind_of(key, n) in ("model", "wrapper"):
+                    return True
+        return False
+
+    def _derived_batch_vars(self, body: list[ast.AST], roots: list[str]) -> list[str]:
+        """Names unpacked from batch values in the body: ``x, y = batch``, ``ids = batch["input_ids"]``."""
+        known = set(roots)
+        out: list[str] = []
+        for node in body:
+            if isinstance(node, ast.Assign) and _reads_only_batch(node.value, known):
+                for t in node.targets:
+                    for name in target_names(t):
+                        if name not in known and name not in _NOT_BATCH_NAMES:
+                            known.add(name)
+                            out.append(name)
+        return out
+
+    # ---- classification ---------------------------------------------------------------------------------
+    def loops_around(self, node: ast.AST, same_unit: bool = True) -> list[ast.AST]:
+        """The loops whose body holds ``node``, innermost first, up to its function (or module)."""
+        out = []
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            if frame.kind == LOOP:
+                out.append(frame.node)
+            elif frame.kind in (FUNCTION, LAMBDA) and same_unit:
+                break
+            frame = frame.parent
+        return out
+
+    def _classify_train(self, loop: ast.AST) -> None:
+        """A training loop is the innermost batch loop around a backward() (else the innermost loop)."""
+        for node in self.index.body(loop):
+            if not (isinstance(node, ast.Call) and self.calls.is_backward_call(node)):
+                continue
+            chain = self.loops_around(node)
+            if loop not in chain:
+                continue
+            target = next((c for c in chain if self.info[c].is_batch), chain[0])
+            if target is loop:
+                self.info[loop].kind = "train"
+                return
+
+    def _classify_comp(self, comp: ast.AST) -> None:
+        """Train when its result is backpropagated, else evaluation by the same signs as a loop."""
+        info = self.info[comp]
+        if info.has_backward or self._feeds_backward(comp):
+            info.kind = "train"
+        else:
+            self._classify_eval(comp)
+
+    def _feeds_backward(self, comp: ast.AST) -> bool:
+        """``loss = sum(crit(model(x), y) for ...)`` followed by ``loss.backward()`` (through assignments)."""
+        stmt = next((a for a in self.index.ancestors(comp) if isinstance(a, ast.stmt)), None)
+        if stmt is None:
+            return False
+        if not hasattr(stmt, "body") and any(self.calls.is_backward_call(n) for n in self.index.subtree(stmt)):
+            return True
+        scope = self.index.frame[comp].scope
+        tainted = {n for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if t is not None
+                   for n in target_names(t)}
+        after = (stmt.lineno, stmt.col_offset)
+        for node in self.calls.local_nodes(scope):
+            if not tainted or (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) <= after:
+                continue
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and names_in(node.value) & tainted:
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    tainted.update(target_names(t))
+            elif self.calls.is_backward_call(node) and names_in(node) & tainted:
+                return True
+        return False
+
+    def _classify_eval(self, loop: ast.AST) -> None:
+        info = self.info[loop]
+        if not info.is_batch or info.has_backward or info.kind:
+            return
+        if any(self.info[a].kind == "train" for a in self.loops_around(loop)):
+            return  # teacher/EMA forwards inside training are not evaluation
+        func = self.index.frame[loop].function
+        text = self.segment(info.loader) if info.loader is not None else ""
+        if EVALISH.search(text) or (func is not None and EVAL_FUNC.search(func.name)):  # type: ignore[attr-defined]
+            info.kind = "eval"
+        elif self._after_eval_call(loop) or self.guards.grad_mode(loop) in ("off", "maybe"):
+            info.kind = "eval"
+
+    def _after_eval_call(self, loop: ast.AST) -> bool:
+        """A ``.eval()`` call earlier in the same function (and no ``.train()`` after it)."""
+        scope = self.index.frame[loop].scope
+        here = (loop.lineno, loop.col_offset)  # type: ignore[attr-defined]
+        last = None
+        for node in self.calls.named("train", "eval"):
+            if self.index.frame[node].scope is not scope or (node.lineno, node.col_offset) >= here:
+                continue
+            mode = self.calls.mode_call(node)
+            if mode is not None and (last is None or (node.lineno, node.col_offset) > last[0]):
+                last = ((node.lineno, node.col_offset), mode)
+        return last is not None and last[1] == "eval"
+
+    def _classify_epoch(self, loop: ast.AST) -> None:
+        info = self.info[loop]
+        if info.kind:
+            return
+        target = getattr(loop, "target", None)
+        names = target_names(target) if target is not None else []
+        if any("epoch" in n.lower() for n in names):
+            info.kind = "epoch"
+            return
+        for node in self.index.body(loop):
+            if isinstance(node, _LOOPS) and self.info[node].kind in ("train", "eval"):
+                info.kind = "epoch"
+                return
+            if isinstance(node, ast.Call) and self.calls_training(node):
+                info.kind = "epoch"
+                return
+
+    def calls_training(self, call: ast.Call) -> bool:
+        """The call runs a function (of this file, or of the project) that holds a training or evaluation loop."""
+        for func in self.calls.resolve(call):
+            for f in self.calls.reachable(func):
+                for n in self.calls.local_nodes(f):
+                    if isinstance(n, _LOOPS) and self.info[n].kind in ("train", "eval"):
+                        return True
+        ext = self.calls.external_of(call)
+        return bool(ext is not None and getattr(ext, "loops", False))
+
+    # ---- queries ------------------------------------------------------------------------------------------
+    def enclosing(self, node: ast.AST, kind: str | None = None) -> ast.AST | None:
+        """Nearest loop around ``node`` in the same function (a comprehension over a loader counts:
+        ``[model(x) for x in loader]``); ``kind`` in "train", "eval", "epoch", "batch"."""
+        frame = self.index.frame.get(node)
+        while frame is not None and frame.kind not in (FUNCTION, LAMBDA):
+            if frame.kind in (LOOP, COMP):
+                info = self.info.get(frame.node)
+                if info is not None and (frame.kind == LOOP or info.is_batch):
+                    if kind is None or info.kind == kind or \
+                            (kind == "batch" and (info.is_batch or info.kind in ("train", "eval"))):
+                        return frame.node
+            frame = frame.parent
+        return None
+
+
+def _reads_only_batch(value: ast.AST, batch: set[str]) -> bool:
+    """True for ``batch``, ``batch["x"]``, ``batch[0]``, ``batch.x`` and tuples of those (no calls)."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        return bool(value.elts) and all(_reads_only_batch(e, batch) for e in value.elts)
+    node = value
+    while isinstance(node, (ast.Subscript, ast.Attribute)):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id in batch

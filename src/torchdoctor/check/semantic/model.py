@@ -1,0 +1,306 @@
+"""SemanticModel: one file as the rules see it, built by one walk.
+
+Tree
+    ``parent(node)``, ``ancestors(node)`` (nearest first), ``frame(node)``, ``scope_of(node)`` (function,
+    lambda or module), ``function_of(node)`` (nearest def or None), ``class_of(node)``; ``subtree(node)``
+    (the node and all below, in source order), ``body(region)`` (a loop's, comprehension's or
+    function's own body), ``local_nodes(region)``; ``of_type(*types)`` the nodes of those types,
+    in source order; ``calls`` every call; ``calls_named(*last_names)`` the calls whose callee's
+    last name is one of those; ``calls_with_keyword(arg)``.
+Names
+    ``qualname(expr)``, ``call_name(call)``, ``imports``; ``binding_at(key, at)``, ``bindings_of(key)``;
+    ``kind_of(key, at)`` / ``expr_kind(expr, at)`` -> "model", "tensor", "loader", "optimizer",
+    "scaler", "sampler", "device", "loss_fn", "scheduler", "wrapper" or None; ``module_classes``.
+Calls
+    ``resolve(call)`` in-file functions it may run, ``external(call)`` a function of another module
+    of the project (its summary), ``call_sites(func)``, ``reachable(func)``, ``effects(func)`` and
+    ``region_effects(nodes)`` (frozensets of "backward", "step", "zero_grad", "set_epoch", "eval",
+    "train", "save", "empty_cache"), ``is_backward_call``, ``mode_call``, ``is_optimizer_step``.
+Context (read from the frames around a node)
+    ``under_no_grad(node, strict=False)``, ``grad_mode(node)``, ``under_step_guard(node)``,
+    ``under_rank_guard(node)``, ``chooses_device(node)``, ``in_handler(node, stop)``,
+    ``in_exit_branch(node, stop)``, ``in_other_branch(a, b)``.
+Loops
+    ``loops``, ``loop_info(loop)``, ``loop_kind(loop)``, ``is_batch_loop``, ``batch_vars``, ``loader_of``,
+    ``enclosing_loop(node, kind=None)``, ``loops_around(node)``, ``calls_training(call)``.
+Device moves
+    ``is_device_move(call)``, ``move_device(call)``, ``is_moved(key, at)``, ``value_is_moved(expr)``.
+Memo
+    ``cached(key, compute)``: a per-file memo that rules share.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable, Iterator
+
+from torchdoctor.check.astutil import DTYPES, dotted, keyword, method_name, string_value
+from torchdoctor.check.semantic.bindings import Binding, Bindings
+from torchdoctor.check.semantic.calls import Calls
+from torchdoctor.check.semantic.guards import Guards
+from torchdoctor.check.semantic.kinds import Kinds
+from torchdoctor.check.semantic.loops import LoopInfo, Loops
+from torchdoctor.check.semantic.names import Names
+from torchdoctor.check.semantic.text import Text
+from torchdoctor.check.semantic.walk import Frame, Index
+
+__all__ = ["SemanticModel"]
+
+
+class SemanticModel:
+    def __init__(self, tree: ast.Module, source: str, path: str = "<stdin>", project: object | None = None) -> None:
+        self.tree = tree
+        self.path = path
+        self.project = project
+        self.text = Text(source)
+        self.index = Index(tree)
+        self.names = Names(self.index)
+        self.imports = self.names.imports
+        self.bindings = Bindings(self.index, set(self.names.imports) | set(self.names.relative))
+        self.kinds = Kinds(self.index, self.names, self.bindings, self.text.segment,
+                           self._project_class if project is not None else None)
+        self.module_classes = self.kinds.module_classes
+        self.calls_index = Calls(self.index, self.names, self.bindings, self.kinds,
+                                 self._project_function if project is not None else None)
+        self.calls = self.calls_index.calls
+        self.functions = self.calls_index.functions
+        self.guards = Guards(self.index, self.names, self.bindings, self.text.segment, self.calls_index.sites)
+        self._loops: Loops | None = None
+        self.memo: dict[object, object] = {}
+
+    # ---- project ---------------------------------------------------------------------------------
+    def _project_class(self, qualname: str) -> bool | None:
+        return self.project.is_module_class(self, qualname)  # type: ignore[attr-defined]
+
+    def _project_function(self, call: ast.Call) -> object | None:
+        return self.project.function_for(self, call)  # type: ignore[attr-defined]
+
+    # ---- tree ---------------------------------------------------------------------------------------
+    def segment(self, node: ast.AST | None) -> str:
+        return self.text.segment(node)
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        return self.index.parent.get(node)
+
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        return self.index.ancestors(node)
+
+    def frame(self, node: ast.AST) -> Frame:
+        return self.index.frame.get(node, self.index.root)
+
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        return self.frame(node).scope
+
+    def function_of(self, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        return self.frame(node).function  # type: ignore[return-value]
+
+    def class_of(self, node: ast.AST) -> ast.ClassDef | None:
+        return self.frame(node).cls  # type: ignore[return-value]
+
+    def subtree(self, node: ast.AST) -> list[ast.AST]:
+        return self.index.subtree(node)
+
+    def body(self, region: ast.AST) -> list[ast.AST]:
+        return self.index.body(region)
+
+    def local_nodes(self, region: ast.AST) -> list[ast.AST]:
+        return self.calls_index.local_nodes(region)
+
+    def contains(self, outer: ast.AST, node: ast.AST) -> bool:
+        return self.index.contains(outer, node)
+
+    def of_type(self, *types: type) -> list[ast.AST]:
+        if len(types) == 1:
+            return self.index.by_type.get(types[0], [])
+        out = [n for t in types for n in self.index.by_type.get(t, ())]
+        out.sort(key=self.index.pos.__getitem__)
+        return out
+
+    def calls_named(self, *names: str) -> list[ast.Call]:
+        return self.calls_index.named(*names)
+
+    def calls_with_keyword(self, arg: str) -> list[ast.Call]:
+        return self.calls_index.by_keyword.get(arg, [])
+
+    # ---- names -----------------------------------------------------------------------------------------
+    def qualname(self, node: ast.AST | None) -> str | None:
+        return self.names.qualname(node)
+
+    def call_name(self, node: ast.AST) -> str | None:
+        return self.names.call_name(node)
+
+    def binding_at(self, key: str, at: ast.AST) -> Binding | None:
+        return self.bindings.at(key, at)
+
+    def bindings_of(self, key: str) -> list[Binding]:
+        return self.bindings.of_key(key)
+
+    def kind_of(self, key: str, at: ast.AST) -> str | None:
+        return self.kinds.kind_of(key, at)
+
+    def expr_kind(self, expr: ast.AST, at: ast.AST) -> str | None:
+        return self.kinds.expr_kind(expr, at)
+
+    def call_kind(self, call: ast.Call, at: ast.AST) -> str | None:
+        return self.kinds.call_kind(call, at)
+
+    # ---- calls --------------------------------------------------------------------------------------------
+    def resolve(self, call: ast.Call) -> list[ast.AST]:
+        return self.calls_index.resolve(call)
+
+    def external(self, call: ast.Call) -> object | None:
+        return self.calls_index.external_of(call)
+
+    def call_sites(self, func: ast.AST) -> list[ast.Call]:
+        return self.calls_index.sites(func)
+
+    def reachable(self, func: ast.AST) -> list[ast.AST]:
+        return self.calls_index.reachable(func)
+
+    def effects(self, func: ast.AST) -> frozenset[str]:
+        return self.calls_index.effects(func)
+
+    def region_effects(self, nodes: list[ast.AST]) -> frozenset[str]:
+        return self.calls_index.region_effects(nodes)
+
+    def is_backward_call(self, node: ast.AST) -> bool:
+        return self.calls_index.is_backward_call(node)
+
+    def mode_call(self, call: ast.AST) -> str | None:
+        return self.calls_index.mode_call(call)
+
+    def is_optimizer_step(self, node: ast.AST) -> bool:
+        return self.calls_index.is_optimizer_step(node)
+
+    def is_model_call(self, call: ast.Call) -> bool:
+        key = dotted(call.func)
+        return key is not None and self.kind_of(key, call) in ("model", "wrapper")
+
+    @property
+    def trains(self) -> bool:
+        return self.cached("trains", lambda: any(self.is_backward_call(c) for c in self.calls_named("backward"))
+                           or any(self.call_name(c) == "torch.autograd.backward" for c in self.calls_named("backward")))
+
+    # ---- context ------------------------------------------------------------------------------------------
+    def grad_mode(self, node: ast.AST) -> str:
+        return self.guards.grad_mode(node)
+
+    def under_no_grad(self, node: ast.AST, strict: bool = False) -> bool:
+        return self.guards.grad_mode(node) in (("off",) if strict else ("off", "maybe"))
+
+    def under_step_guard(self, node: ast.AST) -> bool:
+        return self.guards.under_step_guard(node)
+
+    def under_rank_guard(self, node: ast.AST) -> bool:
+        return self.guards.under_rank_guard(node)
+
+    def chooses_device(self, node: ast.AST) -> bool:
+        return self.guards.chooses_device(node)
+
+    def in_handler(self, node: ast.AST, stop: ast.AST) -> bool:
+        return self.guards.in_handler(node, stop)
+
+    def in_exit_branch(self, node: ast.AST, stop: ast.AST) -> bool:
+        return self.guards.in_exit_branch(node, stop)
+
+    def in_other_branch(self, a: ast.AST, b: ast.AST) -> bool:
+        return self.guards.in_other_branch(a, b)
+
+    # ---- loops ----------------------------------------------------------------------------------------------
+    @property
+    def loops_index(self) -> Loops:
+        if self._loops is None:
+            self._loops = Loops(self.index, self.kinds, self.calls_index, self.guards, self.text.segment)
+        return self._loops
+
+    @property
+    def loops(self) -> list[ast.AST]:
+        return list(self.loops_index.order)
+
+    def loop_info(self, loop: ast.AST) -> LoopInfo:
+        return self.loops_index.get(loop)
+
+    def loop_kind(self, loop: ast.AST) -> str | None:
+        return self.loops_index.get(loop).kind
+
+    def is_batch_loop(self, loop: ast.AST) -> bool:
+        return self.loops_index.get(loop).is_batch
+
+    def batch_vars(self, loop: ast.AST) -> list[str]:
+        return list(self.loops_index.get(loop).batch_vars)
+
+    def loader_of(self, loop: ast.AST) -> ast.AST | None:
+        return self.loops_index.get(loop).loader
+
+    def enclosing_loop(self, node: ast.AST, kind: str | None = None) -> ast.AST | None:
+        return self.loops_index.enclosing(node, kind)
+
+    def loops_around(self, node: ast.AST) -> list[ast.AST]:
+        return self.loops_index.loops_around(node)
+
+    def calls_training(self, call: ast.Call) -> bool:
+        return self.loops_index.calls_training(call)
+
+    # ---- device moves -------------------------------------------------------------------------------------------
+    def is_device_move(self, call: ast.AST) -> bool:
+        return self.move_device(call) is not None
+
+    def move_device(self, call: ast.AST) -> str | None:
+        """The target device's source text of a move (``"cuda"`` for ``.cuda()``), or None."""
+        if not isinstance(call, ast.Call):
+            return None
+        meth = method_name(call)
+        if meth == "cuda":
+            return "cuda"
+        if meth == "to":
+            dev = keyword(call, "device")
+            arg = dev.value if dev else (call.args[0] if call.args else None)
+            if arg is None or self._is_dtype(arg):
+                return None
+            return string_value(arg) or self.segment(arg)
+        name = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        if name in ("to_device", "move_to_device", "move_to", "send_to_device") and len(call.args) >= 2:
+            return self.segment(call.args[1])
+        return None
+
+    def _is_dtype(self, arg: ast.AST) -> bool:
+        q = self.qualname(arg) or ""
+        if q.startswith("torch.") and q.rsplit(".", 1)[-1] in DTYPES:
+            return True
+        if isinstance(arg, ast.Attribute) and arg.attr == "dtype":
+            return True
+        key = dotted(arg) or ""
+        return "dtype" in key.rsplit(".", 1)[-1].lower() or (isinstance(arg, ast.Name) and self.kind_of(arg.id, arg) == "tensor")
+
+    def is_moved(self, key: str, at: ast.AST) -> bool:
+        b = self.binding_at(key, at)
+        return b is not None and b.value is not None and not b.is_param and self.value_is_moved(b.value)
+
+    def value_is_moved(self, value: ast.AST) -> bool:
+        """A device move at the top of the expression, under dtype/shape methods: ``x.to(d).float()``."""
+        node = value
+        while True:
+            if isinstance(node, ast.Call):
+                if self.is_device_move(node):
+                    return True
+                if isinstance(node.func, ast.Attribute):
+                    node = node.func.value
+                    continue
+            if isinstance(node, (ast.Subscript, ast.Starred)):
+                node = node.value
+                continue
+            if isinstance(node, ast.DictComp):  # ``{k: v.to(device) for k, v in batch.items()}``
+                node = node.value
+                continue
+            if isinstance(node, (ast.ListComp, ast.GeneratorExp)):
+                node = node.elt
+                continue
+            return False
+
+    # ---- memo -------------------------------------------------------------------------------------------------
+    def cached(self, key: object, compute: Callable[[], object]):  # type: ignore[no-untyped-def]
+        """``compute()`` once per file under ``key`` (rules share expensive per-file answers)."""
+        memo = self.memo
+        if key not in memo:
+            memo[key] = compute()
+        return memo[key]

@@ -1,0 +1,253 @@
+"""Where models come from and where things are placed: constructions seen through wrappers,
+dropout/batch-norm, names moved to a device, the device inputs are moved to, wrapper key prefixes."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.semantic.model import SemanticModel
+
+__all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
+           "moved_keys", "wrapper_prefix", "DROPOUT_BN"]
+
+DROPOUT_BN = re.compile(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm|InstanceNorm")
+_LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
+
+
+# ---- model constructions ----------------------------------------------------------------
+def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | None:
+    """Whether the model ``expr`` evaluates to uses dropout or batch-norm (None: unknown)."""
+    value = construction(sem, expr, at)
+    if value is None:
+        return None
+    q = sem.call_name(value) or ""
+    if q in sem.module_classes:
+        return class_has_dropout_or_bn(sem, q)
+    if q.startswith(_LIBRARY_MODELS) or q.endswith("from_pretrained"):
+        return True
+    if q.startswith("torch.nn."):
+        return bool(DROPOUT_BN.search(sem.segment(value)))
+    written = dotted(value.func)
+    if sem.project is not None and written:  # a class of another module of the project
+        return sem.project.class_dropout_bn(sem, written)  # type: ignore[attr-defined]
+    return None
+
+
+def construction(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.Call | None:
+    """The constructor call a model expression came from, through names, ``.to()``, wrappers."""
+    if depth > 8:
+        return None
+    if isinstance(expr, ast.Call):
+        kind = sem.call_kind(expr, at)
+        if kind == "model" and method_name(expr) not in ("to", "cuda", "train", "eval"):
+            return expr
+        inner = _wrapped(sem, expr, kind)
+        return construction(sem, inner, at, depth + 1) if inner is not None else None
+    if isinstance(expr, ast.Attribute) and expr.attr in ("module", "_orig_mod"):
+        return construction(sem, expr.value, at, depth + 1)
+    key = dotted(expr)
+    if key is None:
+        return None
+    b = sem.binding_at(key, at)
+    if b is not None and b.value is not None and b.index is None and not b.is_param:
+        return construction(sem, b.value, b.node, depth + 1)
+    if b is not None and b.is_param:
+        for arg, site in _arguments_for(sem, b.node, key):
+            found = construction(sem, arg, site, depth + 1)
+            if found is not None:
+                return found
+    for other in sem.bindings_of(key):  # a parameter: any construction of that name
+        if other.value is not None and other.index is None and not other.is_param:
+            found = construction(sem, other.value, other.node, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def _wrapped(sem: SemanticModel, call: ast.Call, kind: str | None) -> ast.AST | None:
+    """The model a call passes through: ``m.to(d)`` -> m; ``DDP(m)``, ``torch.compile(m)``,
+    ``nn.SyncBatchNorm.convert_sync_batchnorm(m)`` -> m (calls of imported functions)."""
+    func = call.func
+    first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg in ("module", "model")), None)
+    if kind == "wrapper" or not isinstance(func, ast.Attribute):
+        return first
+    root = func
+    while isinstance(root, ast.Attribute):
+        root = root.value
+    if isinstance(root, ast.Name) and root.id in sem.imports and sem.binding_at(root.id, call) is None:
+        return first
+    return func.value
+
+
+def _arguments_for(sem: SemanticModel, func: ast.AST, param: str) -> list[tuple[ast.AST, ast.Call]]:
+    """What each call site passes for ``param`` of ``func``."""
+    args = func.args  # type: ignore[attr-defined]
+    names = [a.arg for a in args.posonlyargs + args.args]
+    if sem.class_of(func) is not None and names[:1] == ["self"]:
+        names = names[1:]
+    out: list[tuple[ast.AST, ast.Call]] = []
+    for site in sem.call_sites(func):
+        for kw in site.keywords:
+            if kw.arg == param:
+                out.append((kw.value, site))
+        if param in names and names.index(param) < len(site.args):
+            out.append((site.args[names.index(param)], site))
+    return out
+
+
+def class_has_dropout_or_bn(sem: SemanticModel, name: str, seen: frozenset[str] = frozenset()) -> bool:
+    cls = sem.calls_index.classes.get(name)
+    if cls is None or name in seen:
+        return False
+    seen = seen | {name}
+    nodes = sem.subtree(cls)
+    if any(DROPOUT_BN.search(word) for word in _code_words(nodes)):
+        return True
+    used = {dotted(n.func) for n in nodes if isinstance(n, ast.Call)}
+    used |= {dotted(b) for b in cls.bases}  # type: ignore[attr-defined]
+    for u in used:
+        if u and u in sem.module_classes and class_has_dropout_or_bn(sem, u, seen):
+            return True
+    if sem.project is not None:  # a base class or a submodule class from another module of the project
+        for u in used:
+            if u and u not in sem.module_classes and u.rsplit(".", 1)[-1][:1].isupper() \
+                    and sem.project.class_dropout_bn(sem, u):  # type: ignore[attr-defined]
+                return True
+    return False
+
+
+def _code_words(nodes: list[ast.AST]) -> list[str]:
+    """The identifiers of the code (names, attributes, keywords, parameters), not its docstrings or comments:
+    a docstring saying "no dropout" is not a dropout layer."""
+    words: list[str] = []
+    for n in nodes:
+        if isinstance(n, ast.Name):
+            words.append(n.id)
+        elif isinstance(n, ast.Attribute):
+            words.append(n.attr)
+        elif isinstance(n, (ast.keyword, ast.arg)) and n.arg:
+            words.append(n.arg)
+    return words
+
+
+# ---- placement -------------------------------------------------------------------------------
+def last_name(key: str) -> str:
+    """``model`` for ``self.model``: moves and uses are matched by the last name part."""
+    return key.rsplit(".", 1)[-1]
+
+
+def first_input_device(sem: SemanticModel) -> str | None:
+    """The device of the first tensor moved off the CPU in the file, if any."""
+    return sem.cached("first_input_device", lambda: _find_input_device(sem))  # type: ignore[no-any-return]
+
+
+def _device_moves(sem: SemanticModel) -> list[ast.Call]:
+    return sem.cached("device_moves", lambda: [c for c in sem.calls_named("to", "cuda", "to_device", "move_to_device",
+                                                                             "move_to", "send_to_device")
+                                                if sem.is_device_move(c)])  # type: ignore[no-any-return]
+
+
+def _find_input_device(sem: SemanticModel) -> str | None:
+    for node in _device_moves(sem):
+        dev = sem.move_device(node) or ""
+        recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
+        kind = sem.expr_kind(recv, node) if recv is not None else None
+        if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu":
+            continue
+        if isinstance(recv, ast.Call) and sem.call_kind(recv, recv) in ("model", "wrapper"):
+            continue
+        return dev
+    return None
+
+
+def moved_keys(sem: SemanticModel) -> set[str]:
+    """Last name parts of every receiver moved to a device, or handed to a device-aware helper."""
+    return sem.cached("moved_keys", lambda: _find_moved_keys(sem))  # type: ignore[no-any-return]
+
+
+def _find_moved_keys(sem: SemanticModel) -> set[str]:
+    out: set[str] = set()
+    for node in sem.calls_named("to", "cuda", "to_empty", "xpu", "mps"):
+        if isinstance(node.func, ast.Attribute):
+            recv = node.func.value
+            key = dotted(recv) or dotted(getattr(recv, "func", None))
+            if key:
+                out.add(last_name(key))
+            if isinstance(recv, ast.Call):  # convert_sync_batchnorm(model).to(device) moves `model` too
+                out |= {last_name(dotted(a) or "") for a in recv.args}
+    for node in sem.calls_named("prepare", "setup", "prepare_model", "setup_module", "to_device", "move_to_device",
+                                "move_to", "send_to_device"):
+        if method_name(node) in ("prepare", "setup", "prepare_model", "setup_module") or sem.is_device_move(node):
+            out |= {last_name(dotted(a) or "") for a in node.args}
+    # a function that moves one of its parameters moves whatever is passed in
+    for funcs in sem.functions.values():
+        for func in funcs:
+            params = {a.arg for a in func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
+            if params & out:
+                out |= _passed_to(sem, func)
+    return out
+
+
+def _passed_to(sem: SemanticModel, func: ast.AST) -> set[str]:
+    """Names passed to ``func``: by its name, or to its class for an ``__init__`` (``Trainer(net, ...)``)."""
+    calls = list(sem.calls_named(func.name)) + list(sem.call_sites(func))  # type: ignore[attr-defined]
+    out: set[str] = set()
+    for node in calls:
+        out |= {last_name(dotted(a) or "") for a in list(node.args) + [k.value for k in node.keywords]}
+    return out
+
+
+# ---- wrappers ---------------------------------------------------------------------------------
+_PARALLEL = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
+_SAME_MODULE = ("to", "cuda", "train", "eval", "half", "float", "bfloat16", "requires_grad_")
+
+
+def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
+    """The key prefix a wrapper adds to ``expr.state_dict()``: ``module.`` (DataParallel/DDP),
+    ``_orig_mod.`` (torch.compile), or None for a plain module (or when unknown).
+
+    ``m.module`` is what the wrapper wraps, which may itself be compiled (nanoGPT's
+    ``raw_model = model.module if ddp else model`` around ``DDP(torch.compile(model))``).
+    """
+    if depth > 8:
+        return None
+    if isinstance(expr, ast.Call):
+        q = sem.call_name(expr) or ""
+        if q.rsplit(".", 1)[-1] in _PARALLEL:
+            return "module."
+        if q == "torch.compile":
+            return "_orig_mod."
+        if method_name(expr) in _SAME_MODULE:
+            return wrapper_prefix(sem, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
+        return None
+    if isinstance(expr, ast.IfExp):  # `m.module if wrapped else m`: the unwrapping branch decides
+        unwrap = [b for b in (expr.body, expr.orelse) if isinstance(b, ast.Attribute) and b.attr in ("module", "_orig_mod")]
+        if unwrap:
+            return wrapper_prefix(sem, unwrap[0], at, depth + 1)
+        return wrapper_prefix(sem, expr.body, at, depth + 1) or wrapper_prefix(sem, expr.orelse, at, depth + 1)
+    if isinstance(expr, ast.Attribute) and expr.attr in ("module", "_orig_mod"):
+        inner = _wrapped_argument(sem, expr.value, at, depth)
+        return wrapper_prefix(sem, inner[0], inner[1], depth + 1) if inner is not None else None
+    key = dotted(expr)
+    b = sem.binding_at(key, at) if key else None
+    if b is None or b.value is None or b.index is not None or b.is_param:
+        return None
+    return wrapper_prefix(sem, b.value, b.node, depth + 1)
+
+
+def _wrapped_argument(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int) -> tuple[ast.AST, ast.AST] | None:
+    """The module a wrapper expression was built around, and where: ``DDP(m)`` -> (m, that call)."""
+    for _ in range(8 - depth):
+        if isinstance(expr, ast.Call):
+            q = sem.call_name(expr) or ""
+            if (q.rsplit(".", 1)[-1] in _PARALLEL or q == "torch.compile") and expr.args:
+                return expr.args[0], at
+            return None
+        key = dotted(expr)
+        b = sem.binding_at(key, at) if key else None
+        if b is None or b.value is None or b.index is not None or b.is_param:
+            return None
+        expr, at = b.value, b.node
+    return None

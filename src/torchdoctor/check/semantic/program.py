@@ -1,0 +1,285 @@
+"""What kind of program a file is: where it runs (an accelerator or the CPU), whether it checks for a
+GPU, starts a process group, trains, talks RPC; and where it hard-codes a CUDA device."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from torchdoctor.check.astutil import dotted, method_name, string_value
+from torchdoctor.check.semantic.model import SemanticModel
+
+__all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
+           "is_rpc_program", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params"]
+
+_CUDA = re.compile(r"cuda(:\d+)?")
+# Calls that take `device=` but fall back by themselves (autocast, GradScaler warn and disable)
+# or hold configuration rather than placing anything.
+_QUIET_DEVICE_KW = re.compile(
+    r"(^torch\.(cuda|amp|autocast|GradScaler|cpu)\b)|(^dict$)|(Config|Args|Arguments|Namespace|set_defaults|add_argument)$"
+)
+# A device given as a process's GPU index: `.to(local_rank)`, `.cuda(args.gpu)`, `torch.device(rank)`.
+_RANK_DEVICE = re.compile(r"(?i)(^|[._])(local_rank|rank|gpu|gpu_id|gpus|device_id|local_gpu|cuda_device)$")
+_DEVICE_PARAM = re.compile(r"(?i)^(device|dev|.*_device)$")
+_MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
+
+
+def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
+    """(is a literal CUDA device string, names a device index) for ``"cuda"``, ``"cuda:1"``, ``f"cuda:{rank}"``."""
+    text = string_value(node)
+    if text is not None:
+        m = _CUDA.fullmatch(text.strip())
+        return (m is not None, bool(m and m.group(1)))
+    if isinstance(node, ast.JoinedStr) and node.values:
+        head = string_value(node.values[0])
+        if head is not None and head.startswith("cuda"):
+            return (head in ("cuda", "cuda:"), len(node.values) > 1)
+    return (False, False)
+
+
+# ---- hard-coded CUDA sites -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class CudaSite:
+    """One place where a CUDA device is hard-coded."""
+
+    node: ast.AST
+    text: str  # how the message names it: `torch.device("cuda")`, `model.cuda()`
+    indexed: bool  # names a device index (`"cuda:1"`, `.cuda(rank)`, `torch.device("cuda", rank)`)
+
+
+def _short(sem: SemanticModel, node: ast.AST) -> str:
+    from torchdoctor.check.semantic.text import short
+
+    return short(sem.segment(node), 60)
+
+
+def cuda_site(sem: SemanticModel, node: ast.AST) -> CudaSite | None:
+    """The hard-coded CUDA device at ``node``, if ``node`` is such a site."""
+    if isinstance(node, ast.Call):
+        return _call_site(sem, node)
+    if isinstance(node, (ast.Assign, ast.AnnAssign)) and _device_target(node):
+        is_cuda, indexed = cuda_string(node.value)
+        if is_cuda and sem.frame(node).kind != "class":
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            return CudaSite(node.value, f"{_short(sem, target)} = {sem.segment(node.value)}", indexed)  # type: ignore[arg-type]
+    return None
+
+
+def _device_target(node: ast.Assign | ast.AnnAssign) -> bool:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    for t in targets:
+        name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
+        if "device" in name.lower() or name.lower() == "dev":
+            return True
+    return False
+
+
+def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
+    name = sem.call_name(call)
+    func = call.func
+    if name == "torch.device":
+        first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "type"), None)
+        is_cuda, indexed = cuda_string(first)
+        if is_cuda:
+            return CudaSite(call, _short(sem, call), indexed or len(call.args) > 1
+                            or any(k.arg == "index" for k in call.keywords))
+        return None
+    if isinstance(func, ast.Attribute) and func.attr == "cuda":
+        if sem.qualname(func.value) == "torch" or on_module(sem, func.value):
+            return None
+        return CudaSite(call, _short(sem, call), bool(call.args) or any(k.arg == "device" for k in call.keywords))
+    if isinstance(func, ast.Attribute) and func.attr == "to":
+        for arg in list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "device"]:
+            is_cuda, indexed = cuda_string(arg)
+            if is_cuda:
+                return CudaSite(call, _short(sem, call), indexed)
+        return None
+    if name and _QUIET_DEVICE_KW.search(name):
+        return None
+    for kw in call.keywords:
+        if kw.arg in ("device", "map_location"):
+            is_cuda, indexed = cuda_string(kw.value)
+            if is_cuda:
+                return CudaSite(kw.value, f"{kw.arg}={sem.segment(kw.value)}", indexed)
+    return None
+
+
+def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
+    """Every hard-coded CUDA device of the file, in source order."""
+
+    def compute() -> list[CudaSite]:
+        candidates = set(sem.calls_named("device", "cuda", "to")) | set(sem.calls_with_keyword("device")) \
+            | set(sem.calls_with_keyword("map_location"))
+        nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
+        nodes.sort(key=sem.index.pos.__getitem__)
+        return [s for n in nodes if (s := cuda_site(sem, n)) is not None]
+
+    return sem.cached("cuda_sites", compute)  # type: ignore[no-any-return]
+
+
+def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
+    """``tvm.cuda()``, ``cupy.cuda...``: a function of an imported module, not a tensor's method;
+    or ``settings.cuda()`` on an instance of a plain in-file class that defines its own ``cuda``."""
+    node = receiver
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in sem.names.modules:
+        return True
+    return isinstance(receiver, ast.Name) and _own_cuda_class(sem, receiver) is not None
+
+
+def _own_cuda_class(sem: SemanticModel, receiver: ast.Name) -> str | None:
+    """The in-file non-module class ``receiver`` was built from, when that class defines ``cuda``."""
+    classes = sem.cached("own_cuda_classes", lambda: {
+        c.name for c in sem.of_type(ast.ClassDef) if c.name not in sem.module_classes  # type: ignore[attr-defined]
+        and any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "cuda" for f in c.body)})  # type: ignore[attr-defined]
+    if not classes:
+        return None
+    b = sem.binding_at(receiver.id, receiver)
+    value = b.value if b is not None and b.index is None else None
+    name = sem.call_name(value) if isinstance(value, ast.Call) else None
+    return name if name in classes else None
+
+
+# ---- what the program is ---------------------------------------------------------------------------
+def has_cuda_check(sem: SemanticModel) -> bool:
+    """The file asks whether a GPU exists somewhere (``is_available()``, ``device_count()``, ``torch.accelerator``)."""
+
+    def compute() -> bool:
+        for node in sem.of_type(ast.Attribute):
+            if node.attr in ("is_available", "device_count"):  # type: ignore[attr-defined]
+                return True
+            if (sem.qualname(node) or "").startswith("torch.accelerator"):
+                return True
+        for node in sem.of_type(ast.Name):
+            if node.id in ("is_available", "device_count") or \
+                    (sem.imports.get(node.id) or "").startswith("torch.accelerator"):  # type: ignore[attr-defined]
+                return True
+        return False
+
+    return sem.cached("has_cuda_check", compute)  # type: ignore[no-any-return]
+
+
+def is_ddp_program(sem: SemanticModel) -> bool:
+    """DDP, ``init_process_group``, ``DistributedSampler`` or torchrun's environment variables."""
+
+    def compute() -> bool:
+        words = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP")
+        for node in sem.of_type(ast.Attribute):
+            if node.attr in words:  # type: ignore[attr-defined]
+                return True
+        for node in sem.of_type(ast.Name):
+            if (sem.qualname(node) or "").rsplit(".", 1)[-1] in words:
+                return True
+        return any(string_value(n) in ("LOCAL_RANK", "WORLD_SIZE", "RANK") for n in sem.of_type(ast.Constant))
+
+    return sem.cached("is_ddp", compute)  # type: ignore[no-any-return]
+
+
+def is_rpc_program(sem: SemanticModel) -> bool:
+    """The program trains through ``torch.distributed.rpc`` / ``dist_autograd``: tensors cross processes
+    by serialisation and each step's autograd context is fresh."""
+
+    def compute() -> bool:
+        return any(q.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for q in sem.imports.values())
+
+    return sem.cached("is_rpc", compute)  # type: ignore[no-any-return]
+
+
+def _mentions_cuda(sem: SemanticModel) -> bool:
+    for node in sem.of_type(ast.Constant):
+        s = string_value(node)
+        if s is not None and _CUDA.fullmatch(s.strip()):
+            return True
+    if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
+        return True
+    for node in sem.of_type(ast.Attribute):
+        q = sem.qualname(node) or ""
+        if q.startswith(("torch.cuda.", "torch.accelerator")) or q.endswith("pick_device"):
+            return True
+    return False
+
+
+def _places_work(sem: SemanticModel) -> bool:
+    """Something is put on a device: a move, a ``device=`` argument, a default device.
+    A file that only defines ``device`` and never uses it (a tutorial's last cell) runs on the CPU."""
+    for call in sem.calls_named(*_MOVE_CALLS):
+        if sem.is_device_move(call) and (sem.move_device(call) or "").strip("'\"") != "cpu":
+            return True
+    for arg in ("device", "device_ids", "map_location"):
+        for call in sem.calls_with_keyword(arg):
+            if any(k.arg == arg and string_value(k.value) != "cpu" for k in call.keywords):
+                return True
+    if sem.calls_named("set_default_device", "prepare", "setup"):
+        return True
+    return any((sem.call_name(c) or "").endswith(("set_device", "pick_device"))
+               for c in sem.calls_named("set_device", "pick_device"))
+
+
+def places_cuda_work(sem: SemanticModel) -> bool:
+    """The file itself names CUDA as a device and puts work on a device (the catalog's "CUDA program")."""
+    return sem.cached("places_cuda_work", lambda: _mentions_cuda(sem) and _places_work(sem))  # type: ignore[no-any-return]
+
+
+def _accelerator_api(sem: SemanticModel) -> bool:
+    """HF Accelerate / Lightning Fabric place the model and batches on the accelerator themselves."""
+    for q in sem.imports.values():
+        if q.startswith(("accelerate.Accelerator", "lightning.fabric", "lightning.Fabric", "lightning_fabric")):
+            return True
+    return any(node.attr == "device" and (dotted(node.value) or "").rsplit(".", 1)[-1] in ("accelerator", "fabric")  # type: ignore[attr-defined]
+               for node in sem.of_type(ast.Attribute))
+
+
+def _rank_indexed_moves(sem: SemanticModel) -> bool:
+    """``.to(local_rank)``, ``.cuda(args.gpu)``, ``.to(0)``, ``device = 0`` then ``.to(device)``: a GPU index."""
+    for call in sem.calls_named("to", "cuda"):
+        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        if arg is None:
+            continue
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, int) and not isinstance(arg.value, bool):
+            return True
+        name = dotted(arg) or ""
+        if name and _RANK_DEVICE.search(name):
+            return True
+        if isinstance(arg, ast.Name):
+            b = sem.binding_at(arg.id, call)
+            if b is not None and isinstance(b.value, ast.Constant) and type(b.value.value) is int and not b.is_param:
+                return True
+    return False
+
+
+def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
+    """(function, parameter) pairs of functions that move values to a device given as a parameter."""
+
+    def compute() -> list[tuple[ast.AST, str]]:
+        out = []
+        for call in sem.calls_named(*_MOVE_CALLS):
+            dev = sem.move_device(call)
+            if not dev or not _DEVICE_PARAM.match(dev):
+                continue
+            func = sem.function_of(call)
+            if func is None:
+                continue
+            b = sem.binding_at(dev, call)
+            if b is not None and b.is_param and b.node is func and (func, dev) not in out:
+                out.append((func, dev))
+        return out
+
+    return sem.cached("device_params", compute)  # type: ignore[no-any-return]
+
+
+def runs_on_accelerator(sem: SemanticModel) -> bool:
+    """The program can put work on an accelerator: it names CUDA and places work, it uses Accelerate or
+    Fabric, it moves to a GPU index (a rank), or a function of it moves values to a ``device`` parameter
+    that a caller elsewhere in the project passes an accelerator device."""
+
+    def compute() -> bool:
+        if places_cuda_work(sem) or _accelerator_api(sem) or _rank_indexed_moves(sem):
+            return True
+        if sem.project is None:
+            return False
+        return any(sem.project.passes_accelerator(sem, func, param)  # type: ignore[attr-defined]
+                   for func, param in device_params(sem))
+
+    return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]

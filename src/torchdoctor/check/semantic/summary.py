@@ -1,0 +1,114 @@
+"""What one module tells the others: its model classes (and whether they hold dropout/batch-norm), the
+effects of its functions, and, for reverse questions, what its calls into other modules look like.
+
+Summaries are small and hold no syntax tree: the project index keeps them for the whole run.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from torchdoctor.check.astutil import dotted, func_params
+from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.check.semantic.models import class_has_dropout_or_bn
+
+__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    name: str
+    is_module: bool
+    dropout_bn: bool
+
+
+@dataclass(frozen=True)
+class FunctionSummary:
+    name: str  # "f" or "Class.method"
+    effects: frozenset[str]  # see semantic.calls.EFFECTS
+    loops: bool  # holds a training or evaluation loop
+    params: tuple[str, ...]
+
+
+@dataclass
+class ModuleSummary:
+    path: str
+    classes: dict[str, ClassSummary] = field(default_factory=dict)
+    functions: dict[str, FunctionSummary] = field(default_factory=dict)
+    # local name -> (level, module, name) for ``from m import x`` (re-exports), and plain imports
+    from_imports: dict[str, tuple[int, str, str]] = field(default_factory=dict)
+    imports: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One call, in some module, of a name imported from another module of the project."""
+
+    written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
+    grad_mode: str  # "on", "off", "maybe" at the call
+    rank_guarded: bool
+    eval_before: bool  # a ``model.eval()`` earlier in the caller's function
+    accelerator_args: frozenset[str]  # parameters (by name, or "#i" by position) given an accelerator device
+
+
+def summarize(sem: SemanticModel) -> ModuleSummary:
+    out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports))
+    for cls in sem.of_type(ast.ClassDef):
+        name = cls.name  # type: ignore[attr-defined]
+        is_module = name in sem.module_classes
+        out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name))
+    loops_index = sem.loops_index
+    for funcs in sem.functions.values():
+        for func in funcs:
+            frame = sem.frame(func)
+            if frame.kind == "class":
+                key = f"{frame.node.name}.{func.name}"  # type: ignore[attr-defined]
+            elif frame.kind == "module":
+                key = func.name  # type: ignore[attr-defined]
+            else:
+                continue
+            has_loop = any(isinstance(n, _LOOPS) and loops_index.get(n).kind in ("train", "eval")
+                           for f in sem.reachable(func) for n in sem.local_nodes(f))
+            out.functions[key] = FunctionSummary(key, sem.effects(func), has_loop, tuple(func_params(func)))  # type: ignore[arg-type]
+    return out
+
+
+def call_records(sem: SemanticModel, names: set[str]) -> list[CallRecord]:
+    """Records of the calls whose callee (as written) starts with one of ``names`` (imported names)."""
+    out = []
+    accelerator = program.runs_on_accelerator(sem)
+    for call in sem.calls:
+        written = dotted(call.func)
+        if written is None or written.split(".")[0] not in names:
+            continue
+        func = sem.function_of(call)
+        scope = sem.scope_of(call)
+        eval_before = any(sem.mode_call(n) == "eval" and sem.scope_of(n) is scope and n.lineno < call.lineno
+                          for n in sem.calls_named("eval"))
+        given: set[str] = set()
+        if accelerator:
+            for i, arg in enumerate(call.args):
+                if _device_value(sem, arg, call):
+                    given.add(f"#{i}")
+            for kw in call.keywords:
+                if kw.arg and _device_value(sem, kw.value, call):
+                    given.add(kw.arg)
+        guarded = sem.under_rank_guard(call) or (func is not None and bool(sem.call_sites(func)) and
+                                                 all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
+        out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given)))
+    return out
+
+
+def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
+    """``arg`` holds a device in a program that runs on an accelerator: ``device``, ``args.device``,
+    ``torch.device(...)``, ``accelerator.device``, ``local_rank``."""
+    if isinstance(arg, ast.Call):
+        return (sem.call_name(arg) or "") == "torch.device"
+    name = dotted(arg) or ""
+    last = name.rsplit(".", 1)[-1]
+    return last in ("device", "dev", "local_rank", "gpu", "rank") or last.endswith("_device") or \
+        (isinstance(arg, ast.Name) and sem.kind_of(arg.id, at) == "device")

@@ -1,0 +1,59 @@
+"""The file's text as ast counts it: lines, a node's source segment, character columns."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+__all__ = ["Text", "short"]
+
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # lines with their breaks, as ast numbers them
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
+class Text:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines = _NEWLINE.split(source)  # without breaks (str.splitlines also breaks at \f, \x1c...)
+        self._with_breaks: list[str] | None = None
+
+    def segment(self, node: ast.AST | None) -> str:
+        """The node's source text (as ast.get_source_segment, which re-splits the whole file per call)."""
+        if node is None:
+            return ""
+        line, end_line = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if line is None or end_line is None or col is None or end_col is None:
+            return ""
+        lines = self._with_breaks
+        if lines is None:
+            lines = self._with_breaks = _LINES.findall(self.source)
+        if end_line > len(lines):
+            return ""
+        if line == end_line:
+            text = lines[line - 1]
+            if text.isascii():
+                return text[col:end_col]
+            return text.encode()[col:end_col].decode("utf-8", "replace")
+        first = lines[line - 1].encode()[col:].decode("utf-8", "replace")
+        last = lines[end_line - 1].encode()[:end_col].decode("utf-8", "replace")
+        return first + "".join(lines[line:end_line - 1]) + last
+
+    def char_col(self, line: int, byte_col: int) -> int:
+        """ast columns count UTF-8 bytes; people and editors count characters."""
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        if text.isascii():
+            return byte_col
+        return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+
+def short(text: str, limit: int = 40, placeholder: str = "...") -> str:
+    """A one-line name for a message: multi-line or long source collapses to its head (``f(...)``)."""
+    text = text.strip()
+    if "\n" not in text and len(text) <= limit:
+        return text
+    head = text.split("\n", 1)[0]
+    paren = head.find("(")
+    if 0 < paren <= limit:
+        return head[:paren] + "(...)"
+    return head[:limit].rstrip() + placeholder
