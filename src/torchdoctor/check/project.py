@@ -272,7 +272,8 @@ class Project:
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
         state.parsed += 1
-        return SemanticModel(tree, text, path, self)
+        # A module read for the index resolves its own imports no further: one level, no cascades.
+        return SemanticModel(tree, text, path, None)
 
 
 class _State:

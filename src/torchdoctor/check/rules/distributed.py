@@ -233,7 +233,7 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
     if sem.loop_kind(node) != "epoch" or sem.enclosing_loop(node, "epoch") is not None:
         return
     samplers = _shuffling_samplers(ctx)
-    if not samplers or sem.calls_named("set_epoch") or "set_epoch" in sem.region_effects(sem.body(node)):
+    if not samplers or sem.calls_named("set_epoch") or "set_epoch" in sem.region_effects(sem.body(node), deep=True):
         return
     sampler = ctx.name(samplers[0], 50)
     if len(sampler) > 50:

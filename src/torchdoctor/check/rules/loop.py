@@ -111,17 +111,18 @@ def eval_never_undone(node: ast.AST, ctx: Context) -> None:
     if has_dropout_or_bn(sem, recv, node) is not True:
         return
     loops = _training_loops_around(ctx, node)
-    if not loops or any("train" in _loop_effects(ctx, loop) for loop in loops):
+    if not loops or any("train" in _loop_effects(ctx, loop, deep=True) for loop in loops):
         return
     name = ctx.name(recv)
     ctx.report("TD403", node, f"`{name}.eval()` is never undone: the next training pass runs in eval mode "
                "(no `.train()` in the loop)", fix=f"call `{name}.train()` at the start of each epoch")
 
 
-def _loop_effects(ctx: Context, loop: ast.AST) -> frozenset[str]:
-    """What one pass of the loop does, through every function it calls."""
+def _loop_effects(ctx: Context, loop: ast.AST, deep: bool = False) -> frozenset[str]:
+    """What one pass of the loop does, through every function of this file it calls (``deep``: and of
+    the project's other modules)."""
     sem = ctx.semantic
-    return sem.cached(("loop_effects", loop), lambda: sem.region_effects(sem.body(loop)))  # type: ignore[no-any-return]
+    return sem.cached(("loop_effects", loop, deep), lambda: sem.region_effects(sem.body(loop), deep))  # type: ignore[no-any-return]
 
 
 def _training_loops_around(ctx: Context, node: ast.AST) -> list[ast.AST]:
@@ -147,7 +148,7 @@ def gradients_never_zeroed(node: ast.AST, ctx: Context) -> None:
     """backward() + step() in a loop with no zero_grad()."""
     sem = ctx.semantic
     effects = _loop_effects(ctx, node)
-    if not {"backward", "step"} <= effects or "zero_grad" in effects:
+    if not {"backward", "step"} <= effects or "zero_grad" in effects or "zero_grad" in _loop_effects(ctx, node, deep=True):
         return
     if _fresh_autograd_context(ctx, node):
         return

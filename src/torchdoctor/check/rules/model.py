@@ -293,7 +293,7 @@ def _is_save(ctx: Context, call: ast.Call) -> bool:
     if q in ("torch.save", "torch_xla.core.xla_model.save", "xm.save") or q.endswith("safetensors.torch.save_file"):
         return True
     sem = ctx.semantic
-    if any("save" in sem.effects(f) for f in sem.resolve(call)):
+    if any("save" in sem.effects(f, deep=True) for f in sem.resolve(call)):
         return True
     ext = sem.external(call)
     return ext is not None and "save" in getattr(ext, "effects", ())

@@ -53,7 +53,9 @@ class Calls:
         self._sites: dict[ast.AST, list[ast.Call]] | None = None
         self._reach: dict[ast.AST, list[ast.AST]] = {}
         self._effects: dict[ast.AST, frozenset[str]] = {}
-        self._busy: set[ast.AST] = set()
+        self._deep: dict[ast.AST, frozenset[str]] = {}
+        self._externals: dict[ast.Call, object | None] = {}
+        self._busy: set[tuple[ast.AST, bool]] = set()
 
     def named(self, *names: str) -> list[ast.Call]:
         """Calls whose callee's last name is one of ``names``, in source order."""
@@ -99,9 +101,13 @@ class Calls:
 
     def external_of(self, call: ast.Call) -> object | None:
         """The summary of a function in another module of the project that ``call`` runs, or None."""
-        if self.external is None or self.resolve(call):
+        if self.external is None:
             return None
-        return self.external(call)
+        if call in self._externals:
+            return self._externals[call]
+        found = None if self.resolve(call) or not isinstance(call.func, (ast.Name, ast.Attribute)) else self.external(call)
+        self._externals[call] = found
+        return found
 
     def sites(self, func: ast.AST) -> list[ast.Call]:
         """Calls in the file that may run ``func`` (see ``resolve``)."""
@@ -116,9 +122,11 @@ class Calls:
     def local_nodes(self, region: ast.AST) -> list[ast.AST]:
         """The nodes below ``region`` in its own body: nested functions, lambdas and classes excluded
         (for a function, its body only: not its decorators or defaults)."""
-        frames = self.index.frame
-        unit = region if isinstance(region, _SCOPES) else frames[region].unit
-        return [n for n in self.index.below(region) if frames[n].unit is unit]
+        index = self.index
+        if isinstance(region, _SCOPES):
+            body = region.body if isinstance(region.body, list) else [region.body]  # type: ignore[attr-defined]
+            return index.local(index.pos[body[0]], index.end(body[-1])) if body else []
+        return index.local(index.pos[region] + 1, index.end(region))
 
     def reachable(self, func: ast.AST) -> list[ast.AST]:
         """``func`` and every in-file function it may call, transitively, in discovery order."""
@@ -208,30 +216,34 @@ class Calls:
         if q in SAVERS or meth in ("save_pretrained", "save_state", "save_model"):
             yield "save"
 
-    def effects(self, func: ast.AST) -> frozenset[str]:
-        """What running ``func`` may do: its own nodes' effects and those of every function it calls."""
-        hit = self._effects.get(func)
+    def effects(self, func: ast.AST, deep: bool = False) -> frozenset[str]:
+        """What running ``func`` may do: its own nodes' effects and those of every function it calls in
+        this file; with ``deep``, also of the functions of other modules of the project it calls."""
+        memo = self._deep if deep else self._effects
+        hit = memo.get(func)
         if hit is not None:
             return hit
-        if func in self._busy:
+        busy = (func, deep)
+        if busy in self._busy:
             return frozenset()
-        self._busy.add(func)
+        self._busy.add(busy)
         try:
-            found = self.region_effects(self.local_nodes(func))
+            found = self.region_effects(self.local_nodes(func), deep)
         finally:
-            self._busy.discard(func)
-        self._effects[func] = found
+            self._busy.discard(busy)
+        memo[func] = found
         return found
 
-    def region_effects(self, nodes: Iterable[ast.AST]) -> frozenset[str]:
-        """The effects of running these nodes, through every call among them."""
+    def region_effects(self, nodes: Iterable[ast.AST], deep: bool = False) -> frozenset[str]:
+        """The effects of running these nodes, through every call among them (see ``effects``)."""
         out: set[str] = set()
         for node in nodes:
             out.update(self.node_effects(node))
             if isinstance(node, ast.Call):
                 for f in self.resolve(node):
-                    out |= self.effects(f)
-                ext = self.external_of(node) if self.external is not None else None
-                if ext is not None:
-                    out |= getattr(ext, "effects", frozenset())
+                    out |= self.effects(f, deep)
+                if deep and self.external is not None:
+                    ext = self.external_of(node)
+                    if ext is not None:
+                        out |= getattr(ext, "effects", frozenset())
         return frozenset(out)

@@ -19,6 +19,7 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 EVALISH = re.compile(r"(?i)(val|valid|test|eval|dev\b|holdout)")
 EVAL_FUNC = re.compile(r"(?i)(eval|valid|test|predict|infer|score)")
+_TRAINISH = re.compile(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
 
@@ -260,6 +261,9 @@ class Loops:
                 for n in self.calls.local_nodes(f):
                     if isinstance(n, _LOOPS) and self.info[n].kind in ("train", "eval"):
                         return True
+        callee = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if not _TRAINISH.search(callee):
+            return False  # only a function named like a training or evaluation step is looked up elsewhere
         ext = self.calls.external_of(call)
         return bool(ext is not None and getattr(ext, "loops", False))
 

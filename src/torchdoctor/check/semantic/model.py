@@ -157,11 +157,11 @@ class SemanticModel:
     def reachable(self, func: ast.AST) -> list[ast.AST]:
         return self.calls_index.reachable(func)
 
-    def effects(self, func: ast.AST) -> frozenset[str]:
-        return self.calls_index.effects(func)
+    def effects(self, func: ast.AST, deep: bool = False) -> frozenset[str]:
+        return self.calls_index.effects(func, deep)
 
-    def region_effects(self, nodes: list[ast.AST]) -> frozenset[str]:
-        return self.calls_index.region_effects(nodes)
+    def region_effects(self, nodes: list[ast.AST], deep: bool = False) -> frozenset[str]:
+        return self.calls_index.region_effects(nodes, deep)
 
     def is_backward_call(self, node: ast.AST) -> bool:
         return self.calls_index.is_backward_call(node)

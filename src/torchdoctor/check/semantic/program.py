@@ -147,6 +147,9 @@ def has_cuda_check(sem: SemanticModel) -> bool:
     """The file asks whether a GPU exists somewhere (``is_available()``, ``device_count()``, ``torch.accelerator``)."""
 
     def compute() -> bool:
+        source = sem.text.source
+        if "is_available" not in source and "device_count" not in source and "accelerator" not in source:
+            return False
         for node in sem.of_type(ast.Attribute):
             if node.attr in ("is_available", "device_count"):  # type: ignore[attr-defined]
                 return True
@@ -166,6 +169,9 @@ def is_ddp_program(sem: SemanticModel) -> bool:
 
     def compute() -> bool:
         words = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP")
+        source = sem.text.source
+        if not any(w in source for w in words) and "RANK" not in source and "WORLD_SIZE" not in source:
+            return False
         for node in sem.of_type(ast.Attribute):
             if node.attr in words:  # type: ignore[attr-defined]
                 return True
@@ -188,6 +194,9 @@ def is_rpc_program(sem: SemanticModel) -> bool:
 
 
 def _mentions_cuda(sem: SemanticModel) -> bool:
+    source = sem.text.source
+    if "cuda" not in source and "accelerator" not in source and "pick_device" not in source:
+        return False
     for node in sem.of_type(ast.Constant):
         s = string_value(node)
         if s is not None and _CUDA.fullmatch(s.strip()):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn
 
@@ -30,7 +31,7 @@ class ClassSummary:
 class FunctionSummary:
     name: str  # "f" or "Class.method"
     effects: frozenset[str]  # see semantic.calls.EFFECTS
-    loops: bool  # holds a training or evaluation loop
+    loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
     params: tuple[str, ...]
 
 
@@ -61,7 +62,6 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes
         out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name))
-    loops_index = sem.loops_index
     for funcs in sem.functions.values():
         for func in funcs:
             frame = sem.frame(func)
@@ -71,9 +71,10 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 key = func.name  # type: ignore[attr-defined]
             else:
                 continue
-            has_loop = any(isinstance(n, _LOOPS) and loops_index.get(n).kind in ("train", "eval")
-                           for f in sem.reachable(func) for n in sem.local_nodes(f))
-            out.functions[key] = FunctionSummary(key, sem.effects(func), has_loop, tuple(func_params(func)))  # type: ignore[arg-type]
+            effects = sem.effects(func)  # this module's own code: a summary never reads further modules
+            has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
+                isinstance(n, _LOOPS) for n in sem.local_nodes(func))
+            out.functions[key] = FunctionSummary(key, effects, has_loop, tuple(func_params(func)))  # type: ignore[arg-type]
     return out
 
 

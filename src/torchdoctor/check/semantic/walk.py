@@ -1,14 +1,16 @@
-"""The one walk over a file: every node visited once, in source order, with its parent and its frame.
+"""The one walk over a file: every node visited once, in source order, with its parent and its place.
 
-A *frame* is the region of code a node sits in: the module, a function body, a
-class body, a loop body, a comprehension's per-item part, a ``with`` body, one
-branch of an ``if``, an ``except`` block. Frames form a tree much shorter than
-the syntax tree, so "the innermost loop around this call" or "the grad mode
-here" reads a handful of frames instead of searching every ancestor. The walk
-records for every node its frame, its parent and its place in the pre-order
-list (a subtree is a contiguous slice of it), and lists the nodes of each type;
-everything else in ``semantic/`` is computed from those lists, never by walking
-the tree again.
+The walk records, for every node, its parent and its index in the pre-order list (a subtree is
+a contiguous slice of it), and lists the nodes of each type; everything else in ``semantic/``
+is computed from those lists, never by walking the tree again. The shared singletons
+``ast.Load``/``ast.Add``/... carry nothing and are not visited.
+
+A *frame* is the region of code a node sits in: the module, a function body, a class body, a
+loop body, a comprehension's per-item part, a ``with`` body, one branch of an ``if``, an
+``except`` block. Frames form a tree much shorter than the syntax tree, so "the innermost
+loop around this call" or "the grad mode here" reads a handful of frames instead of every
+ancestor. Frames are found on demand from the parents (and memoised), so the walk itself
+stays as cheap as a plain ``ast.walk``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,20 @@ MODULE, FUNCTION, LAMBDA, CLASS, LOOP, COMP, WITH, IF, EXCEPT = (
     "module", "function", "lambda", "class", "loop", "comp", "with", "if", "except")
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_SCOPES = {ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef}
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+# Fields that never hold a child worth visiting: names and numbers, and the shared singletons.
+_NOT_CHILDREN = {"ctx", "op", "ops", "id", "attr", "name", "arg", "asname", "module", "level", "kind",
+                 "type_comment", "is_async", "conversion", "lineno", "col_offset", "end_lineno", "end_col_offset"}
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_AST = ast.AST
+
+
+def child_fields(t: type) -> tuple[str, ...]:
+    fields = _FIELDS.get(t)
+    if fields is None:
+        fields = _FIELDS[t] = tuple(f for f in t._fields if f not in _NOT_CHILDREN)  # type: ignore[attr-defined]
+    return fields
 
 
 class Frame:
@@ -63,71 +78,162 @@ class Frame:
         return f"<Frame {self.kind}{'/' + self.branch if self.branch else ''} line {line}>"
 
 
-class Index:
-    """What the walk records: ``order`` (pre-order), ``parent``, ``frame``, subtree ends, nodes by type."""
+class _Frames(dict):
+    """node -> Frame, computed on first access from the parents: ``index.frame[node]``."""
 
-    __slots__ = ("tree", "order", "pos", "end", "parent", "frame", "by_type", "root", "_bodies")
+    def __init__(self, index: Index) -> None:
+        super().__init__()
+        self.index = index
+        self.opened: dict[tuple[int, str | None], Frame] = {}  # (id(opener), branch) -> its frame
+
+    def __missing__(self, node: ast.AST) -> Frame:
+        return self.index._frame_of(node)
+
+    def get(self, node, default=None):  # type: ignore[override]
+        if node in self:
+            return dict.__getitem__(self, node)
+        if node not in self.index.pos:
+            return default
+        return self.index._frame_of(node)
+
+
+class Index:
+    """What the walk records: ``order`` (pre-order), ``pos``, ``parent``, nodes by type; frames on demand."""
+
+    __slots__ = ("tree", "order", "pos", "parent", "by_type", "root", "frame", "_ends", "_bodies")
 
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
         self.order: list[ast.AST] = []
         self.pos: dict[ast.AST, int] = {}
-        self.end: dict[ast.AST, int] = {}
         self.parent: dict[ast.AST, ast.AST] = {}
-        self.frame: dict[ast.AST, Frame] = {}
         self.by_type: dict[type, list[ast.AST]] = defaultdict(list)
         self.root = Frame(None, MODULE, tree)
+        self.frame = _Frames(self)
+        dict.__setitem__(self.frame, tree, self.root)
+        self._ends: dict[ast.AST, int] = {}
         self._bodies: dict[ast.AST, list[ast.AST]] = {}
         self._walk()
 
     # ---- the walk ------------------------------------------------------------------
     def _walk(self) -> None:
-        order, pos, end, parent, frames, by_type = self.order, self.pos, self.end, self.parent, self.frame, self.by_type
-        special = _SPECIAL
-        iter_children = ast.iter_child_nodes
-        stack: list = [(self.tree, self.root)]
-        pop, push = stack.pop, stack.append
+        order, pos, parent, by_type = self.order, self.pos, self.parent, self.by_type
+        fields_of = _FIELDS
+        is_ast = isinstance
+        stack: list[ast.AST] = [self.tree]
+        pop, push, append = stack.pop, stack.append, order.append
         while stack:
-            node, frame = pop()
-            if frame is None:  # the marker pushed before a node's children: its subtree ends here
-                end[node] = len(order)
-                continue
+            node = pop()
             pos[node] = len(order)
-            order.append(node)
-            frames[node] = frame
-            by_type[type(node)].append(node)
-            handler = special.get(type(node))
-            if handler is None:
-                kids = [(c, frame) for c in iter_children(node)]
-            else:
-                kids = handler(node, frame)
-            if not kids:
-                continue
-            push((node, None))
-            for child, child_frame in reversed(kids):
-                parent[child] = node
-                push((child, child_frame))
+            append(node)
+            t = type(node)
+            by_type[t].append(node)
+            fields = fields_of.get(t) or child_fields(t)
+            kids: list[ast.AST] = []
+            for f in fields:
+                v = getattr(node, f, None)
+                if v is None:
+                    continue
+                if type(v) is list:
+                    for c in v:
+                        if is_ast(c, _AST):
+                            kids.append(c)
+                elif is_ast(v, _AST):
+                    kids.append(v)
+            for c in reversed(kids):
+                parent[c] = node
+                push(c)
 
-    # ---- queries -------------------------------------------------------------------------
+    # ---- places ----------------------------------------------------------------------
+    def end(self, node: ast.AST) -> int:
+        """One past the pre-order index of ``node``'s last descendant."""
+        hit = self._ends.get(node)
+        if hit is not None:
+            return hit
+        last = _last_child(node)
+        if last is None or last not in self.pos:
+            out = self.pos.get(node, -1) + 1
+        else:
+            out = self.end(last)
+        self._ends[node] = out
+        return out
+
     def subtree(self, node: ast.AST) -> list[ast.AST]:
         """``node`` and every node below it, in source order (what ``ast.walk`` reaches, ordered)."""
         start = self.pos.get(node)
         if start is None:
             return [node]
-        return self.order[start:self.end.get(node, start + 1)]
+        return self.order[start:self.end(node)]
 
     def below(self, node: ast.AST) -> list[ast.AST]:
         """The nodes under ``node``, not ``node`` itself."""
         start = self.pos.get(node)
         if start is None:
             return []
-        return self.order[start + 1:self.end.get(node, start + 1)]
+        return self.order[start + 1:self.end(node)]
 
     def contains(self, outer: ast.AST, node: ast.AST) -> bool:
         """``node`` is ``outer`` or below it."""
         start, at = self.pos.get(outer), self.pos.get(node)
-        return start is not None and at is not None and start <= at < self.end.get(outer, start + 1)
+        return start is not None and at is not None and start <= at < self.end(outer)
 
+    def ancestors(self, node: ast.AST):
+        parent = self.parent
+        node = parent.get(node)  # type: ignore[assignment]
+        while node is not None:
+            yield node
+            node = parent.get(node)  # type: ignore[assignment]
+
+    # ---- frames -----------------------------------------------------------------------
+    def _frame_of(self, node: ast.AST) -> Frame:
+        """The frame ``node`` sits in: found from its parent (the frame the parent opens for the field
+        holding ``node``, else the parent's own frame), memoised for the path walked."""
+        frames = self.frame
+        path = []
+        cur = node
+        while True:
+            if cur in frames:
+                frame = dict.__getitem__(frames, cur)
+                break
+            up = self.parent.get(cur)
+            if up is None:
+                frame = self.root
+                break
+            path.append((cur, up))
+            cur = up
+        for child, up in reversed(path):
+            frame = self._opened(up, child, frame)
+            dict.__setitem__(frames, child, frame)
+        return frame
+
+    def _opened(self, up: ast.AST, child: ast.AST, outer: Frame) -> Frame:
+        """The frame that ``up`` (sitting in ``outer``) opens for its child ``child``, or ``outer``."""
+        t = type(up)
+        if t is ast.comprehension:  # the first iterable of a comprehension runs once, outside it
+            comp = self.parent.get(up)
+            if child is up.iter and comp is not None and comp.generators[0] is up and outer.kind == COMP:  # type: ignore[attr-defined]
+                return outer.parent  # type: ignore[return-value]
+            return outer
+        if t in _OPENERS:
+            kind, branch = _OPENERS[t](self, up, child)
+            if kind is None:
+                return outer
+            key = (id(up), branch)
+            frame = self.frame.opened.get(key)
+            if frame is None:
+                frame = self.frame.opened[key] = Frame(outer, kind, up, branch)
+            return frame
+        return outer
+
+    def in_list(self, child: ast.AST, stmts: list) -> bool:
+        """``child`` (a direct child of the node owning ``stmts``) is one of them: a position test."""
+        if not stmts:
+            return False
+        pos = self.pos
+        at = pos.get(child)
+        return at is not None and pos[stmts[0]] <= at <= pos[stmts[-1]]
+
+    # ---- bodies ----------------------------------------------------------------------------
     def body(self, region: ast.AST) -> list[ast.AST]:
         """The nodes a loop, comprehension, ``with``, function or module runs as its body, in its own
         unit (nested functions, lambdas and classes left out), in source order; cached.
@@ -137,113 +243,93 @@ class Index:
         hit = self._bodies.get(region)
         if hit is not None:
             return hit
-        frames = self.frame
         if isinstance(region, _COMPS):
-            first = region.generators[0].iter
-            lo, hi = self.pos[first], self.end.get(first, self.pos[first] + 1)
-            skip = {id(g.target) for g in region.generators}
-            unit = frames[region].unit
-            out = [n for n in self.below(region) if not lo <= self.pos[n] < hi and frames[n].unit is unit
-                   and not isinstance(n, ast.comprehension) and id(n) not in skip
-                   and not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and self._in_target(n, region))]
+            gens = region.generators
+            skip = [(self.pos[gens[0].iter], self.end(gens[0].iter))]
+            skip += [(self.pos[g.target], self.end(g.target)) for g in gens]
+            out = [n for n in self.local(self.pos[region] + 1, self.end(region), skip)
+                   if not isinstance(n, ast.comprehension)]
         else:
             stmts = getattr(region, "body", None)
             if not isinstance(stmts, list) or not stmts:
                 out = []
             else:
-                unit = region if isinstance(region, (*_FUNCS, ast.Lambda, ast.ClassDef)) else frames[region].unit
-                lo, hi = self.pos[stmts[0]], self.end.get(stmts[-1], self.pos[stmts[-1]] + 1)
-                out = [n for n in self.order[lo:hi] if frames[n].unit is unit]
+                out = self.local(self.pos[stmts[0]], self.end(stmts[-1]))
         self._bodies[region] = out
         return out
 
-    def _in_target(self, name: ast.AST, comp: ast.AST) -> bool:
-        return any(self.contains(g.target, name) for g in comp.generators)  # type: ignore[attr-defined]
+    def local(self, lo: int, hi: int, skip: list[tuple[int, int]] = ()) -> list[ast.AST]:  # type: ignore[assignment]
+        """The nodes of pre-order positions [lo, hi) outside nested functions, lambdas and classes
+        (and outside the ``skip`` ranges)."""
+        order, out, i = self.order, [], lo
+        scopes = _SCOPES
+        while i < hi:
+            for a, b in skip:
+                if a <= i < b:
+                    i = b
+                    break
+            else:
+                n = order[i]
+                if type(n) in scopes:
+                    i = self.end(n)
+                    continue
+                out.append(n)
+                i += 1
+        return out
 
-    def ancestors(self, node: ast.AST):
-        parent = self.parent
-        node = parent.get(node)  # type: ignore[assignment]
-        while node is not None:
-            yield node
-            node = parent.get(node)  # type: ignore[assignment]
-
-
-# ---- children with their frames, for the node types that open a frame ----------------------
-def _function(node, frame):
-    inner = Frame(frame, FUNCTION, node)
-    kids = [(d, frame) for d in node.decorator_list]
-    kids.append((node.args, frame))
-    if node.returns is not None:
-        kids.append((node.returns, frame))
-    kids += [(s, inner) for s in node.body]
-    return kids
-
-
-def _lambda(node, frame):
-    return [(node.args, frame), (node.body, Frame(frame, LAMBDA, node))]
-
-
-def _class(node, frame):
-    inner = Frame(frame, CLASS, node)
-    kids = [(d, frame) for d in node.decorator_list]
-    kids += [(b, frame) for b in node.bases]
-    kids += [(k, frame) for k in node.keywords]
-    kids += [(s, inner) for s in node.body]
-    return kids
+def _last_child(node: ast.AST) -> ast.AST | None:
+    for f in reversed(child_fields(type(node))):
+        v = getattr(node, f, None)
+        if type(v) is list:
+            for c in reversed(v):
+                if isinstance(c, _AST):
+                    return c
+        elif isinstance(v, _AST):
+            return v
+    return None
 
 
-def _for(node, frame):
-    inner = Frame(frame, LOOP, node)
-    return [(node.target, frame), (node.iter, frame), *((s, inner) for s in node.body), *((s, frame) for s in node.orelse)]
+# ---- which field of a frame-opening node holds the child ---------------------------------------
+def _function(index, up, child):
+    return (FUNCTION, None) if index.in_list(child, up.body) else (None, None)
 
 
-def _while(node, frame):
-    inner = Frame(frame, LOOP, node)
-    return [(node.test, frame), *((s, inner) for s in node.body), *((s, frame) for s in node.orelse)]
+def _lambda(index, up, child):
+    return (LAMBDA, None) if child is up.body else (None, None)
 
 
-def _if(node, frame):
-    kids = [(node.test, frame)]
-    if node.body:
-        body = Frame(frame, IF, node, "body")
-        kids += [(s, body) for s in node.body] if isinstance(node.body, list) else [(node.body, body)]
-    if node.orelse:
-        other = Frame(frame, IF, node, "else")
-        kids += [(s, other) for s in node.orelse] if isinstance(node.orelse, list) else [(node.orelse, other)]
-    return kids
+def _class(index, up, child):
+    return (CLASS, None) if index.in_list(child, up.body) else (None, None)
 
 
-def _with(node, frame):
-    inner = Frame(frame, WITH, node)
-    return [*((i, frame) for i in node.items), *((s, inner) for s in node.body)]
+def _loop(index, up, child):
+    return (LOOP, None) if index.in_list(child, up.body) else (None, None)
 
 
-def _handler(node, frame):
-    inner = Frame(frame, EXCEPT, node)
-    kids = [(node.type, frame)] if node.type is not None else []
-    return kids + [(s, inner) for s in node.body]
+def _if(index, up, child):
+    body, orelse = up.body, up.orelse
+    if child is body or (type(body) is list and index.in_list(child, body)):
+        return IF, "body"
+    if child is orelse or (type(orelse) is list and index.in_list(child, orelse)):
+        return IF, "else"
+    return None, None
 
 
-def _comp(node, frame):
-    inner = Frame(frame, COMP, node)
-    kids = [(g, inner) for g in node.generators]
-    if isinstance(node, ast.DictComp):
-        kids += [(node.key, inner), (node.value, inner)]
-    else:
-        kids.append((node.elt, inner))
-    return kids
+def _with(index, up, child):
+    return (WITH, None) if index.in_list(child, up.body) else (None, None)
 
 
-def _generator(node, frame):
-    # The first generator's iterable is evaluated once, outside the comprehension.
-    outer = frame.parent if frame.kind == COMP and frame.node.generators[0] is node else frame
-    return [(node.target, frame), (node.iter, outer), *((i, frame) for i in node.ifs)]
+def _handler(index, up, child):
+    return (EXCEPT, None) if index.in_list(child, up.body) else (None, None)
 
 
-_SPECIAL = {
+def _comp(index, up, child):
+    return COMP, None  # generators and element(s); the first iterable is handled by its generator
+
+
+_OPENERS = {
     ast.FunctionDef: _function, ast.AsyncFunctionDef: _function, ast.Lambda: _lambda, ast.ClassDef: _class,
-    ast.For: _for, ast.AsyncFor: _for, ast.While: _while, ast.If: _if, ast.IfExp: _if,
+    ast.For: _loop, ast.AsyncFor: _loop, ast.While: _loop, ast.If: _if, ast.IfExp: _if,
     ast.With: _with, ast.AsyncWith: _with, ast.ExceptHandler: _handler,
     ast.ListComp: _comp, ast.SetComp: _comp, ast.GeneratorExp: _comp, ast.DictComp: _comp,
-    ast.comprehension: _generator,
 }
