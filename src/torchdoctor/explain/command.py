@@ -36,30 +36,45 @@ def main(args: argparse.Namespace) -> int:
     if args.facts and args.no_probe:
         raise UsageError("--facts and --no-probe contradict each other: give one")
     facts: Any = None
+    probed: list[bool] = []
     if args.facts:
         from torchdoctor.env.command import load_facts
 
         facts = load_facts(args.facts)
     elif not args.no_probe:
-        facts = this_machine
+        facts = _recording(this_machine, probed)
     findings = explain_text(text, facts)
     if args.output_format == "json":
         from torchdoctor.report.json import finding_to_dict
 
         out = json.dumps({"findings": [finding_to_dict(f) for f in findings]}, indent=2) + "\n"
     else:
-        out = render(findings, len(text.splitlines()), color=not args.output_file and use_color(sys.stdout))
+        basis = f"the facts in {args.facts}" if args.facts else ("this machine's facts" if probed else "")
+        out = render(findings, len(text.splitlines()), basis, color=not args.output_file and use_color(sys.stdout))
     emit(out, args.output_file)
     return 1 if findings else 0
 
 
-def render(findings: list[Any], lines: int, *, color: bool = False) -> str:
+def _recording(probe: Any, calls: list[bool]) -> Any:
+    """``probe``, noting in ``calls`` that it ran (it runs only when a recognised message is about the machine)."""
+
+    def run() -> Any:
+        calls.append(True)
+        return probe()
+
+    return run
+
+
+def render(findings: list[Any], lines: int, basis: str = "", *, color: bool = False) -> str:
+    """The text report: a line on what was read and what refined it, then the findings."""
     from torchdoctor.report import text as text_report
 
+    read = f"{lines} line{'s' * (lines != 1)} read"
     if not findings:
-        return (f"No known cause: torchdoctor does not recognise this message ({lines} line{'s' * (lines != 1)} read).\n"
+        return (f"No known cause: torchdoctor does not recognise this message ({read}).\n"
                 "Search for its last line, or run `torchdoctor env` if it is about CUDA on this machine.\n")
-    return text_report.render(findings, color=color)
+    head = f"torchdoctor explain: {read}, " + (f"refined with {basis}" if basis else "explained from the text alone")
+    return head + "\n" + text_report.render(findings, color=color)
 
 
 def _read_input(args: argparse.Namespace) -> str:

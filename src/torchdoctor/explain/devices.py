@@ -50,6 +50,19 @@ def _where(arg: str | None, op: str | None) -> str:
     return f" (argument `{arg}` of `{op}`{layer})" if arg else f" (in `{op}`{layer})"
 
 
+_CALL = re.compile(r"[\w.]+\(([^()]*)\)")
+_NAME = re.compile(r"[A-Za-z_][\w.]*(?:\[[^\]]*\])?")
+
+
+def _second_argument(source: str | None) -> str | None:
+    """``loss = criterion(outputs, labels)`` -> ``labels``: the user's name for the loss target."""
+    for m in _CALL.finditer(source or ""):
+        args = [a.strip() for a in m.group(1).split(",")]
+        if len(args) >= 2 and all(_NAME.fullmatch(a) for a in args[:2]):
+            return args[1]
+    return None
+
+
 def device_mismatch(hit: Any, facts: Any) -> list[Draft]:
     g = hit.groups
     if "input" in g:
@@ -59,16 +72,19 @@ def device_mismatch(hit: Any, facts: Any) -> list[Draft]:
         return []
     arg, op = g.get("arg"), _op(g.get("method"))
     where = _where(arg, op) + at(hit)
-    if is_accelerator(first) and is_accelerator(second):
-        return [("TD707", f"tensors on two accelerators ({first} and {second}) meet in one operation{where}: a stage's input is on another device",
-                 f"move the activation between stages (x = x.to('{second}')), or keep the whole model on one device with model.to(device)")]
     role = _role(arg, op)
-    if role == "target":
-        return [("TD302", f"the loss's `{arg}` is on {second} while its input is on {first}{where}: the targets were not moved",
-                 f"move the targets with the inputs where the batch is unpacked: {arg} = {arg}.to(device) (in training and in validation)")]
+    if role == "target":  # with a model split over GPUs (device_map="auto") the targets go where the logits are
+        name = _second_argument(hit.source) or arg
+        fix = (f"move the targets to the outputs' device before the loss: {name} = {name}.to(logits.device) (a model split over GPUs puts its outputs on the last one)"
+               if is_accelerator(second) else
+               f"move the targets with the inputs where the batch is unpacked: {name} = {name}.to(device) (in training and in validation)")
+        return [("TD302", f"the loss's `{arg}` is on {second} while its input is on {first}{where}: the targets were not moved", fix)]
     if role == "loss-weight":
         return [("TD406", f"the loss's `{arg}` tensor is on {second} while its inputs are on {first}{where}",
                  f"move the loss (criterion = criterion.to(device)) or create its {arg} with device=")]
+    if is_accelerator(first) and is_accelerator(second):
+        return [("TD707", f"tensors on two accelerators ({first} and {second}) meet in one operation{where}: a stage's input is on another device",
+                 f"move the activation between stages (x = x.to('{second}')), or keep the whole model on one device with model.to(device)")]
     batch_on_cpu = (role == "data" and not is_accelerator(second)) or (role == "param" and is_accelerator(second))
     if role in ("data", "param") and batch_on_cpu:
         return [("TD302", f"the input is on cpu but the layer's tensors are on {first if role == 'data' else second}{where}: the batch was not moved to the model's device",
@@ -168,6 +184,10 @@ def state_dict_prefix(hit: Any, facts: Any) -> list[Draft]:
     missing, unexpected = _keys(hit, "missing"), _keys(hit, "unexpected")
     target = f"`{hit.get('cls')}`" if hit.get("cls") else "the model"
     for prefix, inner, wrapper in _WRAPPERS:
+        # the same names on both sides but for the prefix (a checkpoint holding {"state_dict": ...} is another matter)
+        same = {k.removeprefix(prefix) for k in unexpected} & set(missing) or {prefix + k for k in unexpected} & set(missing)
+        if missing and unexpected and not same:
+            continue
         if unexpected and all(k.startswith(prefix) for k in unexpected) and not any(k.startswith(prefix) for k in missing):
             return [("TD205", f"every checkpoint key starts with `{prefix}` ({plural(len(unexpected), 'key')}, e.g. `{unexpected[0]}`) but {target} "
                      f"expects none: the state_dict was saved from a {wrapper} wrapper{at(hit)}",

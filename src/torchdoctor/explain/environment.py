@@ -80,9 +80,15 @@ def no_kernel_image(hit: Any, facts: Any) -> list[Draft]:
                  "use an older PyTorch release whose wheels still carry this architecture, build from source with "
                  f"TORCH_CUDA_ARCH_LIST={cc}, or a newer GPU")]
     what = "'invalid device function'" if "invalid device function" in hit.text else "'no kernel image is available for execution on the device'"
-    return [("TD005", f"CUDA has no kernel for this GPU's architecture in this PyTorch build: {what}{at(hit)}{note}",
-             "compare torch.cuda.get_device_capability() with torch.cuda.get_arch_list(), then install a build whose arch list has the GPU's sm_XY "
-             "(`torchdoctor env` on that machine names it); rebuild CUDA extensions with TORCH_CUDA_ARCH_LIST set for it")]
+    gpu = "this GPU's architecture"
+    if g.get("name") and (g.get("ma") or g.get("cc")):
+        cc = f"{g['ma']}.{g['mi']}" if g.get("ma") else f"{int(g['cc']) // 10}.{int(g['cc']) % 10}"
+        gpu = f"GPU {g.get('idx', '0')} {g['name']} (compute capability {cc})"
+    pips = hit.values.get("pip", [])
+    fix = (f"install a build with kernels for it, as PyTorch suggests: {pips[0]}" if pips else
+           "compare torch.cuda.get_device_capability() with torch.cuda.get_arch_list(), then install a build whose arch list has the GPU's sm_XY "
+           "(`torchdoctor env` on that machine names it); rebuild CUDA extensions with TORCH_CUDA_ARCH_LIST set for it")
+    return [("TD005", f"this PyTorch build has no kernel for {gpu}: {what}{at(hit)}{note}", fix)]
 
 
 def driver_too_old(hit: Any, facts: Any) -> list[Draft]:

@@ -23,7 +23,7 @@ __all__ = ["Hit", "scan", "clean"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _FRAME = re.compile(r'^[ \t]*(?:\[rank\d+\]:\s*)?File "(?P<path>[^"\n]+)", line (?P<line>\d+)', re.M)
-_WARNING_AT = re.compile(r"^(?P<path>[^\s:][^:\n]*\.py):(?P<line>\d+): \w*(?:Warning|Error)\b")
+_WARNING_AT = re.compile(r"(?P<path>(?:[A-Za-z]:)?[^\s:][^:\n]*\.py):(?P<line>\d+): \w*(?:Warning|Error)\b")
 _TRACEBACK = "Traceback (most recent call last):"
 # Frames that are not the user's: installed packages, the standard library, frozen and generated code.
 _LIBRARY = re.compile(r"[\\/](?:site|dist)-packages[\\/]|[\\/]lib[\\/]python\d[\d.]*[\\/]|^<|[\\/]runpy\.py$")

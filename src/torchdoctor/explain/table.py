@@ -68,7 +68,9 @@ FAMILIES: tuple[Family, ...] = (
          "https://github.com/sksq96/pytorch-summary/issues/16", "https://github.com/yeyupiaoling/AudioClassification-Pytorch/issues/1",
          "https://github.com/kijai/ComfyUI-FluxTrainer/issues/116", "https://github.com/ClownsharkBatwing/RES4LYF/pull/223",
          "https://github.com/yangjianxin1/GPT2-chitchat/issues/8", "https://github.com/diegoalejogm/gans/issues/12",
-         "https://github.com/pytorch/ignite/issues/2977", "torch 2.13 (meta tensors): 'Tensor on device cpu is not on the expected device meta!'"),
+         "https://github.com/pytorch/ignite/issues/2977", "https://github.com/pytorch/pytorch/pull/155085 (newest wording, a loss weight)",
+         "https://github.com/JieyuZ2/wrench/issues/4 ('arugment' typo)", "https://github.com/shuxueslpi/chatGLM-6B-QLoRA/issues/38 (two GPUs)",
+         "torch 2.13 (meta tensors): 'Tensor on device cpu is not on the expected device meta!'"),
     ),
     Family(
         "numpy-on-device", ("TD501",),
@@ -119,12 +121,14 @@ FAMILIES: tuple[Family, ...] = (
          r"Found GPU(?P<idx>\d+) (?P<name>[^\n]+?) which is of (?:cuda )?compute capability \(CC\) (?P<ma>\d+)\.(?P<mi>\d+)",
          r"Found GPU(?P<idx>\d+) (?P<name>[^\n]+?) which is of cuda capability (?P<ma>\d+)\.(?P<mi>\d+)\.\s*PyTorch no longer supports this GPU because it is too old\."
          r"(?:\s*The minimum cuda capability (?:supported by this library|that we support) is (?P<min_ma>\d+)\.(?P<min_mi>\d+))?",
-         r"invalid device function"),
+         r"invalid device function",
+         r"For CUDA (?P<cu>\d+\.\d+) use (?P<pip>pip install torch==\S+ --index-url \S+)"),
         environment.no_kernel_image,
         (f"{_PT} torch/cuda/__init__.py _check_cubins, _warn_unsupported_code (torch 2.13), old_gpu_warn (torch 1.x)",
          "https://github.com/pytorch/pytorch/issues/150733", "https://github.com/Janrupf/stable-diffusion-webui-nix/issues/9",
          "https://github.com/AUTOMATIC1111/stable-diffusion-webui/issues/3003", "https://github.com/ROCm/pytorch/issues/627",
          "https://github.com/peterjc123/pytorch-scripts/issues/18"),
+        merge_on=("name", "cc", "idx", "archs"),
         machine=True,
     ),
     Family(
@@ -173,7 +177,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "cuda-unknown-error", ("TD018",),
-        (r"CUDA unknown error - this may be due to an incorrectly set up environment", r"Error 999: unknown error"),
+        (r"CUDA unknown error - this may be due to an incorrectly set up environment",),
         environment.unknown_error,
         (f"{_PT} c10/cuda/CUDAFunctions.cpp (cudaErrorUnknown)", "https://github.com/pytorch/pytorch/issues/88639",
          "https://github.com/pytorch/pytorch/issues/159954"),
@@ -181,7 +185,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "nvml-mismatch", ("TD012",),
-        (r"Failed to initialize NVML: Driver/library version mismatch(?:\s*NVML library version: (?P<nvml>\d+\.\d+(?:\.\d+)?))?",
+        (r"Failed to initialize NVML: Driver/library version mismatch(?:[^\n]*\n[^\n]*?NVML library version: (?P<nvml>\d+\.\d+(?:\.\d+)?))?",
          r"system has unsupported display driver / cuda driver combination"),
         environment.nvml_mismatch,
         ("https://github.com/mozilla/translations/issues/1167", "https://github.com/NVIDIA/ubuntu-packaging-nvidia-driver/issues/3",
