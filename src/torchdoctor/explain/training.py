@@ -42,8 +42,7 @@ def _visible(facts: dict[str, Any]) -> str:
 
 
 def sampler_and_shuffle(hit: Any, facts: Any) -> list[Draft]:
-    option = hit.get("option") or "sampler"
-    if option == "batch_sampler":
+    if "batch_size, shuffle, sampler, and drop_last" in (hit.get("others") or ""):
         return [("TD702", f"DataLoader was given batch_sampler= together with batch_size, shuffle, sampler or drop_last{at(hit)}",
                  "give the batch_sampler alone: it decides batching and order (DataLoader(ds, batch_sampler=bs, num_workers=...))")]
     return [("TD702", f"DataLoader was given both sampler= and shuffle=True{at(hit)}",
@@ -117,7 +116,7 @@ def index_out_of_range(hit: Any, facts: Any) -> list[Draft]:
             break
     if hit.get("target") is not None:
         what = f"class label {hit.get('target')} is outside 0..num_classes-1 of the loss (NLLLoss / CrossEntropyLoss)"
-    kernel = f" (`{hit.get('kernel')}` in {hit.get('file')}: `{assertion}`)" if hit.get("kernel") else ""
+    kernel = f" (`{hit.get('kernel')}`: `{assertion}`)" if hit.get("kernel") else ""
     on_device = "device-side assert triggered" in hit.text or kernel
     rerun = "rerun with CUDA_LAUNCH_BLOCKING=1 (or on the CPU) for the failing line: the traceback of an asynchronous CUDA error points later; " if on_device else ""
     return [("TD307", f"{what}{kernel}{at(hit)}", f"{rerun}{check}")]
