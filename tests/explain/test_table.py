@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from tests.explain.test_messages import CASES
@@ -34,3 +35,10 @@ def test_a_case_gives_only_codes_its_family_declares():
 def test_the_new_codes_are_reachable_from_real_messages():
     produced = {c.code for c in CASES}
     assert {"TD104", "TD307", "TD610"} <= produced
+
+
+def test_every_issue_a_test_quotes_is_among_its_familys_sources():
+    sources = {f.key: " ".join(f.sources) for f in FAMILIES}
+    for case in CASES:
+        for url in re.findall(r"https://github\.com/\S+?(?=[\s)]|$)", case.source):
+            assert url in sources[case.family], (case.family, url)

@@ -70,6 +70,8 @@ FAMILIES: tuple[Family, ...] = (
          "https://github.com/yangjianxin1/GPT2-chitchat/issues/8", "https://github.com/diegoalejogm/gans/issues/12",
          "https://github.com/pytorch/ignite/issues/2977", "https://github.com/pytorch/pytorch/pull/155085 (newest wording, a loss weight)",
          "https://github.com/JieyuZ2/wrench/issues/4 ('arugment' typo)", "https://github.com/shuxueslpi/chatGLM-6B-QLoRA/issues/38 (two GPUs)",
+         "https://github.com/HRNet/HigherHRNet-Human-Pose-Estimation/issues/75", "https://github.com/ANYMS-A/Skeleton_Aware_Networks_for_Deep_Motion_Retargeting/issues/1",
+         "https://github.com/nunchux-ai/nunchaku/issues/805", "https://github.com/zhongyy/Face-Transformer/issues/37",
          "torch 2.13 (meta tensors): 'Tensor on device cpu is not on the expected device meta!'"),
     ),
     Family(
@@ -80,7 +82,8 @@ FAMILIES: tuple[Family, ...] = (
         ("torch 2.13 libtorch_python (torch/csrc/utils/tensor_numpy.cpp): 'can't convert {} device type tensor to numpy', "
          "'Can't call numpy() on Tensor that requires grad'",
          "https://github.com/Zhongdao/Towards-Realtime-MOT/issues/257", "https://github.com/iMoonLab/PVRNet/issues/3",
-         "https://github.com/pytorch/pytorch/issues/44023", "https://github.com/adjidieng/DETM/pull/11"),
+         "https://github.com/pytorch/pytorch/issues/44023", "https://github.com/adjidieng/DETM/pull/11",
+         "https://github.com/JDAI-CV/fast-reid/pull/509", "https://github.com/GuHY777/SS-VAE-pytorch/issues/1"),
     ),
     Family(
         "load-on-missing-device", ("TD502",),
@@ -88,7 +91,7 @@ FAMILIES: tuple[Family, ...] = (
          r"Attempting to deserialize object on (?P<backend>[A-Z]+) device (?P<index>\d+) but torch\.(?P<module>\w+)\.device_count\(\) is (?P<count>\d+)"),
         devices.load_on_missing_device,
         (f"{_PT} torch/serialization.py _validate_device", "https://github.com/hkchengrex/Cutie/issues/37",
-         "https://github.com/seoungwugoh/STM/issues/16"),
+         "https://github.com/seoungwugoh/STM/issues/16", "https://github.com/HelixNGC7293/DeforumStableDiffusionLocal/issues/66"),
         machine=True,
     ),
     Family(
@@ -102,7 +105,7 @@ FAMILIES: tuple[Family, ...] = (
         (f"{_PT} torch/serialization.py _get_wo_message and UNSAFE_MESSAGE; torch/_weights_only_unpickler.py (torch 2.13)",
          "https://github.com/Comfy-Org/ComfyUI/issues/7425", "https://github.com/ArnauMiro/pyLowOrder/issues/104",
          "https://github.com/pytorch/pytorch/pull/131259", "https://github.com/pytorch/pytorch/issues/150998",
-         "https://github.com/cubiq/ComfyUI_IPAdapter_plus/issues/281"),
+         "https://github.com/cubiq/ComfyUI_IPAdapter_plus/issues/281", "https://github.com/mlcommons/mlperf-automations/issues/465"),
     ),
     Family(
         "state-dict-prefix", ("TD205",),
@@ -127,7 +130,7 @@ FAMILIES: tuple[Family, ...] = (
         (f"{_PT} torch/cuda/__init__.py _check_cubins, _warn_unsupported_code (torch 2.13), old_gpu_warn (torch 1.x)",
          "https://github.com/pytorch/pytorch/issues/150733", "https://github.com/Janrupf/stable-diffusion-webui-nix/issues/9",
          "https://github.com/AUTOMATIC1111/stable-diffusion-webui/issues/3003", "https://github.com/ROCm/pytorch/issues/627",
-         "https://github.com/peterjc123/pytorch-scripts/issues/18"),
+         "https://github.com/peterjc123/pytorch-scripts/issues/18", "https://github.com/rupeshs/diffusionmagic/issues/12"),
         merge_on=("name", "cc", "idx", "archs"),
         machine=True,
     ),
@@ -137,7 +140,8 @@ FAMILIES: tuple[Family, ...] = (
          r"CUDA driver version is insufficient for CUDA runtime version"),
         environment.driver_too_old,
         (f"{_PT} c10/cuda/CUDAFunctions.cpp device_count_impl", "https://github.com/lllyasviel/Fooocus/issues/1313",
-         "https://github.com/wuhuikai/FastFCN/issues/37", "https://github.com/BobLiu20/YOLOv3_PyTorch/issues/12"),
+         "https://github.com/wuhuikai/FastFCN/issues/37", "https://github.com/BobLiu20/YOLOv3_PyTorch/issues/12",
+         "https://github.com/ultralytics/yolov5/issues/2389"),
         machine=True,
     ),
     Family(
@@ -146,7 +150,7 @@ FAMILIES: tuple[Family, ...] = (
         environment.forward_compat,
         (f"{_PT} c10/cuda/CUDAFunctions.cpp ('Unexpected error from cudaGetDeviceCount() ... Error 804: ...')",
          "https://github.com/PKU-YuanGroup/Video-LLaVA/issues/22", "https://github.com/hpcaitech/ColossalAI/issues/4381",
-         "https://github.com/NVIDIA/libnvidia-container/issues/131"),
+         "https://github.com/NVIDIA/libnvidia-container/issues/131", "https://github.com/chenfei-wu/TaskMatrix/issues/379"),
         machine=True,
     ),
     Family(
@@ -180,7 +184,7 @@ FAMILIES: tuple[Family, ...] = (
         (r"CUDA unknown error - this may be due to an incorrectly set up environment",),
         environment.unknown_error,
         (f"{_PT} c10/cuda/CUDAFunctions.cpp (cudaErrorUnknown)", "https://github.com/pytorch/pytorch/issues/88639",
-         "https://github.com/pytorch/pytorch/issues/159954"),
+         "https://github.com/pytorch/pytorch/issues/159954", "https://github.com/pytorch/pytorch/issues/49327"),
         machine=True,
     ),
     Family(
@@ -204,7 +208,7 @@ FAMILIES: tuple[Family, ...] = (
         (r"invalid device ordinal",),
         training.invalid_ordinal,
         ("https://github.com/microsoft/SimXNS/issues/2", "https://github.com/hpcaitech/Open-Sora/issues/40",
-         "https://github.com/NVIDIA/vid2vid/issues/17"),
+         "https://github.com/NVIDIA/vid2vid/issues/17", "https://github.com/wdrink/PyDeepFakeDet/issues/1"),
         excludes=(r"Invalid device ordinal value",),  # TensorFlow/XLA's wording, another framework
         machine=True,
     ),
@@ -217,7 +221,8 @@ FAMILIES: tuple[Family, ...] = (
         ("torch 2.13 libtorch_python (torch/csrc/DataLoader.cpp): 'ERROR: Unexpected bus error encountered in worker...', "
          "'DataLoader worker (pid {}) is killed by signal: {}. It is possible that dataloader's workers are out of shared memory.'",
          "https://github.com/pytorch/pytorch/issues/5040", "https://github.com/hkchengrex/STCN/issues/132",
-         "https://github.com/idiap/ESLAM/issues/20", "https://github.com/pytorch/pytorch/issues/10396"),
+         "https://github.com/idiap/ESLAM/issues/20", "https://github.com/pytorch/pytorch/issues/10396",
+         "https://github.com/THU-DA-6D-Pose-Group/GDR-Net/issues/16"),
         merge_on=(),
         machine=True,
     ),
@@ -225,7 +230,8 @@ FAMILIES: tuple[Family, ...] = (
         "cuda-before-fork", ("TD023",),
         (r"Cannot re-initialize CUDA in forked subprocess",),
         environment.fork_after_init,
-        (f"{_PT} torch/cuda/__init__.py _lazy_init", "https://github.com/pytorch/pytorch/issues/40403"),
+        (f"{_PT} torch/cuda/__init__.py _lazy_init", "https://github.com/pytorch/pytorch/issues/40403",
+         "https://github.com/facebookresearch/pycls/issues/183", "https://github.com/shubham-goel/4D-Humans/issues/59"),
         machine=True,
     ),
     Family(
@@ -289,7 +295,7 @@ FAMILIES: tuple[Family, ...] = (
          "https://github.com/murong-xu/CADS/issues/4", "https://github.com/Tianhao-Qi/Mask2DiT/issues/4",
          "https://github.com/carolchenyx/MGFN./issues/35", "https://github.com/RistoranteRist/FastFlow/issues/4",
          "https://github.com/pytorch/pytorch/issues/16417", "https://github.com/MVIG-SJTU/AlphaPose/issues/154",
-         "https://github.com/pytorch/pytorch/issues/105839"),
+         "https://github.com/pytorch/pytorch/issues/105839", "https://github.com/QwenLM/Qwen2.5-Omni/issues/240"),
         excludes=(r"DefaultCPUAllocator",),  # host RAM, not the device
         machine=True,
     ),
