@@ -1,4 +1,4 @@
-"""Command line: ``torchdoctor check | run | env | rules``, with ruff's exit codes.
+"""Command line: ``torchdoctor check | run | env | explain | rules``, with ruff's exit codes.
 
 0: nothing found; 1: findings (errors, for ``env``); 2: usage error, unreadable
 configuration or internal error. Each part owns its sub-command in
@@ -22,6 +22,7 @@ _COMMANDS = {
     "check": ("torchdoctor.check.command", "find pitfalls in training scripts without running them"),
     "run": ("torchdoctor.runtime.command", "run a script under the runtime auditor and report what it saw"),
     "env": ("torchdoctor.env.command", "diagnose why CUDA is (not) usable on this machine"),
+    "explain": ("torchdoctor.explain.command", "explain a PyTorch/CUDA error message (or a whole log) and its fix on this machine"),
     "rules": ("torchdoctor.cli_rules", "list the catalog, or explain one code"),
 }
 

@@ -1,6 +1,7 @@
 """The pitfall catalog: every code, its severity, stage, detectors and documentation.
 
-The table below is the contract of ../shared/design/CATALOG.md. Each rule's
+The table below is the contract of ../shared/design/CATALOG.md, plus the codes
+added since (TD104, TD307, TD610: errors first met as a message, see ``explain``). Each rule's
 prose (ruff's outline: what it does / why is this bad / example / use instead /
 fix safety) lives in ``docs/<CODE>.md`` beside this file: one text that
 ``torchdoctor rules CODE`` prints, SARIF carries as help, and all three
@@ -91,6 +92,7 @@ _TABLE = (
     ("TD101", "hardcoded-cuda", W, "S", "CUDA hard-coded with no is_available() fallback"),
     ("TD102", "cuda-call", I, "S", ".cuda() instead of .to(device)"),
     ("TD103", "gpu-unused", W, "R", "a GPU is available, yet the model trained on the CPU"),
+    ("TD104", "device-index-out-of-range", E, "R", "device index beyond the GPUs this process sees (cuda:N, set_device, LOCAL_RANK)"),
     # 2: model
     ("TD201", "model-not-moved", E, "S+R", "model never moved to the device its inputs are moved to"),
     ("TD202", "model-split-across-devices", E, "R", "one model's parameters spread over several devices without model parallelism"),
@@ -104,6 +106,7 @@ _TABLE = (
     ("TD304", "no-pin-memory", W, "S+R", "DataLoader feeding a CUDA model without pin_memory=True"),
     ("TD305", "no-loader-workers", I, "S", "DataLoader with num_workers=0 in a CUDA training script"),
     ("TD306", "non-blocking-misuse", E, "S", "non_blocking=True copy read before synchronising, or from pageable memory"),
+    ("TD307", "index-out-of-range-on-device", E, "R", "a label or index out of range in a GPU kernel ('device-side assert triggered')"),
     # 4: loop
     ("TD401", "eval-with-autograd", W, "S+R", "evaluation forward pass with autograd on"),
     ("TD402", "eval-in-train-mode", E, "S+R", "evaluation with the model still in training mode"),
@@ -127,6 +130,7 @@ _TABLE = (
     ("TD607", "device-memory-leak", W, "R", "device memory grows step after step"),
     ("TD608", "amp-not-used", I, "R", "AMP not used on a GPU with bf16/fp16 tensor cores"),
     ("TD609", "memory-use-off", I, "R", "device memory use far below capacity or within 5 % of it"),
+    ("TD610", "device-out-of-memory", E, "R", "the device ran out of memory ('CUDA out of memory. Tried to allocate')"),
     # 7: multi-device and distributed
     ("TD701", "sampler-set-epoch-missing", E, "S+R", "DistributedSampler without set_epoch(epoch) in the epoch loop"),
     ("TD702", "sampler-and-shuffle", E, "S", "DataLoader given both sampler= and shuffle=True"),

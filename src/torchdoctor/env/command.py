@@ -33,6 +33,9 @@ def main(args: argparse.Namespace) -> int:
 
         facts = probe(init_cuda=not args.no_cuda_init)
     findings = diagnose(facts)
+    from torchdoctor.explain import explain_facts  # the snapshot's error texts, through the table `explain` uses
+
+    findings += explain_facts(facts, findings)
     if args.save_facts:
         write_text_atomic(args.save_facts, json.dumps(facts, indent=2, sort_keys=True) + "\n")
     if args.output_format == "json":

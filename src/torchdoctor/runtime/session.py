@@ -326,6 +326,10 @@ class WatchSession:
         if exc is not None and id(exc) not in self._explained:
             found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None
         found = [f for f in found if f is not None]
+        if exc is not None:  # the error it died with, read through the table `torchdoctor explain` uses
+            from torchdoctor.explain import explain_exception
+
+            found += explain_exception(exc, found, probe=self._environment)
         from torchdoctor.runtime import distributed
 
         self._findings = distributed.merge(sort_findings(_dedup(found)))
