@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.semantic import SemanticModel, short
+from torchdoctor.check.semantic import SemanticModel, program, short
 from torchdoctor.findings import Edit, Finding, Location, Severity
 
 
@@ -94,7 +94,7 @@ class Context:
     ) -> None:
         """Record a finding at ``node``. ``unsafe`` marks edits that may change what the program does
         (applied only with ``--unsafe-fixes``)."""
-        if self.wants(code):
+        if self.wants(code) and not (code in program.QUIET_IN_TESTS and program.in_test(self.semantic, node)):
             self.findings.append(Finding(code, message, self.location(node), fix, edits, severity,
                                          unsafe_fix=bool(edits) and unsafe))
             self.sites.append(node)

@@ -84,13 +84,23 @@ class Project:
         key = (os.path.abspath(sem.path), written, what)
         memo = self.state.lookups
         if key not in memo:
-            memo[key] = self._find(sem.path, sem.names.from_imports, sem.names.imports, written, what, 0)
+            memo[key] = self._find(sem.path, sem.names.from_imports, sem.names.imports, written, what, 0,
+                                   sem.names.star)
         return memo[key]
 
-    def _find(self, path: str, from_imports: dict, imports: dict, written: str, what: str, depth: int) -> object | None:
+    def _find(self, path: str, from_imports: dict, imports: dict, written: str, what: str, depth: int,
+              star: list | None = None) -> object | None:
         if depth > 3:
             return None
         head, _, rest = written.partition(".")
+        if head not in from_imports and head not in imports:
+            for level, module in star or ():  # ``from models import *``
+                target = self._module_file(path, level, module)
+                if target is not None:
+                    found = self._in_module(target, written, what, depth)
+                    if found is not None:
+                        return found
+            return None
         if head in from_imports:
             level, module, name = from_imports[head]
             target = self._module_file(path, level, module)
@@ -114,7 +124,7 @@ class Project:
             return summary.classes[attr]
         if what == "function" and attr in summary.functions:
             return summary.functions[attr]
-        return self._find(target, summary.from_imports, summary.imports, attr, what, depth + 1)  # a re-export
+        return self._find(target, summary.from_imports, summary.imports, attr, what, depth + 1, summary.star)  # a re-export
 
     def _split_module(self, path: str, module: str, rest: str) -> tuple[str | None, str]:
         """``import a.b as x`` + ``x.c.f``: the longest prefix that is a module file, and what is left."""
@@ -214,6 +224,20 @@ class Project:
             memo[here] = [f for f in found[:MAX_NEAR] if f != here]
         return memo[here]
 
+    def saves_objects(self, sem: SemanticModel) -> bool:
+        """Some module of the project pickles a whole model or a config object with ``torch.save``
+        (a text scan of the project's files, bounded, once per process)."""
+        state = self.state
+        if state.saves_objects is None:
+            found = False
+            for path in self._candidates(os.path.abspath(sem.path)) + [os.path.abspath(sem.path)]:
+                text = state.text(path)
+                if text and "torch.save(" in text and _pickles_objects(text):
+                    found = True
+                    break
+            state.saves_objects = found
+        return state.saves_objects
+
     # ---- modules on disk ---------------------------------------------------------------------------------------
     def _module_file(self, path: str, level: int, module: str) -> str | None:
         key = (os.path.dirname(os.path.abspath(path)), level, module)
@@ -263,8 +287,8 @@ class Project:
         if state.parsed >= MAX_MODULES:
             return None
         text = state.text(path)
-        if text is None or "torch" not in text:
-            return None
+        if text is None:
+            return None  # (a module without torch still counts: a package __init__ re-exports)
         from torchdoctor.check.engine import parse
 
         try:
@@ -288,6 +312,7 @@ class _State:
         self.near: dict[str, list[str]] = {}
         self.current: dict[str, SemanticModel] = {}
         self.words: dict[str, frozenset[str]] = {}
+        self.saves_objects: bool | None = None
         self.parsed = 0
 
     def text(self, path: str) -> str | None:
@@ -335,3 +360,31 @@ def _guess_root(files: list[str]) -> str:
         if parent == cur:
             return common
         cur = parent
+
+
+_MODELISH = re.compile(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
+_OBJECT_VALUE = re.compile(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
+
+
+def _pickles_objects(text: str) -> bool:
+    """Does some ``torch.save(...)`` in ``text`` save a bare model name, or a dict holding ``args``/``config``
+    objects or a whole model?"""
+    start = 0
+    while True:
+        at = text.find("torch.save(", start)
+        if at < 0:
+            return False
+        depth, i = 0, at + len("torch.save")
+        end = min(len(text), i + 2000)
+        while i < end:
+            ch = text[i]
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+            i += 1
+            if depth == 0:
+                break
+        args = text[at + len("torch.save("):i - 1]
+        first = args.split(",", 1)[0].strip()
+        if _MODELISH.match(first) or _OBJECT_VALUE.search(args):
+            return True
+        start = i

@@ -7,7 +7,7 @@ import ast
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic import flow, loaders, program
 from torchdoctor.check.semantic.models import moved_keys
 from torchdoctor.findings import Severity
 
@@ -23,8 +23,8 @@ def move_result_discarded(call: ast.AST, ctx: Context) -> None:
     if not isinstance(node, ast.Expr) or not isinstance(call.func, ast.Attribute):
         return
     recv = call.func.value
-    if not _is_tensor_value(ctx, recv, call):
-        return
+    if isinstance(recv, ast.Call) or not _is_tensor_value(ctx, recv, call):
+        return  # (a fresh temporary moved and dropped, a CUDA warm-up: no name stays behind)
     text = ctx.segment(recv)
     edits = (ctx.replace_edit(node, f"{text} = {ctx.segment(call)}"),) if isinstance(recv, ast.Name) else ()
     name, what = ctx.name(recv), ctx.name(call, 50)
@@ -75,7 +75,8 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         return
     body = ctx.semantic.body(node)
     batch = set(info.batch_vars)
-    moves = [n for n in body if isinstance(n, ast.Call) and sem.is_device_move(n) and _moves_batch(ctx, n, batch)]
+    moves = [n for n in body if isinstance(n, ast.Call) and sem.is_device_move(n) and _moves_batch(ctx, n, batch)
+             and (sem.move_device(n) or "").strip("'\"") != "cpu"]  # a CPU copy (for logging) is not the input move
     partial = bool(moves)
     # ``batch.to(device)`` as a statement on a whole batch object (BatchEncoding, PyG Data) moves it in place.
     in_place = {root_name(m.func.value) for m in moves if isinstance(ctx.semantic.parent(m), ast.Expr)  # type: ignore[attr-defined]
@@ -230,8 +231,9 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in FACTORIES:
         return
     sem = ctx.semantic
-    if keyword(node, "device") or has_kwargs(node) or not program.runs_on_accelerator(sem) or _scalar_tensor(node):
-        return
+    if keyword(node, "device") or has_kwargs(node) or not program.runs_on_accelerator(sem) or _scalar_tensor(node) \
+            or program.is_rpc_program(sem):
+        return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     region = _region(ctx, node)
     if region is None:
         return
@@ -295,14 +297,32 @@ def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) 
     return _meets(ctx, node, hot)
 
 
+_SCALAR_CALLS = {"int", "float", "bool", "len", "round", "abs", "max", "min"}
+_SCALAR_METHODS = {"item", "tolist", "size", "numel", "dim", "ndimension"}
+
+
+def _host_scalar(expr: ast.AST) -> bool:
+    """``int(y[0])``, ``x.item()``, ``x.size(0)``, ``x.shape[1]``: a Python number, whatever ``x`` is."""
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Name) and expr.func.id in _SCALAR_CALLS:
+            return True
+        return isinstance(expr.func, ast.Attribute) and expr.func.attr in _SCALAR_METHODS
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute):
+        return expr.value.attr == "shape"
+    return isinstance(expr, ast.Attribute) and expr.attr in ("shape", "ndim")
+
+
 def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
     sem = ctx.semantic
     child = expr
     for a in sem.ancestors(expr):
         if isinstance(a, (ast.BinOp, ast.Compare)):
-            others = [a.right] if child is a.left else [a.left] if isinstance(a, ast.BinOp) else [a.left, *a.comparators]
+            if isinstance(a, ast.BinOp):
+                others = [a.right] if child is a.left else [a.left]
+            else:
+                others = [a.left, *a.comparators]
             for o in others:
-                if o is not child and flow.mentions(ctx.semantic, o, hot):
+                if o is not child and not _host_scalar(o) and flow.mentions(ctx.semantic, o, hot):
                     return root_name(o) or ctx.name(o)
         elif isinstance(a, ast.Call):
             if child is a.func:
@@ -328,23 +348,27 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
 
 # ---- TD304 / TD305 -----------------------------------------------------------------------
 def _judged_loader(ctx: Context, node: ast.AST) -> bool:
+    """A DataLoader of a program that runs on an accelerator, whose batches reach a model or a device."""
+    sem = ctx.semantic
     return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
-            and program.runs_on_accelerator(ctx.semantic) and not program.is_rpc_program(ctx.semantic)
-            and not _dataset_on_device(ctx, node))
+            and program.runs_on_accelerator(sem) and not _dataset_on_device(ctx, node)
+            and loaders.feeds_device(sem, node))
 
 
-@rule("TD304", calls=("DataLoader",))
+@rule("TD304", calls=loaders.LOADER_NAMES)
 def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     """A DataLoader in a CUDA program without pin_memory=True."""
     if not _judged_loader(ctx, node):
         return
+    if program.is_rpc_program(ctx.semantic):
+        return  # RPC serialises every batch it sends: pinned memory buys nothing there
     pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
     if pin is None or is_false(pin.value):
         ctx.report("TD304", node, "DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory",
                    fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
 
-@rule("TD305", calls=("DataLoader",))
+@rule("TD305", calls=loaders.LOADER_NAMES)
 def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     """A DataLoader with num_workers=0 in a CUDA training script."""
     if not _judged_loader(ctx, node) or not ctx.semantic.trains:
@@ -357,8 +381,10 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
 
 
 def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
+    """torch's DataLoader, or torchdata's StatefulDataLoader (a drop-in with the same pipeline arguments)."""
     q = ctx.call_name(call) or ""
-    return q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader")
+    return q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader",
+                 "StatefulDataLoader") or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader")
 
 
 def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
@@ -368,6 +394,8 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
         if arg is None:
             return False
         if any(isinstance(n, ast.Call) and ctx.semantic.is_device_move(n) for n in ctx.semantic.subtree(arg)):
+            return True
+        if loaders.dataset_yields_device_tensors(ctx.semantic, arg):
             return True
         if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors
             return any(isinstance(a, ast.Name) and ctx.semantic.is_moved(a.id, call) for a in arg.args)

@@ -22,7 +22,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     defaults (`default="cuda"`, `def f(device="cuda")`) are configurable and not reported.
     """
     sem = ctx.semantic
-    if program.has_cuda_check(sem):
+    if program.has_cuda_check(sem) or program.uses_gpu_only_library(sem):
         return
     for site in program.cuda_sites(sem):
         if sem.chooses_device(site.node):
@@ -48,6 +48,9 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if sem.qualname(func.value) == "torch" or program.on_module(sem, func.value):
         return
+    own = sem.function_of(node)
+    if own is not None and own.name in ("cuda", "to", "_apply"):
+        return  # an override of Module.cuda: it passes the caller's choice on
     receiver = ctx.name(func.value)
     if len(receiver) > 40:
         receiver = "x"

@@ -139,8 +139,9 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     Use instead: `torch.cuda.set_device(local_rank)` at start-up, or `torch.device("cuda", local_rank)`.
     """
     sem = ctx.semantic
-    if not program.is_ddp_program(sem) or _sets_rank_device(ctx) or _has_indexed_device(ctx):
-        return
+    if not program.is_ddp_program(sem) or _sets_rank_device(ctx) or _has_indexed_device(ctx) \
+            or program.accelerator_api(sem) or program.sets_device_through_helper(sem):
+        return  # (Accelerate/Fabric and device helpers bind each rank to its GPU)
     for site in program.cuda_sites(sem):
         if site.indexed:
             continue
@@ -298,6 +299,8 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     calls = sem.call_sites(func)
     if calls:
         return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
+    if any(isinstance(sem.parent(r), (ast.Call, ast.keyword, ast.Assign)) for r in sem.reads_of(func.name)):
+        return True  # a callback (``accelerator.register_save_state_pre_hook(save_hook)``): its caller decides
     return sem.project is not None and sem.class_of(func) is None and \
         bool(sem.project.callers_rank_guarded(sem, func))  # type: ignore[attr-defined]
 

@@ -44,6 +44,76 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
                    fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
 
 
+_INFERENCE_METHODS = ("predict", "inference", "infer", "sample", "forward")
+
+
+@rule("TD401", calls=("eval", "predict", "inference", "infer"))
+def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
+    """Forwards outside evaluation loops: after ``model.eval()`` in a function (or script) that trains
+    nothing (``sample_images()``, an inference script), or through a model method named
+    ``predict``/``inference``; the loop rule above covers evaluation loops."""
+    sem = ctx.semantic
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return  # Python's own eval(...)
+    if sem.mode_call(node) == "eval":
+        key = dotted(node.func.value) or _assigned_name(sem, node)
+        for call in _forwards_after_eval(ctx, node, key) if key else []:
+            _report_inference(ctx, call, f" (after `{key}.eval()`)")
+    elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node):
+        _report_inference(ctx, node, "")
+
+
+def _assigned_name(sem, call: ast.Call) -> str | None:
+    """``encoder = EncoderCNN(size).eval()``: the name the eval-mode model is bound to."""
+    parent = sem.parent(call)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return dotted(parent.targets[0])
+    return None
+
+
+def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[ast.Call]:
+    """Calls of the model ``key`` after its ``.eval()`` in the same body, up to a ``key.train()``, while the
+    body backpropagates nothing after it (a training step with a BatchNorm frozen is not inference)."""
+    sem = ctx.semantic
+    scope = sem.scope_of(eval_call)
+    nodes = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
+    if "backward" in sem.region_effects(nodes):
+        return []  # a function (or script) that also trains: its eval-mode forwards may feed training
+    after = [n for n in nodes if isinstance(n, ast.Call) and n.lineno > eval_call.lineno]  # type: ignore[attr-defined]
+    out = []
+    for call in after:
+        if sem.mode_call(call) == "train" and dotted(call.func.value) == key:  # type: ignore[attr-defined]
+            break
+        func = call.func
+        target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
+        if dotted(target) == key and _inference_call(ctx, call):
+            out.append(call)
+    return out
+
+
+def _inference_call(ctx: Context, call: ast.Call) -> bool:
+    """Not under no_grad, not in a training loop nor in an evaluation loop (reported by the loop rule), and
+    not a method of this file's classes that turns autograd off itself."""
+    sem = ctx.semantic
+    if sem.under_no_grad(call) or sem.enclosing_loop(call, "train") is not None or \
+            sem.enclosing_loop(call, "eval") is not None:
+        return False
+    if isinstance(call.func, ast.Attribute) and call.func.attr != "forward":
+        for funcs in [sem.functions.get(call.func.attr, [])]:
+            for f in funcs:
+                if sem.class_of(f) is not None and any(sem.guards.grad_call(d) in ("off", "maybe") for d in f.decorator_list):  # type: ignore[attr-defined]
+                    return False
+        if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
+            return False  # a library's sampling method (often under no_grad itself): not judged
+    return sem.expr_kind(call.func.value if isinstance(call.func, ast.Attribute) else call.func, call) in ("model", "wrapper")
+
+
+def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
+    name = ctx.name(call.func)
+    ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
+               fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
 @rule("TD402", *_LOOPS)
 def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
     """Evaluation with the model still in training mode."""
@@ -192,7 +262,10 @@ def loss_collected(node: ast.AST, ctx: Context) -> None:
 def _loss_graph_kept(ctx: Context, node: ast.AST, acc: ast.AST, value: ast.AST) -> None:
     sem = ctx.semantic
     loop = sem.enclosing_loop(node, "batch")
-    if loop is None or sem.under_no_grad(node) or not _is_loss_tensor(ctx, value, node, 0):
+    # a training or evaluation loop: its steps are optimizer steps or batches; a loop over one step's
+    # micro-batches that backpropagates once after it keeps only that step's graph
+    if loop is None or sem.loop_kind(loop) not in ("train", "eval") or sem.under_no_grad(node) \
+            or not _is_loss_tensor(ctx, value, node, 0):
         return
     acc_key = dotted(acc.value if isinstance(acc, ast.Subscript) else acc)
     if acc_key is None or _bound_in(ctx, acc_key, loop, node) or _backpropagated(ctx, acc_key, node):
@@ -213,7 +286,10 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
             return _is_loss_tensor(ctx, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
         return flow.consumer_kind(sem, expr) == "loss"
     if isinstance(expr, ast.Attribute):
-        return expr.attr == "loss"
+        if expr.attr != "loss":
+            return False
+        base = sem.binding_at(expr.value.id, at) if isinstance(expr.value, ast.Name) else None
+        return base is None or not sem.under_no_grad(base.node)  # ``outputs.loss`` of a no_grad forward: no graph
     if isinstance(expr, ast.Subscript):
         return isinstance(expr.slice, ast.Constant) and expr.slice.value == "loss"
     if not isinstance(expr, ast.Name):

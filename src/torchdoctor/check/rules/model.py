@@ -7,6 +7,7 @@ import ast
 from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.models import first_input_device, last_name, moved_keys, wrapper_prefix
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
@@ -18,15 +19,15 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
     """Model never moved to the device that its inputs are moved to."""
     sem = ctx.semantic
     input_device = first_input_device(sem)
-    if input_device is None:
-        return
+    if input_device is None or program.is_rpc_program(sem):
+        return  # (RPC: a trainer's model may be a proxy of a remote one)
     moved = moved_keys(sem)
     for stmt in sem.of_type(ast.Assign):
         if len(stmt.targets) != 1 or not isinstance(stmt.value, ast.Call):  # type: ignore[attr-defined]
             continue
         key = dotted(stmt.targets[0])  # type: ignore[attr-defined]
         call = stmt.value  # type: ignore[attr-defined]
-        if key is None or sem.call_kind(call, stmt) != "model" or sem.value_is_moved(call):
+        if key is None or not _constructs_model(ctx, call, stmt) or sem.value_is_moved(call):
             continue
         if _submodule(ctx, stmt, key):
             continue  # a submodule moves with its parent
@@ -38,10 +39,83 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # a builder function: its caller decides where the model goes
         if _inputs_stay_on_host(ctx, key, stmt):
             continue
+        device = _input_device_near(ctx, key, stmt)
+        if device is None:
+            continue  # the file moves data somewhere, but not where this model runs
         name = ctx.name(call.func)
         ctx.report("TD201", call,
-                   f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{input_device}`",
-                   fix=f"move it once after construction: `{key} = {key}.to({input_device})`")
+                   f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{device}`",
+                   fix=f"move it once after construction: `{key} = {key}.to({device})`")
+
+
+def _input_device_near(ctx: Context, key: str, stmt: ast.AST) -> str | None:
+    """The device data is moved to where this model runs: the scope that builds it (the class, for
+    ``self.model``), functions it is handed to, and functions that read it as a global."""
+    sem = ctx.semantic
+    scope = sem.class_of(stmt) if key.startswith("self.") else sem.scope_of(stmt)
+    regions = [scope]
+    for call in sem.calls:
+        if any(dotted(a) == key for a in [*call.args, *(k.value for k in call.keywords)]):
+            for f in sem.resolve(call):
+                regions += [g for g in sem.reachable(f) if g not in regions]
+    if scope is ctx.tree:
+        regions += [f for f in {sem.function_of(r) for r in sem.reads_of(key)} if f is not None and f not in regions]
+    for region in regions:
+        nodes = sem.subtree(region) if isinstance(region, ast.ClassDef) else \
+            sem.local_nodes(region) if not isinstance(region, ast.Module) else sem.body(region)
+        for node in nodes:
+            if isinstance(node, ast.Call) and sem.is_device_move(node):
+                device = _input_move_device(ctx, node)
+                if device is not None:
+                    return device
+    return None
+
+
+def _input_move_device(ctx: Context, node: ast.Call) -> str | None:
+    """The target of a move of data (not of a model or a loss, not to the CPU)."""
+    sem = ctx.semantic
+    dev = sem.move_device(node) or ""
+    recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
+    kind = sem.expr_kind(recv, node) if recv is not None else None
+    if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu":
+        return None
+    if isinstance(recv, ast.Call) and sem.call_kind(recv, recv) in ("model", "wrapper"):
+        return None
+    return dev
+
+
+def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
+    """A model constructor (not ``maml.clone()``, a model method that returns a model where its receiver
+    is), or an in-file builder that returns a model it did not move itself."""
+    sem = ctx.semantic
+    if sem.call_kind(call, at) != "model":
+        return False
+    q = ctx.call_name(call) or ""
+    if sem.kinds.is_model_constructor(call, q, q.rsplit(".", 1)[-1]):
+        cls = sem.calls_index.classes.get(q)
+        return cls is None or not _moves_itself(ctx, cls)
+    builders = sem.resolve(call)
+    return bool(builders) and not any(_returns_moved(ctx, f) for f in builders)
+
+
+def _moves_itself(ctx: Context, cls: ast.AST) -> bool:
+    """The class's ``__init__`` moves itself or its parts (``self.fc.cuda(device)``, ``self.to(device)``)."""
+    sem = ctx.semantic
+    for func in cls.body:  # type: ignore[attr-defined]
+        if isinstance(func, ast.FunctionDef) and func.name == "__init__":
+            return any(isinstance(n, ast.Call) and sem.is_device_move(n) and isinstance(n.func, ast.Attribute)
+                       and (dotted(n.func.value) or "").split(".")[0] == "self" for n in sem.local_nodes(func))
+    return False
+
+
+def _returns_moved(ctx: Context, func: ast.AST) -> bool:
+    """A builder that moves what it returns (``return Net().to(args.device)``, or a moved name)."""
+    sem = ctx.semantic
+    for ret in sem.kinds.returns_of(func):
+        value = ret.value
+        if value is not None and (sem.value_is_moved(value) or isinstance(value, ast.Name) and sem.is_moved(value.id, ret)):
+            return True
+    return False
 
 
 def _submodule(ctx: Context, stmt: ast.AST, key: str) -> bool:
@@ -153,7 +227,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
         return
     if not _new_tensor(ctx, node.value, node, 0):
         return
-    if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr):
+    if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr):
         return
     call = ctx.segment(node.value)
     edits = ()
@@ -164,6 +238,27 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(node.value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
+
+
+# Attributes that frameworks read themselves and move as they need (Lightning's model summary input).
+_FRAMEWORK_ATTRS = {"example_input_array"}
+
+
+def _used_later(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """``self.attr`` is read by a method other than ``__init__`` (forward, a helper): a tensor only
+    ``__init__`` uses, or one a framework reads, never meets the moved weights."""
+    if attr in _FRAMEWORK_ATTRS:
+        return False
+    sem = ctx.semantic
+    for b in sem.bindings.in_scope(cls, f"self.{attr}"):
+        func = sem.function_of(b.node)
+        if func is not None and func.name != "__init__":
+            return False  # reassigned as the object runs (an environment's state): data, not module state
+    for read in sem.reads_of(f"self.{attr}"):
+        func = sem.function_of(read)
+        if sem.class_of(read) is cls and func is not None and func.name != "__init__":
+            return True
+    return False
 
 
 def _new_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int) -> bool:

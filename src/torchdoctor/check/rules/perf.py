@@ -7,7 +7,8 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, keyword, string_value
+from torchdoctor.check.astutil import dotted, keyword, string_value, target_names
+from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 from torchdoctor.findings import Edit
@@ -69,6 +70,24 @@ def deprecated_amp_module(node: ast.AST, ctx: Context) -> None:
             deprecated_amp(ref, ctx)
 
 
+def _compat(ctx: Context, node: ast.AST) -> bool:
+    """Code for an older torch (a version branch, an ImportError fallback), or a name imported there
+    (``if is_torch_version("<", "2.4"): from torch.cuda.amp import GradScaler``), or a type annotation."""
+    sem = ctx.semantic
+    if sem.guards.in_compat_branch(node):
+        return True
+    for a in sem.ancestors(node):
+        if isinstance(a, ast.arg) or isinstance(a, ast.AnnAssign) and sem.contains(a.annotation, node) or \
+                isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)) and a.returns is not None and sem.contains(a.returns, node):
+            return True
+        if isinstance(a, ast.stmt):
+            break
+    head = dotted(node.func if isinstance(node, ast.Call) else node) or ""
+    head = head.split(".")[0]
+    return any(sem.guards.in_compat_branch(i) for i in sem.of_type(ast.ImportFrom, ast.Import)
+               if any((a.asname or a.name).split(".")[0] == head for a in i.names))  # type: ignore[attr-defined]
+
+
 def deprecated_amp(node: ast.AST, ctx: Context) -> None:
     """Deprecated `torch.cuda.amp.autocast`/`GradScaler` (and `torch.cpu.amp`).
 
@@ -81,7 +100,7 @@ def deprecated_amp(node: ast.AST, ctx: Context) -> None:
     """
     if isinstance(node, ast.Call):
         name = ctx.call_name(node)
-        if name not in _DEPRECATED_AMP:
+        if name not in _DEPRECATED_AMP or _compat(ctx, node):
             return
         new, device = _DEPRECATED_AMP[name]
         old = ctx.name(node.func)
@@ -102,7 +121,7 @@ def deprecated_amp(node: ast.AST, ctx: Context) -> None:
     if isinstance(parent, ast.Attribute) or isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
         return
     name = ctx.qualname(node)
-    if name in _DEPRECATED_AMP:
+    if name in _DEPRECATED_AMP and not _compat(ctx, node):
         new, device = _DEPRECATED_AMP[name]
         ctx.report("TD601", node, f"`{ctx.name(node)}` is deprecated: use `torch.{new}` with device type \"{device}\"",
                    fix=f"use `torch.{new}` and pass \"{device}\" as the device type")
@@ -135,6 +154,21 @@ def _autocast_dtype(ctx: Context, call: ast.Call) -> str | None:
         return "float16" if device == "cuda" else None
     dtype_name = ctx.qualname(dtype.value) or string_value(dtype.value) or ""
     return "float16" if dtype_name in ("torch.float16", "torch.half", "float16") else None
+
+
+def _autocast_trains(ctx: Context, node: ast.Call) -> bool:
+    """The float16 region is part of training: inside a training loop, or in a function that backpropagates
+    (an autocast around a final inference call after training computes no gradients)."""
+    sem = ctx.semantic
+    if sem.enclosing_loop(node, "train") is not None:
+        return True
+    func = sem.function_of(node)
+    if func is not None:
+        return "backward" in sem.effects(func)
+    with_node = sem.parent(sem.parent(node))  # the ``with`` whose item this call is
+    body = sem.body(with_node) if isinstance(with_node, (ast.With, ast.AsyncWith)) else []
+    return "backward" in sem.region_effects(body) or any(
+        "backward" in sem.region_effects(sem.body(loop)) for loop in sem.loops_around(node))
 
 
 def _has_scaler(ctx: Context) -> bool:
@@ -177,7 +211,7 @@ def float16_without_scaler(node: ast.Call, ctx: Context) -> None:
     """
     if _autocast_dtype(ctx, node) != "float16" or _has_scaler(ctx) or not _trains(ctx):
         return
-    if _in_evaluation(ctx, node):
+    if _in_evaluation(ctx, node) or not _autocast_trains(ctx, node):
         return
     ctx.report(
         "TD604",
@@ -203,6 +237,13 @@ def _scaler_names(ctx: Context) -> set[str]:
         return out
 
     return ctx.semantic.cached("scaler_names", compute)  # type: ignore[no-any-return]
+
+
+def _scaler_handed_on(ctx: Context) -> bool:
+    """``AcceleratedOptimizer(optimizer, scaler=self.scaler)``: the scaler is passed to other code."""
+    names = _scaler_names(ctx)
+    return any(dotted(a) in names for c in ctx.semantic.calls for a in [*c.args, *(k.value for k in c.keywords)]
+               if not (isinstance(c.func, ast.Attribute) and dotted(c.func.value) in names))
 
 
 def _scaler_method_calls(ctx: Context, attr: str) -> list[ast.Call]:
@@ -252,6 +293,8 @@ def half_used_scaler(node: ast.Call, ctx: Context) -> None:
     """
     if not (isinstance(node.func, ast.Attribute) and node.func.attr in ("scale", "step")):
         return
+    if _scaler_handed_on(ctx):
+        return  # the scaler is given to another object that may step and update it
     scales = _scaler_method_calls(ctx, "scale")
     if not scales or _scaler_method_calls(ctx, "step"):
         missing_step = False
@@ -361,8 +404,13 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
     b = ctx.semantic.binding_at(name.id, at)
     if b is None or b.value is None:
         loop = ctx.semantic.parent(b.node) if b is not None else None
-        return isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.iter, ast.Call) and \
-            (dotted(loop.iter.func) or "") in ("range", "enumerate")
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        iters, counter = unwrap_iter(loop.iter)  # ``for i in tqdm(range(n))``: ints
+        if counter and isinstance(loop.target, ast.Tuple) and loop.target.elts and b.node is loop.target \
+                and name.id in target_names(loop.target.elts[0]):
+            return True
+        return all(isinstance(i, ast.Call) and (dotted(i.func) or "") in ("range",) for i in iters)
     value = b.value
     if isinstance(value, ast.Constant):
         return True
@@ -410,8 +458,8 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     Use instead: accumulate on the device (`total += loss.detach()`) and read it
     every N steps or once per epoch.
     """
-    if not program.runs_on_accelerator(ctx.semantic):
-        return
+    if not program.runs_on_accelerator(ctx.semantic) or program.is_rpc_program(ctx.semantic):
+        return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors)
     what = _sync_site(ctx, node)
     if what is None:
         return

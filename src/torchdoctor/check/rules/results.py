@@ -6,7 +6,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, func_params, has_kwargs, keyword
+from torchdoctor.check.astutil import dotted, func_params, has_kwargs, keyword, method_name
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 from torchdoctor.findings import Edit
@@ -89,6 +89,8 @@ def load_without_map_location(node: ast.Call, ctx: Context) -> None:
     if len(node.args) >= 2 or keyword(node, "map_location") or has_kwargs(node) \
             or any(isinstance(a, ast.Starred) for a in node.args):
         return
+    if _holds_no_device_tensors(ctx, node) or _saved_here(ctx, node):
+        return
     target = _device_var(ctx, node) or '"cpu"'
     edit = _insert_after_last_arg(ctx, node, f"map_location={target}")
     ctx.report(
@@ -98,7 +100,159 @@ def load_without_map_location(node: ast.Call, ctx: Context) -> None:
         "on a CPU-only machine, or lands on the wrong GPU",
         fix=f"pass `map_location={target}`",
         edits=(edit,) if edit else (),
+        # map_location changes where tensors land: harmless when they are copied into a model by
+        # load_state_dict (which keeps the model's device), a change of behaviour otherwise
+        unsafe=_load_use(ctx, node) != "state",
     )
+
+
+_STATE_ONLY_KINDS = ("scaler", "scheduler", "sampler", "loader", "optimizer")
+
+
+def _holds_no_device_tensors(ctx: Context, call: ast.Call) -> bool:
+    """``scaler.load_state_dict(torch.load(f))``, ``scheduler.load_state_dict(...)``: the state of a GradScaler,
+    a scheduler or a sampler is Python numbers, not device tensors (an optimizer's state lives where its
+    parameters do and is remapped by load_state_dict)."""
+    sem = ctx.semantic
+    parent = sem.parent(call)
+    if isinstance(parent, ast.Call) and method_name(parent) == "load_state_dict" and isinstance(parent.func, ast.Attribute):
+        return sem.expr_kind(parent.func.value, parent) in _STATE_ONLY_KINDS[:3]
+    return False
+
+
+def _path_words(ctx: Context, expr: ast.AST | None) -> str | None:
+    """A path expression's identity for matching a load with a save: its source without ``open(..., 'wb')``."""
+    if expr is None:
+        return None
+    if isinstance(expr, ast.Call) and (dotted(expr.func) or "") in ("open", "io.open") and expr.args:
+        expr = expr.args[0]
+    return ctx.segment(expr).replace(" ", "")
+
+
+def _saved_here(ctx: Context, load: ast.Call) -> bool:
+    """The same file writes that path with ``torch.save`` (in this run, or a cache it makes for itself):
+    whatever device the tensors were on, this program put them there. Or every ``torch.save`` of the file
+    writes host data (after ``.cpu()``, NumPy, FSDP's ``offload_to_cpu=True``): what it loads back is too."""
+    if not load.args:
+        return False
+    want = _path_words(ctx, load.args[0])
+    sem = ctx.semantic
+    saves = [s for s in sem.calls_named("save") if ctx.call_name(s) == "torch.save" and s.args]
+    if any(len(s.args) >= 2 and _path_words(ctx, s.args[1]) == want for s in saves):
+        return True
+    return bool(saves) and all(_saves_host_data(ctx, s) for s in saves)
+
+
+def _saves_host_data(ctx: Context, save: ast.Call) -> bool:
+    sem = ctx.semantic
+    obj = save.args[0]
+    nodes = sem.subtree(obj)
+    if isinstance(obj, ast.Name):
+        b = sem.binding_at(obj.id, obj)
+        if b is not None and b.value is not None and not b.is_param:
+            nodes = nodes + sem.subtree(b.value)
+    if any(isinstance(n, ast.Call) and method_name(n) in ("cpu", "numpy") or
+           isinstance(n, ast.Attribute) and (sem.qualname(n) or "").startswith("numpy.") for n in nodes):
+        return True
+    scope = sem.scope_of(save)
+    body = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
+    for n in body:
+        if isinstance(n, ast.Call):
+            if method_name(n) == "cpu" and sem.expr_kind(n.func.value, n) in ("model", "wrapper"):  # type: ignore[attr-defined]
+                return True  # ``model.eval().cpu()`` before saving its state dict
+            if any(k.arg == "offload_to_cpu" and isinstance(k.value, ast.Constant) and k.value.value for k in n.keywords):
+                return True
+    return False
+
+
+_DICT_USES = {"keys", "items", "values", "get", "pop", "__getitem__", "copy", "update"}
+
+
+def _load_use(ctx: Context, call: ast.Call) -> str:
+    """How the loaded object is used: "state" (given to ``load_state_dict``, or read as a dict: ``ckpt["model"]``,
+    ``ckpt.get(...)``), "object" (called, ``.eval()``, ``.to()``: a pickled model or object) or "unknown"."""
+    sem = ctx.semantic
+    uses = _uses_of_value(sem, call)
+    if uses is None or not uses:
+        return "unknown"
+    kinds = {_use_kind(sem, u) for u in uses}
+    if "object" in kinds:
+        return "object"
+    return "state" if kinds == {"state"} else "unknown"
+
+
+def _uses_of_value(sem, call: ast.Call) -> list[ast.AST] | None:
+    parent = sem.parent(call)
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+            return None
+        name = targets[0].id
+        return [r for r in sem.reads_of(name) if sem.binding_at(name, r) is not None
+                and sem.binding_at(name, r).node is parent]
+    return [call]
+
+
+def _use_kind(sem, use: ast.AST) -> str:
+    parent = sem.parent(use)
+    if isinstance(parent, ast.Call) and use in parent.args and method_name(parent) == "load_state_dict":
+        return "state"
+    if isinstance(parent, ast.Subscript) and parent.value is use:
+        up = sem.parent(parent)
+        if isinstance(up, ast.Call) and parent in up.args and method_name(up) == "load_state_dict":
+            return "state"
+        return "state" if not isinstance(up, ast.Call) or parent in up.args else "unknown"
+    if isinstance(parent, ast.Attribute) and parent.value is use:
+        if parent.attr in _DICT_USES:
+            return "state"
+        return "object"  # model.eval(), obj.to(device), obj.attr: a pickled object
+    if isinstance(parent, ast.Call) and parent.func is use:
+        return "object"
+    if isinstance(parent, ast.Compare) or (isinstance(parent, ast.Call) and (dotted(parent.func) or "") in ("len", "print")):
+        return "state"
+    return "unknown"
+
+
+def _saves_objects(ctx: Context) -> bool:
+    """The file, or the project, pickles something the safe loader refuses: a whole model, an argparse
+    Namespace or a config object next to the weights (``torch.save({"args": args, ...})``)."""
+    sem = ctx.semantic
+
+    def compute() -> bool:
+        for save in sem.calls_named("save"):
+            if ctx.call_name(save) == "torch.save" and save.args and not _plain_state(ctx, save.args[0]):
+                return True
+        project = sem.project
+        return bool(project is not None and project.saves_objects(sem))  # type: ignore[attr-defined]
+
+    return sem.cached("saves_objects", compute)  # type: ignore[no-any-return]
+
+
+_PLAIN_NAMES = re.compile(r"(?i)(epoch|step|iter|loss|acc|best|score|lr|seed|metric|count|num|idx|state_dict|sd|"
+                          r"weights|params|ckpt|checkpoint|state)")
+
+
+def _plain_state(ctx: Context, obj: ast.AST) -> bool:
+    """A state dict, tensors, numbers, strings, or a dict/list of those: what ``weights_only=True`` reads."""
+    if isinstance(obj, ast.Call):
+        return method_name(obj) == "state_dict" or (ctx.call_name(obj) or "").startswith("torch.") or \
+            method_name(obj) in ("cpu", "detach", "clone", "item", "tolist") or (dotted(obj.func) or "") in ("dict",) \
+            and all(_plain_state(ctx, k.value) for k in obj.keywords)
+    if isinstance(obj, ast.Dict):
+        return all(v is not None and _plain_state(ctx, v) for v in obj.values)
+    if isinstance(obj, (ast.List, ast.Tuple)):
+        return all(_plain_state(ctx, e) for e in obj.elts)
+    if isinstance(obj, (ast.Constant, ast.JoinedStr, ast.BinOp, ast.Compare, ast.UnaryOp)):
+        return True
+    name = dotted(obj)
+    if name is None:
+        return isinstance(obj, ast.Subscript)
+    if is_model_expr(ctx, obj):
+        return False
+    b = ctx.semantic.binding_at(name, obj) if "." not in name else None
+    if b is not None and b.value is not None and not b.is_param and b.index is None and b.value is not obj:
+        return _plain_state(ctx, b.value)
+    return bool(_PLAIN_NAMES.search(name.rsplit(".", 1)[-1]))
 
 
 @rule("TD503", calls=("load",))
@@ -129,14 +283,21 @@ def load_without_weights_only(node: ast.Call, ctx: Context) -> None:
     target = _target_torch(ctx)
     if has_kwargs(node) or (target is not None and target >= (2, 6)):
         return
+    if ctx.semantic.guards.in_compat_branch(node):
+        return  # the fallback for a torch too old to know weights_only
     edit = None if keyword(node, "pickle_module") or len(node.args) >= 3 else \
         _insert_after_last_arg(ctx, node, "weights_only=True")
+    # weights_only=True refuses pickled objects: safe only where the file shows a state dict is loaded
+    # and nothing here (or in the project) saves whole models, Namespaces or other objects
+    unsafe = _load_use(ctx, node) != "state" or _saves_objects(ctx)
     ctx.report(
         "TD503",
         node,
         f"`{_load_text(ctx, node)}` does not pass weights_only=True: unpickling the file can run arbitrary code",
-        fix="pass `weights_only=True`",
+        fix="pass `weights_only=True`" + (" (check first that the file holds only tensors and plain containers)"
+                                          if unsafe else ""),
         edits=(edit,) if edit else (),
+        unsafe=unsafe,
     )
 
 
@@ -176,7 +337,34 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
         return True
     if last == "module":  # model.module: the model inside a (D)DP wrapper
         return "." in name and is_model_expr(ctx, expr.value)  # type: ignore[attr-defined]
+    if _container_value(ctx, expr) is not None:
+        return False  # ``model_to_save = {"model": weights}``: named like a model, bound to a dict
     return bool(_MODEL_NAME.match(last))
+
+
+def _container_value(ctx: Context, expr: ast.AST) -> ast.AST | None:
+    """The dict/list literal (or ``dict(...)``/``OrderedDict(...)``) a name is bound to, if it is."""
+    if not isinstance(expr, ast.Name):
+        return expr if isinstance(expr, (ast.Dict, ast.List, ast.Tuple)) else None
+    b = ctx.semantic.binding_at(expr.id, expr)
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    if isinstance(value, (ast.Dict, ast.List, ast.Tuple, ast.DictComp)):
+        return value
+    if isinstance(value, ast.Call) and (dotted(value.func) or "").rsplit(".", 1)[-1] in ("dict", "OrderedDict"):
+        return value
+    return None
+
+
+def _model_inside(ctx: Context, obj: ast.AST) -> ast.AST | None:
+    """A whole model stored as a value of a dict that is saved (``{"encoder": encoder, ...}``)."""
+    container = _container_value(ctx, obj)
+    if isinstance(container, ast.Dict):
+        values = container.values
+    elif isinstance(container, ast.Call):
+        values = [k.value for k in container.keywords]
+    else:
+        return None
+    return next((v for v in values if v is not None and not isinstance(v, ast.Call) and is_model_expr(ctx, v)), None)
 
 
 @rule("TD504", calls=("save",))
@@ -191,15 +379,20 @@ def whole_model_saved(node: ast.Call, ctx: Context) -> None:
     if ctx.call_name(node) != "torch.save":
         return
     obj = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "obj"), None)
-    if obj is None or not is_model_expr(ctx, obj):
+    if obj is None:
+        return
+    inner = None if is_model_expr(ctx, obj) else _model_inside(ctx, obj)
+    if inner is None and not is_model_expr(ctx, obj):
         return
     text = ctx.name(obj)
+    what = f"the whole model `{ctx.name(inner)}` inside `{text}`" if inner is not None else "the whole model"
+    model = ctx.name(inner) if inner is not None else text
     ctx.report(
         "TD504",
         node,
-        f"`torch.save({text}, ...)` pickles the whole model: loading needs the same class at the same "
+        f"`torch.save({text}, ...)` pickles {what}: loading needs the same class at the same "
         "import path and an unsafe `weights_only=False`",
-        fix=f"save `{text}.state_dict()` and load it with `model.load_state_dict(...)`",
+        fix=f"save `{model}.state_dict()` and load it with `model.load_state_dict(...)`",
     )
 
 

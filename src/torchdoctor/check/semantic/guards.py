@@ -21,6 +21,7 @@ RANKISH = re.compile(
 _COUNTER = re.compile(r"(?i)^(i|j|k|n|it|idx|step|steps|iter|iteration|batch_?(idx|id|i|num|index)?|.*_(step|iter|idx))$")
 _DEVICE_WORDS = re.compile(r"cuda|gpu|device|accelerat", re.IGNORECASE)
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
+_VERSION_TEST = re.compile(r"(?i)(version|TORCH_\w*(GREATER|LESS|GE|LT|_\d)|torch_\d|is_torch_\w+|hasattr\(\s*torch)")
 _RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
 
 
@@ -227,6 +228,27 @@ class Guards:
                 if stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise)):
                     return True
         return False
+
+    # ---- compatibility branches ------------------------------------------------------------------------------------
+    def in_compat_branch(self, node: ast.AST) -> bool:
+        """In code that exists for an older torch: a branch of a version test (``if TORCH_VERSION < (2, 4):``,
+        ``is_torch_version("<", "2.6")``, ``hasattr(torch, "amp")``) or an ``except ImportError/AttributeError/
+        TypeError`` fallback (``try: torch.load(f, weights_only=True) except TypeError: torch.load(f)``)."""
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            if frame.kind == IF and self._version_test(frame.node.test):  # type: ignore[attr-defined]
+                return True
+            if frame.kind == EXCEPT and self._fallback_handler(frame.node):
+                return True
+            frame = frame.parent
+        return False
+
+    def _version_test(self, test: ast.AST) -> bool:
+        return self._test_memo(test, "version", lambda: bool(_VERSION_TEST.search(self.segment(test))))
+
+    def _fallback_handler(self, handler: ast.AST) -> bool:
+        caught = self.segment(getattr(handler, "type", None)) if getattr(handler, "type", None) is not None else ""
+        return bool(re.search(r"ImportError|ModuleNotFoundError|AttributeError|TypeError", caught))
 
     # ---- device choice, handlers, exits -------------------------------------------------------------------------
     def chooses_device(self, node: ast.AST) -> bool:

@@ -18,7 +18,7 @@ KINDS = ("model", "tensor", "loader", "optimizer", "scaler", "sampler", "device"
 
 MODULE_BASES = {"Module", "LightningModule", "PreTrainedModel", "Sequential", "ModuleList", "ModuleDict"}
 _WRAPPERS = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
-_NOT_MODELS = re.compile(r"Tokenizer|Processor|Config|FeatureExtractor|Dataset")
+_NOT_MODELS = re.compile(r"Tokenizer|Processor|Config|FeatureExtractor|Dataset|Pipeline|Scheduler|Accelerator")
 _OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
                "SparseAdam", "ASGD", "Rprop", "Lion", "Adafactor", "AdamW8bit", "Adam8bit", "LARS", "LAMB"}
 _SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_",
@@ -108,7 +108,8 @@ class Kinds:
             return False
         written = dotted(node) or ""
         head = written.split(".")[0]
-        if head not in self.names.imports and head not in self.names.relative:
+        if head not in self.names.imports and head not in self.names.relative and \
+                not (self.names.star and head not in self.bindings.defined):
             return False
         return bool(self.project_class(written))
 
@@ -124,8 +125,8 @@ class Kinds:
     # ---- names -------------------------------------------------------------------------------------
     def kind_of(self, key: str, at: ast.AST) -> str | None:
         b = self.bindings.at(key, at)
-        if b is None and key in self.bindings.defined:
-            return None  # a function, class or module: name hints (``build_model``) describe values only
+        if b is None and (key in self.bindings.defined or key[:1].isupper()):
+            return None  # a function, class or module (``Encoder``): name hints describe values only
         kind = self.binding_kind(b) if b is not None else None
         if kind is None and key in self.bindings.param_receivers:
             return "model"

@@ -19,6 +19,8 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 EVALISH = re.compile(r"(?i)(val|valid|test|eval|dev\b|holdout)")
 EVAL_FUNC = re.compile(r"(?i)(eval|valid|test|predict|infer|score)")
+# ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
+_GETS_BATCH = re.compile(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
 _TRAINISH = re.compile(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
@@ -86,6 +88,9 @@ class Loops:
         iters, counter = unwrap_iter(loop.iter)  # type: ignore[attr-defined]
         loaders = [it for it in iters if self._is_loader(it, loop)]
         if not loaders:
+            # ``for k in range(eval_iters): X, Y = get_batch(split)``: steps that fetch their own batch
+            if all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters):
+                self._describe_while(info, self.index.body(loop))
             return
         info.is_batch = True
         info.loader = loaders[0]
@@ -116,7 +121,7 @@ class Loops:
         for node in body:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
                 name = (dotted(node.value.func) or "").rsplit(".", 1)[-1]
-                if name == "next" or "batch" in name.lower():
+                if name == "next" or _GETS_BATCH.search(name):
                     info.is_batch = True
                     for t in node.targets:
                         info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]

@@ -116,6 +116,20 @@ class SemanticModel:
         out.sort(key=self.index.pos.__getitem__)
         return out
 
+    def reads_of(self, key: str) -> list[ast.AST]:
+        """Where a name (``loader``) or an attribute of ``self`` (``self.loader``) is read, in source order."""
+        index = self.memo.get("reads")
+        if index is None:
+            index = {}
+            for n in self.of_type(ast.Name):
+                if isinstance(n.ctx, ast.Load):  # type: ignore[attr-defined]
+                    index.setdefault(n.id, []).append(n)  # type: ignore[attr-defined]
+            for n in self.of_type(ast.Attribute):
+                if isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id == "self":  # type: ignore[attr-defined]
+                    index.setdefault("self." + n.attr, []).append(n)  # type: ignore[attr-defined]
+            self.memo["reads"] = index
+        return index.get(key, [])  # type: ignore[union-attr]
+
     def calls_named(self, *names: str) -> list[ast.Call]:
         return self.calls_index.named(*names)
 

@@ -151,6 +151,9 @@ def _device_moves(sem: SemanticModel) -> list[ast.Call]:
 
 def _find_input_device(sem: SemanticModel) -> str | None:
     for node in _device_moves(sem):
+        cls = sem.class_of(node)
+        if cls is not None and cls.name in sem.module_classes:
+            continue  # a move inside a model's own code follows its input (``pos.to(x.device)``)
         dev = sem.move_device(node) or ""
         recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
         kind = sem.expr_kind(recv, node) if recv is not None else None

@@ -23,6 +23,7 @@ class Names:
         self.relative: dict[str, tuple[int, str, str]] = {}
         self.modules: set[str] = set()
         self.from_imports: dict[str, tuple[int, str, str]] = {}  # local -> (level, module, name), absolute too
+        self.star: list[tuple[int, str]] = []  # ``from models import *``: (level, module)
         for node in index.by_type.get(ast.Import, ()):
             for alias in node.names:  # type: ignore[attr-defined]
                 local = alias.asname or alias.name.split(".")[0]
@@ -35,6 +36,7 @@ class Names:
             module, level = node.module or "", node.level  # type: ignore[attr-defined]
             for alias in node.names:  # type: ignore[attr-defined]
                 if alias.name == "*":
+                    self.star.append((level, module))
                     continue
                 local = alias.asname or alias.name
                 self.from_imports[local] = (level, module, alias.name)

@@ -11,7 +11,15 @@ from torchdoctor.check.astutil import dotted, method_name, string_value
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
-           "is_rpc_program", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params"]
+           "is_rpc_program", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
+           "QUIET_IN_TESTS", "uses_gpu_only_library", "accelerator_api", "sets_device_through_helper"]
+
+# Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
+# sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
+# not about a training run there. Errors that break the test itself are still reported.
+QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD602", "TD603", "TD604",
+                            "TD701", "TD703", "TD705", "TD706"})
+_TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 
 _CUDA = re.compile(r"cuda(:\d+)?")
 # Calls that take `device=` but fall back by themselves (autocast, GradScaler warn and disable)
@@ -113,9 +121,33 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
             | set(sem.calls_with_keyword("map_location"))
         nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
         nodes.sort(key=sem.index.pos.__getitem__)
-        return [s for n in nodes if (s := cuda_site(sem, n)) is not None]
+        return [s for n in nodes if (s := cuda_site(sem, n)) is not None and not _default_or_override(sem, n)]
 
     return sem.cached("cuda_sites", compute)  # type: ignore[no-any-return]
+
+
+def _default_or_override(sem: SemanticModel, node: ast.AST) -> bool:
+    """A parameter default (``def f(device=torch.device("cuda"))``: the caller chooses), or code inside an
+    override of ``cuda``/``to``/``_apply`` (``def cuda(self, device=None): return super().cuda(device)``)."""
+    func = sem.function_of(node)
+    if func is not None and func.name in ("cuda", "to", "_apply", "cpu"):
+        return True
+    for a in sem.ancestors(node):
+        if isinstance(a, ast.arguments):
+            return True
+        if isinstance(a, ast.stmt):
+            return False
+    return False
+
+
+_GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "triton", "cupy", "pycuda",
+             "tensorrt", "torch_tensorrt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm")
+
+
+def uses_gpu_only_library(sem: SemanticModel) -> bool:
+    """The program imports a library that runs on NVIDIA GPUs only (Transformer Engine, MS-AMP, apex,
+    flash-attn, Triton kernels...): it cannot run on a CPU whatever its device code says."""
+    return any(q == lib or q.startswith(lib + ".") for q in sem.imports.values() for lib in _GPU_ONLY)
 
 
 def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
@@ -172,6 +204,8 @@ def is_ddp_program(sem: SemanticModel) -> bool:
         source = sem.text.source
         if not any(w in source for w in words) and "RANK" not in source and "WORLD_SIZE" not in source:
             return False
+        if is_rpc_program(sem) and "DistributedDataParallel" not in source and "DDP(" not in source:
+            return False  # an RPC program (parameter server, pipeline) starts processes, but trains no DDP
         for node in sem.of_type(ast.Attribute):
             if node.attr in words:  # type: ignore[attr-defined]
                 return True
@@ -231,13 +265,35 @@ def places_cuda_work(sem: SemanticModel) -> bool:
     return sem.cached("places_cuda_work", lambda: _mentions_cuda(sem) and _places_work(sem))  # type: ignore[no-any-return]
 
 
-def _accelerator_api(sem: SemanticModel) -> bool:
-    """HF Accelerate / Lightning Fabric place the model and batches on the accelerator themselves."""
-    for q in sem.imports.values():
-        if q.startswith(("accelerate.Accelerator", "lightning.fabric", "lightning.Fabric", "lightning_fabric")):
+_LAUNCHERS = ("accelerate.Accelerator", "accelerate.PartialState", "lightning.Fabric", "lightning.fabric.Fabric",
+              "lightning_fabric.Fabric", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer", "lightning.Trainer")
+
+
+def accelerator_api(sem: SemanticModel) -> bool:
+    """HF Accelerate / Lightning Fabric place the model and batches on the accelerator themselves (and bind
+    each process to its own GPU)."""
+    def compute() -> bool:
+        if any(q.startswith(("accelerate.Accelerator", "accelerate.PartialState", "lightning.fabric",
+                             "lightning.Fabric", "lightning_fabric")) for q in sem.imports.values()):
             return True
-    return any(node.attr == "device" and (dotted(node.value) or "").rsplit(".", 1)[-1] in ("accelerator", "fabric")  # type: ignore[attr-defined]
-               for node in sem.of_type(ast.Attribute))
+        if any((sem.call_name(c) or "") in _LAUNCHERS for c in sem.calls_named("Accelerator", "Fabric", "PartialState")):
+            return True
+        return any(node.attr == "device" and (dotted(node.value) or "").rsplit(".", 1)[-1] in ("accelerator", "fabric")  # type: ignore[attr-defined]
+                   for node in sem.of_type(ast.Attribute))
+
+    return sem.cached("accelerator_api", compute)  # type: ignore[no-any-return]
+
+
+_DEVICE_HELPERS = re.compile(r"(?i)^(get_device|init_distributed_device|setup_device|init_device|setup_distributed|"
+                             r"init_distributed_mode|get_local_device|set_device\w*)$")
+
+
+def sets_device_through_helper(sem: SemanticModel) -> bool:
+    """A helper picks (and binds) this process's device: ``device = utils.init_distributed_device(args)``,
+    ``self._device = training.get_device(cfg.device)``."""
+    return any(_DEVICE_HELPERS.match(c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", ""))
+               for c in sem.calls_named("get_device", "init_distributed_device", "setup_device", "init_device",
+                                        "setup_distributed", "init_distributed_mode", "get_local_device"))
 
 
 def _rank_indexed_moves(sem: SemanticModel) -> bool:
@@ -284,7 +340,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
     that a caller elsewhere in the project passes an accelerator device."""
 
     def compute() -> bool:
-        if places_cuda_work(sem) or _accelerator_api(sem) or _rank_indexed_moves(sem):
+        if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem):
             return True
         if sem.project is None:
             return False
@@ -292,3 +348,17 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
                    for func, param in device_params(sem))
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
+
+
+def in_test(sem: SemanticModel, node: ast.AST) -> bool:
+    """``node`` is test code: a ``test_*.py``/``*_test.py``/``conftest.py`` file (where pytest collects), or a
+    method of a ``Test*`` class or of a ``unittest.TestCase``. A ``def test(model, loader)`` in a training
+    script is its evaluation, not a test."""
+    if sem.cached("test_file", lambda: bool(_TEST_FILE.search(sem.path.replace("\\", "/")))):
+        return True
+    for frame in sem.frame(node).chain():
+        if frame.kind == "class":
+            cls = frame.node
+            if cls.name.startswith("Test") or any((dotted(b) or "").endswith("TestCase") for b in cls.bases):  # type: ignore[attr-defined]
+                return True
+    return False

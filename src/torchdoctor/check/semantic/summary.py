@@ -43,6 +43,7 @@ class ModuleSummary:
     # local name -> (level, module, name) for ``from m import x`` (re-exports), and plain imports
     from_imports: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)
+    star: list[tuple[int, str]] = field(default_factory=list)  # ``from m import *``
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class CallRecord:
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
-    out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports))
+    out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
+                        star=list(sem.names.star))
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes

@@ -1,0 +1,169 @@
+"""Where a DataLoader's batches go: to a model or a device (its pipeline matters), or nowhere that
+the program shows (a loader only sharded and gathered in a test, never iterated, yielding prompts).
+
+``feeds_device(sem, call)`` follows the loader from its construction: the names it is bound to,
+``prepare``/``setup_dataloaders`` wrappers, the loops that iterate it, the functions of this file
+it is handed to. A loader handed to code the file does not show (a Trainer, a ``train`` of
+another module) is assumed to feed a model, as before; a loader that only loops that run no
+model and move nothing iterate does not.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.semantic import flow
+from torchdoctor.check.semantic.kinds import unwrap_iter
+from torchdoctor.check.semantic.model import SemanticModel
+
+__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors"]
+
+LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
+_WRAPPING = {"prepare", "setup_dataloaders", "prepare_data_loader", "DeviceLoader", "skip_first_batches",
+             "setup", "prepare_dataloader"}
+_NOT_FEEDING = {"len", "print", "isinstance", "type", "id", "repr", "str", "hasattr", "getattr", "setattr",
+                "append", "extend", "add", "format", "log", "info", "debug", "warning"}
+_STEPISH = re.compile(r"(?i)train|eval|valid|test|step|fit|forward|predict|infer|run|loop|epoch|backward")
+_MAX_DEPTH = 4
+
+
+def feeds_device(sem: SemanticModel, call: ast.Call) -> bool:
+    """The loader built by ``call`` delivers batches to a model, a device, or code we cannot see."""
+    return sem.cached(("feeds_device", call), lambda: _feeds_value(sem, call, 0))  # type: ignore[no-any-return]
+
+
+def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
+    """Where the expression ``value`` (a loader) goes, from its parent upward."""
+    if depth > _MAX_DEPTH:
+        return True
+    child, parent = value, sem.parent(value)
+    while isinstance(parent, ast.Call) and child in parent.args and \
+            (dotted(parent.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter", "zip", "cycle", "islice"):
+        child, parent = parent, sem.parent(parent)  # a wrapper around the loader: follow the wrapper
+    if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
+        return _loop_feeds(sem, parent, depth)
+    if isinstance(parent, ast.comprehension) and child is parent.iter:
+        return _loop_feeds(sem, sem.parent(parent), depth)  # type: ignore[arg-type]
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)):
+        targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+        keys = [d for t in targets if (d := dotted(t))]
+        if not keys:
+            return True  # unpacked into a structure: not followed
+        return any(_key_feeds(sem, key, parent, depth) for key in keys)
+    if isinstance(parent, ast.Call) and (child in parent.args or any(child is k.value for k in parent.keywords)):
+        return _passed_feeds(sem, parent, child, depth)
+    if isinstance(parent, ast.Expr):
+        return False  # built and thrown away
+    if isinstance(parent, ast.Attribute) and parent.value is child:
+        return False  # ``loader.dataset``, ``loader.sampler.set_epoch(...)``: read, not iterated
+    return True  # returned, stored in a container, given to a keyword: not followed
+
+
+def _key_feeds(sem: SemanticModel, key: str, bound: ast.AST, depth: int) -> bool:
+    """A name (or ``self.x``) bound to the loader: does any of its uses feed? Unused: no."""
+    for use in sem.reads_of(key):
+        if not _same_binding(sem, key, bound, use):
+            continue
+        if _feeds_value(sem, use, depth + 1):
+            return True
+    return False
+
+
+def _same_binding(sem: SemanticModel, key: str, bound: ast.AST, at: ast.AST) -> bool:
+    if key.startswith("self."):
+        return True  # an attribute of the object: any method may use it
+    b = sem.binding_at(key, at)
+    return b is None or b.node is bound or b.scope is not sem.scope_of(bound)
+
+
+def _passed_feeds(sem: SemanticModel, call: ast.Call, arg: ast.AST, depth: int) -> bool:
+    name = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call.func, (ast.Name, ast.Attribute)) else ""
+    if name in _NOT_FEEDING:
+        return False
+    if name in _WRAPPING:
+        return _wrapped_feeds(sem, call, arg, depth)
+    funcs = sem.resolve(call)
+    if funcs:
+        return any(_param_feeds(sem, f, call, arg, depth) for f in funcs)
+    return True  # a Trainer, a function of another module: it may well train on it
+
+
+def _wrapped_feeds(sem: SemanticModel, call: ast.Call, arg: ast.AST, depth: int) -> bool:
+    """``dl = accelerator.prepare(dl)`` / ``model, opt, dl = accelerator.prepare(model, opt, dl)``."""
+    parent = sem.parent(call)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Tuple) \
+            and arg in call.args:
+        elts = parent.targets[0].elts
+        i = call.args.index(arg)  # type: ignore[arg-type]
+        key = dotted(elts[i]) if i < len(elts) else None
+        return key is None or _key_feeds(sem, key, parent, depth + 1)
+    return _feeds_value(sem, call, depth + 1)
+
+
+def _param_feeds(sem: SemanticModel, func: ast.AST, call: ast.Call, arg: ast.AST, depth: int) -> bool:
+    """The in-file function ``func`` receives the loader as a parameter: how does it use it?"""
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if params[:1] == ["self"] and isinstance(call.func, ast.Attribute):
+        params = params[1:]
+    kw = next((k.arg for k in call.keywords if k.value is arg), None)
+    name = kw if kw is not None else (params[call.args.index(arg)] if arg in call.args and  # type: ignore[arg-type]
+                                      call.args.index(arg) < len(params) else None)  # type: ignore[arg-type]
+    if name is None:
+        return True
+    return _key_feeds(sem, name, func, depth + 1) or _stored(sem, func, name)
+
+
+def _stored(sem: SemanticModel, func: ast.AST, name: str) -> bool:
+    """``self.loader = loader`` in ``__init__``: the object keeps it for its own methods."""
+    for node in sem.local_nodes(func):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == name:
+            return any((dotted(t) or "").startswith("self.") and _key_feeds(sem, dotted(t), node, _MAX_DEPTH)  # type: ignore[arg-type]
+                       for t in node.targets)
+    return False
+
+
+def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
+    """A loop over the loader runs a model or a loss, moves its batch, or calls a step of training."""
+    info = sem.loop_info(loop)
+    batch = set(info.batch_vars)
+    for node in sem.body(loop):
+        if not isinstance(node, ast.Call):
+            continue
+        if flow.consumer_kind(sem, node) or sem.is_backward_call(node):
+            return True
+        if sem.is_device_move(node) and (sem.move_device(node) or "").strip("'\"") != "cpu":
+            return True
+        if method_name(node) in ("train_step", "training_step", "validation_step", "test_step", "step"):
+            return True
+        funcs = sem.resolve(node)
+        if funcs and any({"backward"} & sem.effects(f) or _calls_model(sem, f) for f in funcs):
+            return True
+        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        passes_batch = any(flow.mentions(sem, a, batch) for a in node.args) if batch else False
+        if not funcs and passes_batch and _STEPISH.search(callee or ""):
+            return True
+    return False
+
+
+def _calls_model(sem: SemanticModel, func: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) for n in sem.local_nodes(func))
+
+
+def dataset_yields_device_tensors(sem: SemanticModel, dataset: ast.AST) -> bool:
+    """``dataset`` is built from a class of this file whose ``__getitem__``/``__iter__`` returns tensors it
+    moved to a device itself (``return seq.cuda()``): pinning would fail, workers cannot share them."""
+    if not isinstance(dataset, ast.Call):
+        return False
+    cls = sem.calls_index.classes.get(dotted(dataset.func) or "")
+    if cls is None:
+        return False
+    for item in cls.body:  # type: ignore[attr-defined]
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in ("__getitem__", "__iter__",
+                                                                                    "__getitems__"):
+            for node in sem.local_nodes(item):
+                if isinstance(node, ast.Call) and sem.is_device_move(node) and \
+                        (sem.move_device(node) or "").strip("'\"") != "cpu":
+                    return True
+    return False
