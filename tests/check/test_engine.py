@@ -108,3 +108,32 @@ def test_syntax_warnings_are_not_printed(fake_rules, tmp_path: Path, capfd) -> N
     p.write_text('import torch\nre = "\\d"\n')
     assert check_file(str(p)).errors == []
     assert "SyntaxWarning" not in capfd.readouterr().err
+
+
+DDP_CUDA = '''\
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(2, 2).cuda())
+ckpt = torch.load("ckpt.pt")
+'''
+
+
+def test_one_construct_one_finding_most_specific_first() -> None:
+    found = check_source(DDP_CUDA, "train.py")
+    cuda = [f for f in found if f.location.line == 6]
+    load = [f for f in found if f.location.line == 7]
+    assert [(f.code, f.related) for f in cuda] == [("TD705", ("TD101", "TD102"))]
+    assert "also TD101" in cuda[0].message and "TD102" in cuda[0].message and "\n" not in cuda[0].message
+    assert [(f.code, f.related) for f in load] == [("TD503", ("TD502",))]
+    # the fixes of every folded code come along, combined where they insert at one point
+    assert [e.replacement for e in load[0].edits] == [', weights_only=True, map_location="cpu"']
+
+
+def test_the_next_code_leads_when_the_first_is_ignored_or_silenced() -> None:
+    ignored = check_source(DDP_CUDA, "train.py", enabled={"TD101", "TD102", "TD502"})
+    assert [(f.location.line, f.code, f.related) for f in ignored] == [(6, "TD101", ("TD102",)), (7, "TD502", ())]
+    silenced = check_source(DDP_CUDA.replace(".cuda())", ".cuda())  # noqa: TD705, TD101"), "train.py")
+    assert [(f.code, f.related) for f in silenced if f.location.line == 6] == [("TD102", ())]

@@ -218,3 +218,67 @@ def test_device_moves() -> None:
     moved = {k: f.value_is_moved(v.value) for k, v in assign.items()}
     assert moved == {"x": False, "a": True, "b": False, "c": True, "d": True, "e": True}
     assert f.move_device(assign["a"].value) == "cuda" and f.move_device(assign["c"].value.func.value) == "dev"
+
+
+def test_one_walk_per_file_no_rule_walks_the_tree(monkeypatch) -> None:
+    """Each file is walked once, by the semantic model; no rule walks the tree again (ast.walk and
+    ast.iter_child_nodes are never called), and the walk lists each node's children once."""
+    from collections import Counter
+    from pathlib import Path
+
+    import torchdoctor.check.semantic.walk as walk
+    from torchdoctor.check import check_source
+    from torchdoctor.check.engine import load_rules
+
+    load_rules()
+    walked: Counter = Counter()
+    children_listed: Counter = Counter()
+    iter_children, real_walk = ast.iter_child_nodes, walk.Index._walk
+    getattr_fields = walk.child_fields
+
+    def counting_iter(node):
+        walked["iter_child_nodes"] += 1
+        return iter_children(node)
+
+    def counting_walk(self):
+        walked["semantic walk"] += 1
+        real_walk(self)
+        for node in self.order:
+            children_listed[id(node)] += 1
+
+    monkeypatch.setattr(ast, "iter_child_nodes", counting_iter)
+    monkeypatch.setattr(walk.Index, "_walk", counting_walk)
+    sources = sorted((Path(__file__).parent / "corpus").glob("*.py"))
+    assert len(sources) >= 8 and getattr_fields is walk.child_fields
+    for path in sources:
+        walked.clear()
+        children_listed.clear()
+        assert check_source(path.read_text("utf-8"), str(path)) is not None
+        assert walked == Counter({"semantic walk": 1}), f"{path.name}: {dict(walked)}"
+        assert set(children_listed.values()) == {1}
+
+
+def test_the_walk_visits_every_node_once_in_source_order() -> None:
+    from torchdoctor.check.semantic.walk import Index
+
+    tree = ast.parse(SCRIPT)
+    index = Index(tree)
+    expected = [n for n in ast.walk(tree) if not isinstance(n, (ast.expr_context, ast.operator, ast.boolop,
+                                                                 ast.unaryop, ast.cmpop))]
+    assert len(index.order) == len(set(map(id, index.order))) == len(expected)
+    assert {id(n) for n in index.order} == {id(n) for n in expected}
+    positions = [(n.lineno, n.col_offset) for n in index.order if isinstance(n, ast.stmt)]
+    assert positions == sorted(positions)  # statements come in source order
+    for node in expected:  # a subtree is the contiguous slice the walk recorded
+        assert {id(n) for n in index.subtree(node)} == {id(n) for n in ast.walk(node)
+                                                        if not isinstance(n, (ast.expr_context, ast.operator,
+                                                                              ast.boolop, ast.unaryop, ast.cmpop))}
+
+
+def test_frames_say_where_a_node_runs() -> None:
+    f = facts_of(SCRIPT)
+    item = find(f, lambda n: isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "item")
+    kinds = [fr.kind for fr in f.frame(item).chain()]
+    assert kinds == ["if", "loop", "loop", "module"]  # if step % 100, the batch loop, the epoch loop
+    header = find(f, lambda n: isinstance(n, ast.Call) and getattr(n.func, "id", "") == "enumerate")
+    assert [fr.kind for fr in f.frame(header).chain()] == ["loop", "module"]  # a loop's iterable is outside it

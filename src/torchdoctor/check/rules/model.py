@@ -103,8 +103,14 @@ def _moves_itself(ctx: Context, cls: ast.AST) -> bool:
     sem = ctx.semantic
     for func in cls.body:  # type: ignore[attr-defined]
         if isinstance(func, ast.FunctionDef) and func.name == "__init__":
-            return any(isinstance(n, ast.Call) and sem.is_device_move(n) and isinstance(n.func, ast.Attribute)
-                       and (dotted(n.func.value) or "").split(".")[0] == "self" for n in sem.local_nodes(func))
+            for n in sem.local_nodes(func):
+                if not (isinstance(n, ast.Call) and sem.is_device_move(n) and isinstance(n.func, ast.Attribute)):
+                    continue
+                if (dotted(n.func.value) or "").split(".")[0] == "self":
+                    return True
+                stmt = sem.parent(n)  # ``self.fc = nn.Linear(16, 8).cuda(rank)``
+                if isinstance(stmt, ast.Assign) and any((dotted(t) or "").startswith("self.") for t in stmt.targets):
+                    return True
     return False
 
 

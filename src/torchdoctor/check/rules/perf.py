@@ -164,7 +164,9 @@ def _autocast_trains(ctx: Context, node: ast.Call) -> bool:
         return True
     func = sem.function_of(node)
     if func is not None:
-        return "backward" in sem.effects(func)
+        return any(sem.is_backward_call(n) for n in sem.local_nodes(func)) or \
+            "backward" in sem.region_effects(sem.body(sem.parent(sem.parent(node))) if isinstance(
+                sem.parent(sem.parent(node)), (ast.With, ast.AsyncWith)) else [])
     with_node = sem.parent(sem.parent(node))  # the ``with`` whose item this call is
     body = sem.body(with_node) if isinstance(with_node, (ast.With, ast.AsyncWith)) else []
     return "backward" in sem.region_effects(body) or any(

@@ -124,6 +124,10 @@ def _path_words(ctx: Context, expr: ast.AST | None) -> str | None:
     """A path expression's identity for matching a load with a save: its source without ``open(..., 'wb')``."""
     if expr is None:
         return None
+    if isinstance(expr, ast.Name):  # ``with open(args.save, "wb") as f: torch.save(sd, f)``
+        b = ctx.semantic.binding_at(expr.id, expr)
+        if b is not None and isinstance(b.value, ast.Call) and (dotted(b.value.func) or "") in ("open", "io.open"):
+            expr = b.value
     if isinstance(expr, ast.Call) and (dotted(expr.func) or "") in ("open", "io.open") and expr.args:
         expr = expr.args[0]
     return ctx.segment(expr).replace(" ", "")

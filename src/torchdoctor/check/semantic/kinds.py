@@ -174,8 +174,11 @@ class Kinds:
     def _annotation_kind(self, ann: ast.AST) -> str | None:
         q = self.names.qualname(ann) or ""
         last = q.rsplit(".", 1)[-1]
+        if q in self.module_classes:
+            return "model"  # ``net: Net``
         return {"Module": "model", "Tensor": "tensor", "DataLoader": "loader", "device": "device",
-                "Optimizer": "optimizer"}.get(last)
+                "Optimizer": "optimizer", "GradScaler": "scaler", "LRScheduler": "scheduler",
+                "_LRScheduler": "scheduler"}.get(last)
 
     def _unpacked_kind(self, value: ast.AST, index: int, at: ast.AST) -> str | None:
         # ``model, opt, loader = accelerator.prepare(model, opt, loader)`` keeps each kind.

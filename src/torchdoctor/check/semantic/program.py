@@ -17,8 +17,8 @@ __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
 # not about a training run there. Errors that break the test itself are still reported.
-QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD602", "TD603", "TD604",
-                            "TD701", "TD703", "TD705", "TD706"})
+QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD401", "TD402", "TD602",
+                            "TD603", "TD604", "TD701", "TD703", "TD705", "TD706"})
 _TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 
 _CUDA = re.compile(r"cuda(:\d+)?")

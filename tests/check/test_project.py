@@ -1,0 +1,247 @@
+"""The project index: rules see what other modules of the program define and how they call each other,
+for files checked together and for a single file checked alone (pre-commit passes changed files only)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchdoctor.check.project import MAX_MODULES, Project
+from torchdoctor.check.runner import check_file, check_files
+from torchdoctor.config import Settings
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def codes(results, name: str) -> list[tuple[int, str]]:
+    out = []
+    for r in results:
+        if Path(r.path).name == name:
+            assert not r.errors, r.errors
+            out += [(f.location.line, code) for f in r.findings for code in (f.code, *f.related)]
+    return sorted(out)
+
+
+MODEL = """\
+import torch.nn as nn
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+
+    def forward(self, x):
+        return self.net(x)
+
+class Plain(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+TRAIN = """\
+import torch
+from model import Classifier, Plain
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+model = Classifier().to(device)
+plain = Plain().to(device)
+
+def validate(val_loader):
+    with torch.no_grad():
+        for x, y in val_loader:
+            out = model(x.to(device))
+            out2 = plain(x.to(device))
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    return tmp_path
+
+
+def test_a_model_class_of_another_module_brings_its_dropout(project: Path) -> None:
+    write(project, {"model.py": MODEL, "train.py": TRAIN})
+    results = check_files(["model.py", "train.py"], Settings(root=str(project)))
+    # Classifier has dropout (model.py): evaluating it in train mode is TD402; Plain has none
+    assert codes(results, "train.py") == [(11, "TD402")]
+
+
+def test_a_single_file_run_still_reads_its_siblings(project: Path) -> None:
+    write(project, {"model.py": MODEL, "train.py": TRAIN})
+    result = check_file("train.py", Settings(root=str(project)))
+    assert [(f.location.line, f.code) for f in result.findings] == [(11, "TD402")]
+
+
+def test_without_the_sibling_nothing_is_assumed(project: Path) -> None:
+    write(project, {"train.py": TRAIN})
+    assert check_file("train.py", Settings(root=str(project))).findings == []
+
+
+def test_set_epoch_in_a_helper_module_counts(project: Path) -> None:
+    write(project, {
+        "utils/__init__.py": "from .train_utils import train\n",
+        "utils/train_utils.py": """\
+            def train(model, loader, optimizer, epoch, sampler=None):
+                if sampler:
+                    sampler.set_epoch(epoch)
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    model(x).sum().backward()
+                    optimizer.step()
+            """,
+        "main.py": """\
+            import torch
+            from torch.utils.data.distributed import DistributedSampler
+            from utils import train
+
+            def main(model, dataset, optimizer):
+                sampler = DistributedSampler(dataset)
+                loader = torch.utils.data.DataLoader(dataset, sampler=sampler)
+                for epoch in range(10):
+                    train(model, loader, optimizer, epoch, sampler=sampler)
+            """,
+        "main_forgets.py": """\
+            import torch
+            from torch.utils.data.distributed import DistributedSampler
+            from utils.train_utils import train as run_epoch
+
+            def main(model, dataset, optimizer):
+                sampler = DistributedSampler(dataset)
+                loader = torch.utils.data.DataLoader(dataset, sampler=sampler)
+                for epoch in range(10):
+                    run_epoch(model, loader, optimizer, epoch)
+                for epoch in range(10):
+                    for x, y in loader:
+                        model(x).sum().backward()
+            """,
+    })
+    results = check_files(["main.py", "main_forgets.py", "utils/__init__.py", "utils/train_utils.py"],
+                          Settings(root=str(project)))
+    assert codes(results, "main.py") == []
+    # the first epoch loop runs the helper that calls set_epoch; the second never does
+    assert codes(results, "main_forgets.py") == [(10, "TD701")]
+
+
+def test_a_save_guarded_by_rank_in_the_caller_module(project: Path) -> None:
+    write(project, {
+        "ckpt.py": """\
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+            def save_checkpoint(model, path):
+                inner = model.module if isinstance(model, DistributedDataParallel) else model
+                torch.save(inner.state_dict(), path)
+            """,
+        "train.py": """\
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from ckpt import save_checkpoint
+
+            def main(model):
+                dist.init_process_group("gloo")
+                model = DDP(model)
+                if dist.get_rank() == 0:
+                    save_checkpoint(model.module, "m.pt")
+            """,
+        "ckpt_ddp.py": """\
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+            def save_everywhere(model, path):
+                inner = model.module if isinstance(model, DistributedDataParallel) else model
+                torch.save(inner.state_dict(), path)
+            """,
+        "train_all_ranks.py": """\
+            from ckpt_ddp import save_everywhere
+
+            def main(model):
+                save_everywhere(model, "m.pt")
+            """,
+    })
+    results = check_files(["ckpt.py", "train.py", "ckpt_ddp.py", "train_all_ranks.py"], Settings(root=str(project)))
+    assert codes(results, "ckpt.py") == []  # its only caller guards it with the rank
+    assert codes(results, "ckpt_ddp.py") == [(6, "TD703")]  # nobody guards it: every rank writes
+
+
+def test_a_device_parameter_that_callers_give_a_gpu(project: Path) -> None:
+    write(project, {
+        "engine.py": """\
+            import torch
+
+
+            def train_one_epoch(model, criterion, data_loader, optimizer, device):
+                for samples, targets in data_loader:
+                    samples = samples.to(device)
+                    targets = targets.to(device)
+                    loss = criterion(model(samples), targets)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    print(loss.item())
+            """,
+        "main.py": """\
+            import argparse
+            import torch
+            from engine import train_one_epoch
+
+            def main(args, model, criterion, loader, optimizer):
+                device = torch.device(args.device)
+                model.to(device)
+                for epoch in range(3):
+                    train_one_epoch(model, criterion, loader, optimizer, device)
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--device", default="cuda")
+            """,
+        "cpu_engine.py": """\
+            import torch
+
+
+            def evaluate(model, loader, device):
+                for x, y in loader:
+                    x = x.to(device)
+                    print(model(x).sum().item())
+            """,
+    })
+    results = check_files(["engine.py", "main.py", "cpu_engine.py"], Settings(root=str(project)))
+    assert codes(results, "engine.py") == [(12, "TD603")]
+    # nobody calls it with a GPU: its device is unknown, so no TD603 (its missing no_grad is TD401 anyway)
+    assert codes(results, "cpu_engine.py") == [(7, "TD401")]
+
+
+def test_star_imports_and_reexports_resolve(project: Path) -> None:
+    write(project, {
+        "models.py": MODEL,
+        "gan.py": """\
+            import torch
+            from models import *
+
+            encoder = Classifier()
+            if torch.cuda.is_available():
+                encoder.cuda()
+            """,
+    })
+    results = check_files(["models.py", "gan.py"], Settings(root=str(project)))
+    assert codes(results, "gan.py") == [(6, "TD102")]  # a module's .cuda() is in place: no TD301
+
+
+def test_index_is_bounded_and_never_fails_on_a_broken_sibling(project: Path) -> None:
+    write(project, {"model.py": "class Classifier(:\n", "train.py": TRAIN})
+    result = check_file("train.py", Settings(root=str(project)))
+    assert result.errors == [] and result.findings == []
+    proj = Project([str(project / "train.py")])
+    assert MAX_MODULES >= 100 and proj.root == str(project)
