@@ -21,6 +21,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from torchdoctor.check.astutil import dotted
 from torchdoctor.check.semantic import SemanticModel
 from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary, call_records, summarize
 
@@ -70,14 +71,18 @@ class Project:
         return None if cls is None or not cls.is_module else cls.dropout_bn  # type: ignore[attr-defined]
 
     def function_for(self, sem: SemanticModel, call: ast.Call) -> FunctionSummary | None:
-        from torchdoctor.check.astutil import dotted
-
         written = dotted(call.func)
         if written is None:
             return None
         found = self._lookup(sem, written, "function")
         if found is None:  # ``Trainer(...)`` runs ``Trainer.__init__``
             found = self._lookup(sem, written + ".__init__", "function")
+        if found is None and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+            # ``metric_logger.update(...)`` on ``metric_logger = utils.MetricLogger()``: the class's method
+            b = sem.binding_at(call.func.value.id, call)
+            cls = dotted(b.value.func) if b is not None and isinstance(b.value, ast.Call) and not b.is_param else None
+            if cls and cls.rsplit(".", 1)[-1][:1].isupper():
+                found = self._lookup(sem, f"{cls}.{call.func.attr}", "function")
         return found  # type: ignore[return-value]
 
     def _lookup(self, sem: SemanticModel, written: str, what: str) -> object | None:

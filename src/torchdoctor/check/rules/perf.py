@@ -335,7 +335,7 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     sem = ctx.semantic
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
-        if sem.under_step_guard(node) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop):
+        if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop):
             return None
         return loop
     func = sem.function_of(node)
@@ -395,6 +395,8 @@ def _inner_sync(node: ast.Call) -> bool:
 
 
 def _tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    if isinstance(expr, ast.Attribute):
+        return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
     if isinstance(expr, ast.Name):
         return (ctx.semantic.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))) \
             and not _host_number(ctx, expr, at)
@@ -440,11 +442,9 @@ def _sync_site(ctx: Context, node: ast.Call) -> str | None:
     if isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1:
         return f"`{node.func.id}({ctx.name(node.args[0])})`" if _tensor_value(ctx, node.args[0], node) else None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
-        for arg in node.args:
-            values = [v.value for v in arg.values if isinstance(v, ast.FormattedValue)] if isinstance(arg, ast.JoinedStr) else [arg]
-            for v in values:
-                if _tensor_value(ctx, v, node):
-                    return f"`print` of tensor `{ctx.name(v)}`"
+        for arg in node.args:  # (an f-string argument is the f-string rule's)
+            if not isinstance(arg, ast.JoinedStr) and _tensor_value(ctx, arg, node):
+                return f"`print` of tensor `{ctx.name(arg)}`"
     return None
 
 
@@ -471,9 +471,63 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
             and _host_copy_of_cpu_data(ctx, node, loop):
         return
+    _report_sync(ctx, node, what, loop)
+
+
+def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST) -> None:
     ctx.report(
         "TD603",
         node,
-        f"{what} synchronises with the GPU on every step of the loop at line {loop.lineno}",
+        f"{what} synchronises with the GPU on every step of the loop at line {loop.lineno}",  # type: ignore[attr-defined]
         fix="keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch",
     )
+
+
+@rule("TD603", ast.JoinedStr)
+def tensor_formatted_every_step(node: ast.AST, ctx: Context) -> None:
+    """An f-string that formats a tensor (``f"{loss}"``, ``f"{loss=}"``) reads it back to the host, whatever
+    prints or logs the string (``print``, ``accelerator.print``, ``logger.info``, a progress bar)."""
+    assert isinstance(node, ast.JoinedStr)
+    sem = ctx.semantic
+    values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+    tensor = next((v for v in values if _tensor_value(ctx, v, node)), None)
+    if tensor is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
+        return
+    loop = per_step_loop(ctx, node)
+    if loop is not None:
+        _report_sync(ctx, node, f"formatting tensor `{ctx.name(tensor)}` in an f-string", loop)
+
+
+@rule("TD603", ast.For, ast.AsyncFor, ast.While)
+def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
+    """A step calls a function or method of another module of the project that reads tensors back
+    (``metric_logger.update(loss=loss, **loss_dict)`` whose ``update`` calls ``.item()``): the sync happens
+    there, on every step; in-file helpers are reported at their own ``.item()``."""
+    sem = ctx.semantic
+    if sem.project is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
+        return
+    if sem.loop_kind(loop) not in ("train", "eval"):
+        return
+    for node in sem.body(loop):
+        if not isinstance(node, ast.Call) or sem.enclosing_loop(node, "batch") is not loop:
+            continue
+        ext = sem.external(node)
+        if ext is None or "sync" not in getattr(ext, "effects", ()) or per_step_loop(ctx, node) is not loop:
+            continue
+        if not _passes_tensors(ctx, node):
+            continue
+        _report_sync(ctx, node, f"`{ctx.name(node.func)}(...)` reads tensors back (`.item()` in "
+                     f"`{getattr(ext, 'name', '?')}`)", loop)
+
+
+def _passes_tensors(ctx: Context, call: ast.Call) -> bool:
+    """An argument is a tensor (a loss, an output) or a ``**dict`` of them."""
+    sem = ctx.semantic
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if any(k.arg is None and k.value is arg for k in call.keywords):
+            return True
+        if isinstance(arg, (ast.Name, ast.Attribute)) and _tensor_value(ctx, arg, call):
+            return True
+        if isinstance(arg, ast.Call) and sem.is_model_call(arg):
+            return True
+    return False

@@ -114,10 +114,16 @@ def _holds_no_device_tensors(ctx: Context, call: ast.Call) -> bool:
     a scheduler or a sampler is Python numbers, not device tensors (an optimizer's state lives where its
     parameters do and is remapped by load_state_dict)."""
     sem = ctx.semantic
-    parent = sem.parent(call)
-    if isinstance(parent, ast.Call) and method_name(parent) == "load_state_dict" and isinstance(parent.func, ast.Attribute):
-        return sem.expr_kind(parent.func.value, parent) in _STATE_ONLY_KINDS[:3]
-    return False
+    uses = _uses_of_value(sem, call)
+    if not uses:
+        return False
+    for use in uses:
+        parent = sem.parent(use)
+        if not (isinstance(parent, ast.Call) and method_name(parent) == "load_state_dict" and use in parent.args
+                and isinstance(parent.func, ast.Attribute)
+                and sem.expr_kind(parent.func.value, parent) in _STATE_ONLY_KINDS[:3]):
+            return False
+    return True
 
 
 def _path_words(ctx: Context, expr: ast.AST | None) -> str | None:
@@ -149,6 +155,8 @@ def _saved_here(ctx: Context, load: ast.Call) -> bool:
 
 def _saves_host_data(ctx: Context, save: ast.Call) -> bool:
     sem = ctx.semantic
+    if "offload_to_cpu" in ctx.source:
+        return True  # FSDP gathers its full state dicts to the CPU (``FullStateDictConfig(offload_to_cpu=True)``)
     obj = save.args[0]
     nodes = sem.subtree(obj)
     if isinstance(obj, ast.Name):

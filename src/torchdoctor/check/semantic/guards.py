@@ -147,17 +147,35 @@ class Guards:
 
         return self._test_memo(test, "one_off", compute)
 
-    def under_step_guard(self, node: ast.AST) -> bool:
+    def under_step_guard(self, node: ast.AST, loop: ast.AST | None = None) -> bool:
         """Inside an ``if`` whose test uses ``%`` (``step % log_every == 0``), in either branch, or in the
-        body of one that runs on one step only (``if i == 0:``); up to the enclosing function."""
+        body of one that runs on one step only (``if i == 0:``); up to the enclosing function, or, with
+        ``loop``, up to that loop: a guard outside the batch loop (``if iterations % dev_every == 0:``
+        around a whole validation pass), or one that tests the counter of an outer loop (``if fold == 0``),
+        does not thin out the loop's steps."""
         frame = self.index.frame.get(node)
         while frame is not None and frame.kind not in (FUNCTION, LAMBDA, CLASS):
+            if loop is not None and frame.kind == LOOP and frame.node is loop:
+                return False
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
-                if self._has_mod(test) or (frame.branch == "body" and self._one_off(test)):
+                if (self._has_mod(test) or (frame.branch == "body" and self._one_off(test))) and \
+                        not (loop is not None and self._tests_outer_counter(test, loop)):
                     return True
             frame = frame.parent
         return False
+
+    def _tests_outer_counter(self, test: ast.AST, loop: ast.AST) -> bool:
+        """Every counter the test reads is bound by a loop around ``loop`` (an outer loop's index)."""
+        names = [n.id for n in self.index.subtree(test) if isinstance(n, ast.Name) and _COUNTER.match(n.id)]
+        if not names:
+            return False
+        for name in names:
+            b = self.bindings.at(name, test)
+            owner = self.index.parent.get(b.node) if b is not None and b.value is None else None
+            if not (isinstance(owner, (ast.For, ast.AsyncFor)) and owner is not loop and self.index.contains(owner, loop)):
+                return False
+        return True
 
     # ---- rank guards ---------------------------------------------------------------------------------------
     def rank_aliases(self) -> set[str]:

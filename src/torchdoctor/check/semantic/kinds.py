@@ -37,7 +37,11 @@ _NAME_HINTS = (
     (re.compile(r"^(device|dev)$|_device$", re.I), "device"),
     (re.compile(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
 )
+# Tensor fields of a model's output object (transformers' ModelOutput and the like).
+OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
+                           "image_embeds", "text_embeds"})
 LOADERISH = re.compile(r"(?i)(loader|\bdl\b|_dl\b|dataloader|batches|batch_iter|data_iter)")
+_COLLECTIVES = {"gather", "gather_for_metrics", "reduce", "pad_across_processes", "all_gather"}
 _WRAPPER_CALLS = {"enumerate", "tqdm", "trange", "iter", "zip", "islice", "track", "progress", "progress_bar",
                   "prefetch", "DeviceLoader", "cycle", "chain"}
 
@@ -181,9 +185,16 @@ class Kinds:
                 "_LRScheduler": "scheduler"}.get(last)
 
     def _unpacked_kind(self, value: ast.AST, index: int, at: ast.AST) -> str | None:
-        # ``model, opt, loader = accelerator.prepare(model, opt, loader)`` keeps each kind.
-        if isinstance(value, ast.Call) and method_name(value) in ("prepare", "setup") and index < len(value.args):
+        # ``model, opt, loader = accelerator.prepare(model, opt, loader)`` keeps each kind;
+        # ``preds, refs = accelerator.gather_for_metrics((preds, batch["labels"]))`` too.
+        if not isinstance(value, ast.Call):
+            return None
+        meth = method_name(value)
+        if meth in ("prepare", "setup") and index < len(value.args):
             return self.expr_kind(value.args[index], at)
+        if meth in _COLLECTIVES and value.args and isinstance(value.args[0], (ast.Tuple, ast.List)):
+            elts = value.args[0].elts
+            return self.expr_kind(elts[index], at) if index < len(elts) else None
         return None
 
     # ---- expressions ----------------------------------------------------------------------------------
@@ -199,6 +210,8 @@ class Kinds:
                 return None
             if key.startswith("self."):
                 return self.kind_of(key, at)
+            if node.attr in OUTPUT_FIELDS and self.expr_kind(node.value, at) == "tensor":
+                return "tensor"  # ``outputs.logits`` of a model's output
             return kind_from_name(key) if node.attr == "device" else None
         if isinstance(node, ast.Call):
             return self.call_kind(node, at)
@@ -240,6 +253,8 @@ class Kinds:
         if last in ("tqdm", "trange", "track", "iter", "enumerate") and call.args:
             return "loader" if self.expr_kind(call.args[0], at) == "loader" else None
         meth = method_name(call)
+        if meth in _COLLECTIVES and call.args and not isinstance(call.args[0], (ast.Tuple, ast.List)):
+            return self.expr_kind(call.args[0], at)  # ``accelerator.gather(loss)``: a tensor like its input
         if meth in _SAME_AS_RECEIVER:
             inner = self.expr_kind(call.func.value, at)  # type: ignore[attr-defined]
             if meth in _TENSOR_METHODS_ONLY and inner != "tensor":

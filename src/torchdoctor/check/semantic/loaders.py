@@ -75,7 +75,8 @@ def _same_binding(sem: SemanticModel, key: str, bound: ast.AST, at: ast.AST) -> 
     if key.startswith("self."):
         return True  # an attribute of the object: any method may use it
     b = sem.binding_at(key, at)
-    return b is None or b.node is bound or b.scope is not sem.scope_of(bound)
+    # the binding that reaches the use, or one in the other branch of an ``if`` (``dl = ...`` in both)
+    return b is None or b.node is bound or b.scope is not sem.scope_of(bound) or sem.in_other_branch(b.node, bound)
 
 
 def _passed_feeds(sem: SemanticModel, call: ast.Call, arg: ast.AST, depth: int) -> bool:

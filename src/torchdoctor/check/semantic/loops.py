@@ -21,6 +21,7 @@ EVALISH = re.compile(r"(?i)(val|valid|test|eval|dev\b|holdout)")
 EVAL_FUNC = re.compile(r"(?i)(eval|valid|test|predict|infer|score)")
 # ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
 _GETS_BATCH = re.compile(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
+_ITERATOR_NAME = re.compile(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
 _TRAINISH = re.compile(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
@@ -135,6 +136,8 @@ class Loops:
         if isinstance(it, ast.Subscript):  # dataloaders[phase]
             it = it.value
         text = self.segment(it)
+        if isinstance(it, (ast.Name, ast.Attribute)) and _ITERATOR_NAME.search(text):
+            return True  # torchtext's ``train_iter``/``dev_iter``, a ``data_iterator``
         if isinstance(it, (ast.Name, ast.Attribute, ast.Call)) and LOADERISH.search(text):
             return not isinstance(it, ast.Call) or method_name(it) not in ("items", "keys", "values")
         # ``for x, y in val_data:`` counts when the body runs a model on it.
@@ -175,8 +178,11 @@ class Loops:
         return out
 
     def _classify_train(self, loop: ast.AST) -> None:
-        """A training loop is the innermost batch loop around a backward() (else the innermost loop)."""
-        for node in self.index.body(loop):
+        """A training loop is the innermost batch loop around a backward() (else the innermost loop); or a
+        loop that calls a function of this file doing one whole step (backward and an optimizer step, no
+        loop of its own that backpropagates): full-batch training, one step per iteration."""
+        body = self.index.body(loop)
+        for node in body:
             if not (isinstance(node, ast.Call) and self.calls.is_backward_call(node)):
                 continue
             chain = self.loops_around(node)
@@ -186,6 +192,22 @@ class Loops:
             if target is loop:
                 self.info[loop].kind = "train"
                 return
+        if self.info[loop].is_batch or any(isinstance(n, _LOOPS) for n in body):
+            return
+        for node in body:
+            if isinstance(node, ast.Call):
+                for func in self.calls.resolve(node):
+                    if {"backward", "step"} <= self.calls.effects(func) and not self._loops_backward(func):
+                        self.info[loop].kind = "train"
+                        return
+
+    def _loops_backward(self, func: ast.AST) -> bool:
+        """Some loop in ``func`` (or the functions it calls) backpropagates: ``func`` runs many steps."""
+        for f in self.calls.reachable(func):
+            for n in self.calls.local_nodes(f):
+                if isinstance(n, _LOOPS) and self.info[n].has_backward:
+                    return True
+        return False
 
     def _classify_comp(self, comp: ast.AST) -> None:
         """Train when its result is backpropagated, else evaluation by the same signs as a loop."""

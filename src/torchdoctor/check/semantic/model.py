@@ -202,8 +202,8 @@ class SemanticModel:
     def under_no_grad(self, node: ast.AST, strict: bool = False) -> bool:
         return self.guards.grad_mode(node) in (("off",) if strict else ("off", "maybe"))
 
-    def under_step_guard(self, node: ast.AST) -> bool:
-        return self.guards.under_step_guard(node)
+    def under_step_guard(self, node: ast.AST, loop: ast.AST | None = None) -> bool:
+        return self.guards.under_step_guard(node, loop)
 
     def under_rank_guard(self, node: ast.AST) -> bool:
         return self.guards.under_rank_guard(node)

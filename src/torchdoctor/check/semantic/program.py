@@ -334,6 +334,27 @@ def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
     return sem.cached("device_params", compute)  # type: ignore[no-any-return]
 
 
+def _param_gets_accelerator(sem: SemanticModel, func: ast.AST, param: str, depth: int) -> bool:
+    """A caller in another module passes an accelerator device for ``param``; or a function of this file
+    passes its own device parameter on, and that one gets an accelerator (``test(device)`` calling
+    ``test_epoch(model, device, loader)``)."""
+    if sem.project.passes_accelerator(sem, func, param):  # type: ignore[union-attr]
+        return True
+    if depth >= 2:
+        return False
+    names = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    for site in sem.call_sites(func):
+        arg = next((k.value for k in site.keywords if k.arg == param), None)
+        if arg is None and param in names and names.index(param) < len(site.args):
+            arg = site.args[names.index(param)]
+        caller = sem.function_of(site)
+        b = sem.binding_at(arg.id, site) if isinstance(arg, ast.Name) else None
+        if caller is not None and b is not None and b.is_param and b.node is caller and \
+                _param_gets_accelerator(sem, caller, arg.id, depth + 1):  # type: ignore[union-attr]
+            return True
+    return False
+
+
 def runs_on_accelerator(sem: SemanticModel) -> bool:
     """The program can put work on an accelerator: it names CUDA and places work, it uses Accelerate or
     Fabric, it moves to a GPU index (a rank), or a function of it moves values to a ``device`` parameter
@@ -344,8 +365,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
             return True
         if sem.project is None:
             return False
-        return any(sem.project.passes_accelerator(sem, func, param)  # type: ignore[attr-defined]
-                   for func, param in device_params(sem))
+        return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem))
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
 
