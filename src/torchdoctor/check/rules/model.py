@@ -37,6 +37,8 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue
         if _returned(ctx, key, stmt):
             continue  # a builder function: its caller decides where the model goes
+        if _wraps_or_is_wrapped(ctx, key, call):
+            continue  # one module inside another: it moves with the outer one
         if _inputs_stay_on_host(ctx, key, stmt):
             continue
         device = _input_device_near(ctx, key, stmt)
@@ -46,6 +48,20 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{device}`",
                    fix=f"move it once after construction: `{key} = {key}.to({device})`")
+
+
+def _wraps_or_is_wrapped(ctx: Context, key: str, call: ast.Call) -> bool:
+    """``tokenizer = EntropyTokenizer(model)`` wraps a model (that is moved); ``ssl = SelfMaskedRepr(student)``
+    takes this model in (and is moved or prepared itself): either way it is not a model on its own."""
+    sem = ctx.semantic
+    if any(sem.expr_kind(a, call) in ("model", "wrapper") for a in [*call.args, *(k.value for k in call.keywords)]):
+        return True
+    for other in sem.calls:  # (DataParallel/DDP/compile are wrappers of another kind: they move nothing)
+        if other is call or sem.call_kind(other, other) != "model":
+            continue
+        if any(dotted(a) == key for a in [*other.args, *(k.value for k in other.keywords)]):
+            return True
+    return False
 
 
 def _input_device_near(ctx: Context, key: str, stmt: ast.AST) -> str | None:

@@ -157,20 +157,19 @@ def _autocast_dtype(ctx: Context, call: ast.Call) -> str | None:
 
 
 def _autocast_trains(ctx: Context, node: ast.Call) -> bool:
-    """The float16 region is part of training: inside a training loop, or in a function that backpropagates
-    (an autocast around a final inference call after training computes no gradients)."""
+    """The float16 region is part of training: inside a training loop, or followed (in the same
+    function) by a backward; an autocast around a final inference call after training computes no
+    gradients."""
     sem = ctx.semantic
     if sem.enclosing_loop(node, "train") is not None:
         return True
-    func = sem.function_of(node)
-    if func is not None:
-        return any(sem.is_backward_call(n) for n in sem.local_nodes(func)) or \
-            "backward" in sem.region_effects(sem.body(sem.parent(sem.parent(node))) if isinstance(
-                sem.parent(sem.parent(node)), (ast.With, ast.AsyncWith)) else [])
     with_node = sem.parent(sem.parent(node))  # the ``with`` whose item this call is
     body = sem.body(with_node) if isinstance(with_node, (ast.With, ast.AsyncWith)) else []
-    return "backward" in sem.region_effects(body) or any(
-        "backward" in sem.region_effects(sem.body(loop)) for loop in sem.loops_around(node))
+    if "backward" in sem.region_effects(body):
+        return True
+    scope = sem.scope_of(node)
+    nodes = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
+    return any(sem.is_backward_call(n) and n.lineno >= node.lineno for n in nodes)  # type: ignore[attr-defined]
 
 
 def _has_scaler(ctx: Context) -> bool:

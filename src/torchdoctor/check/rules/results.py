@@ -140,16 +140,18 @@ def _path_words(ctx: Context, expr: ast.AST | None) -> str | None:
 
 
 def _saved_here(ctx: Context, load: ast.Call) -> bool:
-    """The same file writes that path with ``torch.save`` (in this run, or a cache it makes for itself):
-    whatever device the tensors were on, this program put them there. Or every ``torch.save`` of the file
-    writes host data (after ``.cpu()``, NumPy, FSDP's ``offload_to_cpu=True``): what it loads back is too."""
+    """Earlier in the same function this run wrote that path with ``torch.save``: it reads back what it
+    just put there, on the same machine. Or every ``torch.save`` of the file writes host data (after
+    ``.cpu()``, NumPy, FSDP's ``offload_to_cpu=True``): what it loads back is too."""
     if not load.args:
         return False
     want = _path_words(ctx, load.args[0])
     sem = ctx.semantic
     saves = [s for s in sem.calls_named("save") if ctx.call_name(s) == "torch.save" and s.args]
-    if any(len(s.args) >= 2 and _path_words(ctx, s.args[1]) == want for s in saves):
-        return True
+    scope = sem.scope_of(load)
+    if any(len(s.args) >= 2 and _path_words(ctx, s.args[1]) == want and sem.scope_of(s) is scope
+           and s.lineno < load.lineno for s in saves):
+        return True  # reloads what this very run wrote just before (the best weights); a resume is not that
     return bool(saves) and all(_saves_host_data(ctx, s) for s in saves)
 
 

@@ -41,6 +41,8 @@ _NAME_HINTS = (
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
                            "image_embeds", "text_embeds"})
 LOADERISH = re.compile(r"(?i)(loader|\bdl\b|_dl\b|dataloader|batches|batch_iter|data_iter)")
+_TENSOR_TUPLES = {"max", "min", "sort", "topk", "kthvalue", "median", "mode", "unique", "chunk", "split",
+                  "unbind", "broadcast_tensors", "meshgrid", "std_mean", "var_mean", "aminmax"}
 _COLLECTIVES = {"gather", "gather_for_metrics", "reduce", "pad_across_processes", "all_gather"}
 _WRAPPER_CALLS = {"enumerate", "tqdm", "trange", "iter", "zip", "islice", "track", "progress", "progress_bar",
                   "prefetch", "DeviceLoader", "cycle", "chain"}
@@ -190,6 +192,9 @@ class Kinds:
         if not isinstance(value, ast.Call):
             return None
         meth = method_name(value)
+        q = self.names.call_name(value) or ""
+        if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _TENSOR_TUPLES:
+            return "tensor"  # ``_, preds = torch.max(scores, dim=2)``
         if meth in ("prepare", "setup") and index < len(value.args):
             return self.expr_kind(value.args[index], at)
         if meth in _COLLECTIVES and value.args and isinstance(value.args[0], (ast.Tuple, ast.List)):
