@@ -1,17 +1,18 @@
-"""How fast is ``torchdoctor check``? Ratios measured side by side in one run, never absolute targets.
+"""How fast is ``torchdoctor check``? Ratios measured side by side in one run, interleaved, with the spread.
 
-Corpus: the running interpreter's standard library (every *.py, site-packages
-excluded) plus examples/ and tests/check/corpus/. Figures:
+The corpus is real PyTorch code brought in with ``--corpus DIR`` (repeatable: every *.py under each
+DIR, as ``check`` discovers them), else this repository's examples and checker corpus. Figures:
 
-  (a) CPU time of `torchdoctor check --jobs 1` / CPU time of ast.parse alone   (target <= 1.5)
-  (b) the same with the torch gate off: every file analysed as PyTorch code     (the honest analysis cost)
-  (c) wall time of `torchdoctor check` (default jobs) / wall time of ast.parse  (target < 1)
-  (d) import time of torchdoctor.check; start-up of `check --version` and of `check one_file.py`
-      over `python -c pass`                                                     (target < 150 ms)
-  (e) torchfix on the same corpus, when it is installed
+  (a) CPU of ``check --jobs 1`` over the CPU of a bare ``ast.parse`` of the same files, each in its own
+      process, alternating, ``--rounds`` times: median ratio and [min, max]            (target <= 3)
+  (b) peak memory (max RSS) of that check over the parse's                            (target <= 2)
+  (c) wall of ``check`` (default jobs) over ``check --jobs 1`` on the first 300 files   (target <= 1)
+  (d) one small file: ``check one.py`` over ``python -c pass``, in ms                   (target <= 60 ms)
+  (e) TorchFix on the same files, when it is installed: its CPU over check's           (goal >= 80x)
+  (f) with ``--stdlib``: the standard library with the torch gate off (every file analysed as PyTorch
+      code): internal errors and findings must be 0.
 
-Usage: python benchmarks/bench_check.py [--stride N] [--skip-ungated]
-(--stride 4 checks every 4th file, for a quick run; the gate-off pass takes minutes on the full library.)
+Usage: python benchmarks/bench_check.py --corpus /path/to/repos [--rounds 5] [--stdlib]
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -40,28 +41,40 @@ for path in open(sys.argv[1]).read().splitlines():
 """
 
 
-def corpus(stride: int) -> list[str]:
+def discover(roots: list[str]) -> list[str]:
     sys.path.insert(0, str(ROOT / "src"))
-    from torchdoctor.check.discovery import discover
+    from torchdoctor.check.discovery import discover as find
     from torchdoctor.config import Settings
 
-    stdlib = sysconfig.get_paths()["stdlib"]
-    roots = [stdlib] + [str(p) for p in (ROOT / "examples", ROOT / "tests" / "check" / "corpus") if p.is_dir()]
     files: list[str] = []
     for r in roots:
-        files += discover([r], Settings(root=r)).files
-    return files[::stride]
+        files += [f for f in find([r], Settings(root=r)).files if f.endswith(".py")]
+    return files
 
 
-def timed(cmd: list[str], **kw) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Wall and CPU seconds (the child and all its workers) of one command."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    wall = time.perf_counter() - t
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, proc
+def measure(cmd: list[str]) -> tuple[float, float, int, subprocess.CompletedProcess]:
+    """Wall seconds, and this child's own CPU seconds and peak RSS (KiB) from ``wait4``."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = bytearray()
+    err = bytearray()
+    import selectors
+
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)  # type: ignore[arg-type]
+    sel.register(proc.stderr, selectors.EVENT_READ, err)  # type: ignore[arg-type]
+    while sel.get_map():
+        for key, _ in sel.select(timeout=3600):
+            chunk = os.read(key.fd, 1 << 16)
+            if chunk:
+                key.data.extend(chunk)
+            else:
+                sel.unregister(key.fileobj)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    done = subprocess.CompletedProcess(cmd, code, out.decode(errors="replace"), err.decode(errors="replace"))
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, done
 
 
 def check_cmd(listfile: str, *extra: str) -> list[str]:
@@ -69,82 +82,94 @@ def check_cmd(listfile: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "torchdoctor", "check", "--isolated", "--exit-zero", *extra, *files]
 
 
-def best_of(cmd: list[str], n: int = 7) -> float:
-    return min(timed(cmd)[0] for _ in range(n))
+def spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):6.2f}  [min {min(values):6.2f}, max {max(values):6.2f}]"
 
 
-def import_time() -> float:
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", "import torchdoctor.check"],
-                          capture_output=True, text=True)
-    lines = [ln for ln in proc.stderr.splitlines() if ln.rstrip().endswith("torchdoctor.check")]
-    return int(lines[-1].split("|")[1]) / 1000 if lines else float("nan")
+def cpu_and_memory(listfile: str, rounds: int) -> None:
+    parse = [sys.executable, "-c", PARSE_ONLY, listfile]
+    check = check_cmd(listfile, "--jobs", "1", "--output-format", "json", "-o", os.devnull)
+    cpu_ratio, rss_ratio, parse_cpu, check_cpu = [], [], [], []
+    for _ in range(rounds):  # alternate, so that load changes hit both sides alike
+        _, pc, pr, _ = measure(parse)
+        _, cc, cr, done = measure(check)
+        if done.returncode not in (0, 1):
+            sys.exit(f"check failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        cpu_ratio.append(cc / pc)
+        rss_ratio.append(cr / pr)
+        parse_cpu.append(pc)
+        check_cpu.append(cc)
+    print(f"    ast.parse cpu s {spread(parse_cpu)};  check -j1 cpu s {spread(check_cpu)}")
+    print(f"(a) cpu ratio check -j1 / parse:      {spread(cpu_ratio)}   (target <= 3)")
+    print(f"(b) peak RSS ratio check -j1 / parse: {spread(rss_ratio)}   (target <= 2)")
 
 
-def startup(tmp: str) -> tuple[float, float, float]:
-    small = os.path.join(tmp, "small.py")
-    Path(small).write_text("import torch\nmodel = torch.nn.Linear(2, 2)\n")
-    base = best_of([sys.executable, "-c", "pass"])
-    version = best_of([sys.executable, "-m", "torchdoctor", "check", "--version"])
-    one = best_of([sys.executable, "-m", "torchdoctor", "check", "--isolated", small])
-    return base, version - base, one - base
+def parallel(files: list[str], tmp: str, rounds: int) -> None:
+    listfile = os.path.join(tmp, "first300.txt")
+    Path(listfile).write_text("\n".join(files[:300]))
+    ratios = []
+    for _ in range(rounds):
+        w1, _, _, _ = measure(check_cmd(listfile, "--jobs", "1", "-o", os.devnull))
+        wd, _, _, _ = measure(check_cmd(listfile, "-o", os.devnull))
+        ratios.append(wd / w1)
+    print(f"(c) wall ratio check (default jobs, {os.cpu_count()} CPUs) / -j1 on {min(300, len(files))} files: "
+          f"{spread(ratios)}   (target <= 1)")
 
 
-def stdlib_findings(report: str, how: str = "gate on") -> None:
-    data = json.loads(Path(report).read_text())
-    stdlib = sysconfig.get_paths()["stdlib"]
-    mine = [f for f in data if f["path"].startswith(stdlib)]
-    print(f"\nfindings in the standard library ({how}): {len(mine)}")
-    for f in mine[:60]:
-        print(f"  {f['path'][len(stdlib) + 1:]}:{f['line']}:{f['column']}: {f['code']} {f['message']}")
+def startup(tmp: str, rounds: int) -> None:
+    small = os.path.join(tmp, "one.py")
+    Path(small).write_text("import torch\nmodel = torch.nn.Linear(2, 2)\nx = model(torch.ones(1, 2))\n")
+    over = []
+    for _ in range(rounds * 3):
+        base, _, _, _ = measure([sys.executable, "-c", "pass"])
+        one, _, _, _ = measure([sys.executable, "-m", "torchdoctor", "check", "--isolated", small])
+        over.append((one - base) * 1000)
+    print(f"(d) check one small file over `python -c pass`, ms: {spread(over)}   (target <= 60)")
+
+
+def torchfix(files: list[str], listfile: str) -> None:
+    exe = shutil.which("torchfix")
+    if not exe:
+        print("(e) torchfix is not installed (pip install torchfix): skipped")
+        return
+    _, tc, _, _ = measure([exe, *files])
+    _, cc, _, _ = measure(check_cmd(listfile, "--jobs", "1", "-o", os.devnull))
+    print(f"(e) torchfix cpu {tc:.2f} s / check -j1 cpu {cc:.2f} s = {tc / cc:.1f}x   (goal >= 80x)")
+
+
+def stdlib(tmp: str) -> None:
+    files = discover([sysconfig.get_paths()["stdlib"]])
+    listfile = os.path.join(tmp, "stdlib.txt")
+    Path(listfile).write_text("\n".join(files))
+    report = os.path.join(tmp, "stdlib.json")
+    _, cpu, _, done = measure(check_cmd(listfile, "--jobs", "1", "--no-torch-gate", "--output-format", "json",
+                                        "-o", report))
+    found = json.loads(Path(report).read_text()) if os.path.exists(report) else []
+    print(f"(f) stdlib, gate off: {len(files)} files, cpu {cpu:.1f} s, internal errors "
+          f"{done.stderr.count('internal error')}, findings {len(found)}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stride", type=int, default=1, help="check every Nth file of the corpus")
-    ap.add_argument("--skip-ungated", action="store_true", help="skip (b), the slow gate-off pass")
+    ap.add_argument("--corpus", action="append", default=[], metavar="DIR", help="real PyTorch code (repeatable)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per figure (default 5)")
+    ap.add_argument("--stdlib", action="store_true", help="also run (f) on the standard library")
     args = ap.parse_args()
-    files = corpus(args.stride)
+    roots = args.corpus or [str(ROOT / "examples"), str(ROOT / "tests" / "check" / "corpus")]
+    files = discover(roots)
+    lines = sum(Path(f).read_bytes().count(b"\n") for f in files)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     print(f"commit {commit.strip() or '?'}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
-          f"{len(files)} files ({sum(os.path.getsize(f) for f in files) / 1e6:.1f} MB)")
+          f"load {os.getloadavg()[0]:.1f}; corpus {', '.join(roots)}: {len(files)} files, {lines} lines")
     with tempfile.TemporaryDirectory() as tmp:
         listfile = os.path.join(tmp, "files.txt")
         Path(listfile).write_text("\n".join(files))
-        report = os.path.join(tmp, "report.json")
-        p_wall, p_cpu, _ = timed([sys.executable, "-c", PARSE_ONLY, listfile])
-        print(f"ast.parse alone (1 process):            wall {p_wall:7.2f} s   cpu {p_cpu:7.2f} s")
-        w, c, proc = timed(check_cmd(listfile, "--jobs", "1", "--output-format", "json", "-o", report))
-        print(f"(a) check --jobs 1:                      wall {w:7.2f} s   cpu {c:7.2f} s   "
-              f"cpu ratio {c / p_cpu:5.2f}  (target <= 1.5; exit {proc.returncode})")
-        stdlib_findings(report)
-        if not args.skip_ungated:
-            w, c, proc = timed(check_cmd(listfile, "--jobs", "1", "--no-torch-gate", "--output-format", "json",
-                                         "-o", report))
-            internal = proc.stderr.count("internal error")
-            print(f"(b) check --jobs 1, gate off:            wall {w:7.2f} s   cpu {c:7.2f} s   "
-                  f"cpu ratio {c / p_cpu:5.2f}  (internal errors: {internal})")
-            stdlib_findings(report, "gate off: every file analysed as PyTorch code")
-        w, c, _ = timed(check_cmd(listfile, "-o", os.devnull))
-        print(f"(c) check, default jobs:                 wall {w:7.2f} s   cpu {c:7.2f} s   "
-              f"wall ratio {w / p_wall:5.2f}  (target < 1)")
-        imp = import_time()
-        base, version, one = startup(tmp)
-        print(f"(d) import torchdoctor.check: {imp:.1f} ms; over `python -c pass` ({base * 1000:.0f} ms): "
-              f"check --version +{version * 1000:.0f} ms, check one file +{one * 1000:.0f} ms  (target < 150 ms)")
-        torchfix = shutil.which("torchfix")
-        if torchfix:
-            # torchfix skips files without "torch" unparsed (so it reports no syntax errors there).
-            w, c, _ = timed([torchfix, *files])
-            print(f"(e) torchfix:                            wall {w:7.2f} s   cpu {c:7.2f} s   "
-                  f"cpu ratio {c / p_cpu:5.2f}")
-            torch_files = [f for f in files if not f.startswith(sysconfig.get_paths()["stdlib"])]
-            Path(listfile).write_text("\n".join(torch_files))
-            w1, c1, _ = timed(check_cmd(listfile, "--jobs", "1", "-o", os.devnull))
-            w2, c2, _ = timed([torchfix, *torch_files])
-            print(f"    on the {len(torch_files)} PyTorch files only: torchdoctor cpu {c1:.2f} s, "
-                  f"torchfix cpu {c2:.2f} s (ratio {c2 / c1:.1f}x)")
-        else:
-            print("(e) torchfix not installed (pip install torchfix) - skipped")
+        cpu_and_memory(listfile, args.rounds)
+        parallel(files, tmp, args.rounds)
+        startup(tmp, args.rounds)
+        torchfix(files, listfile)
+        if args.stdlib:
+            stdlib(tmp)
 
 
 if __name__ == "__main__":
