@@ -83,9 +83,9 @@ for epoch in range(3):
 
 torch.save(model, os.path.join(out_dir, "model_full.pt"))  # expect: TD504
 
-state = torch.load(os.path.join(out_dir, "checkpoint.pt"))  # expect: TD502, TD503
+state = torch.load(os.path.join(out_dir, "checkpoint.pt"))  # expect: TD503
 model.load_state_dict(state)
-restored = torch.load(os.path.join(out_dir, "model_full.pt"), weights_only=False)  # expect: TD502, TD503
+restored = torch.load(os.path.join(out_dir, "model_full.pt"), weights_only=False)  # expect: TD503
 
 print("restored a", type(restored).__name__)
 

@@ -57,7 +57,8 @@ def test_stdin_log_with_several_errors(monkeypatch, capsys, no_probe_allowed):
     data = json.loads(capsys.readouterr().out)
     assert list(data) == ["findings"]
     assert [f["code"] for f in data["findings"]] == ["TD702", "TD407"]
-    assert set(data["findings"][0]) == {"code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "fixable"}
+    assert set(data["findings"][0]) == {"code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "fixable",
+                                         "unsafe_fix", "related"}
 
 
 def test_file_input_with_a_traceback_gives_the_users_line(tmp_path, capsys, no_probe_allowed):
