@@ -9,10 +9,12 @@ crash mid-save never leaves a folder that looks finished.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,8 @@ def save(target: Path, *, model: nn.Module, optimizer: Any, scaler: Any, schedul
     distributed.barrier(world)
     model_state, optim_state = get_state_dict(model, optimizer)
     try:
-        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(partial))
+        with _quiet_single_process():
+            dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=str(partial), no_dist=not world.distributed)
     except OSError as exc:
         raise CheckpointError(f"saving the sharded checkpoint {str(target)!r} failed: {exc.strerror or exc}") from exc
     if world.is_main:
@@ -125,8 +128,7 @@ def _load_states(source: Path, model: nn.Module, optimizer: Any, strict: bool, r
     # A plain model gathers on this process alone; a sharded one loads its shard on every rank.
     alone = not any(_is_dtensor(t) for t in model_state.values())
     planner = dcp.DefaultLoadPlanner(allow_partial_load=not strict)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+    with _quiet_single_process():
         dcp.load(request, checkpoint_id=str(source), planner=planner, no_dist=alone)
     loaded = request["model"] if prefix else {k: request[k] for k in model_state}
     options = StateDictOptions(strict=strict)
@@ -152,6 +154,14 @@ def _check_keys(source: Path, model: nn.Module, own: dict[str, Any], stored: dic
         checkpoint._note(result, f"{source}: loaded non-strictly; missing {checkpoint._few(missing)}, unexpected {checkpoint._few(unexpected)}")
         for key in missing:
             own.pop(key)
+
+
+@contextlib.contextmanager
+def _quiet_single_process() -> Iterator[None]:
+    # DCP warns whenever no process group exists; on one process that is the intent, not a mistake.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to (load|save) in a single process")
+        yield
 
 
 def _is_dtensor(value: Any) -> bool:
