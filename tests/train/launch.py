@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,9 +24,9 @@ def env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "OMP_NUM_THREADS": "1"}
 
 
-def torchrun(launcher_args: list[str], program: list[str], *, nodes: int = 1, timeout: float = 420,
-             cwd: Path | None = None) -> list[subprocess.CompletedProcess[str]]:  # fmt: skip
-    """Run ``program`` under ``nodes`` torchrun launchers meeting at a free local c10d endpoint.
+def torchrun(launcher_args: list[str], program: list[str] | Callable[[int], list[str]], *, nodes: int = 1,
+             timeout: float = 420, cwd: Path | None = None) -> list[subprocess.CompletedProcess[str]]:  # fmt: skip
+    """Run ``program`` (or ``program(node)``) under ``nodes`` torchrun launchers meeting at a free local c10d endpoint.
 
     Each launcher leads a session of its own; on a timeout or any error every
     session is SIGKILLed, so no rank outlives the test.
@@ -36,7 +37,7 @@ def torchrun(launcher_args: list[str], program: list[str], *, nodes: int = 1, ti
         for node in range(nodes):
             cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node-rank={node}",
                    "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", f"--rdzv-id=td{os.getpid()}",
-                   *launcher_args, *program]  # fmt: skip
+                   *launcher_args, *(program(node) if callable(program) else program)]  # fmt: skip
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
                                           cwd=cwd, start_new_session=True))  # fmt: skip
         return [_finish(cmd_proc, timeout) for cmd_proc in procs]
