@@ -43,16 +43,22 @@ class Objective:
         # TD406: a loss with weights (CrossEntropyLoss(weight=...)) lives where the outputs are.
         self.loss_fn = loss_fn.to(device) if isinstance(loss_fn, nn.Module) and not follow_output else loss_fn
         self._loss_placed = not follow_output
+        self._plain = loss_fn is not None and not follow_output
 
     def __call__(self, model: Callable[..., Any], batch: Any) -> tuple[torch.Tensor, Any, Any]:
         if self.step_fn is not None:
             return self._custom(model, batch)
         kind = type(batch)
         if (kind is tuple or kind is list) and len(batch) >= 2:  # the common case first: no ABC checks
-            output = forward(model, batch[0])
-            target = batch[1]
+            inputs, target = batch[0], batch[1]
+            output = model(inputs) if type(inputs) is torch.Tensor else forward(model, inputs)
             if self.follow_output:
                 target = self._to_output(output, target)
+            if self._plain:  # a placed loss_fn: called directly, its result checked inline
+                loss = self.loss_fn(output, target)  # type: ignore[misc]
+                if type(loss) is torch.Tensor and loss.ndim == 0:
+                    return loss, output, target
+                return _check_loss(loss, "loss_fn"), output, target
             return self._loss(output, target, batch), output, target
         if isinstance(batch, Mapping):
             output = model(**batch)

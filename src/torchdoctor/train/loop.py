@@ -158,6 +158,7 @@ class _Runner:
                                                              config.strategy, where.model_parallel)  # fmt: skip
         self.objective = Objective(config.loss_fn, config.step_fn, self.device, follow_output=where.model_parallel)
         self.scaler = make_scaler(self.device, self.precision)
+        self.plain_steps = self.precision == "fp32" and not world.distributed and self.scaler is None
         self.history = History()
         self.start_epoch = self.step = self.updates = 0
         self.files: RunFiles | None = None
@@ -167,6 +168,7 @@ class _Runner:
     def configure(self, train_loader: Any, val_loader: Any) -> None:
         self.train_loader = self._on_device(distributed.shard_loader(train_loader, self.world))
         self.val_loader = self._on_device(distributed.shard_loader(val_loader, self.world, shuffle=False))
+        self.move_batches = not self._batches_arrive_placed()
         cfg = self.cfg
         self.bar_file = None if cfg.progress is False or not self.world.is_main else sys.stderr if cfg.progress is True else cfg.progress
         self.state = FitState(model=self.raw_model, optimizer=self.optimizer, epochs=cfg.epochs, history=self.history)
@@ -178,6 +180,21 @@ class _Runner:
             return loader
         return DeviceLoader(loader, self.device)  # prefetches on CUDA, a pass-through on the CPU
 
+    def _batches_arrive_placed(self) -> bool:
+        """Whether every training batch is already on the device, so the step need not walk it.
+
+        A DataLoader collates on the CPU; on CUDA (and other devices) DeviceLoader
+        moves each batch, and a PreloadedLoader holds its data on its device.
+        """
+        loader = self.train_loader
+        if isinstance(loader, PreloadedLoader):
+            return loader.device == self.device
+        if not isinstance(loader, DeviceLoader) or loader.device != self.device:
+            return False
+        from torch.utils.data import DataLoader
+
+        return self.device.type != "cpu" or isinstance(loader.loader, DataLoader)
+
     def resume(self) -> None:
         assert self.files is not None
         found = self.files.restore(self.raw_model, self.optimizer, self.scaler, self.cfg.scheduler, self.device,
@@ -188,6 +205,7 @@ class _Runner:
             self.resumed = found if found.position else None
 
     def run(self) -> History:
+        self.step_checkpoints = self.files is not None and self.cfg.checkpoint_every is not None
         self._call("on_fit_start")
         for epoch in range(self.start_epoch, self.cfg.epochs):
             self.state.epoch = epoch
@@ -225,7 +243,7 @@ class _Runner:
                 self.step += 1
                 if self.step % self.cfg.log_every == 0:  # the only sync: once per log_every steps
                     tally.log(bar, read_window(window, self.step - len(window) + 1, epoch))
-                if update and self._step_checkpoint_due(done, total):
+                if update and self.step_checkpoints and self._step_checkpoint_due(done, total):
                     tally.log(bar, read_window(window, self.step - len(window) + 1, epoch))
                     self._save(epoch, position=done, tally=tally)
             if pending:  # an unknown-length loader ended mid-accumulation: use those gradients too
@@ -260,21 +278,25 @@ class _Runner:
         return iterate_from(self.train_loader, resumed.position, restore)
 
     def _step_checkpoint_due(self, done: int, total: int | None) -> bool:
-        every = self.cfg.checkpoint_every
         # Not on an epoch's last batch: the epoch's own checkpoint follows, after validation.
-        return every is not None and self.files is not None and self.updates % every == 0 and done != total
+        return self.updates % self.cfg.checkpoint_every == 0 and done != total  # type: ignore[operator]
 
     def _train_step(self, batch: Any, update: bool, tally: Tally) -> torch.Tensor:
-        batch = to_device(batch, self.device)
-        with self._gradient_sync(update):
-            with autocast_context(self.device, self.precision):
-                loss, output, target = self.objective(self.model, batch)
-            scaled = loss / self.cfg.accum if self.cfg.accum > 1 else loss
-            (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        if self.move_batches:
+            batch = to_device(batch, self.device)
+        if self.plain_steps:  # fp32 on one process: no autocast and no gradient-sync choice (fewer calls per step)
+            loss, output, target = self.objective(self.model, batch)
+            (loss / self.cfg.accum if self.cfg.accum > 1 else loss).backward()
+        else:
+            with self._gradient_sync(update):
+                with autocast_context(self.device, self.precision):
+                    loss, output, target = self.objective(self.model, batch)
+                scaled = loss / self.cfg.accum if self.cfg.accum > 1 else loss
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         if update:
             self._optimizer_step()
         detached = loss.detach()  # keeps no graph alive (TD405)
-        tally.add(count_samples(target), output, target)
+        tally.add(target.shape[0] if type(target) is torch.Tensor and target.ndim else count_samples(target), output, target)
         if self.cfg.callbacks:
             self.state.step, self.state.loss = self.step + 1, detached
             self._call("on_step_end")
