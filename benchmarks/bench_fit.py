@@ -168,10 +168,15 @@ def _quiet_peers() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
 
+ONLY: list[str] = []  # --loops: a subset to compare (the hand loop always runs)
+
+
 def variants() -> dict[str, Callable[..., float]]:
     found: dict[str, Callable[..., float]] = {"hand": hand_written, "fit": with_fit}
     for name, module, loop in (("lightning", "lightning", with_lightning), ("fabric", "lightning.fabric", with_fabric),
                                ("accelerate", "accelerate", with_accelerate)):  # fmt: skip
+        if ONLY and name not in ONLY:
+            continue
         try:
             __import__(module)
         except ImportError:
@@ -247,7 +252,7 @@ def memory(model_name: str, epochs: int, device: str, precision: str) -> dict[st
     result = {}
     for name in variants():
         cmd = [sys.executable, __file__, "--memory-child", model_name, name, "--epochs", str(epochs), "--device", device,
-               "--precision", precision, "--threads", str(torch.get_num_threads())]  # fmt: skip
+               "--precision", precision, "--threads", str(torch.get_num_threads()), "--loops", ",".join(ONLY)]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
         result[name] = json.loads(out.strip().splitlines()[-1])
     return result
@@ -277,9 +282,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: least sensitive to a busy machine)")
     parser.add_argument("--json", metavar="PATH", help="also write the ratios as JSON")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-loop memory subprocesses")
+    parser.add_argument("--loops", default="", help="compare only these (e.g. fit,fabric); default: all installed")
     parser.add_argument("--memory-child", nargs=2, metavar=("MODEL", "LOOP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    ONLY[:] = [name for name in args.loops.split(",") if name]
     if args.memory_child:
         memory_child(*args.memory_child, epochs=args.epochs, device=args.device, precision=args.precision)
         return
