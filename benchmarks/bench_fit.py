@@ -196,7 +196,8 @@ def throughput(model_name: str, reps: int, epochs: int, device: torch.device, pr
     for rep in range(reps + 1):  # repetition 0 warms up caches and imports, and is not counted
         for name in list(loops) if rep % 2 else list(reversed(loops)):
             torch.manual_seed(rep)  # the same shuffling for every loop in this repetition
-            loader = DataLoader(data, batch_size=64, shuffle=True, pin_memory=device.type == "cuda")
+            # In-memory tensors: worker processes would add only IPC; every loop gets the same loader.
+            loader = DataLoader(data, batch_size=64, shuffle=True, pin_memory=device.type == "cuda")  # noqa: TD305
             model = copy.deepcopy(start)
             began, began_cpu = time.perf_counter(), time.process_time()
             loops[name](model, loader, epochs, device, precision)
@@ -228,9 +229,10 @@ def memory_child(model_name: str, name: str, epochs: int, device: str, precision
     data = make_data(model_name)
     torch.manual_seed(0)
     model = MODELS[model_name]()
-    loader = DataLoader(data, batch_size=64, shuffle=True)
+    pin = device == "cuda"
+    loader = DataLoader(data, batch_size=64, shuffle=True, pin_memory=pin)  # noqa: TD305 - as in throughput()
     # A short warm-up first: the first optimizer step imports modules (tens of MB) in every loop.
-    warm = DataLoader(torch.utils.data.Subset(data, range(128)), batch_size=64)
+    warm = DataLoader(torch.utils.data.Subset(data, range(128)), batch_size=64, pin_memory=pin)  # noqa: TD305
     variants()[name](copy.deepcopy(model), warm, 1, torch.device(device), precision)
     before_kb = _current_rss_kb()
     tracemalloc.start()

@@ -73,6 +73,6 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path: Path) -
 
     expected = json.loads((tmp_path / "straight" / "history.json").read_text())
     assert json.loads((tmp_path / "killed" / "history.json").read_text()) == expected, f"seed {seed}, killed at {kill_at}"
-    a = torch.load(tmp_path / "straight" / "weights.pt", weights_only=True)
-    b = torch.load(tmp_path / "killed" / "weights.pt", weights_only=True)
+    a = torch.load(tmp_path / "straight" / "weights.pt", map_location="cpu", weights_only=True)
+    b = torch.load(tmp_path / "killed" / "weights.pt", map_location="cpu", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a), f"seed {seed}, killed at step {kill_at}"

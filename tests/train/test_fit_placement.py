@@ -52,7 +52,7 @@ def test_fit_leaves_a_spread_model_in_place(monkeypatch: pytest.MonkeyPatch, cap
     moves: list[Any] = []
     monkeypatch.setattr(model, "to", lambda *a, **k: moves.append(a) or model)
     _, _, train, val = make_run()
-    weighted = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 1.0, 2.0]))
+    weighted = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 1.0, 2.0]))  # noqa: TD406 - fit() places it: the point
     history = fit(model, train, loss_fn=weighted, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), epochs=2,
                   val_loader=val, device="cpu", progress=False)  # fmt: skip
     assert moves == []  # never moved to one device

@@ -90,7 +90,7 @@ def test_step_checkpoints_are_named_by_epoch_and_step_and_pruned_together(tmp_pa
     # 12 steps per epoch: saved at steps 4, 8, the end of epoch 1 (not at 12 as a step too), 16 and 20;
     # keep_last=2 counts both kinds together.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0002-step-00000016.pt", "epoch-0002-step-00000020.pt", "metrics.csv"]
-    saved = torch.load(tmp_path / "epoch-0002-step-00000020.pt", weights_only=True)
+    saved = torch.load(tmp_path / "epoch-0002-step-00000020.pt", map_location="cpu", weights_only=True)
     assert (saved["epoch"], saved["step"], saved["extra"]["position"], saved["extra"]["updates"]) == (1, 20, 8, 20)
     info = checkpoint.load(tmp_path / "epoch-0002-step-00000020.pt", Net())
     assert info.epoch == 1 and info.step == 20
@@ -123,7 +123,7 @@ def test_a_checkpoint_from_another_world_size_restarts_the_shuffle_with_a_warnin
         _train(tmp_path, stop_at=5)
     path = checkpoint.latest(tmp_path)
     assert path is not None
-    payload = torch.load(path, weights_only=True)
+    payload = torch.load(path, map_location="cpu", weights_only=True)
     payload["extra"]["rng"] = payload["extra"]["rng"] * 2  # as if two ranks had written it
     torch.save(payload, path)
     with warnings.catch_warnings(record=True) as caught:

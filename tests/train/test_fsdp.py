@@ -29,8 +29,8 @@ def test_fsdp_trains_sharded_resumes_mid_epoch_and_gathers_into_a_plain_model(tm
     assert done.stderr.count("resuming from") == 1 and "epoch 1 + 1 batches, step 5" in done.stderr
 
     assert reports[0]["resumed"] == reports[0]["straight"]  # bit-identical metrics after the resume
-    resumed = torch.load(tmp_path / "weights-resumed.pt", weights_only=True)
-    straight = torch.load(tmp_path / "weights-straight.pt", weights_only=True)
+    resumed = torch.load(tmp_path / "weights-resumed.pt", map_location="cpu", weights_only=True)
+    straight = torch.load(tmp_path / "weights-straight.pt", map_location="cpu", weights_only=True)
     assert all(torch.equal(resumed[k], straight[k]) for k in straight)
 
     # One process, no process group: the newest sharded checkpoint gathered into a plain model.

@@ -64,7 +64,7 @@ def test_a_mid_epoch_resume_on_the_gpu_matches_the_straight_run(tmp_path: Path) 
     def train(ckpt: Path, callbacks: list[Any]) -> nn.Module:
         torch.manual_seed(0)
         model = Net()
-        fit(model, DataLoader(make_data(), batch_size=8, shuffle=True), loss_fn=CE, precision="fp32",
+        fit(model, DataLoader(make_data(), batch_size=8, shuffle=True, pin_memory=True), loss_fn=CE, precision="fp32",
             optimizer=torch.optim.SGD(model.parameters(), lr=0.05), epochs=2, checkpoint_dir=ckpt,
             checkpoint_every=5, callbacks=callbacks, progress=False)  # fmt: skip
         return model
@@ -97,8 +97,8 @@ def test_a_two_stage_model_on_two_gpus_is_left_in_place() -> None:
             return self.stage2(self.stage1(x).to("cuda:1"))
 
     model = TwoStage()
-    weighted = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 1.0, 2.0]))
-    fit(model, DataLoader(make_data(), batch_size=16), loss_fn=weighted,
+    weighted = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 1.0, 2.0]))  # noqa: TD406 - fit() places it: the point
+    fit(model, DataLoader(make_data(), batch_size=16, pin_memory=True), loss_fn=weighted,
         optimizer=torch.optim.SGD(model.parameters(), lr=0.1), epochs=1, progress=False)  # fmt: skip
     assert model.stage1[0].weight.device.index == 0 and model.stage2.weight.device.index == 1
     assert weighted.weight.device.index == 1  # the loss went where the output is

@@ -22,7 +22,7 @@ def test_fit_on_two_nodes_writes_one_set_of_checkpoints_and_averages_metrics(tmp
     assert {r["node"] for r in reports} == {"0", "1"}  # two nodes of one rank each
     assert reports[0]["history"] == reports[1]["history"]
     assert [row["train_rank"] for row in reports[0]["history"]] == [0.5, 0.5]  # averaged over the nodes' ranks
-    a, b = (torch.load(tmp_path / f"weights-{rank}.pt", weights_only=True) for rank in (0, 1))
+    a, b = (torch.load(tmp_path / f"weights-{rank}.pt", map_location="cpu", weights_only=True) for rank in (0, 1))
     assert all(torch.equal(a[k], b[k]) for k in a)  # one model across the nodes
     # One set of files, by global rank 0 alone: 4 steps per epoch and rank, step checkpoints at 3 and 6.
     names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
