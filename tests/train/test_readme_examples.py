@@ -72,6 +72,7 @@ def test_readme_fit_any_batch_step_checkpoints_and_foreign_layouts() -> None:
     from torchdoctor import checkpoint, fit
 
     data = TensorDataset(torch.randn(1000, 20), torch.randint(0, 2, (1000,)))
+    pin = torch.cuda.is_available()
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
 
     class TinyLM(nn.Module):  # stands in for a transformers model
@@ -84,13 +85,13 @@ def test_readme_fit_any_batch_step_checkpoints_and_foreign_layouts() -> None:
             return {"logits": logits, "loss": F.cross_entropy(logits, labels) if labels is not None else None}
 
     lm = TinyLM()
-    lm_history = fit(lm, [{"features": x, "labels": y} for x, y in DataLoader(data, batch_size=64)],
+    lm_history = fit(lm, [{"features": x, "labels": y} for x, y in DataLoader(data, batch_size=64, pin_memory=pin)],
                      optimizer=torch.optim.AdamW(lm.parameters()), epochs=1)  # fmt: skip
-    stepped = fit(model, DataLoader(data, batch_size=64), optimizer=torch.optim.AdamW(model.parameters()), epochs=1,
+    stepped = fit(model, DataLoader(data, batch_size=64, pin_memory=pin), optimizer=torch.optim.AdamW(model.parameters()), epochs=1,
                   step_fn=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]))  # fmt: skip
     assert lm_history["step"] == stepped["step"] == [16]
 
-    fit(model, DataLoader(data, batch_size=64, shuffle=True), loss_fn=nn.CrossEntropyLoss(),
+    fit(model, DataLoader(data, batch_size=64, shuffle=True, pin_memory=pin), loss_fn=nn.CrossEntropyLoss(),
         optimizer=torch.optim.AdamW(model.parameters()), epochs=2, checkpoint_dir="runs/steps", checkpoint_every=5)  # fmt: skip
     assert checkpoint.latest("runs/steps") == Path("runs/steps/epoch-0002.pt")
     assert Path("runs/steps/epoch-0002-step-00000030.pt").exists()  # keep_last=3: steps 25, 30 and the end
