@@ -220,12 +220,15 @@ class _Runner:
         distributed.barrier(self.world)  # no rank leaves the group while rank 0 still writes
         return self.history
 
-    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+    def _begin_epoch(self, epoch: int) -> None:
         self.raw_model.train()  # every epoch: validation left it in eval mode (TD403)
         sampler = getattr(self.train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # a DistributedSampler reshuffles only when told (TD701)
         self.optimizer.zero_grad(set_to_none=True)
+
+    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+        self._begin_epoch(epoch)
         total = _known_length(self.train_loader)
         tally = Tally(self.cfg.metrics, self.device)
         start = self.resumed.position if self.resumed is not None else 0
