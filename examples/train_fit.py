@@ -1,9 +1,11 @@
 """Train a small CNN on synthetic images with torchdoctor's fit(): the whole checklist, done right.
 
-Run: python examples/train_fit.py [--epochs 3] [--checkpoint-dir runs/demo]
+Run: python examples/train_fit.py [--epochs 3] [--checkpoint-dir runs/demo] [--checkpoint-every 16]
 Runs on the CPU in seconds; on a machine with a GPU the same script uses it
-(bf16/fp16 autocast, pinned prefetching), and under torchrun it trains with DDP.
-Run it twice with the same --checkpoint-dir and the second run resumes.
+(bf16/fp16 autocast, pinned prefetching), and under torchrun it trains with DDP
+(or shards with FSDP2: --strategy fsdp). Stop it at any point and run it again
+with the same --checkpoint-dir: it resumes at the last saved step, mid-epoch
+included, in the same shuffled order.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--checkpoint-dir", default=None, help="default: a temporary directory")
+    parser.add_argument("--checkpoint-every", type=int, default=16, help="optimizer steps between checkpoints")
+    parser.add_argument("--strategy", default="auto", choices=("auto", "ddp", "fsdp"), help="under torchrun")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -72,6 +76,8 @@ def main() -> None:
             scheduler=scheduler,
             metrics={"acc": accuracy},
             checkpoint_dir=args.checkpoint_dir or scratch,
+            checkpoint_every=args.checkpoint_every,
+            strategy=args.strategy,
             log_every=8,
         )
     last = history[-1]

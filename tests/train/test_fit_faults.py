@@ -38,10 +38,14 @@ def test_empty_loader_is_refused_before_training(run: Any) -> None:
         fit(model, iter(()), loss_fn=CE, optimizer=opt, epochs=1, progress=False)  # no len(): found at the end
 
 
-def test_batches_that_are_not_pairs_are_a_clear_error(run: Any) -> None:
+def test_batches_fit_cannot_use_are_a_clear_error_naming_their_type(run: Any) -> None:
     model, opt, _, _ = run
-    with pytest.raises(InputError, match=r"\(inputs, targets\); the loader gave a tuple of 3"):
-        fit(model, [(torch.zeros(2, 8), torch.zeros(2), torch.zeros(2))], loss_fn=CE, optimizer=opt, epochs=1, progress=False)
+    with pytest.raises(InputError, match=r"cannot use a batch that is a tuple of 1: each batch must be \(inputs, targets, \.\.\.\)"):
+        fit(model, [(torch.zeros(2, 8),)], loss_fn=CE, optimizer=opt, epochs=1, progress=False)
+    with pytest.raises(InputError, match=r"cannot use a batch that is a Tensor.*step_fn="):
+        fit(model, [torch.zeros(2, 8)], loss_fn=CE, optimizer=opt, epochs=1, progress=False)
+    with pytest.raises(InputError, match=r"batch that is a builtins.str"):
+        fit(model, ["not a batch"], loss_fn=CE, optimizer=opt, epochs=1, progress=False)
 
 
 @pytest.mark.parametrize(

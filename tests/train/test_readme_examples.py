@@ -64,3 +64,38 @@ def test_readme_fit() -> None:
     )  # fmt: skip
     print(history[-1]["val_loss"], history["val_acc"])
     assert len(history) == 3 and Path("runs/demo/metrics.csv").exists()
+
+
+def test_readme_fit_any_batch_step_checkpoints_and_foreign_layouts() -> None:
+    from torch.nn import functional as F
+
+    from torchdoctor import checkpoint, fit
+
+    data = TensorDataset(torch.randn(1000, 20), torch.randint(0, 2, (1000,)))
+    pin = torch.cuda.is_available()
+    model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 2))
+
+    class TinyLM(nn.Module):  # stands in for a transformers model
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = nn.Linear(20, 2)
+
+        def forward(self, features: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+            logits = self.head(features)
+            return {"logits": logits, "loss": F.cross_entropy(logits, labels) if labels is not None else None}
+
+    lm = TinyLM()
+    lm_history = fit(lm, [{"features": x, "labels": y} for x, y in DataLoader(data, batch_size=64, pin_memory=pin)],
+                     optimizer=torch.optim.AdamW(lm.parameters()), epochs=1)  # fmt: skip
+    stepped = fit(model, DataLoader(data, batch_size=64, pin_memory=pin), optimizer=torch.optim.AdamW(model.parameters()), epochs=1,
+                  step_fn=lambda model, batch: F.cross_entropy(model(batch[0]), batch[1]))  # fmt: skip
+    assert lm_history["step"] == stepped["step"] == [16]
+
+    fit(model, DataLoader(data, batch_size=64, shuffle=True, pin_memory=pin), loss_fn=nn.CrossEntropyLoss(),
+        optimizer=torch.optim.AdamW(model.parameters()), epochs=2, checkpoint_dir="runs/steps", checkpoint_every=5)  # fmt: skip
+    assert checkpoint.latest("runs/steps") == Path("runs/steps/epoch-0002.pt")
+    assert Path("runs/steps/epoch-0002-step-00000030.pt").exists()  # keep_last=3: steps 25, 30 and the end
+
+    torch.save({"model_state_dict": model.state_dict(), "epoch": 2}, "runs/tutorial.pt")
+    print(checkpoint.load("runs/tutorial.pt", model).epoch)  # 2
+    assert checkpoint.load("runs/tutorial.pt", model).epoch == 2

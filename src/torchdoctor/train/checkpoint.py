@@ -120,13 +120,16 @@ def prune(target: Path, keep_last: int) -> list[Path]:
 
 
 def latest(directory: PathLike, prefix: str = "epoch-", suffix: str = ".pt") -> Path | None:
-    """The highest-numbered ``<prefix>NNNN<suffix>`` in ``directory`` (temporary files ignored), or None."""
-    folder = Path(directory)
-    if not folder.is_dir():
-        return None
-    pattern = re.compile(re.escape(prefix) + r"(\d+)" + re.escape(suffix) + "$")
-    numbered = [(int(m.group(1)), p) for p in folder.iterdir() if (m := pattern.match(p.name)) and p.is_file()]
-    return max(numbered)[1] if numbered else None
+    """The newest complete checkpoint in ``directory``, or None.
+
+    Either kind counts: a file ``<prefix>NNNN<suffix>`` or a sharded folder
+    ``<prefix>NNNN/`` (torch.distributed.checkpoint, complete once its
+    ``.metadata`` exists), at an epoch's end or at a step inside it
+    (``<prefix>NNNN-step-SSSSSSSS``). Temporary files are ignored.
+    """
+    from torchdoctor.train import listing
+
+    return listing.newest(directory, prefix, suffix)
 
 
 def load(
@@ -147,6 +150,10 @@ def load(
     :class:`CheckpointError` naming the problem.
     """
     source = Path(path)
+    if source.is_dir():  # a sharded checkpoint: loaded shard by shard, or gathered into a plain model
+        from torchdoctor.train import sharded
+
+        return sharded.load(source, model, optimizer, scaler, scheduler, strict=strict)
     payload = read(source, map_location)
     result = LoadResult(path=source, epoch=payload.get("epoch"), step=payload.get("step"), extra=payload.get("extra") or {})
     if model is not None:
@@ -169,18 +176,22 @@ def read(source: Path, map_location: Any = "cpu") -> dict[str, Any]:
     if not source.exists():
         raise CheckpointError(f"no checkpoint at {str(source)!r}")
     if source.is_dir():
-        raise CheckpointError(f"{str(source)!r} is a directory, not a checkpoint file")
+        raise CheckpointError(f"{str(source)!r} is a directory, not a checkpoint file")  # sharded ones: load()
     try:
         payload = torch.load(source, map_location=map_location, weights_only=True)
     except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError, ... for bad files
         raise CheckpointError(_describe_unreadable(source, exc)) from None
     if isinstance(payload, Mapping) and payload.get("format") == FORMAT:
         return dict(payload)
-    if isinstance(payload, Mapping) and payload and all(isinstance(v, torch.Tensor) for v in payload.values()):
-        return {"model": dict(payload)}  # a plain state_dict saved by someone else
+    from torchdoctor.train.layouts import MODEL_KEYS, normalize
+
+    found = normalize(payload)  # a state_dict, {"model": sd}, Lightning's, the PyTorch tutorial's
+    if found is not None:
+        return found
+    keys = f" with keys {_few(sorted(map(str, payload)))}" if isinstance(payload, Mapping) else ""
     raise CheckpointError(
-        f"{str(source)!r} is not a checkpoint: it holds a {type(payload).__name__}, "
-        "not a torchdoctor checkpoint or a state_dict"
+        f"{str(source)!r} is not a checkpoint: it holds a {type(payload).__name__}{keys}, "
+        f"not a torchdoctor checkpoint, a state_dict or one under {', '.join(map(repr, MODEL_KEYS))}"
     )
 
 

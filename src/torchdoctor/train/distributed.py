@@ -13,7 +13,10 @@ from torch import nn
 from torchdoctor.env.device import pick_device
 from torchdoctor.errors import InputError, UsageError
 
-__all__ = ["World", "world_from_env", "setup", "wrap_model", "shard_loader", "all_sum", "gather_objects", "teardown"]
+STRATEGIES = ("auto", "ddp", "fsdp")
+
+__all__ = ["World", "world_from_env", "setup", "prepare_model", "wrap_model", "shard_loader", "loader_options", "all_sum",
+           "gather_objects", "teardown", "STRATEGIES"]
 
 
 @dataclass(frozen=True)
@@ -67,13 +70,39 @@ def setup(preferred: Any = "auto") -> tuple[World, torch.device]:
     return World(world.size, world.rank, world.local_rank, owns), device
 
 
-def wrap_model(model: nn.Module, world: World, device: torch.device) -> nn.Module:
+def prepare_model(model: nn.Module, raw: nn.Module, optimizer: Any, world: World, device: torch.device,
+                  strategy: str, spread: bool = False) -> tuple[nn.Module, bool]:  # fmt: skip
+    """The module fit() calls for ``strategy``, and whether its parameters are sharded (FSDP2).
+
+    "auto" and "ddp": DistributedDataParallel under torchrun. "fsdp": ``raw``
+    sharded in place with fully_shard (``optimizer`` re-pointed at the shards);
+    one process has nothing to shard and trains the model as it is.
+    """
+    if strategy not in STRATEGIES:
+        raise UsageError(f"fit(): strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
+    if strategy != "fsdp":
+        return wrap_model(model, world, device, spread), False
+    if spread:
+        raise UsageError(
+            "strategy='fsdp' shards a model that sits on one device per rank; this model's parameters "
+            "already span several devices (model parallel): use strategy='ddp' or 'auto'"
+        )
+    if not world.distributed:
+        return model, False
+    from torchdoctor.train import fsdp
+
+    fsdp.shard(raw, optimizer, world.size, device)
+    return model, True
+
+
+def wrap_model(model: nn.Module, world: World, device: torch.device, spread: bool = False) -> nn.Module:
     """The model wrapped in DistributedDataParallel when there are several ranks; else itself."""
     from torch.nn.parallel import DistributedDataParallel
 
     if not world.distributed or isinstance(model, DistributedDataParallel):
         return model  # wrapped by the user already: wrapping twice would all-reduce twice
-    ids = [device.index] if device.type == "cuda" else None
+    # A model spread over several GPUs takes no device_ids: DDP then leaves its placement alone.
+    ids = [device.index] if device.type == "cuda" and not spread else None
     return DistributedDataParallel(model, device_ids=ids)
 
 
@@ -98,16 +127,21 @@ def shard_loader(loader: Any, world: World, shuffle: bool | None = None) -> Any:
     if shuffle is None:
         shuffle = isinstance(loader.sampler, RandomSampler)
     sampler = DistributedSampler(loader.dataset, num_replicas=world.size, rank=world.rank, shuffle=shuffle)
+    options = loader_options(loader)
+    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=sampler, drop_last=loader.drop_last, **options)
+
+
+def loader_options(loader: Any) -> dict[str, Any]:
+    """A DataLoader's settings other than what it draws (workers, pinning, collate, seeds), to rebuild it."""
     options: dict[str, Any] = {
-        "batch_size": loader.batch_size, "sampler": sampler, "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory, "drop_last": loader.drop_last,
+        "num_workers": loader.num_workers, "collate_fn": loader.collate_fn, "pin_memory": loader.pin_memory,
         "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn, "generator": loader.generator,
         "multiprocessing_context": loader.multiprocessing_context,
         "persistent_workers": loader.persistent_workers,
     }  # fmt: skip
     if loader.num_workers > 0:
         options["prefetch_factor"] = loader.prefetch_factor
-    return DataLoader(loader.dataset, **options)
+    return options
 
 
 def all_sum(world: World, tensor: torch.Tensor) -> torch.Tensor:

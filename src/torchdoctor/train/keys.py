@@ -65,9 +65,29 @@ def reconcile_keys(file_keys: list[str], model_keys: list[str]) -> KeyReport:
         if match is not None and match not in file_keys:
             renames[key] = match
     if not renames:
-        return KeyReport()
+        return _strip_owner(file_keys, by_canonical) if not own.intersection(file_keys) else KeyReport()
     first_file, first_model = next(iter(renames.items()))
     return KeyReport(renames, _describe(first_file, first_model, len(renames)))
+
+
+def _strip_owner(file_keys: list[str], by_canonical: dict[str, str]) -> KeyReport:
+    """Keys saved from a module that held the model as an attribute (a LightningModule's ``self.model``).
+
+    The first name is stripped when, for one such name, the stripped keys cover
+    every key of the model; the file's other keys (a loss's buffers) stay as they are.
+    """
+    heads: dict[str, dict[str, str]] = {}
+    for key in file_keys:
+        head, dot, rest = _canonical(key).partition(".")
+        match = by_canonical.get(_canonical(rest)) if dot else None
+        if match is not None:
+            heads.setdefault(head, {})[key] = match
+    for head, renames in heads.items():
+        if set(renames.values()) == set(by_canonical.values()) and len(renames) == len(by_canonical):
+            note = (f"stripped the prefix {head + '.'!r} on {len(renames)} key(s) to match the model "
+                    "(the file holds the state of a module that owned this one, e.g. a LightningModule)")  # fmt: skip
+            return KeyReport(renames, note)
+    return KeyReport()
 
 
 def _describe(file_key: str, model_key: str, count: int) -> str:

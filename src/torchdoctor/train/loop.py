@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Union
 
 import torch
 from torch import nn
 
 from torchdoctor.errors import InputError, UsageError
-from torchdoctor.train import distributed
+from torchdoctor.train import distributed, placement
+from torchdoctor.train.batches import Objective, count_samples
 from torchdoctor.train.history import History
 from torchdoctor.train.keys import unwrap_model
 from torchdoctor.train.move import DeviceLoader, to_device
 from torchdoctor.train.precision import autocast_context, make_scaler, resolve_precision
 from torchdoctor.train.preload import PreloadedLoader
-from torchdoctor.train.run_state import FitState, RunFiles
-from torchdoctor.train.steps import check_finite, count_samples, forward, metric_values, read_window, split_batch
+from torchdoctor.train.progress import open_bar
+from torchdoctor.train.resume import iterate_from
+from torchdoctor.train.rng import capture_rng, restore_rng
+from torchdoctor.train.run_state import FitState, Resumed, RunFiles
+from torchdoctor.train.steps import check_finite, read_window
+from torchdoctor.train.tally import Sums, Tally
 
 __all__ = ["fit", "FitState"]
 
@@ -30,17 +35,20 @@ def fit(
     model: nn.Module,
     train_loader: Iterable[Any],
     *,
-    loss_fn: Callable[..., torch.Tensor],
+    loss_fn: Callable[..., torch.Tensor] | None = None,
+    step_fn: Callable[[nn.Module, Any], Any] | None = None,
     optimizer: torch.optim.Optimizer,
     epochs: int,
     val_loader: Iterable[Any] | None = None,
     device: Any = "auto",
     precision: str = "auto",
+    strategy: str = "auto",
     grad_accum_steps: int = 1,
     clip_grad_norm: float | None = None,
     scheduler: Any = None,
     scheduler_interval: str = "epoch",
     checkpoint_dir: Any = None,
+    checkpoint_every: int | None = None,
     resume: bool = True,
     keep_last: int = 3,
     log_every: int = 50,
@@ -50,35 +58,69 @@ def fit(
 ) -> History:
     """Train ``model`` for ``epochs`` and return the per-epoch metrics history.
 
-    Each batch is ``(inputs, targets)``; ``loss_fn(model(inputs), targets)`` is
-    minimised. The device comes from ``pick_device(device)``; ``precision`` is
-    ``"auto"`` (bf16, or fp16 with a GradScaler, on CUDA; fp32 elsewhere),
-    ``"fp32"``, ``"bf16"`` or ``"fp16"``. With ``checkpoint_dir`` every epoch is
-    checkpointed (the last ``keep_last`` kept, ``metrics.csv`` beside them) and
-    ``resume=True`` continues from the newest one there. Under torchrun the
-    model is wrapped in DDP and the loaders sharded; only rank 0 writes.
-    ``progress`` is False, True (stderr) or a stream for the tqdm bar.
+    A batch ``(inputs, targets, *rest)`` gives ``loss_fn(model(inputs), targets)``;
+    a mapping batch is called as ``model(**batch)`` and its loss is
+    ``loss_fn(output, batch)`` or, without ``loss_fn``, the output's ``.loss``
+    (HuggingFace); ``step_fn(model, batch)`` returning the loss (or ``(loss,
+    output)``) replaces both. Metrics get ``(output, targets)``, or ``(output,
+    batch)`` for the other two. The device comes from ``pick_device(device)``
+    (a model already spread over several devices stays where it is);
+    ``precision`` is ``"auto"`` (bf16, or fp16 with a GradScaler, on CUDA; fp32
+    elsewhere), ``"fp32"``, ``"bf16"`` or ``"fp16"``. With ``checkpoint_dir``
+    every epoch (and every ``checkpoint_every`` optimizer steps) is
+    checkpointed, the last ``keep_last`` kept, ``metrics.csv`` beside them, and
+    ``resume=True`` continues from the newest one there, mid-epoch included.
+    Under torchrun ``strategy`` "auto"/"ddp" wraps the model in DDP, "fsdp"
+    shards it with FSDP2 (sharded checkpoints); the loaders are sharded and only
+    rank 0 writes files. ``progress`` is False, True (stderr) or a stream.
     """
-    _check_options(epochs, grad_accum_steps, log_every, keep_last, scheduler_interval)
+    config = _Config(loss_fn, step_fn, epochs, precision, strategy, grad_accum_steps, clip_grad_norm, scheduler,
+                     scheduler_interval, checkpoint_every, log_every, dict(metrics or {}), list(callbacks or []),
+                     progress)  # fmt: skip
+    config.check(keep_last)
     world, dev = distributed.setup(device)
     try:
-        runner = _Runner(model, optimizer, loss_fn, world, dev, resolve_precision(precision, dev.type))
-        runner.configure(train_loader, val_loader, epochs, grad_accum_steps, clip_grad_norm, scheduler,
-                         scheduler_interval, log_every, metrics, callbacks, progress)  # fmt: skip
-        runner.files = RunFiles.prepare(checkpoint_dir, keep_last, world, resume) if checkpoint_dir is not None else None
-        if runner.files is not None and resume:
-            runner.resume()
+        runner = _Runner(model, optimizer, config, world, dev)
+        runner.configure(train_loader, val_loader)
+        if checkpoint_dir is not None:
+            runner.files = RunFiles.prepare(checkpoint_dir, keep_last, world, resume, sharded=runner.sharded)
+            if resume:
+                runner.resume()
         return runner.run()
     finally:
         distributed.teardown(world)
 
 
-def _check_options(epochs: int, accum: int, log_every: int, keep_last: int, interval: str) -> None:
-    for name, value in (("epochs", epochs), ("grad_accum_steps", accum), ("log_every", log_every), ("keep_last", keep_last)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise UsageError(f"fit(): {name} must be a positive integer, got {value!r}")
-    if interval not in ("epoch", "step"):
-        raise UsageError(f"fit(): scheduler_interval must be 'epoch' or 'step', got {interval!r}")
+@dataclass
+class _Config:
+    """fit()'s options, checked once before anything runs."""
+
+    loss_fn: Any
+    step_fn: Any
+    epochs: int
+    precision: str
+    strategy: str
+    accum: int
+    clip: float | None
+    scheduler: Any
+    interval: str
+    checkpoint_every: int | None
+    log_every: int
+    metrics: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    callbacks: list[Any] = field(default_factory=list)
+    progress: Any = True
+
+    def check(self, keep_last: int) -> None:
+        counts = [("epochs", self.epochs), ("grad_accum_steps", self.accum), ("log_every", self.log_every), ("keep_last", keep_last)]
+        if self.checkpoint_every is not None:
+            counts.append(("checkpoint_every", self.checkpoint_every))
+        for name, value in counts:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UsageError(f"fit(): {name} must be a positive integer, got {value!r}")
+        if self.interval not in ("epoch", "step"):
+            raise UsageError(f"fit(): scheduler_interval must be 'epoch' or 'step', got {self.interval!r}")
+        if self.strategy not in distributed.STRATEGIES:
+            raise UsageError(f"fit(): strategy must be one of {', '.join(map(repr, distributed.STRATEGIES))}, got {self.strategy!r}")
 
 
 def _check_model(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -99,31 +141,37 @@ def _check_model(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
 class _Runner:
     """The state of one fit() call; each method is one stage of the loop."""
 
-    def __init__(self, model: nn.Module, optimizer: Any, loss_fn: Any, world: Any, device: torch.device, precision: str) -> None:
+    def __init__(self, model: nn.Module, optimizer: Any, config: _Config, world: Any, device: torch.device) -> None:
         _check_model(model, optimizer)
-        self.world, self.device, self.precision = world, device, precision
-        model.to(device)  # TD201: parameters move in place, so the optimizer's stay valid
-        self.model = model  # what is called: may be compiled or already wrapped by the user
+        self.cfg, self.world = config, world
+        where = placement.plan(placement.parameter_devices(model), device)
+        if where.move:
+            model.to(device)  # TD201: parameters move in place, so the optimizer's stay valid
+        elif world.is_main:
+            print(where.note(), file=sys.stderr)
+        self.device = where.device
+        self.precision = resolve_precision(config.precision, self.device.type)
         self.raw_model = unwrap_model(model)  # what is saved and switched between train and eval
         self.optimizer = optimizer
-        self.loss_fn = loss_fn.to(device) if isinstance(loss_fn, nn.Module) else loss_fn  # TD406
-        self.scaler = make_scaler(device, precision)
+        # What is called: may be compiled or wrapped by the user, then by DDP; FSDP shards raw_model in place.
+        self.model, self.sharded = distributed.prepare_model(model, self.raw_model, optimizer, world, self.device,
+                                                             config.strategy, where.model_parallel)  # fmt: skip
+        self.objective = Objective(config.loss_fn, config.step_fn, self.device, follow_output=where.model_parallel)
+        self.scaler = make_scaler(self.device, self.precision)
+        self.plain_steps = self.precision == "fp32" and not world.distributed and self.scaler is None
         self.history = History()
-        self.start_epoch = 0
-        self.step = 0
+        self.start_epoch = self.step = self.updates = 0
         self.files: RunFiles | None = None
+        self.resumed: Resumed | None = None  # set while the interrupted epoch is still to be continued
+        self.epoch_rng: dict[str, Any] | None = None
 
-    def configure(self, train_loader: Any, val_loader: Any, epochs: int, accum: int, clip: float | None,
-                  scheduler: Any, interval: str, log_every: int, metrics: Any, callbacks: Any,
-                  progress: Any) -> None:  # fmt: skip
+    def configure(self, train_loader: Any, val_loader: Any) -> None:
         self.train_loader = self._on_device(distributed.shard_loader(train_loader, self.world))
         self.val_loader = self._on_device(distributed.shard_loader(val_loader, self.world, shuffle=False))
-        self.epochs, self.accum, self.clip, self.log_every = epochs, accum, clip, log_every
-        self.scheduler, self.interval = scheduler, interval
-        self.metrics = dict(metrics or {})
-        self.callbacks = list(callbacks or [])
-        self.bar_file = None if progress is False or not self.world.is_main else sys.stderr if progress is True else progress
-        self.state = FitState(model=self.raw_model, optimizer=self.optimizer, epochs=epochs, history=self.history)
+        self.move_batches = not self._batches_arrive_placed()
+        cfg = self.cfg
+        self.bar_file = None if cfg.progress is False or not self.world.is_main else sys.stderr if cfg.progress is True else cfg.progress
+        self.state = FitState(model=self.raw_model, optimizer=self.optimizer, epochs=cfg.epochs, history=self.history)
         if _known_length(self.train_loader) == 0:
             raise InputError("train_loader is empty: it yields no batches (check the dataset size, batch_size and drop_last)")
 
@@ -132,18 +180,34 @@ class _Runner:
             return loader
         return DeviceLoader(loader, self.device)  # prefetches on CUDA, a pass-through on the CPU
 
+    def _batches_arrive_placed(self) -> bool:
+        """Whether every training batch is already on the device, so the step need not walk it.
+
+        A DataLoader collates on the CPU; on CUDA (and other devices) DeviceLoader
+        moves each batch, and a PreloadedLoader holds its data on its device.
+        """
+        loader = self.train_loader
+        if isinstance(loader, PreloadedLoader):
+            return loader.device == self.device
+        if not isinstance(loader, DeviceLoader) or loader.device != self.device:
+            return False
+        from torch.utils.data import DataLoader
+
+        return self.device.type != "cpu" or isinstance(loader.loader, DataLoader)
+
     def resume(self) -> None:
         assert self.files is not None
-        found = self.files.restore(self.raw_model, self.optimizer, self.scaler, self.scheduler, self.device,
-                                   (self.train_loader, self.val_loader))  # fmt: skip
+        found = self.files.restore(self.raw_model, self.optimizer, self.scaler, self.cfg.scheduler, self.device,
+                                   self._loaders())  # fmt: skip
         if found is not None:
-            self.start_epoch, self.step, rows = found
-            self.history.rows[:] = rows
+            self.start_epoch, self.step, self.updates = found.epoch, found.step, found.updates
+            self.history.rows[:] = found.history
+            self.resumed = found if found.position else None
 
     def run(self) -> History:
-        self.model = distributed.wrap_model(self.model, self.world, self.device)
+        self.step_checkpoints = self.files is not None and self.cfg.checkpoint_every is not None
         self._call("on_fit_start")
-        for epoch in range(self.start_epoch, self.epochs):
+        for epoch in range(self.start_epoch, self.cfg.epochs):
             self.state.epoch = epoch
             self._call("on_epoch_start")
             row = self._train_epoch(epoch)
@@ -156,77 +220,123 @@ class _Runner:
         distributed.barrier(self.world)  # no rank leaves the group while rank 0 still writes
         return self.history
 
-    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+    def _begin_epoch(self, epoch: int) -> None:
         self.raw_model.train()  # every epoch: validation left it in eval mode (TD403)
         sampler = getattr(self.train_loader, "sampler", None)
         if hasattr(sampler, "set_epoch"):
             sampler.set_epoch(epoch)  # a DistributedSampler reshuffles only when told (TD701)
         self.optimizer.zero_grad(set_to_none=True)
+
+    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+        self._begin_epoch(epoch)
         total = _known_length(self.train_loader)
-        bar = self._bar(epoch, total)
+        tally = Tally(self.cfg.metrics, self.device)
+        start = self.resumed.position if self.resumed is not None else 0
+        batches = self._epoch_batches(tally)
+        bar = open_bar(self.bar_file, f"epoch {epoch + 1}/{self.cfg.epochs}", total) if self.bar_file is not None else None
+        if bar is not None and start:
+            bar.update(start)
         window: list[torch.Tensor] = []  # detached losses not yet read back
-        tally = _Tally(self.metrics, self.device, time.perf_counter())
-        batches, pending = 0, False
+        done, pending = start, False
         try:
-            for batches, batch in enumerate(self.train_loader, start=1):
-                update = batches % self.accum == 0 or batches == total
+            for done, batch in enumerate(batches, start=start + 1):
+                update = done % self.cfg.accum == 0 or done == total
                 window.append(self._train_step(batch, update, tally))
                 pending = not update
                 self.step += 1
-                if self.step % self.log_every == 0:  # the only sync: once per log_every steps
+                if self.step % self.cfg.log_every == 0:  # the only sync: once per log_every steps
                     tally.log(bar, read_window(window, self.step - len(window) + 1, epoch))
+                if update and self.step_checkpoints and self._step_checkpoint_due(done, total):
+                    tally.log(bar, read_window(window, self.step - len(window) + 1, epoch))
+                    self._save(epoch, position=done, tally=tally)
             if pending:  # an unknown-length loader ended mid-accumulation: use those gradients too
                 self._optimizer_step()
             tally.log(bar, read_window(window, self.step - len(window) + 1, epoch))
         finally:
             if bar is not None:
                 bar.close()
-        if batches == 0:
+        if done == 0:
             raise InputError(f"train_loader yielded no batches in epoch {epoch + 1}")
         return tally.summary(self.world)
 
-    def _train_step(self, batch: Any, update: bool, tally: _Tally) -> torch.Tensor:
-        inputs, target = split_batch(to_device(batch, self.device))
-        # Between optimizer steps DDP need not all-reduce: gradients only accumulate.
-        no_sync = self.world.distributed and not update
-        with self.model.no_sync() if no_sync else _NO_SYNC:  # type: ignore[operator]
-            with autocast_context(self.device, self.precision):
-                output = forward(self.model, inputs)
-                loss = self.loss_fn(output, target)
-            scaled = loss / self.accum if self.accum > 1 else loss
-            (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+    def _epoch_batches(self, tally: Tally) -> Iterator[Any]:
+        """This epoch's batches: all of them, or the rest of an interrupted epoch (train/resume.py)."""
+        loaders = self._loaders()
+        resumed, self.resumed = self.resumed, None
+        if resumed is None:
+            if self.files is not None and self.cfg.checkpoint_every is not None:
+                self.epoch_rng = capture_rng(loaders)  # what the shuffle draws from: kept for step checkpoints
+            return iter(self.train_loader)
+        self.epoch_rng = resumed.epoch_rng
+        if resumed.tally is not None:
+            tally.load(resumed.tally)
+        if resumed.epoch_rng is not None:
+            restore_rng(resumed.epoch_rng, loaders)
+        later = resumed.rng
+
+        def restore() -> None:
+            if later is not None:
+                restore_rng(later, loaders)
+
+        return iterate_from(self.train_loader, resumed.position, restore)
+
+    def _step_checkpoint_due(self, done: int, total: int | None) -> bool:
+        # Not on an epoch's last batch: the epoch's own checkpoint follows, after validation.
+        return self.updates % self.cfg.checkpoint_every == 0 and done != total  # type: ignore[operator]
+
+    def _train_step(self, batch: Any, update: bool, tally: Tally) -> torch.Tensor:
+        if self.move_batches:
+            batch = to_device(batch, self.device)
+        if self.plain_steps:  # fp32 on one process: no autocast and no gradient-sync choice (fewer calls per step)
+            loss, output, target = self.objective(self.model, batch)
+            (loss / self.cfg.accum if self.cfg.accum > 1 else loss).backward()
+        else:
+            with self._gradient_sync(update):
+                with autocast_context(self.device, self.precision):
+                    loss, output, target = self.objective(self.model, batch)
+                scaled = loss / self.cfg.accum if self.cfg.accum > 1 else loss
+                (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         if update:
             self._optimizer_step()
         detached = loss.detach()  # keeps no graph alive (TD405)
-        tally.add(count_samples(target), output, target)
-        if self.callbacks:
+        tally.add(target.shape[0] if type(target) is torch.Tensor and target.ndim else count_samples(target), output, target)
+        if self.cfg.callbacks:
             self.state.step, self.state.loss = self.step + 1, detached
             self._call("on_step_end")
         return detached
 
+    def _gradient_sync(self, update: bool) -> Any:
+        # Between optimizer steps the ranks need not reduce gradients: they only accumulate.
+        if update or not self.world.distributed:
+            return _NO_SYNC
+        if self.sharded:
+            from torchdoctor.train.fsdp import no_gradient_sync
+
+            return no_gradient_sync(self.raw_model)
+        return self.model.no_sync()  # type: ignore[operator]
+
     def _optimizer_step(self) -> None:
-        if self.clip is not None:
+        if self.cfg.clip is not None:
             if self.scaler is not None:
                 self.scaler.unscale_(self.optimizer)  # clip the true gradients, not the scaled ones
-            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.clip)
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.cfg.clip)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.scheduler is not None and self.interval == "step":
-            self.scheduler.step()
+        self.updates += 1
+        if self.cfg.scheduler is not None and self.cfg.interval == "step":
+            self.cfg.scheduler.step()
 
     def _validate(self, epoch: int) -> dict[str, Any]:
         self.raw_model.eval()  # dropout off, batch-norm statistics frozen (TD402)
         with torch.inference_mode():  # no autograd graph during evaluation (TD401)
-            sums = _Sums(self.metrics, self.device)
+            sums = Sums(self.cfg.metrics, self.device)
             for batch in self.val_loader:  # type: ignore[union-attr]
-                inputs, target = split_batch(to_device(batch, self.device))
                 with autocast_context(self.device, self.precision):
-                    output = forward(self.model, inputs)
-                    loss = self.loss_fn(output, target)
+                    loss, output, target = self.objective(self.model, to_device(batch, self.device))
                 sums.add(loss, count_samples(target), output, target)
             means = sums.means(self.world, "val_")
         if "val_loss" in means:
@@ -234,97 +344,36 @@ class _Runner:
         return means
 
     def _end_epoch(self, epoch: int, row: dict[str, Any]) -> None:
-        if self.scheduler is not None and self.interval == "epoch":
-            if isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
-                self.scheduler.step(row.get("val_loss", row.get("train_loss")))
+        scheduler = self.cfg.scheduler
+        if scheduler is not None and self.cfg.interval == "epoch":
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(row.get("val_loss", row.get("train_loss")))
             else:
-                self.scheduler.step()
+                scheduler.step()
         row = {"epoch": epoch + 1, "step": self.step, **row, "lr": self.optimizer.param_groups[0]["lr"]}
         self.history.append(row)
         if self.bar_file is not None and "val_loss" in row:
-            print(f"epoch {epoch + 1}/{self.epochs}: " + _format_row(row), file=self.bar_file)
+            print(f"epoch {epoch + 1}/{self.cfg.epochs}: " + _format_row(row), file=self.bar_file)
         if self.files is not None:
-            self.files.save(epoch + 1, self.step, self.raw_model, self.optimizer, self.scaler, self.scheduler,
-                            self.history, (self.train_loader, self.val_loader))  # fmt: skip
+            self._save(epoch + 1)
         self.state.logs = row
         self._call("on_epoch_end")
 
-    def _bar(self, epoch: int, total: int | None) -> Any:
-        if self.bar_file is None:
-            return None
-        from tqdm import tqdm
+    def _save(self, epoch: int, position: int | None = None, tally: Tally | None = None) -> None:
+        assert self.files is not None
+        self.files.save(epoch=epoch, step=self.step, updates=self.updates, model=self.raw_model, optimizer=self.optimizer,
+                        scaler=self.scaler, scheduler=self.cfg.scheduler, history=self.history, loaders=self._loaders(),
+                        position=position, tally=tally.state() if tally is not None else None,
+                        epoch_rng=self.epoch_rng)  # fmt: skip
 
-        return tqdm(total=total, desc=f"epoch {epoch + 1}/{self.epochs}", unit="batch", file=self.bar_file,
-                    dynamic_ncols=True, mininterval=0.25, leave=True)  # fmt: skip
+    def _loaders(self) -> tuple[Any, ...]:
+        return (self.train_loader, self.val_loader)
 
     def _call(self, hook: str) -> None:
-        for callback in self.callbacks:
+        for callback in self.cfg.callbacks:
             method = getattr(callback, hook, None)
             if method is not None:
                 method(self.state)
-
-
-class _Tally:
-    """One training epoch's bookkeeping: losses read back per window, metrics summed on the device."""
-
-    def __init__(self, metrics: dict[str, Callable[..., Any]], device: torch.device, started: float) -> None:
-        self.sums = _Sums(metrics, device) if metrics else None
-        self.device = device
-        self.started, self.samples, self.loss_sum, self.loss_count = started, 0, 0.0, 0
-
-    def add(self, n: int, output: Any, target: Any) -> None:
-        self.samples += n
-        if self.sums is not None:
-            self.sums.add(None, n, output, target)
-
-    def log(self, bar: Any, losses: list[float]) -> None:
-        self.loss_sum += sum(losses)
-        self.loss_count += len(losses)
-        if bar is None or not losses:
-            return
-        bar.update(len(losses))
-        rate = self.samples / max(time.perf_counter() - self.started, 1e-9)
-        bar.set_postfix(loss=f"{sum(losses) / len(losses):.4f}", samples_s=f"{rate:,.0f}", refresh=False)
-
-    def summary(self, world: Any) -> dict[str, Any]:
-        seconds = time.perf_counter() - self.started
-        local = torch.tensor([self.loss_sum, float(self.loss_count), float(self.samples)], dtype=torch.float64)
-        if world.distributed:  # collectives need the device's tensor type (nccl: CUDA)
-            local = distributed.all_sum(world, local.to(self.device)).cpu()
-        loss_sum, count, samples = local.tolist()
-        row = {"train_loss": loss_sum / max(count, 1)}
-        if self.sums is not None:
-            row.update({k: v for k, v in self.sums.means(world, "train_").items() if k != "train_loss"})
-        return {**row, "seconds": seconds, "samples_per_s": samples / max(seconds, 1e-9)}
-
-
-class _Sums:
-    """Running sums of the loss and metrics, kept on the device; read back once per epoch."""
-
-    def __init__(self, metrics: dict[str, Callable[..., Any]], device: torch.device) -> None:
-        self.metrics = metrics
-        # Weighted by samples, so a short last batch counts for what it holds.
-        self.totals = torch.zeros(2 + len(metrics), dtype=torch.float64, device=device)
-
-    def add(self, loss: torch.Tensor | None, n: int, output: Any, target: Any) -> None:
-        with torch.no_grad():
-            extra = metric_values(self.metrics, _detach(output), target) if self.metrics else []
-            head = [loss.detach().float().reshape(())] if loss is not None else [self.totals.new_zeros((), dtype=torch.float32)]
-            values = torch.stack([v.to(self.totals.device) for v in (*head, *extra)]) * n
-            self.totals[:-1] += values.double()
-            self.totals[-1] += n
-
-    def means(self, world: Any, prefix: str) -> dict[str, float]:
-        totals = distributed.all_sum(world, self.totals.clone()).tolist()  # one sync per epoch
-        count = totals[-1]
-        if count == 0:
-            return {}
-        names = ["loss", *self.metrics]
-        return {prefix + name: value / count for name, value in zip(names, totals[:-1])}
-
-
-def _detach(output: Any) -> Any:
-    return output.detach() if isinstance(output, torch.Tensor) else output
 
 
 def _known_length(loader: Any) -> int | None:

@@ -1,4 +1,4 @@
-"""The pieces of one step that fit() repeats: split a batch, call the model, read losses back rarely."""
+"""The pieces of one step that fit() repeats: call the model, read losses back rarely, compute metrics."""
 
 from __future__ import annotations
 
@@ -10,19 +10,11 @@ import torch
 
 from torchdoctor.errors import InputError, TorchDoctorError
 
-__all__ = ["TrainingError", "split_batch", "forward", "count_samples", "read_window", "check_finite"]
+__all__ = ["TrainingError", "forward", "read_window", "check_finite", "metric_values"]
 
 
 class TrainingError(TorchDoctorError):
     """Training cannot go on (a loss that is not finite); nothing broken was saved."""
-
-
-def split_batch(batch: Any) -> tuple[Any, Any]:
-    """``(inputs, targets)`` of a batch; anything else is a clear error, not an unpacking crash."""
-    if isinstance(batch, (list, tuple)) and len(batch) == 2:
-        return batch[0], batch[1]
-    kind = f"a {type(batch).__name__} of {len(batch)}" if isinstance(batch, (list, tuple)) else f"a {type(batch).__name__}"
-    raise InputError(f"fit() expects each batch to be (inputs, targets); the loader gave {kind}")
 
 
 def forward(model: Callable[..., Any], inputs: Any) -> Any:
@@ -36,25 +28,15 @@ def forward(model: Callable[..., Any], inputs: Any) -> Any:
     return model(inputs)
 
 
-def count_samples(target: Any) -> int:
-    """The batch size, from host-side metadata only (no device sync)."""
-    if isinstance(target, torch.Tensor):
-        return int(target.shape[0]) if target.dim() else 1
-    if isinstance(target, Mapping):
-        target = list(target.values())
-    if isinstance(target, (list, tuple)) and target:
-        return count_samples(target[0])
-    return 1
-
-
 def read_window(window: list[torch.Tensor], first_step: int, epoch: int) -> list[float]:
     """The losses of the last steps as floats: one device-to-host sync for the whole window."""
     if not window:
         return []
     values = torch.stack(window).float().tolist()
     window.clear()
-    for offset, value in enumerate(values):
-        check_finite(value, f"training loss at epoch {epoch + 1}, step {first_step + offset}")
+    if not all(map(math.isfinite, values)):  # the common case in one C-level pass; the message only when needed
+        for offset, value in enumerate(values):
+            check_finite(value, f"training loss at epoch {epoch + 1}, step {first_step + offset}")
     return values
 
 
