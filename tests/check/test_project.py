@@ -165,14 +165,24 @@ def test_a_save_guarded_by_rank_in_the_caller_module(project: Path) -> None:
                 torch.save(inner.state_dict(), path)
             """,
         "train_all_ranks.py": """\
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
             from ckpt_ddp import save_everywhere
 
             def main(model):
-                save_everywhere(model, "m.pt")
+                dist.init_process_group("gloo")
+                save_everywhere(DDP(model), "m.pt")
+            """,
+        "export.py": """\
+            from ckpt import save_checkpoint
+
+            def export(model):
+                save_checkpoint(model, "exported.pt")  # an inference script: one process, no guard needed
             """,
     })
-    results = check_files(["ckpt.py", "train.py", "ckpt_ddp.py", "train_all_ranks.py"], Settings(root=str(project)))
-    assert codes(results, "ckpt.py") == []  # its only caller guards it with the rank
+    results = check_files(["ckpt.py", "train.py", "ckpt_ddp.py", "train_all_ranks.py", "export.py"],
+                          Settings(root=str(project)))
+    assert codes(results, "ckpt.py") == []  # its DDP caller guards it with the rank; export.py runs once
     assert codes(results, "ckpt_ddp.py") == [(6, "TD703")]  # nobody guards it: every rank writes
 
 

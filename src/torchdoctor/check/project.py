@@ -146,9 +146,10 @@ class Project:
         return any(r.eval_before for r in self._callers(sem, func)) if effect == "eval" else False
 
     def callers_rank_guarded(self, sem: SemanticModel, func: ast.AST) -> bool:
-        """``func`` is called from other modules, and only under a rank guard."""
+        """``func`` is called from other modules, and every caller that runs on many ranks (a DDP
+        program) calls it under a rank guard (an inference script calling it runs once)."""
         records = self._callers(sem, func)
-        return bool(records) and all(r.rank_guarded for r in records)
+        return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
 
     def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
         modes = {r.grad_mode for r in self._callers(sem, func)}

@@ -8,7 +8,7 @@ from torchdoctor.check.astutil import dotted, keyword, method_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import first_input_device, has_dropout_or_bn
+from torchdoctor.check.semantic.models import construction, first_input_device, has_dropout_or_bn
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -105,7 +105,15 @@ def _inference_call(ctx: Context, call: ast.Call) -> bool:
                     return False
         if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
             return False  # a library's sampling method (often under no_grad itself): not judged
-    return sem.expr_kind(call.func.value if isinstance(call.func, ast.Attribute) else call.func, call) in ("model", "wrapper")
+    target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+    if sem.expr_kind(target, call) not in ("model", "wrapper"):
+        return False
+    # a PyTorch module: built from torch.nn / a module class / a model library, or a module's own part
+    # (a Keras or CoreML model has a predict() too)
+    if construction(sem, target, call) is not None or (dotted(target) or "").startswith("self."):
+        return True
+    b = sem.binding_at(dotted(target) or "", call)  # a parameter annotated with a module class
+    return b is not None and b.is_param and b.value is not None and sem.kinds.binding_kind(b) == "model"
 
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
@@ -397,7 +405,7 @@ def _loss_moved(ctx: Context, call: ast.Call) -> bool:
     if isinstance(parent, ast.Assign):
         keys = {dotted(t) for t in parent.targets}
         for n in sem.calls_named("to", "cuda"):
-            if dotted(n.func.value) in keys:  # type: ignore[attr-defined]
+            if isinstance(n.func, ast.Attribute) and dotted(n.func.value) in keys:
                 return True
     return False
 

@@ -152,7 +152,33 @@ def _saved_here(ctx: Context, load: ast.Call) -> bool:
     if any(len(s.args) >= 2 and _path_words(ctx, s.args[1]) == want and sem.scope_of(s) is scope
            and s.lineno < load.lineno for s in saves):
         return True  # reloads what this very run wrote just before (the best weights); a resume is not that
+    if _written_by_an_earlier_call(ctx, load):
+        return True
     return bool(saves) and all(_saves_host_data(ctx, s) for s in saves)
+
+
+_WRITERS = re.compile(r"(?i)(save|convert|export|write|dump|download|merge|consolidate)")
+
+
+def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
+    """Just before, in the same body, a call that writes files was given the folder or file the load
+    reads (``convert_lit_checkpoint(output_dir=out_dir)`` then ``torch.load(out_dir / "model.pth")``)."""
+    sem = ctx.semantic
+    roots = {n.id for n in sem.subtree(load.args[0]) if isinstance(n, ast.Name)} - set(sem.imports)
+    if not roots:
+        return False
+    scope = sem.scope_of(load)
+    body = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
+    for call in body:
+        if not isinstance(call, ast.Call) or call is load or call.lineno >= load.lineno:  # type: ignore[attr-defined]
+            continue
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if not _WRITERS.search(name or "") or ctx.call_name(call) == "torch.save":
+            continue
+        args = [*call.args, *(k.value for k in call.keywords)]
+        if any(isinstance(n, ast.Name) and n.id in roots for a in args for n in sem.subtree(a)):
+            return True
+    return False
 
 
 def _saves_host_data(ctx: Context, save: ast.Call) -> bool:
@@ -378,7 +404,29 @@ def _model_inside(ctx: Context, obj: ast.AST) -> ast.AST | None:
         values = [k.value for k in container.keywords]
     else:
         return None
-    return next((v for v in values if v is not None and not isinstance(v, ast.Call) and is_model_expr(ctx, v)), None)
+    return next((v for v in values if v is not None and _whole_model_value(ctx, v)), None)
+
+
+_COPIES = ("deepcopy", "copy", "half", "float", "double", "bfloat16", "cpu", "to", "eval", "module")
+
+
+def _whole_model_value(ctx: Context, value: ast.AST) -> bool:
+    """A model, or a copy of one (``deepcopy(de_parallel(model)).half()``): not its ``state_dict()``."""
+    node = value
+    for _ in range(6):
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name == "state_dict":
+                return False
+            if isinstance(node.func, ast.Attribute) and name in _COPIES:
+                node = node.func.value
+            elif node.args and (name in _COPIES or name in ("de_parallel", "unwrap_model", "unwrap")):
+                node = node.args[0]
+            else:
+                return False
+        else:
+            return is_model_expr(ctx, node)
+    return False
 
 
 @rule("TD504", calls=("save",))

@@ -18,10 +18,14 @@ RANKISH = re.compile(
     r"(?i)(rank|is_main|main_process|is_master|master_process|is_primary|is_global_zero|"
     r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0)"
 )
-_COUNTER = re.compile(r"(?i)^(i|j|k|n|it|idx|step|steps|iter|iteration|batch_?(idx|id|i|num|index)?|.*_(step|iter|idx))$")
+_COUNTER = re.compile(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_?(idx|id|i|num|index)?|"
+                      r".*_(step|iter|idx))$")
 _DEVICE_WORDS = re.compile(r"cuda|gpu|device|accelerat", re.IGNORECASE)
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
+# Rank 0 runs the block first while the others wait, then they find its result (a cache) in place.
+_FIRST_CONTEXT = re.compile(r"(?i)(zero_first|main_process_first|local_main_process_first|rank_zero_first)")
 _VERSION_TEST = re.compile(r"(?i)(version|TORCH_\w*(GREATER|LESS|GE|LT|_\d)|torch_\d|is_torch_\w+|hasattr\(\s*torch)")
+_OFF_WRAPPER = re.compile(r"(?i)^\w*(inference_mode|no_grad)\w*$")
 _RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
 
 
@@ -57,6 +61,8 @@ class Guards:
         if last == "set_grad_enabled" and call is not None and call.args:
             arg = call.args[0]
             return "off" if is_false(arg) else ("on" if is_true(arg) else "maybe")
+        if _OFF_WRAPPER.search(last) and last != "set_grad_enabled":
+            return "off"  # a project's wrapper: ``@smart_inference_mode()``, ``@maybe_no_grad()``
         return None
 
     def grad_mode(self, node: ast.AST) -> str:
@@ -226,6 +232,9 @@ class Guards:
         while frame is not None:
             if frame.kind == IF and self.rank_test(frame.node.test):  # type: ignore[attr-defined]
                 return True
+            if frame.kind == WITH and any(_FIRST_CONTEXT.search(self.segment(i.context_expr))
+                                          for i in frame.node.items):  # type: ignore[attr-defined]
+                return True  # ``with torch_distributed_zero_first(rank):`` / ``main_process_first()``
             if frame.kind == LOOP and isinstance(frame.node, ast.While) and self.rank_test(frame.node.test):
                 return True
             if frame.kind == FUNCTION:

@@ -36,9 +36,21 @@ def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | 
 
 
 def construction(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.Call | None:
-    """The constructor call a model expression came from, through names, ``.to()``, wrappers."""
+    """The constructor call a model expression came from, through names, ``.to()``, wrappers (memoised:
+    a parameter fans out over every call site, and call sites over their own parameters)."""
     if depth > 8:
         return None
+    memo = sem.memo.setdefault("construction", {})
+    key = (id(expr), id(at))
+    if key in memo:
+        return memo[key]  # type: ignore[no-any-return]
+    memo[key] = None  # while it is being found: a cycle finds nothing
+    found = _construction(sem, expr, at, depth)
+    memo[key] = found
+    return found
+
+
+def _construction(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int) -> ast.Call | None:
     if isinstance(expr, ast.Call):
         kind = sem.call_kind(expr, at)
         if kind == "model" and method_name(expr) not in ("to", "cuda", "train", "eval"):

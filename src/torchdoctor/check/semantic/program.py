@@ -12,7 +12,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
            "is_rpc_program", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
-           "QUIET_IN_TESTS", "uses_gpu_only_library", "accelerator_api", "sets_device_through_helper"]
+           "QUIET_IN_TESTS", "uses_gpu_only_library", "gpu_only_test", "accelerator_api", "sets_device_through_helper"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
@@ -133,13 +133,27 @@ def _default_or_override(sem: SemanticModel, node: ast.AST) -> bool:
     if func is not None and func.name in ("cuda", "to", "_apply", "cpu"):
         return True
     for a in sem.ancestors(node):
-        if isinstance(a, ast.arguments):
-            return True
+        if isinstance(a, (ast.arguments, ast.Compare, ast.Assert)):
+            return True  # a default, or a comparison (``assert x.device == torch.device("cuda")``): no placement
         if isinstance(a, ast.stmt):
             return False
     return False
 
 
+def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
+    """Test code marked to run only with a GPU: a decorator of its function or class that names CUDA or GPUs
+    (``@pytest.mark.skipif(not torch.cuda.is_available(), ...)``, ``@_RunIf(min_cuda_gpus=1)``,
+    ``@requires_cuda``)."""
+    if not in_test(sem, node):
+        return False
+    for frame in sem.frame(node).chain():
+        if frame.kind in ("function", "class") and any(
+                _GPU_MARK.search(sem.segment(d)) for d in frame.node.decorator_list):  # type: ignore[attr-defined]
+            return True
+    return bool(_GPU_MARK.search(sem.text.source[:4000])) and "pytestmark" in sem.text.source[:4000]
+
+
+_GPU_MARK = re.compile(r"(?i)cuda|gpu")
 _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "triton", "cupy", "pycuda",
              "tensorrt", "torch_tensorrt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm")
 

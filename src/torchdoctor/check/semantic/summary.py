@@ -55,6 +55,7 @@ class CallRecord:
     rank_guarded: bool
     eval_before: bool  # a ``model.eval()`` earlier in the caller's function
     accelerator_args: frozenset[str]  # parameters (by name, or "#i" by position) given an accelerator device
+    ddp: bool = False  # the calling module is a DDP program (its calls run on every rank)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -84,6 +85,7 @@ def call_records(sem: SemanticModel, names: set[str]) -> list[CallRecord]:
     """Records of the calls whose callee (as written) starts with one of ``names`` (imported names)."""
     out = []
     accelerator = program.runs_on_accelerator(sem)
+    ddp = program.is_ddp_program(sem)
     for call in sem.calls:
         written = dotted(call.func)
         if written is None or written.split(".")[0] not in names:
@@ -102,7 +104,7 @@ def call_records(sem: SemanticModel, names: set[str]) -> list[CallRecord]:
                     given.add(kw.arg)
         guarded = sem.under_rank_guard(call) or (func is not None and bool(sem.call_sites(func)) and
                                                  all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
-        out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given)))
+        out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp))
     return out
 
 
