@@ -110,7 +110,7 @@ def _inference_call(ctx: Context, call: ast.Call) -> bool:
         return False
     # a PyTorch module: built from torch.nn / a module class / a model library, or a module's own part
     # (a Keras or CoreML model has a predict() too)
-    if construction(sem, target, call) is not None or (dotted(target) or "").startswith("self."):
+    if construction(sem, target, call) is not None:
         return True
     b = sem.binding_at(dotted(target) or "", call)  # a parameter annotated with a module class
     return b is not None and b.is_param and b.value is not None and sem.kinds.binding_kind(b) == "model"

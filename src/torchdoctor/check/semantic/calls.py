@@ -84,20 +84,50 @@ class Calls:
             if self.bindings.at(func.id, call) is not None and func.id not in self.bindings.functions:
                 return []  # a local value shadows nothing we know
             if func.id in self.classes:
-                cls = self.classes[func.id]
-                return [f for f in self.functions.get("__init__", []) if self.class_of(f) is cls]
+                return self._methods(self.classes[func.id], "__init__")
             return [f for f in self.functions.get(func.id, []) if self.class_of(f) is None]
         if not isinstance(func, ast.Attribute):
             return []
-        key = dotted(func.value) or ""
+        receiver = func.value
+        if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
+            cls = self.class_of(call)  # ``super().__init__(...)``: the base classes of this file
+            bases = [self.classes[n] for b in getattr(cls, "bases", []) if (n := dotted(b) or "") in self.classes]
+            return [f for base in bases for f in self._methods(base, func.attr)]
+        key = dotted(receiver) or ""
         if key == "self":
             cls = self.class_of(call)
             return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is cls]
-        if func.attr in _TRAIN_METHODS:
+        owner = self._instance_class(key, call) if key else None
+        if owner is not None:  # ``trainer = Trainer(...); trainer.fit()``
+            return self._methods(owner, func.attr)
+        if func.attr in _TRAIN_METHODS or func.attr.startswith("__"):
             return []
         if key and (key.split(".")[0] in self.names.modules or self.kinds.kind_of(key, call) is not None):
             return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
         return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
+
+    def _methods(self, cls: ast.AST, name: str) -> list[ast.AST]:
+        """``name`` of an in-file class, or of its in-file base classes."""
+        seen: list[ast.AST] = []
+        todo = [cls]
+        while todo:
+            c = todo.pop(0)
+            if c in seen:
+                continue
+            seen.append(c)
+            own = [f for f in self.functions.get(name, []) if self.class_of(f) is c]
+            if own:
+                return own
+            todo += [self.classes[n] for b in getattr(c, "bases", []) if (n := dotted(b) or "") in self.classes]
+        return []
+
+    def _instance_class(self, key: str, at: ast.AST) -> ast.AST | None:
+        """The in-file class whose instance ``key`` holds (``x = Cls(...)``), if the binding says so."""
+        b = self.bindings.at(key, at)
+        value = b.value if b is not None and not b.is_param and b.index is None else None
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+            return self.classes.get(value.func.id)
+        return None
 
     def external_of(self, call: ast.Call) -> object | None:
         """The summary of a function in another module of the project that ``call`` runs, or None."""

@@ -17,8 +17,8 @@ __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
 # not about a training run there. Errors that break the test itself are still reported.
-QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD401", "TD402", "TD602",
-                            "TD603", "TD604", "TD701", "TD703", "TD705", "TD706"})
+QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD401", "TD402", "TD502",
+                            "TD602", "TD603", "TD604", "TD701", "TD703", "TD705", "TD706"})
 _TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 
 _CUDA = re.compile(r"cuda(:\d+)?")
@@ -146,9 +146,9 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
     ``@requires_cuda``)."""
     if not in_test(sem, node):
         return False
-    for frame in sem.frame(node).chain():
-        if frame.kind in ("function", "class") and any(
-                _GPU_MARK.search(sem.segment(d)) for d in frame.node.decorator_list):  # type: ignore[attr-defined]
+    for a in sem.ancestors(node):  # (a device inside a decorator: ``pytest.param(cuda, marks=RunIf(...))``)
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                _GPU_MARK.search(sem.segment(d)) for d in a.decorator_list):
             return True
     return bool(_GPU_MARK.search(sem.text.source[:4000])) and "pytestmark" in sem.text.source[:4000]
 
