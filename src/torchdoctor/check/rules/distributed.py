@@ -299,8 +299,9 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     calls = sem.call_sites(func)
     if calls:
         return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
-    if any(isinstance(sem.parent(r), (ast.Call, ast.keyword, ast.Assign)) for r in sem.reads_of(func.name)):
-        return True  # a callback (``accelerator.register_save_state_pre_hook(save_hook)``): its caller decides
+    refs = [*sem.reads_of(func.name), *(sem.reads_of(f"self.{func.name}") if sem.class_of(func) is not None else [])]
+    if any(not (isinstance(sem.parent(r), ast.Call) and sem.parent(r).func is r) for r in refs):  # type: ignore[union-attr]
+        return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
     return sem.project is not None and sem.class_of(func) is None and \
         bool(sem.project.callers_rank_guarded(sem, func))  # type: ignore[attr-defined]
 
