@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
+from torchdoctor.check.source import split_lines
 from torchdoctor.findings import Edit, Finding, Location, Severity
 
 if TYPE_CHECKING:
@@ -20,7 +21,9 @@ class Context:
         self.tree = tree
         self.settings = settings
         self.findings: list[Finding] = []
-        self.lines = source.splitlines()
+        self.lines = split_lines(source)  # str.splitlines also breaks at \f, \v, \x1c..: ast does not
+        if self.lines and not self.lines[-1]:
+            self.lines.pop()  # as splitlines: no empty line after the final newline
         self.imports: dict[str, str] = {}  # local name -> qualified name ("nn" -> "torch.nn")
         self.parents: dict[ast.AST, ast.AST] = {}
         self.enabled: set[str] | None = None  # None: every code
