@@ -103,13 +103,16 @@ def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mod
     errors: list[RuleError] = []
     result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors)
     if (mode.fix or mode.diff) and any(f.edits for f in result.findings):
-        _fix(result, decoded, settings, mode, errors, stdin=stdin)
+        _fix(result, decoded, settings, mode, errors, stdin=stdin, original=data)
     _report_rule_errors(result, errors)
 
 
 def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, errors: list[RuleError],
-         *, stdin: bool) -> None:
-    """Apply fixes pass after pass (overlapping ones wait a pass); re-parse each time; write once."""
+         *, stdin: bool, original: bytes) -> None:
+    """Apply fixes pass after pass (overlapping ones wait a pass); re-parse each time; write once.
+
+    ``original`` is the file's bytes as read: the write refuses a file that changed since.
+    """
     from torchdoctor.check.fix import apply_fixes, unified_diff, write_bytes_atomic
 
     text, findings, total = decoded.text, result.findings, 0
@@ -128,8 +131,8 @@ def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, e
         findings = analyse(text, result.path, tree=tree, settings=settings, errors=errors)
     if total == 0:
         return
-    result.fixed = total
     if mode.diff:
+        result.fixed = total
         result.diff = unified_diff(result.path, decoded.text, text)
     if mode.fix:
         if stdin:
@@ -140,7 +143,8 @@ def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, e
             except UnicodeEncodeError:
                 result.error(f"fixed text cannot be written in the file's encoding {decoded.encoding}; file left unchanged")
                 return
-            write_bytes_atomic(result.path, data)
+            write_bytes_atomic(result.path, data, original)  # InputError: reported, nothing counted as fixed
+        result.fixed = total
         result.findings = findings
 
 
