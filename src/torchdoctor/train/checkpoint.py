@@ -13,7 +13,7 @@ from typing import IO, Any, Callable, Union
 import torch
 from torch import nn
 
-from torchdoctor._files import write_atomic as _write_atomic
+from torchdoctor import _files
 from torchdoctor.errors import InputError
 from torchdoctor.train.keys import KeyReport, reconcile_keys, unwrap_model
 
@@ -75,16 +75,31 @@ def save(
 
 
 def write_atomic(target: Path, write: Callable[[IO[bytes]], Any]) -> None:
-    """Write durably beside ``target`` and rename over it (torchdoctor._files.write_atomic)."""
+    """Write durably beside ``target`` and rename over it (torchdoctor._files.write_file).
+
+    First, the temporary files that killed saves left in the folder are removed
+    (only this writer's, only those whose process is gone): a run that is
+    killed now and then must not fill the disk with half checkpoints.
+    """
     directory = target.parent if str(target.parent) else Path(".")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"cannot write a checkpoint in {str(directory)!r}: {exc.strerror or exc}") from None
+    remove_stale_temps(directory)
     try:
-        _write_atomic(target, write)
+        _files.write_file(target, write)
     except OSError as exc:
         raise CheckpointError(f"saving {str(target)!r} failed ({exc.strerror or exc}); the previous file is intact") from exc
+
+
+def remove_stale_temps(directory: Path) -> list[Path]:
+    """Delete the temporary files of saves in ``directory`` whose writing process is gone; return them."""
+    removed = []
+    for path in _files.stale_temp_files(directory):
+        _remove_quietly(str(path))
+        removed.append(path)
+    return removed
 
 
 def _remove_quietly(name: str) -> None:
@@ -95,7 +110,12 @@ def _remove_quietly(name: str) -> None:
 
 
 def numbered_siblings(target: Path) -> list[tuple[int, Path]]:
-    """Files next to ``target`` named like it with another number, oldest first."""
+    """Complete checkpoints next to ``target`` named like it with another number, oldest first.
+
+    Temporary files of saves and files that are not whole zip archives (torch.save's
+    format; a copy cut short) are not checkpoints: they neither count towards
+    ``keep_last`` nor get deleted by it.
+    """
     match = _NUMBERED.match(target.name)
     if match is None:
         return []
@@ -103,9 +123,19 @@ def numbered_siblings(target: Path) -> list[tuple[int, Path]]:
     found = []
     for candidate in target.parent.iterdir():
         other = _NUMBERED.match(candidate.name)
-        if other and other["stem"] == stem and (other["suffix"] or "") == suffix and candidate.is_file():
+        if (other and other["stem"] == stem and (other["suffix"] or "") == suffix and candidate.is_file()
+                and not _files.is_temp_name(candidate.name) and _complete(candidate)):
             found.append((int(other["num"]), candidate))
     return sorted(found)
+
+
+def _complete(path: Path) -> bool:
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)  # its end record is written last
+    except OSError:
+        return False
 
 
 def prune(target: Path, keep_last: int) -> list[Path]:
