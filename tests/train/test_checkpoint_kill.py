@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from torchdoctor import _files
 from torchdoctor.train import checkpoint
 
 # Saves a 48 MB state over and over; announces each save before and after it.
@@ -75,3 +76,17 @@ def test_sigkill_during_save_leaves_a_loadable_previous_checkpoint(tmp_path: Pat
     # The next save in that folder removes what the killed writer left (its process is gone).
     checkpoint.save(target, model=torch.nn.Linear(2, 2), epoch=result.epoch + 1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+
+
+def test_fit_in_a_folder_with_a_killed_save_removes_its_temp_file(tmp_path: Path) -> None:
+    from tests.train.conftest import make_run
+    from torchdoctor.train import fit
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=60)
+    stale = tmp_path / f".epoch-0001.pt.{_files._HOST}.{int(done.stdout)}.0123abcd.tmp"  # its writer is gone
+    stale.write_bytes(b"half a checkpoint")
+    model, optimizer, train, val = make_run()
+    fit(model, train, loss_fn=torch.nn.CrossEntropyLoss(), optimizer=optimizer, epochs=1, checkpoint_dir=tmp_path,
+        progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epoch-0001.pt", "metrics.csv"]
