@@ -56,3 +56,28 @@ def test_noqa_in_a_notebook_cell(fake_rules, tmp_path) -> None:
     p = tmp_path / "n.ipynb"
     p.write_text(json.dumps(nb))
     assert [(f.location.cell, f.location.line) for f in check_file(str(p)).findings] == [(1, 3)]
+
+
+def test_unknown_codes_are_ours_that_name_no_rule() -> None:
+    from torchdoctor.check.noqa import unknown_codes
+
+    src = ["a  # noqa: TD999, TD302", "b  # noqa: E501", "c  # noqa: TD3, td30", "d  # noqa", "e  # noqa: TD8"]
+    assert unknown_codes(src) == [(1, "TD999"), (5, "TD8")]
+
+
+def test_unknown_noqa_code_is_a_warning_that_names_it(fake_rules, tmp_path, capsys) -> None:
+    from torchdoctor.cli import main
+
+    path = tmp_path / "a.py"
+    path.write_text("import torch\nx = a.cuda()  # noqa: TD999\n")  # a typo of TD102: it silences nothing
+    assert main(["check", "--isolated", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:2: warning: unknown rule code TD999 in `# noqa`" in err
+    path.write_text("import torch\nx = a.cuda()  # noqa: TD102\n")
+    assert main(["check", "--isolated", str(path)]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
+def test_noqa_on_a_last_line_without_newline(fake_rules) -> None:
+    assert lines("import torch\nx = a.cuda()  # noqa: TD102") == []
+    assert lines("import torch\nx = a.cuda()  # noqa: TD502") == [(2, "TD102")]

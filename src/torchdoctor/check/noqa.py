@@ -5,16 +5,20 @@ only those codes (a prefix such as ``TD3`` silences that family). Codes of
 other tools (``# noqa: E501``) leave torchdoctor's findings alone. For a
 statement spanning several lines the comment goes on the line the finding
 is reported on (where its location starts), as flake8 and ruff do.
+
+A ``TD`` code that is no rule and no prefix of one (``# noqa: TD999``) silences
+nothing and gets a warning, as ruff warns of invalid noqa codes: a typo must
+not look like a silenced finding.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from torchdoctor.findings import Finding
 
-__all__ = ["noqa_codes", "filter_noqa"]
+__all__ = ["noqa_codes", "filter_noqa", "unknown_codes", "noqa_warnings"]
 
 _NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
 ALL = frozenset({"*"})
@@ -51,4 +55,33 @@ def filter_noqa(findings: Sequence[Finding], lines: Sequence[str]) -> list[Findi
         codes = cache[loc.line]
         if codes is None or not _silenced(f.code, codes):
             out.append(f)
+    return out
+
+
+def _known(code: str) -> bool:
+    from torchdoctor.catalog import RULES
+
+    return any(rule.startswith(code) for rule in RULES)
+
+
+def unknown_codes(lines: Sequence[str]) -> list[tuple[int, str]]:
+    """(line, code) for every ``TD`` code in a noqa comment that names no rule and no prefix of one."""
+    out = []
+    for number, line in enumerate(lines, start=1):
+        codes = noqa_codes(line)
+        if codes is None or codes is ALL:
+            continue
+        out.extend((number, code) for code in sorted(codes) if code.startswith("TD") and not _known(code))
+    return out
+
+
+def noqa_warnings(path: str, lines: Sequence[str],
+                  where: Callable[[int], tuple[int | None, int]] | None = None) -> list[str]:
+    """Warning lines (for stderr) naming each unknown noqa code; ``where`` maps a line to (cell, line)."""
+    out = []
+    for number, code in unknown_codes(lines):
+        cell, line = where(number) if where else (None, number)
+        at = f"{path}:cell {cell}:{line}" if cell else f"{path}:{line}"
+        out.append(f"{at}: warning: unknown rule code {code} in `# noqa` (it silences nothing; "
+                   "`torchdoctor rules` lists the codes)")
     return out

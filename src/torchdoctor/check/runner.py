@@ -7,6 +7,7 @@ in ``FileResult.errors``, so one unreadable file never stops the run.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,6 +20,7 @@ from torchdoctor.findings import Finding
 
 __all__ = ["FileResult", "Mode", "check_file", "check_files"]
 
+_NOQA_WORD = re.compile("noqa", re.I)
 PARALLEL_MIN_FILES = 48  # below this, starting processes costs more than it saves
 MAX_FIX_PASSES = 8
 
@@ -88,6 +90,15 @@ def _parse_or_report(result: FileResult, text: str, where=None):
     return None
 
 
+def _noqa_warnings(path: str, text: str, where=None) -> list[str]:  # type: ignore[no-untyped-def]
+    if _NOQA_WORD.search(text) is None:  # most files: one scan, no per-line work
+        return []
+    from torchdoctor.check.noqa import noqa_warnings
+    from torchdoctor.check.source import split_lines
+
+    return noqa_warnings(path, split_lines(text), where)
+
+
 def _report_rule_errors(result: FileResult, errors: list[RuleError]) -> None:
     for err in errors:
         line = f"{result.path}: {err}"
@@ -102,6 +113,7 @@ def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mod
         return
     errors: list[RuleError] = []
     result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors)
+    result.notes.extend(_noqa_warnings(result.path, decoded.text))
     if (mode.fix or mode.diff) and any(f.edits for f in result.findings):
         _fix(result, decoded, settings, mode, errors, stdin=stdin, original=data)
     _report_rule_errors(result, errors)
@@ -159,6 +171,7 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
         return
     errors: list[RuleError] = []
     found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors)
+    result.notes.extend(_noqa_warnings(result.path, nb.text, nb.where))
     if (mode.fix or mode.diff) and any(f.edits for f in found):
         result.notes.append(f"{result.path}: note: fixes are not applied to notebooks; fix the cells by hand")
     result.findings = [nb.locate(f) for f in found]
