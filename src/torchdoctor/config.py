@@ -206,14 +206,24 @@ def load_settings(path: str) -> Settings:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read configuration {path}: {getattr(exc, 'strerror', None) or exc}") from None
     data = _load_toml(text, path)
-    if os.path.basename(path) == "pyproject.toml":
-        table = data.get("tool", {}).get("torchdoctor", {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [tool.torchdoctor] must be a table")
-    else:
-        table = data
+    table = _our_table(data, path)
     root = os.path.dirname(os.path.abspath(path))
     return settings_from_table(table, root=root, where=path, config_path=os.path.abspath(path))
+
+
+def _our_table(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """The [tool.torchdoctor] table of a pyproject-style file, or a bare torchdoctor.toml's top level."""
+    tool = data.get("tool")
+    if os.path.basename(path) != "pyproject.toml" and "tool" not in data:
+        return data  # a bare torchdoctor.toml: the keys at the top level
+    if not isinstance(tool, dict) or "torchdoctor" not in tool:
+        raise ConfigError(
+            f"{path}: no [tool.torchdoctor] table (write the settings under [tool.torchdoctor], "
+            "or at the top level of a torchdoctor.toml)"
+        )
+    if not isinstance(tool["torchdoctor"], dict):
+        raise ConfigError(f"{path}: [tool.torchdoctor] must be a table")
+    return tool["torchdoctor"]
 
 
 def with_overrides(settings: Settings, **overrides: Any) -> Settings:

@@ -147,6 +147,27 @@ def test_cli_bad_config_exits_2_naming_the_file(fake_rules, tmp_path: Path, monk
     assert needle in err and "pyproject.toml" in err
 
 
+@pytest.mark.parametrize("name, body", [
+    ("pyproject.toml", "[project]\nname = 'x'\n"),
+    ("other.toml", "[tool.black]\nline-length = 100\n"),
+])
+def test_config_without_our_table_says_so(fake_rules, tmp_path: Path, monkeypatch, capsys, name, body) -> None:
+    (tmp_path / name).write_text(body)
+    (tmp_path / "a.py").write_text(BUGGY)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "a.py", "--config", name]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}: no [tool.torchdoctor] table" in err and "unknown key" not in err
+
+
+def test_config_under_another_name_may_hold_the_pyproject_table(fake_rules, tmp_path: Path, monkeypatch, capsys) -> None:
+    (tmp_path / "ci.toml").write_text('[tool.torchdoctor]\nselect = ["TD5"]\n')
+    (tmp_path / "a.py").write_text(BUGGY)
+    monkeypatch.chdir(tmp_path)
+    main(["check", "a.py", "--output-format", "json", "--config", "ci.toml"])
+    assert _codes(capsys) == ["TD502"]
+
+
 def test_missing_config_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["check", ".", "--config", "nope.toml"]) == 2
