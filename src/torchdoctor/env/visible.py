@@ -87,7 +87,7 @@ def visible_count(value: str | None, physical: int | None, uuids: list[str] | No
         return Visibility(len(parsed))
     for i, ordinal in enumerate(parsed):
         if int(ordinal) >= physical:
-            reason = "" if i else f"device {ordinal} does not exist (this machine has {physical} GPU{'s' * (physical != 1)}: 0..{physical - 1})"
+            reason = "" if i else f"device {ordinal} does not exist (there {'are' if physical != 1 else 'is'} {physical} GPU{'s' * (physical != 1)}: 0..{physical - 1})"
             return Visibility(i, reason)
     return Visibility(len(parsed))
 
