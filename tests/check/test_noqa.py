@@ -61,7 +61,8 @@ def test_noqa_in_a_notebook_cell(fake_rules, tmp_path) -> None:
 def test_unknown_codes_are_ours_that_name_no_rule() -> None:
     from torchdoctor.check.noqa import unknown_codes
 
-    src = ["a  # noqa: TD999, TD302", "b  # noqa: E501", "c  # noqa: TD3, td30", "d  # noqa", "e  # noqa: TD8"]
+    src = ["a  # noqa: TD999, TD302", "b  # noqa: E501", "c  # noqa: TD3, td30", "d  # noqa", "e  # noqa: TD8",
+           "s = 'a docstring shows # noqa: TD999'"]
     assert unknown_codes(src) == [(1, "TD999"), (5, "TD8")]
 
 

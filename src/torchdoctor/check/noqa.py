@@ -65,14 +65,32 @@ def _known(code: str) -> bool:
 
 
 def unknown_codes(lines: Sequence[str]) -> list[tuple[int, str]]:
-    """(line, code) for every ``TD`` code in a noqa comment that names no rule and no prefix of one."""
+    """(line, code) for every ``TD`` code in a noqa comment that names no rule and no prefix of one.
+
+    Only real comments count: a docstring that shows ``# noqa: TD999`` is no noqa comment.
+    """
     out = []
     for number, line in enumerate(lines, start=1):
         codes = noqa_codes(line)
         if codes is None or codes is ALL:
             continue
         out.extend((number, code) for code in sorted(codes) if code.startswith("TD") and not _known(code))
-    return out
+    if not out:
+        return out
+    comments = _comment_lines(lines)
+    return [(number, code) for number, code in out if comments is None or number in comments]
+
+
+def _comment_lines(lines: Sequence[str]) -> set[int] | None:
+    """Lines holding a comment with noqa in it (None if the text does not tokenize)."""
+    import io
+    import tokenize
+
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO("\n".join(lines)).readline)
+        return {t.start[0] for t in tokens if t.type == tokenize.COMMENT and "noqa" in t.string.lower()}
+    except (tokenize.TokenError, SyntaxError):
+        return None
 
 
 def noqa_warnings(path: str, lines: Sequence[str],
