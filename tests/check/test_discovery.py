@@ -104,3 +104,10 @@ def test_unreadable_folder_as_an_unprivileged_user(nobody_dir: Path) -> None:
     os.chmod(nobody_dir / "locked", 0)
     proc = run_as_nobody("check", "--isolated", str(nobody_dir), cwd=nobody_dir)
     assert proc.returncode == 2 and f"{nobody_dir / 'locked'}: error: cannot read folder: permission denied" in proc.stderr
+
+
+def test_anchored_folder_only_and_negated_excludes(tmp_path: Path) -> None:
+    touch(tmp_path, "scripts/a.py", "pkg/scripts/b.py", "gen/x.py", "gen/keep.py", "data.py/inner.py", "data.py2/c.py")
+    # As in git, a file cannot be taken back from an excluded folder: gen/* excludes the files, not gen.
+    s = Settings(extend_exclude=("/scripts", "gen/*", "!gen/keep.py", "data.py/"), root=str(tmp_path))
+    assert rel(tmp_path, discover([str(tmp_path)], s).files) == ["data.py2/c.py", "gen/keep.py", "pkg/scripts/b.py"]

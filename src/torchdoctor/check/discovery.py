@@ -8,7 +8,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from torchdoctor.config import Settings, glob_match, relative_to
+from torchdoctor.config import Settings, patterns, relative_to
 
 __all__ = ["Discovery", "discover", "is_excluded", "SOURCE_SUFFIXES"]
 
@@ -36,8 +36,7 @@ def describe_os_error(exc: OSError) -> str:
 
 def is_excluded(path: str, settings: Settings) -> bool:
     """Whether a path (a file or folder, as given) matches an exclude pattern."""
-    rel = relative_to(path, settings.root)
-    return any(glob_match(p, rel) for p in settings.all_excludes)
+    return patterns(settings.all_excludes).match(relative_to(path, settings.root), os.path.isdir(path))
 
 
 def discover(paths: Iterable[str], settings: Settings, *, force_exclude: bool = False) -> Discovery:
@@ -92,9 +91,7 @@ def _walk(top: str, settings: Settings, out: Discovery, seen: set[str], skipped:
     Returns how many source files it met (each counted even if another path found it
     first); what the excludes skipped is appended to ``skipped``.
     """
-    excludes = settings.all_excludes
-    named = tuple(p for p in excludes if "/" not in p.strip("/"))
-    anchored = tuple(p for p in excludes if "/" in p.strip("/"))
+    excludes = patterns(settings.all_excludes)
     visited: set[str] = set()
     found = 0
     stack = [top]
@@ -114,10 +111,6 @@ def _walk(top: str, settings: Settings, out: Discovery, seen: set[str], skipped:
         for entry in entries:
             name = entry.name
             path = os.path.normpath(os.path.join(folder, name))
-            if any(glob_match(p, name) for p in named) or (
-                    anchored and any(glob_match(p, relative_to(path, settings.root)) for p in anchored)):
-                skipped.append(path)
-                continue
             try:
                 is_dir = entry.is_dir()  # follows symlinks
                 is_file = not is_dir and entry.is_file()
@@ -125,6 +118,11 @@ def _walk(top: str, settings: Settings, out: Discovery, seen: set[str], skipped:
                 is_dir = is_file = False
                 if name.endswith(SOURCE_SUFFIXES):
                     out.errors.append((path, describe_os_error(exc)))
+                continue
+            # Plain names (the built-in list) by the entry's name; the folders above were checked on the way down.
+            if name in excludes.names or (
+                    excludes.has_rest and excludes.match_rest(relative_to(path, settings.root), is_dir)):
+                skipped.append(path)
                 continue
             if is_dir:
                 if not any(os.path.exists(os.path.join(path, m)) for m in _ENV_MARKERS):
