@@ -34,7 +34,10 @@ def noqa_codes(line: str) -> frozenset[str] | None:
     codes = m.group("codes")
     if not codes:
         return ALL
-    return frozenset(c.upper() for c in re.split(r"[,\s]+", codes.strip()) if c)
+    found = [c.upper() for c in re.split(r"[,\s]+", codes.strip()) if c]
+    if m.end() < len(line) and line[m.end()].isalnum():
+        found.pop()  # "TD1O2" is no code; taking its "TD1" would silence the whole family
+    return frozenset(found)
 
 
 def _silenced(code: str, codes: frozenset[str]) -> bool:
@@ -75,10 +78,23 @@ def unknown_codes(lines: Sequence[str]) -> list[tuple[int, str]]:
         if codes is None or codes is ALL:
             continue
         out.extend((number, code) for code in sorted(codes) if code.startswith("TD") and not _known(code))
+        run_on = _run_on(line)  # dropped by noqa_codes, named here
+        if run_on:
+            out.append((number, run_on))
     if not out:
         return out
     comments = _comment_lines(lines)
     return [(number, code) for number, code in out if comments is None or number in comments]
+
+
+def _run_on(line: str) -> str | None:
+    """``TD1O2`` (a letter O): the regex takes TD1 and stops; the whole token is what was meant."""
+    m = _NOQA.search(line)
+    if m is None or not m.group("codes") or m.end() >= len(line) or not line[m.end()].isalnum():
+        return None
+    last = re.split(r"[,\s]+", m.group("codes").strip())[-1]
+    token = re.match(r"\w+", line[m.end() - len(last):])
+    return token.group().upper() if token and token.group().upper().startswith("TD") else None
 
 
 def _comment_lines(lines: Sequence[str]) -> set[int] | None:
