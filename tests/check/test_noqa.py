@@ -117,3 +117,5 @@ def test_a_code_run_into_letters_is_named_whole() -> None:
 
     # "TD1O2" (a letter O) would otherwise read as the prefix TD1 and silence a whole family.
     assert unknown_codes(["y = a.cuda()  # noqa: TD1O2", "z = 1  # noqa: TD102 because"]) == [(1, "TD1O2")]
+    assert unknown_codes(["y = a.cuda()  # noqa: TD302, TD1O2"]) == [(1, "TD1O2")]  # the last code, whole
+    assert unknown_codes(["y = 1  # noqa: E501x"]) == []  # another tool's (mistyped) code is not ours
