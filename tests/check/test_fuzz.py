@@ -177,14 +177,14 @@ def test_the_templates_make_valid_programs_that_rules_do_flag() -> None:
     """The template property means something only if templates parse and give fixable findings."""
     seen_fixable = []
 
-    @settings(FUZZ, max_examples=30)
+    @settings(FUZZ, max_examples=50, derandomize=True)  # the same 50 programs every run: no flaky count
     @given(torch_program())
     def collect(source: str) -> None:
         ast.parse(source)
         seen_fixable.append(any(f.edits for f in _analyse(source)))
 
     collect()
-    assert sum(seen_fixable) >= 5
+    assert len(seen_fixable) == 50 and sum(seen_fixable) >= 10
 
 
 @settings(FUZZ, max_examples=EXAMPLES or 200)
