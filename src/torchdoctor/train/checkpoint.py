@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -267,4 +268,16 @@ def _few(items: list[str], limit: int = 5) -> str:
 
 def _note(result: LoadResult, message: str) -> None:
     result.notes.append(message)
-    warnings.warn(message, CheckpointWarning, stacklevel=3)
+    warnings.warn(message, CheckpointWarning, stacklevel=_outside_level())
+
+
+def _outside_level() -> int:
+    """The stacklevel of the first frame outside torchdoctor: the user's load() or fit() call.
+
+    A fixed level pointed into this file for notes made one call deeper (_load_model).
+    """
+    package = os.path.dirname(os.path.dirname(__file__))
+    frame, level = sys._getframe(1), 1  # _note itself: stacklevel 1 is the line that warns
+    while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
