@@ -20,7 +20,7 @@ def test_version_exits_0(capsys):
 
 
 def test_python_dash_m_runs_the_same_cli():
-    out = subprocess.run([sys.executable, "-m", "torchdoctor", "rules", "TD404"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "torchdoctor", "rules", "TD404"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0
     assert "gradients-never-zeroed" in out.stdout and "## Why is this bad?" in out.stdout
 
@@ -32,5 +32,5 @@ def test_checking_imports_no_part_but_the_checker(tmp_path):
         "import sys; from torchdoctor.cli import main; rc = main(['check', %r]);"
         "print(rc, sorted(m for m in sys.modules if m.startswith(('torchdoctor.runtime', 'torchdoctor.env', 'torchdoctor.train', 'torch.'))) or 'none')"
     ) % str(script)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "0 none"

@@ -15,7 +15,7 @@ STATIC = {"TD401", "TD402", "TD403", "TD404", "TD405", "TD302", "TD701"}  # the 
 
 def _check(*paths: str) -> tuple[int, list[dict]]:
     out = subprocess.run([sys.executable, "-m", "torchdoctor", "check", "--output-format", "json", *paths],
-                         cwd=ROOT, capture_output=True, text=True)
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
     return out.returncode, json.loads(out.stdout)
 
 

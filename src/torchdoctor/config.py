@@ -16,7 +16,8 @@ from typing import Any
 
 from torchdoctor.errors import ConfigError, UsageError
 
-__all__ = ["Settings", "settings_from_toml", "load_settings", "find_config", "parse_target_torch", "glob_match"]
+__all__ = ["Settings", "settings_from_toml", "load_settings", "find_config", "parse_target_torch", "glob_match",
+           "Patterns", "patterns"]
 
 # Never checked, wherever they are (virtual environments are also found by their pyvenv.cfg).
 DEFAULT_EXCLUDE = (
@@ -206,14 +207,24 @@ def load_settings(path: str) -> Settings:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read configuration {path}: {getattr(exc, 'strerror', None) or exc}") from None
     data = _load_toml(text, path)
-    if os.path.basename(path) == "pyproject.toml":
-        table = data.get("tool", {}).get("torchdoctor", {})
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [tool.torchdoctor] must be a table")
-    else:
-        table = data
+    table = _our_table(data, path)
     root = os.path.dirname(os.path.abspath(path))
     return settings_from_table(table, root=root, where=path, config_path=os.path.abspath(path))
+
+
+def _our_table(data: dict[str, Any], path: str) -> dict[str, Any]:
+    """The [tool.torchdoctor] table of a pyproject-style file, or a bare torchdoctor.toml's top level."""
+    tool = data.get("tool")
+    if os.path.basename(path) != "pyproject.toml" and "tool" not in data:
+        return data  # a bare torchdoctor.toml: the keys at the top level
+    if not isinstance(tool, dict) or "torchdoctor" not in tool:
+        raise ConfigError(
+            f"{path}: no [tool.torchdoctor] table (write the settings under [tool.torchdoctor], "
+            "or at the top level of a torchdoctor.toml)"
+        )
+    if not isinstance(tool["torchdoctor"], dict):
+        raise ConfigError(f"{path}: [tool.torchdoctor] must be a table")
+    return tool["torchdoctor"]
 
 
 def with_overrides(settings: Settings, **overrides: Any) -> Settings:
@@ -241,52 +252,61 @@ def relative_to(path: str, root: str) -> str:
     return rel.replace(os.sep, "/")
 
 
-_GLOB_CACHE: dict[str, re.Pattern[str]] = {}
+class Patterns:
+    """gitignore-style patterns, compiled once: plain names by a set lookup, the rest by ``pathspec``.
 
-
-def _translate(pattern: str) -> re.Pattern[str]:
-    out = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        elif c == "?":
-            out.append("[^/]")
-            i += 1
-        elif c == "[" and "]" in pattern[i + 1:]:
-            j = pattern.index("]", i + 1)
-            body = pattern[i + 1:j].replace("\\", "\\\\")
-            out.append("[^" + body[1:] + "]" if body.startswith("!") else "[" + body + "]")
-            i = j + 1
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
-def glob_match(pattern: str, rel_path: str) -> bool:
-    """Match a POSIX relative path against a gitignore-like glob.
-
-    A pattern without ``/`` matches a file or folder name at any depth
-    (``build``, ``*_test.py``); one with ``/`` is anchored at the root and
-    ``**`` crosses folders (``tests/fixtures/**``). A pattern also matches
-    everything inside a folder it matches.
+    The semantics are git's (``pathspec.GitIgnoreSpec``): a pattern without
+    ``/`` matches a file or folder name at any depth (``build``, ``*_test.py``);
+    one with a leading or inner ``/`` is anchored at the root (``/build``,
+    ``tests/fixtures/**``); a trailing ``/`` matches folders only; ``**/``
+    crosses folders; ``!pattern`` takes a path back; whatever is inside a
+    matched folder matches. ``pathspec`` is imported only when some pattern is
+    more than a plain name, so the built-in skip list costs ``check`` nothing.
     """
-    regex = _GLOB_CACHE.get(pattern)
-    if regex is None:
-        body = pattern.strip("/").removeprefix("./")
-        while body.endswith("/**"):  # "dir/**" is "dir": everything inside a matched folder matches
-            body = body[:-3]
-        regex = _GLOB_CACHE[pattern] = _translate(body)
-    parts = rel_path.split("/")
-    if "/" not in pattern.strip("/"):
-        return any(regex.match(p) for p in parts)
-    return any(regex.match("/".join(parts[:i])) for i in range(1, len(parts) + 1))
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        patterns = tuple("/" + p[2:] if p.startswith("./") else p for p in patterns)  # "./build" is "/build"
+        plain = all(not p.startswith("!") for p in patterns)  # a negation must see every pattern
+        self.names = frozenset(p for p in patterns if plain and _is_name(p))
+        self._rest = tuple(p for p in patterns if p not in self.names)
+        self._spec: Any = None
+
+    def match(self, rel_path: str, is_dir: bool = False) -> bool:
+        """Whether a POSIX path relative to the root (a folder when ``is_dir``) matches."""
+        if self.names and not self.names.isdisjoint(rel_path.split("/")):
+            return True
+        return self.match_rest(rel_path, is_dir)
+
+    def match_rest(self, rel_path: str, is_dir: bool = False) -> bool:
+        """``match``, without the plain names (a walker has checked those on the entry's name)."""
+        if not self._rest:
+            return False
+        if self._spec is None:
+            import pathspec
+
+            self._spec = pathspec.GitIgnoreSpec.from_lines(self._rest)
+        return bool(self._spec.match_file(rel_path + "/" if is_dir else rel_path))
+
+    @property
+    def has_rest(self) -> bool:
+        return bool(self._rest)
+
+
+def _is_name(pattern: str) -> bool:
+    return bool(pattern) and not any(c in pattern for c in "/*?[]\\!# ") and pattern not in (".", "..")
+
+
+_PATTERNS: dict[tuple[str, ...], Patterns] = {}
+
+
+def patterns(items: tuple[str, ...]) -> Patterns:
+    """The compiled form of ``items``, cached (settings travel to worker processes as plain tuples)."""
+    found = _PATTERNS.get(items)
+    if found is None:
+        found = _PATTERNS[items] = Patterns(items)
+    return found
+
+
+def glob_match(pattern: str, rel_path: str, is_dir: bool = False) -> bool:
+    """Match a POSIX relative path (a folder when ``is_dir``) against one gitignore-style pattern."""
+    return patterns((pattern,)).match(rel_path, is_dir)

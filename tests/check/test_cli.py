@@ -146,6 +146,12 @@ def test_usage_errors_exit_2(fake_rules, project: Path, capsys, argv) -> None:
     assert "torchdoctor: error:" in capsys.readouterr().err
 
 
+def test_config_with_isolated_is_a_usage_error(fake_rules, project: Path, capsys) -> None:
+    (project / "ci.toml").write_text('select = ["TD5"]\n')
+    assert run("clean.py", "--config", "ci.toml", "--isolated") == 2
+    assert "--config cannot be used with --isolated" in capsys.readouterr().err
+
+
 def test_notebook_location_in_text_and_json(fake_rules, project: Path, capsys) -> None:
     nb = {"cells": [{"cell_type": "markdown", "source": ["# hi"]},
                     {"cell_type": "code", "source": ["import torch\n", "!pip install x"]},

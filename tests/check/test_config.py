@@ -72,15 +72,29 @@ def test_per_file_ignores_and_globs(tmp_path: Path) -> None:
     assert s.ignored_for(str(tmp_path / "src" / "m.py")) == frozenset()
 
 
-@pytest.mark.parametrize("pattern, path, hit", [
-    ("build", "build/x.py", True), ("build", "src/build/x.py", True), ("build", "builder/x.py", False),
-    ("tests/fixtures/**", "tests/fixtures/a/b.py", True), ("tests/fixtures/**", "tests/fixtures", True),
-    ("tests/fixtures/**", "src/tests/fixtures/a.py", False), ("*.ipynb", "a/b/nb.ipynb", True),
-    ("src/*.py", "src/a.py", True), ("src/*.py", "src/sub/a.py", False), ("**/gen_*.py", "a/b/gen_x.py", True),
-    ("data/[ab].py", "data/a.py", True), ("data/[!ab].py", "data/a.py", False),
+@pytest.mark.parametrize("pattern, path, is_dir, hit", [
+    ("build", "build/x.py", False, True), ("build", "src/build/x.py", False, True), ("build", "builder/x.py", False, False),
+    ("build", "build", False, True), ("build/", "build", False, False), ("build/", "build", True, True),
+    ("build/", "src/build/x.py", False, True), ("/build", "build/x.py", False, True), ("/build", "src/build/x.py", False, False),
+    ("./build", "src/build", True, False), ("./build", "build", True, True),
+    ("tests/fixtures/**", "tests/fixtures/a/b.py", False, True), ("tests/fixtures/**", "tests/fixtures", True, True),
+    ("tests/fixtures/**", "src/tests/fixtures/a.py", False, False), ("*.ipynb", "a/b/nb.ipynb", False, True),
+    ("src/*.py", "src/a.py", False, True), ("src/*.py", "src/sub/a.py", False, False),
+    ("**/gen_*.py", "a/b/gen_x.py", False, True), ("**/gen_*.py", "gen_x.py", False, True),
+    ("**/gen", "a/gen/x.py", False, True), ("a/**/z.py", "a/z.py", False, True), ("a/**/z.py", "a/b/c/z.py", False, True),
+    ("data/[ab].py", "data/a.py", False, True), ("data/[!ab].py", "data/a.py", False, False),
+    ("data/[!ab].py", "data/c.py", False, True),
 ])
-def test_glob_match(pattern: str, path: str, hit: bool) -> None:
-    assert glob_match(pattern, path) is hit
+def test_glob_match(pattern: str, path: str, is_dir: bool, hit: bool) -> None:
+    assert glob_match(pattern, path, is_dir) is hit
+
+
+def test_a_negation_takes_a_path_back() -> None:
+    from torchdoctor.config import patterns
+
+    excludes = patterns(("gen/*", "!gen/keep.py"))
+    assert excludes.match("gen/a.py") and not excludes.match("gen/keep.py")
+    assert patterns(("build",)).names == {"build"} and not patterns(("build",)).has_rest  # no pathspec needed
 
 
 def test_find_config_searches_upward_for_our_table(tmp_path: Path) -> None:
@@ -145,6 +159,27 @@ def test_cli_bad_config_exits_2_naming_the_file(fake_rules, tmp_path: Path, monk
     assert main(["check", "."]) == 2
     err = capsys.readouterr().err
     assert needle in err and "pyproject.toml" in err
+
+
+@pytest.mark.parametrize("name, body", [
+    ("pyproject.toml", "[project]\nname = 'x'\n"),
+    ("other.toml", "[tool.black]\nline-length = 100\n"),
+])
+def test_config_without_our_table_says_so(fake_rules, tmp_path: Path, monkeypatch, capsys, name, body) -> None:
+    (tmp_path / name).write_text(body)
+    (tmp_path / "a.py").write_text(BUGGY)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "a.py", "--config", name]) == 2
+    err = capsys.readouterr().err
+    assert f"{name}: no [tool.torchdoctor] table" in err and "unknown key" not in err
+
+
+def test_config_under_another_name_may_hold_the_pyproject_table(fake_rules, tmp_path: Path, monkeypatch, capsys) -> None:
+    (tmp_path / "ci.toml").write_text('[tool.torchdoctor]\nselect = ["TD5"]\n')
+    (tmp_path / "a.py").write_text(BUGGY)
+    monkeypatch.chdir(tmp_path)
+    main(["check", "a.py", "--output-format", "json", "--config", "ci.toml"])
+    assert _codes(capsys) == ["TD502"]
 
 
 def test_missing_config_file_exits_2(tmp_path: Path, monkeypatch, capsys) -> None:

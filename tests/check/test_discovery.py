@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unprivileged import nobody, nobody_dir, run_as_nobody  # noqa: F401 - a fixture
 from torchdoctor.check.discovery import discover
 from torchdoctor.config import Settings
 
@@ -74,3 +75,39 @@ def test_project_exclude_adds_to_the_builtin_list(tmp_path: Path) -> None:
     touch(tmp_path, "a.py", ".venv/lib/v.py", "gen/g.py")
     found = discover([str(tmp_path)], Settings(exclude=("gen",), root=str(tmp_path)))
     assert rel(tmp_path, found.files) == ["a.py"]
+
+
+def test_a_folder_with_nothing_to_check_is_an_error_naming_it(tmp_path: Path) -> None:
+    touch(tmp_path, "docs/readme.txt", "gen/g.py", "other/a.py")
+    found = discover([str(tmp_path / "docs"), str(tmp_path / "gen"), str(tmp_path / "other")],
+                     Settings(extend_exclude=("gen/**",), root=str(tmp_path)))
+    assert rel(tmp_path, found.files) == ["other/a.py"]
+    messages = {os.path.basename(p): m for p, m in found.errors}
+    assert messages["docs"] == "no Python files (.py, .ipynb) to check in this folder"
+    assert messages["gen"].startswith("no Python files") and "(excluded: " in messages["gen"] and "g.py" in messages["gen"]
+    assert "other" not in messages
+
+
+def test_empty_folder_exits_2_on_the_command_line(tmp_path: Path, capsys) -> None:
+    from torchdoctor.cli import main
+
+    (tmp_path / "empty").mkdir()
+    assert main(["check", "--isolated", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'empty'}: error: no Python files" in err
+
+
+def test_unreadable_folder_as_an_unprivileged_user(nobody_dir: Path) -> None:
+    touch(nobody_dir, "locked/a.py", "ok/b.py")
+    for folder in (nobody_dir / "locked", nobody_dir / "ok"):
+        os.chown(folder, *nobody())
+    os.chmod(nobody_dir / "locked", 0)
+    proc = run_as_nobody("check", "--isolated", str(nobody_dir), cwd=nobody_dir)
+    assert proc.returncode == 2 and f"{nobody_dir / 'locked'}: error: cannot read folder: permission denied" in proc.stderr
+
+
+def test_anchored_folder_only_and_negated_excludes(tmp_path: Path) -> None:
+    touch(tmp_path, "scripts/a.py", "pkg/scripts/b.py", "gen/x.py", "gen/keep.py", "data.py/inner.py", "data.py2/c.py")
+    # As in git, a file cannot be taken back from an excluded folder: gen/* excludes the files, not gen.
+    s = Settings(extend_exclude=("/scripts", "gen/*", "!gen/keep.py", "data.py/"), root=str(tmp_path))
+    assert rel(tmp_path, discover([str(tmp_path)], s).files) == ["data.py2/c.py", "gen/keep.py", "pkg/scripts/b.py"]

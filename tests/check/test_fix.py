@@ -106,3 +106,67 @@ def test_notebooks_are_not_fixed(fake_rules, proj: Path, capsys) -> None:
     assert main(["check", "--isolated", "--fix", "n.ipynb"]) == 1
     assert (proj / "n.ipynb").read_text() == text
     assert "fixes are not applied to notebooks" in capsys.readouterr().err
+
+
+# ---- edge cases found by mutation testing ---------------------------------------------------------------
+
+
+def test_an_edit_on_the_last_line_without_a_newline() -> None:
+    assert apply_fixes("abc", [finding(Edit(1, 0, 1, 1, "X"))]) == ("Xbc", 1)
+
+
+@pytest.mark.parametrize("edit", [
+    Edit(1, 3, 1, 3, "X"),  # one past the end of "ab": that would be the newline
+    Edit(1, 9, 1, 9, "X"),  # far past the end (it must not reach into the next line)
+    Edit(1, 0, 9, 0, "X"),  # ends past the file
+    Edit(9, 0, 1, 0, "X"),  # starts past the file
+    Edit(2, 0, 1, 0, "X"),  # ends before it starts
+])
+def test_edits_outside_the_text_are_not_applied(edit: Edit) -> None:
+    assert apply_fixes("ab\ncd\n", [finding(edit)]) == ("ab\ncd\n", 0)
+
+
+def test_line_ends_count_trailing_spaces_and_letters_but_not_line_breaks() -> None:
+    assert apply_fixes("x = 1  \r\ny\n", [finding(Edit(1, 7, 1, 7, "#"))]) == ("x = 1  #\r\ny\n", 1)
+    assert apply_fixes("MAX\nb\n", [finding(Edit(1, 3, 1, 3, "!"))]) == ("MAX!\nb\n", 1)
+
+
+def test_conflicts_adjacent_nested_and_insertions() -> None:
+    from torchdoctor.check.fix import _conflict
+
+    assert not _conflict((1, 3), (3, 5)) and not _conflict((3, 5), (1, 3))  # touching ends: both can apply
+    assert _conflict((2, 3), (1, 5)) and _conflict((1, 5), (2, 3))  # one inside the other
+    assert _conflict((2, 2), (2, 2))  # two insertions at one point: no order between them
+    assert _conflict((1, 1), (1, 3)) and _conflict((2, 2), (1, 3))  # insertion at the start of / inside a replacement
+    assert not _conflict((3, 3), (1, 3))  # insertion right after it
+
+
+def test_adjacent_edits_apply_in_one_pass_nested_ones_wait() -> None:
+    text = "abcdef\n"
+    assert apply_fixes(text, [finding(Edit(1, 1, 1, 3, "X")), finding(Edit(1, 3, 1, 5, "Y"))]) == ("aXYf\n", 2)
+    assert apply_fixes(text, [finding(Edit(1, 1, 1, 5, "X")), finding(Edit(1, 2, 1, 3, "Y"))]) == ("aXf\n", 1)
+
+
+def test_a_bad_finding_does_not_stop_the_ones_after_it() -> None:
+    text = "abcdef\n"
+    outside = finding(Edit(1, 0, 1, 0, "("), Edit(9, 0, 9, 0, ")"))
+    self_overlapping = finding(Edit(1, 0, 1, 2, "X"), Edit(1, 1, 1, 3, "Y"))
+    good = finding(Edit(1, 5, 1, 6, "F"))
+    assert apply_fixes(text, [outside, self_overlapping, good]) == ("abcdeF\n", 1)
+
+
+def test_diff_marks_a_missing_final_newline_and_keeps_cr_line_ends() -> None:
+    from torchdoctor.check.fix import unified_diff
+
+    assert unified_diff("a.py", "a\nb", "a\nc") == (
+        "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+c\n\\ No newline at end of file\n")
+    assert unified_diff("a.py", "a\rb\r", "a\rc\r") == "--- a/a.py\n+++ b/a.py\n@@ -1,2 +1,2 @@\n a\r-b\r+c\r"
+
+
+def test_a_fix_is_written_without_fsync(fake_rules, proj: Path, monkeypatch) -> None:
+    # Sources are rewritten by the thousand in pre-commit: a crash leaves the old file, not half of one,
+    # so the cost of an fsync per file buys nothing (checkpoints and their folder are fsynced).
+    calls: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(fd))
+    assert main(["check", "--isolated", "--fix", "train.py"]) == 0
+    assert (proj / "train.py").read_text("utf-8") == FIXED and calls == []

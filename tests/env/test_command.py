@@ -71,6 +71,35 @@ def test_bad_facts_file_is_a_clear_error(tmp_path, capsys, content, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("facts, key, message", [
+    ({"gpus": "lots"}, "'gpus'", "must be a list of objects, not a string"),
+    ({}, None, "empty object"),
+    ({"hostname": "a", "uptime": 3}, None, "is a facts key"),
+    ({"facts": [1]}, "'facts'", "must be a JSON object"),
+    ({"platform": "linux", "cuda_available": "yes"}, "'cuda_available'", "must be true or false"),
+    ({"platform": "linux", "device_count": 1.5}, "'device_count'", "must be an integer"),
+    ({"platform": "linux", "gpus": [{"name": "A100", "capability": "eight"}]}, "'gpus[0].capability'", "must be"),
+    ({"platform": "linux", "env": ["CUDA_VISIBLE_DEVICES=0"]}, "'env'", "must be an object"),
+])
+def test_malformed_snapshot_exits_2_naming_the_key_and_writes_nothing(tmp_path, capsys, facts, key, message):
+    out = tmp_path / "report.txt"
+    assert main(["env", "--facts", _write(tmp_path, facts), "-o", str(out), "--save-facts", str(tmp_path / "s.json")]) == 2
+    err = capsys.readouterr().err
+    assert "is malformed" in err and message in err and (key is None or key in err), err
+    assert "no GPU found" not in err and not out.exists() and not (tmp_path / "s.json").exists()
+
+
+def test_a_snapshots_findings_speak_of_that_machine(tmp_path, capsys):
+    assert main(["env", "--facts", _write(tmp_path, laptop())]) == 0
+    text = capsys.readouterr().out
+    assert "TD009" in text and "no GPU found on that machine" in text and "this machine" not in text
+    assert text.startswith("torchdoctor env: the machine of snapshot ")
+    facts = h100(torch_version="2.7.1+cpu", torch_cuda=None)  # a CPU-only build on a GPU machine
+    assert main(["env", "--facts", _write(tmp_path, facts)]) == 1
+    text = capsys.readouterr().out
+    assert "but that machine has GPU 0 NVIDIA H100" in text and "this machine" not in text
+
+
 def test_save_facts_writes_the_snapshot(tmp_path, capsys):
     src = _write(tmp_path, laptop())
     saved = tmp_path / "saved.json"

@@ -84,6 +84,7 @@ def test_driver_tables():
         (None, None), ("", []), ("0", [0]), ("1,0", [1, 0]), ("0,0", []), ("-1", []), ("0,-1,1", [0]),
         ("1gpu2,2ampere", [1, 2]), ("a,0", []), (" 1", [1]), ("GPU-ab,GPU-cd", ["GPU-ab", "GPU-cd"]),
         ("GPU-ab,1", ["GPU-ab"]), ("GPU-ab,GPU-ab", []), ("MIG-x", ["MIG-x"]), ("+", []),
+        ("1-2", [1]), ("2+,0", [2, 0]), ("-3,1", []),  # strtoul stops at a sign after the first digit
     ],
 )
 def test_parse_visible_devices(value, expected):
@@ -91,7 +92,8 @@ def test_parse_visible_devices(value, expected):
 
 
 _cvd_text = st.lists(
-    st.one_of(st.integers(-2, 12).map(str), st.sampled_from(["", " 1", "x", "2a", "GPU-a", "GPU-b", "MIG-a", "+3", "-", "07"])),
+    st.one_of(st.integers(-2, 12).map(str),
+              st.sampled_from(["", " 1", "x", "2a", "GPU-a", "GPU-b", "MIG-a", "+3", "-", "07", "1-2", "3+"])),
     min_size=1, max_size=5,
 ).map(",".join)
 
@@ -124,3 +126,24 @@ def test_visible_count():
     assert visible_count("GPU-1", 2, ["GPU-1aa", "GPU-1bb"]).count == 0  # ambiguous prefix
     assert visible_count("GPU-1b", 2, ["GPU-1aa", "GPU-1bb"]).count == 1
     assert visible_count("MIG-abc", 1, ["GPU-1"]).count is None
+
+
+@pytest.mark.parametrize("value, physical, uuids, count, reason", [
+    ("GPU-zz", 2, ["GPU-1aa", "GPU-1bb"], 0, "no GPU has a UUID starting with 'GPU-zz'"),
+    ("GPU-1b", 2, ["GPU-1aa", "GPU-1bb"], 1, ""),
+    ("GPU-1a,GPU-1aa", 2, ["GPU-1aa", "GPU-2bb"], 0, "it names the same device twice (CUDA then shows none)"),
+    ("GPU-1", 2, ["GPU-1aa", "GPU-1bb"], 0, "'GPU-1' starts the UUIDs of 2 GPUs (CUDA takes none of them)"),
+    ("4", 4, None, 0, "device 4 does not exist (there are 4 GPUs: 0..3)"),
+    ("2", 2, None, 0, "device 2 does not exist (there are 2 GPUs: 0..1)"),
+    ("1", 1, None, 0, "device 1 does not exist (there is 1 GPU: 0..0)"),
+    ("0,5", 2, None, 1, ""),  # cut at 5, but device 0 stays
+    ("0,1", None, None, 2, ""), ("0,1", 4, None, 2, ""),
+    ("", 2, None, 0, "it is set to the empty string"),
+    ("0,0", 2, None, 0, "it names the same device twice (CUDA then shows none)"),
+    ("x,0", 2, None, 0, "its first entry 'x' is not a device number"),
+    ("GPU-x,GPU-x", 2, None, 0, "it names the same device twice (CUDA then shows none)"),
+    ("MIG-x,MIG-x", 2, None, 0, "it names the same device twice (CUDA then shows none)"),
+])
+def test_visible_count_says_why_devices_are_hidden(value, physical, uuids, count, reason):
+    got = visible_count(value, physical, uuids)
+    assert (got.count, got.reason) == (count, reason)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from torchdoctor import _files
 from torchdoctor.errors import InputError
 from torchdoctor.train import checkpoint
 from torchdoctor.train.checkpoint import CheckpointError, CheckpointWarning
@@ -152,6 +153,25 @@ def test_keep_last_prunes_older_numbered_files_only(tmp_path: Path) -> None:
     assert checkpoint.latest(tmp_path / "missing") is None
     with pytest.raises(CheckpointError, match="keep_last"):
         checkpoint.save(tmp_path / "epoch-0012.pt", model=_model(), keep_last=0)
+
+
+def test_keep_last_counts_only_complete_checkpoints(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, timeout=60).stdout)
+    for epoch in (1, 2):
+        checkpoint.save(tmp_path / f"epoch-{epoch:04d}.pt", model=_model(), epoch=epoch)
+    (tmp_path / "epoch-0003.pt").write_bytes(b"PK\x03\x04 cut short by a copy")  # not a whole archive
+    alive = _files.temp_name(tmp_path / "epoch-0004.pt")  # a save under way in this process
+    alive.write_bytes(b"half")
+    stale = Path(str(alive).replace(f".{os.getpid()}.", f".{dead}."))  # a killed save
+    stale.write_bytes(b"half")
+    checkpoint.save(tmp_path / "epoch-0005.pt", model=_model(), epoch=5, keep_last=2)
+    # epoch 2 and 5 are the two newest complete ones; the truncated 3 is neither counted nor deleted.
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["epoch-0002.pt", "epoch-0003.pt", "epoch-0005.pt", alive.name])
 
 
 def test_latest_ignores_leftover_temporary_files(tmp_path: Path) -> None:

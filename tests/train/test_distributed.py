@@ -18,6 +18,7 @@ from torchdoctor.errors import UsageError
 from torchdoctor.train.distributed import World, shard_loader, world_from_env
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
+REFIT_WORKER = Path(__file__).with_name("ddp_refit_worker.py")
 
 
 def test_world_from_torchrun_environment() -> None:
@@ -35,9 +36,9 @@ def test_shard_loader_keeps_the_loader_options_and_splits_the_data() -> None:
     assert shard_loader(loader, World()) is loader
 
 
-def _torchrun(out: Path, epochs: int) -> subprocess.CompletedProcess[str]:
+def _torchrun(out: Path, epochs: int, worker: Path = WORKER) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(WORKER), str(out), str(epochs)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(worker), str(out), str(epochs)]
     # A session of its own for torchrun; its workers lead sessions of their own, so each also
     # ends itself by alarm (ddp_worker.py) if a timeout kills only the launcher.
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as proc:
@@ -78,3 +79,11 @@ def test_two_gloo_ranks_train_one_model_write_once_and_resume(tmp_path: Path) ->
     assert _metrics(resumed[0])[:2] == _metrics(reports[0])
     for key, value in _weights(tmp_path, 0).items():
         assert torch.equal(value, _weights(tmp_path, 1)[key]), key
+
+
+@pytest.mark.slow
+def test_fit_called_again_in_the_same_torchrun_process_reuses_the_group(tmp_path: Path) -> None:
+    _torchrun(tmp_path, epochs=1, worker=REFIT_WORKER)
+    rows = [json.loads((tmp_path / f"refit-{r}.json").read_text()) for r in (0, 1)]
+    assert rows[0] == rows[1] and len(rows[0]) == 3  # three fits, the same averaged losses on both ranks
+    assert all(row["joined"] for row in rows[0])

@@ -148,14 +148,19 @@ def test_batches_of_dicts_and_tuples_reach_the_model_as_arguments() -> None:
             self.a, self.b = nn.Linear(8, 3), nn.Linear(8, 3)
 
         def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+            seen.append((x.clone(), z.clone()))
             return self.a(x) + self.b(z)
 
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
     model = TwoInputs()
-    x = torch.randn(8, 8)
+    x, z = torch.randn(8, 8), torch.randn(8, 8) + 10  # different inputs: a swap or a duplicate shows
     y = torch.zeros(8, dtype=torch.long)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    fit(model, [({"x": x, "z": x}, y)], loss_fn=CE, optimizer=opt, epochs=1, progress=False)
-    fit(model, [((x, x), y)], loss_fn=CE, optimizer=opt, epochs=1, progress=False)
+    fit(model, [({"z": z, "x": x}, y)], loss_fn=CE, optimizer=opt, epochs=1, progress=False)  # keywords, any order
+    fit(model, [((x, z), y)], loss_fn=CE, optimizer=opt, epochs=1, progress=False)  # positions
+    assert len(seen) == 2
+    for got_x, got_z in seen:
+        assert torch.equal(got_x, x) and torch.equal(got_z, z)
 
 
 def test_loss_module_with_weights_is_moved_and_callbacks_run(run: Any) -> None:

@@ -34,6 +34,26 @@ def test_prefix_the_model_has_is_added() -> None:
     assert report.rename("w") == "module.w" and "added the prefix 'module.'" in report.note
 
 
+def test_the_note_says_what_changed_and_why() -> None:
+    stripped = reconcile_keys(["module.a.weight", "module.a.bias"], ["a.weight", "a.bias"]).note
+    assert stripped == ("stripped the prefix 'module.' on 2 key(s) to match the model "
+                        "(the file was saved from a DataParallel/DDP/compiled wrapper, TD205)")
+    assert reconcile_keys(["w"], ["module.w"]).note == "added the prefix 'module.' on 1 key(s) to match the model"
+    replaced = reconcile_keys(["module.w"], ["_orig_mod.w"])
+    assert replaced.rename("module.w") == "_orig_mod.w"
+    assert replaced.note.startswith("replaced the prefix 'module.' with '_orig_mod.' on 1 key(s)")
+
+
+def test_a_file_with_some_keys_already_right_renames_the_others() -> None:
+    report = reconcile_keys(["a.bias", "module.a.weight", "b"], ["a.weight", "a.bias", "b"])
+    assert report.renames == {"module.a.weight": "a.weight"}
+
+
+def test_a_rename_never_lands_on_a_key_the_file_already_has() -> None:
+    # "module.w" would become "w", which the file holds already: that is two weights, not a prefix.
+    assert reconcile_keys(["module.w", "w"], ["w"]).renames == {}
+
+
 def test_unrelated_keys_are_left_for_the_mismatch_report() -> None:
     report = reconcile_keys(["encoder.w"], ["decoder.w"])
     assert report.renames == {}

@@ -68,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--fix and --diff cannot be used together (--diff only shows what --fix would do)")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if args.config and args.isolated:  # as ruff: one says "this file", the other "no file"
+        raise UsageError("--config cannot be used with --isolated (--isolated ignores every configuration file)")
     paths = args.paths or ["."]
     settings = _settings(args, paths)
     mode = Mode(gate=not args.no_torch_gate, fix=args.fix, diff=args.diff, unsafe_fixes=args.unsafe_fixes)

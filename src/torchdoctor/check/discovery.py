@@ -8,7 +8,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from torchdoctor.config import Settings, glob_match, relative_to
+from torchdoctor.config import Settings, patterns, relative_to
 
 __all__ = ["Discovery", "discover", "is_excluded", "SOURCE_SUFFIXES"]
 
@@ -36,8 +36,7 @@ def describe_os_error(exc: OSError) -> str:
 
 def is_excluded(path: str, settings: Settings) -> bool:
     """Whether a path (a file or folder, as given) matches an exclude pattern."""
-    rel = relative_to(path, settings.root)
-    return any(glob_match(p, rel) for p in settings.all_excludes)
+    return patterns(settings.all_excludes).match(relative_to(path, settings.root), os.path.isdir(path))
 
 
 def discover(paths: Iterable[str], settings: Settings, *, force_exclude: bool = False) -> Discovery:
@@ -45,6 +44,8 @@ def discover(paths: Iterable[str], settings: Settings, *, force_exclude: bool = 
 
     A path given explicitly is checked whatever its suffix, and excludes apply
     to it only with ``force_exclude`` (as pre-commit passes every staged file).
+    A folder with no Python file to check is an error naming it: "All checks
+    passed" on a folder holding nothing to check would be a false reassurance.
     """
     out = Discovery()
     seen: set[str] = set()
@@ -58,7 +59,9 @@ def discover(paths: Iterable[str], settings: Settings, *, force_exclude: bool = 
             out.errors.append((path, describe_os_error(exc)))
             continue
         if stat.S_ISDIR(st.st_mode):
-            _walk(path, settings, out, seen)
+            skipped: list[str] = []
+            if _walk(path, settings, out, seen, skipped) == 0:
+                out.errors.append((path, _nothing_found(skipped)))
         elif _add_once(path, seen):
             out.files.append(path)
     out.files.sort()
@@ -74,12 +77,23 @@ def _add_once(path: str, seen: set[str]) -> bool:
     return True
 
 
-def _walk(top: str, settings: Settings, out: Discovery, seen: set[str]) -> None:
-    """Depth-first, names sorted; folder symlinks followed once (a link loop is visited once)."""
-    excludes = settings.all_excludes
-    named = tuple(p for p in excludes if "/" not in p.strip("/"))
-    anchored = tuple(p for p in excludes if "/" in p.strip("/"))
+def _nothing_found(skipped: list[str]) -> str:
+    message = "no Python files (.py, .ipynb) to check in this folder"
+    if skipped:
+        shown = ", ".join(skipped[:3]) + (", ..." if len(skipped) > 3 else "")
+        message += f" (excluded: {shown})"
+    return message
+
+
+def _walk(top: str, settings: Settings, out: Discovery, seen: set[str], skipped: list[str]) -> int:
+    """Depth-first, names sorted; folder symlinks followed once (a link loop is visited once).
+
+    Returns how many source files it met (each counted even if another path found it
+    first); what the excludes skipped is appended to ``skipped``.
+    """
+    excludes = patterns(settings.all_excludes)
     visited: set[str] = set()
+    found = 0
     stack = [top]
     while stack:
         folder = stack.pop()
@@ -97,10 +111,6 @@ def _walk(top: str, settings: Settings, out: Discovery, seen: set[str]) -> None:
         for entry in entries:
             name = entry.name
             path = os.path.normpath(os.path.join(folder, name))
-            if any(glob_match(p, name) for p in named):
-                continue
-            if anchored and any(glob_match(p, relative_to(path, settings.root)) for p in anchored):
-                continue
             try:
                 is_dir = entry.is_dir()  # follows symlinks
                 is_file = not is_dir and entry.is_file()
@@ -109,15 +119,24 @@ def _walk(top: str, settings: Settings, out: Discovery, seen: set[str]) -> None:
                 if name.endswith(SOURCE_SUFFIXES):
                     out.errors.append((path, describe_os_error(exc)))
                 continue
+            # Plain names (the built-in list) by the entry's name; the folders above were checked on the way down.
+            if name in excludes.names or (
+                    excludes.has_rest and excludes.match_rest(relative_to(path, settings.root), is_dir)):
+                skipped.append(path)
+                continue
             if is_dir:
                 if not any(os.path.exists(os.path.join(path, m)) for m in _ENV_MARKERS):
                     subfolders.append(path)
+                else:
+                    skipped.append(path)  # a virtual environment
             elif name.endswith(SOURCE_SUFFIXES):
+                found += is_file
                 if is_file and _add_once(path, seen):
                     out.files.append(path)
                 elif not is_file and entry.is_symlink() and not os.path.exists(path):
                     out.errors.append((path, _broken_link_reason(path)))
         stack.extend(reversed(subfolders))
+    return found
 
 
 def _broken_link_reason(path: str) -> str:

@@ -1,4 +1,4 @@
-"""Applying findings' edits: non-overlapping ones, from the end backwards; writing files atomically.
+"""Applying findings' edits: non-overlapping ones, from the end backwards; writing the fixed file safely.
 
 A finding's edits are applied all together or not at all. When two findings'
 edits overlap, the earlier one wins this pass; the engine re-checks the fixed
@@ -7,7 +7,6 @@ text and applies what is left in the next pass.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 from torchdoctor.errors import InputError
@@ -77,13 +76,18 @@ def unified_diff(path: str, old: str, new: str) -> str:
     return "".join(out)
 
 
-def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Replace a source file in one step, keeping its mode (and the file behind a symlink)."""
-    from torchdoctor._files import write_atomic
+def write_bytes_atomic(path: str, data: bytes, original: bytes | None = None) -> None:
+    """Write a fixed source file, keeping it as it was: mode, owner, group, hard links, the file behind a link.
 
-    target = os.path.realpath(path)
+    ``original`` is what the file held when it was read: a file changed on disk
+    since then is not overwritten. A file this user cannot write is an error
+    even when its folder is writable (torchdoctor._files.write_file).
+    """
+    from torchdoctor._files import ChangedOnDisk, write_file
+
     try:
-        mode = os.stat(target).st_mode & 0o7777
-        write_atomic(target, lambda handle: handle.write(data), mode=mode, durable=False)
+        write_file(path, data, durable=False, original=original)
+    except ChangedOnDisk:
+        raise InputError(f"{path} changed on disk while it was being checked; not overwritten (run --fix again)") from None
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}; file left unchanged") from None

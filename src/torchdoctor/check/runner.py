@@ -7,6 +7,7 @@ in ``FileResult.errors``, so one unreadable file never stops the run.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,6 +21,7 @@ from torchdoctor.findings import Finding
 
 __all__ = ["FileResult", "Mode", "check_file", "check_files"]
 
+_NOQA_WORD = re.compile("noqa", re.I)
 PARALLEL_MIN_FILES = 48  # below this, starting processes costs more than it saves
 MAX_FIX_PASSES = 8
 
@@ -93,6 +95,15 @@ def _parse_or_report(result: FileResult, text: str, where=None):
     return None
 
 
+def _noqa_warnings(path: str, text: str, where=None) -> list[str]:  # type: ignore[no-untyped-def]
+    if _NOQA_WORD.search(text) is None:  # most files: one scan, no per-line work
+        return []
+    from torchdoctor.check.noqa import noqa_warnings
+    from torchdoctor.check.source import split_lines
+
+    return noqa_warnings(path, split_lines(text), where)
+
+
 def _report_rule_errors(result: FileResult, errors: list[RuleError]) -> None:
     for err in errors:
         line = f"{result.path}: {err}"
@@ -108,8 +119,9 @@ def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mod
         return
     errors: list[RuleError] = []
     result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
+    result.notes.extend(_noqa_warnings(result.path, decoded.text))
     if (mode.fix or mode.diff) and any(_applicable(f, mode) for f in result.findings):
-        _fix(result, decoded, settings, mode, errors, project, stdin=stdin)
+        _fix(result, decoded, settings, mode, errors, project, stdin=stdin, original=data)
     _report_rule_errors(result, errors)
 
 
@@ -118,8 +130,11 @@ def _applicable(finding: Finding, mode: Mode) -> bool:
 
 
 def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, errors: list[RuleError],
-         project: Project, *, stdin: bool) -> None:
-    """Apply fixes pass after pass (overlapping ones wait a pass); re-parse each time; write once."""
+         project: Project, *, stdin: bool, original: bytes) -> None:
+    """Apply fixes pass after pass (overlapping ones wait a pass); re-parse each time; write once.
+
+    ``original`` is the file's bytes as read: the write refuses a file that changed since.
+    """
     from torchdoctor.check.fix import apply_fixes, unified_diff, write_bytes_atomic
 
     text, findings, total = decoded.text, result.findings, 0
@@ -138,8 +153,8 @@ def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, e
         findings = analyse(text, result.path, tree=tree, settings=settings, errors=errors, project=project)
     if total == 0:
         return
-    result.fixed = total
     if mode.diff:
+        result.fixed = total
         result.diff = unified_diff(result.path, decoded.text, text)
     if mode.fix:
         if stdin:
@@ -150,7 +165,8 @@ def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, e
             except UnicodeEncodeError:
                 result.error(f"fixed text cannot be written in the file's encoding {decoded.encoding}; file left unchanged")
                 return
-            write_bytes_atomic(result.path, data)
+            write_bytes_atomic(result.path, data, original)  # InputError: reported, nothing counted as fixed
+        result.fixed = total
         result.findings = findings
 
 
@@ -165,6 +181,7 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
         return
     errors: list[RuleError] = []
     found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
+    result.notes.extend(_noqa_warnings(result.path, nb.text, nb.where))
     if (mode.fix or mode.diff) and any(f.edits for f in found):
         result.notes.append(f"{result.path}: note: fixes are not applied to notebooks; fix the cells by hand")
     result.findings = [nb.locate(f) for f in found]

@@ -32,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
         from torchdoctor.env.probe import probe
 
         facts = probe(init_cuda=not args.no_cuda_init)
-    findings = diagnose(facts)
+    findings = diagnose(facts, snapshot=bool(args.facts))
     from torchdoctor.explain import explain_facts  # the snapshot's error texts, through the table `explain` uses
 
     findings += explain_facts(facts, findings)
@@ -45,13 +45,18 @@ def main(args: argparse.Namespace) -> int:
     else:
         from torchdoctor.env import report
 
-        text = report.render(facts, findings, color=not args.output_file and use_color(sys.stdout))
+        text = report.render(facts, findings, color=not args.output_file and use_color(sys.stdout),
+                             snapshot=args.facts or None)
     emit(text, args.output_file)
     return 1 if any(f.severity is Severity.ERROR for f in findings) else 0
 
 
 def load_facts(path: str) -> dict[str, Any]:
-    """A snapshot from ``path``: a facts object, or a ``{"facts": ...}`` report; a clear error otherwise."""
+    """A snapshot from ``path``: a facts object, or a ``{"facts": ...}`` report; a clear error otherwise.
+
+    Wrong types and unknown shapes are InputErrors naming the key (env.snapshot.validate):
+    a malformed snapshot must not read as a machine without a GPU.
+    """
     try:
         with open(path, encoding="utf-8") as fh:
             raw = fh.read()
@@ -63,8 +68,14 @@ def load_facts(path: str) -> dict[str, Any]:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise InputError(f"facts file {path} is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    if isinstance(data, dict) and isinstance(data.get("facts"), dict):
+    if isinstance(data, dict) and "facts" in data:  # this command's JSON report
         data = data["facts"]
-    if not isinstance(data, dict):
-        raise InputError(f"facts file {path} must hold a JSON object of facts, not {type(data).__name__}")
+        if not isinstance(data, dict):
+            raise InputError(f"facts file {path} is malformed: its 'facts' must be a JSON object of facts")
+    from torchdoctor.env.snapshot import validate
+
+    problems = validate(data)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise InputError(f"facts file {path} is malformed: " + "; ".join(problems[:3]) + more)
     return data

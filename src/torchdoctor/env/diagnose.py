@@ -15,14 +15,15 @@ __all__ = ["diagnose"]
 _RULES = rules_build.RULES + rules_host.RULES
 
 
-def diagnose(facts: dict[str, Any]) -> list[Finding]:
+def diagnose(facts: dict[str, Any], *, snapshot: bool = False) -> list[Finding]:
     """Every stage-0 finding that ``facts`` supports, errors first.
 
     ``facts`` is a snapshot in the format of ``torchdoctor.env.probe``: every key
     is optional (missing means unknown) and unknown keys are ignored, so a
     snapshot taken on another machine, or by an older version, diagnoses too.
+    With ``snapshot`` the findings speak of "that machine", not "this machine".
     """
-    f = Facts(facts)
+    f = Facts(facts, snapshot=snapshot)
     findings: list[Finding] = []
     for rule in _RULES:
         try:
@@ -43,8 +44,8 @@ def _no_gpu(f: Facts, found: list[Finding]) -> list[Finding]:
         return []
     if f.int("device_count"):
         return []
-    fix = "nothing to fix on a machine without a GPU; code that uses torchdoctor.env.pick_device() runs here unchanged"
+    fix = f"nothing to fix on a machine without a GPU; code that uses torchdoctor.env.pick_device() runs {f.here} unchanged"
     if f.bool("in_container"):
         fix = "if the host has a GPU, " + container_gpu_flag(f)
-    return [Finding("TD009", "no GPU found on this machine: training will run on the CPU", fix=fix)]
+    return [Finding("TD009", f"no GPU found on {f.this} machine: training will run on the CPU", fix=fix)]
 

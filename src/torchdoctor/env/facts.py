@@ -54,10 +54,23 @@ def _int(value: Any) -> int | None:
 
 
 class Facts:
-    """Read access to a snapshot; nothing here raises on a malformed value."""
+    """Read access to a snapshot; nothing here raises on a malformed value.
 
-    def __init__(self, raw: dict[str, Any]) -> None:
+    ``snapshot``: the facts were read from a file taken on some machine, so the
+    findings speak of "that machine" and "there" (``this``, ``here``).
+    """
+
+    def __init__(self, raw: dict[str, Any], *, snapshot: bool = False) -> None:
         self.raw = raw if isinstance(raw, dict) else {}
+        self.snapshot = snapshot
+
+    @property
+    def this(self) -> str:
+        return "that" if self.snapshot else "this"
+
+    @property
+    def here(self) -> str:
+        return "there" if self.snapshot else "here"
 
     def str(self, key: str) -> str | None:
         v = self.raw.get(key)

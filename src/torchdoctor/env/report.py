@@ -1,4 +1,4 @@
-"""The text report of `torchdoctor env`: what this machine has, then what is wrong and how to fix it."""
+"""The text report of `torchdoctor env`: what the machine has, then what is wrong and how to fix it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ from torchdoctor.findings import Finding
 from torchdoctor.report import text as text_report
 
 
-def render(facts: dict[str, Any], findings: Sequence[Finding], *, color: bool = False) -> str:
-    f = Facts(facts)
-    lines = ["torchdoctor env", *_summary(f), ""]
+def render(facts: dict[str, Any], findings: Sequence[Finding], *, color: bool = False,
+           snapshot: str | None = None) -> str:
+    """``snapshot``: the file the facts came from (the report then speaks of that machine)."""
+    f = Facts(facts, snapshot=snapshot is not None)
+    title = f"torchdoctor env: the machine of snapshot {snapshot}" if snapshot is not None else "torchdoctor env"
+    lines = [title, *_summary(f), ""]
     if findings:
         lines.append(text_report.render(findings, color=color).rstrip("\n"))
     else:
-        lines.append("No problems found: CUDA is usable here.")
+        lines.append(f"No problems found: CUDA is usable {f.here}.")
     return "\n".join(lines) + "\n"
 
 

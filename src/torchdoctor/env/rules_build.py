@@ -49,7 +49,7 @@ def cpu_only_build(f: Facts) -> list[Finding]:
     fix = install_hint(f, gpu_ccs(f))
     if conda:
         fix = "conda remove cpuonly pytorch, then " + fix
-    return [Finding("TD002", f"torch {f.text('torch_version')} is a CPU-only build, but this machine has {what}", fix=fix)]
+    return [Finding("TD002", f"torch {f.text('torch_version')} is a CPU-only build, but {f.this} machine has {what}", fix=fix)]
 
 
 _TOO_OLD = re.compile(r"driver on your system is too old \(found version (\d+)\)", re.I)
@@ -135,7 +135,7 @@ def _too_old_unknown_build(f: Facts, drv: tuple[int, int] | None) -> Finding:
         upgrade += f", or keep the driver and install the {K.flavour_label(alt)} build: {K.pip_command(alt)}"
     return Finding(
         "TD003",
-        f"the NVIDIA driver{driver}{supports} is too old for the CUDA version this PyTorch was built with",
+        f"the NVIDIA driver{driver}{supports} is too old for the CUDA version {f.this} PyTorch was built with",
         fix=upgrade,
     )
 
@@ -242,7 +242,7 @@ def conflicting_installs(f: Facts) -> list[Finding]:
     if cpuonly and f.nvidia_present:
         out.append(Finding(
             "TD014",
-            f"conda's `cpuonly` package is installed ({cpuonly[0]}): it pins the CPU build of PyTorch on this GPU machine",
+            f"conda's `cpuonly` package is installed ({cpuonly[0]}): it pins the CPU build of PyTorch on {f.this} GPU machine",
             fix="conda remove cpuonly pytorch, then " + install_hint(f, gpu_ccs(f)),
         ))
     return out
@@ -256,14 +256,14 @@ def wrong_vendor_build(f: Facts) -> list[Finding]:
     if hip and f.nvidia_present and not f.amd_present:
         return [Finding(
             "TD015",
-            f"torch {f.text('torch_version')} is a ROCm (HIP {hip}) build, but this machine's GPUs are NVIDIA",
+            f"torch {f.text('torch_version')} is a ROCm (HIP {hip}) build, but {f.this} machine's GPUs are NVIDIA",
             fix=install_hint(f, gpu_ccs(f)),
         )]
     rocm = bool(f.bool("dev_kfd_present")) or bool(f.bool("rocm_present"))
     if cuda and not hip and f.amd_present and rocm and not f.nvidia_present:
         return [Finding(
             "TD015",
-            f"torch {f.text('torch_version')} is a CUDA {cuda} build, but this machine's GPU is AMD (ROCm)",
+            f"torch {f.text('torch_version')} is a CUDA {cuda} build, but {f.this} machine's GPU is AMD (ROCm)",
             fix="install the ROCm build that matches your ROCm: pip install torch --index-url https://download.pytorch.org/whl/rocmX.Y (see pytorch.org/get-started)",
         )]
     return []

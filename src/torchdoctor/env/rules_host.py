@@ -136,9 +136,9 @@ def macos(f: Facts) -> list[Finding]:
     if f.platform != "darwin":
         return []
     if f.int("proc_translated") == 1:
-        return [Finding("TD016", "macOS: this Python is an x86_64 build running under Rosetta, which cannot use the Apple GPU (MPS)", fix="install a native arm64 Python (python.org universal2 installer, or an arm64 conda/uv Python), then pip install torch")]
+        return [Finding("TD016", f"macOS: {f.this} Python is an x86_64 build running under Rosetta, which cannot use the Apple GPU (MPS)", fix="install a native arm64 Python (python.org universal2 installer, or an arm64 conda/uv Python), then pip install torch")]
     if f.bool("mps_available"):
-        return [Finding("TD016", "macOS: no CUDA here; the Apple GPU is available through MPS", fix="use device 'mps' (torchdoctor.env.pick_device() picks it), not 'cuda'")]
+        return [Finding("TD016", f"macOS: no CUDA {f.here}; the Apple GPU is available through MPS", fix="use device 'mps' (torchdoctor.env.pick_device() picks it), not 'cuda'")]
     mv = K.parse_version(f.str("macos_version"))
     if mv and mv < (12, 3):
         return [Finding("TD016", f"macOS {f.text('macos_version')}: no CUDA, and MPS needs macOS 12.3 or newer", fix="upgrade macOS to 12.3+ to train on the GPU with device 'mps'; otherwise training runs on the CPU")]

@@ -82,12 +82,12 @@ def visible_count(value: str | None, physical: int | None, uuids: list[str] | No
         if first.startswith("MIG-") or not uuids:
             return Visibility(None)  # PyTorch cannot resolve MIG UUIDs either
         n = _uuid_prefix_count([str(p) for p in parsed], uuids)
-        return Visibility(n, "" if n else f"no GPU has a UUID starting with {first!r}")
+        return Visibility(n, "" if n else _why_no_uuid(first, uuids))
     if physical is None:
         return Visibility(len(parsed))
     for i, ordinal in enumerate(parsed):
         if int(ordinal) >= physical:
-            reason = "" if i else f"device {ordinal} does not exist (this machine has {physical} GPU{'s' * (physical != 1)}: 0..{physical - 1})"
+            reason = "" if i else f"device {ordinal} does not exist (there {'are' if physical != 1 else 'is'} {physical} GPU{'s' * (physical != 1)}: 0..{physical - 1})"
             return Visibility(i, reason)
     return Visibility(len(parsed))
 
@@ -102,6 +102,15 @@ def _uuid_prefix_count(candidates: list[str], uuids: list[str]) -> int:
             return 0
         seen.append(hits[0])
     return len(seen)
+
+
+def _why_no_uuid(first: str, uuids: list[str]) -> str:
+    hits = sum(u.startswith(first) for u in uuids)
+    if hits == 0:
+        return f"no GPU has a UUID starting with {first!r}"
+    if hits > 1:
+        return f"{first!r} starts the UUIDs of {hits} GPUs (CUDA takes none of them)"
+    return "it names the same device twice (CUDA then shows none)"
 
 
 def _why_empty(value: str) -> str:

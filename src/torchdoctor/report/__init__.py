@@ -1,7 +1,7 @@
 """Reporters: each module renders findings to one format as ``render(findings, ...) -> str``.
 
 Reporters never import torch. ``emit`` is the one place a report is written,
-to a stream or (``--output-file``) atomically to a file.
+to a stream or (``--output-file``) to a file by the one writer (``_files``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import IO
 from torchdoctor.errors import InputError
 from torchdoctor.findings import Finding
 
-__all__ = ["FORMATS", "render", "emit", "write_text_atomic", "use_color"]
+__all__ = ["FORMATS", "render", "emit", "write_text_atomic", "describe_write_error", "use_color"]
 
 FORMATS = ("text", "json", "sarif", "github")
 
@@ -49,16 +49,31 @@ def use_color(stream: IO[str]) -> bool:
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader never sees half a file."""
-    from torchdoctor._files import write_atomic
+    """Write ``text`` to ``path`` by torchdoctor's one writer (torchdoctor._files.write_file).
 
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise InputError(f"cannot write {path}: directory {directory} does not exist")
+    A regular file is replaced atomically (a reader never sees half a report);
+    a device, FIFO or socket is written in place and a symlink's target is
+    written, so ``-o /dev/null`` or ``-o /dev/stdout`` stay what they are.
+    """
+    from torchdoctor._files import write_file
+
     try:
-        write_atomic(path, lambda handle: handle.write(text.encode("utf-8")), durable=False)
+        write_file(path, text.encode("utf-8"), durable=False)
     except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write {path}: {describe_write_error(path, exc)}") from None
+
+
+def describe_write_error(path: str, exc: OSError) -> str:
+    """The reason a report path cannot be written, in words (the folder named when it is missing)."""
+    import errno
+
+    if exc.errno == errno.ENOENT:
+        folder = os.path.dirname(os.path.realpath(path))
+        if not os.path.isdir(folder):
+            return f"directory {folder} does not exist"
+    if exc.errno == errno.EISDIR:
+        return "it is a directory"
+    return exc.strerror or str(exc)
 
 
 def emit(text: str, output_file: str | None, stream: IO[str] | None = None) -> None:

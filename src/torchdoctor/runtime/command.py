@@ -34,6 +34,7 @@ def main(args: argparse.Namespace) -> int:
         target, argv, as_module = program[0], program[1:], False
     else:
         raise UsageError("nothing to run: give a script (torchdoctor run train.py ...) or a module (-m package.module)")
+    preflight(target, as_module, args)
 
     def report(session: WatchSession, error: BaseException | None) -> None:
         if not distributed.is_reporter():
@@ -52,3 +53,45 @@ def _write(session, args: argparse.Namespace) -> None:  # type: ignore[no-untype
         from torchdoctor.report import write_text_atomic
 
         write_text_atomic(args.html, session.report("html"))
+
+
+def preflight(target: str, as_module: bool, args: argparse.Namespace) -> None:
+    """What would otherwise fail only after the program ran: every report path, and the script itself."""
+    from torchdoctor._files import check_writable
+    from torchdoctor.errors import InputError
+    from torchdoctor.report import describe_write_error
+
+    for option, path in (("--output-file", args.output_file), ("--html", args.html)):
+        if path:
+            try:
+                check_writable(path)
+            except OSError as exc:
+                raise InputError(f"{option} {path}: cannot write: {describe_write_error(path, exc)}; nothing was run") from None
+    if not as_module:
+        _check_script(target)
+
+
+def _check_script(target: str) -> None:
+    """A folder or a script that does not compile is an error before anything starts (no empty report first)."""
+    import os
+    import traceback
+
+    from torchdoctor.errors import InputError
+
+    if os.path.isdir(target):
+        main_py = os.path.join(target, "__main__.py")
+        hint = f"; to run its __main__.py: torchdoctor run {main_py}" if os.path.isfile(main_py) else ""
+        raise InputError(f"{target} is a folder, not a script{hint}")
+    if not os.path.isfile(target):
+        raise InputError(f"no such script: {target}")
+    try:
+        with open(target, "rb") as fh:
+            source = fh.read()
+        compile(source, target, "exec", dont_inherit=True)
+    except OSError as exc:
+        raise InputError(f"cannot read {target}: {exc.strerror or exc}") from None
+    except SyntaxError as exc:
+        shown = "".join(traceback.format_exception_only(type(exc), exc)).rstrip()
+        raise InputError(f"{target} does not compile; nothing was run:\n{shown}") from None
+    except ValueError as exc:  # NUL bytes
+        raise InputError(f"{target} is not a Python script: {exc}") from None

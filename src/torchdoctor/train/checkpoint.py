@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import IO, Any, Callable, Union
 import torch
 from torch import nn
 
-from torchdoctor._files import write_atomic as _write_atomic
+from torchdoctor import _files
 from torchdoctor.errors import InputError
 from torchdoctor.train.keys import KeyReport, reconcile_keys, unwrap_model
 
@@ -75,16 +76,31 @@ def save(
 
 
 def write_atomic(target: Path, write: Callable[[IO[bytes]], Any]) -> None:
-    """Write durably beside ``target`` and rename over it (torchdoctor._files.write_atomic)."""
+    """Write durably beside ``target`` and rename over it (torchdoctor._files.write_file).
+
+    First, the temporary files that killed saves left in the folder are removed
+    (only this writer's, only those whose process is gone): a run that is
+    killed now and then must not fill the disk with half checkpoints.
+    """
     directory = target.parent if str(target.parent) else Path(".")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"cannot write a checkpoint in {str(directory)!r}: {exc.strerror or exc}") from None
+    remove_stale_temps(directory)
     try:
-        _write_atomic(target, write)
+        _files.write_file(target, write)
     except OSError as exc:
         raise CheckpointError(f"saving {str(target)!r} failed ({exc.strerror or exc}); the previous file is intact") from exc
+
+
+def remove_stale_temps(directory: Path) -> list[Path]:
+    """Delete the temporary files of saves in ``directory`` whose writing process is gone; return them."""
+    removed = []
+    for path in _files.stale_temp_files(directory):
+        _remove_quietly(str(path))
+        removed.append(path)
+    return removed
 
 
 def _remove_quietly(name: str) -> None:
@@ -95,7 +111,12 @@ def _remove_quietly(name: str) -> None:
 
 
 def numbered_siblings(target: Path) -> list[tuple[int, Path]]:
-    """Files next to ``target`` named like it with another number, oldest first."""
+    """Complete checkpoints next to ``target`` named like it with another number, oldest first.
+
+    Temporary files of saves and files that are not whole zip archives (torch.save's
+    format; a copy cut short) are not checkpoints: they neither count towards
+    ``keep_last`` nor get deleted by it.
+    """
     match = _NUMBERED.match(target.name)
     if match is None:
         return []
@@ -103,9 +124,19 @@ def numbered_siblings(target: Path) -> list[tuple[int, Path]]:
     found = []
     for candidate in target.parent.iterdir():
         other = _NUMBERED.match(candidate.name)
-        if other and other["stem"] == stem and (other["suffix"] or "") == suffix and candidate.is_file():
+        if (other and other["stem"] == stem and (other["suffix"] or "") == suffix and candidate.is_file()
+                and not _files.is_temp_name(candidate.name) and _complete(candidate)):
             found.append((int(other["num"]), candidate))
     return sorted(found)
+
+
+def _complete(path: Path) -> bool:
+    import zipfile
+
+    try:
+        return zipfile.is_zipfile(path)  # its end record is written last
+    except OSError:
+        return False
 
 
 def prune(target: Path, keep_last: int) -> list[Path]:
@@ -248,4 +279,16 @@ def _few(items: list[str], limit: int = 5) -> str:
 
 def _note(result: LoadResult, message: str) -> None:
     result.notes.append(message)
-    warnings.warn(message, CheckpointWarning, stacklevel=3)
+    warnings.warn(message, CheckpointWarning, stacklevel=_outside_level())
+
+
+def _outside_level() -> int:
+    """The stacklevel of the first frame outside torchdoctor: the user's load() or fit() call.
+
+    A fixed level pointed into this file for notes made one call deeper (_load_model).
+    """
+    package = os.path.dirname(os.path.dirname(__file__))
+    frame, level = sys._getframe(1), 1  # _note itself: stacklevel 1 is the line that warns
+    while frame is not None and frame.f_code.co_filename.startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level

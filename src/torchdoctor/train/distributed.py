@@ -172,9 +172,28 @@ def barrier(world: World) -> None:
 
 
 def teardown(world: World) -> None:
-    """Leave the process group if fit() joined it (a group the user made is the user's)."""
-    if world.owns_group:
-        import torch.distributed as dist
+    """Leave the process group fit() joined when the process exits, not when fit() returns.
 
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    A group the user made is the user's. Leaving at the end of fit() hung a rank
+    for good now and then: the DDP wrapper's Reducer, freed with the GIL held as
+    fit() returned, was then the group's last holder, so ~ProcessGroupGloo joined
+    its worker threads while one of them waited for the GIL to free a tensor of
+    the last all_gather_object. Its peer had left, so nothing ever timed out.
+    Joining again in a later fit() would also meet the previous group's addresses
+    in the store (torch restarts its group names at 0 after a destroy). So the
+    group stays joined, a later fit() reuses it, and it is left at exit.
+    """
+    if world.owns_group:
+        import atexit
+
+        atexit.unregister(_leave)  # once, however many fit() calls
+        atexit.register(_leave)
+
+
+def _leave() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        group = dist.group.WORLD  # its last holder is this handle, whose destructor lets go of the GIL
+        dist.destroy_process_group()
+        del group
