@@ -1,4 +1,4 @@
-"""Where the user's code is: the first stack frame outside torch, torchdoctor and the runners."""
+"""Where the user's code is: the first stack frame outside torch, torchdoctor, installed packages and Python's own."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ _torch_dir: str | None = None
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _RUNNERS = ("runpy.py", "<frozen runpy>", "contextlib.py", "functools.py", "warnings.py", "<frozen importlib._bootstrap>")
 _cache: dict[str, bool] = {}
+_library_dirs: tuple[str, ...] | None = None
 _locations: dict[tuple[object, int], Location] = {}
 
 
@@ -25,8 +26,29 @@ def _torch_root() -> str:
     return _torch_dir
 
 
+def _libraries() -> tuple[str, ...]:
+    """Folders of installed packages and of Python's standard library (with a trailing separator).
+
+    A framework (Lightning, Accelerate, transformers' Trainer) calls backward and
+    the optimizer from its own files; the user's line is further out.
+    """
+    global _library_dirs
+    if _library_dirs is None:
+        import site
+        import sysconfig
+
+        found = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+        try:
+            found.update(site.getsitepackages())
+            found.add(site.getusersitepackages())
+        except AttributeError:  # a virtualenv's old site.py
+            pass
+        _library_dirs = tuple(sorted(os.path.abspath(d) + os.sep for d in found if d))
+    return _library_dirs
+
+
 def is_internal(filename: str) -> bool:
-    """True for files that are not the user's: torch, torchdoctor, runpy and friends."""
+    """True for files that are not the user's: torch, torchdoctor, installed packages, the standard library."""
     hit = _cache.get(filename)
     if hit is None:
         path = os.path.abspath(filename) if not filename.startswith("<") else filename
@@ -35,7 +57,7 @@ def is_internal(filename: str) -> bool:
             or path.startswith(_OWN_DIR + os.sep)
             or os.path.basename(path) in _RUNNERS
             or path in _RUNNERS
-            or f"{os.sep}tqdm{os.sep}" in path
+            or path.startswith(_libraries())
         )
         _cache[filename] = hit
     return hit

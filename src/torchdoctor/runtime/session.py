@@ -21,6 +21,7 @@ from torchdoctor.findings import Finding, Location, sort_findings
 from torchdoctor.runtime import patches
 from torchdoctor.runtime.checks import data, devices, gpu, grads, losses, modes
 from torchdoctor.runtime.checks.env import startup_findings
+from torchdoctor.runtime.checks.keepers import frame_hint
 from torchdoctor.runtime.locate import user_location
 from torchdoctor.runtime.probe import DeviceProbe, default_probe
 from torchdoctor.runtime.timeline import Timeline
@@ -182,7 +183,7 @@ class WatchSession:
     def before_backward(self, tensors: Any) -> None:
         if self._grads.waiting:
             self._grads.before_backward()
-        self._losses.on_backward(tensors, self.call_location)
+        self._losses.on_backward(tensors, self.call_location, frame_hint)
         self._modes.on_backward()
         self.timeline.backwards += 1
         if self._facts is not None:
