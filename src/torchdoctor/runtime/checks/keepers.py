@@ -65,20 +65,21 @@ def _alive_tensors(sentinels: list[Any], key: str) -> list[Any]:
 def _container_keeper(tensor: Any) -> Keeper | None:
     for holder in gc.get_referrers(tensor):
         if isinstance(holder, _CONTAINERS) and not _is_namespace(holder):
-            found = _owner(holder) or _stack_owner(holder)
+            found = _stack_owner(holder) or _owner(holder)
             if found is not None:
                 return found
     return None
 
 
 def _stack_owner(container: Any) -> Keeper | None:
-    """A local of a function still running (its frame is not an object the collector lists)."""
+    """A local of a function still running whose code fills it (a running frame is not listed by the collector)."""
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if _users(frame.f_code.co_filename):
             name = next((k for k, v in frame.f_locals.items() if v is container), None)
-            if name is not None:
-                return Keeper(f"`{name}`", _search_code(frame.f_code, re.escape(name)))
+            where = _search_code(frame.f_code, re.escape(name)) if name is not None else None
+            if where is not None:
+                return Keeper(f"`{name}`", where)
         frame = frame.f_back
     return None
 
