@@ -19,7 +19,7 @@ from typing import Any
 from torchdoctor.errors import TorchDoctorError
 from torchdoctor.findings import Finding, Location, sort_findings
 from torchdoctor.runtime import patches
-from torchdoctor.runtime.checks import data, devices, gpu, grads, losses, modes
+from torchdoctor.runtime.checks import attributes, data, devices, gpu, grads, losses, modes
 from torchdoctor.runtime.checks.env import startup_findings
 from torchdoctor.runtime.checks.keepers import frame_hint
 from torchdoctor.runtime.locate import user_location
@@ -117,6 +117,7 @@ class WatchSession:
         self._peak = 0
         self._memory: list[int] = []
         self._explained: set[int] = set()
+        self._attrs_read: set[int] = set()
         self._facts: tuple[Any, ...] | None = None  # _read_root of the last model called (device type, float32)
         self._autocast_now = False
         self._patches = patches.install(self)
@@ -170,6 +171,9 @@ class WatchSession:
         if (self._model_ids is not None and id(module) not in self._model_ids) or not (module._parameters or module._modules):
             return self._generation, ref, None, False, None  # not watched, or a loss/activation built on the fly
         mode = self._modes.root(module)
+        if id(module) not in self._attrs_read:  # once per model: what a move would leave behind (TD203)
+            self._attrs_read.add(id(module))
+            self._findings += attributes.plain_tensor_findings(module)
         for p in module.parameters():
             return self._generation, ref, p.device.type, p.dtype == self._torch.float32, mode
         return self._generation, ref, None, False, mode
@@ -178,7 +182,8 @@ class WatchSession:
         found = devices.explain_failure(error, self)
         if found:
             self._explained.add(id(error))
-            self._findings += found
+            early = {f.location for f in self._findings if f.code == "TD203"}  # already told at the first forward
+            self._findings += [f for f in found if not (f.code == "TD203" and f.location in early)]
 
     def before_backward(self, tensors: Any) -> None:
         if self._grads.waiting:
