@@ -24,7 +24,7 @@ from torchdoctor.runtime.checks.env import startup_findings
 from torchdoctor.runtime.checks.keepers import frame_hint
 from torchdoctor.runtime.locate import user_location
 from torchdoctor.runtime.probe import DeviceProbe, default_probe
-from torchdoctor.runtime.timeline import Timeline
+from torchdoctor.runtime.timeline import RSS_EVERY_S, Timeline
 
 _lock = threading.Lock()
 _active: WatchSession | None = None
@@ -113,8 +113,10 @@ class WatchSession:
         self._train_devices: set[str] = set()
         self._autocast_steps = 0
         self._step_location: Location | None = None
+        self._loader_location: Location | None = None
         self._sync_steps: dict[Location, set[int]] = {}
         self._peak = 0
+        self._rss_next = 0.0
         self._memory: list[int] = []
         self._explained: set[int] = set()
         self._attrs_read: set[int] = set()
@@ -232,7 +234,7 @@ class WatchSession:
             self._primary = weakref.ref(opt)
         if self._autocast_now:
             self._autocast_steps += 1
-        memory = None
+        memory = rss = None
         if self._reads_memory:
             probe = self._probe_obj
             memory, peak = probe.memory_allocated(), probe.peak_and_reset()
@@ -240,12 +242,16 @@ class WatchSession:
                 self._memory.append(memory)
             if peak is not None:
                 self._peak = max(self._peak, peak)
-        self.timeline.end_step(memory, now)
+        if now >= self._rss_next:  # the host's memory, for the report's chart: a system call, so not every step
+            rss, self._rss_next = self._probe_obj.host_rss(), now + RSS_EVERY_S
+        self.timeline.end_step(memory, now, rss)
 
     def on_pass_start(self, it: Any, loader: Any) -> None:
         self._passes += 1
         it._torchdoctor_pass = self._passes
         self._samplers.on_pass(loader, it, self.call_location)
+        if self._loader_location is None:  # where the loop waits for batches: TD606's place (once, not per pass)
+            self._loader_location = self.call_location()
 
     def on_batch(self, it: Any, batch: Any, seconds: float) -> None:
         self._pass_id = getattr(it, "_torchdoctor_pass", None)
@@ -328,7 +334,7 @@ class WatchSession:
 
     def _finish(self, exc: BaseException | None) -> None:
         found = list(self._findings) + self._modes.finish(interrupted=exc is not None) + self._grads.findings + self._losses.judge() + self._samplers.findings
-        found += data.bottleneck_findings(self.timeline.steps, self._step_location) + gpu.decide(self._gpu_readings(), self._step_location)
+        found += data.bottleneck_findings(self.timeline.steps, self._loader_location or self._step_location) + gpu.decide(self._gpu_readings(), self._step_location)
         if exc is not None and id(exc) not in self._explained:
             found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None
         found = [f for f in found if f is not None]
@@ -337,6 +343,7 @@ class WatchSession:
         self._findings = distributed.merge(sort_findings(_dedup(found)))
         self.stats = self.timeline.stats()
         self.stats["peak_memory"] = self._peak or None
+        self.stats["devices"] = sorted(d for d in self._train_devices if d)
         self._closed = True
         self._release_refs()
         if exc is not None and devices.is_device_error(exc) and hasattr(exc, "add_note"):

@@ -1,8 +1,10 @@
-"""Per-step timing (data wait, forward, backward, optimizer) and device memory.
+"""Per-step timing (data wait, forward, backward, optimizer), device memory and host memory (RSS).
 
 A step ends at each step of the first optimizer seen; what happens between
 two step ends (waiting for data, forward passes, backward passes) is charged
-to the step. Long runs keep every step up to a cap, then every n-th.
+to the step. Long runs keep every step up to a cap, then every n-th. Host
+memory is read at most every ``RSS_EVERY_S`` seconds (a read costs a system
+call, a step may cost less), so a step without a reading has ``rss=None``.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 MAX_STEPS = 5000
+RSS_EVERY_S = 0.05
+PHASES = ("data", "forward", "backward", "optimizer", "other")
 
 
 @dataclass
@@ -23,6 +27,7 @@ class Step:
     backward: float
     optimizer: float
     memory: int | None = None
+    rss: int | None = None
 
     @property
     def other(self) -> float:
@@ -47,10 +52,10 @@ class Timeline:
         self._start = now
         self.data = self.forward = self.backward = self.optimizer = 0.0
 
-    def end_step(self, memory: int | None, now: float) -> None:
+    def end_step(self, memory: int | None, now: float, rss: int | None = None) -> None:
         self.count += 1
         if self._stride == 1 or self.count % self._stride == 0:
-            self._rows.append((self.count, now - self._start, self.data, self.forward, self.backward, self.optimizer, memory))
+            self._rows.append((self.count, now - self._start, self.data, self.forward, self.backward, self.optimizer, memory, rss))
             if len(self._rows) >= MAX_STEPS:  # thin out: keep every other step from now on
                 self._rows = self._rows[1::2]  # the kept counts stay multiples of the stride
                 self._stride *= 2
@@ -60,7 +65,7 @@ class Timeline:
     def stats(self) -> dict[str, Any]:
         steps = self.steps
         total = sum(s.total for s in steps) or 0.0
-        sums = {k: sum(getattr(s, k) for s in steps) for k in ("data", "forward", "backward", "optimizer")}
+        sums = {k: sum(getattr(s, k) for s in steps) for k in PHASES}
         return {
             "steps": self.count,
             "batches": self.batches,
@@ -68,5 +73,5 @@ class Timeline:
             "backward_calls": self.backwards,
             "time_s": round(total, 6),
             "share": {k: (round(v / total, 4) if total else 0.0) for k, v in sums.items()},
-            "timeline": [asdict(s) for s in steps],
+            "timeline": [{**asdict(s), "other": s.other} for s in steps],
         }
