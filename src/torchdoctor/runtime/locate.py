@@ -63,6 +63,14 @@ def is_internal(filename: str) -> bool:
     return hit
 
 
+_OWN_RUNNERS = ("runpy.py", "<frozen runpy>")
+
+
+def is_own(filename: str) -> bool:
+    """torchdoctor's own files and the runner that starts a script: frames a traceback need not show."""
+    return filename.startswith(_OWN_DIR + os.sep) or os.path.basename(filename) in _OWN_RUNNERS or filename in _OWN_RUNNERS
+
+
 def user_frame(start: FrameType | None = None) -> FrameType | None:
     frame = start if start is not None else sys._getframe(1)
     while frame is not None and is_internal(frame.f_code.co_filename):
