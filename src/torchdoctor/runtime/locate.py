@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+from collections.abc import Callable
 from types import FrameType
 
 from torchdoctor.findings import Location
@@ -121,7 +122,27 @@ def user_location() -> Location | None:
     return frame_location(user_frame(sys._getframe(1)))
 
 
+_cell_names: Callable[[str], str | None] | None = None  # set by the IPython magic: a cell's code name -> "In[5]"
+_shown_as: dict[str, str] = {}  # "In[5]" -> the cell's code name, where linecache holds its source
+
+
+def set_cell_names(names: Callable[[str], str | None] | None) -> None:
+    global _cell_names
+    _cell_names = names
+    _locations.clear()  # locations made before name the cells differently
+
+
+def source_file(path: str) -> str:
+    """The file (or linecache name) behind a displayed path: a cell's code name for ``In[5]``."""
+    return _shown_as.get(path, path)
+
+
 def display_path(filename: str) -> str:
+    if _cell_names is not None:
+        name = _cell_names(filename)
+        if name is not None:
+            _shown_as[name] = filename
+            return name
     if filename.startswith("<"):
         return filename
     try:

@@ -51,10 +51,10 @@ class WatchSession:
             return list(self._findings)
         return sort_findings(_dedup(self._findings + self._live_findings()))
 
-    def report(self, fmt: str = "text", *, color: bool = False) -> str:
+    def report(self, fmt: str = "text", *, color: bool = False, title: str = "torchdoctor run") -> str:
         from torchdoctor.runtime.reporting import render
 
-        return render(self.findings, self.stats, fmt, color=color)
+        return render(self.findings, self.stats, fmt, color=color, title=title)
 
     def __enter__(self) -> WatchSession:
         global _active
