@@ -66,12 +66,14 @@ def _module_call(session: Any, orig: Any) -> Any:
     import torch
 
     compiling = torch.compiler.is_dynamo_compiling  # False in eager (one trivial call), True while dynamo traces
+    root = session.on_root_call
 
     @functools.wraps(orig)
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # pytest and IPython leave the auditor's frames out of tracebacks
         if session._busy or compiling():
             return orig(self, *args, **kwargs)
-        return session.on_root_call(orig, self, args, kwargs)
+        return root(orig, self, args, kwargs)
 
     return __call__
 
@@ -91,19 +93,22 @@ def _forget_in_dynamo(wrapper: Any, original: Any) -> Callable[[], None]:
 
 
 def _backward(session: Any, orig: Any) -> Any:
+    before, after, clock = session.before_backward, session.after_backward, time.perf_counter
+
     @functools.wraps(orig)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
         if session._in_backward:  # reentrant checkpointing calls backward inside backward
             return orig(tensors, *args, **kwargs)
-        session.before_backward(tensors)
+        before(tensors)
         busy = session._busy
         session._in_backward = session._busy = True
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             return orig(tensors, *args, **kwargs)
         finally:
             session._in_backward, session._busy = False, busy
-            session.after_backward(time.perf_counter() - t0)
+            after(clock() - t0)
 
     return backward
 
@@ -136,6 +141,7 @@ def _iter_init(session: Any, orig: Any) -> Any:
 def _iter_next(session: Any, orig: Any) -> Any:
     @functools.wraps(orig)
     def __next__(self: Any) -> Any:
+        __tracebackhide__ = True
         t0 = time.perf_counter()
         try:
             batch = orig(self)

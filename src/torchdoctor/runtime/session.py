@@ -121,6 +121,7 @@ class WatchSession:
         self._explained: set[int] = set()
         self._attrs_read: set[int] = set()
         self._facts: tuple[Any, ...] | None = None  # _read_root of the last model called (device type, float32)
+        self._facts_trained: tuple[Any, ...] | None = None  # the facts whose device is in _train_devices already
         self._autocast_now = False
         self._patches = patches.install(self)
         self._probe_obj.start_sync_watch(self._on_sync)
@@ -134,6 +135,7 @@ class WatchSession:
         What a root is (its device, dtype, mode record) is read once per
         ``Module._apply`` generation, not on every call.
         """
+        __tracebackhide__ = True  # pytest and IPython leave this frame out of tracebacks
         self._busy = True
         t0 = perf_counter()
         try:
@@ -146,7 +148,7 @@ class WatchSession:
                 seg = st.segment
                 if seg is None or seg.key != key:
                     self._modes.on_forward(st, key, self._segment_location, self._takes_batch(args, kwargs))
-                else:
+                elif not seg.settled:
                     self._since_backward[id(st)] = st
                 self._facts = info
                 if self._watch_autocast:
@@ -191,10 +193,13 @@ class WatchSession:
         if self._grads.waiting:
             self._grads.before_backward()
         self._losses.on_backward(tensors, self.call_location, frame_hint)
-        self._modes.on_backward()
+        if self._since_backward:
+            self._modes.on_backward()
         self.timeline.backwards += 1
-        if self._facts is not None:
-            self._train_devices.add(self._facts[2])
+        facts = self._facts
+        if facts is not self._facts_trained and facts is not None:  # a new model (or a move) trains: note its device
+            self._facts_trained = facts
+            self._train_devices.add(facts[2])
 
     def on_grad(self) -> None:
         """torch.autograd.grad: the graph is used (adversarial attacks, penalties), no gradient is accumulated."""

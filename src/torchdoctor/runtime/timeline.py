@@ -35,6 +35,10 @@ class Step:
 
 
 class Timeline:
+    # slots: the phase sums are read and written several times every step
+    __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "data", "forward",
+                 "backward", "optimizer")
+
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []  # Step fields as plain tuples: built every step, so kept cheap
         self.count = 0

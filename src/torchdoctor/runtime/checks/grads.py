@@ -16,6 +16,7 @@ from typing import Any
 from torchdoctor.findings import Finding, Location
 
 _CONFIRM = 2  # un-zeroed intervals before reporting
+_FOLLOW = 8  # steps between two followed ones until a miss is seen (then every step is followed)
 
 
 @dataclass(slots=True, eq=False)
@@ -82,8 +83,9 @@ class GradCheck:
             st = self._state(opt)
         st.steps += 1
         p = None
-        # every other step is followed (a loop that never zeroes shows on the next one; once seen, every step)
-        if st.steps % 2 == 1 or st.misses:
+        # every _FOLLOW-th step is followed: a loop that never zeroes shows on the next one (and then every step
+        # is followed, so it is confirmed on the one after); the others cost a counter
+        if st.steps % _FOLLOW == 1 or st.misses:
             p = st.param() if st.param is not None else None
             if p is None or p.grad is None:
                 p = self._sample(st, opt)
