@@ -68,6 +68,9 @@ def render(findings: Sequence[Finding], stats: dict[str, Any], *, source: Source
     mem_title = "Device memory per step" if memory_key == "memory" else "Host memory (RSS) per step"
     mem_note = ("Allocated device memory at the end of each step." if memory_key == "memory" else
                 "No device memory readings (the run did not use a CUDA device): the host process's resident memory instead.")
+    if not memory:
+        mem_note = "No optimizer steps were seen, so there are no memory readings per step." if not steps else \
+            "No memory readings were taken."
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
 <meta name="color-scheme" content="light dark"><title>torchdoctor run report</title><style>{CSS}</style></head><body>
@@ -79,11 +82,11 @@ def render(findings: Sequence[Finding], stats: dict[str, Any], *, source: Source
 {_summary(findings, steps, warm, ids)}
 </section>
 <section id="steps"><h2>Time per step</h2>
-<figure>{step_time_chart(steps, warm)}<figcaption>{_legend(warm)}</figcaption></figure>
+{f"<figure>{step_time_chart(steps, warm)}<figcaption>{_legend(warm)}</figcaption></figure>" if steps else step_time_chart(steps, warm)}
 </section>
 <section id="memory"><h2>{mem_title}</h2>
 <p class="note">{escape(mem_note)}{_memory_findings(findings, ids)}</p>
-<figure>{memory or '<p class="note">No memory readings were taken.</p>'}</figure>
+{f"<figure>{memory}</figure>" if memory else ""}
 </section>
 </body></html>
 """
@@ -95,8 +98,9 @@ def _read_line(path: str, line: int) -> str | None:
 
 
 def _headline(findings: Sequence[Finding], stats: dict[str, Any], steps: list[dict[str, Any]], warm: int) -> str:
-    counts = (f"{stats.get('steps', 0)} optimizer steps, {stats.get('forward_calls', 0)} forward passes, "
-              f"{stats.get('batches', 0)} batches")
+    counts = ", ".join(_plural(stats.get(key, 0), one, many) for key, one, many in (
+        ("steps", "optimizer step", "optimizer steps"), ("forward_calls", "forward pass", "forward passes"),
+        ("batches", "batch", "batches")))
     devices = stats.get("devices") or []
     on = f" on {', '.join(devices)}" if devices else ""
     steady = [s["total"] for s in steps[warm:]]
@@ -105,6 +109,10 @@ def _headline(findings: Sequence[Finding], stats: dict[str, Any], steps: list[di
     n = len(findings)
     return (f'<p class="muted">Watched {escape(counts)}{escape(on)}{escape(typical)}{escape(warmed)}. '
             f"{n} finding{'' if n == 1 else 's'}.</p>")
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _finding(f: Finding, ident: str, lookup: SourceLookup) -> str:

@@ -1,10 +1,15 @@
-"""Per-step timing (data wait, forward, backward, optimizer), device memory and host memory (RSS).
+"""Per-step timing (data wait, forward, backward, optimizer, other), device memory and host memory (RSS).
 
-A step ends at each step of the first optimizer seen; what happens between
-two step ends (waiting for data, forward passes, backward passes) is charged
-to the step. Long runs keep every step up to a cap, then every n-th. Host
-memory is read at most every ``RSS_EVERY_S`` seconds (a read costs a system
-call, a step may cost less), so a step without a reading has ``rss=None``.
+Time is charged by phase: the watch's hooks mark where a phase begins
+(``enter``: one clock read at each change, none when a call stays in its
+phase), and the time since the last mark goes to the phase that was
+running. Forward runs from the first module call after another phase to the
+next mark (the loss and what is computed before ``backward()`` belong to
+it); what runs outside any watched call is "other". A step ends at each
+step of the first optimizer seen. Long runs keep every step up to a cap,
+then every n-th. Host memory is read at most every ``RSS_EVERY_S`` seconds
+(a read costs a system call, a step may cost less), so a step without a
+reading has ``rss=None``.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 MAX_STEPS = 5000
 RSS_EVERY_S = 0.05
 PHASES = ("data", "forward", "backward", "optimizer", "other")
+DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
 
 
 @dataclass
@@ -35,9 +41,7 @@ class Step:
 
 
 class Timeline:
-    # slots: the phase sums are read and written several times every step
-    __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "data", "forward",
-                 "backward", "optimizer")
+    __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase")
 
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []  # Step fields as plain tuples: built every step, so kept cheap
@@ -46,25 +50,33 @@ class Timeline:
         self.forwards = 0
         self.backwards = 0
         self._stride = 1
-        self._reset(time.perf_counter())
+        self._start = self._mark = time.perf_counter()
+        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds of this step, by phase
+        self.phase = OTHER
 
     @property
     def steps(self) -> list[Step]:
         return [Step(*row) for row in self._rows]
 
-    def _reset(self, now: float) -> None:
-        self._start = now
-        self.data = self.forward = self.backward = self.optimizer = 0.0
+    def enter(self, phase: int, now: float) -> None:
+        """``phase`` begins at ``now``: the time since the last mark goes to the phase that ran until now."""
+        self.sums[self.phase] += now - self._mark
+        self._mark = now
+        self.phase = phase
 
     def end_step(self, memory: int | None, now: float, rss: int | None = None) -> None:
+        sums = self.sums
+        sums[self.phase] += now - self._mark
+        self._mark = now
+        self.phase = OTHER
         self.count += 1
         if self._stride == 1 or self.count % self._stride == 0:
-            self._rows.append((self.count, now - self._start, self.data, self.forward, self.backward, self.optimizer, memory, rss))
+            self._rows.append((self.count, now - self._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
             if len(self._rows) >= MAX_STEPS:  # thin out: keep every other step from now on
                 self._rows = self._rows[1::2]  # the kept counts stay multiples of the stride
                 self._stride *= 2
         self._start = now
-        self.data = self.forward = self.backward = self.optimizer = 0.0
+        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
 
     def stats(self) -> dict[str, Any]:
         steps = self.steps

@@ -55,7 +55,8 @@ class GradCheck:
         return p
 
     def on_step_pre(self, opt: Any, where: Any, args: Any = None, kwargs: Any = None) -> None:
-        """``args``/``kwargs``: those of ``step()`` (args starts with the optimizer)."""
+        """``args``/``kwargs``: those of ``step()`` (args starts with the optimizer). Called only while one is armed
+        (``waiting``): otherwise a step has nothing to compare."""
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
@@ -77,10 +78,11 @@ class GradCheck:
                 "TD404", f"gradients of {type(opt).__name__} are never zeroed: each step adds to the gradients of all previous steps",
                 st.location, "call optimizer.zero_grad() once per step (before backward, or after step)"))
 
-    def on_step_post(self, opt: Any) -> None:
+    def on_step_post(self, opt: Any, where: Any = None) -> None:
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
+            st.location = where() if where is not None else None  # the optimizer.step() line, for TD404
         st.steps += 1
         p = None
         # every _FOLLOW-th step is followed: a loop that never zeroes shows on the next one (and then every step
