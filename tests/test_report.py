@@ -48,15 +48,15 @@ def test_text_for_nothing_says_so():
 
 def test_json_keys_are_exactly_the_documented_ones():
     data = json.loads(render([F1, F2, F3], "json"))
-    keys = {"code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "fixable",
+    keys = {"code", "severity", "message", "path", "cell", "line", "column", "end_line", "end_column", "fix", "fixable",
             "unsafe_fix", "related"}
     assert all(set(d) == keys for d in data)
     assert data[0] == {
         "code": "TD302", "severity": "error", "message": "batch element `labels` used on the CPU",
-        "path": "train.py", "line": 12, "column": 5, "end_line": 12, "end_column": 20,
+        "path": "train.py", "cell": None, "line": 12, "column": 5, "end_line": 12, "end_column": 20,
         "fix": "move it: labels.to(device)", "fixable": False, "unsafe_fix": False, "related": [],
     }
-    assert data[1]["path"] == "nb.ipynb:cell 2" and data[1]["fixable"] is True
+    assert (data[1]["path"], data[1]["cell"], data[1]["line"]) == ("nb.ipynb", 2, 3) and data[1]["fixable"] is True
     assert data[2]["path"] is None
 
 

@@ -33,6 +33,9 @@ _LAZY = {
     "DeviceLoader": ("torchdoctor.train", "DeviceLoader"),
     "fit": ("torchdoctor.train", "fit"),
     "checkpoint": ("torchdoctor.train", "checkpoint"),
+    # `%load_ext torchdoctor` in IPython/Jupyter: found by IPython, not part of the public namespace
+    "load_ipython_extension": ("torchdoctor.runtime.magic", "load_ipython_extension"),
+    "unload_ipython_extension": ("torchdoctor.runtime.magic", "unload_ipython_extension"),
 }
 
 if TYPE_CHECKING:
@@ -55,5 +58,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-def __dir__() -> list[str]:
+def __dir__() -> list[str]:  # the IPython hooks stay out of it
     return sorted(__all__)

@@ -27,7 +27,8 @@ class Location:
     """A place in the user's code. Lines and columns are 1-based, in characters.
 
     ``cell`` is the 1-based code-cell number when ``path`` is a notebook; the
-    line is then relative to that cell.
+    line is then relative to that cell, and ``file_line`` is the line of the
+    notebook file (its JSON text) that holds it, when known.
     """
 
     path: str
@@ -36,6 +37,7 @@ class Location:
     end_line: int | None = None
     end_column: int | None = None
     cell: int | None = None
+    file_line: int | None = None
 
     @property
     def display_path(self) -> str:

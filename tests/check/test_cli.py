@@ -78,11 +78,11 @@ def test_json_keys_exactly(fake_rules, project: Path, capsys) -> None:
     run("train.py", "--output-format", "json")
     data = json.loads(capsys.readouterr().out)
     assert [set(d) for d in data] == [
-        {"code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "fixable",
+        {"code", "severity", "message", "path", "cell", "line", "column", "end_line", "end_column", "fix", "fixable",
          "unsafe_fix", "related"}
     ] * 2
     assert data[0] | {"message": None} == {
-        "code": "TD102", "severity": "info", "message": None, "path": "train.py", "line": 3, "column": 1,
+        "code": "TD102", "severity": "info", "message": None, "path": "train.py", "cell": None, "line": 3, "column": 1,
         "end_line": 3, "end_column": 11, "fix": "use .to(device)", "fixable": True, "unsafe_fix": False, "related": [],
     }
 
@@ -162,7 +162,7 @@ def test_notebook_location_in_text_and_json(fake_rules, project: Path, capsys) -
     assert "nb.ipynb:cell 2:2:1: TD102" in capsys.readouterr().out
     run("nb.ipynb", "--output-format", "json")
     data = json.loads(capsys.readouterr().out)
-    assert (data[0]["path"], data[0]["line"], data[0]["fixable"]) == ("nb.ipynb:cell 2", 2, False)
+    assert (data[0]["path"], data[0]["cell"], data[0]["line"], data[0]["fixable"]) == ("nb.ipynb", 2, 2, True)
 
 
 def test_version_in_check(capsys) -> None:

@@ -98,14 +98,14 @@ def test_diff_prints_and_writes_nothing(fake_rules, proj: Path, capsys) -> None:
     assert capsys.readouterr().out == ""
 
 
-def test_notebooks_are_not_fixed(fake_rules, proj: Path, capsys) -> None:
+def test_notebooks_are_fixed_in_their_cells(fake_rules, proj: Path, capsys) -> None:
     import json
 
     text = json.dumps({"cells": [{"cell_type": "code", "source": "import torch\nnet.cuda()\n"}]})
     (proj / "n.ipynb").write_text(text)
-    assert main(["check", "--isolated", "--fix", "n.ipynb"]) == 1
-    assert (proj / "n.ipynb").read_text() == text
-    assert "fixes are not applied to notebooks" in capsys.readouterr().err
+    assert main(["check", "--isolated", "--fix", "n.ipynb"]) == 0
+    assert (proj / "n.ipynb").read_text() == text.replace("net.cuda()", 'net.to(\\"cuda\\")')
+    assert "Fixed 1 problem" in capsys.readouterr().out
 
 
 # ---- edge cases found by mutation testing ---------------------------------------------------------------

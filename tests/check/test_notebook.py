@@ -9,7 +9,7 @@ import pytest
 
 from tests.check.fake_rules import fake_rules  # noqa: F401 - a fixture
 from torchdoctor.check.notebook import read_notebook
-from torchdoctor.check.runner import check_file
+from torchdoctor.check.runner import Mode, check_file
 
 
 def nb(*cells: str | tuple[str, str], **meta) -> bytes:
@@ -73,3 +73,111 @@ def test_bad_notebooks_are_per_file_errors(tmp_path: Path, data: bytes, needle: 
     p.write_bytes(data)
     [err] = check_file(str(p)).errors
     assert err.startswith(f"{p}: error: ") and needle in err
+
+
+# -- positions in every format, and fixes that touch nothing but the cells' sources -----------------------
+
+def real_notebook(*, indent: int = 1, ensure_ascii: bool = False, newline: str = "\n") -> bytes:
+    """A notebook as Jupyter writes it: outputs, metadata, execution counts, one string per source line."""
+    doc = {"cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Training ü\n", "notes"]},
+        {"cell_type": "code", "execution_count": 3, "metadata": {"scrolled": True, "tags": ["setup"]},
+         "outputs": [{"name": "stdout", "output_type": "stream", "text": ["loaded é\n"]},
+                     {"data": {"image/png": "iVBORw0KGgo" * 40}, "metadata": {}, "output_type": "display_data"}],
+         "source": ["%matplotlib inline\n", "import torch\n", "state = torch.load(\"m.pt\")\n", "net.cuda()"]},
+        {"cell_type": "code", "execution_count": 4, "metadata": {}, "outputs": [], "source": "x = 1\nnet.cuda()\n"},
+    ], "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5}
+    text = json.dumps(doc, indent=indent, ensure_ascii=ensure_ascii) + "\n"
+    return text.replace("\n", newline).encode("utf-8")
+
+
+def changed_lines(before: bytes, after: bytes) -> list[tuple[bytes, bytes]]:
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    assert len(a) == len(b)  # nothing added or removed: only source lines rewritten in place
+    return [(x, y) for x, y in zip(a, b) if x != y]
+
+
+@pytest.mark.parametrize("style", [dict(), dict(indent=2, ensure_ascii=True), dict(newline="\r\n")])
+def test_fix_rewrites_only_the_cells_sources_byte_for_byte(fake_rules, tmp_path: Path, style) -> None:
+    p = tmp_path / "train.ipynb"
+    before = real_notebook(**style)
+    p.write_bytes(before)
+    result = check_file(str(p), mode=Mode(fix=True))
+    assert result.fixed == 3 and result.findings == [] and not result.errors
+    after = p.read_bytes()
+    changes = changed_lines(before, after)
+    assert [(x.strip(), y.strip()) for x, y in changes] == [
+        (b'"state = torch.load(\\"m.pt\\")\\n",', b'"state = torch.load(\\"m.pt\\", map_location=\\"cpu\\")\\n",'),
+        (b'"net.cuda()"', b'"net.to(\\"cuda\\")"'),
+        (b'"source": "x = 1\\nnet.cuda()\\n"', b'"source": "x = 1\\nnet.to(\\"cuda\\")\\n"'),
+    ]
+    doc_before, doc_after = json.loads(before), json.loads(after)
+    for old, new in zip(doc_before["cells"], doc_after["cells"]):
+        assert {k: v for k, v in old.items() if k != "source"} == {k: v for k, v in new.items() if k != "source"}
+    assert check_file(str(p), mode=Mode(fix=True)).fixed == 0  # nothing left to fix
+
+
+def test_fix_keeps_a_byte_order_mark_and_leaves_an_unfixable_notebook_alone(fake_rules, tmp_path: Path) -> None:
+    p = tmp_path / "bom.ipynb"
+    p.write_bytes(b"\xef\xbb\xbf" + real_notebook())
+    check_file(str(p), mode=Mode(fix=True))
+    assert p.read_bytes().startswith(b"\xef\xbb\xbf") and b'net.to(\\"cuda\\")' in p.read_bytes()
+    q = tmp_path / "quiet.ipynb"
+    q.write_bytes(nb("import torch\nx = 1\n"))
+    data = q.read_bytes()
+    assert check_file(str(q), mode=Mode(fix=True)).fixed == 0 and q.read_bytes() == data
+
+
+def test_diff_shows_each_cells_change_and_writes_nothing(fake_rules, tmp_path: Path) -> None:
+    p = tmp_path / "train.ipynb"
+    p.write_bytes(real_notebook())
+    result = check_file(str(p), mode=Mode(diff=True))
+    assert p.read_bytes() == real_notebook() and result.fixed == 3
+    assert f"--- a/{p}:cell 1\n+++ b/{p}:cell 1\n" in result.diff and f"--- a/{p}:cell 2\n" in result.diff
+    assert '-net.cuda()\n\\ No newline at end of file\n+state = torch.load("m.pt", map_location="cpu")\n' in result.diff
+    assert '+net.to("cuda")\n\\ No newline at end of file\n' in result.diff and " x = 1\n-net.cuda()\n" in result.diff
+
+
+def test_findings_know_the_notebook_files_line_and_their_edits_are_in_cell_positions(fake_rules, tmp_path: Path) -> None:
+    p = tmp_path / "train.ipynb"
+    p.write_bytes(real_notebook())
+    found = {(f.code, f.location.cell): f for f in check_file(str(p)).findings}
+    lines = p.read_text().splitlines()
+    f = found[("TD502", 1)]
+    assert (f.location.line, f.location.column) == (3, 9) and "torch.load" in lines[f.location.file_line - 1]
+    assert f.fixable and f.edits[0].line == 3  # inside the cell, as the location
+    g = found[("TD102", 2)]
+    assert g.location.line == 2 and '"source": "x = 1\\nnet.cuda()\\n"' in lines[g.location.file_line - 1]
+
+
+def test_json_sarif_and_github_point_at_the_notebook_file_and_name_the_cell(fake_rules, tmp_path: Path) -> None:
+    from torchdoctor.report import render
+
+    p = tmp_path / "train.ipynb"
+    p.write_bytes(real_notebook())
+    findings = check_file(str(p)).findings
+    f = next(f for f in findings if f.code == "TD502")
+    [row] = [r for r in json.loads(render([f], "json"))]
+    assert (row["path"], row["cell"], row["line"], row["column"]) == (str(p), 1, 3, 9)
+    result = json.loads(render([f], "sarif"))["runs"][0]["results"][0]
+    physical = result["locations"][0]["physicalLocation"]
+    assert physical["artifactLocation"]["uri"] == str(p) and physical["region"] == {"startLine": f.location.file_line}
+    assert result["message"]["text"].startswith("cell 1, line 3, column 9: ")
+    annotation = render([f], "github")
+    assert annotation.startswith(f"::warning file={p},line={f.location.file_line},title=TD502::cell 1, line 3, column 9: ")
+    assert "col=" not in annotation  # a column of the cell is not a column of the JSON line
+
+
+def test_text_output_keeps_the_cell_form(fake_rules, tmp_path: Path) -> None:
+    from torchdoctor.report import render
+
+    p = tmp_path / "train.ipynb"
+    p.write_bytes(real_notebook())
+    assert f"{p}:cell 1:3:9: TD502 [warning]" in render(check_file(str(p)).findings, "text")
+
+
+def test_fix_from_standard_input_prints_the_fixed_notebook(fake_rules) -> None:
+    data = real_notebook()
+    result = check_file("nb.ipynb", mode=Mode(fix=True), data=data, stdin=True)
+    assert result.fixed_source is not None and json.loads(result.fixed_source)["cells"][2]["source"] == 'x = 1\nnet.to("cuda")\n'

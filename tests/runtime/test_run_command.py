@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,8 +73,8 @@ def test_json_to_file_and_html(tmp_path):
     assert [f["code"] for f in doc["findings"]] == ["TD401"]
     assert doc["stats"]["steps"] == 16 and {"data", "forward", "backward", "optimizer"} <= set(doc["stats"]["share"])
     html = page.read_text()
-    assert html.count("<svg") == 1 and "TD401" in html  # no memory chart without CUDA readings, only a note
-    assert "No device memory readings" in html
+    assert 'id="step-chart"' in html and len(re.findall(r'<g class="bar( warmup)?"', html)) == 16 and "TD401" in html
+    assert 'id="rss-chart"' in html and "No device memory readings" in html  # on the CPU, the host's memory instead
 
 
 def test_module_mode(tmp_path):
@@ -88,3 +89,70 @@ def test_module_mode(tmp_path):
 def test_missing_script_is_a_usage_error():
     done = run("no/such/script.py")
     assert done.returncode == 2 and "no such script" in done.stderr
+
+
+@pytest.mark.parametrize("fail_on, expected", [(None, 0), ("error", 0), ("warning", 1), ("info", 1)])
+def test_fail_on_turns_a_finding_at_or_above_the_severity_into_exit_1(fail_on, expected):
+    options = ["--fail-on", fail_on] if fail_on else []
+    done = run(*options, "examples/pitfalls/eval_with_autograd.py")  # one TD401, a warning
+    assert done.returncode == expected and "TD401" in done.stderr
+
+
+CLEAN = """import torch
+from torch import nn
+model = nn.Linear(4, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(8, 4)).sum().backward()
+    opt.step()
+"""
+
+
+def test_fail_on_leaves_a_clean_run_at_0_and_the_programs_own_exit_code_wins(tmp_path):
+    clean = tmp_path / "clean.py"
+    clean.write_text(CLEAN)
+    assert run("--fail-on", "info", str(clean)).returncode == 0
+    script = tmp_path / "prog.py"
+    script.write_text("import runpy, sys\nrunpy.run_path(sys.argv[1])\nsys.exit(3)\n")
+    done = run("--fail-on", "info", str(script), str(ROOT / "examples/pitfalls/eval_with_autograd.py"))
+    assert done.returncode == 3 and "TD401" in done.stderr
+    assert run("--fail-on", "info", "examples/pitfalls/target_not_moved.py").returncode == 1  # it raises: Python's 1
+
+
+def test_fail_on_is_checked_by_argparse():
+    done = run("--fail-on", "fatal", "examples/pitfalls/grads_never_zeroed.py")
+    assert done.returncode == 2 and "--fail-on" in done.stderr
+
+
+BROKEN = """import torch
+from torch import nn
+
+
+def run():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    return model(torch.randn(2, 5))
+
+
+try:
+    run()
+except RuntimeError as exc:
+    raise ValueError("wrapped") from exc
+"""
+
+
+def _frames(text: str) -> list[str]:
+    # the watch's Module.__call__ does _wrapped_call_impl's work itself: that torch frame is the one not shown
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("File ") and "_wrapped_call_impl" not in line]
+
+
+def test_a_traceback_through_the_patches_shows_the_frames_python_shows(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN)
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    done = run(str(script))
+    assert done.returncode == plain.returncode == 1
+    trace = done.stderr[done.stderr.index("Traceback"):]
+    assert "torchdoctor" not in trace and "runpy" not in trace
+    assert _frames(trace) == _frames(plain.stderr) and trace.rstrip().endswith("ValueError: wrapped")
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in trace

@@ -3,6 +3,10 @@
 The cells are checked as one program, as the kernel runs them: a model made in
 cell 2 and trained in cell 5 is one model. Each line of the joined text
 remembers its cell (numbered among code cells, from 1) and its line there.
+A finding also learns the line of the notebook file (its JSON) that holds
+that source line, for reports that can only point into the file (SARIF,
+GitHub annotations). Fixes edit the cells' source and nothing else: outputs,
+metadata and the file's formatting stay byte for byte (``notebook_fix.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 
 from torchdoctor.check.source import SourceError
-from torchdoctor.findings import Finding, Location
+from torchdoctor.findings import Edit, Finding, Location
 
 __all__ = ["Notebook", "read_notebook"]
 
@@ -24,18 +28,32 @@ _MAGIC_ASSIGN = re.compile(r"^(\s*)(\w+)\s*=\s*[%!]")  # files = !ls ; t = %time
 
 
 @dataclass(frozen=True)
+class CodeCell:
+    number: int  # among code cells, from 1
+    index: int  # its place in the notebook's list of cells (-1 in nbformat 3 worksheets: not editable)
+    source: str  # as the file has it (a list of lines joined)
+    as_list: bool  # the file stores it as a list of lines (nbformat's usual form)
+
+
+@dataclass(frozen=True)
 class Notebook:
     text: str
     lines: tuple[tuple[int, int], ...]  # joined line - 1 -> (cell number, line in that cell)
     python: bool = True  # False for a notebook of another kernel language (R, Julia...)
+    raw: str = ""  # the file's JSON text
+    cells: tuple[CodeCell, ...] = ()
 
     def where(self, line: int) -> tuple[int | None, int]:
         if 0 < line <= len(self.lines):
             return self.lines[line - 1]
         return (None, line)
 
+    def first_line(self, cell: int) -> int:
+        """The joined text's line where ``cell`` starts (1-based); 0 for a cell with no lines."""
+        return next((i for i, (c, _) in enumerate(self.lines, 1) if c == cell), 0)
+
     def locate(self, finding: Finding) -> Finding:
-        """The finding placed in its cell; its edits dropped (notebooks are not fixed)."""
+        """The finding placed in its cell (and in the file's JSON line); its edits moved into the cell too."""
         loc = finding.location
         if loc is None:
             return finding
@@ -45,14 +63,36 @@ class Notebook:
             end_cell, end_line = self.where(end_line)
             if end_cell != cell:
                 end_line = end_col = None
-        new = Location(loc.path, line, loc.column, end_line, end_col, cell=cell)
-        return replace(finding, location=new, edits=())
+        file_line = self.file_line(cell, line) if cell is not None else None
+        new = Location(loc.path, line, loc.column, end_line, end_col, cell=cell, file_line=file_line)
+        return replace(finding, location=new, edits=self._cell_edits(finding.edits, cell))
+
+    def _cell_edits(self, edits: tuple[Edit, ...], cell: int | None) -> tuple[Edit, ...]:
+        """Edits in the cell's own line numbers; none when one reaches into another cell (not fixable there)."""
+        if not edits or cell is None or any(self.where(e.line)[0] != cell or self.where(e.end_line)[0] != cell for e in edits):
+            return ()
+        shift = self.first_line(cell) - 1
+        return tuple(replace(e, line=e.line - shift, end_line=e.end_line - shift) for e in edits)
+
+    def file_line(self, cell: int, line: int) -> int | None:
+        from torchdoctor.check.notebook_fix import source_positions
+
+        code = next((c for c in self.cells if c.number == cell), None)
+        if code is None or code.index < 0 or not self.raw:
+            return None
+        spans = source_positions(self.raw).get(code.index)
+        if spans is None:
+            return None
+        value, items = spans
+        start = items[line - 1][0] if code.as_list and 0 < line <= len(items) else value[0]
+        return self.raw.count("\n", 0, start) + 1
 
 
 def read_notebook(data: bytes) -> Notebook:
     """Raise SourceError when the bytes are not a notebook."""
     try:
-        doc = json.loads(data.decode("utf-8-sig"))
+        raw = data.decode("utf-8-sig")
+        doc = json.loads(raw)
     except UnicodeDecodeError as exc:
         raise SourceError(f"notebook is not valid UTF-8 (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
@@ -62,27 +102,31 @@ def read_notebook(data: bytes) -> Notebook:
     if not _is_python(doc):
         return Notebook("", (), python=False)
     cells = doc.get("cells")
+    editable = cells is not None
     if cells is None and isinstance(doc.get("worksheets"), list):  # nbformat 3
         cells = [c for ws in doc["worksheets"] if isinstance(ws, dict) for c in ws.get("cells", [])]
     if not isinstance(cells, list):
         raise SourceError("not a valid notebook: no 'cells' list")
     parts: list[str] = []
     where: list[tuple[int, int]] = []
-    number = 0
-    for cell in cells:
+    code: list[CodeCell] = []
+    for index, cell in enumerate(cells):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        number += 1
+        number = len(code) + 1
         source = cell.get("source", cell.get("input", ""))
-        if isinstance(source, list):
+        as_list = isinstance(source, list)
+        if as_list:
+            as_list = all(isinstance(s, str) for s in source)
             source = "".join(s for s in source if isinstance(s, str))
         if not isinstance(source, str):
             raise SourceError(f"not a valid notebook: cell {number} has no source text")
+        code.append(CodeCell(number, index if editable else -1, source, as_list))
         lines = _python_lines(source)
         for i, line in enumerate(lines, 1):
             parts.append(line + "\n")
             where.append((number, i))
-    return Notebook("".join(parts), tuple(where))
+    return Notebook("".join(parts), tuple(where), raw=raw, cells=tuple(code))
 
 
 def _is_python(doc: dict) -> bool:

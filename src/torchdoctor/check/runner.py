@@ -64,7 +64,7 @@ def check_file(path: str, settings: Settings | None = None, mode: Mode = Mode(),
             with open(path, "rb") as fh:
                 data = fh.read()
         if path.endswith(".ipynb"):
-            _check_notebook(result, data, settings, mode, project)
+            _check_notebook(result, data, settings, mode, project, stdin=stdin)
         else:
             _check_python(result, data, settings, mode, project, stdin=stdin)
     except OSError as exc:
@@ -170,7 +170,8 @@ def _fix(result: FileResult, decoded: Decoded, settings: Settings, mode: Mode, e
         result.findings = findings
 
 
-def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: Mode, project: Project) -> None:
+def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: Mode, project: Project, *,
+                    stdin: bool = False) -> None:
     from torchdoctor.check.notebook import read_notebook
 
     nb = read_notebook(data)
@@ -182,10 +183,55 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
     errors: list[RuleError] = []
     found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
     result.notes.extend(_noqa_warnings(result.path, nb.text, nb.where))
-    if (mode.fix or mode.diff) and any(f.edits for f in found):
-        result.notes.append(f"{result.path}: note: fixes are not applied to notebooks; fix the cells by hand")
+    if (mode.fix or mode.diff) and any(_applicable(f, mode) for f in found):
+        fixed = _fix_notebook(result, data, nb, found, settings, mode, errors, project, stdin=stdin)
+        if fixed is not None:
+            nb, found = fixed
     result.findings = [nb.locate(f) for f in found]
     _report_rule_errors(result, errors)
+
+
+def _fix_notebook(result: FileResult, data: bytes, nb, found: list[Finding], settings: Settings, mode: Mode,  # type: ignore[no-untyped-def]
+                  errors: list[RuleError], project: Project, *, stdin: bool):
+    """Fix the cells' sources pass after pass; write the notebook once, only its changed sources replaced.
+
+    Returns the fixed notebook and its findings (``None`` when nothing changed).
+    """
+    import codecs
+
+    from torchdoctor.check.fix import write_bytes_atomic
+    from torchdoctor.check.notebook import read_notebook
+    from torchdoctor.check.notebook_fix import cell_diff, fix_cells, rewrite
+
+    original, current, total = nb, nb, 0
+    sources: dict[int, str] = {}
+    for _ in range(MAX_FIX_PASSES):
+        changed, n = fix_cells(current, [f for f in found if _applicable(f, mode)])
+        if not n:
+            break
+        sources = {**sources, **changed}
+        candidate = read_notebook(rewrite(original, sources).encode("utf-8"))
+        try:
+            tree = parse(candidate.text, result.path)
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            result.error(f"fixing would make invalid Python ({getattr(exc, 'msg', exc)}); notebook left unchanged (please report this)")
+            return None
+        current, total = candidate, total + n
+        found = analyse(current.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
+    if total == 0:
+        return None
+    result.fixed = total
+    if mode.diff:
+        result.diff = cell_diff(result.path, original, sources)
+    if not mode.fix:
+        return None
+    text = rewrite(original, sources)
+    if stdin:
+        result.fixed_source = text
+    else:
+        bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
+        write_bytes_atomic(result.path, bom + text.encode("utf-8"), data)
+    return current, found
 
 
 def check_files(paths: Sequence[str], settings: Settings | None = None, mode: Mode = Mode(),

@@ -22,7 +22,11 @@ def render(findings: Sequence[Finding]) -> str:
     for f in findings:
         props = []
         loc = f.location
-        if loc is not None:
+        if loc is not None and loc.cell is not None:  # a notebook: its JSON line; the cell is named in the message
+            props.append(f"file={_escape_property(loc.path)}")
+            if loc.file_line is not None:
+                props.append(f"line={loc.file_line}")
+        elif loc is not None:
             props.append(f"file={_escape_property(loc.path)}")
             props.append(f"line={loc.line}")
             props.append(f"col={loc.column}")
@@ -33,6 +37,6 @@ def render(findings: Sequence[Finding]) -> str:
         props.append(f"title={_escape_property(f.code)}")
         msg = f.message if not f.fix else f"{f.message}\nfix: {f.fix}"
         if loc is not None and loc.cell is not None:
-            msg = f"cell {loc.cell}: {msg}"
+            msg = f"cell {loc.cell}, line {loc.line}, column {loc.column}: {msg}"
         lines.append(f"::{_LEVEL[f.severity]} {','.join(props)}::{_escape_data(msg)}")
     return "\n".join(lines) + ("\n" if lines else "")

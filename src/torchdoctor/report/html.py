@@ -1,106 +1,166 @@
-"""Self-contained HTML report of a watch session: findings and two inline SVG charts.
+"""Self-contained HTML report of a watch session: findings with their source lines, where the time goes, charts.
 
-No script and nothing fetched from the network: the page is plain HTML and
-SVG, readable offline and safe to attach to a bug report.
+No script and nothing fetched from the network: the page is plain HTML, CSS
+and inline SVG, readable offline and safe to attach to a bug report. It
+follows the reader's light or dark theme (``prefers-color-scheme``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import linecache
+import statistics
+from collections.abc import Callable, Sequence
 from html import escape
 from typing import Any
 
 from torchdoctor.findings import Finding
+from torchdoctor.report.charts import PHASES, fmt_time, memory_chart, step_time_chart, warmup_steps
 
-PHASES = (("data", "#d62728", "waiting for data"), ("forward", "#1f77b4", "forward"),
-          ("backward", "#ff7f0e", "backward"), ("optimizer", "#2ca02c", "optimizer"))
-W, H, PAD = 760, 220, 40
-MAX_BARS = 400
+SourceLookup = Callable[[str, int], "str | None"]
+
+# Which findings explain a phase's share of the step (shown next to it in the summary).
+EXPLAINS = {"data": ("TD606", "TD304", "TD305"), "forward": ("TD608",), "backward": (), "optimizer": (),
+            "other": ("TD603", "TD602")}
+MEMORY_CODES = ("TD607", "TD609", "TD405")
+
+CSS = """
+:root{color-scheme:light dark;--bg:#ffffff;--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--panel:#f6f8fa;
+--grid:#e6eaef;--data:#d1242f;--forward:#0969da;--backward:#bc4c00;--optimizer:#1a7f37;--other:#8c959f;
+--mem:#8250df;--warm:rgba(154,103,0,.10);--warm-fg:#9a6700;--error:#d1242f;--warning:#9a6700;--info:#0969da}
+@media (prefers-color-scheme:dark){:root{--bg:#0d1117;--fg:#e6edf3;--muted:#9198a1;--line:#3d444d;--panel:#151b23;
+--grid:#262c36;--data:#ff7b72;--forward:#58a6ff;--backward:#f0883e;--optimizer:#3fb950;--other:#8b949e;
+--mem:#bc8cff;--warm:rgba(210,153,34,.16);--warm-fg:#d29922;--error:#ff7b72;--warning:#d29922;--info:#58a6ff}}
+*{box-sizing:border-box}body{margin:0;padding:2rem;background:var(--bg);color:var(--fg);
+font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1040px}
+h1{font-size:1.6rem;margin:0 0 .3rem}h2{font-size:1.2rem;margin:2rem 0 .6rem;border-bottom:1px solid var(--line);padding-bottom:.3rem}
+.muted,.note,figcaption{color:var(--muted)}code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em}
+.finding{border:1px solid var(--line);border-left:4px solid var(--info);border-radius:6px;padding:.6rem .9rem;margin:.7rem 0;background:var(--panel)}
+.finding.error{border-left-color:var(--error)}.finding.warning{border-left-color:var(--warning)}
+.finding header{display:flex;gap:.6rem;align-items:baseline;flex-wrap:wrap}.finding p{margin:.35rem 0}
+.badge{font-size:.75rem;font-weight:600;text-transform:uppercase;letter-spacing:.03em}
+.badge.error{color:var(--error)}.badge.warning{color:var(--warning)}.badge.info{color:var(--info)}
+.code{font-weight:700}.where{color:var(--muted)}
+pre.source{margin:.4rem 0;padding:.4rem .6rem;background:var(--bg);border:1px solid var(--line);border-radius:4px;overflow-x:auto}
+pre.source .ln{color:var(--muted);user-select:none;margin-right:1rem}.fix{color:var(--muted)}
+table{border-collapse:collapse;width:100%}td:first-child{white-space:nowrap}th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid var(--line);vertical-align:top}
+td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.swatch{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin-right:.45rem;vertical-align:-1px}
+.sharebar{display:flex;height:1.6rem;border-radius:4px;overflow:hidden;margin:.8rem 0;border:1px solid var(--line)}
+.sharebar span{display:block;height:100%}
+.legend{list-style:none;display:flex;flex-wrap:wrap;gap:1.2rem;padding:0;margin:.4rem 0}
+.legend .warm{background:var(--warm);border:1px dashed var(--warm-fg)}
+figure{margin:0}svg.chart{width:100%;height:auto;display:block}
+svg .grid{stroke:var(--grid)}svg .axis-line,svg .tick-mark{stroke:var(--muted)}
+svg text{fill:var(--fg);font-size:12px}svg .tick{fill:var(--muted)}svg .axis-title{font-size:13px}
+svg .warmup-band rect{fill:var(--warm)}svg .warmup-band line{stroke:var(--warm-fg)}svg .warmup-band text,svg text.clipped{fill:var(--warm-fg);font-size:12px}
+svg .bar.warmup rect{opacity:.55}svg .mem-line{fill:none;stroke:var(--mem);stroke-width:2}svg .mem-point{fill:var(--mem)}
+""" + "".join(f".ph-{k}{{fill:var(--{k});background:var(--{k})}}" for k, _ in PHASES)
 
 
-def render(findings: Sequence[Finding], stats: dict[str, Any]) -> str:
+def render(findings: Sequence[Finding], stats: dict[str, Any], *, source: SourceLookup | None = None) -> str:
+    """The page. ``source(path, line)`` gives a finding's source line (default: read from the file)."""
+    lookup = source or _read_line
     steps = list(stats.get("timeline") or [])
-    if len(steps) > MAX_BARS:  # keep the page light: sample evenly
-        stride = -(-len(steps) // MAX_BARS)
-        steps = steps[::stride]
-    rows = "\n".join(_finding_row(f) for f in findings) or '<tr><td colspan="4">No problems found.</td></tr>'
+    warm = warmup_steps([s["total"] for s in steps])
+    ids = {id(f): f"finding-{i}" for i, f in enumerate(findings, 1)}
+    memory_key = "memory" if any(s.get("memory") is not None for s in steps) else "rss"
+    memory = memory_chart(steps, warm, memory_key)
+    mem_title = "Device memory per step" if memory_key == "memory" else "Host memory (RSS) per step"
+    mem_note = ("Allocated device memory at the end of each step." if memory_key == "memory" else
+                "No device memory readings (the run did not use a CUDA device): the host process's resident memory instead.")
+    if not memory:
+        mem_note = "No optimizer steps were seen, so there are no memory readings per step." if not steps else \
+            "No memory readings were taken."
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>torchdoctor run report</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top}}.error{{color:#b00}}.warning{{color:#a60}}
-.info{{color:#06a}}code{{background:#f4f4f4}}figure{{margin:1.5em 0}}</style></head><body>
-<h1>torchdoctor run report</h1>
-<p>{stats.get('steps', 0)} optimizer steps, {stats.get('forward_calls', 0)} forward passes, {stats.get('batches', 0)} batches,
-{len(findings)} finding{'' if len(findings) == 1 else 's'}.</p>
-<h2>Findings</h2>
-<table><tr><th>code</th><th>where</th><th>what</th><th>fix</th></tr>
-{rows}
-</table>
-<h2>Time per step</h2>
-<figure>{step_time_chart(steps)}<figcaption>{_legend()}</figcaption></figure>
-<h2>Device memory per step</h2>
-<figure>{memory_chart(steps)}</figure>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width,initial-scale=1">
+<meta name="color-scheme" content="light dark"><title>torchdoctor run report</title><style>{CSS}</style></head><body>
+<header><h1>torchdoctor run report</h1>{_headline(findings, stats, steps, warm)}</header>
+<section id="findings"><h2>Findings ({len(findings)})</h2>
+{"".join(_finding(f, ids[id(f)], lookup) for f in findings) or '<p class="note">No problems found.</p>'}
+</section>
+<section id="summary"><h2>Where the time goes</h2>
+{_summary(findings, steps, warm, ids)}
+</section>
+<section id="steps"><h2>Time per step</h2>
+{f"<figure>{step_time_chart(steps, warm)}<figcaption>{_legend(warm)}</figcaption></figure>" if steps else step_time_chart(steps, warm)}
+</section>
+<section id="memory"><h2>{mem_title}</h2>
+<p class="note">{escape(mem_note)}{_memory_findings(findings, ids)}</p>
+{f"<figure>{memory}</figure>" if memory else ""}
+</section>
 </body></html>
 """
 
 
-def _finding_row(f: Finding) -> str:
+def _read_line(path: str, line: int) -> str | None:
+    text = linecache.getline(path, line)
+    return text.rstrip("\n") if text else None
+
+
+def _headline(findings: Sequence[Finding], stats: dict[str, Any], steps: list[dict[str, Any]], warm: int) -> str:
+    counts = ", ".join(_plural(stats.get(key, 0), one, many) for key, one, many in (
+        ("steps", "optimizer step", "optimizer steps"), ("forward_calls", "forward pass", "forward passes"),
+        ("batches", "batch", "batches")))
+    devices = stats.get("devices") or []
+    on = f" on {', '.join(devices)}" if devices else ""
+    steady = [s["total"] for s in steps[warm:]]
+    typical = f"; a steady step takes {fmt_time(statistics.median(steady))} (median)" if steady else ""
+    warmed = f", after {warm} warm-up step{'s' if warm != 1 else ''}" if warm else ""
+    n = len(findings)
+    return (f'<p class="muted">Watched {escape(counts)}{escape(on)}{escape(typical)}{escape(warmed)}. '
+            f"{n} finding{'' if n == 1 else 's'}.</p>")
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _finding(f: Finding, ident: str, lookup: SourceLookup) -> str:
     loc = f.location
-    where = f"{loc.display_path}:{loc.line}" if loc else ""
+    where = f"{loc.display_path}:{loc.line}:{loc.column}" if loc else "(no source location)"
     rank = f"[rank {f.rank}] " if f.rank is not None else ""
-    return (f'<tr><td class="{f.severity.value}">{escape(f.code)}</td><td><code>{escape(where)}</code></td>'
-            f"<td>{escape(rank + f.message)}</td><td>{escape(f.fix or '')}</td></tr>")
+    line = lookup(loc.path, loc.line) if loc and loc.cell is None else None
+    source = (f'<pre class="source"><span class="ln">{loc.line}</span>{escape(line)}</pre>'
+              if loc is not None and line is not None else "")
+    fix = f'<p class="fix">fix: {escape(f.fix)}</p>' if f.fix else ""
+    sev = f.severity.value
+    return (f'<article class="finding {sev}" id="{ident}"><header><span class="badge {sev}">{sev}</span>'
+            f'<code class="code">{escape(f.code)}</code><code class="where">{escape(where)}</code></header>'
+            f'<p class="message">{escape(rank + f.message)}</p>{source}{fix}</article>\n')
 
 
-def _legend() -> str:
-    return " ".join(f'<span style="color:{c}">&#9632;</span> {escape(label)}' for _, c, label in PHASES) + \
-        ' <span style="color:#999">&#9632;</span> other'
+def _summary(findings: Sequence[Finding], steps: list[dict[str, Any]], warm: int, ids: dict[int, str]) -> str:
+    steady = steps[warm:] or steps
+    if not steady:
+        return '<p class="note">No optimizer steps were seen.</p>'
+    total = sum(s["total"] for s in steady) or 1.0
+    sums = {k: sum(s[k] for s in steady) for k, _ in PHASES}
+    span = (f"steps {steady[0]['index']}-{steady[-1]['index']}" if len(steady) > 1 else f"step {steady[0]['index']}")
+    scope = f"Over {span}" + (f" (the {warm} warm-up step{'s' if warm != 1 else ''} left out)" if warm else "")
+    bar = "".join(f'<span class="ph-{k}" style="width:{sums[k] / total * 100:.2f}%" title="{escape(name)} {sums[k] / total:.0%}"></span>'
+                  for k, name in PHASES if sums[k] > 0)
+    rows = []
+    for key, name in PHASES:
+        explained = [f for f in findings if f.code in EXPLAINS[key]]
+        why = "; ".join(f'<a href="#{ids[id(f)]}">{escape(f.code)}</a> {escape(f.message)}' for f in explained)
+        rows.append(f'<tr class="row-{key}"><td><span class="swatch ph-{key}"></span>{escape(name)}</td>'
+                    f'<td class="num">{escape(fmt_time(sums[key]))}</td><td class="num">{sums[key] / total:.1%}</td>'
+                    f'<td class="num">{escape(fmt_time(sums[key] / len(steady)))}</td><td class="why">{why}</td></tr>')
+    return (f'<p class="note">{escape(scope)}: {escape(fmt_time(total))} in all.</p>'
+            f'<div class="sharebar" role="img" aria-label="share of the step per phase">{bar}</div>'
+            '<table class="summary"><thead><tr><th>phase</th><th class="num">time</th><th class="num">share</th>'
+            '<th class="num">per step</th><th>explained by</th></tr></thead><tbody>' + "".join(rows) +
+            f'</tbody><tfoot><tr><th>step</th><td class="num">{escape(fmt_time(total))}</td><td class="num">100%</td>'
+            f'<td class="num">{escape(fmt_time(total / len(steady)))}</td><td></td></tr></tfoot></table>')
 
 
-def step_time_chart(steps: list[dict[str, Any]]) -> str:
-    """Stacked bars: one per step, split into data wait, forward, backward, optimizer and the rest."""
-    if not steps:
-        return "<p>No optimizer steps were seen.</p>"
-    top = max(s["total"] for s in steps) or 1.0
-    bar = (W - 2 * PAD) / len(steps)
-    parts = [_axes(f"{top * 1000:.1f} ms", "step")]
-    for i, s in enumerate(steps):
-        x, y = PAD + i * bar, float(H - PAD)
-        known = 0.0
-        for key, color, _ in PHASES:
-            known += s[key]
-            y = _rect(parts, x, y, bar, s[key] / top, color, f"step {s['index']}: {key} {s[key] * 1000:.2f} ms")
-        _rect(parts, x, y, bar, max(0.0, s["total"] - known) / top, "#999", f"step {s['index']}: other")
-    return _svg(parts)
+def _legend(warm: int) -> str:
+    items = [f'<li><span class="swatch ph-{k}"></span>{escape(name)}</li>' for k, name in PHASES]
+    if warm:
+        items.append('<li><span class="swatch warm"></span>warm-up (not in the scale)</li>')
+    return f'<ul class="legend">{"".join(items)}</ul>'
 
 
-def memory_chart(steps: list[dict[str, Any]]) -> str:
-    """A line of allocated device memory at the end of each step."""
-    points = [(s["index"], s["memory"]) for s in steps if s.get("memory") is not None]
-    if not points:
-        return "<p>No device memory readings (the run did not use a CUDA device).</p>"
-    top = max(m for _, m in points) or 1
-    n = max(len(points) - 1, 1)
-    coords = " ".join(f"{PAD + i * (W - 2 * PAD) / n:.1f},{H - PAD - m / top * (H - 2 * PAD):.1f}" for i, (_, m) in enumerate(points))
-    parts = [_axes(f"{top / 2**20:.0f} MiB", "step"),
-             f'<polyline fill="none" stroke="#9467bd" stroke-width="2" points="{coords}"/>']
-    return _svg(parts)
-
-
-def _rect(parts: list[str], x: float, y: float, w: float, share: float, color: str, title: str) -> float:
-    h = share * (H - 2 * PAD)
-    if h > 0:
-        parts.append(f'<rect x="{x:.1f}" y="{y - h:.1f}" width="{max(w - 1, 0.5):.1f}" height="{h:.1f}" fill="{color}">'
-                     f"<title>{escape(title)}</title></rect>")
-    return y - h
-
-
-def _axes(top_label: str, x_label: str) -> str:
-    return (f'<line x1="{PAD}" y1="{H - PAD}" x2="{W - PAD}" y2="{H - PAD}" stroke="#333"/>'
-            f'<line x1="{PAD}" y1="{PAD}" x2="{PAD}" y2="{H - PAD}" stroke="#333"/>'
-            f'<text x="{PAD}" y="{PAD - 6}" font-size="11">{escape(top_label)}</text>'
-            f'<text x="{W - PAD}" y="{H - PAD + 16}" font-size="11" text-anchor="end">{escape(x_label)}</text>')
-
-
-def _svg(parts: list[str]) -> str:
-    return f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}">' + "".join(parts) + "</svg>"
+def _memory_findings(findings: Sequence[Finding], ids: dict[int, str]) -> str:
+    related = [f for f in findings if f.code in MEMORY_CODES]
+    return "".join(f' <a href="#{ids[id(f)]}">{escape(f.code)}</a>: {escape(f.message)}.' for f in related)

@@ -1,4 +1,9 @@
-"""JSON report: an array of objects with exactly the keys of ``finding_to_dict``."""
+"""JSON report: an array of objects with exactly the keys of ``finding_to_dict``.
+
+``path`` is always a file. For a notebook, ``cell`` is the 1-based code cell
+and ``line``/``column`` are inside that cell, as ruff reports them; ``cell`` is
+``null`` elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ def finding_to_dict(f: Finding) -> dict[str, Any]:
         "code": f.code,
         "severity": f.severity.value,
         "message": message,
-        "path": loc.display_path if loc else None,
+        "path": loc.path if loc else None,
+        "cell": loc.cell if loc else None,
         "line": loc.line if loc else None,
         "column": loc.column if loc else None,
         "end_line": loc.end_line if loc else None,

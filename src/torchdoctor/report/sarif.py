@@ -38,7 +38,7 @@ def _uri(path: str) -> str:
 def _result(f: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
     text = f.message if not f.fix else f"{f.message} Fix: {f.fix}"
     if f.location is not None and f.location.cell is not None:
-        text = f"cell {f.location.cell}: {text}"
+        text = f"cell {f.location.cell}, line {f.location.line}, column {f.location.column}: {text}"
     result: dict[str, Any] = {
         "ruleId": f.code,
         "ruleIndex": rule_index[f.code],
@@ -47,18 +47,28 @@ def _result(f: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
     }
     loc = f.location
     if loc is not None:
-        region: dict[str, Any] = {"startLine": loc.line, "startColumn": loc.column}
-        if loc.end_line is not None:
-            region["endLine"] = loc.end_line
-        if loc.end_column is not None:
-            region["endColumn"] = loc.end_column
-        result["locations"] = [
-            {"physicalLocation": {"artifactLocation": {"uri": _uri(loc.path)}, "region": region}}
-        ]
+        physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(loc.path)}}
+        region = _region(loc)
+        if region:
+            physical["region"] = region
+        result["locations"] = [{"physicalLocation": physical}]
     if f.edits or f.related:
         # fixable: `--fix` applies the fix; unsafe: only `--fix --unsafe-fixes` does (it may change behaviour)
         result["properties"] = {"fixable": f.fixable, "unsafe": f.unsafe_fixable, "related": list(f.related)}
     return result
+
+
+def _region(loc: Any) -> dict[str, Any]:
+    """The region in the file. A notebook's is the line of its JSON that holds the cell's line (the message names
+    the cell and the position inside it); without that line, the result points at the whole file."""
+    if loc.cell is not None:
+        return {"startLine": loc.file_line} if loc.file_line is not None else {}
+    region: dict[str, Any] = {"startLine": loc.line, "startColumn": loc.column}
+    if loc.end_line is not None:
+        region["endLine"] = loc.end_line
+    if loc.end_column is not None:
+        region["endColumn"] = loc.end_column
+    return region
 
 
 def render(findings: Sequence[Finding]) -> str:

@@ -14,10 +14,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_output_options(parser, formats=("text", "json"))
     parser.add_argument("--html", metavar="PATH", help="also write a self-contained HTML report with step-time and memory charts")
     parser.add_argument("--no-env", action="store_true", help="skip the start-up environment check")
+    parser.add_argument("--fail-on", choices=("error", "warning", "info"), metavar="SEVERITY",
+                        help="exit 1 when the program exits 0 but a finding of this severity or worse was reported "
+                             "(error, warning or info; for CI); the program's own non-zero exit code always wins")
     parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as `python -m MODULE` does")
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
                         help="the script and its own arguments (passed through unchanged)")
-    parser.epilog = "The report goes to standard error (or --output-file), never mixed into the program's output."
+    parser.epilog = ("The report goes to standard error (or --output-file), never mixed into the program's output. "
+                     "Exit code: the program's own (1 for an uncaught exception); with --fail-on, 1 when it exited 0 "
+                     "with a finding at or above that severity; 2 for torchdoctor's own errors (no such script).")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -41,7 +46,19 @@ def main(args: argparse.Namespace) -> int:
             return
         _write(session, args)
 
-    return run_program(target, argv, as_module=as_module, session=WatchSession(environment=not args.no_env), on_report=report)
+    session = WatchSession(environment=not args.no_env)
+    code = run_program(target, argv, as_module=as_module, session=session, on_report=report)
+    return _fail_on(code, session, args.fail_on)
+
+
+def _fail_on(code: int, session, threshold: str | None) -> int:  # type: ignore[no-untyped-def]
+    """The program's own exit code, or 1 when it is 0 and a finding at or above ``threshold`` was reported."""
+    if code != 0 or threshold is None:
+        return code
+    from torchdoctor.findings import Severity
+
+    worst = Severity(threshold).rank
+    return 1 if any(f.severity.rank <= worst for f in session.findings) else 0
 
 
 def _write(session, args: argparse.Namespace) -> None:  # type: ignore[no-untyped-def]

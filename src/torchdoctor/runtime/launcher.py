@@ -31,15 +31,16 @@ def run_program(target: str, argv: list[str], *, as_module: bool, session: Watch
         raise
     error: BaseException | None = None
     code = 0
+    namespace: Any = None  # the script's globals, held until the session has judged (nothing freed before)
     try:
         with session:
             try:
                 if as_module:
-                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+                    namespace = runpy.run_module(target, run_name="__main__", alter_sys=True)
                 else:
-                    runpy.run_path(target, run_name="__main__")
+                    namespace = runpy.run_path(target, run_name="__main__")
             except SystemExit as exc:
-                code = _exit_code(exc)
+                code, namespace = _exit_code(exc), exc  # its traceback holds the script's frames
     except KeyboardInterrupt as exc:
         error, code = exc, 130
     except BaseException as exc:  # the program's own error: report, then show it as Python would
@@ -47,8 +48,9 @@ def run_program(target: str, argv: list[str], *, as_module: bool, session: Watch
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     on_report(session, error)
+    del namespace
     if error is not None and not isinstance(error, KeyboardInterrupt):
-        traceback.print_exception(type(error), error, _user_tb(error.__traceback__))
+        print_user_traceback(error)
     elif isinstance(error, KeyboardInterrupt):
         print("KeyboardInterrupt", file=sys.stderr)
     return code
@@ -75,10 +77,36 @@ def _module_file(name: str) -> str:
     return spec.origin or name
 
 
-def _user_tb(tb: Any) -> Any:
-    """Drop the launcher's own frames from the head of the traceback."""
-    from torchdoctor.runtime.locate import is_internal
+def print_user_traceback(error: BaseException, file: Any = None) -> None:
+    """Print ``error`` as Python would have without the auditor: its own frames left out, as pytest hides its own."""
+    hide_own_frames(error)
+    traceback.print_exception(type(error), error, error.__traceback__, file=file)
 
-    while tb is not None and is_internal(tb.tb_frame.f_code.co_filename):
+
+def hide_own_frames(error: BaseException) -> None:
+    """Drop torchdoctor's frames (patches, session, launcher, runpy) from ``error``'s traceback and its causes'."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        exc.__traceback__ = _without_own_frames(exc.__traceback__)
+        todo += [exc.__cause__, exc.__context__]
+
+
+def _without_own_frames(tb: Any) -> Any:
+    from types import TracebackType
+
+    from torchdoctor.runtime.locate import is_own
+
+    kept = []
+    while tb is not None:
+        if not is_own(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
         tb = tb.tb_next
-    return tb
+    out = None
+    for entry in reversed(kept):
+        out = TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return out

@@ -1,10 +1,11 @@
-"""Where the user's code is: the first stack frame outside torch, torchdoctor and the runners."""
+"""Where the user's code is: the first stack frame outside torch, torchdoctor, installed packages and Python's own."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import sys
+from collections.abc import Callable
 from types import FrameType
 
 from torchdoctor.findings import Location
@@ -13,6 +14,7 @@ _torch_dir: str | None = None
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _RUNNERS = ("runpy.py", "<frozen runpy>", "contextlib.py", "functools.py", "warnings.py", "<frozen importlib._bootstrap>")
 _cache: dict[str, bool] = {}
+_library_dirs: tuple[str, ...] | None = None
 _locations: dict[tuple[object, int], Location] = {}
 
 
@@ -25,8 +27,29 @@ def _torch_root() -> str:
     return _torch_dir
 
 
+def _libraries() -> tuple[str, ...]:
+    """Folders of installed packages and of Python's standard library (with a trailing separator).
+
+    A framework (Lightning, Accelerate, transformers' Trainer) calls backward and
+    the optimizer from its own files; the user's line is further out.
+    """
+    global _library_dirs
+    if _library_dirs is None:
+        import site
+        import sysconfig
+
+        found = {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+        try:
+            found.update(site.getsitepackages())
+            found.add(site.getusersitepackages())
+        except AttributeError:  # a virtualenv's old site.py
+            pass
+        _library_dirs = tuple(sorted(os.path.abspath(d) + os.sep for d in found if d))
+    return _library_dirs
+
+
 def is_internal(filename: str) -> bool:
-    """True for files that are not the user's: torch, torchdoctor, runpy and friends."""
+    """True for files that are not the user's: torch, torchdoctor, installed packages, the standard library."""
     hit = _cache.get(filename)
     if hit is None:
         path = os.path.abspath(filename) if not filename.startswith("<") else filename
@@ -35,10 +58,18 @@ def is_internal(filename: str) -> bool:
             or path.startswith(_OWN_DIR + os.sep)
             or os.path.basename(path) in _RUNNERS
             or path in _RUNNERS
-            or f"{os.sep}tqdm{os.sep}" in path
+            or path.startswith(_libraries())
         )
         _cache[filename] = hit
     return hit
+
+
+_OWN_RUNNERS = ("runpy.py", "<frozen runpy>")
+
+
+def is_own(filename: str) -> bool:
+    """torchdoctor's own files and the runner that starts a script: frames a traceback need not show."""
+    return filename.startswith(_OWN_DIR + os.sep) or os.path.basename(filename) in _OWN_RUNNERS or filename in _OWN_RUNNERS
 
 
 def user_frame(start: FrameType | None = None) -> FrameType | None:
@@ -91,7 +122,27 @@ def user_location() -> Location | None:
     return frame_location(user_frame(sys._getframe(1)))
 
 
+_cell_names: Callable[[str], str | None] | None = None  # set by the IPython magic: a cell's code name -> "In[5]"
+_shown_as: dict[str, str] = {}  # "In[5]" -> the cell's code name, where linecache holds its source
+
+
+def set_cell_names(names: Callable[[str], str | None] | None) -> None:
+    global _cell_names
+    _cell_names = names
+    _locations.clear()  # locations made before name the cells differently
+
+
+def source_file(path: str) -> str:
+    """The file (or linecache name) behind a displayed path: a cell's code name for ``In[5]``."""
+    return _shown_as.get(path, path)
+
+
 def display_path(filename: str) -> str:
+    if _cell_names is not None:
+        name = _cell_names(filename)
+        if name is not None:
+            _shown_as[name] = filename
+            return name
     if filename.startswith("<"):
         return filename
     try:

@@ -1,4 +1,8 @@
-"""Every hook and patch a session installs, and their removal (also after an exception)."""
+"""Every hook and patch a session installs, and their removal (also after an exception).
+
+The wrappers that run at every call (module calls, backward, batches) live in
+``hot.py``; the ones here run rarely (``.to()``, ``.train()``, saving, loading).
+"""
 
 from __future__ import annotations
 
@@ -37,16 +41,18 @@ def install(session: Any) -> Patches:
     from torch.optim import optimizer as optim_mod
     from torch.utils.data import dataloader as dl
 
+    from torchdoctor.runtime import hot
+
     p = Patches()
     try:
-        p.replace(torch.nn.Module, "__call__", lambda orig: _module_call(session, orig))
+        p.replace(torch.nn.Module, "__call__", lambda orig: hot.module_call(session, orig))
         p.undo(_forget_in_dynamo(torch.nn.Module.__call__, torch.nn.Module.__dict__["__call__"].__wrapped__))
         p.handle(optim_mod.register_optimizer_step_pre_hook(session.on_step_pre))
         p.handle(optim_mod.register_optimizer_step_post_hook(session.on_step_post))
-        p.replace(torch.autograd, "backward", lambda orig: _backward(session, orig))
+        p.replace(torch.autograd, "backward", lambda orig: hot.backward(session, orig))
         p.replace(torch.autograd, "grad", lambda orig: _grad(session, orig))
         p.replace(dl._BaseDataLoaderIter, "__init__", lambda orig: _iter_init(session, orig))
-        p.replace(dl._BaseDataLoaderIter, "__next__", lambda orig: _iter_next(session, orig))
+        p.replace(dl._BaseDataLoaderIter, "__next__", lambda orig: hot.loader_next(session, orig))
         p.replace(torch.nn.Module, "_apply", lambda orig: _module_apply(session, orig))
         p.replace(torch.nn.Module, "train", lambda orig: _module_train(session, orig))
         p.replace(torch.nn.Module, "load_state_dict", lambda orig: _load_state_dict(session, orig))
@@ -55,25 +61,6 @@ def install(session: Any) -> Patches:
         p.remove()
         raise
     return p
-
-
-def _module_call(session: Any, orig: Any) -> Any:
-    # Module.__call__ rather than global module hooks: a global hook sends every
-    # module call (children too) down torch's slow path, and makes torch.compile'd
-    # modules warn on each call. Calls inside another module's forward, or inside
-    # backward (checkpoint recomputation), pass straight through; so do calls
-    # dynamo traces (it inlines this function: it reads only a flag, never a module).
-    import torch
-
-    compiling = torch.compiler.is_dynamo_compiling  # False in eager (one trivial call), True while dynamo traces
-
-    @functools.wraps(orig)
-    def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if session._busy or compiling():
-            return orig(self, *args, **kwargs)
-        return session.on_root_call(orig, self, args, kwargs)
-
-    return __call__
 
 
 def _forget_in_dynamo(wrapper: Any, original: Any) -> Callable[[], None]:
@@ -88,24 +75,6 @@ def _forget_in_dynamo(wrapper: Any, original: Any) -> Callable[[], None]:
                 module.unpatched_nn_module_call = original
 
     return forget
-
-
-def _backward(session: Any, orig: Any) -> Any:
-    @functools.wraps(orig)
-    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if session._in_backward:  # reentrant checkpointing calls backward inside backward
-            return orig(tensors, *args, **kwargs)
-        session.before_backward(tensors)
-        busy = session._busy
-        session._in_backward = session._busy = True
-        t0 = time.perf_counter()
-        try:
-            return orig(tensors, *args, **kwargs)
-        finally:
-            session._in_backward, session._busy = False, busy
-            session.after_backward(time.perf_counter() - t0)
-
-    return backward
 
 
 def _grad(session: Any, orig: Any) -> Any:
@@ -131,21 +100,6 @@ def _iter_init(session: Any, orig: Any) -> Any:
         session.on_pass_start(self, loader)
 
     return __init__
-
-
-def _iter_next(session: Any, orig: Any) -> Any:
-    @functools.wraps(orig)
-    def __next__(self: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            batch = orig(self)
-        except StopIteration:
-            session.on_pass_end(self)
-            raise
-        session.on_batch(self, batch, time.perf_counter() - t0)
-        return batch
-
-    return __next__
 
 
 def _module_apply(session: Any, orig: Any) -> Any:

@@ -34,6 +34,10 @@ class DeviceProbe:
     def peak_and_reset(self) -> int | None:
         return None
 
+    def host_rss(self) -> int | None:
+        """This process's resident memory in bytes (Linux), None where it cannot be read cheaply."""
+        return _host_rss()
+
     def start_sync_watch(self, sink: SyncSink) -> None:
         """Call ``sink()`` at every host-device synchronisation, from the syncing thread."""
 
@@ -104,6 +108,23 @@ class CudaProbe(DeviceProbe):
         warnings.showwarning = self._saved_show
         warnings.filters[:] = self._saved_filters
         self._saved_show = None
+
+
+_PAGE: int | None = None
+
+
+def _host_rss() -> int | None:
+    global _PAGE
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            resident = int(fh.read().split()[1])
+        if _PAGE is None:
+            import os
+
+            _PAGE = os.sysconf("SC_PAGE_SIZE")
+        return resident * _PAGE
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def default_probe() -> DeviceProbe:

@@ -16,11 +16,12 @@ def _plural(n: int, word: tuple[str, str]) -> str:
     return f"{n} {word[0] if n == 1 else word[1]}"
 
 
-def render(findings: Sequence[Finding], stats: dict[str, Any], fmt: str, *, color: bool = False) -> str:
+def render(findings: Sequence[Finding], stats: dict[str, Any], fmt: str, *, color: bool = False,
+           title: str = "torchdoctor run") -> str:
     if fmt == "text":
         from torchdoctor.report import text
 
-        head = "torchdoctor run: "
+        head = f"{title}: "
         steps = stats.get("steps")
         if steps is not None:
             counts = (steps, stats.get("forward_calls", 0), stats.get("batches", 0))
@@ -36,7 +37,14 @@ def render(findings: Sequence[Finding], stats: dict[str, Any], fmt: str, *, colo
             rows.append(row)
         return json.dumps({"findings": rows, "stats": stats}, indent=2) + "\n"
     if fmt == "html":
-        from torchdoctor.report import html
+        import linecache
 
-        return html.render(findings, stats)
+        from torchdoctor.report import html
+        from torchdoctor.runtime.locate import source_file
+
+        def source(path: str, line: int) -> str | None:  # notebook cells live in linecache under their code name
+            text = linecache.getline(source_file(path), line)
+            return text.rstrip("\n") if text else None
+
+        return html.render(findings, stats, source=source)
     raise ValueError(f"unknown output format {fmt!r}")

@@ -19,11 +19,11 @@ from typing import Any
 from torchdoctor.errors import TorchDoctorError
 from torchdoctor.findings import Finding, Location, sort_findings
 from torchdoctor.runtime import patches
-from torchdoctor.runtime.checks import data, devices, gpu, grads, losses, modes
+from torchdoctor.runtime.checks import attributes, data, devices, grads, losses, modes
 from torchdoctor.runtime.checks.env import startup_findings
 from torchdoctor.runtime.locate import user_location
 from torchdoctor.runtime.probe import DeviceProbe, default_probe
-from torchdoctor.runtime.timeline import Timeline
+from torchdoctor.runtime.timeline import OPTIMIZER, OTHER, RSS_EVERY_S, Timeline
 
 _lock = threading.Lock()
 _active: WatchSession | None = None
@@ -48,12 +48,14 @@ class WatchSession:
         """Findings so far (final once the ``with`` block has exited)."""
         if self._closed:
             return list(self._findings)
-        return sort_findings(_dedup(self._findings + self._live_findings()))
+        from torchdoctor.runtime.verdict import dedup
 
-    def report(self, fmt: str = "text", *, color: bool = False) -> str:
+        return sort_findings(dedup(self._findings + self._live_findings()))
+
+    def report(self, fmt: str = "text", *, color: bool = False, title: str = "torchdoctor run") -> str:
         from torchdoctor.runtime.reporting import render
 
-        return render(self.findings, self.stats, fmt, color=color)
+        return render(self.findings, self.stats, fmt, color=color, title=title)
 
     def __enter__(self) -> WatchSession:
         global _active
@@ -108,60 +110,34 @@ class WatchSession:
         self._batches: tuple[dict[int, weakref.ReferenceType], ...] = ({}, {})
         self._primary: Any = None
         self._other_step: tuple[int, int] | None = None
-        self._opt_t0 = 0.0
         self._train_devices: set[str] = set()
         self._autocast_steps = 0
         self._step_location: Location | None = None
+        self._loader_location: Location | None = None
         self._sync_steps: dict[Location, set[int]] = {}
         self._peak = 0
+        self._rss_next = 0.0  # host memory is read when this time has come ...
+        self._rss_step = 1  # ... or at this step: 1, 2, 4, 8, 16, so that a short run has a few readings too
         self._memory: list[int] = []
         self._explained: set[int] = set()
+        self._attrs_read: set[int] = set()
         self._facts: tuple[Any, ...] | None = None  # _read_root of the last model called (device type, float32)
+        self._facts_trained: tuple[Any, ...] | None = None  # the facts whose device is in _train_devices already
         self._autocast_now = False
+        self._where = self.call_location  # one bound method, handed to the checks at every step
         self._patches = patches.install(self)
         self._probe_obj.start_sync_watch(self._on_sync)
 
     # -- events (called from hooks; keep them cheap) ------------------------
-    def on_root_call(self, call: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """A module called from outside any other module's forward: the model, a loss, a teacher.
-
-        Only these calls are watched; the modules they call inside run
-        untouched (``patches._module_call`` passes them straight through).
-        What a root is (its device, dtype, mode record) is read once per
-        ``Module._apply`` generation, not on every call.
-        """
-        self._busy = True
-        t0 = perf_counter()
-        try:
-            info = self._root_info.get(id(module))
-            if info is None or info[0] != self._generation or info[1]() is not module:
-                info = self._root_info[id(module)] = self._read_root(module)
-            st = info[4]
-            if st is not None:  # a model with parameters, and the one watched if narrowed
-                key = (self._pass_id, module.training, self._grad_enabled())
-                seg = st.segment
-                if seg is None or seg.key != key:
-                    self._modes.on_forward(st, key, self._segment_location, self._takes_batch(args, kwargs))
-                else:
-                    self._since_backward[id(st)] = st
-                self._facts = info
-                if self._watch_autocast:
-                    self._autocast_now = self._torch.is_autocast_enabled("cuda")
-            return call(module, *args, **kwargs)
-        except Exception as error:
-            if devices.is_device_error(error):
-                # the explanation reads the root and its inputs (keyword inputs are the batch too: HF-style calls)
-                self._root, self._root_args = module, (*args, *kwargs.values())
-                try:
-                    self._explain(error)
-                finally:
-                    self._root, self._root_args = None, ()
-            raise
-        finally:
-            self._busy = False
-            timeline = self.timeline
-            timeline.forward += perf_counter() - t0
-            timeline.forwards += 1
+    def on_root_error(self, error: BaseException, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A root module call (``hot.module_call``) failed: a device error is explained before it propagates."""
+        if devices.is_device_error(error):
+            # the explanation reads the root and its inputs (keyword inputs are the batch too: HF-style calls)
+            self._root, self._root_args = module, (*args, *kwargs.values())
+            try:
+                self._explain(error)
+            finally:
+                self._root, self._root_args = None, ()
 
     def _read_root(self, module: Any) -> tuple[Any, ...]:
         """(generation, ref, device type of the first parameter, float32?, mode record or None)."""
@@ -169,6 +145,9 @@ class WatchSession:
         if (self._model_ids is not None and id(module) not in self._model_ids) or not (module._parameters or module._modules):
             return self._generation, ref, None, False, None  # not watched, or a loss/activation built on the fly
         mode = self._modes.root(module)
+        if id(module) not in self._attrs_read:  # once per model: what a move would leave behind (TD203)
+            self._attrs_read.add(id(module))
+            self._findings += attributes.plain_tensor_findings(module)
         for p in module.parameters():
             return self._generation, ref, p.device.type, p.dtype == self._torch.float32, mode
         return self._generation, ref, None, False, mode
@@ -177,32 +156,20 @@ class WatchSession:
         found = devices.explain_failure(error, self)
         if found:
             self._explained.add(id(error))
-            self._findings += found
-
-    def before_backward(self, tensors: Any) -> None:
-        if self._grads.waiting:
-            self._grads.before_backward()
-        self._losses.on_backward(tensors, self.call_location)
-        self._modes.on_backward()
-        self.timeline.backwards += 1
-        if self._facts is not None:
-            self._train_devices.add(self._facts[2])
+            early = {f.location for f in self._findings if f.code == "TD203"}  # already told at the first forward
+            self._findings += [f for f in found if not (f.code == "TD203" and f.location in early)]
 
     def on_grad(self) -> None:
         """torch.autograd.grad: the graph is used (adversarial attacks, penalties), no gradient is accumulated."""
         self._modes.on_backward(grad_only=True)
 
-    def after_backward(self, seconds: float) -> None:
-        self.timeline.backward += seconds
-        if self._grads.waiting:
-            self._grads.after_backward()
-
     def on_step_pre(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
         """Registered as a global optimizer step pre-hook."""
         if self._optimizer is not None and self._optimizer() is not opt:
             return
-        self._opt_t0 = perf_counter()
-        self._grads.on_step_pre(opt, self.call_location, args, kwargs)
+        self.timeline.enter(OPTIMIZER, perf_counter())
+        if self._grads.waiting:  # only an armed gradient check has something to look at before a step
+            self._grads.on_step_pre(opt, self.call_location, args, kwargs)
         if self._step_location is None:
             self._step_location = self.call_location()
 
@@ -211,22 +178,22 @@ class WatchSession:
         if self._optimizer is not None and self._optimizer() is not opt:
             return
         now = perf_counter()
-        self.timeline.optimizer += now - self._opt_t0
-        self._grads.on_step_post(opt)
-        primary = self._primary
-        if primary is None or primary() is None:
-            primary = self._primary = weakref.ref(opt)
-        if primary() is not opt:
+        self._grads.on_step_post(opt, self._where)
+        primary = self._primary() if self._primary is not None else None
+        if primary is None:
+            self._primary, primary = weakref.ref(opt), opt
+        if primary is not opt:
             # another optimizer stepping twice with no step of the first in between takes over
             # (an LR finder's optimizer replaced by the real one); GAN optimizers alternate and do not
             mark = (id(opt), self.timeline.count)
             if self._other_step != mark:
                 self._other_step = mark
+                self.timeline.enter(OTHER, now)  # a second optimizer's step (GAN) is part of this step
                 return
             self._primary = weakref.ref(opt)
         if self._autocast_now:
             self._autocast_steps += 1
-        memory = None
+        memory = rss = None
         if self._reads_memory:
             probe = self._probe_obj
             memory, peak = probe.memory_allocated(), probe.peak_and_reset()
@@ -234,16 +201,21 @@ class WatchSession:
                 self._memory.append(memory)
             if peak is not None:
                 self._peak = max(self._peak, peak)
-        self.timeline.end_step(memory, now)
+        timeline = self.timeline
+        if now >= self._rss_next or timeline.count + 1 == self._rss_step:  # for the report's chart: a system call,
+            rss, self._rss_next = self._probe_obj.host_rss(), now + RSS_EVERY_S  # so not every step
+            self._rss_step = 2 * self._rss_step if self._rss_step < 16 else -1
+        timeline.end_step(memory, now, rss)
 
     def on_pass_start(self, it: Any, loader: Any) -> None:
         self._passes += 1
         it._torchdoctor_pass = self._passes
         self._samplers.on_pass(loader, it, self.call_location)
+        if self._loader_location is None:  # where the loop waits for batches: TD606's place (once, not per pass)
+            self._loader_location = self.call_location()
 
-    def on_batch(self, it: Any, batch: Any, seconds: float) -> None:
+    def on_batch(self, it: Any, batch: Any) -> None:
         self._pass_id = getattr(it, "_torchdoctor_pass", None)
-        self.timeline.data += seconds
         self.timeline.batches += 1
         current: dict[int, weakref.ReferenceType] = {}
         data.collect_tensors(batch, current, self._torch.Tensor, 2)
@@ -321,61 +293,13 @@ class WatchSession:
         return self._modes.findings + self._grads.findings + self._losses.judge() + self._samplers.findings
 
     def _finish(self, exc: BaseException | None) -> None:
-        found = list(self._findings) + self._modes.finish(interrupted=exc is not None) + self._grads.findings + self._losses.judge() + self._samplers.findings
-        found += data.bottleneck_findings(self.timeline.steps, self._step_location) + gpu.decide(self._gpu_readings(), self._step_location)
-        if exc is not None and id(exc) not in self._explained:
-            found.append(devices.explain_error(exc, self)) if devices.is_device_error(exc) else None
-        found = [f for f in found if f is not None]
-        if exc is not None:  # the error it died with, read through the table `torchdoctor explain` uses
-            from torchdoctor.explain import explain_exception
+        from torchdoctor.runtime.verdict import finish
 
-            found += explain_exception(exc, found, probe=self._environment)
-        from torchdoctor.runtime import distributed
-
-        self._findings = distributed.merge(sort_findings(_dedup(found)))
-        self.stats = self.timeline.stats()
-        self.stats["peak_memory"] = self._peak or None
-        self._closed = True
-        self._release_refs()
-        if exc is not None and devices.is_device_error(exc) and hasattr(exc, "add_note"):
-            notes = [f"torchdoctor: {f.code} {f.message}\n    fix: {f.fix}" for f in self._findings if f.code in _DEVICE_CODES]
-            for note in notes:
-                exc.add_note(note)
-
-    def _gpu_readings(self) -> dict[str, Any]:
-        probe = self._probe_obj
-        on_acc = probe.accelerator is not None and probe.accelerator in self._train_devices
-        return {
-            "steps": self.timeline.count,
-            "cuda_available": probe.cuda_available(),
-            "trained_devices": set(self._train_devices),
-            "on_accelerator": on_acc,
-            "sync_steps": self._sync_steps,
-            "allocated": self._memory,
-            "peak": self._peak,
-            "capacity": probe.memory_capacity() or 0,
-            "capability": probe.capability(),
-            "autocast_steps": self._autocast_steps,
-            "fp32_params": bool(self._facts and self._facts[3]),
-        }
+        finish(self, exc)
 
     def _release_refs(self) -> None:
         self._root, self._root_args, self._batches = None, (), ({}, {})
         self._primary = None
-
-
-_DEVICE_CODES = {"TD201", "TD202", "TD203", "TD302", "TD303", "TD406", "TD707"}
-
-
-def _dedup(findings: list[Finding]) -> list[Finding]:
-    seen: set[tuple[Any, ...]] = set()
-    out = []
-    for f in findings:
-        key = (f.code, f.location, f.message, f.rank)
-        if key not in seen:
-            seen.add(key)
-            out.append(f)
-    return out
 
 
 def watch(model: Any = None, optimizer: Any = None, *, probe: DeviceProbe | None = None, environment: bool = True) -> WatchSession:

@@ -1,8 +1,15 @@
-"""Per-step timing (data wait, forward, backward, optimizer) and device memory.
+"""Per-step timing (data wait, forward, backward, optimizer, other), device memory and host memory (RSS).
 
-A step ends at each step of the first optimizer seen; what happens between
-two step ends (waiting for data, forward passes, backward passes) is charged
-to the step. Long runs keep every step up to a cap, then every n-th.
+Time is charged by phase: the watch's hooks mark where a phase begins
+(``enter``: one clock read at each change, none when a call stays in its
+phase), and the time since the last mark goes to the phase that was
+running. Forward runs from the first module call after another phase to the
+next mark (the loss and what is computed before ``backward()`` belong to
+it); what runs outside any watched call is "other". A step ends at each
+step of the first optimizer seen. Long runs keep every step up to a cap,
+then every n-th. Host memory is read at most every ``RSS_EVERY_S`` seconds
+(a read costs a system call, a step may cost less), so a step without a
+reading has ``rss=None``.
 """
 
 from __future__ import annotations
@@ -12,6 +19,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 MAX_STEPS = 5000
+RSS_EVERY_S = 0.05
+PHASES = ("data", "forward", "backward", "optimizer", "other")
+DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
 
 
 @dataclass
@@ -23,6 +33,7 @@ class Step:
     backward: float
     optimizer: float
     memory: int | None = None
+    rss: int | None = None
 
     @property
     def other(self) -> float:
@@ -30,6 +41,8 @@ class Step:
 
 
 class Timeline:
+    __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase")
+
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []  # Step fields as plain tuples: built every step, so kept cheap
         self.count = 0
@@ -37,30 +50,38 @@ class Timeline:
         self.forwards = 0
         self.backwards = 0
         self._stride = 1
-        self._reset(time.perf_counter())
+        self._start = self._mark = time.perf_counter()
+        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds of this step, by phase
+        self.phase = OTHER
 
     @property
     def steps(self) -> list[Step]:
         return [Step(*row) for row in self._rows]
 
-    def _reset(self, now: float) -> None:
-        self._start = now
-        self.data = self.forward = self.backward = self.optimizer = 0.0
+    def enter(self, phase: int, now: float) -> None:
+        """``phase`` begins at ``now``: the time since the last mark goes to the phase that ran until now."""
+        self.sums[self.phase] += now - self._mark
+        self._mark = now
+        self.phase = phase
 
-    def end_step(self, memory: int | None, now: float) -> None:
+    def end_step(self, memory: int | None, now: float, rss: int | None = None) -> None:
+        sums = self.sums
+        sums[self.phase] += now - self._mark
+        self._mark = now
+        self.phase = OTHER
         self.count += 1
         if self._stride == 1 or self.count % self._stride == 0:
-            self._rows.append((self.count, now - self._start, self.data, self.forward, self.backward, self.optimizer, memory))
+            self._rows.append((self.count, now - self._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
             if len(self._rows) >= MAX_STEPS:  # thin out: keep every other step from now on
                 self._rows = self._rows[1::2]  # the kept counts stay multiples of the stride
                 self._stride *= 2
         self._start = now
-        self.data = self.forward = self.backward = self.optimizer = 0.0
+        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
 
     def stats(self) -> dict[str, Any]:
         steps = self.steps
         total = sum(s.total for s in steps) or 0.0
-        sums = {k: sum(getattr(s, k) for s in steps) for k in ("data", "forward", "backward", "optimizer")}
+        sums = {k: sum(getattr(s, k) for s in steps) for k in PHASES}
         return {
             "steps": self.count,
             "batches": self.batches,
@@ -68,5 +89,5 @@ class Timeline:
             "backward_calls": self.backwards,
             "time_s": round(total, 6),
             "share": {k: (round(v / total, 4) if total else 0.0) for k, v in sums.items()},
-            "timeline": [asdict(s) for s in steps],
+            "timeline": [{**asdict(s), "other": s.other} for s in steps],
         }

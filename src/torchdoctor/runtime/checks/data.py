@@ -39,6 +39,10 @@ def bottleneck_findings(steps: list[Any], where: Location | None) -> list[Findin
 
 def collect_tensors(obj: Any, out: dict[int, weakref.ReferenceType], tensor_type: type, depth: int) -> None:
     """Weak references to the tensors of a batch (tuples, lists, dicts; two levels, 16 items each)."""
+    if type(obj) in (tuple, list) and all(isinstance(item, tensor_type) for item in obj[:16]):
+        for item in obj[:16]:  # the usual (inputs, targets): no recursion
+            out[id(item)] = weakref.ref(item)
+        return
     if isinstance(obj, tensor_type):
         out[id(obj)] = weakref.ref(obj)
     elif depth > 0 and isinstance(obj, (list, tuple)):

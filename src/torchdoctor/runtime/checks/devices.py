@@ -230,8 +230,30 @@ def explain_error(exc: BaseException, session: Any) -> Finding | None:
         name, kw, device = weight
         return Finding("TD406", f"`{name}` passed as the loss's `{kw}=` is on {device} but the loss's inputs are on another device ({pair})",
                        loc, f"move it once, before the loop: {name} = {name}.to(device)")
+    left = _plain_attribute_on_line(frame, source, torch)
+    if left is not None:
+        return left
     return Finding("TD303", f"tensors on different devices ({pair}) are combined{inside}: one of them was created or left on the wrong device",
                    loc, "create new tensors with device=x.device and move every input with .to(device)")
+
+
+def _plain_attribute_on_line(frame: Any, source: str, torch: Any) -> Finding | None:
+    """``x - self.mean`` failing inside forward: a plain tensor attribute left behind by model.to (TD203)."""
+    from torchdoctor.runtime.checks.attributes import _assignment
+
+    owner = frame.f_locals.get("self")
+    if not isinstance(owner, torch.nn.Module):
+        return None
+    params = {str(p.device) for p in owner.parameters()}
+    for name in re.findall(r"self\.(\w+)", source):
+        value = vars(owner).get(name)
+        if isinstance(value, torch.Tensor) and params and str(value.device) not in params:
+            where = _assignment(type(owner), name)
+            if where is not None:
+                return Finding("TD203", f"plain tensor attribute `{name}` of `{type(owner).__name__}` is on {value.device} while "
+                               f"the module works on {', '.join(sorted(params))}: it did not follow model.to(device)", where,
+                               f"register it with self.register_buffer({name!r}, ...) so that .to(device) moves it")
+    return None
 
 
 _WEIGHT_ARG = re.compile(r"\b(pos_weight|weight)\s*=\s*([A-Za-z_]\w*)\b(?!\s*[.(\[])")

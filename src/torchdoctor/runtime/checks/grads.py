@@ -16,6 +16,7 @@ from typing import Any
 from torchdoctor.findings import Finding, Location
 
 _CONFIRM = 2  # un-zeroed intervals before reporting
+_FOLLOW = 8  # steps between two followed ones until a miss is seen (then every step is followed)
 
 
 @dataclass(slots=True, eq=False)
@@ -54,7 +55,8 @@ class GradCheck:
         return p
 
     def on_step_pre(self, opt: Any, where: Any, args: Any = None, kwargs: Any = None) -> None:
-        """``args``/``kwargs``: those of ``step()`` (args starts with the optimizer)."""
+        """``args``/``kwargs``: those of ``step()`` (args starts with the optimizer). Called only while one is armed
+        (``waiting``): otherwise a step has nothing to compare."""
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
@@ -76,14 +78,16 @@ class GradCheck:
                 "TD404", f"gradients of {type(opt).__name__} are never zeroed: each step adds to the gradients of all previous steps",
                 st.location, "call optimizer.zero_grad() once per step (before backward, or after step)"))
 
-    def on_step_post(self, opt: Any) -> None:
+    def on_step_post(self, opt: Any, where: Any = None) -> None:
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
+            st.location = where() if where is not None else None  # the optimizer.step() line, for TD404
         st.steps += 1
         p = None
-        # every other step is followed (a loop that never zeroes shows on the next one; once seen, every step)
-        if st.steps % 2 == 1 or st.misses:
+        # every _FOLLOW-th step is followed: a loop that never zeroes shows on the next one (and then every step
+        # is followed, so it is confirmed on the one after); the others cost a counter
+        if st.steps % _FOLLOW == 1 or st.misses:
             p = st.param() if st.param is not None else None
             if p is None or p.grad is None:
                 p = self._sample(st, opt)
