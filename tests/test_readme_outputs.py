@@ -53,7 +53,7 @@ def test_run_on_a_device_error_prints_what_the_readme_shows():
 
 
 _TIMES = [(re.compile(r"seconds=[\d.]+"), "seconds=T"), (re.compile(r"samples_per_s=[\d.]+"), "samples_per_s=R"),
-          (re.compile(r"\[\d\d:\d\d<\d\d:\d\d, +[\d.]+(?:batch/s|s/batch)"), "[ELAPSED"), (re.compile(r"samples_s=\d+"), "samples_s=R")]
+          (re.compile(r"\[\d\d:\d\d<\d\d:\d\d, +[\d.]+(?:batch/s|s/batch)"), "[ELAPSED"), (re.compile(r"samples_s=[\d,]+"), "samples_s=R")]
 
 
 def _masked(text: str) -> list[str]:

@@ -15,7 +15,7 @@ from torchdoctor.cli import main
 BUGGY = 'import torch\nnet.cuda()\n'
 FIXED = 'import torch\nnet.to("cuda")\n'
 # For the unprivileged runs, which use the real rules: torch.load gets map_location and weights_only.
-REAL_BUGGY = 'import torch\nstate = torch.load("w.pt")\n'
+REAL_BUGGY = 'import torch\nscaler = torch.cuda.amp.GradScaler()\n'
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_nobody_fixes_its_own_file_keeping_links_and_mode(nobody_dir: Path) -> N
     chown_nobody(script)
     os.link(script, nobody_dir / "linked.py")
     proc = run_as_nobody("check", "--isolated", "--fix", str(script), cwd=nobody_dir)
-    assert "map_location" in script.read_text(), proc.stdout + proc.stderr
+    assert "torch.amp.GradScaler(\"cuda\")" in script.read_text(), proc.stdout + proc.stderr
     assert (nobody_dir / "linked.py").read_text() == script.read_text() and script.stat().st_nlink == 2
     st = script.stat()
     assert stat.S_IMODE(st.st_mode) == 0o640 and (st.st_uid, st.st_gid) == nobody()

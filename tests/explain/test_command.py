@@ -57,8 +57,8 @@ def test_stdin_log_with_several_errors(monkeypatch, capsys, no_probe_allowed):
     data = json.loads(capsys.readouterr().out)
     assert list(data) == ["findings"]
     assert [f["code"] for f in data["findings"]] == ["TD702", "TD407"]
-    assert set(data["findings"][0]) == {"code", "severity", "message", "path", "line", "column", "end_line", "end_column", "fix", "fixable",
-                                         "unsafe_fix", "related"}
+    assert set(data["findings"][0]) == {"code", "severity", "message", "path", "cell", "line", "column", "end_line", "end_column",
+                                         "fix", "fixable", "unsafe_fix", "related"}
 
 
 def test_file_input_with_a_traceback_gives_the_users_line(tmp_path, capsys, no_probe_allowed):
@@ -112,7 +112,7 @@ def test_a_bad_snapshot_is_an_input_error(tmp_path, capsys):
     bad = tmp_path / "facts.json"
     bad.write_text("[1, 2]")
     assert main(["explain", "--facts", str(bad), NO_KERNEL]) == 2
-    assert "must hold a JSON object" in capsys.readouterr().err
+    assert "is malformed: it must be a JSON object of facts, not a list" in capsys.readouterr().err
 
 
 def test_output_file_is_written(tmp_path, capsys, no_probe_allowed):

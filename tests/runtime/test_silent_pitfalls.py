@@ -128,6 +128,20 @@ def test_gradients_never_zeroed_is_td404():
     assert codes(s) == ["TD404"]
 
 
+def test_zeroing_that_stops_after_two_steps_is_td404_in_a_short_run():
+    # Gradients are followed on every step of a run's first steps, then on every 8th: a loop that zeroes
+    # only while warming up, run for six steps, must still be judged (it was missed when only every 8th was).
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        for step in range(6):
+            if step < 2:
+                opt.zero_grad()
+            nn.functional.mse_loss(model(torch.randn(8, 4)), torch.randn(8, 1)).backward()
+            opt.step()
+    assert codes(s) == ["TD404"]
+
+
 def test_lbfgs_closure_without_zero_grad_is_td404():
     model, _, train, _ = setup(dropout=False)
     opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)

@@ -95,7 +95,7 @@ def test_file_errors_word_for_word(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as info:
         checkpoint.read(tmp_path / "list.pt")
     assert str(info.value) == (f"{str(tmp_path / 'list.pt')!r} is not a checkpoint: it holds a list, "
-                               "not a torchdoctor checkpoint or a state_dict")
+                               "not a torchdoctor checkpoint, a state_dict or one under 'model', 'state_dict', 'model_state_dict'")
 
 
 def test_unreadable_files_are_described_by_what_went_wrong(tmp_path: Path) -> None:

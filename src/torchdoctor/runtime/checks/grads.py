@@ -85,9 +85,10 @@ class GradCheck:
             st.location = where() if where is not None else None  # the optimizer.step() line, for TD404
         st.steps += 1
         p = None
-        # every _FOLLOW-th step is followed: a loop that never zeroes shows on the next one (and then every step
+        # the first _FOLLOW steps are all followed (a short run, or zeroing that stops after a warm-up, is judged
+        # on each), then every _FOLLOW-th: a loop that never zeroes shows on the next one (and then every step
         # is followed, so it is confirmed on the one after); the others cost a counter
-        if st.steps % _FOLLOW == 1 or st.misses:
+        if st.steps <= _FOLLOW or st.steps % _FOLLOW == 1 or st.misses:
             p = st.param() if st.param is not None else None
             if p is None or p.grad is None:
                 p = self._sample(st, opt)
