@@ -79,6 +79,23 @@ def test_a_model_class_of_another_module_brings_its_dropout(project: Path) -> No
     assert codes(results, "train.py") == [(11, "TD402")]
 
 
+def test_a_module_the_index_read_first_is_not_parsed_again_for_its_own_check(project: Path, monkeypatch) -> None:
+    import torchdoctor.check.engine as engine
+    import torchdoctor.check.runner as runner
+
+    parsed: list[str] = []
+    real = engine.parse
+    counted = lambda text, path: parsed.append(Path(path).name) or real(text, path)  # noqa: E731
+    monkeypatch.setattr(engine, "parse", counted)
+    monkeypatch.setattr(runner, "parse", counted)
+    write(project, {"model.py": MODEL + "\nnet = Classifier().cuda()\nnet.cuda()\n", "train.py": TRAIN})
+    results = check_files(["train.py", "model.py"], Settings(root=str(project)), jobs=1)
+    assert sorted(parsed) == ["model.py", "train.py"]  # model.py once: for train.py's question, kept for its check
+    assert codes(results, "train.py") == [(11, "TD402")]
+    alone = check_file("model.py", Settings(root=str(project)))  # the same findings as from a fresh parse
+    assert codes(results, "model.py") == codes([alone], "model.py") != []
+
+
 def test_a_single_file_run_still_reads_its_siblings(project: Path) -> None:
     write(project, {"model.py": MODEL, "train.py": TRAIN})
     result = check_file("train.py", Settings(root=str(project)))

@@ -10,14 +10,14 @@ from torchdoctor.findings import Edit, Finding, Location, Severity
 
 class Context:
     def __init__(self, path: str, source: str, tree: ast.Module, settings: object | None = None,
-                 project: object | None = None) -> None:
+                 project: object | None = None, prebuilt: tuple | None = None) -> None:
         self.path = path
         self.source = source
         self.tree = tree
         self.settings = settings
         self.findings: list[Finding] = []
         self.sites: list[ast.AST] = []  # the node each finding was reported at (its construct)
-        self.semantic = SemanticModel(tree, source, path, project)
+        self.semantic = SemanticModel(tree, source, path, project, prebuilt)
         self.lines = self.semantic.text.lines  # as ast numbers them (str.splitlines also breaks at \f)
         self.imports = self.semantic.imports  # local name -> qualified name ("nn" -> "torch.nn")
         self.enabled: set[str] | None = None  # None: every code

@@ -94,16 +94,17 @@ def check_source(source: str, path: str = "<stdin>", *, tree: ast.Module | None 
 
 def analyse(source: str, path: str, *, tree: ast.Module | None = None, enabled: Iterable[str] | None = None,
             settings: object | None = None, errors: list[RuleError] | None = None,
-            project: object | None = None) -> list[Finding]:
+            project: object | None = None, prebuilt: tuple | None = None) -> list[Finding]:
     """``check_source``, except that with an ``errors`` list a failing rule is recorded
-    there and skipped for the rest of the file while the other rules go on."""
+    there and skipped for the rest of the file while the other rules go on. ``prebuilt``:
+    the syntax-only parts of the semantic model, made for this tree before (SemanticModel)."""
     if tree is None:
         tree = parse(source, path)
     codes = enabled_codes(path, enabled, settings)
     rules = [r for r in load_rules() if codes is None or not codes.isdisjoint(r.all_codes)]
     if not rules:
         return []
-    ctx = Context(path, source, tree, settings, project)
+    ctx = Context(path, source, tree, settings, project, prebuilt)
     ctx.enabled = codes
     if project is not None:
         project.begin(ctx.semantic)  # type: ignore[attr-defined]

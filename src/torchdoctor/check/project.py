@@ -6,8 +6,9 @@ Rules ask it cross-file questions through the semantic model: is ``Net`` (import
 by rank, set eval mode first, pass it a CUDA device?
 
 Answers come from small per-module summaries, made the first time a module is asked about
-(one parse and one walk of that file, then the tree is dropped) and kept for the rest of the
-run in this process. Modules resolve as Python would from the checked file's folder, its
+(one parse and one walk of that file) and kept for the rest of the run in this process. The
+tree is dropped, except for a module that is itself among the files checked: its tree and walk
+wait (a bounded number of them) for its own check, so no file is parsed twice. Modules resolve as Python would from the checked file's folder, its
 package and the project root, only to ``.py`` files that exist on disk, so a single-file
 run (pre-commit passes changed files) still sees its siblings; the number of modules read
 and their size are bounded. Reverse questions (who calls this function?) look only at the
@@ -30,6 +31,7 @@ __all__ = ["Project"]
 MAX_MODULES = 400  # summaries read per process
 MAX_BYTES = 2_000_000  # a larger module is not read for the index
 MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
+MAX_PENDING = 64  # parsed modules kept for their own check, at most
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
 
@@ -43,9 +45,10 @@ class Project:
         inside = root is not None and all(f.startswith(root + os.sep) for f in self.files)
         self.root = root if inside else _guess_root(self.files)  # type: ignore[assignment]
         self._state: _State | None = None
+        self._checked = frozenset(self.files)
 
     def __getstate__(self) -> dict:  # worker processes start with an empty cache
-        return {"files": self.files, "root": self.root, "_state": None}
+        return {"files": self.files, "root": self.root, "_state": None, "_checked": self._checked}
 
     @property
     def state(self) -> _State:
@@ -60,6 +63,16 @@ class Project:
 
     def end(self, sem: SemanticModel) -> None:
         self.state.current.pop(os.path.abspath(sem.path), None)
+
+    def take(self, path: str, text: str) -> tuple | None:
+        """The tree and syntax-only parts of the semantic model the index already built for ``path``
+        (``(tree, index, names, bindings)``), when it read the same text; else None."""
+        if self._state is None:
+            return None
+        kept = self._state.pending.pop(os.path.abspath(path), None)
+        if kept is None or kept[0] != text:
+            return None
+        return kept[1:]
 
     # ---- forward questions (what does that name, imported here, stand for?) ------------------------------
     def is_module_class(self, sem: SemanticModel, written: str) -> bool | None:
@@ -303,7 +316,10 @@ class Project:
             return None
         state.parsed += 1
         # A module read for the index resolves its own imports no further: one level, no cascades.
-        return SemanticModel(tree, text, path, None)
+        sem = SemanticModel(tree, text, path, None)
+        if path in self._checked and len(state.pending) < MAX_PENDING:
+            state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
+        return sem
 
 
 class _State:
@@ -317,6 +333,7 @@ class _State:
         self.callers: dict[tuple, list[CallRecord]] = {}
         self.near: dict[str, list[str]] = {}
         self.current: dict[str, SemanticModel] = {}
+        self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
         self.words: dict[str, frozenset[str]] = {}
         self.saves_objects: bool | None = None
         self.parsed = 0

@@ -114,11 +114,13 @@ def _report_rule_errors(result: FileResult, errors: list[RuleError]) -> None:
 def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mode, project: Project,
                   *, stdin: bool) -> None:
     decoded = decode_source(data)
-    tree = _parse_or_report(result, decoded.text)
+    kept = None if stdin else project.take(result.path, decoded.text)  # parsed already, for another file's questions
+    tree = kept[0] if kept else _parse_or_report(result, decoded.text)
     if tree is None or (mode.gate and not may_be_torch(decoded.text)):
         return
     errors: list[RuleError] = []
-    result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
+    result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors, project=project,
+                              prebuilt=kept[1:] if kept else None)
     result.notes.extend(_noqa_warnings(result.path, decoded.text))
     if (mode.fix or mode.diff) and any(_applicable(f, mode) for f in result.findings):
         _fix(result, decoded, settings, mode, errors, project, stdin=stdin, original=data)

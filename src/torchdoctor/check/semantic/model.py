@@ -48,15 +48,22 @@ __all__ = ["SemanticModel"]
 
 
 class SemanticModel:
-    def __init__(self, tree: ast.Module, source: str, path: str = "<stdin>", project: object | None = None) -> None:
+    def __init__(self, tree: ast.Module, source: str, path: str = "<stdin>", project: object | None = None,
+                 prebuilt: tuple | None = None) -> None:
+        """``prebuilt``: ``(index, names, bindings)`` of this same tree, built before (the project
+        index read this module first); they depend on the syntax alone, so they are reused."""
         self.tree = tree
         self.path = path
         self.project = project
         self.text = Text(source)
-        self.index = Index(tree)
-        self.names = Names(self.index)
+        if prebuilt is not None:
+            self.index, self.names, self.bindings = prebuilt
+            self.index.forget_answers()  # what guards memoised per frame may have depended on the project
+        else:
+            self.index = Index(tree)
+            self.names = Names(self.index)
+            self.bindings = Bindings(self.index, set(self.names.imports) | set(self.names.relative))
         self.imports = self.names.imports
-        self.bindings = Bindings(self.index, set(self.names.imports) | set(self.names.relative))
         self.kinds = Kinds(self.index, self.names, self.bindings, self.text.segment,
                            self._project_class if project is not None else None)
         self.module_classes = self.kinds.module_classes

@@ -144,6 +144,11 @@ class Index:
                 parent[c] = node
                 push(c)
 
+    def forget_answers(self) -> None:
+        """Drop what other parts memoised on the frames (the syntax stays)."""
+        for frame in (*dict.values(self.frame), *self.frame.opened.values()):
+            frame.memo = None
+
     # ---- places ----------------------------------------------------------------------
     def end(self, node: ast.AST) -> int:
         """One past the pre-order index of ``node``'s last descendant."""
