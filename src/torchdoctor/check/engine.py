@@ -113,6 +113,7 @@ def analyse(source: str, path: str, *, tree: ast.Module | None = None, enabled: 
     finally:
         if project is not None:
             project.end(ctx.semantic)  # type: ignore[attr-defined]
+        ctx.semantic.release()  # the tree goes at once, not at the next full collection
     if not ctx.findings:
         return []
     kept = {id(f) for f in filter_noqa(ctx.findings, ctx.lines)}

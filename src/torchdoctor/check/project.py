@@ -212,6 +212,7 @@ class Project:
                 heads = set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                 for r in call_records(sem, heads):
                     grouped.setdefault(r.written.split(".")[0], []).append(r)
+                self._done_with(path, sem)
             memo[path] = (names, grouped)
         return memo[path]
 
@@ -296,7 +297,15 @@ class Project:
             memo[path] = None  # a module importing itself back, meanwhile, gets nothing
             sem = self._model(path)
             memo[path] = summarize(sem) if sem is not None else None
+            self._done_with(path, sem)
         return memo[path]
+
+    def _done_with(self, path: str, sem: SemanticModel | None) -> None:
+        """Free a model read for the index at once (SemanticModel.release), unless a check is using it."""
+        if sem is None or self.state.current.get(path) is sem:
+            return
+        kept = self.state.pending.get(path)
+        sem.release(keep_syntax=kept is not None and kept[2] is sem.index)
 
     def _model(self, path: str) -> SemanticModel | None:
         current = self.state.current.get(path)
