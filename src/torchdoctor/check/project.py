@@ -31,7 +31,7 @@ __all__ = ["Project"]
 MAX_MODULES = 400  # summaries read per process
 MAX_BYTES = 2_000_000  # a larger module is not read for the index
 MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
-MAX_PENDING = 64  # parsed modules kept for their own check, at most
+MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
 
