@@ -431,12 +431,35 @@ def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     return name is not None and name in sem.batch_vars(loop) and not sem.is_moved(name, node)
 
 
+_HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
+
+
+def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """``expr`` is a tensor made on the host and never moved: ``torch.from_numpy(a)``, ``torch.tensor(xs)``
+    without a device, ``torch.empty_like(t)`` of such a tensor, or a name last bound to one."""
+    if depth > 3:
+        return False
+    if isinstance(expr, ast.Name):
+        b = ctx.semantic.bindings.at(expr.id, at)
+        return b is not None and b.value is not None and b.node is not expr and \
+            _made_on_host(ctx, b.value, b.node, depth + 1)
+    if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
+        return False
+    name = ctx.call_name(expr) or ""
+    if name in _HOST_MAKERS:
+        return name == "torch.from_numpy" or not any(_tensor_value(ctx, a, at) for a in expr.args)
+    return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
+        _made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
 def _sync_site(ctx: Context, node: ast.Call) -> str | None:
     """How the message names the sync at ``node``, if it is one."""
     if _is_sync_call(node):
         recv = node.func.value  # type: ignore[attr-defined]
         if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.semantic.kind_of(recv.id, node) != "tensor":  # type: ignore[attr-defined]
             return None  # most likely a NumPy array already on the host
+        if _made_on_host(ctx, recv, node):
+            return None  # a host tensor: reading it waits for no GPU
         return None if _inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
     if isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1:
         return f"`{node.func.id}({ctx.name(node.args[0])})`" if _tensor_value(ctx, node.args[0], node) else None

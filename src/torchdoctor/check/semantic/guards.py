@@ -135,8 +135,22 @@ class Guards:
         return memo[slot]
 
     def _has_mod(self, test: ast.AST) -> bool:
-        return self._test_memo(test, "mod", lambda: any(
-            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(test)))
+        """The test uses ``%``, itself or through a flag it reads (``g_regularize = i % 16 == 0``, then
+        ``if g_regularize:``)."""
+        def mod_in(expr: ast.AST) -> bool:
+            return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(expr))
+
+        def compute() -> bool:
+            if mod_in(test):
+                return True
+            for n in self.index.subtree(test):
+                if isinstance(n, ast.Name):
+                    b = self.bindings.at(n.id, test)
+                    if b is not None and b.value is not None and mod_in(b.value):
+                        return True
+            return False
+
+        return self._test_memo(test, "mod", compute)
 
     def _one_off(self, test: ast.AST) -> bool:
         """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a counter tested against a fixed value."""
