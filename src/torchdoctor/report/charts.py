@@ -73,6 +73,19 @@ def fmt_time(seconds: float) -> str:
     return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
 
 
+def scale_top(totals: Sequence[float]) -> float:
+    """The largest step time the scale shows: the slowest steady step, unless it towers over the others.
+
+    A lone stall (a garbage collection, a busy machine) over 3 times the 90th
+    percentile would flatten every other bar, as the warm-up step did: the scale
+    then stops at 1.5 times that percentile and the taller bars are drawn clipped
+    with their time written above them.
+    """
+    ordered = sorted(totals)
+    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+    return ordered[-1] if ordered[-1] <= 3 * p90 or p90 <= 0 else 1.5 * p90
+
+
 def _bars(steps: list[dict[str, Any]], warm: int) -> list[dict[str, Any]]:
     """Warm-up steps one by one; the rest one bar a step, or averaged in runs of consecutive steps when long."""
     rest = steps[warm:]
@@ -93,8 +106,9 @@ def step_time_chart(steps: list[dict[str, Any]], warm: int) -> str:
         return '<p class="note">No optimizer steps were seen, so there is no time per step to show.</p>'
     bars = _bars(steps, warm)
     steady = [b["total"] for b in bars if not b["warmup"]] or [b["total"] for b in bars]
-    unit, scale = time_unit(max(steady))
-    ticks = nice_ticks(0.0, max(steady) * scale)
+    highest = scale_top(steady)
+    unit, scale = time_unit(highest)
+    ticks = nice_ticks(0.0, highest * scale)
     top = ticks[-1] / scale or 1.0
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
     band = plot_w / len(bars)
@@ -105,17 +119,43 @@ def step_time_chart(steps: list[dict[str, Any]], warm: int) -> str:
     for i, b in enumerate(bars):
         parts.append(_bar(b, LEFT + i * band, band, top, plot_h))
     parts.append("</g>")
-    for i, b in enumerate(bars):  # what a clipped warm-up bar really took, above it
-        if b["total"] > top:
-            x = LEFT + (i + 0.5) * band
-            parts.append(f'<text class="clipped" x="{x:.1f}" y="{TOP - 6}" text-anchor="middle">&#8593; {escape(fmt_time(b["total"]))}</text>')
-    parts.append(_x_axis([(b["first"], LEFT + (i + 0.5) * band) for i, b in enumerate(bars)], "optimizer step"))
-    title = f"Time per optimizer step in {unit}; {len(steps)} steps" + (f", the first {warm} marked as warm-up" if warm else "")
+    parts += _clipped_labels(bars, band, top)
+    parts.append(_x_axis(_step_positions(bars, band), "optimizer step"))
+    clipped = sum(1 for b in bars if b["total"] > top and not b["warmup"])
+    title = (f"Time per optimizer step in {unit}; {len(steps)} steps" + (f", the first {warm} marked as warm-up" if warm else "")
+             + (f"; {clipped} slower bar{'s' if clipped != 1 else ''} drawn clipped at the top" if clipped else ""))
     return _svg("step-chart", title, parts)
 
 
+def _step_positions(bars: list[dict[str, Any]], band: float) -> list[tuple[int, float]]:
+    """Round step numbers (1, 10, 20... or 1, 500, 1000...) and where they fall, inside averaged bars too."""
+    out = []
+    for t in step_ticks(bars[0]["first"], bars[-1]["last"]):
+        i = max(i for i, b in enumerate(bars) if b["first"] <= t)  # a gap in the numbering falls in the bar before it
+        b = bars[i]
+        out.append((t, LEFT + (i + min((t - b["first"] + 0.5) / (b["last"] - b["first"] + 1), 1.0)) * band))
+    return out
+
+
+def _clipped_labels(bars: list[dict[str, Any]], band: float, top: float) -> list[str]:
+    """What a clipped bar really took, above it (the warm-up's first, then the slowest, while they fit)."""
+    clipped = [i for i, b in enumerate(bars) if b["total"] > top]
+    room = max(1, int((W - LEFT - RIGHT) // 64))  # a label is about 60 px wide
+    keep = sorted(sorted(clipped, key=lambda i: (not bars[i]["warmup"], -bars[i]["total"]))[:room])
+    out, right_edge = [], -1e9
+    for i in keep:
+        x = min(max(LEFT + (i + 0.5) * band, LEFT + 30), W - RIGHT - 30)  # kept inside the plot's width
+        if x - 30 < right_edge:
+            continue  # would overlap the previous label; its bar's tooltip still says
+        right_edge = x + 30
+        out.append(f'<line class="clipped-mark" x1="{LEFT + i * band + band * 0.1:.1f}" x2="{LEFT + (i + 0.9) * band:.1f}" '
+                   f'y1="{TOP + 1}" y2="{TOP + 1}"/>'
+                   f'<text class="clipped" x="{x:.1f}" y="{TOP - 6}" text-anchor="middle">&#8593; {escape(fmt_time(bars[i]["total"]))}</text>')
+    return out
+
+
 def _bar(b: dict[str, Any], x: float, band: float, top: float, plot_h: float) -> str:
-    width = max(band * 0.8, 1.0)
+    width = min(max(band * 0.8, 1.0), 48.0)  # one or two steps would otherwise fill the chart with a slab
     x0 = x + (band - width) / 2
     y = float(TOP + plot_h)
     label = f"step {b['first']}" if b["first"] == b["last"] else f"steps {b['first']}-{b['last']} (mean)"
@@ -143,8 +183,8 @@ def memory_chart(steps: list[dict[str, Any]], warm: int, key: str) -> str:
     first, last = steps[0]["index"], steps[-1]["index"]
     plot_w, plot_h = W - LEFT - RIGHT, H - TOP - BOTTOM
 
-    def x_of(step: float) -> float:
-        return LEFT + (step - first) / max(last - first, 1) * plot_w if last > first else LEFT + plot_w / 2
+    def x_of(step: float) -> float:  # the middle of step's bar in the chart above, so the two line up
+        return LEFT + (step - first + 0.5) / (last - first + 1) * plot_w
 
     def y_of(mib: float) -> float:
         return TOP + plot_h - (mib - ticks[0]) / (ticks[-1] - ticks[0]) * plot_h
@@ -152,14 +192,14 @@ def memory_chart(steps: list[dict[str, Any]], warm: int, key: str) -> str:
     what = "device memory allocated" if key == "memory" else "host memory (resident set)"
     parts = [_grid_and_y_axis(ticks, ticks[0], ticks[-1], "MiB", f"{what} (MiB)")]
     if warm:
-        parts.append(_warmup_band(0, x_of(steps[warm - 1]["index"] + 0.5) - LEFT, warm))
+        parts.append(_warmup_band(0, x_of(steps[warm - 1]["index"] + 0.5) - LEFT, warm))  # ends where the bars' band ends
     coords = " ".join(f"{x_of(i):.1f},{y_of(m / MiB):.1f}" for i, m in points)
     parts.append(f'<polyline class="mem-line" points="{coords}"/>')
     if len(points) <= 60:
         parts += [f'<circle class="mem-point" cx="{x_of(i):.1f}" cy="{y_of(m / MiB):.1f}" r="2.5">'
                   f"<title>step {i}: {m / MiB:.1f} MiB</title></circle>" for i, m in points]
     ticks_x = [(t, x_of(t)) for t in step_ticks(first, last)]
-    parts.append(_x_axis(ticks_x, "optimizer step", select=False))
+    parts.append(_x_axis(ticks_x, "optimizer step"))
     return _svg(f"{key}-chart", f"{what.capitalize()} in MiB at the end of each step ({len(points)} readings)", parts)
 
 
@@ -178,16 +218,11 @@ def _grid_and_y_axis(ticks: list[float], lo: float, hi: float, unit: str, title:
     return "".join(out)
 
 
-def _x_axis(positions: list[tuple[int, float]], title: str, select: bool = True) -> str:
-    """The step axis; with ``select``, about a dozen of the bars' step numbers are labelled."""
+def _x_axis(positions: list[tuple[int, float]], title: str) -> str:
+    """The step axis, labelled at the given step numbers."""
     plot_h = H - TOP - BOTTOM
     base = TOP + plot_h
     out = [f'<g class="axis x"><line class="axis-line" x1="{LEFT}" x2="{W - RIGHT}" y1="{base}" y2="{base}"/>']
-    if select and positions:
-        wanted = set(step_ticks(positions[0][0], positions[-1][0]))
-        chosen = [(s, x) for s, x in positions if s in wanted]
-        every = -(-len(positions) // 12)
-        positions = chosen if len(chosen) >= min(3, len(positions)) else positions[::every]
     for step, x in positions:
         out.append(f'<line class="tick-mark" x1="{x:.1f}" x2="{x:.1f}" y1="{base}" y2="{base + 5}"/>'
                    f'<text class="tick" x="{x:.1f}" y="{base + 18}" text-anchor="middle">{step}</text>')
@@ -207,5 +242,5 @@ def _svg(ident: str, title: str, parts: list[str]) -> str:
     plot_h = H - TOP - BOTTOM
     clip = (f'<defs><clipPath id="plot-clip"><rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{plot_h}"/>'
             "</clipPath></defs>") if ident == "step-chart" else ""
-    return (f'<svg id="{ident}" class="chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" role="img" '
+    return (f'<svg id="{ident}" class="chart" viewBox="0 0 {W} {H}" role="img" '
             f'aria-label="{escape(title)}"><title>{escape(title)}</title>{clip}' + "".join(parts) + "</svg>")

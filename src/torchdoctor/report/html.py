@@ -31,7 +31,8 @@ CSS = """
 --grid:#262c36;--data:#ff7b72;--forward:#58a6ff;--backward:#f0883e;--optimizer:#3fb950;--other:#8b949e;
 --mem:#bc8cff;--warm:rgba(210,153,34,.16);--warm-fg:#d29922;--error:#ff7b72;--warning:#d29922;--info:#58a6ff}}
 *{box-sizing:border-box}body{margin:0;padding:2rem;background:var(--bg);color:var(--fg);
-font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1040px}
+font:15px/1.5 system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1040px;margin:0 auto}
+a{color:var(--info)}
 h1{font-size:1.6rem;margin:0 0 .3rem}h2{font-size:1.2rem;margin:2rem 0 .6rem;border-bottom:1px solid var(--line);padding-bottom:.3rem}
 .muted,.note,figcaption{color:var(--muted)}code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:.9em}
 .finding{border:1px solid var(--line);border-left:4px solid var(--info);border-radius:6px;padding:.6rem .9rem;margin:.7rem 0;background:var(--panel)}
@@ -52,7 +53,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums;white-space:now
 figure{margin:0}svg.chart{width:100%;height:auto;display:block}
 svg .grid{stroke:var(--grid)}svg .axis-line,svg .tick-mark{stroke:var(--muted)}
 svg text{fill:var(--fg);font-size:12px}svg .tick{fill:var(--muted)}svg .axis-title{font-size:13px}
-svg .warmup-band rect{fill:var(--warm)}svg .warmup-band line{stroke:var(--warm-fg)}svg .warmup-band text,svg text.clipped{fill:var(--warm-fg);font-size:12px}
+svg .warmup-band rect{fill:var(--warm)}svg .warmup-band line{stroke:var(--warm-fg)}svg .warmup-band text,svg text.clipped{fill:var(--warm-fg);font-size:12px}svg .clipped-mark{stroke:var(--fg);stroke-width:2;stroke-dasharray:3 2}
 svg .bar.warmup rect{opacity:.55}svg .mem-line{fill:none;stroke:var(--mem);stroke-width:2}svg .mem-point{fill:var(--mem)}
 """ + "".join(f".ph-{k}{{fill:var(--{k});background:var(--{k})}}" for k, _ in PHASES)
 
@@ -67,7 +68,8 @@ def render(findings: Sequence[Finding], stats: dict[str, Any], *, source: Source
     memory = memory_chart(steps, warm, memory_key)
     mem_title = "Device memory per step" if memory_key == "memory" else "Host memory (RSS) per step"
     mem_note = ("Allocated device memory at the end of each step." if memory_key == "memory" else
-                "No device memory readings (the run did not use a CUDA device): the host process's resident memory instead.")
+                "No device memory readings (the run did not use a CUDA device): the host process's resident memory instead, "
+                "sampled rather than read at every step (each reading is a system call).")
     if not memory:
         mem_note = "No optimizer steps were seen, so there are no memory readings per step." if not steps else \
             "No memory readings were taken."
@@ -149,8 +151,8 @@ def _summary(findings: Sequence[Finding], steps: list[dict[str, Any]], warm: int
     return (f'<p class="note">{escape(scope)}: {escape(fmt_time(total))} in all.</p>'
             f'<div class="sharebar" role="img" aria-label="share of the step per phase">{bar}</div>'
             '<table class="summary"><thead><tr><th>phase</th><th class="num">time</th><th class="num">share</th>'
-            '<th class="num">per step</th><th>explained by</th></tr></thead><tbody>' + "".join(rows) +
-            f'</tbody><tfoot><tr><th>step</th><td class="num">{escape(fmt_time(total))}</td><td class="num">100%</td>'
+            '<th class="num">per step (mean)</th><th>explained by</th></tr></thead><tbody>' + "".join(rows) +
+            f'</tbody><tfoot><tr><th>whole step</th><td class="num">{escape(fmt_time(total))}</td><td class="num">100%</td>'
             f'<td class="num">{escape(fmt_time(total / len(steady)))}</td><td></td></tr></tfoot></table>')
 
 
