@@ -430,10 +430,34 @@ def _device_to_host(ctx: Context, call: ast.Call) -> None:
                    "reading, or drop non_blocking=True", severity=Severity.ERROR)
 
 
+_FACTORIES = frozenset(f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "rand", "randn", "randint",
+                                                "arange", "linspace", "eye", "tensor", "zeros_like", "ones_like",
+                                                "empty_like", "full_like"))
+
+
+def _fresh_host_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> ast.Call | None:
+    """The factory call that made ``expr`` on the host, unpinned (``torch.zeros(n)``, or a name bound to it)."""
+    if isinstance(expr, ast.Name):
+        b = ctx.semantic.bindings.at(expr.id, at)
+        expr = b.value if b is not None and b.value is not None and b.node is not expr else expr
+    if not isinstance(expr, ast.Call) or ctx.call_name(expr) not in _FACTORIES:
+        return None
+    if keyword(expr, "device") is not None or keyword(expr, "pin_memory") is not None or has_kwargs(expr):
+        return None
+    return expr
+
+
 def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
     sem = ctx.semantic
-    loop = sem.enclosing_loop(call, "batch")
     recv = call.func.value  # type: ignore[attr-defined]
+    made = _fresh_host_tensor(ctx, recv, call)
+    if made is not None:
+        what = ctx.name(recv) if isinstance(recv, ast.Name) else f"{ctx.call_name(made)}(...)"
+        ctx.report("TD306", call, f"non_blocking=True copies `{what}`, a tensor just made by `{ctx.call_name(made)}` "
+                   "in pageable memory: the copy is synchronous all the same", fix="make it on the device "
+                   "(`device=...` in the factory call) instead of copying it", severity=Severity.WARNING)
+        return
+    loop = sem.enclosing_loop(call, "batch")
     if loop is None or root_name(recv) not in set(sem.batch_vars(loop)):
         return
     loader = _loader_call(ctx, loop)
