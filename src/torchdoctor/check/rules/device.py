@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     """CUDA hard-coded with no GPU check anywhere in the file.
 
-    Finds `torch.device("cuda")`, `device="cuda"`, `.to("cuda")`, `.cuda()` and
-    `device = "cuda"` in a file that never asks whether a GPU exists
+    Finds `torch.device("cuda")`, `device="cuda"`, `.to("cuda")`, `.cuda()`,
+    `device = "cuda"` and Lightning's `Trainer/Fabric(accelerator="gpu")` in a file that never asks whether a GPU exists
     (`torch.cuda.is_available()`, `device_count()`, `torch.accelerator`). Argument
     defaults (`default="cuda"`, `def f(device="cuda")`) are configurable and not reported.
     """
@@ -32,7 +32,9 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             site.node,
             f"`{site.text}` hard-codes CUDA and the file never checks `torch.cuda.is_available()`: "
             "it crashes on a machine without a GPU",
-            fix=('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '
+            fix='pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
+            if site.text.startswith("accelerator=") else
+            ('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '
                  'else torch.device("cpu")` (with the gloo backend)') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )

@@ -103,6 +103,11 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
             if is_cuda:
                 return CudaSite(call, _short(sem, call), indexed)
         return None
+    if name and name.rsplit(".", 1)[-1] in ("Trainer", "Fabric"):  # Lightning: accelerator="gpu" fails without one
+        acc = next((k.value for k in call.keywords if k.arg == "accelerator"), None)
+        if isinstance(acc, ast.Constant) and acc.value in ("cuda", "gpu"):
+            return CudaSite(acc, f"accelerator={sem.segment(acc)}", False)
+        return None
     if name and _QUIET_DEVICE_KW.search(name):
         return None
     for kw in call.keywords:
@@ -118,7 +123,7 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
 
     def compute() -> list[CudaSite]:
         candidates = set(sem.calls_named("device", "cuda", "to")) | set(sem.calls_with_keyword("device")) \
-            | set(sem.calls_with_keyword("map_location"))
+            | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator"))
         nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
         nodes.sort(key=sem.index.pos.__getitem__)
         return [s for n in nodes if (s := cuda_site(sem, n)) is not None and not _default_or_override(sem, n)]
