@@ -200,3 +200,9 @@ def test_the_file_format_is_fixed_so_older_checkpoints_keep_loading(tmp_path: Pa
     model = _model()
     assert checkpoint.load(tmp_path / "old.pt", model).epoch == 7
     assert torch.equal(model[0].weight, _model(1)[0].weight)
+
+
+def test_save_creates_the_missing_folders_of_its_path(tmp_path: Path) -> None:
+    # fit(checkpoint_dir="runs/exp1/ckpt") on a fresh machine: none of the three folders exists yet.
+    path = checkpoint.save(tmp_path / "runs" / "exp1" / "ckpt" / "epoch-0001.pt", model=_model(), epoch=1)
+    assert path.is_file() and checkpoint.load(path, _model()).epoch == 1
