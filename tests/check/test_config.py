@@ -47,6 +47,8 @@ def test_target_torch() -> None:
         settings_from_toml("target-torch = 2.6")  # a TOML float: 2.10 would read as 2.1
     with pytest.raises(ConfigError, match="target-torch"):
         settings_from_toml('target-torch = "latest"')
+    with pytest.raises(ConfigError, match=r"^target-torch: expected a version such as \"2.6\", got '2'"):
+        parse_target_torch("2")  # called on its own, the message still names what it reads
 
 
 @pytest.mark.parametrize("body, needle", [
@@ -64,6 +66,23 @@ def test_bad_config_names_the_problem(body: str, needle: str) -> None:
         settings_from_toml(body, where="proj/pyproject.toml")
     assert needle in str(info.value) and "proj/pyproject.toml" in str(info.value)
 
+
+
+def test_exclude_and_extend_exclude_both_add_to_the_builtin_list(tmp_path: Path) -> None:
+    s = settings_from_toml('exclude = ["gen"]\nextend-exclude = ["old/"]', root=str(tmp_path))
+    assert s.exclude == ("gen",) and s.extend_exclude == ("old/",)
+    assert s.all_excludes[-2:] == ("gen", "old/") and ".git" in s.all_excludes and ".venv" in s.all_excludes
+
+
+def test_an_error_without_a_file_name_says_where_it_came_from() -> None:
+    with pytest.raises(ConfigError) as info:
+        settings_from_toml('selct = ["TD3"]')
+    assert str(info.value).startswith("<config>: [tool.torchdoctor]: unknown key 'selct'")
+
+
+def test_no_per_file_ignores_switch_nothing_off(tmp_path: Path) -> None:
+    ignored = Settings(root=str(tmp_path)).ignored_for(str(tmp_path / "train.py"))
+    assert ignored == frozenset() and "TD102" not in ignored
 
 def test_per_file_ignores_and_globs(tmp_path: Path) -> None:
     s = settings_from_toml('[per-file-ignores]\n"tests/**" = ["TD3"]\n"*_test.py" = ["TD502"]', root=str(tmp_path))
@@ -95,6 +114,25 @@ def test_a_negation_takes_a_path_back() -> None:
     excludes = patterns(("gen/*", "!gen/keep.py"))
     assert excludes.match("gen/a.py") and not excludes.match("gen/keep.py")
     assert patterns(("build",)).names == {"build"} and not patterns(("build",)).has_rest  # no pathspec needed
+    assert not patterns(("data/",)).match("data")  # a path is a file unless said otherwise: "data/" wants a folder
+    assert not patterns(("data/",)).match_rest("data") and patterns(("data/",)).match_rest("data", True)
+    assert not glob_match("data/", "data") and glob_match("data/", "data", True)
+
+
+def test_a_negated_plain_name_is_taken_back() -> None:
+    # A project whose package is called "build" takes it back from the built-in list with "!build".
+    from torchdoctor.config import patterns
+
+    assert patterns(("build",)).match("build/x.py")
+    assert not patterns(("build", "!build")).match("build/x.py") and not patterns(("build", "!build")).match("build", True)
+
+
+def test_paths_are_made_relative_to_the_root_only_inside_it(tmp_path: Path) -> None:
+    from torchdoctor.config import relative_to
+
+    root = tmp_path / "proj"
+    assert relative_to(str(root / "src" / "a.py"), str(root)) == "src/a.py"
+    assert relative_to(str(tmp_path / "other" / "a.py"), str(root)) == (tmp_path / "other" / "a.py").as_posix()
 
 
 def test_find_config_searches_upward_for_our_table(tmp_path: Path) -> None:
@@ -105,6 +143,14 @@ def test_find_config_searches_upward_for_our_table(tmp_path: Path) -> None:
     assert find_config(str(sub)) == str(tmp_path / "pyproject.toml")
     s = load_settings(find_config(str(sub)))
     assert s.root == str(tmp_path) and s.enabled == {c for c in RULES if c.startswith("TD1")} and "TD101" in s.enabled
+
+
+def test_find_config_passes_over_a_pyproject_it_cannot_read(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text('[tool.torchdoctor]\nselect = ["TD1"]\n')
+    sub = tmp_path / "pkg"
+    sub.mkdir()
+    (sub / "pyproject.toml").write_bytes(b"[tool.torchdoctor]\n# \xff\xfe latin-1 junk\n")  # not UTF-8
+    assert find_config(str(sub)) == str(tmp_path / "pyproject.toml")
 
 
 def _project(tmp_path: Path, table: str) -> Path:

@@ -111,3 +111,17 @@ def test_anchored_folder_only_and_negated_excludes(tmp_path: Path) -> None:
     # As in git, a file cannot be taken back from an excluded folder: gen/* excludes the files, not gen.
     s = Settings(extend_exclude=("/scripts", "gen/*", "!gen/keep.py", "data.py/"), root=str(tmp_path))
     assert rel(tmp_path, discover([str(tmp_path)], s).files) == ["data.py2/c.py", "gen/keep.py", "pkg/scripts/b.py"]
+
+
+BUILTIN_SKIPS = (".bzr", ".direnv", ".eggs", ".git", ".hg", ".svn", ".tox", ".nox", ".venv", "venv", ".mypy_cache",
+                 ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "__pycache__", "__pypackages__", "_build",
+                 "buck-out", "build", "dist", "node_modules", "site-packages")
+
+
+def test_every_builtin_skip_folder_is_skipped_at_any_depth(tmp_path: Path) -> None:
+    # ruff's default exclude list: tool caches, VCS folders, build output and installed packages hold
+    # other people's code (or copies of the user's), never the training script to check.
+    touch(tmp_path, "keep.py", *(f"{name}/x.py" for name in BUILTIN_SKIPS), *(f"pkg/{name}/y.py" for name in BUILTIN_SKIPS))
+    touch(tmp_path, "pkg/build2/z.py", "pkg/my_dist/w.py")  # only the exact names are skipped
+    found = discover([str(tmp_path)], Settings(root=str(tmp_path)))
+    assert rel(tmp_path, found.files) == ["keep.py", "pkg/build2/z.py", "pkg/my_dist/w.py"]

@@ -121,6 +121,7 @@ def test_an_edit_on_the_last_line_without_a_newline() -> None:
     Edit(1, 0, 9, 0, "X"),  # ends past the file
     Edit(9, 0, 1, 0, "X"),  # starts past the file
     Edit(2, 0, 1, 0, "X"),  # ends before it starts
+    Edit(0, 0, 3, 0, "X"),  # line 0: lines count from 1 (it must not wrap round to the end of the file)
 ])
 def test_edits_outside_the_text_are_not_applied(edit: Edit) -> None:
     assert apply_fixes("ab\ncd\n", [finding(edit)]) == ("ab\ncd\n", 0)

@@ -41,6 +41,8 @@ def test_recommend_flavour_by_the_cuda_version_the_driver_reports() -> None:
     assert advice.recommend_flavour(facts(drv_cuda=12040), [90]) == "cu129"  # 12.x runs by minor compatibility
     assert advice.recommend_flavour(facts(drv_cuda=11080), [90]) == "cu118"
     assert advice.recommend_flavour(facts(), [90]) == "cu130"  # nothing known: the newest
+    # A CUDA 11.4 driver runs the 11.8 build by minor-version compatibility (same major, >= 11), no 12.x build.
+    assert advice.recommend_flavour(facts(drv_cuda=11040), [90]) == "cu118"
 
 
 def test_recommend_flavour_follows_the_machine() -> None:
@@ -116,3 +118,11 @@ DOCKER = "start it with `docker run --gpus all` (NVIDIA Container Toolkit; in co
 ])
 def test_container_gpu_flag(extra: dict[str, Any], expected: str) -> None:
     assert advice.container_gpu_flag(facts(**extra)) == expected
+
+
+def test_driver_ceiling_is_the_gpu_whose_support_ends_first() -> None:
+    gpus = [{"name": "Tesla P100", "capability": [6, 0]}, {"name": "Tesla K80", "capability": [3, 7]},
+            {"name": "Mystery"}]  # a GPU of unknown capability has no known ceiling and must not break it
+    assert advice.driver_ceiling(facts(gpus=gpus)) == (470, "GPU 1 Tesla K80 (compute capability 3.7)")
+    assert advice.driver_ceiling(facts(gpus=gpus[:1])) == (580, "GPU 0 Tesla P100 (compute capability 6.0)")
+    assert advice.driver_ceiling(facts(gpus=[{"name": "H100", "capability": [9, 0]}, {"name": "Mystery"}])) is None

@@ -186,3 +186,23 @@ def test_map_location_places_the_loaded_tensors(tmp_path: Path) -> None:
         warnings.simplefilter("error")  # a clean load warns about nothing
         payload = checkpoint.read(path, map_location="meta")
     assert all(t.device.type == "meta" for t in payload["model"].values())
+
+
+def test_the_file_format_is_fixed_so_older_checkpoints_keep_loading(tmp_path: Path) -> None:
+    # Files written by earlier releases say format "torchdoctor-checkpoint", version 1: the marker is
+    # a contract with every checkpoint already on disk, not a detail a round trip would notice.
+    path = checkpoint.save(tmp_path / "c.pt", model=_model(), epoch=2)
+    raw = torch.load(path, weights_only=True)
+    assert (raw["format"], raw["version"], raw["epoch"]) == ("torchdoctor-checkpoint", 1, 2)
+    old = {"format": "torchdoctor-checkpoint", "version": 1, "model": _model(1).state_dict(), "epoch": 7,
+           "step": None, "extra": {}}
+    torch.save(old, tmp_path / "old.pt")
+    model = _model()
+    assert checkpoint.load(tmp_path / "old.pt", model).epoch == 7
+    assert torch.equal(model[0].weight, _model(1)[0].weight)
+
+
+def test_save_creates_the_missing_folders_of_its_path(tmp_path: Path) -> None:
+    # fit(checkpoint_dir="runs/exp1/ckpt") on a fresh machine: none of the three folders exists yet.
+    path = checkpoint.save(tmp_path / "runs" / "exp1" / "ckpt" / "epoch-0001.pt", model=_model(), epoch=1)
+    assert path.is_file() and checkpoint.load(path, _model()).epoch == 1

@@ -27,6 +27,8 @@ def test_module_prefix_in_the_file_is_stripped() -> None:
 def test_compiled_and_wrapped_prefixes_are_stripped_together() -> None:
     report = reconcile_keys(["_orig_mod.module.w"], ["w"])
     assert report.rename("_orig_mod.module.w") == "w"
+    # Both wrappers are named as such (TD205), not taken for a LightningModule's attribute.
+    assert report.note.startswith("stripped the prefix '_orig_mod.module.' on 1 key(s)") and "TD205" in report.note
 
 
 def test_prefix_the_model_has_is_added() -> None:
@@ -59,6 +61,15 @@ def test_unrelated_keys_are_left_for_the_mismatch_report() -> None:
     assert report.renames == {}
 
 
+def test_the_name_of_an_owning_module_is_stripped() -> None:
+    # A LightningModule saved with its net as self.model: "model.w"; its loss's buffers stay as they are.
+    report = reconcile_keys(["model.w", "model.b", "loss.weight"], ["w", "b"])
+    assert report.renames == {"model.w": "w", "model.b": "b"}
+    assert report.note.startswith("stripped the prefix 'model.' on 2 key(s)")
+    # A file that already holds one of the model's keys as it is gets no owner stripped (that would be a guess).
+    assert reconcile_keys(["w", "model.w", "model.b"], ["w", "b"]).renames == {}
+
+
 def test_ambiguous_model_keys_are_not_guessed() -> None:
     # "module.w" and "w" canonicalise to the same key: renaming would be a guess.
     assert reconcile_keys(["_orig_mod.w"], ["module.w", "w"]).renames == {}
@@ -68,6 +79,13 @@ def test_unwrap_model_sees_through_data_parallel() -> None:
     inner = nn.Linear(2, 2)
     assert unwrap_model(nn.DataParallel(inner)) is inner  # noqa: TD204
     assert unwrap_model(inner) is inner
+
+
+def test_unwrap_model_sees_through_torch_compile_and_data_parallel_together() -> None:
+    inner = nn.Linear(2, 2)
+    compiled = torch.compile(inner)  # compiles lazily, on the first call: never called here
+    assert unwrap_model(compiled) is inner
+    assert unwrap_model(nn.DataParallel(compiled)) is inner  # noqa: TD204
 
 
 @pytest.mark.parametrize(
