@@ -202,7 +202,7 @@ def _replace(target: Path, st: os.stat_result | None, writer: Writer, durable: b
             _check_unchanged(target, original)
         os.replace(tmp, target)
     except BaseException:
-        _remove_quietly(tmp)
+        remove_quietly(tmp)
         raise
     if durable:
         _fsync_dir(target.parent)
@@ -270,7 +270,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _remove_quietly(path: Path) -> None:
+def remove_quietly(path: Path | str) -> None:
     try:
         os.unlink(path)
     except OSError:

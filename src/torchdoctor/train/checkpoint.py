@@ -98,16 +98,10 @@ def remove_stale_temps(directory: Path) -> list[Path]:
     """Delete the temporary files of saves in ``directory`` whose writing process is gone; return them."""
     removed = []
     for path in _files.stale_temp_files(directory):
-        _remove_quietly(str(path))
+        _files.remove_quietly(path)
         removed.append(path)
     return removed
 
-
-def _remove_quietly(name: str) -> None:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass
 
 
 def numbered_siblings(target: Path) -> list[tuple[int, Path]]:
@@ -146,7 +140,7 @@ def prune(target: Path, keep_last: int) -> list[Path]:
     siblings = numbered_siblings(target)
     doomed = [path for _, path in siblings[:-keep_last]]
     for path in doomed:
-        _remove_quietly(str(path))
+        _files.remove_quietly(path)
     return doomed
 
 
