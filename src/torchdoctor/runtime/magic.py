@@ -122,7 +122,7 @@ class _Controller:
         __tracebackhide__ = True
         shell = self.shell
         source = f"# %%torchdoctor {line}\n" + shell.transform_cell(cell)
-        name = shell.compile.cache(source, shell.execution_count, raw_code=f"%%torchdoctor {line}\n{cell}")
+        name = shell.compile.cache(source, _cell_number(shell), raw_code=f"%%torchdoctor {line}\n{cell}")
         tree = ast.parse(source, filename=name)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         namespace = shell.user_ns
@@ -199,3 +199,18 @@ def _show(session: Any, opts: _Options, *, always: bool) -> None:
             print(f"torchdoctor: error: {exc}", file=sys.stderr)
         else:
             print(f"torchdoctor: HTML report written to {opts.html}")
+
+
+def _cell_number(shell: Any) -> int:
+    """The number the notebook shows for the running cell (In[N]). The cell's code was compiled under that
+    number, so the compiler's map from file name to number finds it from the calling frames; the shell's
+    ``execution_count`` is that number in IPython 8 but already the next one in IPython 9."""
+    numbers = getattr(shell.compile, "_filename_map", None) or {}
+    frame = sys._getframe(1)
+    while frame is not None:
+        number = numbers.get(frame.f_code.co_filename)
+        if isinstance(number, int):
+            return number
+        frame = frame.f_back
+    return shell.execution_count  # type: ignore[no-any-return]
+
