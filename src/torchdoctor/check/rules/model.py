@@ -33,7 +33,7 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # a submodule moves with its parent
         if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
             continue
-        if last_name(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key):
+        if last_name(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key) or _rebound_moved(ctx, key, stmt):
             continue
         if _returned(ctx, key, stmt):
             continue  # a builder function: its caller decides where the model goes
@@ -48,6 +48,18 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{device}`",
                    fix=f"move it once after construction: `{key} = {key}.to({device})`")
+
+
+def _rebound_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
+    """A later ``key = Wrapper(key).eval().to(device)``: the model is moved inside the expression that rebinds it."""
+    sem = ctx.semantic
+    for other in sem.of_type(ast.Assign):
+        if other is stmt or len(other.targets) != 1 or dotted(other.targets[0]) != key:  # type: ignore[attr-defined]
+            continue
+        if sem.value_is_moved(other.value) and any(  # type: ignore[attr-defined]
+                dotted(n) == key for n in sem.subtree(other.value) if isinstance(n, (ast.Name, ast.Attribute))):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def _wraps_or_is_wrapped(ctx: Context, key: str, call: ast.Call) -> bool:
