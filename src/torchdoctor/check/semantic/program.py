@@ -226,32 +226,14 @@ def is_ddp_program(sem: SemanticModel) -> bool:
         if is_rpc_program(sem) and "DistributedDataParallel" not in source and "DDP(" not in source:
             return False  # an RPC program (parameter server, pipeline) starts processes, but trains no DDP
         for node in sem.of_type(ast.Attribute):
-            if node.attr in words and not _type_test(sem, node):  # type: ignore[attr-defined]
+            if node.attr in words:  # type: ignore[attr-defined]
                 return True
         for node in sem.of_type(ast.Name):
-            if (sem.qualname(node) or "").rsplit(".", 1)[-1] in words and not _type_test(sem, node):
+            if (sem.qualname(node) or "").rsplit(".", 1)[-1] in words:
                 return True
         return any(string_value(n) in ("LOCAL_RANK", "WORLD_SIZE", "RANK") for n in sem.of_type(ast.Constant))
 
     return sem.cached("is_ddp", compute)  # type: ignore[no-any-return]
-
-
-def _type_test(sem: SemanticModel, node: ast.AST) -> bool:
-    """``node`` only names a type: in ``isinstance(m, DistributedDataParallel)`` or an annotation. A library that
-    unwraps models it is given is no DDP program (imagen's ``Unet``); one that builds DDP or a process group is."""
-    child = node
-    for a in sem.ancestors(node):
-        if isinstance(a, ast.Call) and child is not a.func and isinstance(a.func, ast.Name) and \
-                a.func.id in ("isinstance", "issubclass"):
-            return True
-        if isinstance(a, ast.arg) and child is a.annotation or isinstance(a, ast.AnnAssign) and child is a.annotation:
-            return True
-        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)) and child is a.returns:
-            return True
-        if isinstance(a, ast.stmt):
-            return False
-        child = a
-    return False
 
 
 def is_rpc_program(sem: SemanticModel) -> bool:
