@@ -1,6 +1,6 @@
 """The pitfall catalog: every code, its severity, stage, detectors and documentation.
 
-The table below is the contract of ../shared/design/CATALOG.md, plus the codes
+The table below is the project's contract (codes are never renumbered), plus the codes
 added since (TD104, TD307, TD610: errors first met as a message, see ``explain``). Each rule's
 prose (ruff's outline: what it does / why is this bad / example / use instead /
 fix safety) lives in ``docs/<CODE>.md`` beside this file: one text that
