@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from torchdoctor.check.runner import _collector_paused as _no_collector  # the collector off, and back after
 from torchdoctor.cli import main
 
 ROOT = Path(__file__).parents[2]
@@ -29,17 +30,6 @@ pytestmark = pytest.mark.slow
 @contextlib.contextmanager
 def _undisturbed():
     yield
-
-
-@contextlib.contextmanager
-def _no_collector():
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 @contextlib.contextmanager
