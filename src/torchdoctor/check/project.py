@@ -168,6 +168,10 @@ class Project:
         modes = {r.grad_mode for r in self._callers(sem, func)}
         return modes.pop() if len(modes) == 1 else None
 
+    def step_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
+        """A call of ``func`` from another module that runs on every step of its batch loop, on an accelerator."""
+        return next((r for r in self._callers(sem, func) if r.per_step), None)
+
     def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
         """A caller in another module passes an accelerator device for ``param`` of ``func``."""
         params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]

@@ -234,11 +234,21 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
     if sem.loop_kind(node) != "epoch" or sem.enclosing_loop(node, "epoch") is not None:
         return
     samplers = _shuffling_samplers(ctx)
-    if not samplers or sem.calls_named("set_epoch") or "set_epoch" in sem.region_effects(sem.body(node), deep=True):
+    if not samplers:
         return
     sampler = ctx.name(samplers[0], 50)
     if len(sampler) > 50:
         sampler = "DistributedSampler(...)"
+    set_epochs = sem.calls_named("set_epoch")
+    if set_epochs:
+        flag = _flag_only_set_epoch(ctx, set_epochs, samplers)
+        if flag is not None:
+            ctx.report("TD701", node, f"`{sampler}` is built (and shuffles) whatever `{flag}` is, but `set_epoch(epoch)` "
+                       f"is only called `if {flag}`: when it is false, every epoch sees the same order",
+                       fix=f"call `set_epoch(epoch)` whenever the sampler is a DistributedSampler, not only `if {flag}`")
+        return
+    if "set_epoch" in sem.region_effects(sem.body(node), deep=True):
+        return
     ctx.report(
         "TD701",
         node,
@@ -246,6 +256,38 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
         "every epoch sees the same order",
         fix="call `sampler.set_epoch(epoch)` at the start of each epoch",
     )
+
+
+def _flag_guards(ctx: Context, node: ast.AST) -> set[str]:
+    """The flags (``args.distributed``) an ``if`` around ``node`` requires true (``if not x: ... else:`` too)."""
+    out = set()
+    sem = ctx.semantic
+    child = node
+    for parent in sem.ancestors(node):
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            break
+        if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+            in_body = child in parent.body if isinstance(parent, ast.If) else child is parent.body
+            test = parent.test
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, in_body = test.operand, not in_body
+            if in_body and isinstance(test, (ast.Name, ast.Attribute)) and dotted(test):
+                out.add(dotted(test))  # type: ignore[arg-type]
+        child = parent
+    return out
+
+
+def _flag_only_set_epoch(ctx: Context, set_epochs: list[ast.Call], samplers: list[ast.Call]) -> str | None:
+    """Every ``set_epoch`` of the file waits on a flag (``if args.distributed:``) that does not guard the
+    shuffling sampler's construction (built ``if True:`` or always): the flag that leaves it out."""
+    flags = None
+    for call in set_epochs:
+        found = _flag_guards(ctx, call)
+        flags = found if flags is None else flags & found
+        if not flags:
+            return None
+    unguarded = [f for f in sorted(flags or ()) if all(f not in _flag_guards(ctx, s) for s in samplers)]
+    return unguarded[0] if unguarded else None
 
 
 # ---- TD703 ---------------------------------------------------------------------

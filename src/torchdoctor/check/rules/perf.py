@@ -428,7 +428,10 @@ def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
 
     name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
     sem = ctx.semantic
-    return name is not None and name in sem.batch_vars(loop) and not sem.is_moved(name, node)
+    if name is None or name not in sem.batch_vars(loop) or sem.is_moved(name, node):
+        return False
+    # Accelerate / Fabric deliver the batches of a loop that trains or evaluates on the device themselves
+    return not (program.accelerator_api(sem) and sem.loop_kind(loop) in ("train", "eval"))
 
 
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
@@ -482,13 +485,16 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     Use instead: accumulate on the device (`total += loss.detach()`) and read it
     every N steps or once per epoch.
     """
-    if not program.runs_on_accelerator(ctx.semantic) or program.is_rpc_program(ctx.semantic):
+    if program.is_rpc_program(ctx.semantic):
         return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors)
     what = _sync_site(ctx, node)
     if what is None:
         return
     loop = per_step_loop(ctx, node)
     if loop is None:
+        report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
+        return
+    if not program.runs_on_accelerator(ctx.semantic):
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
             and _host_copy_of_cpu_data(ctx, node, loop):
@@ -496,13 +502,31 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     _report_sync(ctx, node, what, loop)
 
 
-def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST) -> None:
+def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
+    where = loop if isinstance(loop, str) else f"the loop at line {loop.lineno}"  # type: ignore[attr-defined]
     ctx.report(
         "TD603",
         node,
-        f"{what} synchronises with the GPU on every step of the loop at line {loop.lineno}",  # type: ignore[attr-defined]
+        f"{what} synchronises with the GPU on every step of {where}",
         fix="keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch",
     )
+
+
+def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
+    """A helper with no caller in its own file (``utils.clip_gradients(model, clip)``) whose sync runs on every
+    step because another module of the project calls it from its batch loop: reported here, at the sync."""
+    import os
+
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
+            or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
+        return
+    caller = sem.project.step_caller(sem, func)  # type: ignore[attr-defined]
+    if caller is None:
+        return
+    where = os.path.relpath(caller.path, os.path.dirname(os.path.abspath(sem.path)))
+    _report_sync(ctx, node, what, f"the loop that calls `{func.name}` at {where}:{caller.line}")
 
 
 @rule("TD603", ast.JoinedStr)

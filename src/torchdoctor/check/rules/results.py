@@ -412,12 +412,13 @@ _COPIES = ("deepcopy", "copy", "half", "float", "double", "bfloat16", "cpu", "to
 
 def _whole_model_value(ctx: Context, value: ast.AST) -> bool:
     """A model, or a copy of one (``deepcopy(de_parallel(model)).half()``): not its ``state_dict()``."""
-    node = value
+    node, copied = value, False
     for _ in range(6):
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name == "state_dict":
                 return False
+            copied = copied or name == "deepcopy"
             if isinstance(node.func, ast.Attribute) and name in _COPIES:
                 node = node.func.value
             elif node.args and (name in _COPIES or name in ("de_parallel", "unwrap_model", "unwrap")):
@@ -425,8 +426,12 @@ def _whole_model_value(ctx: Context, value: ast.AST) -> bool:
             else:
                 return False
         else:
-            return is_model_expr(ctx, node)
+            # ``deepcopy(ema.ema).half()``: the averaged copy an EMA helper keeps is a whole model
+            return is_model_expr(ctx, node) or copied and isinstance(node, ast.Attribute) and node.attr in _EMA_MODELS
     return False
+
+
+_EMA_MODELS = ("ema", "ema_model", "model_ema", "averaged_model")
 
 
 @rule("TD504", calls=("save",))

@@ -231,7 +231,15 @@ class Kinds:
             s = string_value(node)
             return "device" if s and re.fullmatch(r"(cuda|cpu|mps|xpu|meta)(:\d+)?", s) else None
         if isinstance(node, ast.BinOp):
+            if isinstance(node.op, ast.Mod):
+                return None  # ``i % accumulate``: a step counter's phase (or string formatting), not data
             return "tensor" if "tensor" in (self.expr_kind(node.left, at), self.expr_kind(node.right, at)) else None
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and \
+                not isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)):  # ``preds == y``: elementwise
+            return "tensor" if "tensor" in (self.expr_kind(node.left, at), self.expr_kind(node.comparators[0], at)) \
+                else None
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call):  # ``out.max(-1)[1]``, ``net(x)[0]``
+            return "tensor" if self.call_kind(node.value, at) == "tensor" else None
         return None
 
     def call_kind(self, call: ast.Call, at: ast.AST) -> str | None:

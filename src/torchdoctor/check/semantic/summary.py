@@ -56,6 +56,9 @@ class CallRecord:
     eval_before: bool  # a ``model.eval()`` earlier in the caller's function
     accelerator_args: frozenset[str]  # parameters (by name, or "#i" by position) given an accelerator device
     ddp: bool = False  # the calling module is a DDP program (its calls run on every rank)
+    per_step: bool = False  # made on every step of a batch loop (not behind a step guard), on an accelerator
+    path: str = ""  # the calling module
+    line: int = 0
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -104,8 +107,16 @@ def call_records(sem: SemanticModel, names: set[str]) -> list[CallRecord]:
                     given.add(kw.arg)
         guarded = sem.under_rank_guard(call) or (func is not None and bool(sem.call_sites(func)) and
                                                  all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
-        out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp))
+        out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
+                              accelerator and _per_step(sem, call), sem.path, call.lineno))
     return out
+
+
+def _per_step(sem: SemanticModel, call: ast.Call) -> bool:
+    """``call`` runs on every iteration of the batch loop around it (not every N steps, not on an error)."""
+    loop = sem.enclosing_loop(call, "batch")
+    return loop is not None and not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop)
+                                     or sem.in_exit_branch(call, loop))
 
 
 def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:

@@ -1,0 +1,143 @@
+"""Stage 6 rules, the implicit host-device syncs of a step (TD603): a tensor tested by ``if``/``assert``,
+a device tensor written into a host tensor, ``GradScaler.get_scale()``.
+
+The explicit reads (``.item()``, ``.cpu()``, ``print(t)``, f-strings) are in ``perf.py``; these are the
+ones a reader does not see as a read: Python asks the tensor for a bool, or copies it element-wise.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import dotted
+from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.perf import _host_number, _is_sync_call, _made_on_host, _report_sync, _scaler_names, \
+    per_step_loop, report_sync_for_callers
+from torchdoctor.check.semantic import program
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+# reductions whose result is a 0-d tensor still on the device: ``t.max() > 1`` asks it for a bool
+_REDUCTIONS = frozenset({"min", "max", "all", "any", "sum", "mean", "norm", "amax", "amin", "abs", "isnan",
+                         "isinf", "isfinite", "count_nonzero", "eq", "ne", "gt", "lt", "ge", "le"})
+_TORCH_TESTS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.any", "torch.all", "torch.equal",
+                          "torch.allclose", "torch.is_nonzero"})
+_LOSSISH_CALL = re.compile(r"(?i)(loss|cross_entropy|criterion|nll|mse)")
+_HOST_TENSORS = ("torch.zeros", "torch.ones", "torch.empty", "torch.full")
+
+
+def _accelerated(ctx: Context) -> bool:
+    sem = ctx.semantic
+    return program.runs_on_accelerator(sem) and not program.is_rpc_program(sem)
+
+
+def _report(ctx: Context, node: ast.AST, what: str) -> None:
+    """At a site that runs every step: of a loop of this file (on an accelerator), or of another module's
+    loop that calls this function."""
+    loop = per_step_loop(ctx, node)
+    if loop is None:
+        if not program.is_rpc_program(ctx.semantic):
+            report_sync_for_callers(ctx, node, what)
+    elif _accelerated(ctx):
+        _report_sync(ctx, node, what, loop)
+
+
+def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """``expr`` names a tensor the program keeps on the device (its kind is known to be a tensor)."""
+    if isinstance(expr, ast.Name):
+        sem = ctx.semantic
+        loop = sem.enclosing_loop(at, "batch")
+        if loop is not None and expr.id in sem.batch_vars(loop):  # batch data is on the host until it is moved
+            on_device = sem.is_moved(expr.id, at) or program.accelerator_api(sem) and sem.loop_kind(loop) in ("train", "eval")
+            return expr.id if on_device else None
+        if sem.kind_of(expr.id, at) != "tensor":
+            return None
+        return None if _host_number(ctx, expr, at) or _made_on_host(ctx, expr, at) else expr.id
+    if isinstance(expr, ast.Attribute) and ctx.semantic.expr_kind(expr, at) == "tensor":
+        return ctx.name(expr)
+    return None
+
+
+def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """The tensor whose truth value ``expr`` (an ``if``/``assert`` test) asks for, if any."""
+    if isinstance(expr, ast.BoolOp):
+        return next((t for v in expr.values if (t := _tested_tensor(ctx, v, at))), None)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return _tested_tensor(ctx, expr.operand, at)
+    if isinstance(expr, ast.Compare):
+        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops):
+            return None  # ``x is None``, ``k in batch``: no tensor is read
+        return next((t for v in (expr.left, *expr.comparators) if (t := _reduced_tensor(ctx, v, at)
+                                                                      or _device_tensor_name(ctx, v, at))), None)
+    return _reduced_tensor(ctx, expr, at) or _device_tensor_name(ctx, expr, at)
+
+
+def _reduced_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """``t.max()``, ``t.isnan().any()``, ``torch.isfinite(loss)``: a reduction of a device tensor."""
+    if not isinstance(expr, ast.Call):
+        return None
+    if (ctx.call_name(expr) or "") in _TORCH_TESTS:
+        if not expr.args:
+            return None
+        inner = _reduced_tensor(ctx, expr.args[0], at) or _device_tensor_name(ctx, expr.args[0], at)
+        return f"{dotted(expr.func)}({inner})" if inner and "(" not in inner else inner
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in _REDUCTIONS:
+        recv = expr.func.value
+        inner = _reduced_tensor(ctx, recv, at) or _device_tensor_name(ctx, recv, at)
+        return f"{inner}.{expr.func.attr}()" if inner and "(" not in inner else inner
+    return None
+
+
+@rule("TD603", ast.If, ast.Assert)
+def tensor_tested_every_step(node: ast.AST, ctx: Context) -> None:
+    """``if torch.isnan(loss):`` / ``assert mask.max() <= 1`` in a step: Python needs a bool, so the CPU waits
+    for the GPU to compute the tensor and copies it back, on every step."""
+    tensor = _tested_tensor(ctx, node.test, node)  # type: ignore[attr-defined]
+    if tensor is not None:
+        what = "`assert`" if isinstance(node, ast.Assert) else "`if`"
+        _report(ctx, node.test, f"{what} on tensor `{tensor}` (its truth value)")  # type: ignore[attr-defined]
+
+
+def _host_tensor(ctx: Context, target: ast.AST, at: ast.AST) -> str | None:
+    """``losses`` of ``losses[k] = ...`` when it was made on the host: ``torch.zeros(n)`` without a device."""
+    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+        return None
+    b = ctx.semantic.binding_at(target.value.id, at)
+    if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "") not in _HOST_TENSORS:
+        return None
+    return target.value.id if _made_on_host(ctx, b.value, b.node) or not any(k.arg == "device" for k in b.value.keywords) \
+        else None
+
+
+def _device_value(ctx: Context, value: ast.AST, at: ast.AST) -> str | None:
+    """The value written is a tensor of the step: a model output, a loss call, a device tensor name."""
+    if isinstance(value, ast.Call):
+        if _is_sync_call(value):
+            return None  # ``losses[k] = loss.item()``: the ``.item()`` is reported where it is
+        if ctx.semantic.is_model_call(value):
+            return f"{ctx.name(value.func)}(...)"
+        callee = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+        return f"{callee}(...)" if _LOSSISH_CALL.search(callee or "") else None
+    return _device_tensor_name(ctx, value, at)
+
+
+@rule("TD603", ast.Assign)
+def device_value_into_host_tensor(node: ast.AST, ctx: Context) -> None:
+    """``losses = torch.zeros(n)`` then ``losses[k] = loss_fn(logits, y)`` per batch: each write copies a GPU
+    scalar into host memory, a blocking device-to-host copy every step."""
+    assert isinstance(node, ast.Assign)
+    host = _host_tensor(ctx, node.targets[0], node) if len(node.targets) == 1 else None
+    what = _device_value(ctx, node.value, node) if host else None
+    if what is not None:
+        _report(ctx, node, f"writing `{what}` into host tensor `{host}` (made without a device)")
+
+
+@rule("TD603", calls=("get_scale",))
+def scale_read_every_step(node: ast.Call, ctx: Context) -> None:
+    """``scaler.get_scale()`` returns a Python float: it calls ``.item()`` on the scale tensor."""
+    recv = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    if recv is not None and recv in _scaler_names(ctx):
+        _report(ctx, node, f"`{recv}.get_scale()` (an `.item()` on the scale tensor)")
