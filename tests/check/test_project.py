@@ -272,3 +272,66 @@ def test_index_is_bounded_and_never_fails_on_a_broken_sibling(project: Path) -> 
     assert result.errors == [] and result.findings == []
     proj = Project([str(project / "train.py")])
     assert MAX_MODULES >= 100 and proj.root == str(project)
+
+
+GRAD_UTILS = """\
+    import torch
+
+    def clip_gradients(model, clip):
+        norms = []
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                param_norm = p.grad.data.norm(2)
+                norms.append(param_norm.item())
+        return norms
+
+    def grad_report(model):
+        return [p.grad.norm().item() for p in model.parameters()]
+    """
+
+
+def test_a_sync_in_a_helper_is_reported_where_it_reads_when_another_module_calls_it_every_step(project: Path) -> None:
+    write(project, {
+        "grad_utils.py": GRAD_UTILS,
+        "train.py": """\
+            import torch
+            import grad_utils
+
+            def train(model, loader, optimizer, args):
+                model.cuda()
+                for step, (images, _) in enumerate(loader):
+                    loss = model(images.cuda(non_blocking=True)).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    if args.clip_grad:
+                        grad_utils.clip_gradients(model, args.clip_grad)  # every step (a flag, not a step guard)
+                    if step % 100 == 0:
+                        print(grad_utils.grad_report(model))  # every 100 steps: fine
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["grad_utils.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "grad_utils.py") == [(8, "TD603")]
+    message = next(f.message for r in results if r.path.endswith("grad_utils.py") for f in r.findings)
+    assert "`clip_gradients` at train.py:11" in message
+    alone = check_file("grad_utils.py", Settings(root=str(project), select=("TD603",)))  # pre-commit: the helper only
+    assert [(f.location.line, f.code) for f in alone.findings] == [(8, "TD603")]
+
+
+def test_a_helper_called_every_step_of_a_cpu_program_is_quiet(project: Path) -> None:
+    write(project, {
+        "grad_utils.py": GRAD_UTILS,
+        "train.py": """\
+            import grad_utils
+
+            def train(model, loader, optimizer):
+                for images, _ in loader:
+                    loss = model(images).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    grad_utils.clip_gradients(model, 1.0)
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["grad_utils.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "grad_utils.py") == []
