@@ -82,6 +82,8 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
                                            "torch.distributed.distributed_c10d.init_process_group"):
         return
     backend = _arg(node, "backend", 0)
+    if ctx.semantic.chooses_device(node):
+        return  # ``if torch.cuda.is_available(): init_process_group("nccl") else: ...``: the CPU has its path
     if (string_value(backend) or "").strip().lower() == "nccl":
         ctx.report(
             "TD704",
@@ -342,13 +344,46 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     if calls:
         return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
     refs = [*sem.reads_of(func.name), *(sem.reads_of(f"self.{func.name}") if sem.class_of(func) is not None else [])]
-    if any(not (isinstance(sem.parent(r), ast.Call) and sem.parent(r).func is r) for r in refs):  # type: ignore[union-attr]
+    refs = [r for r in refs if not (isinstance(sem.parent(r), ast.Call) and sem.parent(r).func is r)]  # type: ignore[union-attr]
+    entries = [sem.parent(r) for r in refs if _entry_point(ctx, r)]
+    if entries and len(entries) == len(refs):  # ``fire.Fire(train)``: the command line calls it, on every rank
+        return all(_rank_guarded(ctx, c, depth + 1) for c in entries)  # type: ignore[arg-type]
+    if refs:
         return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
     return sem.project is not None and sem.class_of(func) is None and \
         bool(sem.project.callers_rank_guarded(sem, func))  # type: ignore[attr-defined]
 
 
 _WRITERS = ("save", "savez", "savez_compressed", "savetxt", "open", "write_text", "write_bytes", "save_pretrained")
+_CLI_DISPATCHERS = ("fire.Fire", "typer.run", "jsonargparse.CLI", "jsonargparse.auto_cli", "CLI", "tyro.cli")
+
+
+def _entry_point(ctx: Context, ref: ast.AST) -> bool:
+    """``ref`` (a function) is handed to a command-line dispatcher, which calls it once per process."""
+    parent = ctx.semantic.parent(ref)
+    return isinstance(parent, ast.Call) and bool(parent.args) and parent.args[0] is ref and \
+        (ctx.call_name(parent) or dotted(parent.func) or "") in _CLI_DISPATCHERS
+
+
+def _in_memory(ctx: Context, call: ast.Call) -> bool:
+    """``torch.save(obj, buf)`` into an ``io.BytesIO()``: nothing reaches the disk."""
+    target = _arg(call, "f", 1) if (ctx.call_name(call) or "") == "torch.save" else None
+    if isinstance(target, ast.Name):
+        b = ctx.semantic.binding_at(target.id, call)
+        target = b.value if b is not None and not b.is_param else None
+    return isinstance(target, ast.Call) and (ctx.call_name(target) or dotted(target.func) or "").endswith("BytesIO")
+
+
+def _multi_process(ctx: Context) -> bool:
+    """A DDP program, or an Accelerate one (``accelerate launch`` runs it once per GPU)."""
+    sem = ctx.semantic
+    return program.is_ddp_program(sem) or any((ctx.call_name(c) or "").startswith("accelerate.")
+                                              for c in sem.calls_named("Accelerator"))
+
+
+def _writes_on_main_only(call: ast.Call) -> bool:
+    """``save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)``."""
+    return any(k.arg in ("is_main_process", "save_function") for k in call.keywords)
 
 
 @rule("TD703", calls=_WRITERS)
@@ -357,11 +392,14 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     not behind a rank test (`if rank == 0:`, `is_main_process()`, an early `if rank != 0: return`) here
     or at every call of the enclosing function."""
     what = _write_site(ctx, node)
-    if what is None or not program.is_ddp_program(ctx.semantic) or _mentions_rank(ctx, node) or _rank_guarded(ctx, node):
+    if what is None or _writes_on_main_only(node) or not _multi_process(ctx) or _mentions_rank(ctx, node) \
+            or _in_memory(ctx, node) or _rank_guarded(ctx, node):
         return
+    kind = "DDP" if program.is_ddp_program(ctx.semantic) else "multi-process (Accelerate)"
     ctx.report(
         "TD703",
         node,
-        f"{what} runs on every rank of this DDP program: all processes write the same file",
-        fix="guard it with `if dist.get_rank() == 0:` (or your is_main_process())",
+        f"{what} runs on every rank of this {kind} program: all processes write the same file",
+        fix="guard it with `if dist.get_rank() == 0:` (or your is_main_process())" if kind == "DDP" else
+        "guard it with `if accelerator.is_main_process:` (or save with `accelerator.save(...)`)",
     )

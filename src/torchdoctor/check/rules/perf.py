@@ -402,8 +402,9 @@ def _tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     return False
 
 
-def _host_number(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
-    """``loss`` bound to a Python number (``loss = 0.0``, ``loss = loss.item()``, a ``range()`` counter)."""
+def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bool:
+    """``loss`` bound to a Python number (``loss = 0.0``, ``loss = loss.item()``, a ``range()`` counter, arithmetic
+    of such numbers: ``smooth = beta * smooth + (1 - beta) * loss_f``)."""
     b = ctx.semantic.binding_at(name.id, at)
     if b is None or b.value is None:
         loop = ctx.semantic.parent(b.node) if b is not None else None
@@ -415,11 +416,37 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
             return True
         return all(isinstance(i, ast.Call) and (dotted(i.func) or "") in ("range",) for i in iters)
     value = b.value
+    if isinstance(value, ast.BinOp) and depth < 3:
+        return _host_arithmetic(ctx, value, b.node, depth + 1)
+    return _host_leaf(value)
+
+
+def _host_leaf(value: ast.AST) -> bool:
     if isinstance(value, ast.Constant):
         return True
     return isinstance(value, ast.Call) and (isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist")
                                             or dotted(value.func) in ("float", "int", "len", "sum", "round"))
-    return False
+
+
+def _host_arithmetic(ctx: Context, expr: ast.BinOp, at: ast.AST, depth: int) -> bool:
+    """No operand is known to be a tensor, and some operand is a host number."""
+    leaves = [expr.left, expr.right]
+    host = False
+    while leaves:
+        leaf = leaves.pop()
+        if isinstance(leaf, ast.BinOp):
+            leaves += [leaf.left, leaf.right]
+        elif isinstance(leaf, ast.UnaryOp):
+            leaves.append(leaf.operand)
+        elif isinstance(leaf, ast.Name):
+            if ctx.semantic.kind_of(leaf.id, at) == "tensor":
+                return False
+            host = host or _host_number(ctx, leaf, at, depth)
+        elif _host_leaf(leaf):
+            host = True
+        elif not isinstance(leaf, (ast.Attribute, ast.Subscript)):
+            return False  # a call of unknown result
+    return host
 
 
 def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
@@ -435,6 +462,8 @@ def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
 
 
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
+_SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
+               "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm")
 
 
 def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
@@ -446,9 +475,20 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
         b = ctx.semantic.bindings.at(expr.id, at)
         return b is not None and b.value is not None and b.node is not expr and \
             _made_on_host(ctx, b.value, b.node, depth + 1)
+    if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
+        return _made_on_host(ctx, expr.value, at, depth + 1)
     if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
         return False
     name = ctx.call_name(expr) or ""
+    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("argmin", "argmax", "min", "max", "sum", "mean",
+                                                                "topk", "sort", "stack", "cat") and expr.args:
+        first = expr.args[0]  # a reduction of a host tensor stays on the host
+        return _made_on_host(ctx, first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else first,
+                             at, depth + 1)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "cpu" and not expr.args:
+        return True  # ``out.detach().cpu()``: copied to the host (that copy is the sync, reported where it is)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE and not name.startswith("torch."):
+        return _made_on_host(ctx, expr.func.value, at, depth + 1)  # ``losses.mean()`` of a host tensor
     if name in _HOST_MAKERS:
         return name == "torch.from_numpy" or not any(_tensor_value(ctx, a, at) for a in expr.args)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \

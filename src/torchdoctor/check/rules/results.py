@@ -379,7 +379,21 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
         return "." in name and is_model_expr(ctx, expr.value)  # type: ignore[attr-defined]
     if _container_value(ctx, expr) is not None:
         return False  # ``model_to_save = {"model": weights}``: named like a model, bound to a dict
+    if isinstance(expr, ast.Name) and _plain_value(ctx, expr):
+        return False  # ``base_model: str``, ``model = "gpt2"``: a name or path, not a module
     return bool(_MODEL_NAME.match(last))
+
+
+_PLAIN_TYPES = ("str", "int", "float", "bool", "dict", "list", "Path", "PathLike")
+
+
+def _plain_value(ctx: Context, name: ast.Name) -> bool:
+    b = ctx.semantic.binding_at(name.id, name)
+    if b is None or b.value is None:
+        return False
+    if b.is_param:  # (a parameter's value is its annotation)
+        return (dotted(b.value) or "").rsplit(".", 1)[-1] in _PLAIN_TYPES
+    return isinstance(b.value, (ast.Constant, ast.JoinedStr))
 
 
 def _container_value(ctx: Context, expr: ast.AST) -> ast.AST | None:

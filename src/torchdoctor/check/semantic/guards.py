@@ -204,7 +204,7 @@ class Guards:
         if self._aliases is None:
             out: set[str] = set()
             for n in self.index.by_type.get(ast.Assign, ()):
-                if self.is_rank_value(n.value):  # type: ignore[attr-defined]
+                if self.is_rank_value(n.value) or self._rank_flag(n.value):  # type: ignore[attr-defined]
                     out.update(d for t in n.targets if (d := dotted(t)))  # type: ignore[attr-defined]
             for n in self.index.by_type.get(ast.Call, ()):
                 if (self.names.call_name(n) or "").endswith("multiprocessing.spawn") and n.args:  # type: ignore[attr-defined]
@@ -214,6 +214,17 @@ class Guards:
                             out.add(params[0].arg)
             self._aliases = out
         return self._aliases
+
+    def _rank_flag(self, value: ast.AST) -> bool:
+        """A bool that holds a rank test: ``args.save_logs = args.logs and is_master(args)``,
+        ``is_main = dist.get_rank() == 0``, ``master = is_main_process()``."""
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.And):
+            return any(self._rank_flag(v) for v in value.values)
+        if isinstance(value, ast.Compare):
+            return bool(RANKISH.search(self.segment(value)))
+        if isinstance(value, ast.Call):  # ``is_master(args)``; not ``DDP(model, device_ids=[rank])``
+            return bool(RANKISH.search(dotted(value.func) or ""))
+        return False
 
     def is_rank_value(self, value: ast.AST) -> bool:
         """``value`` is a rank itself (``int(os.environ["LOCAL_RANK"])``, ``dist.get_rank()``, ``args.local_rank``),

@@ -183,7 +183,7 @@ class Loops:
         loop of its own that backpropagates): full-batch training, one step per iteration."""
         body = self.index.body(loop)
         for node in body:
-            if not (isinstance(node, ast.Call) and self.calls.is_backward_call(node)):
+            if not (isinstance(node, ast.Call) and (self.calls.is_backward_call(node) or self._backward_helper(node))):
                 continue
             chain = self.loops_around(node)
             if loop not in chain:
@@ -200,6 +200,14 @@ class Loops:
                     if {"backward", "step"} <= self.calls.effects(func) and not self._loops_backward(func):
                         self.info[loop].kind = "train"
                         return
+
+    def _backward_helper(self, call: ast.Call) -> bool:
+        """``backward(loss, scaler)``: a function of this file that backpropagates once (no loop of its own)."""
+        if not isinstance(call.func, ast.Name):
+            return False
+        funcs = self.calls.resolve(call)
+        return bool(funcs) and all("backward" in self.calls.effects(f) and not any(
+            isinstance(n, _LOOPS) for n in self.calls.local_nodes(f)) for f in funcs)
 
     def _loops_backward(self, func: ast.AST) -> bool:
         """Some loop in ``func`` (or the functions it calls) backpropagates: ``func`` runs many steps."""

@@ -12,7 +12,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN"]
 
-DROPOUT_BN = re.compile(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm|InstanceNorm")
+DROPOUT_BN = re.compile(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
 
 
