@@ -335,3 +335,52 @@ def test_a_helper_called_every_step_of_a_cpu_program_is_quiet(project: Path) -> 
     })
     results = check_files(["grad_utils.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "grad_utils.py") == []
+
+
+def test_a_trainer_class_given_a_cuda_device_by_its_caller_runs_on_the_accelerator(project: Path) -> None:
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def prepare_device(n_gpu):
+                return torch.device("cuda:0" if n_gpu > 0 else "cpu"), list(range(n_gpu))
+            """,
+        "trainer/__init__.py": "from .trainer import *\n",
+        "trainer/trainer.py": """\
+            import torch
+
+            class Trainer:
+                def __init__(self, model, optimizer, loader, device):
+                    self.model, self.optimizer, self.loader = model, optimizer, loader
+                    self.device = device
+
+                def train_epoch(self):
+                    for data, target in self.loader:
+                        data, target = data.to(self.device), target.to(self.device)
+                        loss = torch.nn.functional.cross_entropy(self.model(data), target)
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+                        print(loss.item())
+            """,
+        "train.py": """\
+            from trainer import Trainer
+            from utils import prepare_device
+
+            def main(model, optimizer, loader):
+                device, ids = prepare_device(1)
+                model = model.to(device)
+                Trainer(model, optimizer, loader, device=device).train_epoch()
+            """,
+        "cpu_train.py": """\
+            from trainer.trainer import Trainer
+
+            def main(model, optimizer, loader):
+                Trainer(model, optimizer, loader, device="cpu").train_epoch()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD603",))
+    results = check_files(["train.py", "trainer/__init__.py", "trainer/trainer.py", "utils.py"], settings)
+    assert codes(results, "trainer.py") == [(15, "TD603")]
+    cpu_only = check_files(["cpu_train.py", "trainer/trainer.py"], settings)  # a CPU caller: nothing to sync with
+    assert codes(cpu_only, "trainer.py") == []

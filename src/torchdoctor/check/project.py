@@ -181,6 +181,9 @@ class Project:
 
     def _callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
         name = func.name  # type: ignore[attr-defined]
+        cls = sem.class_of(func)
+        if name == "__init__" and cls is not None:
+            name = cls.name  # ``Trainer(model, device=device)`` calls ``Trainer.__init__``
         here = os.path.abspath(sem.path)
         key = (here, name)
         memo = self.state.callers
@@ -225,12 +228,25 @@ class Project:
         from_imports, imports = names
         if head in from_imports:
             level, module, imported = from_imports[head]
-            if imported == name and self._module_file(path, level, module) == target:
+            found = self._module_file(path, level, module)
+            if imported == name and (found == target or found is not None and self._reexports(found, name, target)):
                 return True
             return self._module_file(path, level, f"{module}.{imported}" if module else imported) == target
         if head in imports:
             return self._module_file(path, 0, imports[head]) == target
         return False
+
+    def _reexports(self, init: str, name: str, target: str) -> bool:
+        """The package ``__init__`` brings ``name`` in from ``target``: ``from .trainer import *`` / ``import Trainer``."""
+        if not init.endswith("__init__.py"):
+            return False
+        summary = self.summary(init)
+        if summary is None:
+            return False
+        if name in summary.from_imports:
+            level, module, _ = summary.from_imports[name]
+            return self._module_file(init, level, module) == target
+        return any(self._module_file(init, level, module) == target for level, module in summary.star)
 
     def _candidates(self, here: str) -> list[str]:
         if len(self.files) > 1:

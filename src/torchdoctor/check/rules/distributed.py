@@ -295,6 +295,7 @@ def _flag_only_set_epoch(ctx: Context, set_epochs: list[ast.Call], samplers: lis
 # ---- TD703 ---------------------------------------------------------------------
 
 _WRITE_MODE = re.compile(r"[wax+]")
+_MODE = re.compile(r"[rwxabt+U]{1,4}")  # a mode string, not a path (``gzip.open("./data/enwik8.gz")`` reads)
 _SAVERS = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt")
 
 
@@ -305,8 +306,9 @@ def _write_site(ctx: Context, call: ast.Call) -> str | None:
         return f"`{name}`"
     meth = call.func.attr if isinstance(call.func, ast.Attribute) else None
     if name == "open" or meth == "open":
-        mode = _arg(call, "mode", 1 if name == "open" else 0)
-        text = string_value(mode)
+        # ``open(path, mode)``, ``gzip.open(path, mode)``; ``Path.open(mode)`` has no path argument
+        modes = [m for m in (_arg(call, "mode", 1), None if name == "open" else _arg(call, "mode", 0)) if m is not None]
+        text = next((t for m in modes if (t := string_value(m)) and _MODE.fullmatch(t)), None)
         return f"`open(..., {text!r})`" if text and _WRITE_MODE.search(text) else None
     if meth in ("write_text", "write_bytes", "save_pretrained"):
         return f"`.{meth}(...)`"
@@ -375,10 +377,11 @@ def _in_memory(ctx: Context, call: ast.Call) -> bool:
 
 
 def _multi_process(ctx: Context) -> bool:
-    """A DDP program, or an Accelerate one (``accelerate launch`` runs it once per GPU)."""
+    """A DDP program, or an Accelerate training script (``accelerate launch`` runs it once per GPU; its
+    evaluation scripts mostly run as one process)."""
     sem = ctx.semantic
-    return program.is_ddp_program(sem) or any((ctx.call_name(c) or "").startswith("accelerate.")
-                                              for c in sem.calls_named("Accelerator"))
+    return program.is_ddp_program(sem) or sem.trains and any((ctx.call_name(c) or "").startswith("accelerate.")
+                                                             for c in sem.calls_named("Accelerator"))
 
 
 def _writes_on_main_only(call: ast.Call) -> bool:

@@ -328,9 +328,15 @@ def _backpropagated(ctx: Context, key: str, node: ast.AST) -> bool:
     scope = sem.scope_of(node)
     if isinstance(scope, ast.Lambda):
         return False
+    keys = {key}
+    for n in sem.local_nodes(scope):  # ``loss = losses[i]`` / ``for loss in losses:``: the kept losses, one by one
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Subscript) and dotted(n.value.value) == key:
+            keys.update(d for t in n.targets if (d := dotted(t)))
+        elif isinstance(n, (ast.For, ast.AsyncFor)) and dotted(n.iter) == key and dotted(n.target):
+            keys.add(dotted(n.target))  # type: ignore[arg-type]
     for n in sem.local_nodes(scope):
-        if sem.is_backward_call(n) and key in {dotted(x) for x in sem.subtree(n)}:
-            return True
+        if sem.is_backward_call(n) and keys & {dotted(x) for x in sem.subtree(n)}:
+            return True  # (backpropagated later: the graphs are kept on purpose)
         if isinstance(n, ast.Call) and (ctx.call_name(n) or "") in ("torch.stack", "torch.cat", "sum"):
             if any(dotted(a) == key for a in n.args) and _feeds_backward(ctx, n):
                 return True

@@ -157,14 +157,14 @@ def _saved_here(ctx: Context, load: ast.Call) -> bool:
     return bool(saves) and all(_saves_host_data(ctx, s) for s in saves)
 
 
-_WRITERS = re.compile(r"(?i)(save|convert|export|write|dump|download|merge|consolidate)")
+_WRITERS = re.compile(r"(?i)(^|_)(save|convert|export|write|dump|download|merge|consolidate)")
 
 
 def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
     """Just before, in the same body, a call that writes files was given the folder or file the load
     reads (``convert_lit_checkpoint(output_dir=out_dir)`` then ``torch.load(out_dir / "model.pth")``)."""
     sem = ctx.semantic
-    roots = {n.id for n in sem.subtree(load.args[0]) if isinstance(n, ast.Name)} - set(sem.imports)
+    roots = _paths_named(sem, load.args[0]) - set(sem.imports)
     if not roots:
         return False
     scope = sem.scope_of(load)
@@ -173,12 +173,24 @@ def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
         if not isinstance(call, ast.Call) or call is load or call.lineno >= load.lineno:  # type: ignore[attr-defined]
             continue
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-        if not _WRITERS.search(name or "") or ctx.call_name(call) == "torch.save":
-            continue
+        if not _WRITERS.search(name or "") or name[:1].isupper() or ctx.call_name(call) == "torch.save":
+            continue  # (a class named ``CTCLabelConverter`` writes nothing)
         args = [*call.args, *(k.value for k in call.keywords)]
-        if any(isinstance(n, ast.Name) and n.id in roots for a in args for n in sem.subtree(a)):
+        if any(_paths_named(sem, a) & roots for a in args):
             return True
     return False
+
+
+def _paths_named(sem: object, expr: ast.AST) -> set[str]:
+    """The whole names and attribute chains in ``expr``: ``out_dir``, ``opt.saved_model`` (not ``opt`` alone:
+    ``opt.character`` and ``opt.saved_model`` are different things)."""
+    out = set()
+    for n in sem.subtree(expr):  # type: ignore[attr-defined]
+        if isinstance(n, (ast.Name, ast.Attribute)) and not isinstance(sem.parent(n), ast.Attribute):  # type: ignore[attr-defined]
+            key = dotted(n)
+            if key:
+                out.add(key)
+    return out
 
 
 def _saves_host_data(ctx: Context, save: ast.Call) -> bool:

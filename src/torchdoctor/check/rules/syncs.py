@@ -141,3 +141,33 @@ def scale_read_every_step(node: ast.Call, ctx: Context) -> None:
     recv = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else None
     if recv is not None and recv in _scaler_names(ctx):
         _report(ctx, node, f"`{recv}.get_scale()` (an `.item()` on the scale tensor)")
+
+
+_CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
+           "timeit.default_timer")
+
+
+@rule("TD603", calls=("synchronize",))
+def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
+    """``torch.cuda.synchronize()`` on every step waits for all queued GPU work; right only to time a step
+    (a clock read beside it), where it is left alone."""
+    if (ctx.call_name(node) or "") not in ("torch.cuda.synchronize", "torch.accelerator.synchronize"):
+        return
+    sem = ctx.semantic
+    loop = per_step_loop(ctx, node)
+    region = sem.body(loop) if loop is not None and sem.contains(loop, node) else \
+        sem.local_nodes(sem.function_of(node)) if sem.function_of(node) is not None else []
+    if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in _CLOCKS or _async_copy_to_host(n)) for n in region):
+        return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
+    _report(ctx, node, f"`{ctx.call_name(node)}()` (it waits for all queued GPU work)")
+
+
+def _async_copy_to_host(call: ast.Call) -> bool:
+    """``t.to("cpu", non_blocking=True)`` / ``t.cpu(non_blocking=True)``: the host must wait before reading it."""
+    if not any(k.arg == "non_blocking" for k in call.keywords) or not isinstance(call.func, ast.Attribute):
+        return False
+    if call.func.attr == "cpu":
+        return True
+    first = call.args[0] if call.func.attr == "to" and call.args else None
+    return first is not None and "cpu" in (first.value if isinstance(first, ast.Constant) and isinstance(first.value, str)
+                                           else dotted(first) or "")

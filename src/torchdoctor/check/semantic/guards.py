@@ -217,9 +217,13 @@ class Guards:
 
     def _rank_flag(self, value: ast.AST) -> bool:
         """A bool that holds a rank test: ``args.save_logs = args.logs and is_master(args)``,
-        ``is_main = dist.get_rank() == 0``, ``master = is_main_process()``."""
+        ``is_main = dist.get_rank() == 0``, ``master = is_main_process()``, ``self.can_save = self.is_main``."""
         if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.And):
             return any(self._rank_flag(v) for v in value.values)
+        if isinstance(value, ast.IfExp):  # ``self.is_local_main if local_fs else self.is_main``
+            return self._rank_flag(value.body) and self._rank_flag(value.orelse)
+        if isinstance(value, (ast.Name, ast.Attribute)):
+            return bool(RANKISH.search(dotted(value) or ""))
         if isinstance(value, ast.Compare):
             return bool(RANKISH.search(self.segment(value)))
         if isinstance(value, ast.Call):  # ``is_master(args)``; not ``DDP(model, device_ids=[rank])``

@@ -304,7 +304,7 @@ def accelerator_api(sem: SemanticModel) -> bool:
 
 
 _DEVICE_HELPERS = re.compile(r"(?i)^(get_device|init_distributed_device|setup_device|init_device|setup_distributed|"
-                             r"init_distributed_mode|get_local_device|set_device\w*)$")
+                             r"init_distributed_mode|get_local_device|prepare_device|set_device\w*)$")
 
 
 def sets_device_through_helper(sem: SemanticModel) -> bool:
@@ -312,7 +312,7 @@ def sets_device_through_helper(sem: SemanticModel) -> bool:
     ``self._device = training.get_device(cfg.device)``."""
     return any(_DEVICE_HELPERS.match(c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", ""))
                for c in sem.calls_named("get_device", "init_distributed_device", "setup_device", "init_device",
-                                        "setup_distributed", "init_distributed_mode", "get_local_device"))
+                                        "setup_distributed", "init_distributed_mode", "get_local_device", "prepare_device"))
 
 
 def _rank_indexed_moves(sem: SemanticModel) -> bool:
@@ -340,7 +340,7 @@ def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
         out = []
         for call in sem.calls_named(*_MOVE_CALLS):
             dev = sem.move_device(call)
-            if not dev or not _DEVICE_PARAM.match(dev):
+            if not dev or not _DEVICE_PARAM.match(dev.removeprefix("self.")):
                 continue
             func = sem.function_of(call)
             if func is None:
@@ -348,9 +348,24 @@ def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
             b = sem.binding_at(dev, call)
             if b is not None and b.is_param and b.node is func and (func, dev) not in out:
                 out.append((func, dev))
+            elif dev.startswith("self.") and (found := _constructor_param(sem, call, dev)) and found not in out:
+                out.append(found)  # ``self.device = device`` in ``__init__``, then ``x.to(self.device)``
         return out
 
     return sem.cached("device_params", compute)  # type: ignore[no-any-return]
+
+
+def _constructor_param(sem: SemanticModel, at: ast.AST, key: str) -> tuple[ast.AST, str] | None:
+    """(``__init__``, its parameter) when ``self.x`` is set from a parameter of the class's ``__init__``."""
+    cls = sem.class_of(at)
+    for b in sem.bindings_of(key):
+        func = sem.function_of(b.node)
+        if func is None or func.name != "__init__" or sem.class_of(func) is not cls or not isinstance(b.value, ast.Name):
+            continue
+        pb = sem.binding_at(b.value.id, b.node)
+        if pb is not None and pb.is_param and pb.node is func:
+            return func, b.value.id
+    return None
 
 
 def _param_gets_accelerator(sem: SemanticModel, func: ast.AST, param: str, depth: int) -> bool:
