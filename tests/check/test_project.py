@@ -384,3 +384,60 @@ def test_a_trainer_class_given_a_cuda_device_by_its_caller_runs_on_the_accelerat
     assert codes(results, "trainer.py") == [(15, "TD603")]
     cpu_only = check_files(["cpu_train.py", "trainer/trainer.py"], settings)  # a CPU caller: nothing to sync with
     assert codes(cpu_only, "trainer.py") == []
+
+
+DATA_MODULE = """\
+    from torch.utils.data import DataLoader
+
+    class Alpaca:
+        def __init__(self, dataset):
+            self.dataset = dataset
+
+        def train_dataloader(self):
+            return DataLoader(self.dataset, batch_size=8, shuffle=True, num_workers=4)
+
+    def get_loader(dataset, pin: bool):
+        loader = DataLoader(dataset, batch_size=8, num_workers=4, pin_memory=pin)
+        return loader
+    """
+
+
+def test_a_loader_factory_is_judged_by_the_module_that_imports_it(project: Path) -> None:
+    write(project, {
+        "data/__init__.py": "from .alpaca import Alpaca, get_loader\n",
+        "data/alpaca.py": DATA_MODULE,
+        "finetune.py": """\
+            import torch
+            from data import Alpaca
+
+            def main(model, dataset, optimizer):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                model.to(device)
+                for x, y in Alpaca(dataset).train_dataloader():
+                    loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD304",))
+    results = check_files(["finetune.py", "data/__init__.py", "data/alpaca.py"], settings)
+    assert codes(results, "alpaca.py") == [(8, "TD304")]  # (get_loader passes pin_memory on)
+    message = next(f.message for r in results if r.path.endswith("alpaca.py") for f in r.findings)
+    assert "`../finetune.py` imports it" in message
+    assert [f.location.line for f in check_file("data/alpaca.py", settings).findings] == [8]  # pre-commit, alone
+
+
+def test_a_loader_factory_imported_only_by_cpu_code_is_quiet(project: Path) -> None:
+    write(project, {
+        "data/__init__.py": "from .alpaca import Alpaca\n",
+        "data/alpaca.py": DATA_MODULE,
+        "tokenize_all.py": """\
+            from data import Alpaca
+
+            def main(dataset):
+                return [len(x) for x, _ in Alpaca(dataset).train_dataloader()]
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD304",))
+    assert codes(check_files(["tokenize_all.py", "data/alpaca.py"], settings), "alpaca.py") == []

@@ -236,6 +236,36 @@ class Project:
             return self._module_file(path, 0, imports[head]) == target
         return False
 
+    def accelerated_importer(self, sem: SemanticModel) -> str | None:
+        """A module of the project that imports this one (directly or through its package) and runs on an
+        accelerator itself: where the batches of a loader made here go (``data/alpaca.py`` for ``finetune.py``)."""
+        here = os.path.abspath(sem.path)
+        memo = self.state.importers
+        if here not in memo:
+            memo[here] = None
+            stem = os.path.splitext(os.path.basename(here))[0]
+            targets, words = {here}, {stem}
+            init = os.path.join(os.path.dirname(here), "__init__.py")
+            if init != here and os.path.isfile(init) and stem in self.state.import_words(init):
+                targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
+                words.add(os.path.basename(os.path.dirname(here)))
+            for other in self._candidates(here):
+                if other in targets or not words & self.state.import_words(other):
+                    continue
+                summary = self.summary(other)
+                if summary is not None and summary.accelerated and self._imports_any(other, summary, targets):
+                    memo[here] = other
+                    break
+        return memo[here]
+
+    def _imports_any(self, path: str, summary: ModuleSummary, targets: set[str]) -> bool:
+        for level, module, name in summary.from_imports.values():
+            if self._module_file(path, level, module) in targets or \
+                    self._module_file(path, level, f"{module}.{name}" if module else name) in targets:
+                return True
+        return any(self._module_file(path, 0, m) in targets for m in summary.imports.values()) or \
+            any(self._module_file(path, level, m) in targets for level, m in summary.star)
+
     def _reexports(self, init: str, name: str, target: str) -> bool:
         """The package ``__init__`` brings ``name`` in from ``target``: ``from .trainer import *`` / ``import Trainer``."""
         if not init.endswith("__init__.py"):
@@ -364,6 +394,7 @@ class _State:
         self.current: dict[str, SemanticModel] = {}
         self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
         self.words: dict[str, frozenset[str]] = {}
+        self.importers: dict[str, str | None] = {}
         self.saves_objects: bool | None = None
         self.parsed = 0
 

@@ -351,8 +351,30 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     """A DataLoader of a program that runs on an accelerator, whose batches reach a model or a device."""
     sem = ctx.semantic
     return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
-            and program.runs_on_accelerator(sem) and not _dataset_on_device(ctx, node)
-            and loaders.feeds_device(sem, node))
+            and (program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node))
+            and not _dataset_on_device(ctx, node) and loaders.feeds_device(sem, node))
+
+
+def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:
+    """A data module that builds and returns loaders (``def train_dataloader(self): return DataLoader(...)``,
+    ``def get_loader(...)``), imported by a module of the project that runs on an accelerator."""
+    sem = ctx.semantic
+    if sem.project is None or sem.function_of(node) is None or program.in_test(sem, node):
+        return False
+    parent = sem.parent(node)
+    names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
+    func = sem.function_of(node)
+    yields = any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in sem.local_nodes(func))
+    returned = isinstance(parent, ast.Return) or any(_hands_out(r, names) and (yields or not isinstance(r, ast.For))
+                                                     for r in sem.local_nodes(func))
+    return returned and sem.project.accelerated_importer(sem) is not None  # type: ignore[attr-defined]
+
+
+def _hands_out(node: ast.AST, names: set[str | None]) -> bool:
+    """``return loader``, ``yield from loader``, ``yield batch`` in a loop over it."""
+    if isinstance(node, (ast.Return, ast.YieldFrom)):
+        return isinstance(node.value, ast.Name) and node.value.id in names
+    return isinstance(node, (ast.For, ast.AsyncFor)) and dotted(node.iter) in names
 
 
 @rule("TD304", calls=loaders.LOADER_NAMES)
@@ -364,7 +386,13 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
         return  # RPC serialises every batch it sends: pinned memory buys nothing there
     pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
     if pin is None or is_false(pin.value):
-        ctx.report("TD304", node, "DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory",
+        where = ""
+        if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
+            import os
+
+            user = ctx.semantic.project.accelerated_importer(ctx.semantic)  # type: ignore[union-attr]
+            where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)"
+        ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
                    fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
 

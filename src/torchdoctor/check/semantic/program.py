@@ -310,9 +310,13 @@ _DEVICE_HELPERS = re.compile(r"(?i)^(get_device|init_distributed_device|setup_de
 def sets_device_through_helper(sem: SemanticModel) -> bool:
     """A helper picks (and binds) this process's device: ``device = utils.init_distributed_device(args)``,
     ``self._device = training.get_device(cfg.device)``."""
-    return any(_DEVICE_HELPERS.match(c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", ""))
-               for c in sem.calls_named("get_device", "init_distributed_device", "setup_device", "init_device",
-                                        "setup_distributed", "init_distributed_mode", "get_local_device", "prepare_device"))
+    if any(_DEVICE_HELPERS.match(c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", ""))
+           for c in sem.calls_named("get_device", "init_distributed_device", "setup_device", "init_device",
+                                    "setup_distributed", "init_distributed_mode", "get_local_device", "prepare_device")):
+        return True
+    # ``model.to(dist_util.dev())``: a helper module's device, handed straight to a move
+    return any(isinstance(c.func, ast.Attribute) and isinstance(p := sem.parent(c), ast.Call) and c in p.args
+               and sem.is_device_move(p) for c in sem.calls_named("dev"))
 
 
 def _rank_indexed_moves(sem: SemanticModel) -> bool:

@@ -44,6 +44,7 @@ class ModuleSummary:
     from_imports: dict[str, tuple[int, str, str]] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)
     star: list[tuple[int, str]] = field(default_factory=list)  # ``from m import *``
+    accelerated: bool = False  # the module itself puts work on an accelerator (seen without other modules)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class CallRecord:
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
     out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
-                        star=list(sem.names.star))
+                        star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem))
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes
