@@ -338,7 +338,7 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
             return None
         return loop
     func = sem.function_of(node)
-    if func is None or depth >= 2 or sem.under_step_guard(node):
+    if func is None or depth >= 3 or sem.under_step_guard(node):
         return None
     for call in sem.call_sites(func):
         found = per_step_loop(ctx, call, depth + 1)
@@ -423,7 +423,7 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> b
 
 def _host_leaf(value: ast.AST) -> bool:
     if isinstance(value, ast.Constant):
-        return True
+        return value.value is not None  # (``x = None`` in an ``else``: the other branch says what ``x`` holds)
     return isinstance(value, ast.Call) and (isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist")
                                             or dotted(value.func) in ("float", "int", "len", "sum", "round"))
 

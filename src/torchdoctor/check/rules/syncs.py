@@ -171,3 +171,25 @@ def _async_copy_to_host(call: ast.Call) -> bool:
     first = call.args[0] if call.func.attr == "to" and call.args else None
     return first is not None and "cpu" in (first.value if isinstance(first, ast.Constant) and isinstance(first.value, str)
                                            else dotted(first) or "")
+
+
+def _string_template(expr: ast.AST) -> bool:
+    """``"%.4g"``, ``("%11s" * 2 + "%11.4g" * 5)``: a printf-style template."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, str)
+    return isinstance(expr, ast.BinOp) and (_string_template(expr.left) or _string_template(expr.right))
+
+
+@rule("TD603", ast.BinOp)
+def tensor_printf_every_step(node: ast.AST, ctx: Context) -> None:
+    """``"%11.4g" % (*mloss, n)`` formats each element of a device tensor: one read back per element."""
+    assert isinstance(node, ast.BinOp)
+    if not isinstance(node.op, ast.Mod) or not _string_template(node.left):
+        return
+    values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+    for v in values:
+        inner = v.value if isinstance(v, ast.Starred) else v
+        name = _device_tensor_name(ctx, inner, node)
+        if name is not None:
+            _report(ctx, v, f"formatting tensor `{name}` with `%`")  # (at the tensor: the template may start lines above)
+            return

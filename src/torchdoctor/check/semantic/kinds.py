@@ -24,9 +24,11 @@ _OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax
 _SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_",
                      "detach", "clone", "contiguous", "long", "int", "bool", "view", "reshape", "squeeze",
                      "unsqueeze", "permute", "transpose", "flatten", "type", "pin_memory", "share_memory_",
-                     "to_empty", "mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log"}
+                     "to_empty", "mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log",
+                     "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow"}
 _TENSOR_METHODS_ONLY = {"mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log", "view", "reshape",
-                        "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous"}
+                        "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous",
+                        "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow"}
 _NAME_HINTS = (
     (re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
     (re.compile(r"(loader|^dl$|_dl$)", re.I), "loader"),
@@ -131,6 +133,8 @@ class Kinds:
     # ---- names -------------------------------------------------------------------------------------
     def kind_of(self, key: str, at: ast.AST) -> str | None:
         b = self.bindings.at(key, at)
+        if b is not None and isinstance(b.value, ast.Constant) and b.value.value is None:
+            b = self._other_branch(b) or b  # ``x = t.mean()`` / ``else: x = None``: what it holds when it holds anything
         if b is None and (key in self.bindings.defined or key[:1].isupper()):
             return None  # a function, class or module (``Encoder``): name hints describe values only
         kind = self.binding_kind(b) if b is not None else None
@@ -139,6 +143,20 @@ class Kinds:
         if kind is None and (b is None or b.value is None or isinstance(b.value, ast.Call)):
             kind = kind_from_name(key)
         return kind
+
+    def _other_branch(self, b: Binding) -> Binding | None:
+        """The binding of the same name in the other branch of the ``if`` that holds ``b`` (``b`` is in ``else``)."""
+        parent = self.index.parent
+        child, node = b.node, parent.get(b.node)
+        while node is not None and not isinstance(node, ast.If):
+            child, node = node, parent.get(node)
+        if node is None or child not in node.orelse:
+            return None
+        for other in self.bindings.in_scope(b.scope, b.key):
+            if other is not b and other.value is not None and any(other.node is n or self.index.contains(n, other.node)
+                                                                   for n in node.body):
+                return other
+        return None
 
     def binding_kind(self, b: Binding) -> str | None:
         key = id(b)

@@ -140,8 +140,21 @@ class Loops:
             return True  # torchtext's ``train_iter``/``dev_iter``, a ``data_iterator``
         if isinstance(it, (ast.Name, ast.Attribute, ast.Call)) and LOADERISH.search(text):
             return not isinstance(it, ast.Call) or method_name(it) not in ("items", "keys", "values")
-        # ``for x, y in val_data:`` counts when the body runs a model on it.
-        return bool(EVALISH.search(text)) and self._calls_model(loop)
+        # ``for x, y in val_data:`` counts when the body runs a model on it, or moves what it yields to a device.
+        return bool(EVALISH.search(text)) and (self._calls_model(loop) or self._moves_target(loop))
+
+    def _moves_target(self, loop: ast.AST) -> bool:
+        """``batch["x"].to(device)`` of the loop's own target: batches on their way to a device."""
+        target = getattr(loop, "target", None)
+        names = set(target_names(target)) if target is not None else set()
+        for n in self.index.body(loop):
+            if isinstance(n, ast.Call) and method_name(n) in ("to", "cuda") and isinstance(n.func, ast.Attribute):
+                recv = n.func.value
+                while isinstance(recv, (ast.Subscript, ast.Attribute)):
+                    recv = recv.value
+                if isinstance(recv, ast.Name) and recv.id in names:
+                    return True
+        return False
 
     def _calls_model(self, loop: ast.AST) -> bool:
         for n in self.index.body(loop):
