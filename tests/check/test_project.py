@@ -441,3 +441,38 @@ def test_a_loader_factory_imported_only_by_cpu_code_is_quiet(project: Path) -> N
     })
     settings = Settings(root=str(project), select=("TD304",))
     assert codes(check_files(["tokenize_all.py", "data/alpaca.py"], settings), "alpaca.py") == []
+
+
+def test_a_device_carried_by_the_options_object_of_an_accelerator_caller(project: Path) -> None:
+    write(project, {
+        "train.py": """\
+            import torch
+
+            def evaluate(model, loader, args):
+                device = torch.device(args.device)
+                total = torch.zeros(1, device=device)
+                for images, labels in loader:
+                    out = model(images.to(device))
+                    print(out.sum().item())
+                return total
+            """,
+        "main.py": """\
+            from distributed import init_distributed_device
+            from train import evaluate
+
+            def main(args, model, loader):
+                device = init_distributed_device(args)  # sets args.device to this rank's GPU
+                model.to(device)
+                print(f"running on {args.device}")
+                evaluate(model, loader, args)
+            """,
+        "cpu_main.py": """\
+            from train import evaluate
+
+            def main(args, model, loader):
+                evaluate(model, loader, args)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD603",))
+    assert codes(check_files(["main.py", "train.py"], settings), "train.py") == [(8, "TD603")]
+    assert codes(check_files(["cpu_main.py", "train.py"], settings), "train.py") == []

@@ -332,6 +332,8 @@ def half_used_scaler(node: ast.Call, ctx: Context) -> None:
 def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None:
     """The batch loop that runs ``node`` on every iteration, unguarded; through helper calls too."""
     sem = ctx.semantic
+    if depth == 0 and any(isinstance(a, ast.Raise) for a in sem.ancestors(node)):
+        return None  # an error message is built once, on the way out
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop):
@@ -424,6 +426,8 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> b
 def _host_leaf(value: ast.AST) -> bool:
     if isinstance(value, ast.Constant):
         return value.value is not None  # (``x = None`` in an ``else``: the other branch says what ``x`` holds)
+    if isinstance(value, ast.Call) and dotted(value.func) == "getattr" and len(value.args) == 3:
+        return isinstance(value.args[2], ast.Constant)  # ``getattr(args, "loss_scale", "none")``: an option
     return isinstance(value, ast.Call) and (isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist")
                                             or dotted(value.func) in ("float", "int", "len", "sum", "round"))
 

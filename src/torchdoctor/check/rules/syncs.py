@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.perf import _host_number, _is_sync_call, _made_on_host, _report_sync, _scaler_names, \
-    per_step_loop, report_sync_for_callers
+from torchdoctor.check.rules.perf import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
+    _scaler_names, per_step_loop, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -86,9 +86,21 @@ def _reduced_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         return f"{dotted(expr.func)}({inner})" if inner and "(" not in inner else inner
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in _REDUCTIONS:
         recv = expr.func.value
-        inner = _reduced_tensor(ctx, recv, at) or _device_tensor_name(ctx, recv, at)
+        inner = _reduced_tensor(ctx, recv, at) or _tensor_operand(ctx, recv, at)
         return f"{inner}.{expr.func.attr}()" if inner and "(" not in inner else inner
     return None
+
+
+def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
+    """The device tensor under elementwise work: ``(y.int() < 0)``, ``(a - b).abs()``, ``x.float()``."""
+    if depth > 4:
+        return None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE:
+        return _tensor_operand(ctx, expr.func.value, at, depth + 1)
+    if isinstance(expr, (ast.Compare, ast.BinOp)):
+        parts = [expr.left, *expr.comparators] if isinstance(expr, ast.Compare) else [expr.left, expr.right]
+        return next((t for p in parts if (t := _tensor_operand(ctx, p, at, depth + 1))), None)
+    return _device_tensor_name(ctx, expr, at)
 
 
 @rule("TD603", ast.If, ast.Assert)

@@ -342,8 +342,10 @@ def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
 
     def compute() -> list[tuple[ast.AST, str]]:
         out = []
-        for call in sem.calls_named(*_MOVE_CALLS):
-            dev = sem.move_device(call)
+        made = [c for c in sem.calls_with_keyword("device") if (sem.call_name(c) or "").startswith("torch.")]
+        for call in [*sem.calls_named(*_MOVE_CALLS), *made]:
+            dev = sem.move_device(call) if call not in made else \
+                dotted(next(k.value for k in call.keywords if k.arg == "device"))  # ``torch.zeros(1, device=device)``
             if not dev or not _DEVICE_PARAM.match(dev.removeprefix("self.")):
                 continue
             func = sem.function_of(call)
@@ -354,9 +356,24 @@ def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
                 out.append((func, dev))
             elif dev.startswith("self.") and (found := _constructor_param(sem, call, dev)) and found not in out:
                 out.append(found)  # ``self.device = device`` in ``__init__``, then ``x.to(self.device)``
+            elif b is not None and (found := _options_param(sem, func, b)) and found not in out:
+                out.append(found)  # ``device = torch.device(args.device)``: the options object carries the device
         return out
 
     return sem.cached("device_params", compute)  # type: ignore[no-any-return]
+
+
+def _options_param(sem: SemanticModel, func: ast.AST, b: object) -> tuple[ast.AST, str] | None:
+    """(``func``, ``args``) for ``device = torch.device(args.device)`` / ``device = args.device``, ``args`` a parameter."""
+    value = getattr(b, "value", None)
+    if getattr(b, "is_param", True) or value is None:
+        return None
+    if isinstance(value, ast.Call) and (sem.call_name(value) or "") == "torch.device" and len(value.args) == 1:
+        value = value.args[0]
+    if not (isinstance(value, ast.Attribute) and value.attr == "device" and isinstance(value.value, ast.Name)):
+        return None
+    pb = sem.binding_at(value.value.id, b.node)  # type: ignore[attr-defined]
+    return (func, value.value.id) if pb is not None and pb.is_param and pb.node is func else None
 
 
 def _constructor_param(sem: SemanticModel, at: ast.AST, key: str) -> tuple[ast.AST, str] | None:

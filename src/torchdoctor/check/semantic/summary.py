@@ -100,11 +100,13 @@ def call_records(sem: SemanticModel, names: set[str]) -> list[CallRecord]:
                           for n in sem.calls_named("eval"))
         given: set[str] = set()
         if accelerator:
+            carriers = _device_carriers(sem)
             for i, arg in enumerate(call.args):
-                if _device_value(sem, arg, call):
+                if _device_value(sem, arg, call) or isinstance(arg, ast.Name) and arg.id in carriers:
                     given.add(f"#{i}")
             for kw in call.keywords:
-                if kw.arg and _device_value(sem, kw.value, call):
+                if kw.arg and (_device_value(sem, kw.value, call) or isinstance(kw.value, ast.Name)
+                               and kw.value.id in carriers):
                     given.add(kw.arg)
         guarded = sem.under_rank_guard(call) or (func is not None and bool(sem.call_sites(func)) and
                                                  all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
@@ -118,6 +120,12 @@ def _per_step(sem: SemanticModel, call: ast.Call) -> bool:
     loop = sem.enclosing_loop(call, "batch")
     return loop is not None and not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop)
                                      or sem.in_exit_branch(call, loop))
+
+
+def _device_carriers(sem: SemanticModel) -> set[str]:
+    """Options objects whose ``.device`` this accelerator module reads or sets (``args.device``)."""
+    return sem.cached("device_carriers", lambda: {n.value.id for n in sem.of_type(ast.Attribute)  # type: ignore[attr-defined]
+                                                  if n.attr == "device" and isinstance(n.value, ast.Name)})  # type: ignore[attr-defined]
 
 
 def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
