@@ -25,7 +25,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     if program.has_cuda_check(sem) or program.uses_gpu_only_library(sem):
         return
     for site in program.cuda_sites(sem):
-        if sem.chooses_device(site.node) or program.gpu_only_test(sem, site.node):
+        if sem.chooses_device(site.node) or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node):
             continue
         ctx.report(
             "TD101",
@@ -66,3 +66,15 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
         f"`{receiver}.cuda{args}` hard-wires CUDA at this call: placement is not controlled by one `device` variable",
         fix=f"use `{receiver}.to(device)`, with `device` chosen once at start-up ({chosen})",
     )
+
+
+def _unused_setting(sem: object, node: ast.AST) -> bool:
+    """``device = "cuda"`` at module level that this file never reads: a setting of a config module
+    (``configs/baseline.py``), read as ``config.device`` by a runner that decides (and checks) itself."""
+    if isinstance(node, ast.Constant):
+        node = sem.parent(node)  # type: ignore[attr-defined]
+    if not isinstance(node, ast.Assign) or sem.function_of(node) is not None or sem.class_of(node) is not None:  # type: ignore[attr-defined]
+        return False
+    if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+        return False
+    return not sem.reads_of(node.targets[0].id)  # type: ignore[attr-defined]
