@@ -476,3 +476,127 @@ def test_a_device_carried_by_the_options_object_of_an_accelerator_caller(project
     settings = Settings(root=str(project), select=("TD603",))
     assert codes(check_files(["main.py", "train.py"], settings), "train.py") == [(8, "TD603")]
     assert codes(check_files(["cpu_main.py", "train.py"], settings), "train.py") == []
+
+
+def test_a_loss_module_of_another_module_with_nothing_to_move_is_not_td201(project: Path) -> None:
+    write(project, {
+        "losses.py": """\
+            import torch
+            import torch.nn as nn
+
+            class DiceLoss(nn.Module):
+                def __init__(self, n_classes):
+                    super().__init__()
+                    self.n_classes = n_classes
+
+                def forward(self, x, y):
+                    return (x.softmax(1) - nn.functional.one_hot(y, self.n_classes).permute(0, 3, 1, 2)).abs().mean()
+
+            class Weighted(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("w", torch.ones(4))
+
+                def forward(self, x, y):
+                    return (self.w * x).mean()
+            """,
+        "train.py": """\
+            import torch
+            from losses import DiceLoss, Weighted
+
+            def train(model, loader, optimizer):
+                dice, weighted = DiceLoss(4), None
+                weighted = Weighted()
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    loss = dice(model(x), y) + weighted(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["train.py", "losses.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(6, "TD201")]  # the one holding a buffer
+
+
+def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
+    write(project, {
+        "name_dataset.py": """\
+            import csv
+            import gzip
+            from torch.utils.data import Dataset
+
+            class NameDataset(Dataset):
+                def __init__(self, path):
+                    with gzip.open(path, "rt") as f:
+                        rows = list(csv.reader(f))
+                    self.names = [row[0] for row in rows]
+
+                def __getitem__(self, index):
+                    return self.names[index]
+
+                def __len__(self):
+                    return len(self.names)
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from name_dataset import NameDataset
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def train(model, to_tensor, optimizer):
+                names = DataLoader(NameDataset("n.csv.gz"), batch_size=64, num_workers=2)
+                numbers = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4, num_workers=2)
+                for loader in (names, numbers):
+                    for batch in loader:
+                        loss = model(to_tensor(batch).to(device)).sum()
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+            """,
+    })
+    results = check_files(["train.py", "name_dataset.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == [(9, "TD304")]
+
+
+def test_a_device_set_in_a_config_module_makes_its_users_gpu_programs(project: Path) -> None:
+    write(project, {
+        "config.py": 'import torch\n\ndevice = torch.device("cuda" if torch.cuda.is_available() else "cpu")\nlr = 1e-3\n',
+        "engine.py": """\
+            import torch
+
+            def eval_fn(loader, model, device):
+                outs = []
+                with torch.no_grad():
+                    for x, y in loader:
+                        outs.append(model(x.to(device)).cpu())
+                return outs
+            """,
+        "main.py": """\
+            import torch
+            import config as CFG
+            import engine
+
+            def main(model, loader):
+                model.to(CFG.device)
+                for x, y in loader:
+                    print(model(x.to(CFG.device)).sum().item())
+                engine.eval_fn(loader, model, CFG.device)
+            """,
+        "tune.py": """\
+            import torch
+            import config
+            import engine
+
+            def main(model, loader):
+                model.to("cpu")
+                for x, y in loader:
+                    print(model(x).sum().item(), config.lr)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD603",))
+    results = check_files(["config.py", "engine.py", "main.py", "tune.py"], settings)
+    assert codes(results, "main.py") == [(8, "TD603")]
+    assert codes(results, "engine.py") == [(7, "TD603")]  # its device comes from main.py's CFG.device
+    assert codes(results, "tune.py") == []

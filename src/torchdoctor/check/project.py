@@ -83,6 +83,18 @@ class Project:
         cls = self._lookup(sem, written, "class")
         return None if cls is None or not cls.is_module else cls.dropout_bn  # type: ignore[attr-defined]
 
+    def cuda_setting(self, sem: SemanticModel, written: str) -> bool:
+        """``config.device`` names a module-level setting of another module that is (or may be) CUDA."""
+        return self._lookup(sem, written, "cuda_setting") is not None
+
+    def class_yields_text(self, sem: SemanticModel, written: str) -> bool:
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.yields_text  # type: ignore[attr-defined]
+
+    def class_stateless(self, sem: SemanticModel, written: str) -> bool:
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.is_module and cls.stateless  # type: ignore[attr-defined]
+
     def function_for(self, sem: SemanticModel, call: ast.Call) -> FunctionSummary | None:
         written = dotted(call.func)
         if written is None:
@@ -142,6 +154,8 @@ class Project:
             return summary.classes[attr]
         if what == "function" and attr in summary.functions:
             return summary.functions[attr]
+        if what == "cuda_setting" and attr in summary.cuda_names:
+            return summary
         return self._find(target, summary.from_imports, summary.imports, attr, what, depth + 1, summary.star)  # a re-export
 
     def _split_module(self, path: str, module: str, rest: str) -> tuple[str | None, str]:
@@ -217,7 +231,10 @@ class Project:
             if sem is not None:
                 names = (dict(sem.names.from_imports), dict(sem.names.imports))
                 heads = set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
-                for r in call_records(sem, heads):
+                from torchdoctor.check.semantic import program  # (the device a config module of the project sets)
+
+                accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self)
+                for r in call_records(sem, heads, accelerated):
                     grouped.setdefault(r.written.split(".")[0], []).append(r)
                 self._done_with(path, sem)
             memo[path] = (names, grouped)

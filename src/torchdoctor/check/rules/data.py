@@ -352,7 +352,24 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     sem = ctx.semantic
     return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
             and (program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node))
-            and not _dataset_on_device(ctx, node) and loaders.feeds_device(sem, node))
+            and not _dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) and loaders.feeds_device(sem, node))
+
+
+def _dataset_of_text(ctx: Context, call: ast.Call) -> bool:
+    """The dataset's items are strings (``NameDataset()`` indexing names read from a CSV file): the loader
+    yields lists of strings, and the tensors are made after it."""
+    sem = ctx.semantic
+    arg = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
+    if isinstance(arg, ast.Name):
+        b = sem.binding_at(arg.id, call)
+        arg = b.value if b is not None and not b.is_param else None
+    if not isinstance(arg, ast.Call):
+        return False
+    written = dotted(arg.func) or ""
+    cls = sem.calls_index.classes.get(written)
+    if cls is not None:
+        return loaders.class_yields_text(sem, cls)
+    return sem.project is not None and bool(written) and sem.project.class_yields_text(sem, written)  # type: ignore[attr-defined]
 
 
 def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:

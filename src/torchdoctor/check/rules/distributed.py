@@ -112,6 +112,16 @@ def _sets_rank_device(ctx: Context) -> bool:
     return ctx.semantic.cached("sets_rank_device", compute)  # type: ignore[no-any-return]
 
 
+def _starts_processes(ctx: Context) -> bool:
+    """This file sets the ranks up itself: ``init_process_group``, ``mp.spawn`` or torchrun's variables. A file
+    that only wraps in DDP got its process group from a helper (``setup(args)``), which binds the GPU too."""
+    sem = ctx.semantic
+    if any((ctx.call_name(c) or "").endswith(("init_process_group", "multiprocessing.spawn"))
+           for c in sem.calls_named("init_process_group", "spawn")):
+        return True
+    return any(string_value(n) in ("LOCAL_RANK", "RANK", "WORLD_SIZE") for n in sem.of_type(ast.Constant))
+
+
 def _has_indexed_device(ctx: Context) -> bool:
     """The program places work on a per-rank GPU somewhere (`torch.device("cuda", rank)`, `.to(local_rank)`)."""
 
@@ -142,8 +152,8 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     """
     sem = ctx.semantic
     if not program.is_ddp_program(sem) or _sets_rank_device(ctx) or _has_indexed_device(ctx) \
-            or program.accelerator_api(sem) or program.sets_device_through_helper(sem):
-        return  # (Accelerate/Fabric and device helpers bind each rank to its GPU)
+            or program.accelerator_api(sem) or program.sets_device_through_helper(sem) or not _starts_processes(ctx):
+        return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     for site in program.cuda_sites(sem):
         if site.indexed:
             continue

@@ -8,7 +8,7 @@ from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.models import first_input_device, last_name, moved_keys, wrapper_prefix
+from torchdoctor.check.semantic.models import class_holds_no_state, first_input_device, last_name, moved_keys, wrapper_prefix
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
 
@@ -121,7 +121,10 @@ def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
     q = ctx.call_name(call) or ""
     if sem.kinds.is_model_constructor(call, q, q.rsplit(".", 1)[-1]):
         cls = sem.calls_index.classes.get(q)
-        return cls is None or not _moves_itself(ctx, cls)
+        if cls is None:  # a class of another module of the project, or of a library
+            written = dotted(call.func)
+            return not (sem.project is not None and written and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
+        return not (_moves_itself(ctx, cls) or class_holds_no_state(sem, cls))
     builders = sem.resolve(call)
     return bool(builders) and not any(_returns_moved(ctx, f) for f in builders)
 

@@ -466,6 +466,7 @@ def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
 
 
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
+_TO_HOST = re.compile(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
 _SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
                "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm")
 
@@ -484,6 +485,8 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
     if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
         return False
     name = ctx.call_name(expr) or ""
+    if _TO_HOST.search(name.rsplit(".", 1)[-1]):
+        return True  # ``to_cpu(loss)``, ``tensor_to_numpy(x)``: a helper that copies to the host
     if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("argmin", "argmax", "min", "max", "sum", "mean",
                                                                 "topk", "sort", "stack", "cat") and expr.args:
         first = expr.args[0]  # a reduction of a host tensor stays on the host
@@ -566,6 +569,12 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
             or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
         return
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cpu":
+        from torchdoctor.check.astutil import root_name
+
+        b = sem.binding_at(root_name(node.func.value) or "", node)
+        if b is not None and b.is_param and b.node is func:
+            return  # ``image.cpu()`` of an input: the caller may well hand it a host batch
     caller = sem.project.step_caller(sem, func)  # type: ignore[attr-defined]
     if caller is None:
         return
@@ -606,8 +615,8 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
             continue
         if not _passes_tensors(ctx, node):
             continue
-        _report_sync(ctx, node, f"`{ctx.name(node.func)}(...)` reads tensors back (`.item()` in "
-                     f"`{getattr(ext, 'name', '?')}`)", loop)
+        _report_sync(ctx, node, f"`{ctx.name(node.func)}(...)`, which reads tensors back in `{getattr(ext, 'name', '?')}`,",
+                     loop)
 
 
 def _passes_tensors(ctx: Context, call: ast.Call) -> bool:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
-    _scaler_names, per_step_loop, report_sync_for_callers
+    _scaler_names, _tensor_value, per_step_loop, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -205,3 +205,17 @@ def tensor_printf_every_step(node: ast.AST, ctx: Context) -> None:
         if name is not None:
             _report(ctx, v, f"formatting tensor `{name}` with `%`")  # (at the tensor: the template may start lines above)
             return
+
+
+@rule("TD603", calls=("add_scalar", "add_scalars", "add_histogram"))
+def tensor_logged_every_step(node: ast.Call, ctx: Context) -> None:
+    """``writer.add_scalar("loss", loss, step)`` with a device tensor: TensorBoard copies it to the host
+    (``.cpu().numpy()``) on every call."""
+    if not isinstance(node.func, ast.Attribute) or len(node.args) < 2:
+        return
+    value = node.args[1]
+    name = _device_tensor_name(ctx, value, node) or _reduced_tensor(ctx, value, node)
+    if name is None and isinstance(value, (ast.Name, ast.Attribute)) and _tensor_value(ctx, value, node):
+        name = ctx.name(value)
+    if name is not None:
+        _report(ctx, node, f"`{ctx.name(node.func)}` of tensor `{name}` (TensorBoard copies it to the host)")

@@ -18,7 +18,7 @@ from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors"]
+__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text"]
 
 LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
 _WRAPPING = {"prepare", "setup_dataloaders", "prepare_data_loader", "DeviceLoader", "skip_first_batches",
@@ -168,3 +168,59 @@ def dataset_yields_device_tensors(sem: SemanticModel, dataset: ast.AST) -> bool:
                         (sem.move_device(node) or "").strip("'\"") != "cpu":
                     return True
     return False
+
+
+_STR_METHODS = {"strip", "lstrip", "rstrip", "lower", "upper", "replace", "split", "title", "casefold"}
+_TEXT_SOURCES = ("csv.reader", "open", "gzip.open", "bz2.open", "lzma.open", "io.open", "codecs.open")
+
+
+def class_yields_text(sem: SemanticModel, cls: ast.AST) -> bool:
+    """A Dataset class whose ``__getitem__`` only indexes lists of text read from a file (``return
+    self.names[i], self.countries[i]`` with ``self.names = [row[0] for row in csv_rows]``): the default
+    collate returns lists of strings, so there is nothing to pin."""
+    get = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__getitem__"), None)  # type: ignore[attr-defined]
+    if get is None:
+        return False
+    nodes = sem.local_nodes(get)
+    returns = [n for n in nodes if isinstance(n, ast.Return)]
+    if not returns or any(isinstance(n, ast.Call) for n in nodes):
+        return False
+    for r in returns:
+        values = r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]
+        if not all(isinstance(v, ast.Subscript) and _text_attr(sem, cls, dotted(v.value) or "", 0) for v in values):
+            return False
+    return True
+
+
+def _text_attr(sem: SemanticModel, cls: ast.AST, key: str, depth: int) -> bool:
+    """``self.<key>`` is only ever a list comprehension of text (see ``class_yields_text``)."""
+    if not key.startswith("self.") or depth > 2:
+        return False
+    found = [b for b in sem.bindings_of(key) if sem.class_of(b.node) is cls]
+    return bool(found) and all(isinstance(b.value, ast.ListComp) and _text_comp(sem, cls, b.value, b.node, depth)
+                               for b in found)
+
+
+def _text_comp(sem: SemanticModel, cls: ast.AST, comp: ast.ListComp, at: ast.AST, depth: int) -> bool:
+    gen = comp.generators[0]
+    if not isinstance(gen.target, ast.Name):
+        return False
+    elt = comp.elt
+    while isinstance(elt, ast.Call) and isinstance(elt.func, ast.Attribute) and elt.func.attr in _STR_METHODS:
+        elt = elt.func.value  # ``x.strip()``, ``x.lower().replace(" ", "")``
+    if isinstance(elt, ast.Subscript):
+        elt = elt.value  # ``row[0]``
+    if not (isinstance(elt, ast.Name) and elt.id == gen.target.id):
+        return False
+    source = dotted(gen.iter) or ""
+    if source.startswith("self."):
+        return _text_attr(sem, cls, source, depth + 1)
+    b = sem.binding_at(source, at) if isinstance(gen.iter, ast.Name) else None
+    value = b.value if b is not None else None
+    if isinstance(value, ast.Call) and (sem.call_name(value) or "") == "list" and value.args:
+        value = value.args[0]  # ``rows = list(csv.reader(f))``
+        if isinstance(value, ast.Name):  # ``reader = csv.reader(f); rows = list(reader)``
+            inner = sem.binding_at(value.id, b.node)  # type: ignore[union-attr]
+            value = inner.value if inner is not None else None
+    # (``with gzip.open(path, "rt") as f:`` binds ``f`` to the open call: the loop reads the file's lines)
+    return isinstance(value, ast.Call) and (sem.call_name(value) or "") in _TEXT_SOURCES

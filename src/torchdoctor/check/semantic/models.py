@@ -10,7 +10,7 @@ from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
-           "moved_keys", "wrapper_prefix", "DROPOUT_BN"]
+           "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state"]
 
 DROPOUT_BN = re.compile(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -266,3 +266,32 @@ def _wrapped_argument(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int
             return None
         expr, at = b.value, b.node
     return None
+
+
+_STATE_CALLS = ("register_buffer", "register_parameter", "Parameter", "ParameterList", "ParameterDict")
+_MODULE_BASES = ("nn.Module", "torch.nn.Module", "Module")
+
+
+def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
+    """An ``nn.Module`` subclass with no parameters, buffers, submodules or tensors (``DiceLoss`` keeping
+    ``self.n_classes``): it computes on its inputs' device, so there is nothing to move."""
+    if not cls.bases or not all((dotted(b) or "") in _MODULE_BASES for b in cls.bases):  # type: ignore[attr-defined]
+        return False  # a subclass of another module class: it may hold what that one holds
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
+                in _STATE_CALLS:
+            return False
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, (ast.Call, ast.ListComp, ast.List, ast.Dict,
+                                                                               ast.Name, ast.Attribute)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any((dotted(t) or "").startswith("self.") for t in targets) and not _plain_setting(sem, n.value, n):
+                return False
+    return True
+
+
+def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
+    """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor."""
+    if isinstance(value, ast.Name):
+        b = sem.binding_at(value.id, at)
+        return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
+    return False

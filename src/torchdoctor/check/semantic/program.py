@@ -416,13 +416,39 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
     that a caller elsewhere in the project passes an accelerator device."""
 
     def compute() -> bool:
-        if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem):
+        if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
+                or _cuda_tensor_types(sem):
             return True
         if sem.project is None:
             return False
-        return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem))
+        return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
+            config_module_device(sem, sem.project)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
+
+
+def config_module_device(sem: SemanticModel, project: object) -> bool:
+    """Work placed on a device that a config module of the project sets (``import config as CFG`` and
+    ``x.to(CFG.device)``, ``torch.device(config.DEVICE)`` with ``DEVICE = "cuda"`` there)."""
+    heads = set(sem.names.imports) | set(sem.names.from_imports)
+    for call in [*sem.calls_named(*_MOVE_CALLS, "device"), *sem.calls_with_keyword("device")]:
+        if method_name(call) in _MOVE_CALLS and isinstance(call.func, ast.Attribute):
+            arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        elif (sem.call_name(call) or "") == "torch.device" and call.args:
+            arg = call.args[0]
+        else:
+            arg = next((k.value for k in call.keywords if k.arg == "device"), None)
+        written = dotted(arg) if isinstance(arg, ast.Attribute) else None
+        if written and written.split(".")[0] in heads and project.cuda_setting(sem, written):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def _cuda_tensor_types(sem: SemanticModel) -> bool:
+    """The legacy CUDA tensor types: ``imgs.type(torch.cuda.FloatTensor)``, ``Tensor = torch.cuda.FloatTensor if ...``."""
+    return "torch.cuda." in sem.text.source and any(
+        (sem.qualname(n) or "").startswith("torch.cuda.") and n.attr.endswith("Tensor")  # type: ignore[attr-defined]
+        for n in sem.of_type(ast.Attribute))
 
 
 def in_test(sem: SemanticModel, node: ast.AST) -> bool:

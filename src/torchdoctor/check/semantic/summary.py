@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.loaders import class_yields_text
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
-from torchdoctor.check.semantic.models import class_has_dropout_or_bn
+from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_holds_no_state
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
 
@@ -25,6 +26,8 @@ class ClassSummary:
     name: str
     is_module: bool
     dropout_bn: bool
+    stateless: bool = False  # no parameters, buffers, submodules or tensors: nothing to move
+    yields_text: bool = False  # a Dataset whose items are strings read from a file
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class ModuleSummary:
     imports: dict[str, str] = field(default_factory=dict)
     star: list[tuple[int, str]] = field(default_factory=list)  # ``from m import *``
     accelerated: bool = False  # the module itself puts work on an accelerator (seen without other modules)
+    cuda_names: frozenset[str] = frozenset()  # module-level settings naming CUDA (``device = torch.device("cuda" ...)``)
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,14 @@ class CallRecord:
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
     out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
-                        star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem))
+                        star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem),
+                        cuda_names=_cuda_settings(sem))
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes
-        out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name))
+        out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name),
+                                         is_module and class_holds_no_state(sem, cls),
+                                         not is_module and class_yields_text(sem, cls))
     for funcs in sem.functions.values():
         for func in funcs:
             frame = sem.frame(func)
@@ -85,10 +92,22 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     return out
 
 
-def call_records(sem: SemanticModel, names: set[str]) -> list[CallRecord]:
-    """Records of the calls whose callee (as written) starts with one of ``names`` (imported names)."""
+def _cuda_settings(sem: SemanticModel) -> frozenset[str]:
+    """Module-level names set to a CUDA device or a choice that includes one: ``DEVICE = "cuda"``,
+    ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`` (a config module's)."""
+    out = set()
+    for n in sem.body(sem.index.tree):
+        if isinstance(n, ast.Assign) and sem.frame(n).kind == "module" and sem.function_of(n) is None \
+                and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and "cuda" in sem.segment(n.value):
+            out.add(n.targets[0].id)
+    return frozenset(out)
+
+
+def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None) -> list[CallRecord]:
+    """Records of the calls whose callee (as written) starts with one of ``names`` (imported names);
+    ``accelerator``: whether the module runs on one, when the caller knows better than the module alone."""
     out = []
-    accelerator = program.runs_on_accelerator(sem)
+    accelerator = program.runs_on_accelerator(sem) if accelerator is None else accelerator
     ddp = program.is_ddp_program(sem)
     for call in sem.calls:
         written = dotted(call.func)
