@@ -600,3 +600,43 @@ def test_a_device_set_in_a_config_module_makes_its_users_gpu_programs(project: P
     assert codes(results, "main.py") == [(8, "TD603")]
     assert codes(results, "engine.py") == [(7, "TD603")]  # its device comes from main.py's CFG.device
     assert codes(results, "tune.py") == []
+
+
+def test_a_training_function_given_the_device_but_moving_nothing_runs_where_its_caller_put_the_model(project: Path) -> None:
+    write(project, {
+        "engine.py": """\
+            import torch
+
+            def train_one_epoch(model, loader, optimizer, device, epoch):
+                for step, (examples, labels) in enumerate(loader):
+                    loss = model(examples, labels)
+                    print(loss.item())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        "finetune.py": """\
+            import torch
+            from engine import train_one_epoch
+
+            def get_args(parser):
+                parser.add_argument("--device", default="cuda")
+                return parser.parse_args()
+
+            def main(args, model, loader, optimizer):
+                device = torch.device(args.device)
+                model.to(device)
+                for epoch in range(3):
+                    train_one_epoch(model, loader, optimizer, device, epoch)
+            """,
+        "cpu_finetune.py": """\
+            import torch
+            from engine import train_one_epoch
+
+            def main(model, loader, optimizer):
+                train_one_epoch(model, loader, optimizer, torch.device("cpu"), 0)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD603",))
+    assert codes(check_files(["finetune.py", "engine.py"], settings), "engine.py") == [(6, "TD603")]
+    assert codes(check_files(["cpu_finetune.py", "engine.py"], settings), "engine.py") == []

@@ -90,12 +90,13 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     for use in body:
         if not (isinstance(use, ast.Name) and isinstance(use.ctx, ast.Load)):
             continue
-        if flow.is_cpu_name(use.id) or use.id in in_place or not _unmoved(ctx, use.id, use, node, batch):
-            continue
+        if flow.is_cpu_name(use.id) or use.id in in_place or not _unmoved(ctx, use.id, use, node, batch) \
+                or sem.guards.on_cpu_branch(use):
+            continue  # (``else: out = model(batch["img"])`` of ``if torch.cuda.is_available():`` runs on the CPU)
         consumer, moved = flow.path_to_consumer(ctx.semantic, use, node)
         if consumer is None and not moved:
             consumer = flow.combined_in_helper(ctx.semantic, use, node)
-        if consumer is None or moved:
+        if consumer is None or moved or _scatters_inputs(ctx, consumer):
             continue
         element = _element_text(ctx, use)
         if element in seen or flow.is_cpu_name(element.split("[")[-1].strip("'\"]")):
@@ -105,6 +106,18 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         why = "(inputs were moved)" if partial else f"(the model is on `{device}`)"
         ctx.report("TD302", use, f"batch element `{element}` is used by `{callee}(...)` without being moved to `{device}` {why}",
                    fix=f"move it with the others: `{element}.to({device})`")
+
+
+def _scatters_inputs(ctx: Context, call: ast.Call) -> bool:
+    """``net = nn.DataParallel(model).cuda(); net([img.cuda(), annot])``: DataParallel's forward scatters every
+    tensor of its inputs to the GPUs itself."""
+    sem = ctx.semantic
+    key = dotted(call.func)
+    b = sem.binding_at(key, call) if key else None
+    value = b.value if b is not None and not b.is_param else None
+    return value is not None and any(
+        isinstance(n, ast.Call) and (ctx.call_name(n) or "").rsplit(".", 1)[-1] == "DataParallel"
+        for n in sem.subtree(value))
 
 
 def _moved_key_by_key(ctx: Context, body: list[ast.AST], batch: set[str]) -> set[str]:
@@ -232,7 +245,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
         return
     sem = ctx.semantic
     if keyword(node, "device") or has_kwargs(node) or not program.runs_on_accelerator(sem) or _scalar_tensor(node) \
-            or program.is_rpc_program(sem):
+            or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     region = _region(ctx, node)
     if region is None:

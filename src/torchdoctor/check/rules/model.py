@@ -112,6 +112,15 @@ def _input_move_device(ctx: Context, node: ast.Call) -> str | None:
     return dev
 
 
+_STATELESS_LAYERS = frozenset(
+    "Upsample UpsamplingBilinear2d UpsamplingNearest2d ReLU ReLU6 LeakyReLU GELU SiLU Mish Sigmoid Tanh Softmax "
+    "Softmax2d LogSoftmax Softplus ELU Hardtanh Hardswish Hardsigmoid Dropout Dropout1d Dropout2d Dropout3d "
+    "AlphaDropout Identity Flatten Unflatten MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d "
+    "AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d "
+    "PixelShuffle PixelUnshuffle ZeroPad2d ConstantPad1d ConstantPad2d ConstantPad3d ReflectionPad1d ReflectionPad2d "
+    "ReplicationPad1d ReplicationPad2d ReplicationPad3d CosineSimilarity PairwiseDistance ChannelShuffle".split())
+
+
 def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
     """A model constructor (not ``maml.clone()``, a model method that returns a model where its receiver
     is), or an in-file builder that returns a model it did not move itself."""
@@ -119,6 +128,8 @@ def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
     if sem.call_kind(call, at) != "model":
         return False
     q = ctx.call_name(call) or ""
+    if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in _STATELESS_LAYERS:
+        return False  # ``nn.Upsample(...)``, ``nn.ReLU()``: no parameters or buffers, nothing to move
     if sem.kinds.is_model_constructor(call, q, q.rsplit(".", 1)[-1]):
         cls = sem.calls_index.classes.get(q)
         if cls is None:  # a class of another module of the project, or of a library

@@ -385,12 +385,12 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
         return True
     if _NOT_MODEL.search(last):
         return False
+    if _container_value(ctx, expr) is not None:
+        return False  # ``model_to_save = {"model": weights}``, ``new_model = dict()``: named like a model, a dict
     if ctx.semantic.expr_kind(expr, expr) in ("model", "wrapper"):
         return True
     if last == "module":  # model.module: the model inside a (D)DP wrapper
         return "." in name and is_model_expr(ctx, expr.value)  # type: ignore[attr-defined]
-    if _container_value(ctx, expr) is not None:
-        return False  # ``model_to_save = {"model": weights}``: named like a model, bound to a dict
     if isinstance(expr, ast.Name) and _plain_value(ctx, expr):
         return False  # ``base_model: str``, ``model = "gpt2"``: a name or path, not a module
     return bool(_MODEL_NAME.match(last))
@@ -608,47 +608,6 @@ def _chain_methods(expr: ast.AST) -> list[str]:
             return out
 
 
-def _on_cpu_branch(ctx: Context, node: ast.AST) -> bool:
-    """``node`` runs only when a test says the device is the CPU: ``if self.device == torch.device("cpu"):``,
-    ``if x.device.type == "cpu":``, or the ``else`` of ``if x.is_cuda:`` / ``if device == "cuda":``."""
-    sem = ctx.semantic
-    child = node
-    for parent in sem.ancestors(node):
-        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return False
-        if isinstance(parent, ast.If) and child is not parent.test:
-            says = _device_test(ctx, parent.test)
-            if says is not None and (says == "cpu") == (child in parent.body):
-                return True
-        child = parent
-    return False
-
-
-def _spelled(ctx: Context, expr: ast.AST) -> str:
-    """The expression's text, or for a name the text of the value it holds (``_CPU_DEVICE = torch.device("cpu")``)."""
-    if isinstance(expr, ast.Name):
-        b = ctx.semantic.binding_at(expr.id, expr)
-        if b is not None and b.value is not None and not b.is_param:
-            return f"{expr.id} {ctx.segment(b.value)}"
-    return ctx.segment(expr)
-
-
-def _device_test(ctx: Context, test: ast.AST) -> str | None:
-    """"cpu" or "gpu" for a test that compares a device with one, else None."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = _device_test(ctx, test.operand)
-        return None if inner is None else "gpu" if inner == "cpu" else "cpu"
-    if isinstance(test, ast.Attribute) and test.attr == "is_cuda":
-        return "gpu"
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
-        text = " ".join(_spelled(ctx, x) for x in (test.left, test.comparators[0]))
-        kind = "cpu" if re.search(r"""["']cpu["']""", text) else "gpu" if re.search(r"""["']cuda(:\d+)?["']""", text) else None
-        if kind is None or "device" not in text and ".type" not in text:
-            return None
-        return kind if isinstance(test.ops[0], ast.Eq) else ("gpu" if kind == "cpu" else "cpu")
-    return None
-
-
 @rule("TD501", calls=("numpy",))
 def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
     """`.numpy()` on a tensor that may be on a GPU or require grad.
@@ -668,7 +627,7 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
     if any(k.arg == "force" for k in node.keywords) or node.keywords:
         return
     gpu, grad = _flags(ctx, func.value)
-    gpu = gpu and program.runs_on_accelerator(ctx.semantic) and not _on_cpu_branch(ctx, node)
+    gpu = gpu and program.runs_on_accelerator(ctx.semantic) and not ctx.semantic.guards.on_cpu_branch(node)
     if not (gpu or grad):
         return
     chain = _chain_methods(func.value)

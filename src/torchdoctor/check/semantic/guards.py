@@ -328,6 +328,49 @@ class Guards:
 
         return self._test_memo(test, "device", compute)
 
+    def on_cpu_branch(self, node: ast.AST) -> bool:
+        """``node`` runs only where a test says the device is the CPU: ``if self.device == torch.device("cpu"):``,
+        ``if x.device.type == "cpu":``, or the ``else`` of ``if torch.cuda.is_available():`` / ``if x.is_cuda:`` /
+        ``if use_cuda:`` / ``if device == "cuda":``."""
+        child = node
+        for parent in self.index.ancestors(node):
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return False
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                says = self._device_test(parent.test)
+                in_body = child in parent.body if isinstance(parent, ast.If) else child is parent.body
+                if says is not None and (says == "cpu") == in_body:
+                    return True
+            child = parent
+        return False
+
+    def _device_test(self, test: ast.AST) -> str | None:
+        """"cpu" or "gpu" for a test that tells which device runs, else None."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._device_test(test.operand)
+            return None if inner is None else "gpu" if inner == "cpu" else "cpu"
+        if isinstance(test, ast.Call):
+            return "gpu" if (self.names.call_name(test) or "") in ("torch.cuda.is_available",) else None
+        if isinstance(test, (ast.Name, ast.Attribute)):
+            last = (dotted(test) or "").rsplit(".", 1)[-1]
+            return "gpu" if last in ("is_cuda", "cuda", "use_cuda", "gpu", "use_gpu", "on_gpu", "has_cuda") else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+            text = " ".join(self._spelled(x) for x in (test.left, test.comparators[0]))
+            kind = "cpu" if re.search(r"""["']cpu["']""", text) else \
+                "gpu" if re.search(r"""["']cuda(:\d+)?["']""", text) else None
+            if kind is None or "device" not in text and ".type" not in text:
+                return None
+            return kind if isinstance(test.ops[0], ast.Eq) else ("gpu" if kind == "cpu" else "cpu")
+        return None
+
+    def _spelled(self, expr: ast.AST) -> str:
+        """The expression's text, or for a name the text of the value it holds (``_CPU = torch.device("cpu")``)."""
+        if isinstance(expr, ast.Name):
+            b = self.bindings.at(expr.id, expr)
+            if b is not None and b.value is not None and not b.is_param:
+                return f"{expr.id} {self.segment(b.value)}"
+        return self.segment(expr)
+
     def in_handler(self, node: ast.AST, stop: ast.AST) -> bool:
         """Inside an ``except`` block below the frame of ``stop`` (OOM recovery runs rarely, not every step)."""
         frame = self.index.frame.get(node)

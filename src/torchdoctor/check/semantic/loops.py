@@ -22,6 +22,7 @@ EVAL_FUNC = re.compile(r"(?i)(eval|valid|test|predict|infer|score)")
 # ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
 _GETS_BATCH = re.compile(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
 _ITERATOR_NAME = re.compile(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
+_DATASET_NAME = re.compile(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
 _TRAINISH = re.compile(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
@@ -118,14 +119,21 @@ class Loops:
         return info
 
     def _describe_while(self, info: LoopInfo, body: list[ast.AST]) -> None:
-        # ``while True: x, y = get_batch("train")`` / ``batch = next(it)``.
+        # ``while True: x, y = get_batch("train")`` / ``batch = next(it)`` / ``for i in range(len(dataset)):
+        # data = dataset[i]`` (an evaluation over the dataset's items, one by one).
         for node in body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if not isinstance(node, ast.Assign):
+                continue
+            if isinstance(node.value, ast.Call):
                 name = (dotted(node.value.func) or "").rsplit(".", 1)[-1]
-                if name == "next" or _GETS_BATCH.search(name):
-                    info.is_batch = True
-                    for t in node.targets:
-                        info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
+                fetched = name == "next" or bool(_GETS_BATCH.search(name))
+            else:
+                fetched = isinstance(node.value, ast.Subscript) and bool(
+                    _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1]))
+            if fetched:
+                info.is_batch = True
+                for t in node.targets:
+                    info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
 
     def _is_loader(self, it: ast.AST, loop: ast.AST) -> bool:
         if isinstance(it, (ast.List, ast.Tuple, ast.Set)) and all(isinstance(e, ast.Constant) for e in it.elts):

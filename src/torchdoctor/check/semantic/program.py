@@ -30,6 +30,7 @@ _QUIET_DEVICE_KW = re.compile(
 # A device given as a process's GPU index: `.to(local_rank)`, `.cuda(args.gpu)`, `torch.device(rank)`.
 _RANK_DEVICE = re.compile(r"(?i)(^|[._])(local_rank|rank|gpu|gpu_id|gpus|device_id|local_gpu|cuda_device)$")
 _DEVICE_PARAM = re.compile(r"(?i)^(device|dev|.*_device)$")
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
 
 
@@ -358,6 +359,13 @@ def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
                 out.append(found)  # ``self.device = device`` in ``__init__``, then ``x.to(self.device)``
             elif b is not None and (found := _options_param(sem, func, b)) and found not in out:
                 out.append(found)  # ``device = torch.device(args.device)``: the options object carries the device
+        for funcs in sem.functions.values():  # ``train_one_epoch(model, loader, optimizer, device)`` whose loop
+            for func in funcs:                # moves nothing itself: its caller put the model on that device
+                params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+                dev = next((p for p in params if p in ("device", "dev")), None)
+                if dev is not None and (func, dev) not in out and any(
+                        isinstance(n, _LOOPS) and sem.loop_kind(n) in ("train", "eval") for n in sem.local_nodes(func)):
+                    out.append((func, dev))
         return out
 
     return sem.cached("device_params", compute)  # type: ignore[no-any-return]
