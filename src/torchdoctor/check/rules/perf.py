@@ -512,7 +512,11 @@ def _sync_site(ctx: Context, node: ast.Call) -> str | None:
             return None  # a host tensor: reading it waits for no GPU
         return None if _inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
     if isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1:
-        return f"`{node.func.id}({ctx.name(node.args[0])})`" if _tensor_value(ctx, node.args[0], node) else None
+        arg = node.args[0]  # ``float(loss)``, ``bool(loss == 0)``
+        parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
+            [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
+        tensor = any(_tensor_value(ctx, p, node) for p in parts)
+        return f"`{node.func.id}({ctx.name(arg)})`" if tensor else None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
             if not isinstance(arg, ast.JoinedStr) and _tensor_value(ctx, arg, node):
