@@ -29,6 +29,9 @@ _OFF_WRAPPER = re.compile(r"(?i)^\w*(inference_mode|no_grad)\w*$")
 _RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
 
 
+_GPU_FLAG = re.compile(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
+
+
 class Guards:
     def __init__(self, index: Index, names: Names, bindings: Bindings, segment: Callable[[ast.AST], str],
                  call_sites: Callable[[ast.AST], list[ast.Call]]) -> None:
@@ -353,7 +356,7 @@ class Guards:
             return "gpu" if (self.names.call_name(test) or "") in ("torch.cuda.is_available",) else None
         if isinstance(test, (ast.Name, ast.Attribute)):
             last = (dotted(test) or "").rsplit(".", 1)[-1]
-            return "gpu" if last in ("is_cuda", "cuda", "use_cuda", "gpu", "use_gpu", "on_gpu", "has_cuda") else None
+            return "gpu" if _GPU_FLAG.match(last) else None
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
             text = " ".join(self._spelled(x) for x in (test.left, test.comparators[0]))
             kind = "cpu" if re.search(r"""["']cpu["']""", text) else \
