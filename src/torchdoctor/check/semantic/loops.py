@@ -22,6 +22,7 @@ EVAL_FUNC = re.compile(r"(?i)(eval|valid|test|predict|infer|score)")
 # ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
 _GETS_BATCH = re.compile(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
 _ITERATOR_NAME = re.compile(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
+_ITEM_GETTER = re.compile(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|example|anno)?$")
 _DATASET_NAME = re.compile(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
 _TRAINISH = re.compile(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
@@ -127,6 +128,9 @@ class Loops:
             if isinstance(node.value, ast.Call):
                 name = (dotted(node.value.func) or "").rsplit(".", 1)[-1]
                 fetched = name == "next" or bool(_GETS_BATCH.search(name))
+                func = node.value.func  # ``img = dataset.pull_item(i)``: an item of the dataset, by index
+                fetched = fetched or isinstance(func, ast.Attribute) and bool(_ITEM_GETTER.match(func.attr)) and \
+                    bool(_DATASET_NAME.search((dotted(func.value) or "").rsplit(".", 1)[-1]))
             else:
                 fetched = isinstance(node.value, ast.Subscript) and bool(
                     _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1]))

@@ -311,8 +311,9 @@ class SemanticModel:
         b = self.binding_at(key, at)
         return b is not None and b.value is not None and not b.is_param and self.value_is_moved(b.value)
 
-    def value_is_moved(self, value: ast.AST) -> bool:
-        """A device move at the top of the expression, under dtype/shape methods: ``x.to(d).float()``."""
+    def value_is_moved(self, value: ast.AST, depth: int = 0) -> bool:
+        """A device move at the top of the expression, under dtype/shape methods: ``x.to(d).float()``; also
+        ``batch = tuple(t.to(d) for t in batch)`` and the names unpacked from it (``x, y = batch``)."""
         node = value
         while True:
             if isinstance(node, ast.Call):
@@ -321,6 +322,13 @@ class SemanticModel:
                 if isinstance(node.func, ast.Attribute):
                     node = node.func.value
                     continue
+                if isinstance(node.func, ast.Name) and node.func.id in ("tuple", "list") and len(node.args) == 1:
+                    node = node.args[0]
+                    continue
+            if isinstance(node, ast.Name) and depth < 2:
+                b = self.binding_at(node.id, node)
+                return b is not None and b.value is not None and not b.is_param and b.node is not value and \
+                    self.value_is_moved(b.value, depth + 1)
             if isinstance(node, (ast.Subscript, ast.Starred)):
                 node = node.value
                 continue
