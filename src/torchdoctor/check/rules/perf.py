@@ -336,7 +336,8 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
         return None  # an error message is built once, on the way out
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
-        if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop):
+        if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
+                or _first_pass_only(ctx, node, loop):
             return None
         return loop
     func = sem.function_of(node)
@@ -350,6 +351,26 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
 
 
 @rule("TD602", calls=("empty_cache",))
+def _first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``if len(all_preds) == 0: all_preds.append(...)`` (else: ``np.append``): a branch for the loop's first
+    pass, while a list the loop fills is still empty."""
+    sem = ctx.semantic
+    child = node
+    for parent in sem.ancestors(node):
+        if parent is loop:
+            return False
+        if isinstance(parent, ast.If) and child in parent.body:
+            test = parent.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
+                    isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
+                    isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
+                filled = dotted(test.left.args[0])
+                return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
+                           and dotted(n.func.value) == filled for n in sem.body(loop))
+        child = parent
+    return False
+
+
 def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
     """`torch.cuda.empty_cache()` inside the training loop.
 
