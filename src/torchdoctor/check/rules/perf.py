@@ -350,7 +350,6 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     return None
 
 
-@rule("TD602", calls=("empty_cache",))
 def _first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``if len(all_preds) == 0: all_preds.append(...)`` (else: ``np.append``): a branch for the loop's first
     pass, while a list the loop fills is still empty."""
@@ -371,6 +370,7 @@ def _first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
+@rule("TD602", calls=("empty_cache",))
 def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
     """`torch.cuda.empty_cache()` inside the training loop.
 
