@@ -47,8 +47,8 @@ def install(session: Any) -> Patches:
     try:
         p.replace(torch.nn.Module, "__call__", lambda orig: hot.module_call(session, orig))
         p.undo(_forget_in_dynamo(torch.nn.Module.__call__, torch.nn.Module.__dict__["__call__"].__wrapped__))
-        p.handle(optim_mod.register_optimizer_step_pre_hook(session.on_step_pre))
-        p.handle(optim_mod.register_optimizer_step_post_hook(session.on_step_post))
+        p.handle(optim_mod.register_optimizer_step_pre_hook(hot.step_pre(session)))
+        p.handle(optim_mod.register_optimizer_step_post_hook(hot.step_post(session)))
         p.replace(torch.autograd, "backward", lambda orig: hot.backward(session, orig))
         p.replace(torch.autograd, "grad", lambda orig: _grad(session, orig))
         p.replace(dl._BaseDataLoaderIter, "__init__", lambda orig: _iter_init(session, orig))
