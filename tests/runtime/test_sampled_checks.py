@@ -108,26 +108,24 @@ class _Loss:
         self.grad_fn = _Node()
 
 
-def drive(check: losses.LossCheck, passes: int, keep: bool = False) -> tuple[int, list]:
-    """Backward passes as hot.backward makes them (counting ``skip`` down); (calls made, losses kept)."""
+def drive(check: losses.LossCheck, passes: range, keep: bool = False) -> tuple[int, list]:
+    """Backward passes (numbered) as hot.backward makes them, calling only from ``due`` on: (calls, losses kept)."""
     calls, kept = 0, []
-    for _ in range(passes):
+    for n in passes:
         loss = _Loss()
         if keep:
             kept.append(loss)
-        if check.skip:
-            check.skip -= 1
-        else:
+        if n >= check.due:
             calls += 1
-            check.on_backward(loss, lambda: None)
+            check.on_backward(loss, lambda: None, None, n)
     return calls, kept
 
 
 def test_the_loss_check_looks_at_few_passes_of_a_clean_run_and_at_every_one_once_a_loss_is_kept():
     check = losses.LossCheck()
-    calls, _ = drive(check, 1000)
-    assert losses._FIRST < calls < losses._FIRST + 2 * 1000 // 8 and check._count > 990 and not check.findings
-    calls, kept = drive(check, 40, keep=True)  # a late pitfall: every pass is looked at once one is seen kept
+    calls, _ = drive(check, range(1, 1001))
+    assert losses._FIRST < calls < losses._FIRST + 2 * 1000 // 8 and check.due > 1000 and not check.findings
+    calls, kept = drive(check, range(1001, 1041), keep=True)  # a late pitfall: every pass is looked at once one is kept
     assert check.findings and check.findings[0].code == "TD405" and len(kept) == 40
     found = re.search(r"alive at step (\d+) \(the oldest from step (\d+)\)", check.findings[0].message)
     assert found and 1000 < int(found[2]) < int(found[1]) <= 1040

@@ -77,7 +77,7 @@ class Timeline:
             if len(self._rows) >= MAX_STEPS:
                 self.thin()
         self._start = now
-        sums[:] = (0.0, 0.0, 0.0, 0.0, 0.0)
+        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
 
     def thin(self) -> None:
         """Keep every other step from now on (``MAX_STEPS`` kept): the kept counts stay multiples of the stride."""

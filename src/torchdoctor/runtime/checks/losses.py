@@ -29,7 +29,7 @@ _FIRST = 64  # backward passes tagged each, before sampling starts
 # then one tagged 8, then 9 passes after the last, in turn: 17 passes a cycle, a prime, so that the passes tagged
 # fall on every position of an epoch of any shorter length (a loss summed per epoch is kept past its position)
 _GAPS = (8, 9)
-_DONE = 1 << 62  # backward passes to skip once reported
+_DONE = 1 << 62  # ``due`` once reported: never called again
 # nodes a framework or the user puts over the loss they hold: GradScaler's and accumulation's scaling, sums
 _SCALED = frozenset({"MulBackward0", "DivBackward0", "AddBackward0"})
 
@@ -45,8 +45,9 @@ class LossCheck:
     9 is tagged and looked at again ``_AGE`` passes later (whether it is
     kept is decided there, as when every pass is tagged); once a loss is
     kept after the first ``_FIRST`` passes, every pass is tagged again, so the
-    losses kept at once are counted as without sampling. The caller skips the ``skip`` backward passes that
-    need no look (counting down). All of it counts backward passes: no clock.
+    losses kept at once are counted as without sampling. The caller skips
+    the backward passes before ``due``. All of it counts backward passes: no
+    clock.
     """
 
     def __init__(self) -> None:
@@ -56,15 +57,16 @@ class LossCheck:
         self._every = False  # a loss was kept: every pass is tagged from now on
         self._tags = 0  # passes tagged while sampling (which gap comes next)
         self._looking = False  # sampling: the next call only looks at the loss tagged _AGE passes before
-        self.skip = 0  # backward passes to come that need no call (hot.backward counts them down)
-        self._skipping = 0  # what skip was set to
+        self.due = 0  # the backward pass this needs to be called at next (hot.backward skips the ones before)
         self._where: Location | None = None
         self._frame_hint: tuple[Any, str] | None = None  # (code of the backward's frame, the loss's name there)
         self.findings: list[Finding] = []
 
-    def on_backward(self, tensors: Any, where: Any, frame_hint: Any = None) -> None:
-        self._count += self._skipping - self.skip + 1  # the passes skipped since the last call, and this one
-        self._skipping = self.skip = 0
+    def on_backward(self, tensors: Any, where: Any, frame_hint: Any = None, passes: int | None = None) -> None:
+        """At a backward pass: ``passes`` counts them (the caller's count, which skips the calls of the passes
+        before ``due``); None counts this call."""
+        self._count = passes if passes is not None else self._count + 1
+        self.due = 0
         looking, self._looking = self._looking, False
         young = self._young
         while young and young[0][0] <= self._count - _AGE:  # outlived _AGE more backward passes: kept if alive
@@ -72,20 +74,16 @@ class LossCheck:
             if old[1]() is not None:
                 self._keep(old)
         if self.findings:  # reported once: nothing more to learn
-            self._skipping = self.skip = _DONE
+            self.due = _DONE
             return
         if looking and not self._every:  # sampling, and nothing kept: on to the next pass to tag
-            self._skip_to(_GAPS[self._tags % 2] - _AGE)
+            self.due = self._count + _GAPS[self._tags % 2] - _AGE
             return
         node = getattr(tensors, "grad_fn", None)
         if node is not None and self._tag(node, tensors, where, frame_hint) and not self._every and self._count >= _FIRST:
             self._tags += 1
             self._looking = True
-            self._skip_to(_AGE)  # look at it again _AGE passes later
-
-    def _skip_to(self, passes: int) -> None:
-        """The next call is ``passes`` backward passes from this one."""
-        self._skipping = self.skip = passes - 1
+            self.due = self._count + _AGE  # look at it again _AGE passes later
 
     def _tag(self, node: Any, tensors: Any, where: Any, frame_hint: Any) -> bool:
         sentinel = _Sentinel()
