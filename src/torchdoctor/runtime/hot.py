@@ -13,7 +13,8 @@ recomputation), pass straight through, doing what
 extra frame); this is decided first, on one flag, so that a model's inner
 calls cost one attribute read more than without the watch. Calls dynamo
 traces outside a root call pass through too (it inlines the wrapper and
-reads only flags, never a module). Their frames say ``__tracebackhide__`` so
+reads only flags, never a module); dynamo is asked whether it traces only
+once ``torch._dynamo`` is imported (``patches._watch_dynamo_import``). Their frames say ``__tracebackhide__`` so
 that pytest and IPython leave them out.
 """
 
@@ -37,6 +38,8 @@ def module_call(session: Any, orig: Any) -> Any:
     compiling = torch.compiler.is_dynamo_compiling  # False in eager (one trivial call), True while dynamo traces
     grad_enabled = torch.is_grad_enabled
     timeline, roots, since, watch_autocast = session.timeline, session._root_info, session._since_backward, session._watch_autocast
+    # nothing traces before torch._dynamo is imported: until then the call to compiling() is saved
+    dynamo = session._dynamo_seen
 
     @functools.wraps(orig)
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
@@ -44,7 +47,7 @@ def module_call(session: Any, orig: Any) -> Any:
         if session._busy:  # inside a root call: what Module._wrapped_call_impl does, without its extra frame
             impl = module._compiled_call_impl
             return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
-        if compiling():
+        if dynamo[0] and compiling():
             return orig(module, *args, **kwargs)
         tl = timeline
         if tl.phase != FORWARD:  # Timeline.enter, in place

@@ -123,6 +123,7 @@ class WatchSession:
         self._facts_trained: tuple[Any, ...] | None = None  # the facts whose device is in _train_devices already
         self._autocast_now = False
         self._where = self.call_location  # one bound method, handed to the checks at every step
+        self._dynamo_seen = [False]  # torch._dynamo imported (before or during the session): see patches.install
         self._patches = patches.install(self)
         self._probe_obj.start_sync_watch(self._on_sync)
 
