@@ -10,13 +10,27 @@ other processes than wall time), with the quartiles of the repetitions as the
 spread, and the wall-time ratio beside it. Two untimed steps start each run,
 plain and watched alike: a session's once-per-session work (reading the model,
 finding the user's lines) is not a cost per step.
-Usage: python benchmarks/bench_watch.py [--reps 21] [--steps 20]
+
+``--instructions`` adds a deterministic count beside the timed figures, which
+on a loaded machine scatter by tens of microseconds: the same steps run under
+valgrind's callgrind, which counts the instructions of the measured steps
+only (collection is on only inside ``sys.call_tracing``, which runs them), plain and watched, each as the difference of a run of N steps and an
+empty one. The extra instructions a step are turned into microseconds at the
+plain step's own measured cost per instruction, timed natively in this run.
+Usage: python benchmarks/bench_watch.py [--reps 21] [--steps 20] [--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -39,21 +53,26 @@ def mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
 
 
+# name: (model, input shape, classes)
+WORKLOADS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...], int]] = {
+    "cnn": (cnn, (32, 3, 32, 32), 10), "mlp": (mlp, (32, 16), 4)}
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, criterion: nn.Module, part: Batches) -> None:
+    for x, y in part:
+        opt.zero_grad(set_to_none=True)
+        loss = criterion(model(x), y)
+        loss.backward()
+        opt.step()
+
+
 def steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer, warm: int = 2) -> tuple[float, float]:
     """(wall, thread CPU) seconds per step, after ``warm`` untimed steps (in a watch: its once-per-session work,
     such as reading the model and finding the user's lines, is not a cost per step)."""
     criterion = nn.CrossEntropyLoss()
-
-    def run(part: Batches) -> None:
-        for x, y in part:
-            opt.zero_grad(set_to_none=True)
-            loss = criterion(model(x), y)
-            loss.backward()
-            opt.step()
-
-    run(batches[:warm])
+    train(model, opt, criterion, batches[:warm])
     t0, c0 = time.perf_counter(), time.thread_time()
-    run(batches)
+    train(model, opt, criterion, batches)
     return (time.perf_counter() - t0) / len(batches), (time.thread_time() - c0) / len(batches)
 
 
@@ -62,12 +81,17 @@ def watched_steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer
         return steps(model, batches, opt)
 
 
-def measure(make: Callable[[], nn.Module], shape: tuple[int, ...], classes: int, reps: int, n: int) -> dict[str, list[float]]:
-    """Per repetition: watched/plain (wall, CPU) and the watch's CPU microseconds per step."""
+def workload(name: str, n: int) -> tuple[nn.Module, torch.optim.Optimizer, Batches]:
+    make, shape, classes = WORKLOADS[name]
     torch.manual_seed(0)
     model = make()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    batches = [(torch.randn(*shape), torch.randint(0, classes, (shape[0],))) for _ in range(n)]
+    return model, opt, [(torch.randn(*shape), torch.randint(0, classes, (shape[0],))) for _ in range(n)]
+
+
+def measure(name: str, reps: int, n: int) -> dict[str, list[float]]:
+    """Per repetition: watched/plain (wall, CPU) and the watch's CPU microseconds per step."""
+    model, opt, batches = workload(name, n)
     steps(model, batches, opt)  # warm-up, both ways
     watched_steps(model, batches, opt)
     out: dict[str, list[float]] = {"wall": [], "cpu": [], "extra_us": [], "plain_us": []}
@@ -102,16 +126,136 @@ def line(name: str, r: dict[str, list[float]], *, ratio_target: float | None = N
     return "; ".join(parts)
 
 
+# -- instruction counts under callgrind ---------------------------------------------------------------------
+COUNT_WARM = 80  # steps before a counted run: past a session's start-up work and its checks' every-step beginning
+COUNT_CYCLE = 136  # a counted run's steps are a multiple of the sampled checks' cycles (8 steps; 17 backward passes)
+COUNTED = "sys_call_tracing"  # CPython's C function behind sys.call_tracing, which nothing else calls
+
+
+def counted(run: Callable[[], None]) -> None:
+    """Run ``run()`` through ``sys.call_tracing`` (with no tracer set, a plain call): callgrind started with
+    --toggle-collect=sys_call_tracing --dump-before/--dump-after=sys_call_tracing counts exactly its
+    instructions, in a file of their own. A full collection first: each counted run starts from the same garbage collector state."""
+    gc.collect()
+    sys.call_tracing(run, ())
+
+
+def instrument(on: bool) -> None:
+    """Switch callgrind's instrumentation on or off (off at start: importing torch instrumented takes minutes;
+    the steps before a counted run need none either)."""
+    control = subprocess.Popen(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while control.poll() is None:  # keep running Python code: valgrind's gdbserver answers between blocks
+        if time.monotonic() > deadline:
+            control.kill()
+            control.wait()
+            raise SystemExit("callgrind_control did not answer in 120 s")
+        sum(range(1000))
+
+
+def count_child(name: str, n: int, rounds: int) -> None:
+    """Runs under callgrind: per round, plain then watched, an empty counted run and one of ``n`` steps."""
+    from torchdoctor.runtime import session, timeline
+
+    # valgrind runs ~50x slower: the 50 ms host-memory timer would read RSS at every step, not every ~80th
+    for module in (session, timeline):
+        if hasattr(module, "RSS_EVERY_S"):
+            module.RSS_EVERY_S = float("inf")
+    model, opt, batches = workload(name, n + COUNT_WARM)
+    warm, timed = batches[:COUNT_WARM], batches[COUNT_WARM:]
+    criterion = nn.CrossEntropyLoss()
+
+    def count() -> None:
+        instrument(True)
+        counted(lambda: train(model, opt, criterion, []))
+        counted(lambda: train(model, opt, criterion, timed))
+        instrument(False)
+
+    for _ in range(rounds):
+        train(model, opt, criterion, warm)
+        count()
+        with torchdoctor.watch(environment=False):
+            train(model, opt, criterion, warm)
+            count()
+
+
+def count_instructions(name: str, n: int, rounds: int, timeout: float) -> list[tuple[float, float]]:
+    """Per round: (plain, watched) instructions a step, as counted by callgrind in a child process."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--instructions needs valgrind (callgrind_control on PATH): apt-get install valgrind")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", f"--toggle-collect={COUNTED}",
+               f"--dump-before={COUNTED}", f"--dump-after={COUNTED}", f"--callgrind-out-file={out}",
+               sys.executable, os.path.abspath(__file__), "--count-child", name, str(n), str(rounds)]
+        done = subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"}, timeout=timeout,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"callgrind run of {name} failed (exit {done.returncode}):\n{done.stdout[-3000:]}")
+        dumps = sorted((int(f.rsplit(".", 1)[1]), f) for f in os.listdir(tmp) if re.fullmatch(r"callgrind\.out\.\d+", f))
+        # each counted run's own file, written as it returns: dumping as it starts too restarts the count there
+        # (switching instrumentation off and on between runs would leave the next file's total off)
+        totals = [t for t in (_total(os.path.join(tmp, f)) for _, f in dumps) if t is not None]
+    if len(totals) != 4 * rounds:
+        raise SystemExit(f"expected {4 * rounds} callgrind dumps for {name}, found {len(totals)} (another sys.call_tracing call?)")
+    return [((totals[i + 1] - totals[i]) / n, (totals[i + 3] - totals[i + 2]) / n) for i in range(0, len(totals), 4)]
+
+
+def _total(path: str) -> int | None:
+    """The instructions of a file written at the end of a counted run; None for one written at its start."""
+    after = False
+    with open(path) as f:
+        for text in f:
+            if text.startswith("desc: Trigger:"):
+                after = "--dump-after" in text
+            elif text.startswith(("summary:", "totals:")):
+                return int(text.split()[1]) if after else None
+    raise SystemExit(f"no instruction total in {path}")
+
+
+def count_line(name: str, rounds: list[tuple[float, float]], plain_us: float, *, ratio_target: float | None = None,
+               us_target: float | None = None) -> str:
+    plain = statistics.median(p for p, _ in rounds)
+    extra = statistics.median(w - p for p, w in rounds)
+    ns = plain_us * 1e3 / plain  # the plain step's own cost per instruction, timed natively above
+    each = ", ".join(f"{w - p:+,.0f}" for p, w in rounds)
+    return (f"{name}: instructions a step (callgrind) plain {plain:,.0f}, watch {extra:+,.0f} ({extra / plain * 100:+.2f} %"
+            + (f"; target <= +{ratio_target:g} %" if ratio_target is not None else "") + f"; rounds {each}) = "
+            f"{extra * ns / 1e3:+.2f} us a step at the plain step's {ns:.3f} ns an instruction ({plain_us:.0f} us CPU "
+            "timed above / its instruction count)" + (f"; target <= {us_target:g} us" if us_target is not None else "")
+            + "; host-memory reads (one every 50 ms) not counted")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=21)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--instructions", action="store_true",
+                        help="also count instructions a step under callgrind (deterministic; needs valgrind)")
+    parser.add_argument("--count-cnn", action="store_true",
+                        help="with --instructions, count the small CNN too (slow: tens of minutes under callgrind)")
+    parser.add_argument("--count-steps", type=int, default=COUNT_CYCLE,
+                        help=f"steps of a counted run of the tiny MLP, a multiple of {COUNT_CYCLE} (%(default)s)")
+    parser.add_argument("--count-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    torch.set_num_threads(1)
+    if args.count_child:
+        count_child(args.count_child[0], int(args.count_child[1]), int(args.count_child[2]))
+        return
     if args.reps < 4:
         parser.error("--reps must be at least 4 (quartiles)")
-    torch.set_num_threads(1)
-    print(line("small CNN, 32x32 images", measure(cnn, (32, 3, 32, 32), 10, args.reps, args.steps), ratio_target=1))
-    print(line("tiny MLP               ", measure(mlp, (32, 16), 4, args.reps, args.steps * 10), us_target=5))
+    if args.count_steps < COUNT_CYCLE or args.count_steps % COUNT_CYCLE:
+        parser.error(f"--count-steps must be a positive multiple of {COUNT_CYCLE} (the sampled checks' cycles)")
+    cnn_r, mlp_r = measure("cnn", args.reps, args.steps), measure("mlp", args.reps, args.steps * 10)
+    print(line("small CNN, 32x32 images", cnn_r, ratio_target=1))
+    print(line("tiny MLP               ", mlp_r, us_target=5))
+    if args.instructions and args.count_cnn:  # 8 steps, one round: a CNN step is ~50x a tiny MLP's
+        print(count_line("small CNN, 32x32 images", count_instructions("cnn", 8, 1, 3600),
+                         statistics.median(cnn_r["plain_us"]), ratio_target=1))
+    if args.instructions:
+        print(count_line("tiny MLP               ", count_instructions("mlp", args.count_steps, 2, 1800),
+                         statistics.median(mlp_r["plain_us"]), us_target=5))
 
 
 if __name__ == "__main__":

@@ -1,26 +1,32 @@
-"""The watch's per-call wrappers: Module.__call__, autograd.backward and the data loader's __next__.
+"""The watch's per-call wrappers and hooks: Module.__call__, autograd.backward, optimizer steps, batches.
 
-They run at every module call, every backward and every batch, so each does
-the session's steady-state work inline (a few attribute reads, a clock read
-only when the phase changes) and calls into the session or a check only when
-something is new: a model not seen since its last ``Module._apply``, a
-forward pass in another mode, an armed gradient check, a device error.
-Module calls made inside another module's forward, or inside backward
-(checkpoint recomputation), pass straight through, doing what
+They run at every module call, backward, optimizer step and batch, so each
+does the session's steady-state work inline, in as few Python operations as
+it can (a few attribute reads, a clock read only when the phase changes:
+``Timeline.enter`` written out in place), and calls into the session or a
+check only when something is new: a model not seen since its last
+``Module._apply``, a forward pass in another mode, an armed gradient check,
+a step that a sampled check follows, a device error. Module calls made
+inside another module's forward, or inside backward (checkpoint
+recomputation), pass straight through, doing what
 ``Module._wrapped_call_impl`` does in its place (so that the wrapper costs no
-extra frame), as do calls dynamo traces (it inlines the wrapper: it reads
-only a flag, never a module). Their frames
-say ``__tracebackhide__`` so that pytest and IPython leave them out.
+extra frame); this is decided first, on one flag, so that a model's inner
+calls cost one attribute read more than without the watch. Calls dynamo
+traces outside a root call pass through too (it inlines the wrapper and
+reads only flags, never a module); dynamo is asked whether it traces only
+once ``torch._dynamo`` is imported (``patches._watch_dynamo_import``). Their frames say ``__tracebackhide__`` so
+that pytest and IPython leave them out.
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from time import perf_counter
 from typing import Any
 
 from torchdoctor.runtime.checks.keepers import frame_hint
-from torchdoctor.runtime.timeline import BACKWARD, DATA, FORWARD, OTHER
+from torchdoctor.runtime.timeline import BACKWARD, DATA, FORWARD, MAX_STEPS, OPTIMIZER, OTHER
 
 
 def module_call(session: Any, orig: Any) -> Any:
@@ -31,34 +37,41 @@ def module_call(session: Any, orig: Any) -> Any:
 
     compiling = torch.compiler.is_dynamo_compiling  # False in eager (one trivial call), True while dynamo traces
     grad_enabled = torch.is_grad_enabled
-    timeline, roots, since = session.timeline, session._root_info, session._since_backward
+    timeline, roots, since, watch_autocast = session.timeline, session._root_info, session._since_backward, session._watch_autocast
+    # nothing traces before torch._dynamo is imported: until then the call to compiling() is saved
+    dynamo = session._dynamo_seen
 
     @functools.wraps(orig)
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
         __tracebackhide__ = True
-        if compiling():
-            return orig(module, *args, **kwargs)
         if session._busy:  # inside a root call: what Module._wrapped_call_impl does, without its extra frame
             impl = module._compiled_call_impl
             return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
-        if timeline.phase != FORWARD:
-            timeline.enter(FORWARD, perf_counter())
-        timeline.forwards += 1
+        if dynamo[0] and compiling():
+            return orig(module, *args, **kwargs)
+        tl = timeline
+        if tl.phase != FORWARD:  # Timeline.enter, in place
+            now = perf_counter()
+            tl.sums[tl.phase] += now - tl._mark
+            tl._mark = now
+            tl.phase = FORWARD
+        tl.forwards += 1
         session._busy = True
         try:
             info = roots.get(id(module))
-            if info is None or info[0] != session._generation or info[1]() is not module:
+            if info is None:  # an entry lives as long as its module (and until the next Module._apply)
                 info = roots[id(module)] = session._read_root(module)
             st = info[4]
             if st is not None:  # a model with parameters, and the one watched if narrowed
-                key = (session._pass_id, module.training, grad_enabled())
-                seg = st.segment
-                if seg is None or seg.key != key:
+                seg = st.segment  # its state (pass, training, grad mode) compared piece by piece: no tuple per call
+                if seg is None or seg.training != module.training or seg.grad is not grad_enabled() \
+                        or seg.pass_id != session._pass_id:
+                    key = (session._pass_id, module.training, grad_enabled())
                     session._modes.on_forward(st, key, session._segment_location, session._takes_batch(args, kwargs))
                 elif not seg.settled:
                     since[id(st)] = st
                 session._facts = info
-                if session._watch_autocast:
+                if watch_autocast:
                     session._autocast_now = torch.is_autocast_enabled("cuda")
             impl = module._compiled_call_impl
             return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
@@ -82,26 +95,97 @@ def backward(session: Any, orig: Any) -> Any:
             return orig(tensors, *args, **kwargs)
         if grads.waiting:
             grads.before_backward()
-        losses.on_backward(tensors, where, frame_hint)
+        tl = timeline
+        passes = tl.backwards = tl.backwards + 1
+        if passes >= losses.due:  # else a backward the loss check does not look at (it samples: checks/losses.py)
+            losses.on_backward(tensors, where, frame_hint, passes)
         if since:
             session._modes.on_backward()
-        timeline.backwards += 1
         facts = session._facts
         if facts is not session._facts_trained and facts is not None:  # a new model (or a move) trains: its device
             session._facts_trained = facts
             session._train_devices.add(facts[2])
         busy = session._busy
         session._in_backward = session._busy = True
-        timeline.enter(BACKWARD, perf_counter())
+        now = perf_counter()  # Timeline.enter, in place (twice)
+        tl.sums[tl.phase] += now - tl._mark
+        tl._mark = now
+        tl.phase = BACKWARD
         try:
             return orig(tensors, *args, **kwargs)
         finally:
-            timeline.enter(OTHER, perf_counter())
-            session._in_backward, session._busy = False, busy
+            now = perf_counter()
+            tl.sums[tl.phase] += now - tl._mark  # an optimizer may step inside backward (hooks): its phase is charged
+            tl._mark = now
+            tl.phase = OTHER
+            session._in_backward = False
+            session._busy = busy
             if grads.waiting:
                 grads.after_backward()
 
     return backward
+
+
+def step_pre(session: Any) -> Any:
+    """The global optimizer step pre-hook: the optimizer phase begins."""
+    timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session.call_location
+
+    def on_step_pre(opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        if narrowed is not None and narrowed() is not opt:
+            return
+        tl = timeline
+        now = perf_counter()  # Timeline.enter, in place
+        tl.sums[tl.phase] += now - tl._mark
+        tl._mark = now
+        tl.phase = OPTIMIZER
+        if grads.waiting:  # only an armed gradient check has something to look at before a step
+            grads.on_step_pre(opt, where, args, kwargs)
+        if session._step_location is None:
+            session._step_location = where()
+
+    return on_step_pre
+
+
+def step_post(session: Any) -> Any:
+    """The global optimizer step post-hook: the first optimizer seen (the primary) ends a step."""
+    timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session._where
+    reads_memory = session._reads_memory
+
+    def on_step_post(opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        if narrowed is not None and narrowed() is not opt:
+            return
+        now = perf_counter()
+        primary = session._primary
+        if primary is None or primary() is not opt:
+            if not session._new_primary(opt, now):
+                grads.on_step_post(opt, where)
+                return  # another optimizer's step (GAN) is part of this step
+            grads.on_step_post(opt, where, primary=True)  # a new primary: the countdown was the former one's
+        elif grads.skip:  # a step the gradient check does not follow (it samples: checks/grads.py)
+            grads.skip -= 1
+        else:
+            grads.on_step_post(opt, where, primary=True)
+        if session._autocast_now:
+            session._autocast_steps += 1
+        tl = timeline
+        if reads_memory or now >= session._rss_next:
+            memory, rss = session._step_readings(now)
+        else:
+            memory = rss = None
+        sums = tl.sums  # Timeline.end_step, in place
+        sums[tl.phase] += now - tl._mark
+        tl._mark = now
+        tl.phase = OTHER
+        count = tl.count = tl.count + 1
+        if tl._stride == 1 or count % tl._stride == 0:
+            rows = tl._rows
+            rows.append((count, now - tl._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
+            if len(rows) >= MAX_STEPS:
+                tl.thin()
+        tl._start = now
+        tl.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # a new list costs less than zeroing this one in place
+
+    return on_step_post
 
 
 def loader_next(session: Any, orig: Any) -> Any:

@@ -45,10 +45,11 @@ def install(session: Any) -> Patches:
 
     p = Patches()
     try:
+        p.undo(_watch_dynamo_import(session._dynamo_seen))
         p.replace(torch.nn.Module, "__call__", lambda orig: hot.module_call(session, orig))
         p.undo(_forget_in_dynamo(torch.nn.Module.__call__, torch.nn.Module.__dict__["__call__"].__wrapped__))
-        p.handle(optim_mod.register_optimizer_step_pre_hook(session.on_step_pre))
-        p.handle(optim_mod.register_optimizer_step_post_hook(session.on_step_post))
+        p.handle(optim_mod.register_optimizer_step_pre_hook(hot.step_pre(session)))
+        p.handle(optim_mod.register_optimizer_step_post_hook(hot.step_post(session)))
         p.replace(torch.autograd, "backward", lambda orig: hot.backward(session, orig))
         p.replace(torch.autograd, "grad", lambda orig: _grad(session, orig))
         p.replace(dl._BaseDataLoaderIter, "__init__", lambda orig: _iter_init(session, orig))
@@ -61,6 +62,32 @@ def install(session: Any) -> Patches:
         p.remove()
         raise
     return p
+
+
+class _DynamoImport:
+    """An import finder that finds nothing: it marks when torch._dynamo is about to be imported (the
+    module-call wrapper asks dynamo whether it traces only from then on)."""
+
+    def __init__(self, seen: list[bool]) -> None:
+        self.seen = seen
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch._dynamo":
+            self.seen[0] = True
+
+
+def _watch_dynamo_import(seen: list[bool]) -> Callable[[], None]:
+    import sys
+
+    seen[0] = "torch._dynamo" in sys.modules
+    finder = _DynamoImport(seen)
+    sys.meta_path.insert(0, finder)
+
+    def remove() -> None:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+
+    return remove
 
 
 def _forget_in_dynamo(wrapper: Any, original: Any) -> Callable[[], None]:

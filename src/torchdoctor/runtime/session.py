@@ -1,7 +1,7 @@
 """The watch session: installs global hooks and patches, routes events to the checks, removes them all.
 
 Per step only root module calls (the model, the loss), backward and the
-optimizer's step hooks do work, and little: what a module is gets read once
+optimizer's step hooks do work (``hot.py``), and little: what a module is gets read once
 per ``Module._apply``, stack walks happen when a location is first needed, and
 device comparisons only once a call has failed. Only weak references to the
 user's modules, optimizers and tensors are kept once a call returns; one
@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from time import perf_counter
 from typing import Any
 
 from torchdoctor.errors import TorchDoctorError
@@ -23,7 +22,7 @@ from torchdoctor.runtime.checks import attributes, data, devices, grads, losses,
 from torchdoctor.runtime.checks.env import startup_findings
 from torchdoctor.runtime.locate import user_location
 from torchdoctor.runtime.probe import DeviceProbe, default_probe
-from torchdoctor.runtime.timeline import OPTIMIZER, OTHER, RSS_EVERY_S, Timeline
+from torchdoctor.runtime.timeline import OTHER, RSS_EVERY_S, RSS_FIRST_STEPS, Timeline
 
 _lock = threading.Lock()
 _active: WatchSession | None = None
@@ -97,7 +96,7 @@ class WatchSession:
         self._samplers = data.SamplerCheck()
         self._root: Any = None
         self._root_args: tuple[Any, ...] = ()
-        self._root_info: dict[int, tuple[Any, ...]] = {}
+        self._root_info: dict[int, tuple[Any, ...]] = {}  # by id(module), as long as it lives: see _read_root
         self._generation = 0  # bumped by every Module._apply (.to, .cuda, .cpu, .half): root facts are re-read
         self._watch_autocast = self._probe_obj.accelerator == "cuda"
         self._reads_memory = self._probe_obj.accelerator is not None  # the plain probe has no readings
@@ -116,8 +115,7 @@ class WatchSession:
         self._loader_location: Location | None = None
         self._sync_steps: dict[Location, set[int]] = {}
         self._peak = 0
-        self._rss_next = 0.0  # host memory is read when this time has come ...
-        self._rss_step = 1  # ... or at this step: 1, 2, 4, 8, 16, so that a short run has a few readings too
+        self._rss_next = 0.0  # host memory is read when this time has come (at each of the first steps: 0)
         self._memory: list[int] = []
         self._explained: set[int] = set()
         self._attrs_read: set[int] = set()
@@ -125,6 +123,7 @@ class WatchSession:
         self._facts_trained: tuple[Any, ...] | None = None  # the facts whose device is in _train_devices already
         self._autocast_now = False
         self._where = self.call_location  # one bound method, handed to the checks at every step
+        self._dynamo_seen = [False]  # torch._dynamo imported (before or during the session): see patches.install
         self._patches = patches.install(self)
         self._probe_obj.start_sync_watch(self._on_sync)
 
@@ -140,8 +139,12 @@ class WatchSession:
                 self._root, self._root_args = None, ()
 
     def _read_root(self, module: Any) -> tuple[Any, ...]:
-        """(generation, ref, device type of the first parameter, float32?, mode record or None)."""
-        ref = weakref.ref(module)
+        """(generation, ref, device type of the first parameter, float32?, mode record or None).
+
+        The module's entry in ``_root_info`` is removed when it dies (so an id there is always its module's: no
+        check per call) or moves (``on_module_apply``)."""
+        roots, key = self._root_info, id(module)
+        ref = weakref.ref(module, lambda _: roots.pop(key, None))
         if (self._model_ids is not None and id(module) not in self._model_ids) or not (module._parameters or module._modules):
             return self._generation, ref, None, False, None  # not watched, or a loss/activation built on the fly
         mode = self._modes.root(module)
@@ -163,36 +166,23 @@ class WatchSession:
         """torch.autograd.grad: the graph is used (adversarial attacks, penalties), no gradient is accumulated."""
         self._modes.on_backward(grad_only=True)
 
-    def on_step_pre(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
-        """Registered as a global optimizer step pre-hook."""
-        if self._optimizer is not None and self._optimizer() is not opt:
-            return
-        self.timeline.enter(OPTIMIZER, perf_counter())
-        if self._grads.waiting:  # only an armed gradient check has something to look at before a step
-            self._grads.on_step_pre(opt, self.call_location, args, kwargs)
-        if self._step_location is None:
-            self._step_location = self.call_location()
+    def _new_primary(self, opt: Any, now: float) -> bool:
+        """An optimizer other than the primary (the first seen) stepped (``hot.step_post``): whether it ends the step.
 
-    def on_step_post(self, opt: Any, args: Any = None, kwargs: Any = None) -> None:
-        """Registered as a global optimizer step post-hook; the first optimizer seen ends a step."""
-        if self._optimizer is not None and self._optimizer() is not opt:
-            return
-        now = perf_counter()
-        self._grads.on_step_post(opt, self._where)
+        Another optimizer stepping twice with no step of the primary in between takes over (an LR finder's
+        optimizer replaced by the real one); GAN optimizers alternate and do not."""
         primary = self._primary() if self._primary is not None else None
-        if primary is None:
-            self._primary, primary = weakref.ref(opt), opt
-        if primary is not opt:
-            # another optimizer stepping twice with no step of the first in between takes over
-            # (an LR finder's optimizer replaced by the real one); GAN optimizers alternate and do not
+        if primary is not None:
             mark = (id(opt), self.timeline.count)
             if self._other_step != mark:
                 self._other_step = mark
                 self.timeline.enter(OTHER, now)  # a second optimizer's step (GAN) is part of this step
-                return
-            self._primary = weakref.ref(opt)
-        if self._autocast_now:
-            self._autocast_steps += 1
+                return False
+        self._primary = weakref.ref(opt)
+        return True
+
+    def _step_readings(self, now: float) -> tuple[int | None, int | None]:
+        """(device memory, host RSS) at the end of a step, each None when not read at this one."""
         memory = rss = None
         if self._reads_memory:
             probe = self._probe_obj
@@ -201,11 +191,10 @@ class WatchSession:
                 self._memory.append(memory)
             if peak is not None:
                 self._peak = max(self._peak, peak)
-        timeline = self.timeline
-        if now >= self._rss_next or timeline.count + 1 == self._rss_step:  # for the report's chart: a system call,
-            rss, self._rss_next = self._probe_obj.host_rss(), now + RSS_EVERY_S  # so not every step
-            self._rss_step = 2 * self._rss_step if self._rss_step < 16 else -1
-        timeline.end_step(memory, now, rss)
+        if now >= self._rss_next:  # for the report's chart: a system call, so not at every step after the first ones
+            rss = self._probe_obj.host_rss()
+            self._rss_next = now + RSS_EVERY_S if self.timeline.count + 1 >= RSS_FIRST_STEPS else 0.0
+        return memory, rss
 
     def on_pass_start(self, it: Any, loader: Any) -> None:
         self._passes += 1
@@ -227,6 +216,7 @@ class WatchSession:
 
     def on_module_apply(self) -> None:
         self._generation += 1
+        self._root_info.clear()  # what the roots are (device, dtype) is read again at their next call
 
     def on_eval_call(self, module: Any) -> None:
         self._modes.eval_locations[id(module)] = self.call_location()

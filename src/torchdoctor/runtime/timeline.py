@@ -6,9 +6,10 @@ phase), and the time since the last mark goes to the phase that was
 running. Forward runs from the first module call after another phase to the
 next mark (the loss and what is computed before ``backward()`` belong to
 it); what runs outside any watched call is "other". A step ends at each
-step of the first optimizer seen. Long runs keep every step up to a cap,
-then every n-th. Host memory is read at most every ``RSS_EVERY_S`` seconds
-(a read costs a system call, a step may cost less), so a step without a
+step of the first optimizer seen (``hot.step_post`` does ``end_step`` in place). Long runs keep every step up to a cap,
+then every n-th. Host memory is read at each of the first
+``RSS_FIRST_STEPS`` steps, then at most every ``RSS_EVERY_S`` seconds (a
+read costs a system call, a step may cost less), so a step without a
 reading has ``rss=None``.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 MAX_STEPS = 5000
 RSS_EVERY_S = 0.05
+RSS_FIRST_STEPS = 16  # host memory is read at each of these, so that a short run has readings too
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
 
@@ -72,11 +74,15 @@ class Timeline:
         self.count += 1
         if self._stride == 1 or self.count % self._stride == 0:
             self._rows.append((self.count, now - self._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
-            if len(self._rows) >= MAX_STEPS:  # thin out: keep every other step from now on
-                self._rows = self._rows[1::2]  # the kept counts stay multiples of the stride
-                self._stride *= 2
+            if len(self._rows) >= MAX_STEPS:
+                self.thin()
         self._start = now
         self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
+
+    def thin(self) -> None:
+        """Keep every other step from now on (``MAX_STEPS`` kept): the kept counts stay multiples of the stride."""
+        self._rows = self._rows[1::2]
+        self._stride *= 2
 
     def stats(self) -> dict[str, Any]:
         steps = self.steps

@@ -40,6 +40,8 @@ class GradCheck:
         self.findings: list[Finding] = []
         self._reported: set[int] = set()
         self._closure_step: _Opt | None = None  # the optimizer whose step(closure) is running
+        self.skip = 0  # steps of the primary optimizer to come that need no call (hot.step_post counts them down)
+        self._skipped: tuple[_Opt, int] | None = None  # whose steps are skipped, and how many were to be
 
     def _state(self, opt: Any) -> _Opt:
         st = self._opts.get(id(opt))
@@ -78,16 +80,23 @@ class GradCheck:
                 "TD404", f"gradients of {type(opt).__name__} are never zeroed: each step adds to the gradients of all previous steps",
                 st.location, "call optimizer.zero_grad() once per step (before backward, or after step)"))
 
-    def on_step_post(self, opt: Any, where: Any = None) -> None:
+    def on_step_post(self, opt: Any, where: Any = None, primary: bool = False) -> None:
+        """After a step of ``opt``. For the ``primary`` optimizer (the one that ends steps) the caller skips the
+        calls of the ``skip`` steps that follow, which this sets to the steps that need no look."""
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
             st.location = where() if where is not None else None  # the optimizer.step() line, for TD404
+        skipped = self._skipped
+        if skipped is not None:  # the calls of skipped steps, counted now
+            self._skipped = None
+            skipped[0].steps += skipped[1] - self.skip
+            self.skip = 0
         st.steps += 1
         p = None
         # the first _FOLLOW steps are all followed (a short run, or zeroing that stops after a warm-up, is judged
         # on each), then every _FOLLOW-th: a loop that never zeroes shows on the next one (and then every step
-        # is followed, so it is confirmed on the one after); the others cost a counter
+        # is followed, so it is confirmed on the one after); the others cost nothing (skipped) or a counter
         if st.steps <= _FOLLOW or st.steps % _FOLLOW == 1 or st.misses:
             p = st.param() if st.param is not None else None
             if p is None or p.grad is None:
@@ -96,6 +105,9 @@ class GradCheck:
             st.grad, st.zeroed, self._closure_step = None, True, None
             if st in self.waiting:
                 self.waiting.remove(st)
+            elif primary and st.steps > _FOLLOW and not st.misses:  # clean until the next followed step
+                self.skip = -st.steps % _FOLLOW  # the steps before the next one with steps % _FOLLOW == 1
+                self._skipped = (st, self.skip) if self.skip else None
             return
         self._closure_step = None
         grad = p.grad

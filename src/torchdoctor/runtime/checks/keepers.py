@@ -205,6 +205,9 @@ def _accumulator(code: Any, loss: str) -> Keeper | None:
     return None
 
 
+_CO_OPTIMIZED = 0x1  # inspect.CO_OPTIMIZED: a function's frame, whose locals live outside f_locals
+
+
 def frame_hint(tensor: Any) -> tuple[Any, str] | None:
     """(code, name) of the user's frame that called backward on ``tensor``, when a local names it."""
     from torchdoctor.runtime.locate import user_frame
@@ -212,5 +215,13 @@ def frame_hint(tensor: Any) -> tuple[Any, str] | None:
     frame = user_frame(sys._getframe(1))
     if frame is None:
         return None
-    name = next((k for k, v in frame.f_locals.items() if v is tensor), None)
-    return (frame.f_code, name) if name is not None else None
+    names = frame.f_locals
+    name = next((k for k, v in names.items() if v is tensor), None)
+    if name is None:
+        return None
+    if frame.f_code.co_flags & _CO_OPTIMIZED and type(names) is dict:
+        # a function's f_locals (before Python 3.13) is a snapshot the frame keeps until it is next read: it would
+        # keep this loss, and its graph, alive while the loop runs. The variable itself is untouched (a snapshot
+        # is only read back by a tracer, which refreshes it first); module and exec namespaces are not snapshots
+        names[name] = None
+    return frame.f_code, name

@@ -25,6 +25,13 @@ class _Segment:
     trained: bool = False
     batch: bool = False  # its first forward took the current loader batch
     settled: bool = False  # a backward can teach nothing more: its forwards need no recording (the steady state)
+    # the key's parts, which ``hot.module_call`` compares one by one at every root call (no tuple built)
+    pass_id: Any = field(init=False)
+    training: bool = field(init=False)
+    grad: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pass_id, self.training, self.grad = self.key
 
 
 @dataclass
