@@ -29,7 +29,13 @@ _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 # Fields that never hold a child worth visiting: names and numbers, and the shared singletons.
 _NOT_CHILDREN = {"ctx", "op", "ops", "id", "attr", "name", "arg", "asname", "module", "level", "kind",
                  "type_comment", "is_async", "conversion", "lineno", "col_offset", "end_lineno", "end_col_offset"}
+# Per type, the fields that hold something else than nodes, lists of nodes or None (a constant's value,
+# ``global``'s names, ...): without them, the walk needs no isinstance test per value.
+_NOT_NODES = {ast.Constant: ("value",), ast.AnnAssign: ("simple",), ast.Global: ("names",),
+              ast.Nonlocal: ("names",), ast.MatchSingleton: ("value",), ast.MatchClass: ("kwd_attrs",),
+              ast.MatchMapping: ("rest",), ast.TypeIgnore: ("tag",)}
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_PUSH: dict[type, tuple[str, ...]] = {}  # the walk's: node fields only, last first (a stack pops them in order)
 _AST = ast.AST
 
 
@@ -37,6 +43,12 @@ def child_fields(t: type) -> tuple[str, ...]:
     fields = _FIELDS.get(t)
     if fields is None:
         fields = _FIELDS[t] = tuple(f for f in t._fields if f not in _NOT_CHILDREN)  # type: ignore[attr-defined]
+    return fields
+
+
+def _push_fields(t: type) -> tuple[str, ...]:
+    skip = _NOT_NODES.get(t, ())
+    fields = _PUSH[t] = tuple(f for f in reversed(child_fields(t)) if f not in skip)
     return fields
 
 
@@ -117,32 +129,33 @@ class Index:
 
     # ---- the walk ------------------------------------------------------------------
     def _walk(self) -> None:
-        order, pos, parent, by_type = self.order, self.pos, self.parent, self.by_type
-        fields_of = _FIELDS
-        is_ast = isinstance
+        # The hottest loop of the checker (every node of every file): no per-value isinstance, no
+        # per-node list of children; positions are numbered afterwards, in C.
+        order, parent, by_type = self.order, self.parent, self.by_type
+        push_fields, lst = _PUSH, list
         stack: list[ast.AST] = [self.tree]
         pop, push, append = stack.pop, stack.append, order.append
         while stack:
             node = pop()
-            pos[node] = len(order)
             append(node)
             t = type(node)
             by_type[t].append(node)
-            fields = fields_of.get(t) or child_fields(t)
-            kids: list[ast.AST] = []
+            fields = push_fields.get(t)
+            if fields is None:
+                fields = _push_fields(t)
             for f in fields:
                 v = getattr(node, f, None)
                 if v is None:
                     continue
-                if type(v) is list:
-                    for c in v:
-                        if is_ast(c, _AST):
-                            kids.append(c)
-                elif is_ast(v, _AST):
-                    kids.append(v)
-            for c in reversed(kids):
-                parent[c] = node
-                push(c)
+                if type(v) is lst:
+                    for c in reversed(v):
+                        if c is not None:  # a dict's ``**`` key, a keyword-only argument without default
+                            parent[c] = node
+                            push(c)
+                else:
+                    parent[v] = node
+                    push(v)
+        self.pos.update(zip(order, range(len(order))))
 
     def forget_answers(self) -> None:
         """Drop what other parts memoised on the frames (the syntax stays)."""
