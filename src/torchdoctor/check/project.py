@@ -74,6 +74,18 @@ class Project:
             return None
         return kept[1:]
 
+    def waiting(self) -> list[str]:
+        """The checked files (absolute paths) whose tree the index read for another file's questions and
+        keeps for their own check, oldest first: checking them next parses no file twice."""
+        return list(self._state.pending) if self._state is not None else []
+
+    def finished(self, path: str) -> None:
+        """``path`` has had its own check: a later read of it for the index keeps no tree for it."""
+        state = self.state
+        path = os.path.abspath(path)
+        state.finished.add(path)
+        state.pending.pop(path, None)
+
     # ---- forward questions (what does that name, imported here, stand for?) ------------------------------
     def is_module_class(self, sem: SemanticModel, written: str) -> bool | None:
         cls = self._lookup(sem, written, "class")
@@ -326,7 +338,7 @@ class Project:
         state.parsed += 1
         # A module read for the index resolves its own imports no further: one level, no cascades.
         sem = SemanticModel(tree, text, path, None)
-        if path in self._checked and len(state.pending) < MAX_PENDING:
+        if path in self._checked and path not in state.finished and len(state.pending) < MAX_PENDING:
             state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
         return sem
 
@@ -343,6 +355,7 @@ class _State:
         self.near: dict[str, list[str]] = {}
         self.current: dict[str, SemanticModel] = {}
         self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
+        self.finished: set[str] = set()  # checked already: no tree is kept for them
         self.words: dict[str, frozenset[str]] = {}
         self.saves_objects: bool | None = None
         self.parsed = 0

@@ -246,7 +246,7 @@ def check_files(paths: Sequence[str], settings: Settings | None = None, mode: Mo
     jobs = jobs or os.cpu_count() or 1
     with _collector_paused():
         if jobs <= 1 or len(paths) < PARALLEL_MIN_FILES:
-            return [_check_counted(p, settings, mode, project) for p in paths]
+            return _check_in_turn(paths, settings, mode, project)
         load_rules()  # once here: forked workers inherit the registry instead of importing it each
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
@@ -258,6 +258,26 @@ def check_files(paths: Sequence[str], settings: Settings | None = None, mode: Mo
                 return list(pool.map(work, paths, chunksize=chunk))
         except (BrokenProcessPool, OSError):  # a worker died (memory, a signal): finish in this process
             return [_check_counted(p, settings, mode, project) for p in paths]
+
+
+def _check_in_turn(paths: Sequence[str], settings: Settings, mode: Mode, project: Project) -> list[FileResult]:
+    """Each file once, in order, except that a file the project index has just parsed (to answer another
+    file's questions) is checked next, while its tree is still kept: in the given order, the index's
+    few kept trees were soon taken by files checked already, and ~15 % of the files were parsed twice."""
+    by_abs: dict[str, str] = {}
+    for p in paths:
+        by_abs.setdefault(os.path.abspath(p), p)
+    done: dict[str, FileResult] = {}
+    for p in paths:
+        if p not in done:
+            done[p] = _check_counted(p, settings, mode, project)
+        while True:
+            waiting = (by_abs.get(a) for a in project.waiting())
+            nxt = next((q for q in waiting if q is not None and q not in done), None)
+            if nxt is None:
+                break
+            done[nxt] = _check_counted(nxt, settings, mode, project)
+    return [done[p] for p in paths]
 
 
 # The checker's own objects form no reference cycles (SemanticModel.release breaks them), so the cyclic
@@ -284,4 +304,6 @@ def _check_counted(path: str, settings: Settings, mode: Mode, project: Project) 
     _checked += 1
     if _checked % COLLECT_EVERY == 0:
         gc.collect()
-    return check_file(path, settings, mode, project=project)
+    result = check_file(path, settings, mode, project=project)
+    project.finished(path)
+    return result
