@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 
 from torchdoctor.check.astutil import dotted
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import SemanticModel
 from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary, call_records, summarize
 
@@ -33,7 +34,7 @@ MAX_BYTES = 2_000_000  # a larger module is not read for the index
 MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
+_IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
 
 
 class Project:
@@ -407,8 +408,8 @@ def _guess_root(files: list[str]) -> str:
         cur = parent
 
 
-_MODELISH = re.compile(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
-_OBJECT_VALUE = re.compile(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
+_MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
+_OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
 
 
 def _pickles_objects(text: str) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from torchdoctor.check.engine import RuleError, analyse, load_rules, may_be_torch, parse
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project import Project
 from torchdoctor.check.source import Decoded, SourceError, decode_source, encode_source
 from torchdoctor.config import Settings
@@ -23,7 +24,7 @@ from torchdoctor.findings import Finding
 
 __all__ = ["FileResult", "Mode", "check_file", "check_files"]
 
-_NOQA_WORD = re.compile("noqa", re.I)
+_NOQA_WORD = lazy("noqa", re.I)
 PARALLEL_MIN_FILES = 48  # below this, starting processes costs more than it saves
 MAX_FIX_PASSES = 8
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import codecs
 import io
-import re
 import tokenize
 from dataclasses import dataclass
 
+from torchdoctor.check.patterns import lazy
+
 __all__ = ["SourceError", "Decoded", "decode_source", "encode_source", "split_lines"]
 
-NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks ast counts (str.splitlines counts more)
+NEWLINE = lazy(r"\r\n|\r|\n")  # the line breaks ast counts (str.splitlines counts more)
 
 
 def split_lines(text: str) -> list[str]:

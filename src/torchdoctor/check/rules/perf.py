@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, keyword, string_value, target_names
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -24,8 +25,8 @@ _DEPRECATED_AMP = {
     "torch.cpu.amp.GradScaler": ("amp.GradScaler", "cpu"),
 }
 _AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast_mode.autocast")
-_SCALERS = re.compile(r"^torch\.(cuda\.amp\.|cpu\.amp\.|amp\.|amp\.grad_scaler\.)?GradScaler$|ShardedGradScaler$")
-_EVAL_FUNC = re.compile(r"eval|valid|test|predict|infer|generate|sample", re.IGNORECASE)
+_SCALERS = lazy(r"^torch\.(cuda\.amp\.|cpu\.amp\.|amp\.|amp\.grad_scaler\.)?GradScaler$|ShardedGradScaler$")
+_EVAL_FUNC = lazy(r"eval|valid|test|predict|infer|generate|sample", re.IGNORECASE)
 
 
 def _torch_name(ctx: Context) -> str | None:
@@ -253,7 +254,7 @@ def _scaler_method_calls(ctx: Context, attr: str) -> list[ast.Call]:
             if isinstance(c.func, ast.Attribute) and dotted(c.func.value) in names]
 
 
-_OPTIMIZER = re.compile(r"^(optimizer|optim|opt|optimiser)s?$|_(optimizer|optim|opt)$|^(optimizer|opt)_", re.I)
+_OPTIMIZER = lazy(r"^(optimizer|optim|opt|optimiser)s?$|_(optimizer|optim|opt)$|^(optimizer|opt)_", re.I)
 
 
 def _optimizer_steps(ctx: Context) -> list[ast.Call]:
@@ -370,7 +371,7 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
 
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
-_LOSS_NAME = re.compile(r"^(loss|.*_loss|loss_.*|losses)$")
+_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_.*|losses)$")
 
 
 def _is_sync_call(node: ast.AST) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ast
-import re
+
+from torchdoctor.check.patterns import lazy
 
 __all__ = ["Text", "short"]
 
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # lines with their breaks, as ast numbers them
-_NEWLINE = re.compile(r"\r\n|\r|\n")
+_LINES = lazy(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # lines with their breaks, as ast numbers them
+_NEWLINE = lazy(r"\r\n|\r|\n")
 
 
 class Text:
