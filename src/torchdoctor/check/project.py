@@ -21,11 +21,14 @@ import ast
 import os
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import SemanticModel
-from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary, call_records, summarize
+
+if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
+    from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary
 
 __all__ = ["Project"]
 
@@ -221,6 +224,8 @@ class Project:
             names: tuple[dict, dict] = ({}, {})
             sem = self._model(path)
             if sem is not None:
+                from torchdoctor.check.semantic.summary import call_records
+
                 names = (dict(sem.names.from_imports), dict(sem.names.imports))
                 heads = set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                 for r in call_records(sem, heads):
@@ -308,6 +313,8 @@ class Project:
         memo = self.state.summaries
         if path not in memo:
             memo[path] = None  # a module importing itself back, meanwhile, gets nothing
+            from torchdoctor.check.semantic.summary import summarize
+
             sem = self._model(path)
             memo[path] = summarize(sem) if sem is not None else None
             self._done_with(path, sem)

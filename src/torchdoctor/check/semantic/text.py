@@ -15,7 +15,8 @@ _NEWLINE = lazy(r"\r\n|\r|\n")
 class Text:
     def __init__(self, source: str) -> None:
         self.source = source
-        self.lines = _NEWLINE.split(source)  # without breaks (str.splitlines also breaks at \f, \x1c...)
+        # without breaks (str.splitlines also breaks at \f, \x1c...); str.split when there is no \r (5x faster)
+        self.lines = source.split("\n") if "\r" not in source else _NEWLINE.split(source)
         self._with_breaks: list[str] | None = None
 
     def segment(self, node: ast.AST | None) -> str:

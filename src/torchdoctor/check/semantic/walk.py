@@ -102,8 +102,9 @@ class _Frames(dict):
         return self.index._frame_of(node)
 
     def get(self, node, default=None):  # type: ignore[override]
-        if node in self:
-            return dict.__getitem__(self, node)
+        frame = dict.get(self, node)
+        if frame is not None:
+            return frame
         if node not in self.index.pos:
             return default
         return self.index._frame_of(node)
