@@ -16,6 +16,7 @@ stays as cheap as a plain ``ast.walk``.
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from collections import defaultdict
 
 __all__ = ["Frame", "Index", "MODULE", "FUNCTION", "LAMBDA", "CLASS", "LOOP", "COMP", "WITH", "IF", "EXCEPT"]
@@ -26,6 +27,7 @@ MODULE, FUNCTION, LAMBDA, CLASS, LOOP, COMP, WITH, IF, EXCEPT = (
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = {ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef}
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_COMPREHENSION = ast.comprehension
 # Fields that never hold a child worth visiting: names and numbers, and the shared singletons.
 _NOT_CHILDREN = {"ctx", "op", "ops", "id", "attr", "name", "arg", "asname", "module", "level", "kind",
                  "type_comment", "is_async", "conversion", "lineno", "col_offset", "end_lineno", "end_col_offset"}
@@ -113,7 +115,7 @@ class _Frames(dict):
 class Index:
     """What the walk records: ``order`` (pre-order), ``pos``, ``parent``, nodes by type; frames on demand."""
 
-    __slots__ = ("tree", "order", "pos", "parent", "by_type", "root", "frame", "_ends", "_bodies")
+    __slots__ = ("tree", "order", "pos", "parent", "by_type", "root", "frame", "_ends", "_bodies", "_scopes")
 
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
@@ -126,6 +128,7 @@ class Index:
         dict.__setitem__(self.frame, tree, self.root)
         self._ends: dict[ast.AST, int] = {}
         self._bodies: dict[ast.AST, list[ast.AST]] = {}
+        self._scopes: list[int] | None = None  # where functions, lambdas and classes start, sorted
         self._walk()
 
     # ---- the walk ------------------------------------------------------------------
@@ -220,9 +223,12 @@ class Index:
                 break
             path.append((cur, up))
             cur = up
+        openers, setitem = _OPENERS, dict.__setitem__
         for child, up in reversed(path):
-            frame = self._opened(up, child, frame)
-            dict.__setitem__(frames, child, frame)
+            t = type(up)
+            if t in openers or t is _COMPREHENSION:  # else: the child sits in its parent's frame
+                frame = self._opened(up, child, frame)
+            setitem(frames, child, frame)
         return frame
 
     def _opened(self, up: ast.AST, child: ast.AST, outer: Frame) -> Frame:
@@ -279,22 +285,26 @@ class Index:
 
     def local(self, lo: int, hi: int, skip: list[tuple[int, int]] = ()) -> list[ast.AST]:  # type: ignore[assignment]
         """The nodes of pre-order positions [lo, hi) outside nested functions, lambdas and classes
-        (and outside the ``skip`` ranges)."""
-        order, out, i = self.order, [], lo
-        scopes = _SCOPES
-        while i < hi:
-            for a, b in skip:
-                if a <= i < b:
-                    i = b
-                    break
-            else:
-                n = order[i]
-                if type(n) in scopes:
-                    i = self.end(n)
-                    continue
-                out.append(n)
-                i += 1
+        (and outside the ``skip`` ranges, subtrees too): slices of ``order`` between the subtrees cut
+        out (all subtrees, so they nest or are apart), not a test per node."""
+        starts = self._scopes
+        if starts is None:
+            pos = self.pos
+            starts = self._scopes = sorted(pos[n] for t in _SCOPES for n in self.by_type.get(t, ()))
+        order, end = self.order, self.end
+        cuts = [(s, end(order[s])) for s in starts[bisect_left(starts, lo):bisect_left(starts, hi)]]
+        if skip:
+            cuts = sorted(cuts + [c for c in skip if c[0] < hi])
+        out: list[ast.AST] = []
+        cursor = lo
+        for a, b in cuts:
+            if a >= cursor:
+                out += order[cursor:a]
+            if b > cursor:
+                cursor = b
+        out += order[cursor:hi]
         return out
+
 
 def _last_child(node: ast.AST) -> ast.AST | None:
     for f in reversed(child_fields(type(node))):
