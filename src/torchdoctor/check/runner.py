@@ -255,13 +255,15 @@ def check_files(paths: Sequence[str], settings: Settings | None = None, mode: Mo
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
-        work = partial(_check_counted, settings=settings, mode=mode, project=project)
-        chunk = max(1, min(64, len(paths) // (jobs * 4)))
+        # Each worker checks a run of consecutive files in turn (_check_in_turn), as -j 1 checks all of them.
+        work = partial(_check_in_turn, settings=settings, mode=mode, project=project)
+        size = max(1, min(64, len(paths) // (jobs * 4)))
+        chunks = [paths[i:i + size] for i in range(0, len(paths), size)]
         try:
             with ProcessPoolExecutor(max_workers=jobs, initializer=gc.disable) as pool:
-                return list(pool.map(work, paths, chunksize=chunk))
+                return [r for part in pool.map(work, chunks) for r in part]
         except (BrokenProcessPool, OSError):  # a worker died (memory, a signal): finish in this process
-            return [_check_counted(p, settings, mode, project) for p in paths]
+            return _check_in_turn(paths, settings, mode, project)
 
 
 def _check_in_turn(paths: Sequence[str], settings: Settings, mode: Mode, project: Project) -> list[FileResult]:
