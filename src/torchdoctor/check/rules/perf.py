@@ -64,6 +64,8 @@ def deprecated_amp_module(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if "amp" not in ctx.source:  # (`torch.cuda.amp`, `from torch.cuda import amp`, `from torch.cuda.amp import ...`)
         return
+    if "autocast" not in ctx.source and "GradScaler" not in ctx.source:  # nothing below can match ("amp" is in "example")
+        return
     for call in sem.calls_named("autocast", "GradScaler"):
         deprecated_amp(call, ctx)
     for ref in sem.of_type(ast.Attribute, ast.Name):

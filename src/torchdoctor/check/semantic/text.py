@@ -29,7 +29,7 @@ class Text:
             return ""
         lines = self._with_breaks
         if lines is None:
-            lines = self._with_breaks = _LINES.findall(self.source)
+            lines = self._with_breaks = _lines_with_breaks(self.source)
         if end_line > len(lines):
             return ""
         if line == end_line:
@@ -47,6 +47,16 @@ class Text:
         if text.isascii():
             return byte_col
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+
+def _lines_with_breaks(source: str) -> list[str]:
+    """``_LINES.findall(source)``; str.splitlines (10x faster) when it splits at the same places: no \r,
+    and as many lines as \n make (no \f, \x1c, \u2028... in the text)."""
+    if "\r" not in source:
+        lines = source.splitlines(True)
+        if len(lines) == source.count("\n") + (not source.endswith("\n") and source != ""):
+            return lines
+    return _LINES.findall(source)
 
 
 def short(text: str, limit: int = 40, placeholder: str = "...") -> str:
