@@ -18,6 +18,7 @@ files checked together, or, for a single-file run, the ``.py`` files near it.
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -38,6 +39,8 @@ MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
+_RUNS = itertools.count()
+_WORKER_STATES: dict[str, _State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
 
 
 class Project:
@@ -50,14 +53,19 @@ class Project:
         self.root = root if inside else _guess_root(self.files)  # type: ignore[assignment]
         self._state: _State | None = None
         self._checked = frozenset(self.files)
+        self._run = f"{os.getpid()}.{next(_RUNS)}"  # names this run in its worker processes
 
-    def __getstate__(self) -> dict:  # worker processes start with an empty cache
-        return {"files": self.files, "root": self.root, "_state": None, "_checked": self._checked}
+    def __getstate__(self) -> dict:  # worker processes start with an empty cache, shared by their runs of files
+        return {"files": self.files, "root": self.root, "_state": None, "_checked": self._checked, "_run": self._run,
+                "_in_worker": True}
 
     @property
     def state(self) -> _State:
         if self._state is None:
-            self._state = _State()
+            if self.__dict__.get("_in_worker"):
+                self._state = _WORKER_STATES.setdefault(self._run, _State())
+            else:
+                self._state = _State()
         return self._state
 
     # ---- the file being analysed ------------------------------------------------------------------
@@ -82,6 +90,11 @@ class Project:
         """The checked files (absolute paths) whose tree the index read for another file's questions and
         keeps for their own check, oldest first: checking them next parses no file twice."""
         return list(self._state.pending) if self._state is not None else []
+
+    def forget_kept(self) -> None:
+        """Drop the trees kept for files that are not checked here (in a worker: another worker's)."""
+        if self._state is not None:
+            self._state.pending.clear()
 
     def finished(self, path: str) -> None:
         """``path`` has had its own check: a later read of it for the index keeps no tree for it."""

@@ -283,6 +283,7 @@ def _check_in_turn(paths: Sequence[str], settings: Settings, mode: Mode, project
             if nxt is None:
                 break
             done[nxt] = _check_counted(nxt, settings, mode, project)
+    project.forget_kept()
     return [done[p] for p in paths]
 
 
