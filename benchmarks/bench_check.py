@@ -12,7 +12,10 @@ DIR, as ``check`` discovers them), else this repository's examples and checker c
   (f) with ``--stdlib``: the standard library with the torch gate off (every file analysed as PyTorch
       code): internal errors and findings must be 0.
 
-Usage: python benchmarks/bench_check.py --corpus /path/to/repos [--rounds 5] [--stdlib]
+With ``--compare-src DIR`` (another checkout's ``src``, e.g. the commit before a change), (a), (b) and (d)
+also run that tree's checker in the same rounds, interleaved, and print its figures beside this one's.
+
+Usage: python benchmarks/bench_check.py --corpus /path/to/repos [--rounds 5] [--stdlib] [--compare-src DIR]
 """
 
 from __future__ import annotations
@@ -52,10 +55,12 @@ def discover(roots: list[str]) -> list[str]:
     return files
 
 
-def measure(cmd: list[str]) -> tuple[float, float, int, subprocess.CompletedProcess]:
-    """Wall seconds, and this child's own CPU seconds and peak RSS (KiB) from ``wait4``."""
+def measure(cmd: list[str], src: str | None = None) -> tuple[float, float, int, subprocess.CompletedProcess]:
+    """Wall seconds, and this child's own CPU seconds and peak RSS (KiB) from ``wait4``; ``src``: the
+    checker's source tree to import (else whatever this process's PYTHONPATH gives)."""
+    env = None if src is None else {**os.environ, "PYTHONPATH": src}
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     out = bytearray()
     err = bytearray()
     import selectors
@@ -86,22 +91,32 @@ def spread(values: list[float]) -> str:
     return f"median {statistics.median(values):6.2f}  [min {min(values):6.2f}, max {max(values):6.2f}]"
 
 
-def cpu_and_memory(listfile: str, rounds: int) -> None:
+def cpu_and_memory(listfile: str, rounds: int, trees: list[tuple[str, str | None]]) -> None:
     parse = [sys.executable, "-c", PARSE_ONLY, listfile]
     check = check_cmd(listfile, "--jobs", "1", "--output-format", "json", "-o", os.devnull)
-    cpu_ratio, rss_ratio, parse_cpu, check_cpu = [], [], [], []
+    parse_cpu: list[float] = []
+    cpu_ratio: dict[str, list[float]] = {name: [] for name, _ in trees}
+    rss_ratio: dict[str, list[float]] = {name: [] for name, _ in trees}
+    check_cpu: dict[str, list[float]] = {name: [] for name, _ in trees}
     for _ in range(rounds):  # alternate, so that load changes hit both sides alike
         _, pc, pr, _ = measure(parse)
-        _, cc, cr, done = measure(check)
-        if done.returncode not in (0, 1):
-            sys.exit(f"check failed ({done.returncode}):\n{done.stderr[-2000:]}")
-        cpu_ratio.append(cc / pc)
-        rss_ratio.append(cr / pr)
         parse_cpu.append(pc)
-        check_cpu.append(cc)
-    print(f"    ast.parse cpu s {spread(parse_cpu)};  check -j1 cpu s {spread(check_cpu)}")
-    print(f"(a) cpu ratio check -j1 / parse:      {spread(cpu_ratio)}   (target <= 3)")
-    print(f"(b) peak RSS ratio check -j1 / parse: {spread(rss_ratio)}   (target <= 2)")
+        for name, src in trees:
+            _, cc, cr, done = measure(check, src)
+            if done.returncode not in (0, 1):
+                sys.exit(f"check ({name}) failed ({done.returncode}):\n{done.stderr[-2000:]}")
+            cpu_ratio[name].append(cc / pc)
+            rss_ratio[name].append(cr / pr)
+            check_cpu[name].append(cc)
+    for name, _ in trees:
+        tag = _tag(name, trees)
+        print(f"    ast.parse cpu s {spread(parse_cpu)};  check -j1{tag} cpu s {spread(check_cpu[name])}")
+        print(f"(a) cpu ratio check -j1{tag} / parse:      {spread(cpu_ratio[name])}   (target <= 3)")
+        print(f"(b) peak RSS ratio check -j1{tag} / parse: {spread(rss_ratio[name])}   (target <= 2)")
+
+
+def _tag(name: str, trees: list[tuple[str, str | None]]) -> str:
+    return "" if len(trees) == 1 else f" [{name}]"
 
 
 def parallel(files: list[str], tmp: str, rounds: int) -> None:
@@ -116,19 +131,23 @@ def parallel(files: list[str], tmp: str, rounds: int) -> None:
           f"{spread(ratios)}   (target <= 1)")
 
 
-def startup(tmp: str, rounds: int) -> None:
+def startup(tmp: str, rounds: int, trees: list[tuple[str, str | None]]) -> None:
     small = os.path.join(tmp, "one.py")
     Path(small).write_text("import torch\nmodel = torch.nn.Linear(2, 2)\nx = model(torch.ones(1, 2))\n")
     check = [sys.executable, "-m", "torchdoctor", "check", "--isolated", small]
-    measure(check)  # once untimed: the package's bytecode is cached, as after any pip install
-    over, ratio = [], []
+    for _, src in trees:
+        measure(check, src)  # once untimed: the package's bytecode is cached, as after any pip install
+    over: dict[str, list[float]] = {name: [] for name, _ in trees}
+    ratio: dict[str, list[float]] = {name: [] for name, _ in trees}
     for _ in range(rounds * 3):
-        base, _, _, _ = measure([sys.executable, "-c", "pass"])
-        one, _, _, _ = measure(check)
-        over.append((one - base) * 1000)
-        ratio.append(one / base)
-    print(f"(d) check one small file over `python -c pass`, ms: {spread(over)}   (target <= 60); "
-          f"as a ratio of `python -c pass`: {spread(ratio)}")
+        for name, src in trees:
+            base, _, _, _ = measure([sys.executable, "-c", "pass"], src)
+            one, _, _, _ = measure(check, src)
+            over[name].append((one - base) * 1000)
+            ratio[name].append(one / base)
+    for name, _ in trees:
+        print(f"(d) check{_tag(name, trees)} one small file over `python -c pass`, ms: {spread(over[name])}   "
+              f"(target <= 60); as a ratio of `python -c pass`: {spread(ratio[name])}")
 
 
 def torchfix(files: list[str], listfile: str) -> None:
@@ -158,6 +177,8 @@ def main() -> None:
     ap.add_argument("--corpus", action="append", default=[], metavar="DIR", help="real PyTorch code (repeatable)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds per figure (default 5)")
     ap.add_argument("--stdlib", action="store_true", help="also run (f) on the standard library")
+    ap.add_argument("--compare-src", action="append", default=[], metavar="DIR",
+                    help="another source tree's checker, measured in the same rounds for (a), (b), (d) (repeatable)")
     args = ap.parse_args()
     # Bytecode as users have it (pip writes .pyc files); a container's PYTHONDONTWRITEBYTECODE=1 would make
     # every run compile the package afresh and charge that to the checker.
@@ -171,9 +192,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         listfile = os.path.join(tmp, "files.txt")
         Path(listfile).write_text("\n".join(files))
-        cpu_and_memory(listfile, args.rounds)
+        trees = [("this", None)] + [(d, os.path.abspath(d)) for d in args.compare_src]
+        cpu_and_memory(listfile, args.rounds, trees)
         parallel(files, tmp, args.rounds)
-        startup(tmp, args.rounds)
+        startup(tmp, args.rounds, trees)
         torchfix(files, listfile)
         if args.stdlib:
             stdlib(tmp)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import traceback
 from collections.abc import Sequence
 
 from torchdoctor import __version__
@@ -75,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 1
     except Exception:  # an internal error: say so plainly, with the traceback for a bug report
+        import traceback  # here, not at start-up: only a bug of ours needs it
+
         print("torchdoctor: internal error (please report it with the traceback below)", file=sys.stderr)
         traceback.print_exc()
         return 2

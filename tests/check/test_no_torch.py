@@ -58,3 +58,28 @@ def test_import_and_help_stay_light(tmp_path: Path) -> None:
     """, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_starting_the_checker_compiles_no_regular_expression_of_its_own(tmp_path: Path) -> None:
+    # Compiling the checker's ~60 patterns cost ~20 ms of every start (one small file in pre-commit); they are
+    # compiled on first use instead (check/patterns.py), so importing every rule compiles none of them.
+    proc = run_python("""
+        import re, sys
+        compiled = []
+        real = re._compile
+        def spy(pattern, flags):
+            caller = sys._getframe(2).f_globals.get("__name__", "")
+            if caller.startswith("torchdoctor.check") and pattern not in compiled:
+                compiled.append(pattern)
+            return real(pattern, flags)
+        re._compile = spy
+        import torchdoctor.check.output, torchdoctor.check.runner
+        from torchdoctor.check.engine import load_rules
+        from torchdoctor.check.patterns import lazy
+        load_rules()
+        before = list(compiled)
+        assert lazy(r"b+").sub("b", "abbbc") == "abc"
+        print(before, compiled)
+    """, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[] ['b+']"

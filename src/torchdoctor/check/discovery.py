@@ -6,8 +6,8 @@ import errno
 import os
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
+from torchdoctor.check.record import Record
 from torchdoctor.config import Settings, patterns, relative_to
 
 __all__ = ["Discovery", "discover", "is_excluded", "SOURCE_SUFFIXES"]
@@ -17,10 +17,12 @@ SOURCE_SUFFIXES = (".py", ".ipynb")
 _ENV_MARKERS = ("pyvenv.cfg", "conda-meta")
 
 
-@dataclass
-class Discovery:
-    files: list[str] = field(default_factory=list)
-    errors: list[tuple[str, str]] = field(default_factory=list)  # (path, message)
+class Discovery(Record):
+    __slots__ = ("files", "errors")
+
+    def __init__(self, files: list[str] | None = None, errors: list[tuple[str, str]] | None = None) -> None:
+        self.files: list[str] = [] if files is None else files
+        self.errors: list[tuple[str, str]] = [] if errors is None else errors  # (path, message)
 
 
 def describe_os_error(exc: OSError) -> str:

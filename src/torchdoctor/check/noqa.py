@@ -16,11 +16,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from torchdoctor.check.patterns import lazy
 from torchdoctor.findings import Finding
 
 __all__ = ["noqa_codes", "filter_noqa", "unknown_codes", "noqa_warnings"]
 
-_NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
+_NOQA = lazy(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
 ALL = frozenset({"*"})
 
 

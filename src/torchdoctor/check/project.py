@@ -18,13 +18,18 @@ files checked together, or, for a single-file run, the ``.py`` files near it.
 from __future__ import annotations
 
 import ast
+import itertools
 import os
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import SemanticModel
-from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary, call_records, summarize
+
+if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
+    from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary
 
 __all__ = ["Project"]
 
@@ -33,7 +38,9 @@ MAX_BYTES = 2_000_000  # a larger module is not read for the index
 MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
+_IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
+_RUNS = itertools.count()
+_WORKER_STATES: dict[str, _State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
 
 
 class Project:
@@ -46,14 +53,19 @@ class Project:
         self.root = root if inside else _guess_root(self.files)  # type: ignore[assignment]
         self._state: _State | None = None
         self._checked = frozenset(self.files)
+        self._run = f"{os.getpid()}.{next(_RUNS)}"  # names this run in its worker processes
 
-    def __getstate__(self) -> dict:  # worker processes start with an empty cache
-        return {"files": self.files, "root": self.root, "_state": None, "_checked": self._checked}
+    def __getstate__(self) -> dict:  # worker processes start with an empty cache, shared by their runs of files
+        return {"files": self.files, "root": self.root, "_state": None, "_checked": self._checked, "_run": self._run,
+                "_in_worker": True}
 
     @property
     def state(self) -> _State:
         if self._state is None:
-            self._state = _State()
+            if self.__dict__.get("_in_worker"):
+                self._state = _WORKER_STATES.setdefault(self._run, _State())
+            else:
+                self._state = _State()
         return self._state
 
     # ---- the file being analysed ------------------------------------------------------------------
@@ -73,6 +85,23 @@ class Project:
         if kept is None or kept[0] != text:
             return None
         return kept[1:]
+
+    def waiting(self) -> list[str]:
+        """The checked files (absolute paths) whose tree the index read for another file's questions and
+        keeps for their own check, oldest first: checking them next parses no file twice."""
+        return list(self._state.pending) if self._state is not None else []
+
+    def forget_kept(self) -> None:
+        """Drop the trees kept for files that are not checked here (in a worker: another worker's)."""
+        if self._state is not None:
+            self._state.pending.clear()
+
+    def finished(self, path: str) -> None:
+        """``path`` has had its own check: a later read of it for the index keeps no tree for it."""
+        state = self.state
+        path = os.path.abspath(path)
+        state.finished.add(path)
+        state.pending.pop(path, None)
 
     # ---- forward questions (what does that name, imported here, stand for?) ------------------------------
     def is_module_class(self, sem: SemanticModel, written: str) -> bool | None:
@@ -229,6 +258,8 @@ class Project:
             names: tuple[dict, dict] = ({}, {})
             sem = self._model(path)
             if sem is not None:
+                from torchdoctor.check.semantic.summary import call_records
+
                 names = (dict(sem.names.from_imports), dict(sem.names.imports))
                 heads = set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                 from torchdoctor.check.semantic import program  # (the device a config module of the project sets)
@@ -362,6 +393,8 @@ class Project:
         memo = self.state.summaries
         if path not in memo:
             memo[path] = None  # a module importing itself back, meanwhile, gets nothing
+            from torchdoctor.check.semantic.summary import summarize
+
             sem = self._model(path)
             memo[path] = summarize(sem) if sem is not None else None
             self._done_with(path, sem)
@@ -393,7 +426,7 @@ class Project:
         state.parsed += 1
         # A module read for the index resolves its own imports no further: one level, no cascades.
         sem = SemanticModel(tree, text, path, None)
-        if path in self._checked and len(state.pending) < MAX_PENDING:
+        if path in self._checked and path not in state.finished and len(state.pending) < MAX_PENDING:
             state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
         return sem
 
@@ -410,6 +443,7 @@ class _State:
         self.near: dict[str, list[str]] = {}
         self.current: dict[str, SemanticModel] = {}
         self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
+        self.finished: set[str] = set()  # checked already: no tree is kept for them
         self.words: dict[str, frozenset[str]] = {}
         self.importers: dict[str, str | None] = {}
         self.saves_objects: bool | None = None
@@ -462,8 +496,8 @@ def _guess_root(files: list[str]) -> str:
         cur = parent
 
 
-_MODELISH = re.compile(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
-_OBJECT_VALUE = re.compile(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
+_MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
+_OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
 
 
 def _pickles_objects(text: str) -> bool:

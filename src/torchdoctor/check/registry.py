@@ -12,8 +12,9 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from torchdoctor.check.record import FrozenRecord
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -21,14 +22,18 @@ if TYPE_CHECKING:
 RuleFunc = Callable[[ast.AST, "Context"], None]
 
 
-@dataclass(frozen=True)
-class RegisteredRule:
-    code: str
-    node_types: tuple[type[ast.AST], ...]
-    func: RuleFunc
-    codes: tuple[str, ...] = ()  # every code the rule may report; () means just ``code``
-    calls: tuple[str, ...] = ()  # callee last names that trigger the rule
-    keywords: tuple[str, ...] = ()  # keyword arguments that trigger the rule
+class RegisteredRule(FrozenRecord):
+    __slots__ = ("code", "node_types", "func", "codes", "calls", "keywords")
+
+    def __init__(self, code: str, node_types: tuple[type[ast.AST], ...], func: RuleFunc, codes: tuple[str, ...] = (),
+                 calls: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "code", code)
+        setattr_(self, "node_types", node_types)
+        setattr_(self, "func", func)
+        setattr_(self, "codes", codes)  # every code the rule may report; () means just ``code``
+        setattr_(self, "calls", calls)  # callee last names that trigger the rule
+        setattr_(self, "keywords", keywords)  # keyword arguments that trigger the rule
 
     @property
     def all_codes(self) -> tuple[str, ...]:

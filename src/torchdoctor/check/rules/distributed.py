@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, is_true, keyword, string_value
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
 _DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 # torchvision/timm architectures built with BatchNorm layers.
-_BN_ARCH = re.compile(
+_BN_ARCH = lazy(
     r"^(resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|regnet|inception|googlenet|shufflenet|"
     r"mnasnet|vgg\d+_bn|convnext_?nano_?bn|resnetv2|seresnet|seresnext|cspdarknet|cspresnet|darknet|dla|"
     r"dpn|hrnet|res2net|resnest|rexnet|selecsls|tresnet|xception|nfnet|ghostnet|fbnet|mixnet|tf_efficientnet|"
@@ -167,7 +168,7 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
 
 
 # ---- TD706 ---------------------------------------------------------------------
-_BATCHNORM = re.compile(r"torch\.nn\.(modules\.batchnorm\.)?BatchNorm[123]?d$")
+_BATCHNORM = lazy(r"torch\.nn\.(modules\.batchnorm\.)?BatchNorm[123]?d$")
 
 
 def _uses_batchnorm(ctx: Context) -> bool:
@@ -304,8 +305,8 @@ def _flag_only_set_epoch(ctx: Context, set_epochs: list[ast.Call], samplers: lis
 
 # ---- TD703 ---------------------------------------------------------------------
 
-_WRITE_MODE = re.compile(r"[wax+]")
-_MODE = re.compile(r"[rwxabt+U]{1,4}")  # a mode string, not a path (``gzip.open("./data/enwik8.gz")`` reads)
+_WRITE_MODE = lazy(r"[wax+]")
+_MODE = lazy(r"[rwxabt+U]{1,4}")  # a mode string, not a path (``gzip.open("./data/enwik8.gz")`` reads)
 _SAVERS = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt")
 
 

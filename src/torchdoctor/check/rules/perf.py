@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, keyword, string_value, target_names
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -24,8 +25,8 @@ _DEPRECATED_AMP = {
     "torch.cpu.amp.GradScaler": ("amp.GradScaler", "cpu"),
 }
 _AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast_mode.autocast")
-_SCALERS = re.compile(r"^torch\.(cuda\.amp\.|cpu\.amp\.|amp\.|amp\.grad_scaler\.)?GradScaler$|ShardedGradScaler$")
-_EVAL_FUNC = re.compile(r"eval|valid|test|predict|infer|generate|sample", re.IGNORECASE)
+_SCALERS = lazy(r"^torch\.(cuda\.amp\.|cpu\.amp\.|amp\.|amp\.grad_scaler\.)?GradScaler$|ShardedGradScaler$")
+_EVAL_FUNC = lazy(r"eval|valid|test|predict|infer|generate|sample", re.IGNORECASE)
 
 
 def _torch_name(ctx: Context) -> str | None:
@@ -62,6 +63,8 @@ def deprecated_amp_module(node: ast.AST, ctx: Context) -> None:
     """Deprecated AMP calls and references: only files that mention ``amp`` are looked at."""
     sem = ctx.semantic
     if "amp" not in ctx.source:  # (`torch.cuda.amp`, `from torch.cuda import amp`, `from torch.cuda.amp import ...`)
+        return
+    if "autocast" not in ctx.source and "GradScaler" not in ctx.source:  # nothing below can match ("amp" is in "example")
         return
     for call in sem.calls_named("autocast", "GradScaler"):
         deprecated_amp(call, ctx)
@@ -253,7 +256,7 @@ def _scaler_method_calls(ctx: Context, attr: str) -> list[ast.Call]:
             if isinstance(c.func, ast.Attribute) and dotted(c.func.value) in names]
 
 
-_OPTIMIZER = re.compile(r"^(optimizer|optim|opt|optimiser)s?$|_(optimizer|optim|opt)$|^(optimizer|opt)_", re.I)
+_OPTIMIZER = lazy(r"^(optimizer|optim|opt|optimiser)s?$|_(optimizer|optim|opt)$|^(optimizer|opt)_", re.I)
 
 
 def _optimizer_steps(ctx: Context) -> list[ast.Call]:
@@ -393,7 +396,7 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
 
 
 _SYNC_METHODS = ("item", "cpu", "tolist")
-_LOSS_NAME = re.compile(r"^(loss|.*_loss|loss_.*|losses)$")
+_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_.*|losses)$")
 
 
 def _is_sync_call(node: ast.AST) -> bool:
@@ -487,7 +490,7 @@ def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
 
 
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
-_TO_HOST = re.compile(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
+_TO_HOST = lazy(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
 _SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
                "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm")
 

@@ -7,6 +7,7 @@ import re
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, func_params, has_kwargs, keyword, method_name
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 from torchdoctor.findings import Edit
@@ -15,10 +16,10 @@ if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
 # Names people give a model object; what they give a checkpoint dict is excluded first.
-_MODEL_NAME = re.compile(r"^(model|net|network|module|.*_model|model_.*|.*_net|.*_network|.*Model|.*Net)$")
-_NOT_MODEL = re.compile(r"state|ckpt|checkpoint|dict|weights|params|optim|tensor|data", re.IGNORECASE)
+_MODEL_NAME = lazy(r"^(model|net|network|module|.*_model|model_.*|.*_net|.*_network|.*Model|.*Net)$")
+_NOT_MODEL = lazy(r"state|ckpt|checkpoint|dict|weights|params|optim|tensor|data", re.IGNORECASE)
 # Library model constructors (their results are nn.Modules).
-_MODEL_FACTORY = re.compile(r"^(torchvision\.models\.|timm\.create_model$|transformers\..*\.from_pretrained$|torch\.nn\.)")
+_MODEL_FACTORY = lazy(r"^(torchvision\.models\.|timm\.create_model$|transformers\..*\.from_pretrained$|torch\.nn\.)")
 
 
 def _insert_after_last_arg(ctx: Context, call: ast.Call, text: str) -> Edit | None:
@@ -157,7 +158,7 @@ def _saved_here(ctx: Context, load: ast.Call) -> bool:
     return bool(saves) and all(_saves_host_data(ctx, s) for s in saves)
 
 
-_WRITERS = re.compile(r"(?i)(^|_)(save|convert|export|write|dump|download|merge|consolidate)")
+_WRITERS = lazy(r"(?i)(^|_)(save|convert|export|write|dump|download|merge|consolidate)")
 
 
 def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
@@ -280,7 +281,7 @@ def _saves_objects(ctx: Context) -> bool:
     return sem.cached("saves_objects", compute)  # type: ignore[no-any-return]
 
 
-_PLAIN_NAMES = re.compile(r"(?i)(epoch|step|iter|loss|acc|best|score|lr|seed|metric|count|num|idx|state_dict|sd|"
+_PLAIN_NAMES = lazy(r"(?i)(epoch|step|iter|loss|acc|best|score|lr|seed|metric|count|num|idx|state_dict|sd|"
                           r"weights|params|ckpt|checkpoint|state)")
 
 

@@ -8,10 +8,10 @@ ones a reader does not see as a read: Python asks the tensor for a bool, or copi
 from __future__ import annotations
 
 import ast
-import re
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
     _scaler_names, _tensor_value, per_step_loop, report_sync_for_callers
@@ -25,7 +25,7 @@ _REDUCTIONS = frozenset({"min", "max", "all", "any", "sum", "mean", "norm", "ama
                          "isinf", "isfinite", "count_nonzero", "eq", "ne", "gt", "lt", "ge", "le"})
 _TORCH_TESTS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.any", "torch.all", "torch.equal",
                           "torch.allclose", "torch.is_nonzero"})
-_LOSSISH_CALL = re.compile(r"(?i)(loss|cross_entropy|criterion|nll|mse)")
+_LOSSISH_CALL = lazy(r"(?i)(loss|cross_entropy|criterion|nll|mse)")
 _HOST_TENSORS = ("torch.zeros", "torch.ones", "torch.empty", "torch.full")
 
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from torchdoctor.check.astutil import dotted, method_name, root_name
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["is_cpu_name", "consumer_kind", "path_to_consumer", "device_names", "mentions", "combined_in_helper"]
 
-_LOSS_FUNCS = re.compile(r"(_loss|cross_entropy|binary_cross_entropy(_with_logits)?|kl_div|cosine_embedding_loss)$")
+_LOSS_FUNCS = lazy(r"(_loss|cross_entropy|binary_cross_entropy(_with_logits)?|kl_div|cosine_embedding_loss)$")
 # Batch elements meant for the CPU: lengths for pack_padded_sequence, ids, names, paths, raw text.
-_CPU_NAMES = re.compile(
+_CPU_NAMES = lazy(
     r"(?i)^(.*_)?(len|lens|lengths?|seq_lens?|idx|idxs|index|indices|names?|paths?|files?|filenames?|meta|"
     r"metadata|infos?|texts?|captions?|sentences?|raw|keys?|uids?|ids?|strings?|words?|tokens_str|fnames?)$"
 )

@@ -8,28 +8,29 @@ import re
 from collections.abc import Callable
 
 from torchdoctor.check.astutil import dotted, is_false, is_true, keyword, string_value
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.bindings import Bindings
 from torchdoctor.check.semantic.names import Names
 from torchdoctor.check.semantic.walk import CLASS, EXCEPT, FUNCTION, IF, LAMBDA, LOOP, WITH, Frame, Index
 
 __all__ = ["Guards", "RANKISH"]
 
-RANKISH = re.compile(
+RANKISH = lazy(
     r"(?i)(rank|is_main|main_process|is_master|master_process|is_primary|is_global_zero|"
     r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0)"
 )
-_COUNTER = re.compile(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_?(idx|id|i|num|index)?|"
+_COUNTER = lazy(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_?(idx|id|i|num|index)?|"
                       r".*_(step|iter|idx))$")
-_DEVICE_WORDS = re.compile(r"cuda|gpu|device|accelerat", re.IGNORECASE)
+_DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat", re.IGNORECASE)
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
 # Rank 0 runs the block first while the others wait, then they find its result (a cache) in place.
-_FIRST_CONTEXT = re.compile(r"(?i)(zero_first|main_process_first|local_main_process_first|rank_zero_first)")
-_VERSION_TEST = re.compile(r"(?i)(version|TORCH_\w*(GREATER|LESS|GE|LT|_\d)|torch_\d|is_torch_\w+|hasattr\(\s*torch)")
-_OFF_WRAPPER = re.compile(r"(?i)^\w*(inference_mode|no_grad)\w*$")
+_FIRST_CONTEXT = lazy(r"(?i)(zero_first|main_process_first|local_main_process_first|rank_zero_first)")
+_VERSION_TEST = lazy(r"(?i)(version|TORCH_\w*(GREATER|LESS|GE|LT|_\d)|torch_\d|is_torch_\w+|hasattr\(\s*torch)")
+_OFF_WRAPPER = lazy(r"(?i)^\w*(inference_mode|no_grad)\w*$")
 _RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
 
 
-_GPU_FLAG = re.compile(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
+_GPU_FLAG = lazy(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
 
 
 class Guards:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 
 from torchdoctor.check.astutil import FACTORIES, dotted, method_name, string_value, target_names
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.bindings import Binding, Bindings
 from torchdoctor.check.semantic.names import Names
 from torchdoctor.check.semantic.walk import Index
@@ -18,7 +19,7 @@ KINDS = ("model", "tensor", "loader", "optimizer", "scaler", "sampler", "device"
 
 MODULE_BASES = {"Module", "LightningModule", "PreTrainedModel", "Sequential", "ModuleList", "ModuleDict"}
 _WRAPPERS = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
-_NOT_MODELS = re.compile(r"Tokenizer|Processor|Config|FeatureExtractor|Dataset|Pipeline|Scheduler|Accelerator")
+_NOT_MODELS = lazy(r"Tokenizer|Processor|Config|FeatureExtractor|Dataset|Pipeline|Scheduler|Accelerator")
 _OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
                "SparseAdam", "ASGD", "Rprop", "Lion", "Adafactor", "AdamW8bit", "Adam8bit", "LARS", "LAMB"}
 _SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_",
@@ -30,19 +31,19 @@ _TENSOR_METHODS_ONLY = {"mean", "sum", "abs", "sigmoid", "softmax", "argmax", "e
                         "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous",
                         "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow"}
 _NAME_HINTS = (
-    (re.compile(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
-    (re.compile(r"(loader|^dl$|_dl$)", re.I), "loader"),
-    (re.compile(r"^(optimizer|optim|opt|optimiser)$|_(optimizer|optim|opt)$", re.I), "optimizer"),
-    (re.compile(r"^(criterion|loss_fn|loss_func|loss_function|lossfn)$", re.I), "loss_fn"),
-    (re.compile(r"(^|_)scaler$", re.I), "scaler"),
-    (re.compile(r"(^|_)sampler$", re.I), "sampler"),
-    (re.compile(r"^(device|dev)$|_device$", re.I), "device"),
-    (re.compile(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
+    (lazy(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
+    (lazy(r"(loader|^dl$|_dl$)", re.I), "loader"),
+    (lazy(r"^(optimizer|optim|opt|optimiser)$|_(optimizer|optim|opt)$", re.I), "optimizer"),
+    (lazy(r"^(criterion|loss_fn|loss_func|loss_function|lossfn)$", re.I), "loss_fn"),
+    (lazy(r"(^|_)scaler$", re.I), "scaler"),
+    (lazy(r"(^|_)sampler$", re.I), "sampler"),
+    (lazy(r"^(device|dev)$|_device$", re.I), "device"),
+    (lazy(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
 )
 # Tensor fields of a model's output object (transformers' ModelOutput and the like).
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
                            "image_embeds", "text_embeds"})
-LOADERISH = re.compile(r"(?i)(loader|\bdl\b|_dl\b|dataloader|batches|batch_iter|data_iter)")
+LOADERISH = lazy(r"(?i)(loader|\bdl\b|_dl\b|dataloader|batches|batch_iter|data_iter)")
 _TENSOR_TUPLES = {"max", "min", "sort", "topk", "kthvalue", "median", "mode", "unique", "chunk", "split",
                   "unbind", "broadcast_tensors", "meshgrid", "std_mean", "var_mean", "aminmax"}
 _COLLECTIVES = {"gather", "gather_for_metrics", "reduce", "pad_across_processes", "all_gather"}

@@ -11,9 +11,9 @@ model and move nothing iterate does not.
 from __future__ import annotations
 
 import ast
-import re
 
 from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.semantic.model import SemanticModel
@@ -25,7 +25,7 @@ _WRAPPING = {"prepare", "setup_dataloaders", "prepare_data_loader", "DeviceLoade
              "setup", "prepare_dataloader"}
 _NOT_FEEDING = {"len", "print", "isinstance", "type", "id", "repr", "str", "hasattr", "getattr", "setattr",
                 "append", "extend", "add", "format", "log", "info", "debug", "warning"}
-_STEPISH = re.compile(r"(?i)train|eval|valid|test|step|fit|forward|predict|infer|run|loop|epoch|backward")
+_STEPISH = lazy(r"(?i)train|eval|valid|test|step|fit|forward|predict|infer|run|loop|epoch|backward")
 _MAX_DEPTH = 4
 
 

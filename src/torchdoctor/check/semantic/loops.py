@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torchdoctor.check.astutil import dotted, method_name, names_in, target_names
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.calls import Calls
 from torchdoctor.check.semantic.guards import Guards
 from torchdoctor.check.semantic.kinds import LOADERISH, Kinds, unwrap_iter
@@ -17,14 +17,14 @@ __all__ = ["LoopInfo", "Loops", "EVALISH", "EVAL_FUNC"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
-EVALISH = re.compile(r"(?i)(val|valid|test|eval|dev\b|holdout)")
-EVAL_FUNC = re.compile(r"(?i)(eval|valid|test|predict|infer|score)")
+EVALISH = lazy(r"(?i)(val|valid|test|eval|dev\b|holdout)")
+EVAL_FUNC = lazy(r"(?i)(eval|valid|test|predict|infer|score)")
 # ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
-_GETS_BATCH = re.compile(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
-_ITERATOR_NAME = re.compile(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
-_ITEM_GETTER = re.compile(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|example|anno)?$")
-_DATASET_NAME = re.compile(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
-_TRAINISH = re.compile(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
+_GETS_BATCH = lazy(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
+_ITERATOR_NAME = lazy(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
+_ITEM_GETTER = lazy(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|example|anno)?$")
+_DATASET_NAME = lazy(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
+_TRAINISH = lazy(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
 

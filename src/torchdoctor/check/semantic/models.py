@@ -4,15 +4,15 @@ dropout/batch-norm, names moved to a device, the device inputs are moved to, wra
 from __future__ import annotations
 
 import ast
-import re
 
 from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state"]
 
-DROPOUT_BN = re.compile(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
+DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
 
 

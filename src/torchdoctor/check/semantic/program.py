@@ -4,10 +4,10 @@ GPU, starts a process group, trains, talks RPC; and where it hard-codes a CUDA d
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 
 from torchdoctor.check.astutil import dotted, method_name, string_value
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
@@ -19,17 +19,17 @@ __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check
 # not about a training run there. Errors that break the test itself are still reported.
 QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD401", "TD402", "TD502",
                             "TD602", "TD603", "TD604", "TD701", "TD703", "TD705", "TD706"})
-_TEST_FILE = re.compile(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
+_TEST_FILE = lazy(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 
-_CUDA = re.compile(r"cuda(:\d+)?")
+_CUDA = lazy(r"cuda(:\d+)?")
 # Calls that take `device=` but fall back by themselves (autocast, GradScaler warn and disable)
 # or hold configuration rather than placing anything.
-_QUIET_DEVICE_KW = re.compile(
+_QUIET_DEVICE_KW = lazy(
     r"(^torch\.(cuda|amp|autocast|GradScaler|cpu)\b)|(^dict$)|(Config|Args|Arguments|Namespace|set_defaults|add_argument)$"
 )
 # A device given as a process's GPU index: `.to(local_rank)`, `.cuda(args.gpu)`, `torch.device(rank)`.
-_RANK_DEVICE = re.compile(r"(?i)(^|[._])(local_rank|rank|gpu|gpu_id|gpus|device_id|local_gpu|cuda_device)$")
-_DEVICE_PARAM = re.compile(r"(?i)^(device|dev|.*_device)$")
+_RANK_DEVICE = lazy(r"(?i)(^|[._])(local_rank|rank|gpu|gpu_id|gpus|device_id|local_gpu|cuda_device)$")
+_DEVICE_PARAM = lazy(r"(?i)^(device|dev|.*_device)$")
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
 
@@ -159,7 +159,7 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
     return bool(_GPU_MARK.search(sem.text.source[:4000])) and "pytestmark" in sem.text.source[:4000]
 
 
-_GPU_MARK = re.compile(r"(?i)cuda|gpu")
+_GPU_MARK = lazy(r"(?i)cuda|gpu")
 _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "triton", "cupy", "pycuda",
              "tensorrt", "torch_tensorrt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm")
 
@@ -304,7 +304,7 @@ def accelerator_api(sem: SemanticModel) -> bool:
     return sem.cached("accelerator_api", compute)  # type: ignore[no-any-return]
 
 
-_DEVICE_HELPERS = re.compile(r"(?i)^(get_device|init_distributed_device|setup_device|init_device|setup_distributed|"
+_DEVICE_HELPERS = lazy(r"(?i)^(get_device|init_distributed_device|setup_device|init_device|setup_distributed|"
                              r"init_distributed_mode|get_local_device|prepare_device|set_device\w*)$")
 
 

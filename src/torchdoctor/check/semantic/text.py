@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import ast
-import re
+
+from torchdoctor.check.patterns import lazy
 
 __all__ = ["Text", "short"]
 
-_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # lines with their breaks, as ast numbers them
-_NEWLINE = re.compile(r"\r\n|\r|\n")
+_LINES = lazy(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # lines with their breaks, as ast numbers them
+_NEWLINE = lazy(r"\r\n|\r|\n")
 
 
 class Text:
     def __init__(self, source: str) -> None:
         self.source = source
-        self.lines = _NEWLINE.split(source)  # without breaks (str.splitlines also breaks at \f, \x1c...)
+        # without breaks (str.splitlines also breaks at \f, \x1c...); str.split when there is no \r (5x faster)
+        self.lines = source.split("\n") if "\r" not in source else _NEWLINE.split(source)
         self._with_breaks: list[str] | None = None
 
     def segment(self, node: ast.AST | None) -> str:
@@ -27,7 +29,7 @@ class Text:
             return ""
         lines = self._with_breaks
         if lines is None:
-            lines = self._with_breaks = _LINES.findall(self.source)
+            lines = self._with_breaks = _lines_with_breaks(self.source)
         if end_line > len(lines):
             return ""
         if line == end_line:
@@ -45,6 +47,16 @@ class Text:
         if text.isascii():
             return byte_col
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+
+
+def _lines_with_breaks(source: str) -> list[str]:
+    """``_LINES.findall(source)``; str.splitlines (10x faster) when it splits at the same places: no \r,
+    and as many lines as \n make (no \f, \x1c, \u2028... in the text)."""
+    if "\r" not in source:
+        lines = source.splitlines(True)
+        if len(lines) == source.count("\n") + (not source.endswith("\n") and source != ""):
+            return lines
+    return _LINES.findall(source)
 
 
 def short(text: str, limit: int = 40, placeholder: str = "...") -> str:

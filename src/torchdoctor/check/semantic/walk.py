@@ -16,6 +16,7 @@ stays as cheap as a plain ``ast.walk``.
 from __future__ import annotations
 
 import ast
+from bisect import bisect_left
 from collections import defaultdict
 
 __all__ = ["Frame", "Index", "MODULE", "FUNCTION", "LAMBDA", "CLASS", "LOOP", "COMP", "WITH", "IF", "EXCEPT"]
@@ -26,10 +27,17 @@ MODULE, FUNCTION, LAMBDA, CLASS, LOOP, COMP, WITH, IF, EXCEPT = (
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _SCOPES = {ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef}
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_COMPREHENSION = ast.comprehension
 # Fields that never hold a child worth visiting: names and numbers, and the shared singletons.
 _NOT_CHILDREN = {"ctx", "op", "ops", "id", "attr", "name", "arg", "asname", "module", "level", "kind",
                  "type_comment", "is_async", "conversion", "lineno", "col_offset", "end_lineno", "end_col_offset"}
+# Per type, the fields that hold something else than nodes, lists of nodes or None (a constant's value,
+# ``global``'s names, ...): without them, the walk needs no isinstance test per value.
+_NOT_NODES = {ast.Constant: ("value",), ast.AnnAssign: ("simple",), ast.Global: ("names",),
+              ast.Nonlocal: ("names",), ast.MatchSingleton: ("value",), ast.MatchClass: ("kwd_attrs",),
+              ast.MatchMapping: ("rest",), ast.TypeIgnore: ("tag",)}
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_PUSH: dict[type, tuple[str, ...]] = {}  # the walk's: node fields only, last first (a stack pops them in order)
 _AST = ast.AST
 
 
@@ -37,6 +45,12 @@ def child_fields(t: type) -> tuple[str, ...]:
     fields = _FIELDS.get(t)
     if fields is None:
         fields = _FIELDS[t] = tuple(f for f in t._fields if f not in _NOT_CHILDREN)  # type: ignore[attr-defined]
+    return fields
+
+
+def _push_fields(t: type) -> tuple[str, ...]:
+    skip = _NOT_NODES.get(t, ())
+    fields = _PUSH[t] = tuple(f for f in reversed(child_fields(t)) if f not in skip)
     return fields
 
 
@@ -90,8 +104,9 @@ class _Frames(dict):
         return self.index._frame_of(node)
 
     def get(self, node, default=None):  # type: ignore[override]
-        if node in self:
-            return dict.__getitem__(self, node)
+        frame = dict.get(self, node)
+        if frame is not None:
+            return frame
         if node not in self.index.pos:
             return default
         return self.index._frame_of(node)
@@ -100,7 +115,7 @@ class _Frames(dict):
 class Index:
     """What the walk records: ``order`` (pre-order), ``pos``, ``parent``, nodes by type; frames on demand."""
 
-    __slots__ = ("tree", "order", "pos", "parent", "by_type", "root", "frame", "_ends", "_bodies")
+    __slots__ = ("tree", "order", "pos", "parent", "by_type", "root", "frame", "_ends", "_bodies", "_scopes")
 
     def __init__(self, tree: ast.Module) -> None:
         self.tree = tree
@@ -113,36 +128,38 @@ class Index:
         dict.__setitem__(self.frame, tree, self.root)
         self._ends: dict[ast.AST, int] = {}
         self._bodies: dict[ast.AST, list[ast.AST]] = {}
+        self._scopes: list[int] | None = None  # where functions, lambdas and classes start, sorted
         self._walk()
 
     # ---- the walk ------------------------------------------------------------------
     def _walk(self) -> None:
-        order, pos, parent, by_type = self.order, self.pos, self.parent, self.by_type
-        fields_of = _FIELDS
-        is_ast = isinstance
+        # The hottest loop of the checker (every node of every file): no per-value isinstance, no
+        # per-node list of children; positions are numbered afterwards, in C.
+        order, parent, by_type = self.order, self.parent, self.by_type
+        push_fields, lst = _PUSH, list
         stack: list[ast.AST] = [self.tree]
         pop, push, append = stack.pop, stack.append, order.append
         while stack:
             node = pop()
-            pos[node] = len(order)
             append(node)
             t = type(node)
             by_type[t].append(node)
-            fields = fields_of.get(t) or child_fields(t)
-            kids: list[ast.AST] = []
+            fields = push_fields.get(t)
+            if fields is None:
+                fields = _push_fields(t)
             for f in fields:
                 v = getattr(node, f, None)
                 if v is None:
                     continue
-                if type(v) is list:
-                    for c in v:
-                        if is_ast(c, _AST):
-                            kids.append(c)
-                elif is_ast(v, _AST):
-                    kids.append(v)
-            for c in reversed(kids):
-                parent[c] = node
-                push(c)
+                if type(v) is lst:
+                    for c in reversed(v):
+                        if c is not None:  # a dict's ``**`` key, a keyword-only argument without default
+                            parent[c] = node
+                            push(c)
+                else:
+                    parent[v] = node
+                    push(v)
+        self.pos.update(zip(order, range(len(order))))
 
     def forget_answers(self) -> None:
         """Drop what other parts memoised on the frames (the syntax stays)."""
@@ -206,9 +223,12 @@ class Index:
                 break
             path.append((cur, up))
             cur = up
+        openers, setitem = _OPENERS, dict.__setitem__
         for child, up in reversed(path):
-            frame = self._opened(up, child, frame)
-            dict.__setitem__(frames, child, frame)
+            t = type(up)
+            if t in openers or t is _COMPREHENSION:  # else: the child sits in its parent's frame
+                frame = self._opened(up, child, frame)
+            setitem(frames, child, frame)
         return frame
 
     def _opened(self, up: ast.AST, child: ast.AST, outer: Frame) -> Frame:
@@ -265,22 +285,26 @@ class Index:
 
     def local(self, lo: int, hi: int, skip: list[tuple[int, int]] = ()) -> list[ast.AST]:  # type: ignore[assignment]
         """The nodes of pre-order positions [lo, hi) outside nested functions, lambdas and classes
-        (and outside the ``skip`` ranges)."""
-        order, out, i = self.order, [], lo
-        scopes = _SCOPES
-        while i < hi:
-            for a, b in skip:
-                if a <= i < b:
-                    i = b
-                    break
-            else:
-                n = order[i]
-                if type(n) in scopes:
-                    i = self.end(n)
-                    continue
-                out.append(n)
-                i += 1
+        (and outside the ``skip`` ranges, subtrees too): slices of ``order`` between the subtrees cut
+        out (all subtrees, so they nest or are apart), not a test per node."""
+        starts = self._scopes
+        if starts is None:
+            pos = self.pos
+            starts = self._scopes = sorted(pos[n] for t in _SCOPES for n in self.by_type.get(t, ()))
+        order, end = self.order, self.end
+        cuts = [(s, end(order[s])) for s in starts[bisect_left(starts, lo):bisect_left(starts, hi)]]
+        if skip:
+            cuts = sorted(cuts + [c for c in skip if c[0] < hi])
+        out: list[ast.AST] = []
+        cursor = lo
+        for a, b in cuts:
+            if a >= cursor:
+                out += order[cursor:a]
+            if b > cursor:
+                cursor = b
+        out += order[cursor:hi]
         return out
+
 
 def _last_child(node: ast.AST) -> ast.AST | None:
     for f in reversed(child_fields(type(node))):

@@ -1,0 +1,46 @@
+"""Small value classes for the checker's own records, without the cost of ``dataclasses`` at start-up.
+
+A dataclass compiles each of its generated methods when its module is imported (~1 ms a class, and
+``check`` on one small file imports a dozen of them); these write ``__init__`` by hand and take
+equality, hashing, ``repr`` and pickling (worker processes) from ``__slots__``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["Record", "FrozenRecord"]
+
+
+class Record:
+    """Fields are ``__slots__``, in ``__init__``'s positional order; equal when of one class with equal fields."""
+
+    __slots__ = ()
+    __hash__ = None  # type: ignore[assignment]  # mutable: unhashable, as a dataclass
+
+    def _values(self) -> tuple:
+        return tuple(getattr(self, f) for f in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{f}={getattr(self, f)!r}' for f in self.__slots__)})"
+
+    def __reduce__(self) -> tuple:
+        return type(self), self._values()
+
+
+class FrozenRecord(Record):
+    """A record whose fields are set once, in ``__init__`` (with ``object.__setattr__``); hashable."""
+
+    __slots__ = ()
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(self._values())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} of a frozen {type(self).__name__}")
