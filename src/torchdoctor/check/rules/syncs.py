@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.perf import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
-    _scaler_names, _tensor_value, per_step_loop, report_sync_for_callers
+from torchdoctor.check.rules.perf import _scaler_names
+from torchdoctor.check.rules.steps import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
+    _tensor_value, per_step_loop, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:

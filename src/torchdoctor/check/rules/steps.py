@@ -1,0 +1,349 @@
+"""Stage 6 rules, the steps of a loop: which loop runs a node on every step (through helper calls, and
+through the loops of other modules that call this one), ``empty_cache()`` per step (TD602), and the
+explicit host-device reads of a step (TD603: ``.item()``, ``.cpu()``, ``print(t)``, f-strings, helpers of
+other modules that read their arguments back). The implicit reads are in ``syncs.py``."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import dotted, string_value, target_names
+from torchdoctor.check.patterns import lazy
+from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.kinds import unwrap_iter
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+
+# ---- per-step sites (TD602, TD603) ---------------------------------------------------
+
+
+def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None:
+    """The batch loop that runs ``node`` on every iteration, unguarded; through helper calls too."""
+    sem = ctx.semantic
+    if depth == 0 and any(isinstance(a, ast.Raise) for a in sem.ancestors(node)):
+        return None  # an error message is built once, on the way out
+    loop = sem.enclosing_loop(node, "batch")
+    if loop is not None:
+        if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
+                or _first_pass_only(ctx, node, loop):
+            return None
+        return loop
+    func = sem.function_of(node)
+    if func is None or depth >= 3 or sem.under_step_guard(node):
+        return None
+    for call in sem.call_sites(func):
+        found = per_step_loop(ctx, call, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+def _first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``if len(all_preds) == 0: all_preds.append(...)`` (else: ``np.append``): a branch for the loop's first
+    pass, while a list the loop fills is still empty."""
+    sem = ctx.semantic
+    child = node
+    for parent in sem.ancestors(node):
+        if parent is loop:
+            return False
+        if isinstance(parent, ast.If) and child in parent.body:
+            test = parent.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
+                    isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
+                    isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
+                filled = dotted(test.left.args[0])
+                return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
+                           and dotted(n.func.value) == filled for n in sem.body(loop))
+        child = parent
+    return False
+
+
+@rule("TD602", calls=("empty_cache",))
+def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
+    """`torch.cuda.empty_cache()` inside the training loop.
+
+    What it does: finds `empty_cache()` that runs on every batch (in a batch loop,
+    or in a helper called from one), not behind a `step % N` guard or in an
+    `except` handler. Between epochs or trials it is fine.
+    Why is this bad? It returns cached blocks to the driver, so the next step must
+    allocate them again (slow, synchronising), and frees nothing this process still uses.
+    Use instead: remove it; call it between epochs or phases if another process needs the memory.
+    """
+    if ctx.call_name(node) != "torch.cuda.empty_cache" or per_step_loop(ctx, node) is None:
+        return
+    ctx.report(
+        "TD602",
+        node,
+        "`torch.cuda.empty_cache()` runs every step: the allocator must re-acquire the memory next step "
+        "and nothing is freed for this process",
+        fix="remove it from the step (at most call it between epochs)",
+    )
+
+
+_SYNC_METHODS = ("item", "cpu", "tolist")
+_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_.*|losses)$")
+
+
+def _is_sync_call(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _SYNC_METHODS and not node.args and not node.keywords)
+
+
+def _inner_sync(node: ast.Call) -> bool:
+    """Another sync deeper in the same chain (`x.cpu().numpy().tolist()`): that one is the site."""
+    cur = node.func.value if isinstance(node.func, ast.Attribute) else None
+    while cur is not None:
+        if _is_sync_call(cur):
+            return True
+        if isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute):
+            cur = cur.func.value
+        elif isinstance(cur, (ast.Attribute, ast.Subscript)):
+            cur = cur.value
+        else:
+            cur = None
+    return False
+
+
+def _tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    if isinstance(expr, ast.Attribute):
+        return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
+    if isinstance(expr, ast.Name):
+        return (ctx.semantic.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))) \
+            and not _host_number(ctx, expr, at)
+    return False
+
+
+def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bool:
+    """``loss`` bound to a Python number (``loss = 0.0``, ``loss = loss.item()``, a ``range()`` counter, arithmetic
+    of such numbers: ``smooth = beta * smooth + (1 - beta) * loss_f``)."""
+    b = ctx.semantic.binding_at(name.id, at)
+    if b is None or b.value is None:
+        loop = ctx.semantic.parent(b.node) if b is not None else None
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        iters, counter = unwrap_iter(loop.iter)  # ``for i in tqdm(range(n))``: ints
+        if counter and isinstance(loop.target, ast.Tuple) and loop.target.elts and b.node is loop.target \
+                and name.id in target_names(loop.target.elts[0]):
+            return True
+        return all(isinstance(i, ast.Call) and (dotted(i.func) or "") in ("range",) for i in iters)
+    value = b.value
+    if isinstance(value, ast.BinOp) and depth < 3:
+        return _host_arithmetic(ctx, value, b.node, depth + 1)
+    return _host_leaf(value)
+
+
+def _host_leaf(value: ast.AST) -> bool:
+    if isinstance(value, ast.Constant):
+        return value.value is not None  # (``x = None`` in an ``else``: the other branch says what ``x`` holds)
+    if isinstance(value, ast.Call) and dotted(value.func) == "getattr" and len(value.args) == 3:
+        return isinstance(value.args[2], ast.Constant)  # ``getattr(args, "loss_scale", "none")``: an option
+    return isinstance(value, ast.Call) and (isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist")
+                                            or dotted(value.func) in ("float", "int", "len", "sum", "round"))
+
+
+def _host_arithmetic(ctx: Context, expr: ast.BinOp, at: ast.AST, depth: int) -> bool:
+    """No operand is known to be a tensor, and some operand is a host number."""
+    leaves = [expr.left, expr.right]
+    host = False
+    while leaves:
+        leaf = leaves.pop()
+        if isinstance(leaf, ast.BinOp):
+            leaves += [leaf.left, leaf.right]
+        elif isinstance(leaf, ast.UnaryOp):
+            leaves.append(leaf.operand)
+        elif isinstance(leaf, ast.Name):
+            if ctx.semantic.kind_of(leaf.id, at) == "tensor":
+                return False
+            host = host or _host_number(ctx, leaf, at, depth)
+        elif _host_leaf(leaf):
+            host = True
+        elif not isinstance(leaf, (ast.Attribute, ast.Subscript)):
+            return False  # a call of unknown result
+    return host
+
+
+def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """`.cpu()`/`.tolist()` on a batch element that was never moved: no device copy at all."""
+    from torchdoctor.check.astutil import root_name
+
+    name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    sem = ctx.semantic
+    if name is None or name not in sem.batch_vars(loop) or sem.is_moved(name, node):
+        return False
+    # Accelerate / Fabric deliver the batches of a loop that trains or evaluates on the device themselves
+    return not (program.accelerator_api(sem) and sem.loop_kind(loop) in ("train", "eval"))
+
+
+_HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
+_TO_HOST = lazy(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
+_SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
+               "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm")
+
+
+def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """``expr`` is a tensor made on the host and never moved: ``torch.from_numpy(a)``, ``torch.tensor(xs)``
+    without a device, ``torch.empty_like(t)`` of such a tensor, or a name last bound to one."""
+    if depth > 3:
+        return False
+    if isinstance(expr, ast.Name):
+        b = ctx.semantic.bindings.at(expr.id, at)
+        return b is not None and b.value is not None and b.node is not expr and \
+            _made_on_host(ctx, b.value, b.node, depth + 1)
+    if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
+        return _made_on_host(ctx, expr.value, at, depth + 1)
+    if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
+        return False
+    name = ctx.call_name(expr) or ""
+    if _TO_HOST.search(name.rsplit(".", 1)[-1]):
+        return True  # ``to_cpu(loss)``, ``tensor_to_numpy(x)``: a helper that copies to the host
+    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("argmin", "argmax", "min", "max", "sum", "mean",
+                                                                "topk", "sort", "stack", "cat") and expr.args:
+        first = expr.args[0]  # a reduction of a host tensor stays on the host
+        return _made_on_host(ctx, first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else first,
+                             at, depth + 1)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "cpu" and not expr.args:
+        return True  # ``out.detach().cpu()``: copied to the host (that copy is the sync, reported where it is)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE and not name.startswith("torch."):
+        return _made_on_host(ctx, expr.func.value, at, depth + 1)  # ``losses.mean()`` of a host tensor
+    if name in _HOST_MAKERS:
+        return name == "torch.from_numpy" or not any(_tensor_value(ctx, a, at) for a in expr.args)
+    return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
+        _made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _sync_site(ctx: Context, node: ast.Call) -> str | None:
+    """How the message names the sync at ``node``, if it is one."""
+    if _is_sync_call(node):
+        recv = node.func.value  # type: ignore[attr-defined]
+        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.semantic.kind_of(recv.id, node) != "tensor":  # type: ignore[attr-defined]
+            return None  # most likely a NumPy array already on the host
+        if _made_on_host(ctx, recv, node):
+            return None  # a host tensor: reading it waits for no GPU
+        return None if _inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
+    if isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1:
+        arg = node.args[0]  # ``float(loss)``, ``bool(loss == 0)``
+        parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
+            [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
+        tensor = any(_tensor_value(ctx, p, node) for p in parts)
+        return f"`{node.func.id}({ctx.name(arg)})`" if tensor else None
+    if isinstance(node.func, ast.Name) and node.func.id == "print":
+        for arg in node.args:  # (an f-string argument is the f-string rule's)
+            if not isinstance(arg, ast.JoinedStr) and _tensor_value(ctx, arg, node):
+                return f"`print` of tensor `{ctx.name(arg)}`"
+    return None
+
+
+@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "print"))
+def sync_every_step(node: ast.Call, ctx: Context) -> None:
+    """Host-device synchronisation every step.
+
+    What it does: in a CUDA program, finds `.item()`, `.cpu()`, `.tolist()`,
+    `float(t)` and `print(t)` that run on every batch of a training or evaluation
+    loop, not behind a `step % N` guard. A CPU-only program is never told.
+    Why is this bad? The CPU waits for the GPU to finish all queued work before it
+    can read the value: the GPU idles while the next step is being queued.
+    Use instead: accumulate on the device (`total += loss.detach()`) and read it
+    every N steps or once per epoch.
+    """
+    if program.is_rpc_program(ctx.semantic):
+        return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors)
+    what = _sync_site(ctx, node)
+    if what is None:
+        return
+    loop = per_step_loop(ctx, node)
+    if loop is None:
+        report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
+        return
+    if not program.runs_on_accelerator(ctx.semantic):
+        return
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
+            and _host_copy_of_cpu_data(ctx, node, loop):
+        return
+    _report_sync(ctx, node, what, loop)
+
+
+def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
+    where = loop if isinstance(loop, str) else f"the loop at line {loop.lineno}"  # type: ignore[attr-defined]
+    ctx.report(
+        "TD603",
+        node,
+        f"{what} synchronises with the GPU on every step of {where}",
+        fix="keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch",
+    )
+
+
+def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
+    """A helper with no caller in its own file (``utils.clip_gradients(model, clip)``) whose sync runs on every
+    step because another module of the project calls it from its batch loop: reported here, at the sync."""
+    import os
+
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
+            or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
+        return
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cpu":
+        from torchdoctor.check.astutil import root_name
+
+        b = sem.binding_at(root_name(node.func.value) or "", node)
+        if b is not None and b.is_param and b.node is func:
+            return  # ``image.cpu()`` of an input: the caller may well hand it a host batch
+    caller = sem.project.step_caller(sem, func)  # type: ignore[attr-defined]
+    if caller is None:
+        return
+    where = os.path.relpath(caller.path, os.path.dirname(os.path.abspath(sem.path)))
+    _report_sync(ctx, node, what, f"the loop that calls `{func.name}` at {where}:{caller.line}")
+
+
+@rule("TD603", ast.JoinedStr)
+def tensor_formatted_every_step(node: ast.AST, ctx: Context) -> None:
+    """An f-string that formats a tensor (``f"{loss}"``, ``f"{loss=}"``) reads it back to the host, whatever
+    prints or logs the string (``print``, ``accelerator.print``, ``logger.info``, a progress bar)."""
+    assert isinstance(node, ast.JoinedStr)
+    sem = ctx.semantic
+    values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+    tensor = next((v for v in values if _tensor_value(ctx, v, node)), None)
+    if tensor is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
+        return
+    loop = per_step_loop(ctx, node)
+    if loop is not None:
+        _report_sync(ctx, node, f"formatting tensor `{ctx.name(tensor)}` in an f-string", loop)
+
+
+@rule("TD603", ast.For, ast.AsyncFor, ast.While)
+def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
+    """A step calls a function or method of another module of the project that reads tensors back
+    (``metric_logger.update(loss=loss, **loss_dict)`` whose ``update`` calls ``.item()``): the sync happens
+    there, on every step; in-file helpers are reported at their own ``.item()``."""
+    sem = ctx.semantic
+    if sem.project is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
+        return
+    if sem.loop_kind(loop) not in ("train", "eval"):
+        return
+    for node in sem.body(loop):
+        if not isinstance(node, ast.Call) or sem.enclosing_loop(node, "batch") is not loop:
+            continue
+        ext = sem.external(node)
+        if ext is None or "sync" not in getattr(ext, "effects", ()) or per_step_loop(ctx, node) is not loop:
+            continue
+        if not _passes_tensors(ctx, node):
+            continue
+        _report_sync(ctx, node, f"`{ctx.name(node.func)}(...)`, which reads tensors back in `{getattr(ext, 'name', '?')}`,",
+                     loop)
+
+
+def _passes_tensors(ctx: Context, call: ast.Call) -> bool:
+    """An argument is a tensor (a loss, an output) or a ``**dict`` of them."""
+    sem = ctx.semantic
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        if any(k.arg is None and k.value is arg for k in call.keywords):
+            return True
+        if isinstance(arg, (ast.Name, ast.Attribute)) and _tensor_value(ctx, arg, call):
+            return True
+        if isinstance(arg, ast.Call) and sem.is_model_call(arg):
+            return True
+    return False
