@@ -15,7 +15,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.steps import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
-    _tensor_value, per_step_loop, report_sync_for_callers
+    _tensor_value, per_step_loop
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -36,13 +36,10 @@ def _accelerated(ctx: Context) -> bool:
 
 
 def _report(ctx: Context, node: ast.AST, what: str) -> None:
-    """At a site that runs every step: of a loop of this file (on an accelerator), or of another module's
-    loop that calls this function."""
+    """At a site that runs every step of a loop of this file, on an accelerator. (Only the explicit reads
+    follow a helper's callers into other modules: asking the project for every ``if`` costs too much.)"""
     loop = per_step_loop(ctx, node)
-    if loop is None:
-        if not program.is_rpc_program(ctx.semantic):
-            report_sync_for_callers(ctx, node, what)
-    elif _accelerated(ctx):
+    if loop is not None and _accelerated(ctx):
         _report_sync(ctx, node, what, loop)
 
 
