@@ -387,12 +387,16 @@ def _in_memory(ctx: Context, call: ast.Call) -> bool:
     return isinstance(target, ast.Call) and (ctx.call_name(target) or dotted(target.func) or "").endswith("BytesIO")
 
 
-def _multi_process(ctx: Context) -> bool:
-    """A DDP program, or an Accelerate training script (``accelerate launch`` runs it once per GPU; its
-    evaluation scripts mostly run as one process)."""
+def _multi_process(ctx: Context, node: ast.AST) -> bool:
+    """A DDP program, or an Accelerate training script whose ``Accelerator()`` is made in the function that
+    writes (``accelerate launch`` runs it once per GPU; its evaluation scripts, and programs that only try
+    Accelerate in one of their functions, mostly run as one process)."""
     sem = ctx.semantic
-    return program.is_ddp_program(sem) or sem.trains and any((ctx.call_name(c) or "").startswith("accelerate.")
-                                                             for c in sem.calls_named("Accelerator"))
+    if program.is_ddp_program(sem):
+        return True
+    here = sem.function_of(node)
+    return sem.trains and any((ctx.call_name(c) or "").startswith("accelerate.") and sem.function_of(c) is here
+                              for c in sem.calls_named("Accelerator"))
 
 
 def _writes_on_main_only(call: ast.Call) -> bool:
@@ -406,7 +410,7 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     not behind a rank test (`if rank == 0:`, `is_main_process()`, an early `if rank != 0: return`) here
     or at every call of the enclosing function."""
     what = _write_site(ctx, node)
-    if what is None or _writes_on_main_only(node) or not _multi_process(ctx) or _mentions_rank(ctx, node) \
+    if what is None or _writes_on_main_only(node) or not _multi_process(ctx, node) or _mentions_rank(ctx, node) \
             or _in_memory(ctx, node) or _rank_guarded(ctx, node):
         return
     kind = "DDP" if program.is_ddp_program(ctx.semantic) else "multi-process (Accelerate)"
