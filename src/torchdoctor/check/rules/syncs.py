@@ -169,7 +169,7 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
         sem.local_nodes(sem.function_of(node)) if sem.function_of(node) is not None else []
     if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in _CLOCKS or _async_copy_to_host(n)) for n in region):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
-    _report(ctx, node, f"`{ctx.call_name(node)}()` (it waits for all queued GPU work)")
+    _report(ctx, node, f"`{ctx.call_name(node)}()`")
 
 
 def _async_copy_to_host(call: ast.Call) -> bool:
