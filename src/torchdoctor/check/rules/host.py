@@ -1,0 +1,176 @@
+"""Stage 5 rules, results back on the host: `.numpy()` on a tensor that may be on a GPU or require grad (TD501).
+`torch.load`/`torch.save` safety and pickled models are in ``results.py``."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import dotted
+from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import program
+from torchdoctor.findings import Edit
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+
+# ---- TD501 ---------------------------------------------------------------------
+
+_HOST = (False, False)  # (may be on a GPU, may require grad)
+# Results that never require grad (integer/bool tensors, detached views).
+_NO_GRAD_METHODS = frozenset({"detach", "argmax", "argmin", "argsort", "long", "int", "bool", "eq", "ne", "gt",
+                              "lt", "ge", "le", "isnan", "isfinite", "nonzero", "byte", "short"})
+
+
+# Tensor fields of a transformers model output.
+_OUTPUT_FIELDS = frozenset({"logits", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
+                            "image_embeds", "text_embeds"})
+
+
+def _binding_value(ctx: Context, name: str, at: ast.AST) -> ast.AST | None:
+    """The value last assigned to ``name`` before ``at``; None if unknown (a parameter, a loop target:
+    ``for inputs, labels in val_loader`` re-binds a name, so an earlier move no longer holds)."""
+    b = ctx.semantic.binding_at(name, at)
+    if b is None or b.is_param or b.value is None or b.index is not None:
+        return None
+    return b.value
+
+
+def _is_empty_list(value: ast.AST | None) -> bool:
+    if isinstance(value, ast.List):
+        return not value.elts
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "list" and not value.args
+
+
+def _appended(ctx: Context, name: str, at: ast.AST) -> list[ast.AST]:
+    """What ``name.append(v)`` / ``name.extend(v)`` add to a list in the scope of ``at``."""
+    sem = ctx.semantic
+    scope = sem.scope_of(at)
+    return [n.args[0] for n in sem.calls_named("append", "extend")
+            if isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and n.func.value.id == name
+            and len(n.args) == 1 and sem.scope_of(n) is scope]
+
+
+def _or(*flags: tuple[bool, bool]) -> tuple[bool, bool]:
+    return (any(f[0] for f in flags), any(f[1] for f in flags))
+
+
+def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
+    """Whether the tensor ``expr`` may live on a GPU and may require grad, as far as the file shows."""
+    if depth > 8:
+        return _HOST
+    sem = ctx.semantic
+    if isinstance(expr, ast.Name):
+        value = _binding_value(ctx, expr.id, expr)
+        if _is_empty_list(value):  # outputs = []; outputs.append(model(x)); torch.cat(outputs)
+            return _or(_HOST, *(_flags(ctx, v, depth + 1) for v in _appended(ctx, expr.id, expr)))
+        if value is not None:  # follows moves too: `.to("cpu")` lands on the host
+            return _flags(ctx, value, depth + 1)
+        return (True, False) if sem.is_moved(expr.id, expr) else _HOST
+    if isinstance(expr, ast.Attribute):
+        if expr.attr in _OUTPUT_FIELDS:  # ``model(**batch).logits``: the model's output tensor
+            return _flags(ctx, expr.value, depth + 1)
+        return (_flags(ctx, expr.value, depth + 1)[0], False) if expr.attr in ("data", "grad") else _HOST
+    if isinstance(expr, (ast.Subscript, ast.Starred)):
+        return _flags(ctx, expr.value, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        return _or(_flags(ctx, expr.left, depth + 1), _flags(ctx, expr.right, depth + 1))
+    if isinstance(expr, ast.Compare):  # comparisons give bool tensors: no grad
+        return (_or(*(_flags(ctx, e, depth + 1) for e in [expr.left, *expr.comparators]))[0], False)
+    if isinstance(expr, ast.UnaryOp):
+        return _flags(ctx, expr.operand, depth + 1)
+    if isinstance(expr, ast.IfExp):
+        return _or(_flags(ctx, expr.body, depth + 1), _flags(ctx, expr.orelse, depth + 1))
+    if isinstance(expr, ast.Call):
+        return _call_flags(ctx, expr, depth)
+    return _HOST
+
+
+def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
+    sem = ctx.semantic
+    if sem.is_model_call(call):
+        return (program.runs_on_accelerator(sem), not sem.under_no_grad(call))
+    from torchdoctor.check.astutil import root_name
+
+    imported = root_name(call.func) in ctx.imports and isinstance(call.func, (ast.Name, ast.Attribute))
+    if isinstance(call.func, ast.Attribute) and not (imported and dotted(call.func)):
+        meth, recv = call.func.attr, call.func.value
+        if meth in ("item", "tolist", "numpy", "state_dict", "parameters"):
+            return _HOST
+        if meth in _NO_GRAD_METHODS:
+            return (_flags(ctx, recv, depth + 1)[0], False)
+        if meth == "detach":
+            return (_flags(ctx, recv, depth + 1)[0], False)
+        if meth == "cpu":
+            return (False, _flags(ctx, recv, depth + 1)[1])
+        if meth in ("cuda", "to") and sem.is_device_move(call):
+            target = (sem.move_device(call) or "").strip("'\"")
+            on_host = target == "cpu" or "torch.device('cpu')" in target or 'torch.device("cpu")' in target
+            return (not on_host, _flags(ctx, recv, depth + 1)[1])
+        if sem.expr_kind(recv, call) in ("model", "wrapper"):
+            return _HOST  # model.parameters(), model.generate(): not followed
+        return _flags(ctx, recv, depth + 1)
+    name = ctx.call_name(call) or ""
+    kind = sem.expr_kind(call.func, call)
+    if kind == "loss_fn" or name.startswith("torch."):
+        args = [a for arg in call.args for a in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg])]
+        return _or(*(_flags(ctx, a, depth + 1) for a in args)) if args else _HOST
+    return _HOST
+
+
+def _chain_methods(expr: ast.AST) -> list[str]:
+    out: list[str] = []
+    while True:
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            out.append(expr.func.attr)
+            expr = expr.func.value
+        elif isinstance(expr, ast.Attribute):
+            out.append(expr.attr)
+            expr = expr.value
+        elif isinstance(expr, ast.Subscript):
+            expr = expr.value
+        else:
+            return out
+
+
+@rule("TD501", calls=("numpy",))
+def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
+    """`.numpy()` on a tensor that may be on a GPU or require grad.
+
+    What it does: follows the tensor back to where it came from (a model output, a
+    device move, a loss) and reports `.numpy()` when, in a CUDA program, it may be on
+    a GPU, or when it may require grad. `.numpy()` after `.detach().cpu()`, on data
+    that never left the CPU, or on outputs computed under `no_grad` is fine.
+    Why is this bad? `.numpy()` raises on CUDA tensors ("can't convert cuda:0 device
+    type tensor to numpy") and on tensors that require grad.
+    Use instead: `t.detach().cpu().numpy()`.
+    Fix safety: inserts the missing `.detach()`/`.cpu()` before `.numpy()`.
+    """
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and func.attr == "numpy") or node.args:
+        return
+    if any(k.arg == "force" for k in node.keywords) or node.keywords:
+        return
+    gpu, grad = _flags(ctx, func.value)
+    gpu = gpu and program.runs_on_accelerator(ctx.semantic) and not ctx.semantic.guards.on_cpu_branch(node)
+    if not (gpu or grad):
+        return
+    chain = _chain_methods(func.value)
+    missing = ("" if {"detach", "data"} & set(chain) else ".detach()") + ("" if "cpu" in chain else ".cpu()")
+    edits: tuple[Edit, ...] = ()
+    col = func.end_col_offset - len(".numpy")  # type: ignore[operator]
+    line_text = ctx.lines[func.end_lineno - 1].encode("utf-8") if func.end_lineno else b""
+    if missing and line_text[col:col + 6] == b".numpy":
+        edits = (ctx.insert_edit(func.end_lineno, col, missing),)  # type: ignore[arg-type]
+    recv = ctx.name(func.value)
+    if len(recv) > 40:
+        recv = "tensor"
+    why = " and ".join(w for w, on in (("may be on the GPU", gpu), ("may require grad", grad)) if on)
+    ctx.report(
+        "TD501",
+        node,
+        f"`{recv}.numpy()`: `{recv}` {why}; `.numpy()` raises on such a tensor",
+        fix=f"use `{recv}{missing or '.detach().cpu()'}.numpy()`",
+        edits=edits,
+    )
