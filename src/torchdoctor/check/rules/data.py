@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name
 from torchdoctor.check.context import Context
@@ -418,8 +419,6 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     if pin is None or is_false(pin.value):
         where = ""
         if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
-            import os
-
             user = ctx.semantic.project.accelerated_importer(ctx.semantic)  # type: ignore[union-attr]
             where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)"
         ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",

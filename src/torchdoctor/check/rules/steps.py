@@ -6,9 +6,10 @@ other modules that read their arguments back). The implicit reads are in ``syncs
 from __future__ import annotations
 
 import ast
+import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, string_value, target_names
+from torchdoctor.check.astutil import dotted, root_name, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -166,16 +167,17 @@ def _host_arithmetic(ctx: Context, expr: ast.BinOp, at: ast.AST, depth: int) -> 
     return host
 
 
-def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
-    """`.cpu()`/`.tolist()` on a batch element that was never moved: no device copy at all."""
-    from torchdoctor.check.astutil import root_name
-
-    name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+def batch_on_device(ctx: Context, name: str, at: ast.AST, loop: ast.AST) -> bool:
+    """A batch value of ``loop`` is on the device at ``at``: moved there, or delivered there by Accelerate /
+    Fabric (their prepared loaders, in a loop that trains or evaluates). Else it is still host data."""
     sem = ctx.semantic
-    if name is None or name not in sem.batch_vars(loop) or sem.is_moved(name, node):
-        return False
-    # Accelerate / Fabric deliver the batches of a loop that trains or evaluates on the device themselves
-    return not (program.accelerator_api(sem) and sem.loop_kind(loop) in ("train", "eval"))
+    return sem.is_moved(name, at) or program.accelerator_api(sem) and sem.loop_kind(loop) in ("train", "eval")
+
+
+def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """`.cpu()`/`.tolist()` on a batch element that is not on the device: no device copy at all."""
+    name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    return name is not None and name in ctx.semantic.batch_vars(loop) and not batch_on_device(ctx, name, node, loop)
 
 
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
@@ -279,16 +281,12 @@ def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) ->
 def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     """A helper with no caller in its own file (``utils.clip_gradients(model, clip)``) whose sync runs on every
     step because another module of the project calls it from its batch loop: reported here, at the sync."""
-    import os
-
     sem = ctx.semantic
     func = sem.function_of(node)
     if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
             or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
         return
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cpu":
-        from torchdoctor.check.astutil import root_name
-
         b = sem.binding_at(root_name(node.func.value) or "", node)
         if b is not None and b.is_param and b.node is func:
             return  # ``image.cpu()`` of an input: the caller may well hand it a host batch

@@ -1,7 +1,8 @@
 """Stage 6 rules, the implicit host-device syncs of a step (TD603): a tensor tested by ``if``/``assert``,
-a device tensor written into a host tensor, ``GradScaler.get_scale()``.
+a device tensor written into a host tensor, ``GradScaler.get_scale()``, ``torch.cuda.synchronize()``,
+``%``-formatting and TensorBoard's ``add_scalar`` of a device tensor.
 
-The explicit reads (``.item()``, ``.cpu()``, ``print(t)``, f-strings) are in ``perf.py``; these are the
+The explicit reads (``.item()``, ``.cpu()``, ``print(t)``, f-strings) are in ``steps.py``; these are the
 ones a reader does not see as a read: Python asks the tensor for a bool, or copies it element-wise.
 """
 
@@ -15,7 +16,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.steps import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
-    _tensor_value, per_step_loop
+    _tensor_value, batch_on_device, per_step_loop
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -49,8 +50,7 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         sem = ctx.semantic
         loop = sem.enclosing_loop(at, "batch")
         if loop is not None and expr.id in sem.batch_vars(loop):  # batch data is on the host until it is moved
-            on_device = sem.is_moved(expr.id, at) or program.accelerator_api(sem) and sem.loop_kind(loop) in ("train", "eval")
-            return expr.id if on_device else None
+            return expr.id if batch_on_device(ctx, expr.id, at, loop) else None
         if sem.kind_of(expr.id, at) != "tensor":
             return None
         return None if _host_number(ctx, expr, at) or _made_on_host(ctx, expr, at) else expr.id
@@ -118,8 +118,7 @@ def _host_tensor(ctx: Context, target: ast.AST, at: ast.AST) -> str | None:
     b = ctx.semantic.binding_at(target.value.id, at)
     if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "") not in _HOST_TENSORS:
         return None
-    return target.value.id if _made_on_host(ctx, b.value, b.node) or not any(k.arg == "device" for k in b.value.keywords) \
-        else None
+    return None if any(k.arg == "device" for k in b.value.keywords) else target.value.id
 
 
 def _device_value(ctx: Context, value: ast.AST, at: ast.AST) -> str | None:
@@ -165,11 +164,13 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
         return
     sem = ctx.semantic
     loop = per_step_loop(ctx, node)
-    region = sem.body(loop) if loop is not None and sem.contains(loop, node) else \
-        sem.local_nodes(sem.function_of(node)) if sem.function_of(node) is not None else []
+    if loop is None or not _accelerated(ctx):
+        return
+    func = sem.function_of(node)
+    region = sem.body(loop) if sem.contains(loop, node) else sem.local_nodes(func) if func is not None else []
     if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in _CLOCKS or _async_copy_to_host(n)) for n in region):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
-    _report(ctx, node, f"`{ctx.call_name(node)}()`")
+    _report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
 
 
 def _async_copy_to_host(call: ast.Call) -> bool:
