@@ -189,6 +189,9 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     print(f"commit {commit.strip() or '?'}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, "
           f"load {os.getloadavg()[0]:.1f}; corpus {', '.join(roots)}: {len(files)} files, {lines} lines")
+    for d in args.compare_src:  # a folder without the package would silently measure this tree twice
+        if not os.path.isfile(os.path.join(d, "torchdoctor", "__init__.py")):
+            ap.error(f"--compare-src {d}: no torchdoctor/__init__.py there (give the checkout's src folder)")
     with tempfile.TemporaryDirectory() as tmp:
         listfile = os.path.join(tmp, "files.txt")
         Path(listfile).write_text("\n".join(files))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torchdoctor.errors import ConfigError, UsageError
+from torchdoctor.record import FrozenRecord, replace
 
 __all__ = ["Settings", "settings_from_toml", "load_settings", "find_config", "parse_target_torch", "glob_match",
            "Patterns", "patterns"]
@@ -29,8 +29,7 @@ DEFAULT_EXCLUDE = (
 _KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude", "per-file-ignores", "target-torch")
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(FrozenRecord):
     """What one run of ``torchdoctor check`` checks, and where the configuration came from.
 
     ``root`` is the folder that relative ``exclude`` and ``per-file-ignores``
@@ -38,15 +37,33 @@ class Settings:
     current directory). Frozen and picklable: it travels to worker processes.
     """
 
-    select: tuple[str, ...] = ()
-    extend_select: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    extend_exclude: tuple[str, ...] = ()
-    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    target_torch: tuple[int, int] | None = None
-    root: str = field(default_factory=os.getcwd)
-    config_path: str | None = None
+    __slots__ = ("select", "extend_select", "ignore", "exclude", "extend_exclude", "per_file_ignores",
+                 "target_torch", "root", "config_path")
+    select: tuple[str, ...]
+    extend_select: tuple[str, ...]
+    ignore: tuple[str, ...]
+    exclude: tuple[str, ...]
+    extend_exclude: tuple[str, ...]
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...]
+    target_torch: tuple[int, int] | None
+    root: str
+    config_path: str | None
+
+    def __init__(self, select: tuple[str, ...] = (), extend_select: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
+                 exclude: tuple[str, ...] = (), extend_exclude: tuple[str, ...] = (),
+                 per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = (),
+                 target_torch: tuple[int, int] | None = None, root: str | None = None,
+                 config_path: str | None = None) -> None:
+        set_ = object.__setattr__
+        set_(self, "select", select)
+        set_(self, "extend_select", extend_select)
+        set_(self, "ignore", ignore)
+        set_(self, "exclude", exclude)
+        set_(self, "extend_exclude", extend_exclude)
+        set_(self, "per_file_ignores", per_file_ignores)
+        set_(self, "target_torch", target_torch)
+        set_(self, "root", os.getcwd() if root is None else root)
+        set_(self, "config_path", config_path)
 
     @property
     def enabled(self) -> frozenset[str]:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from enum import Enum
+
+from torchdoctor.record import FrozenRecord, replace
 
 __all__ = ["Severity", "Location", "Edit", "Finding", "sort_findings"]
 
@@ -22,8 +23,7 @@ class Severity(str, Enum):
 _RANK = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
 
 
-@dataclass(frozen=True)
-class Location:
+class Location(FrozenRecord):
     """A place in the user's code. Lines and columns are 1-based, in characters.
 
     ``cell`` is the 1-based code-cell number when ``path`` is a notebook; the
@@ -31,32 +31,51 @@ class Location:
     notebook file (its JSON text) that holds it, when known.
     """
 
+    __slots__ = ("path", "line", "column", "end_line", "end_column", "cell", "file_line")
     path: str
     line: int
-    column: int = 1
-    end_line: int | None = None
-    end_column: int | None = None
-    cell: int | None = None
-    file_line: int | None = None
+    column: int
+    end_line: int | None
+    end_column: int | None
+    cell: int | None
+    file_line: int | None
+
+    def __init__(self, path: str, line: int, column: int = 1, end_line: int | None = None,
+                 end_column: int | None = None, cell: int | None = None, file_line: int | None = None) -> None:
+        set_ = object.__setattr__
+        set_(self, "path", path)
+        set_(self, "line", line)
+        set_(self, "column", column)
+        set_(self, "end_line", end_line)
+        set_(self, "end_column", end_column)
+        set_(self, "cell", cell)
+        set_(self, "file_line", file_line)
 
     @property
     def display_path(self) -> str:
         return f"{self.path}:cell {self.cell}" if self.cell is not None else self.path
 
 
-@dataclass(frozen=True)
-class Edit:
+class Edit(FrozenRecord):
     """Replace the text between two positions (1-based line, 0-based character column)."""
 
+    __slots__ = ("line", "column", "end_line", "end_column", "replacement")
     line: int
     column: int
     end_line: int
     end_column: int
     replacement: str
 
+    def __init__(self, line: int, column: int, end_line: int, end_column: int, replacement: str) -> None:
+        set_ = object.__setattr__
+        set_(self, "line", line)
+        set_(self, "column", column)
+        set_(self, "end_line", end_line)
+        set_(self, "end_column", end_column)
+        set_(self, "replacement", replacement)
 
-@dataclass(frozen=True)
-class Finding:
+
+class Finding(FrozenRecord):
     """One pitfall found at one place.
 
     ``severity`` defaults to the catalog's severity for ``code`` (a few codes,
@@ -67,23 +86,36 @@ class Finding:
     ``rank`` tags runtime findings made by one process of a distributed run.
     """
 
+    __slots__ = ("code", "message", "location", "fix", "edits", "severity", "rank", "unsafe_fix", "related")
     code: str
     message: str
-    location: Location | None = None
-    fix: str | None = None
-    edits: tuple[Edit, ...] = ()
-    severity: Severity = field(default=None)  # type: ignore[assignment]
-    rank: int | None = None
-    unsafe_fix: bool = False
-    related: tuple[str, ...] = ()
+    location: Location | None
+    fix: str | None
+    edits: tuple[Edit, ...]
+    severity: Severity
+    rank: int | None
+    unsafe_fix: bool
+    related: tuple[str, ...]
 
-    def __post_init__(self) -> None:
-        if self.severity is None:
+    def __init__(self, code: str, message: str, location: Location | None = None, fix: str | None = None,
+                 edits: tuple[Edit, ...] = (), severity: Severity | str | None = None, rank: int | None = None,
+                 unsafe_fix: bool = False, related: tuple[str, ...] = ()) -> None:
+        if severity is None:
             from torchdoctor.catalog import get_rule
 
-            object.__setattr__(self, "severity", get_rule(self.code).severity)
-        elif not isinstance(self.severity, Severity):
-            object.__setattr__(self, "severity", Severity(self.severity))
+            severity = get_rule(code).severity
+        elif not isinstance(severity, Severity):
+            severity = Severity(severity)
+        set_ = object.__setattr__
+        set_(self, "code", code)
+        set_(self, "message", message)
+        set_(self, "location", location)
+        set_(self, "fix", fix)
+        set_(self, "edits", edits)
+        set_(self, "severity", severity)
+        set_(self, "rank", rank)
+        set_(self, "unsafe_fix", unsafe_fix)
+        set_(self, "related", related)
 
     @property
     def fixable(self) -> bool:

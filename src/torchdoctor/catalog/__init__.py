@@ -11,12 +11,12 @@ detectors share, since most codes are found by more than one of them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
 from torchdoctor.errors import UsageError
 from torchdoctor.findings import Severity
+from torchdoctor.record import FrozenRecord
 
 __all__ = ["Rule", "RULES", "STAGES", "get_rule", "rule_doc", "select_codes"]
 
@@ -32,13 +32,21 @@ STAGES = {
 }
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(FrozenRecord):
+    __slots__ = ("code", "name", "severity", "detection", "title")
     code: str
     name: str  # kebab-case, as ruff names its rules
     severity: Severity
     detection: str  # "S", "R", "E", "S+R" ... : static checker, runtime auditor, environment doctor
     title: str
+
+    def __init__(self, code: str, name: str, severity: Severity, detection: str, title: str) -> None:
+        set_ = object.__setattr__
+        set_(self, "code", code)
+        set_(self, "name", name)
+        set_(self, "severity", severity)
+        set_(self, "detection", detection)
+        set_(self, "title", title)
 
     @property
     def stage(self) -> int:

@@ -7,7 +7,7 @@ import os
 import stat
 from collections.abc import Iterable
 
-from torchdoctor.check.record import Record
+from torchdoctor.record import Record
 from torchdoctor.config import Settings, patterns, relative_to
 
 __all__ = ["Discovery", "discover", "is_excluded", "SOURCE_SUFFIXES"]

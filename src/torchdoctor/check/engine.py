@@ -177,7 +177,7 @@ def _reverse_code(code: str) -> tuple[int, ...]:
 
 
 def _fold(primary: Finding, others: list[Finding]) -> Finding:
-    from dataclasses import replace
+    from torchdoctor.record import replace
 
     from torchdoctor.catalog import get_rule
 

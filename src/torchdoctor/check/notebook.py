@@ -14,10 +14,11 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from torchdoctor.check.source import SourceError
 from torchdoctor.findings import Edit, Finding, Location
+from torchdoctor.record import replace
 
 __all__ = ["Notebook", "read_notebook"]
 

@@ -237,11 +237,9 @@ class Project:
             stem = os.path.basename(os.path.dirname(here))
         pattern = re.compile(rf"\b{re.escape(name)}\b")
         out: list[CallRecord] = []
-        for other in self._candidates(here):
-            if stem not in self.state.import_words(other):
-                continue
+        for other in self._importing(here, {stem}):
             text = self.state.text(other)
-            if not text or not pattern.search(text):
+            if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
                 continue
             names, records = self._records(other)
             for head, found in records.items():
@@ -261,7 +259,8 @@ class Project:
                 from torchdoctor.check.semantic.summary import call_records
 
                 names = (dict(sem.names.from_imports), dict(sem.names.imports))
-                heads = set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
+                heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
+                         if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)
                 from torchdoctor.check.semantic import program  # (the device a config module of the project sets)
 
                 accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self)
@@ -270,6 +269,16 @@ class Project:
                 self._done_with(path, sem)
             memo[path] = (names, grouped)
         return memo[path]
+
+    def _from_project(self, path: str, names, head: str) -> bool:  # type: ignore[no-untyped-def]
+        """The local name ``head`` of module ``path`` comes from a module of the project (a file on disk)."""
+        if head in names.from_imports:
+            level, module, imported = names.from_imports[head]
+            return self._module_file(path, level, module) is not None or \
+                self._module_file(path, level, f"{module}.{imported}" if module else imported) is not None
+        module = names.imports.get(head, head)
+        parts = module.split(".")
+        return any(self._module_file(path, 0, ".".join(parts[:n])) is not None for n in range(len(parts), 0, -1))
 
     def _imports_function(self, path: str, names: tuple[dict, dict], head: str, target: str, name: str) -> bool:
         """In module ``path``, the local name ``head`` leads to function ``name`` of module ``target``."""
@@ -297,8 +306,8 @@ class Project:
             if init != here and os.path.isfile(init) and stem in self.state.import_words(init):
                 targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
                 words.add(os.path.basename(os.path.dirname(here)))
-            for other in self._candidates(here):
-                if other in targets or not words & self.state.import_words(other):
+            for other in self._importing(here, words):
+                if other in targets:
                     continue
                 summary = self.summary(other)
                 if summary is not None and summary.accelerated and self._imports_any(other, summary, targets):
@@ -325,6 +334,20 @@ class Project:
             level, module, _ = summary.from_imports[name]
             return self._module_file(init, level, module) == target
         return any(self._module_file(init, level, module) == target for level, module in summary.star)
+
+    def _importing(self, here: str, words: set[str]) -> list[str]:
+        """The candidates (see ``_candidates``) with one of ``words`` on an import line, in their order."""
+        candidates = self._candidates(here)
+        if len(self.files) <= 1:
+            return [f for f in candidates if not words.isdisjoint(self.state.import_words(f))]
+        index = self.state.by_word
+        if index is None:  # every checked file's import words, once per run: a question is then a lookup
+            index = self.state.by_word = {}
+            for n, f in enumerate(self.files):
+                for w in self.state.import_words(f):
+                    index.setdefault(w, []).append(n)
+        hits = sorted({n for w in words for n in index.get(w, ())})
+        return [self.files[n] for n in hits if self.files[n] != here]
 
     def _candidates(self, here: str) -> list[str]:
         if len(self.files) > 1:
@@ -447,6 +470,7 @@ class _State:
         self.words: dict[str, frozenset[str]] = {}
         self.importers: dict[str, str | None] = {}
         self.saves_objects: bool | None = None
+        self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
         self.parsed = 0
 
     def text(self, path: str) -> str | None:

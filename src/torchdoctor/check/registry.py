@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.record import FrozenRecord
+from torchdoctor.record import FrozenRecord
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context

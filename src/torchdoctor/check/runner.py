@@ -14,7 +14,7 @@ from functools import partial
 
 from torchdoctor.check.engine import RuleError, analyse, load_rules, may_be_torch, parse
 from torchdoctor.check.project import Project
-from torchdoctor.check.record import FrozenRecord, Record
+from torchdoctor.record import FrozenRecord, Record
 from torchdoctor.check.source import Decoded, SourceError, decode_source, encode_source
 from torchdoctor.config import Settings
 from torchdoctor.errors import InputError

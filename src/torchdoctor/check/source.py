@@ -11,7 +11,7 @@ import io
 import tokenize
 
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.record import FrozenRecord
+from torchdoctor.record import FrozenRecord
 
 __all__ = ["SourceError", "Decoded", "decode_source", "encode_source", "split_lines"]
 

@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from torchdoctor.record import replace
 from datetime import timedelta
 from typing import Any
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_right
-from dataclasses import dataclass
 
 from torchdoctor.check.astutil import dotted, func_params, method_name, target_names
 from torchdoctor.check.semantic.walk import COMP, Index
@@ -15,14 +14,22 @@ __all__ = ["Binding", "Bindings"]
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-@dataclass(eq=False)
 class Binding:
-    key: str  # "model" or "self.model"
-    scope: ast.AST  # Module / FunctionDef / Lambda, or the ClassDef for self.* attributes
-    value: ast.AST | None  # the bound expression; the annotation for parameters; None for loop targets
-    pos: tuple[int, int]  # where the binding takes effect (the end of its statement)
-    node: ast.AST  # the statement (or function, or loop target) that binds
-    index: int | None = None  # element of a tuple value bound to this name
+    """One binding of a name (compared by identity, as the nodes it points at)."""
+
+    __slots__ = ("key", "scope", "value", "pos", "node", "index")
+
+    def __init__(self, key: str, scope: ast.AST, value: ast.AST | None, pos: tuple[int, int], node: ast.AST,
+                 index: int | None = None) -> None:
+        self.key = key  # "model" or "self.model"
+        self.scope = scope  # Module / FunctionDef / Lambda, or the ClassDef for self.* attributes
+        self.value = value  # the bound expression; the annotation for parameters; None for loop targets
+        self.pos = pos  # where the binding takes effect (the end of its statement)
+        self.node = node  # the statement (or function, or loop target) that binds
+        self.index = index  # element of a tuple value bound to this name
+
+    def __repr__(self) -> str:  # for debugging and test failures
+        return f"Binding({self.key!r}, line {getattr(self.node, 'lineno', 0)})"
 
     @property
     def is_param(self) -> bool:

@@ -22,6 +22,11 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 SAVERS = ("torch.save", "torch_xla.core.xla_model.save", "xm.save", "safetensors.torch.save_file",
           "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt")
 
+# The last word of every call ``node_effects`` may report (method or function name, SAVERS' included).
+_EFFECT_WORDS = frozenset({"backward", "step", "zero_grad", "zero_grad_", "zero_", "fill_", "detach_", "set_epoch",
+                           "train", "eval", "empty_cache", "item", "tolist", "cpu", "save_pretrained", "save_state",
+                           "save_model", *(s.rsplit(".", 1)[-1] for s in SAVERS)})
+
 
 class Calls:
     """``external(call)`` (given by the project index) returns the summary of a function of another
@@ -227,6 +232,12 @@ class Calls:
             return
         if not isinstance(node, ast.Call):
             return
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if func.attr not in _EFFECT_WORDS:
+                return  # most calls (``torch.cat``, ``self.conv1(x)``): no effect, no name to resolve
+        elif not isinstance(func, ast.Name) or (func.id not in _EFFECT_WORDS and func.id not in self.names.imports):
+            return  # (an imported name may be ``torch.save`` under another name)
         meth = method_name(node)
         if self.is_backward_call(node):
             yield "backward"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from torchdoctor.check.astutil import dotted, method_name, names_in, target_names
 from torchdoctor.check.patterns import lazy
@@ -28,15 +27,22 @@ _TRAINISH = lazy(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predi
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
 
-@dataclass(eq=False)
 class LoopInfo:
-    node: ast.AST
-    is_batch: bool = False  # iterates batches of data
-    loader: ast.AST | None = None  # the iterated loader expression, unwrapped
-    batch_vars: list[str] = field(default_factory=list)  # names bound to batch data (target + unpacking)
-    index_var: str | None = None  # enumerate's counter
-    has_backward: bool = False  # backward() in its body (nested loops included, same function)
-    kind: str | None = None  # "train" | "eval" | "epoch" | None
+    """What one loop or comprehension is (compared by identity)."""
+
+    __slots__ = ("node", "is_batch", "loader", "batch_vars", "index_var", "has_backward", "kind")
+
+    def __init__(self, node: ast.AST) -> None:
+        self.node = node
+        self.is_batch = False  # iterates batches of data
+        self.loader: ast.AST | None = None  # the iterated loader expression, unwrapped
+        self.batch_vars: list[str] = []  # names bound to batch data (target + unpacking)
+        self.index_var: str | None = None  # enumerate's counter
+        self.has_backward = False  # backward() in its body (nested loops included, same function)
+        self.kind: str | None = None  # "train" | "eval" | "epoch" | None
+
+    def __repr__(self) -> str:  # for debugging and test failures
+        return f"<LoopInfo {self.kind} line {getattr(self.node, 'lineno', 0)}>"
 
 
 class Loops:

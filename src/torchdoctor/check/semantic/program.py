@@ -4,11 +4,11 @@ GPU, starts a process group, trains, talks RPC; and where it hard-codes a CUDA d
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from torchdoctor.check.astutil import dotted, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.record import FrozenRecord
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
            "is_rpc_program", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
@@ -48,13 +48,18 @@ def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
 
 
 # ---- hard-coded CUDA sites -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class CudaSite:
+class CudaSite(FrozenRecord):
     """One place where a CUDA device is hard-coded."""
 
+    __slots__ = ("node", "text", "indexed")
     node: ast.AST
-    text: str  # how the message names it: `torch.device("cuda")`, `model.cuda()`
-    indexed: bool  # names a device index (`"cuda:1"`, `.cuda(rank)`, `torch.device("cuda", rank)`)
+    text: str
+    indexed: bool
+
+    def __init__(self, node: ast.AST, text: str, indexed: bool) -> None:
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "text", text)  # how the message names it: `torch.device("cuda")`, `model.cuda()`
+        object.__setattr__(self, "indexed", indexed)  # names a device index (`"cuda:1"`, `.cuda(rank)`, ...)
 
 
 def _short(sem: SemanticModel, node: ast.AST) -> str:

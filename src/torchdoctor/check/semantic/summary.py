@@ -7,7 +7,6 @@ Summaries are small and hold no syntax tree: the project index keeps them for th
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 
 from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.semantic import program
@@ -15,55 +14,93 @@ from torchdoctor.check.semantic.loaders import class_yields_text
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_holds_no_state
+from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
-@dataclass(frozen=True)
-class ClassSummary:
+class ClassSummary(FrozenRecord):
+    __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text")
     name: str
     is_module: bool
     dropout_bn: bool
-    stateless: bool = False  # no parameters, buffers, submodules or tensors: nothing to move
-    yields_text: bool = False  # a Dataset whose items are strings read from a file
+    stateless: bool
+    yields_text: bool
+
+    def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
+                 yields_text: bool = False) -> None:
+        set_ = object.__setattr__
+        set_(self, "name", name)
+        set_(self, "is_module", is_module)
+        set_(self, "dropout_bn", dropout_bn)
+        set_(self, "stateless", stateless)  # no parameters, buffers, submodules or tensors: nothing to move
+        set_(self, "yields_text", yields_text)  # a Dataset whose items are strings read from a file
 
 
-@dataclass(frozen=True)
-class FunctionSummary:
-    name: str  # "f" or "Class.method"
-    effects: frozenset[str]  # see semantic.calls.EFFECTS
-    loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
+class FunctionSummary(FrozenRecord):
+    __slots__ = ("name", "effects", "loops", "params")
+    name: str
+    effects: frozenset[str]
+    loops: bool
     params: tuple[str, ...]
 
-
-@dataclass
-class ModuleSummary:
-    path: str
-    classes: dict[str, ClassSummary] = field(default_factory=dict)
-    functions: dict[str, FunctionSummary] = field(default_factory=dict)
-    # local name -> (level, module, name) for ``from m import x`` (re-exports), and plain imports
-    from_imports: dict[str, tuple[int, str, str]] = field(default_factory=dict)
-    imports: dict[str, str] = field(default_factory=dict)
-    star: list[tuple[int, str]] = field(default_factory=list)  # ``from m import *``
-    accelerated: bool = False  # the module itself puts work on an accelerator (seen without other modules)
-    cuda_names: frozenset[str] = frozenset()  # module-level settings naming CUDA (``device = torch.device("cuda" ...)``)
+    def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...]) -> None:
+        set_ = object.__setattr__
+        set_(self, "name", name)  # "f" or "Class.method"
+        set_(self, "effects", effects)  # see semantic.calls.EFFECTS
+        set_(self, "loops", loops)  # trains (reaches backward), or is an evaluate-named function with a loop
+        set_(self, "params", params)
 
 
-@dataclass(frozen=True)
-class CallRecord:
+class ModuleSummary(Record):
+    __slots__ = ("path", "classes", "functions", "from_imports", "imports", "star", "accelerated", "cuda_names")
+
+    def __init__(self, path: str, classes: dict[str, ClassSummary] | None = None,
+                 functions: dict[str, FunctionSummary] | None = None,
+                 from_imports: dict[str, tuple[int, str, str]] | None = None, imports: dict[str, str] | None = None,
+                 star: list[tuple[int, str]] | None = None, accelerated: bool = False,
+                 cuda_names: frozenset[str] = frozenset()) -> None:
+        self.path = path
+        self.classes: dict[str, ClassSummary] = {} if classes is None else classes
+        self.functions: dict[str, FunctionSummary] = {} if functions is None else functions
+        # local name -> (level, module, name) for ``from m import x`` (re-exports), and plain imports
+        self.from_imports: dict[str, tuple[int, str, str]] = {} if from_imports is None else from_imports
+        self.imports: dict[str, str] = {} if imports is None else imports
+        self.star: list[tuple[int, str]] = [] if star is None else star  # ``from m import *``
+        self.accelerated = accelerated  # the module itself puts work on an accelerator (seen without other modules)
+        self.cuda_names = cuda_names  # module-level settings naming CUDA (``device = torch.device("cuda" ...)``)
+
+
+class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
-    written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
-    grad_mode: str  # "on", "off", "maybe" at the call
+    __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
+                 "line")
+    written: str
+    grad_mode: str
     rank_guarded: bool
-    eval_before: bool  # a ``model.eval()`` earlier in the caller's function
-    accelerator_args: frozenset[str]  # parameters (by name, or "#i" by position) given an accelerator device
-    ddp: bool = False  # the calling module is a DDP program (its calls run on every rank)
-    per_step: bool = False  # made on every step of a batch loop (not behind a step guard), on an accelerator
-    path: str = ""  # the calling module
-    line: int = 0
+    eval_before: bool
+    accelerator_args: frozenset[str]
+    ddp: bool
+    per_step: bool
+    path: str
+    line: int
+
+    def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
+                 accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
+                 line: int = 0) -> None:
+        set_ = object.__setattr__
+        set_(self, "written", written)  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
+        set_(self, "grad_mode", grad_mode)  # "on", "off", "maybe" at the call
+        set_(self, "rank_guarded", rank_guarded)
+        set_(self, "eval_before", eval_before)  # a ``model.eval()`` earlier in the caller's function
+        set_(self, "accelerator_args", accelerator_args)  # parameters (by name, or "#i" by position) given a device
+        set_(self, "ddp", ddp)  # the calling module is a DDP program (its calls run on every rank)
+        set_(self, "per_step", per_step)  # made on every step of a batch loop (not behind a step guard), on an accelerator
+        set_(self, "path", path)  # the calling module
+        set_(self, "line", line)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
