@@ -193,3 +193,12 @@ def test_sampler_set_epoch_is_called_every_epoch_including_after_resume(tmp_path
     fit(model, loader, loss_fn=CE, optimizer=opt, epochs=2, checkpoint_dir=tmp_path, progress=False)
     fit(model, loader, loss_fn=CE, optimizer=opt, epochs=4, checkpoint_dir=tmp_path, progress=False)  # resumes
     assert RecordingSampler.epochs == [0, 1, 2, 3]  # TD701: a new order each epoch, continued after resume
+
+
+def test_epoch_lines_never_print_a_rate_in_exponent_form() -> None:
+    # A fast machine made ``samples_per_s=1.007e+04``: the README's line and a reader's eye both expect digits.
+    from torchdoctor.train.loop import _format_row
+
+    line = _format_row({"epoch": 1, "samples_per_s": 11260.4, "lr": 0.00225, "val_loss": 1.2599, "tiny": 1e-07,
+                        "huge": 1.5e20, "step": 32})
+    assert line == "samples_per_s=11260, lr=0.00225, val_loss=1.26, tiny=1e-07, huge=1.5e+20, step=32"

@@ -384,4 +384,10 @@ def _known_length(loader: Any) -> int | None:
 
 
 def _format_row(row: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if k != "epoch")
+    return ", ".join(f"{k}={_number(v)}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items() if k != "epoch")
+
+
+def _number(v: float) -> str:
+    """Four significant digits, never an exponent for a figure of 1e4 and more (``samples_per_s=11260``,
+    not ``1.126e+04``: a fast machine printed the latter)."""
+    return f"{v:.0f}" if 1e4 <= abs(v) < 1e15 else f"{v:.4g}"
