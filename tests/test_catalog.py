@@ -19,8 +19,9 @@ _REPO = Path(__file__).resolve().parents[1]
 # CI keeps shared/ beside the clone; a checkout may also carry it inside.
 _CONTRACT_PATHS = [_REPO.parent / "shared/design/CATALOG.md", _REPO / "shared/design/CATALOG.md"]
 ALL = sorted(RULES)
-# Codes the project added after the contract (it may add, never renumber): errors first met as a message.
-ADDED_BEYOND_CONTRACT = {"TD104", "TD307", "TD610"}
+# Codes the project added after the contract (it may add, never renumber): errors first met as a message,
+# and TD611 (TD303's made-then-moved shape, a cost rather than an error, met on real repositories).
+ADDED_BEYOND_CONTRACT = {"TD104", "TD307", "TD610", "TD611"}
 STATIC = [c for c in ALL if RULES[c].static]
 
 
@@ -36,7 +37,7 @@ def _blocks(text: str) -> list[tuple[str, str]]:
 
 
 def test_catalog_has_the_64_codes_of_the_contract_and_the_added_ones() -> None:
-    assert len(RULES) == 64 + len(ADDED_BEYOND_CONTRACT) == 67
+    assert len(RULES) == 64 + len(ADDED_BEYOND_CONTRACT) == 68
     assert ADDED_BEYOND_CONTRACT <= set(RULES)
     assert all(re.fullmatch(r"TD[0-7]\d\d", c) for c in RULES)
 

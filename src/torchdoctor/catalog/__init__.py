@@ -1,7 +1,8 @@
 """The pitfall catalog: every code, its severity, stage, detectors and documentation.
 
 The table below is the project's contract (codes are never renumbered), plus the codes
-added since (TD104, TD307, TD610: errors first met as a message, see ``explain``). Each rule's
+added since (TD104, TD307, TD610: errors first met as a message, see ``explain``; TD611: a
+cost of TD303's shape, found on real code). Each rule's
 prose (ruff's outline: what it does / why is this bad / example / use instead /
 fix safety) lives in ``docs/<CODE>.md`` beside this file: one text that
 ``torchdoctor rules CODE`` prints, SARIF carries as help, and all three
@@ -139,6 +140,7 @@ _TABLE = (
     ("TD608", "amp-not-used", I, "R", "AMP not used on a GPU with bf16/fp16 tensor cores"),
     ("TD609", "memory-use-off", I, "R", "device memory use far below capacity or within 5 % of it"),
     ("TD610", "device-out-of-memory", E, "R", "the device ran out of memory ('CUDA out of memory. Tried to allocate')"),
+    ("TD611", "tensor-made-then-moved", I, "S", "tensor made on the CPU and copied to the device on every step"),
     # 7: multi-device and distributed
     ("TD701", "sampler-set-epoch-missing", E, "S+R", "DistributedSampler without set_epoch(epoch) in the epoch loop"),
     ("TD702", "sampler-and-shuffle", E, "S", "DataLoader given both sampler= and shuffle=True"),

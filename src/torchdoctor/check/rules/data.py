@@ -263,6 +263,94 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
                f"`{partner}`", fix=f"create it on the same device: `{ctx.name(node.func)}(..., device={partner}.device)`")
 
 
+# ---- TD611 ----------------------------------------------------------------------------
+# Factories that make their own values (no host data to copy): made on the device, nothing crosses the bus.
+_MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
+                     "logspace", "eye", "normal"})
+_CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
+
+
+@rule("TD611", calls=tuple(sorted(_MAKERS)))
+def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
+    """``torch.randn(b, k).cuda()`` in a training or evaluation loop, or in forward(): made on the CPU and
+    copied to the device at once, on every step (TD303 is the case where it is not moved at all)."""
+    assert isinstance(node, ast.Call)
+    q = ctx.call_name(node) or ""
+    if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS:
+        return
+    if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
+        return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
+    sem = ctx.semantic
+    region = _region(ctx, node)
+    if region is None:
+        return
+    move = _moved_at_once(ctx, node) or _moved_next(ctx, node, region)
+    if move is None:
+        return
+    device = sem.move_device(move)
+    if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(device.rsplit(".", 1)[-1]):
+        return
+    if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem):
+        return
+    if method_name(move) != "cuda" and not program.runs_on_accelerator(sem):
+        return
+    made = ctx.name(node, 60)
+    there = f"`{ctx.name(node.func)}(..., device={device})`" if method_name(move) == "to" else \
+        f"`{ctx.name(node.func)}(..., device=...)` with the device `.cuda()` moves it to"
+    where = "forward()" if sem.enclosing_loop(node, "train") is None and sem.enclosing_loop(node, "eval") is None \
+        else "the loop"
+    ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
+               f"every step of {where}: an allocation and a host-to-device copy each time",
+               fix=f"make it there: {there}")
+
+
+def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | None:
+    """``z = torch.rand(b, k)`` whose next use, in the same loop or forward(), moves it: ``z = z.cuda()``,
+    ``x, z = x.cuda(), z.cuda()`` (also under ``if self.gpu_mode:``)."""
+    sem = ctx.semantic
+    parent = sem.parent(node)
+    if not isinstance(parent, ast.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0], ast.Name):
+        return None
+    name, end = parent.targets[0].id, (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
+    for use in sem.body(region):
+        if isinstance(use, ast.Name) and use.id == name and (use.lineno, use.col_offset) > end:
+            if not isinstance(use.ctx, ast.Load):
+                stmt = sem.parent(use)
+                while stmt is not None and not isinstance(stmt, ast.stmt):
+                    stmt = sem.parent(stmt)
+                if isinstance(stmt, ast.Assign) and any(isinstance(n, ast.Name) and n.id == name and
+                                                        isinstance(n.ctx, ast.Load) for n in sem.subtree(stmt.value)):
+                    continue  # ``x, z = x.cuda(), z.cuda()``: the value, read first, comes next
+                return None  # rebound before any use
+            up = sem.parent(use)
+            call = sem.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda") else None
+            return call if isinstance(call, ast.Call) and call.func is up and sem.is_device_move(call) else None
+    return None
+
+
+def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
+    """The ``.to(device)`` / ``.cuda()`` applied to the factory's result in the same expression: directly,
+    after a cast (``.float()``), or through ``Variable(...)``."""
+    sem = ctx.semantic
+    cur: ast.AST = node
+    for _ in range(3):
+        up = sem.parent(cur)
+        if isinstance(up, ast.Call) and cur in up.args[:1] and (dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable":
+            cur = up
+            continue
+        if not isinstance(up, ast.Attribute):
+            return None
+        call = sem.parent(up)
+        if not isinstance(call, ast.Call) or call.func is not up:
+            return None
+        if up.attr in ("to", "cuda"):
+            return call if sem.is_device_move(call) else None
+        if up.attr not in _CASTS or call.args:
+            return None
+        cur = call
+    return None
+
+
 def _scalar_tensor(call: ast.Call) -> bool:
     """``torch.tensor(0.5)``: a 0-dim CPU tensor mixes with CUDA tensors without error."""
     if not call.args:
