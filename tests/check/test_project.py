@@ -640,3 +640,40 @@ def test_a_training_function_given_the_device_but_moving_nothing_runs_where_its_
     settings = Settings(root=str(project), select=("TD603",))
     assert codes(check_files(["finetune.py", "engine.py"], settings), "engine.py") == [(6, "TD603")]
     assert codes(check_files(["cpu_finetune.py", "engine.py"], settings), "engine.py") == []
+
+
+SETUP_DDP = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def setup_model(model, local_rank):
+    model = model.to(torch.device("cuda", local_rank))
+    return DDP(model, device_ids=[local_rank])
+
+
+def plain_model(model, local_rank):
+    return model.to(torch.device("cuda", local_rank))
+"""
+
+SAVES_WRAPPED = """\
+import torch
+import torch.nn as nn
+from setup_ddp import plain_model, setup_model
+
+
+def main(local_rank, loader):
+    model = setup_model(nn.Linear(4, 2), local_rank)
+    other = plain_model(nn.Linear(4, 2), local_rank)
+    if local_rank == 0:
+        torch.save(model.state_dict(), "ckpt.pt")
+        torch.save(other.state_dict(), "other.pt")
+"""
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_model_wrapped_by_a_helper_of_another_module_is_saved_with_its_prefix(project: Path, together: bool) -> None:
+    write(project, {"setup_ddp.py": SETUP_DDP, "train.py": SAVES_WRAPPED})
+    settings = Settings(root=str(project))
+    results = check_files(["setup_ddp.py", "train.py"], settings) if together else [check_file("train.py", settings)]
+    assert [c for c in codes(results, "train.py") if c[1] == "TD205"] == [(10, "TD205")]  # not plain_model's (11)

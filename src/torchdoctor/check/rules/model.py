@@ -386,12 +386,24 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     prefix = wrapper_prefix(sem, recv, node)
     if prefix is None and sem.expr_kind(recv, node) == "wrapper":
         prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
+    if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
+        prefix = "module."
     if prefix is None or not _saved(ctx, node):
         return
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
     ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
                fix=f"save `{name}.{attr}.state_dict()` (unwrap first)")
+
+
+def _wrapped_by_a_helper(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``model = setup_model(args)``, a function of another module of the project whose every return is a
+    DDP/DataParallel/FSDP wrapper (asked here, at a saved state_dict, not of every call in the file)."""
+    key = dotted(recv)
+    b = ctx.semantic.binding_at(key, at) if key else None
+    if b is None or b.is_param or not isinstance(b.value, ast.Call) or b.index is not None:
+        return False
+    return getattr(ctx.semantic.external(b.value), "returns", None) == "wrapper"
 
 
 def _wrapped_by_compile(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:

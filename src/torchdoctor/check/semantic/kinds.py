@@ -303,6 +303,10 @@ class Kinds:
                 return "tensor"
         return None
 
+    def return_kind(self, func: ast.AST) -> str | None:
+        """What ``func`` returns, when every ``return`` agrees (for the project index)."""
+        return self._return_kind([func])
+
     def _return_kind(self, funcs: list[ast.AST]) -> str | None:
         """What an in-file function returns, when every ``return`` agrees (``build_model()`` -> model)."""
         kinds: set[str | None] = set()

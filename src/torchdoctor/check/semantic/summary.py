@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check.astutil import dotted, func_params
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.loaders import class_yields_text
 from torchdoctor.check.semantic.loops import EVAL_FUNC
@@ -19,6 +20,7 @@ from torchdoctor.record import FrozenRecord, Record
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 
 class ClassSummary(FrozenRecord):
@@ -40,18 +42,21 @@ class ClassSummary(FrozenRecord):
 
 
 class FunctionSummary(FrozenRecord):
-    __slots__ = ("name", "effects", "loops", "params")
+    __slots__ = ("name", "effects", "loops", "params", "returns")
     name: str
     effects: frozenset[str]
     loops: bool
     params: tuple[str, ...]
+    returns: str | None
 
-    def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...]) -> None:
+    def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
+                 returns: str | None = None) -> None:
         set_ = object.__setattr__
         set_(self, "name", name)  # "f" or "Class.method"
         set_(self, "effects", effects)  # see semantic.calls.EFFECTS
         set_(self, "loops", loops)  # trains (reaches backward), or is an evaluate-named function with a loop
         set_(self, "params", params)
+        set_(self, "returns", returns)  # "wrapper": every return is a DDP/DataParallel/FSDP/compiled wrapper
 
 
 class ModuleSummary(Record):
@@ -113,6 +118,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name),
                                          is_module and class_holds_no_state(sem, cls),
                                          not is_module and class_yields_text(sem, cls))
+    # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
+    # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
+    wraps = _WRAPS.search(sem.text.source) is not None and "compile(" not in sem.text.source
     for funcs in sem.functions.values():
         for func in funcs:
             frame = sem.frame(func)
@@ -125,7 +133,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             effects = sem.effects(func)  # this module's own code: a summary never reads further modules
             has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
                 isinstance(n, _LOOPS) for n in sem.local_nodes(func))
-            out.functions[key] = FunctionSummary(key, effects, has_loop, tuple(func_params(func)))  # type: ignore[arg-type]
+            returns = sem.kinds.return_kind(func) if wraps else None
+            out.functions[key] = FunctionSummary(key, effects, has_loop, tuple(func_params(func)),  # type: ignore[arg-type]
+                                                 "wrapper" if returns == "wrapper" else None)
     return out
 
 
