@@ -54,16 +54,8 @@ class Settings(FrozenRecord):
                  per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = (),
                  target_torch: tuple[int, int] | None = None, root: str | None = None,
                  config_path: str | None = None) -> None:
-        set_ = object.__setattr__
-        set_(self, "select", select)
-        set_(self, "extend_select", extend_select)
-        set_(self, "ignore", ignore)
-        set_(self, "exclude", exclude)
-        set_(self, "extend_exclude", extend_exclude)
-        set_(self, "per_file_ignores", per_file_ignores)
-        set_(self, "target_torch", target_torch)
-        set_(self, "root", os.getcwd() if root is None else root)
-        set_(self, "config_path", config_path)
+        self._fill(select, extend_select, ignore, exclude, extend_exclude, per_file_ignores, target_torch,
+                   os.getcwd() if root is None else root, config_path)
 
     @property
     def enabled(self) -> frozenset[str]:

@@ -42,14 +42,7 @@ class Location(FrozenRecord):
 
     def __init__(self, path: str, line: int, column: int = 1, end_line: int | None = None,
                  end_column: int | None = None, cell: int | None = None, file_line: int | None = None) -> None:
-        set_ = object.__setattr__
-        set_(self, "path", path)
-        set_(self, "line", line)
-        set_(self, "column", column)
-        set_(self, "end_line", end_line)
-        set_(self, "end_column", end_column)
-        set_(self, "cell", cell)
-        set_(self, "file_line", file_line)
+        self._fill(path, line, column, end_line, end_column, cell, file_line)
 
     @property
     def display_path(self) -> str:
@@ -67,12 +60,7 @@ class Edit(FrozenRecord):
     replacement: str
 
     def __init__(self, line: int, column: int, end_line: int, end_column: int, replacement: str) -> None:
-        set_ = object.__setattr__
-        set_(self, "line", line)
-        set_(self, "column", column)
-        set_(self, "end_line", end_line)
-        set_(self, "end_column", end_column)
-        set_(self, "replacement", replacement)
+        self._fill(line, column, end_line, end_column, replacement)
 
 
 class Finding(FrozenRecord):
@@ -106,16 +94,7 @@ class Finding(FrozenRecord):
             severity = get_rule(code).severity
         elif not isinstance(severity, Severity):
             severity = Severity(severity)
-        set_ = object.__setattr__
-        set_(self, "code", code)
-        set_(self, "message", message)
-        set_(self, "location", location)
-        set_(self, "fix", fix)
-        set_(self, "edits", edits)
-        set_(self, "severity", severity)
-        set_(self, "rank", rank)
-        set_(self, "unsafe_fix", unsafe_fix)
-        set_(self, "related", related)
+        self._fill(code, message, location, fix, edits, severity, rank, unsafe_fix, related)
 
     @property
     def fixable(self) -> bool:

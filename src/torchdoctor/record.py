@@ -40,6 +40,11 @@ class FrozenRecord(Record):
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(self._values())
 
+    def _fill(self, *values: object) -> None:
+        """Set every field, in ``__slots__`` order (what ``__init__`` calls once)."""
+        for name, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, name, value)
+
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"cannot assign to field {name!r} of a frozen {type(self).__name__}")
 

@@ -42,12 +42,7 @@ class Rule(FrozenRecord):
     title: str
 
     def __init__(self, code: str, name: str, severity: Severity, detection: str, title: str) -> None:
-        set_ = object.__setattr__
-        set_(self, "code", code)
-        set_(self, "name", name)
-        set_(self, "severity", severity)
-        set_(self, "detection", detection)
-        set_(self, "title", title)
+        self._fill(code, name, severity, detection, title)
 
     @property
     def stage(self) -> int:
