@@ -95,8 +95,11 @@ def _bars(steps: list[dict[str, Any]], warm: int) -> list[dict[str, Any]]:
     out = [dict(s, first=s["index"], last=s["index"], warmup=True) for s in steps[:warm]]
     for i in range(0, len(rest), size):
         group = rest[i:i + size]
-        mean = {k: sum(g[k] for g in group) / len(group) for k in ("total", *(p for p, _ in PHASES))}
-        out.append(dict(mean, index=group[0]["index"], first=group[0]["index"], last=group[-1]["index"], warmup=False))
+        timed = [g for g in group if g.get("timed", True)]  # sampled runs: the phases are the timed steps' means
+        mean = {k: sum(g[k] for g in timed) / len(timed) if timed else None for k, _ in PHASES}
+        mean["total"] = sum(g["total"] for g in group) / len(group)
+        out.append(dict(mean, index=group[0]["index"], first=group[0]["index"], last=group[-1]["index"], warmup=False,
+                        timed=bool(timed)))
     return out
 
 
@@ -122,7 +125,9 @@ def step_time_chart(steps: list[dict[str, Any]], warm: int) -> str:
     parts += _clipped_labels(bars, band, top)
     parts.append(_x_axis(_step_positions(bars, band), "optimizer step"))
     clipped = sum(1 for b in bars if b["total"] > top and not b["warmup"])
+    sampled = sum(1 for s in steps if not s.get("timed", True))
     title = (f"Time per optimizer step in {unit}; {len(steps)} steps" + (f", the first {warm} marked as warm-up" if warm else "")
+             + (f"; steps sampled: {sampled} steps' phases not timed (their total only, drawn pale)" if sampled else "")
              + (f"; {clipped} slower bar{'s' if clipped != 1 else ''} drawn clipped at the top" if clipped else ""))
     return _svg("step-chart", title, parts)
 
@@ -159,6 +164,11 @@ def _bar(b: dict[str, Any], x: float, band: float, top: float, plot_h: float) ->
     x0 = x + (band - width) / 2
     y = float(TOP + plot_h)
     label = f"step {b['first']}" if b["first"] == b["last"] else f"steps {b['first']}-{b['last']} (mean)"
+    if not b.get("timed", True):  # a step whose phases were not timed (sampling): its total, in one colour
+        h = b["total"] / top * plot_h
+        return (f'<g class="bar untimed" data-step="{b["first"]}"><title>{escape(label)}: {escape(fmt_time(b["total"]))} '
+                f'(phases not timed: sampled steps)</title><rect class="ph-other" x="{x0:.2f}" y="{y - h:.2f}" '
+                f'width="{width:.2f}" height="{h:.2f}" opacity="0.45"/></g>')
     detail = ", ".join(f"{name} {fmt_time(b[key])}" for key, name in PHASES)
     out = [f'<g class="bar{" warmup" if b["warmup"] else ""}" data-step="{b["first"]}">'
            f"<title>{escape(label)}: {escape(fmt_time(b['total']))} ({escape(detail)})"

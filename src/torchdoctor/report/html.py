@@ -135,10 +135,16 @@ def _summary(findings: Sequence[Finding], steps: list[dict[str, Any]], warm: int
     steady = steps[warm:] or steps
     if not steady:
         return '<p class="note">No optimizer steps were seen.</p>'
+    timed = [s for s in steady if s.get("timed", True)]  # long runs time the phases of sampled steps only
+    sampled = len(timed) < len(steady)
+    steady = timed or steady
     total = sum(s["total"] for s in steady) or 1.0
-    sums = {k: sum(s[k] for s in steady) for k, _ in PHASES}
+    sums = {k: sum(s[k] or 0.0 for s in steady) for k, _ in PHASES}
     span = (f"steps {steady[0]['index']}-{steady[-1]['index']}" if len(steady) > 1 else f"step {steady[0]['index']}")
     scope = f"Over {span}" + (f" (the {warm} warm-up step{'s' if warm != 1 else ''} left out)" if warm else "")
+    if sampled:
+        scope += (f"; steps sampled: phases timed on {len(steady)} of these steps (every step at first, then one in "
+                  "8 and each step after one that waited for data), the figures are theirs")
     bar = "".join(f'<span class="ph-{k}" style="width:{sums[k] / total * 100:.2f}%" title="{escape(name)} {sums[k] / total:.0%}"></span>'
                   for k, name in PHASES if sums[k] > 0)
     rows = []

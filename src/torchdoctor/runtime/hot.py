@@ -26,7 +26,8 @@ from time import perf_counter
 from typing import Any
 
 from torchdoctor.runtime.checks.keepers import frame_hint
-from torchdoctor.runtime.timeline import BACKWARD, DATA, FORWARD, MAX_STEPS, OPTIMIZER, OTHER
+from torchdoctor.runtime.timeline import BACKWARD, DATA, FOLLOW_WAIT, FORWARD, MAX_STEPS, OPTIMIZER, OTHER, TIMED_EVERY, \
+    TIMED_FIRST
 
 
 def module_call(session: Any, orig: Any) -> Any:
@@ -50,7 +51,7 @@ def module_call(session: Any, orig: Any) -> Any:
         if dynamo[0] and compiling():
             return orig(module, *args, **kwargs)
         tl = timeline
-        if tl.phase != FORWARD:  # Timeline.enter, in place
+        if tl.timed and tl.phase != FORWARD:  # Timeline.enter, in place (on a timed step: timeline.py)
             now = perf_counter()
             tl.sums[tl.phase] += now - tl._mark
             tl._mark = now
@@ -107,17 +108,19 @@ def backward(session: Any, orig: Any) -> Any:
             session._train_devices.add(facts[2])
         busy = session._busy
         session._in_backward = session._busy = True
-        now = perf_counter()  # Timeline.enter, in place (twice)
-        tl.sums[tl.phase] += now - tl._mark
-        tl._mark = now
-        tl.phase = BACKWARD
+        if tl.timed:  # Timeline.enter, in place (twice), on a timed step
+            now = perf_counter()
+            tl.sums[tl.phase] += now - tl._mark
+            tl._mark = now
+            tl.phase = BACKWARD
         try:
             return orig(tensors, *args, **kwargs)
         finally:
-            now = perf_counter()
-            tl.sums[tl.phase] += now - tl._mark  # an optimizer may step inside backward (hooks): its phase is charged
-            tl._mark = now
-            tl.phase = OTHER
+            if tl.timed:
+                now = perf_counter()
+                tl.sums[tl.phase] += now - tl._mark  # an optimizer may step inside backward (hooks): its phase is charged
+                tl._mark = now
+                tl.phase = OTHER
             session._in_backward = False
             session._busy = busy
             if grads.waiting:
@@ -134,10 +137,11 @@ def step_pre(session: Any) -> Any:
         if narrowed is not None and narrowed() is not opt:
             return
         tl = timeline
-        now = perf_counter()  # Timeline.enter, in place
-        tl.sums[tl.phase] += now - tl._mark
-        tl._mark = now
-        tl.phase = OPTIMIZER
+        if tl.timed:  # Timeline.enter, in place, on a timed step
+            now = perf_counter()
+            tl.sums[tl.phase] += now - tl._mark
+            tl._mark = now
+            tl.phase = OPTIMIZER
         if grads.waiting:  # only an armed gradient check has something to look at before a step
             grads.on_step_pre(opt, where, args, kwargs)
         if session._step_location is None:
@@ -172,18 +176,23 @@ def step_post(session: Any) -> Any:
             memory, rss = session._step_readings(now)
         else:
             memory = rss = None
-        sums = tl.sums  # Timeline.end_step, in place
-        sums[tl.phase] += now - tl._mark
-        tl._mark = now
-        tl.phase = OTHER
-        count = tl.count = tl.count + 1
+        count = tl.count = tl.count + 1  # Timeline.end_step, in place
+        if tl.timed:
+            sums = tl.sums
+            sums[tl.phase] += now - tl._mark
+            row = (count, now - tl._start, sums[0], sums[1], sums[2], sums[3], memory, rss)
+            tl.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # a new list costs less than zeroing this one in place
+            tl.timed = count < TIMED_FIRST or (count + 1) % TIMED_EVERY == 0 or sums[0] > FOLLOW_WAIT * (now - tl._start)
+        else:  # a step not timed (sampling): its total only
+            row = (count, now - tl._start, None, None, None, None, memory, rss)
+            tl.timed = (count + 1) % TIMED_EVERY == 0
         if tl._stride == 1 or count % tl._stride == 0:
             rows = tl._rows
-            rows.append((count, now - tl._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
+            rows.append(row)
             if len(rows) >= MAX_STEPS:
                 tl.thin()
-        tl._start = now
-        tl.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # a new list costs less than zeroing this one in place
+        tl._mark = tl._start = now
+        tl.phase = OTHER
 
     return on_step_post
 
@@ -194,6 +203,14 @@ def loader_next(session: Any, orig: Any) -> Any:
     @functools.wraps(orig)
     def __next__(self: Any) -> Any:
         __tracebackhide__ = True
+        if not timeline.timed:  # a step whose phases are not timed (sampling: timeline.py)
+            try:
+                batch = orig(self)
+            except StopIteration:
+                session.on_pass_end(self)
+                raise
+            session.on_batch(self, batch)
+            return batch
         back = timeline.phase  # an evaluation loop's wait sits inside its forward phase: go back to it after
         timeline.enter(DATA, perf_counter())
         try:

@@ -25,7 +25,10 @@ def render(findings: Sequence[Finding], stats: dict[str, Any], fmt: str, *, colo
         steps = stats.get("steps")
         if steps is not None:
             counts = (steps, stats.get("forward_calls", 0), stats.get("batches", 0))
-            head += "watched " + ", ".join(_plural(n, word) for n, word in zip(counts, _COUNTED)) + "\n"
+            head += "watched " + ", ".join(_plural(n, word) for n, word in zip(counts, _COUNTED))
+            if stats.get("sampled"):  # long runs time the phases of some steps only (timeline.py)
+                head += f" (steps sampled: phases timed on {stats.get('timed_steps', 0)} of them)"
+            head += "\n"
         return head + text.render(findings, color=color)
     if fmt == "json":
         from torchdoctor.report.json import finding_to_dict

@@ -176,7 +176,8 @@ class WatchSession:
             mark = (id(opt), self.timeline.count)
             if self._other_step != mark:
                 self._other_step = mark
-                self.timeline.enter(OTHER, now)  # a second optimizer's step (GAN) is part of this step
+                if self.timeline.timed:
+                    self.timeline.enter(OTHER, now)  # a second optimizer's step (GAN) is part of this step
                 return False
         self._primary = weakref.ref(opt)
         return True

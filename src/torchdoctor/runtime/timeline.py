@@ -7,7 +7,15 @@ running. Forward runs from the first module call after another phase to the
 next mark (the loss and what is computed before ``backward()`` belong to
 it); what runs outside any watched call is "other". A step ends at each
 step of the first optimizer seen (``hot.step_post`` does ``end_step`` in place). Long runs keep every step up to a cap,
-then every n-th. Host memory is read at each of the first
+then every n-th.
+
+Phases are timed (``timed``) at each of the first ``TIMED_FIRST`` steps, then at
+one step in ``TIMED_EVERY``, and at every step after a timed one whose data wait
+was over ``FOLLOW_WAIT`` of it (a starving input pipeline, TD606, is followed
+step by step); the other steps cost the hooks one flag read and keep only
+their total time (phases None). Every step is counted and has its total; the
+shares and TD606's wait come from the timed steps (``stats()`` says how
+many: ``timed_steps``). Host memory is read at each of the first
 ``RSS_FIRST_STEPS`` steps, then at most every ``RSS_EVERY_S`` seconds (a
 read costs a system call, a step may cost less), so a step without a
 reading has ``rss=None``.
@@ -22,6 +30,9 @@ from typing import Any
 MAX_STEPS = 5000
 RSS_EVERY_S = 0.05
 RSS_FIRST_STEPS = 16  # host memory is read at each of these, so that a short run has readings too
+TIMED_FIRST = 64  # every step's phases are timed up to here
+TIMED_EVERY = 8  # then one step in this many (a power of two: ``thin`` keeps multiples of it)
+FOLLOW_WAIT = 0.2  # a timed step that waited this share of its time for data: the next one is timed too
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
 
@@ -30,20 +41,27 @@ DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
 class Step:
     index: int
     total: float
-    data: float
-    forward: float
-    backward: float
-    optimizer: float
+    data: float | None  # the phases: None on a step that was not timed (sampling)
+    forward: float | None
+    backward: float | None
+    optimizer: float | None
     memory: int | None = None
     rss: int | None = None
 
     @property
-    def other(self) -> float:
-        return max(0.0, self.total - self.data - self.forward - self.backward - self.optimizer)
+    def timed(self) -> bool:
+        return self.data is not None
+
+    @property
+    def other(self) -> float | None:
+        if self.data is None:
+            return None
+        return max(0.0, self.total - self.data - self.forward - self.backward - self.optimizer)  # type: ignore[operator]
 
 
 class Timeline:
-    __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase")
+    __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase",
+                 "timed")
 
     def __init__(self) -> None:
         self._rows: list[tuple[Any, ...]] = []  # Step fields as plain tuples: built every step, so kept cheap
@@ -55,6 +73,7 @@ class Timeline:
         self._start = self._mark = time.perf_counter()
         self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds of this step, by phase
         self.phase = OTHER
+        self.timed = True  # this step's phases are timed (the hooks read the clock at each phase change)
 
     @property
     def steps(self) -> list[Step]:
@@ -67,17 +86,23 @@ class Timeline:
         self.phase = phase
 
     def end_step(self, memory: int | None, now: float, rss: int | None = None) -> None:
-        sums = self.sums
-        sums[self.phase] += now - self._mark
-        self._mark = now
-        self.phase = OTHER
-        self.count += 1
-        if self._stride == 1 or self.count % self._stride == 0:
-            self._rows.append((self.count, now - self._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
+        """What ``hot.step_post`` does in place."""
+        count = self.count = self.count + 1
+        if self.timed:
+            sums = self.sums
+            sums[self.phase] += now - self._mark
+            row: tuple[Any, ...] = (count, now - self._start, sums[0], sums[1], sums[2], sums[3], memory, rss)
+            self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
+            self.timed = count < TIMED_FIRST or (count + 1) % TIMED_EVERY == 0 or sums[0] > FOLLOW_WAIT * (now - self._start)
+        else:
+            row = (count, now - self._start, None, None, None, None, memory, rss)
+            self.timed = (count + 1) % TIMED_EVERY == 0
+        if self._stride == 1 or count % self._stride == 0:
+            self._rows.append(row)
             if len(self._rows) >= MAX_STEPS:
                 self.thin()
-        self._start = now
-        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
+        self._mark = self._start = now
+        self.phase = OTHER
 
     def thin(self) -> None:
         """Keep every other step from now on (``MAX_STEPS`` kept): the kept counts stay multiples of the stride."""
@@ -86,14 +111,17 @@ class Timeline:
 
     def stats(self) -> dict[str, Any]:
         steps = self.steps
-        total = sum(s.total for s in steps) or 0.0
-        sums = {k: sum(getattr(s, k) for s in steps) for k in PHASES}
+        timed = [s for s in steps if s.timed]
+        total = sum(s.total for s in timed) or 0.0  # the shares: of the timed steps' time
+        sums = {k: sum(getattr(s, k) for s in timed) for k in PHASES}
         return {
             "steps": self.count,
+            "timed_steps": len(timed),  # of the len(timeline) kept: the others have their total only
+            "sampled": len(timed) < len(steps),
             "batches": self.batches,
             "forward_calls": self.forwards,
             "backward_calls": self.backwards,
-            "time_s": round(total, 6),
+            "time_s": round(sum(s.total for s in steps), 6),
             "share": {k: (round(v / total, 4) if total else 0.0) for k, v in sums.items()},
-            "timeline": [{**asdict(s), "other": s.other} for s in steps],
+            "timeline": [{**asdict(s), "other": s.other, "timed": s.timed} for s in steps],
         }

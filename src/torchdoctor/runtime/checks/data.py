@@ -27,7 +27,8 @@ def input_bottleneck(data_wait: list[float], step_time: list[float]) -> tuple[fl
 
 
 def bottleneck_findings(steps: list[Any], where: Location | None) -> list[Finding]:
-    """TD606 from the timeline's steps."""
+    """TD606 from the timeline's steps whose phases were timed (all of a short run: sampling, timeline.py)."""
+    steps = [s for s in steps if s.data is not None]
     hit = input_bottleneck([s.data for s in steps], [s.total for s in steps])
     if hit is None:
         return []

@@ -1,0 +1,88 @@
+"""Long runs time the phases of sampled steps only (timeline.py): every step is still counted with its total time,
+the shares come from the timed steps, a slow input pipeline is followed step by step, and the reports say so."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import torchdoctor
+from torchdoctor.runtime.timeline import TIMED_EVERY, TIMED_FIRST, Timeline
+
+
+def _train(steps: int, loader=None):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = loader if loader is not None else [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(steps)]
+    with torchdoctor.watch(environment=False) as s:
+        for x, y in batches:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    return s
+
+
+def test_every_step_counted_phases_timed_on_sampled_steps():
+    s = _train(200)
+    rows = s.stats["timeline"]
+    assert s.stats["steps"] == len(rows) == 200
+    assert all(r["total"] > 0 for r in rows)  # every step keeps its total time
+    timed = [r["index"] for r in rows if r["timed"]]
+    assert timed == list(range(1, TIMED_FIRST + 1)) + list(range(TIMED_EVERY * (TIMED_FIRST // TIMED_EVERY + 1), 201, TIMED_EVERY))
+    assert all(r["data"] is None and r["forward"] is None and r["other"] is None for r in rows if not r["timed"])
+    assert all(r["forward"] > 0 and r["backward"] > 0 and r["optimizer"] > 0 for r in rows if r["timed"])
+    assert s.stats["sampled"] is True and s.stats["timed_steps"] == len(timed)
+    assert abs(sum(s.stats["share"].values()) - 1) < 1e-3  # shares of the timed steps' time
+    assert "steps sampled: phases timed on" in s.report("text")
+    page = s.report("html")
+    assert "steps sampled" in page and 'class="bar untimed"' in page
+
+
+def test_short_run_is_not_sampled():
+    s = _train(TIMED_FIRST)
+    assert s.stats["sampled"] is False and all(r["timed"] for r in s.stats["timeline"])
+    assert "sampled" not in s.report("text")
+
+
+def test_timeline_follows_a_step_that_waited_for_data():
+    tl = Timeline()
+    now = 0.0
+    for _ in range(TIMED_FIRST):
+        now += 1.0
+        tl.end_step(None, now)
+    assert not tl.timed  # step TIMED_FIRST + 1 is not a multiple of TIMED_EVERY
+    while not tl.timed:
+        now += 1.0
+        tl.end_step(None, now)
+    tl.enter(0, now)  # a timed step that waits for data half of its time
+    tl.enter(1, now + 0.5)
+    now += 1.0
+    tl.end_step(None, now)
+    assert tl.timed  # followed: the next step is timed too
+    now += 1.0
+    tl.end_step(None, now)  # no wait: back to sampling
+    assert not tl.timed
+    assert tl.count == len(tl.steps) == TIMED_FIRST + TIMED_EVERY - 1 + 2
+
+
+class _SlowLate(Dataset):
+    """Fast for the first 100 batches, then 6 ms a batch: the pipeline starts to starve after the every-step start."""
+
+    def __len__(self) -> int:
+        return 260
+
+    def __getitem__(self, i: int):
+        if i >= 100:
+            time.sleep(0.006)
+        return torch.randn(4), i % 2
+
+
+def test_input_pipeline_that_starves_late_is_td606():
+    # without following each step after one that waited, the sampled steps would be mostly fast ones (median: no TD606)
+    s = _train(0, DataLoader(_SlowLate(), batch_size=1))
+    assert [f.code for f in s.findings] == ["TD606"]
+    assert s.stats["steps"] == 260 and s.stats["sampled"] is True
