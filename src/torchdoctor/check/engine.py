@@ -18,7 +18,8 @@ from torchdoctor.findings import Finding, sort_findings
 
 __all__ = ["check_source", "load_rules", "parse", "may_be_torch", "RuleError", "merge_constructs"]
 
-_RULE_MODULES = ("device", "model", "data", "loop", "host", "results", "perf", "steps", "syncs", "distributed")
+_RULE_MODULES = ("device", "model", "data", "created", "loop", "host", "results", "perf", "steps", "syncs",
+                 "distributed")
 # A file that mentions none of these cannot be PyTorch code: it is parsed (syntax
 # errors are still reported) but no rule looks at it.
 TORCH_MARKERS = ("torch", ".cuda(")

@@ -27,13 +27,9 @@ class RegisteredRule(FrozenRecord):
 
     def __init__(self, code: str, node_types: tuple[type[ast.AST], ...], func: RuleFunc, codes: tuple[str, ...] = (),
                  calls: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "code", code)
-        setattr_(self, "node_types", node_types)
-        setattr_(self, "func", func)
-        setattr_(self, "codes", codes)  # every code the rule may report; () means just ``code``
-        setattr_(self, "calls", calls)  # callee last names that trigger the rule
-        setattr_(self, "keywords", keywords)  # keyword arguments that trigger the rule
+        # codes: every code the rule may report (() means just ``code``); calls: callee last names that trigger
+        # the rule; keywords: keyword arguments that trigger it
+        self._fill(code, node_types, func, codes, calls, keywords)
 
     @property
     def all_codes(self) -> tuple[str, ...]:

@@ -32,11 +32,9 @@ class Mode(FrozenRecord):
     __slots__ = ("gate", "fix", "diff", "unsafe_fixes")
 
     def __init__(self, gate: bool = True, fix: bool = False, diff: bool = False, unsafe_fixes: bool = False) -> None:
-        setattr_ = object.__setattr__
-        setattr_(self, "gate", gate)  # only files that can be torch code get rules
-        setattr_(self, "fix", fix)  # write fixed files
-        setattr_(self, "diff", diff)  # compute the diff the fixes would make
-        setattr_(self, "unsafe_fixes", unsafe_fixes)  # apply (or show) the fixes that may change behaviour too
+        # gate: only files that can be torch code get rules; fix: write fixed files; diff: compute the diff the
+        # fixes would make; unsafe_fixes: apply (or show) the fixes that may change behaviour too
+        self._fill(gate, fix, diff, unsafe_fixes)
 
 
 class FileResult(Record):

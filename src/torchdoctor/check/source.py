@@ -31,8 +31,7 @@ class Decoded(FrozenRecord):
     __slots__ = ("text", "encoding")
 
     def __init__(self, text: str, encoding: str) -> None:
-        object.__setattr__(self, "text", text)
-        object.__setattr__(self, "encoding", encoding)  # as tokenize names it: "utf-8", "utf-8-sig", "iso-8859-1", ...
+        self._fill(text, encoding)  # encoding as tokenize names it: "utf-8", "utf-8-sig", "iso-8859-1", ...
 
 
 def decode_source(data: bytes) -> Decoded:

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted, func_params, has_kwargs, keyword, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import program
 from torchdoctor.findings import Edit
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, root_name, string_value, target_names
+from torchdoctor.check.astutil import dotted, root_name, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program

@@ -53,13 +53,11 @@ class CudaSite(FrozenRecord):
 
     __slots__ = ("node", "text", "indexed")
     node: ast.AST
-    text: str
-    indexed: bool
+    text: str  # how the message names it: `torch.device("cuda")`, `model.cuda()`
+    indexed: bool  # names a device index (`"cuda:1"`, `.cuda(rank)`, `torch.device("cuda", rank)`)
 
     def __init__(self, node: ast.AST, text: str, indexed: bool) -> None:
-        object.__setattr__(self, "node", node)
-        object.__setattr__(self, "text", text)  # how the message names it: `torch.device("cuda")`, `model.cuda()`
-        object.__setattr__(self, "indexed", indexed)  # names a device index (`"cuda:1"`, `.cuda(rank)`, ...)
+        self._fill(node, text, indexed)
 
 
 def _short(sem: SemanticModel, node: ast.AST) -> str:

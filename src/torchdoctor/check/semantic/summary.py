@@ -28,35 +28,25 @@ class ClassSummary(FrozenRecord):
     name: str
     is_module: bool
     dropout_bn: bool
-    stateless: bool
-    yields_text: bool
+    stateless: bool  # no parameters, buffers, submodules or tensors: nothing to move
+    yields_text: bool  # a Dataset whose items are strings read from a file
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False) -> None:
-        set_ = object.__setattr__
-        set_(self, "name", name)
-        set_(self, "is_module", is_module)
-        set_(self, "dropout_bn", dropout_bn)
-        set_(self, "stateless", stateless)  # no parameters, buffers, submodules or tensors: nothing to move
-        set_(self, "yields_text", yields_text)  # a Dataset whose items are strings read from a file
+        self._fill(name, is_module, dropout_bn, stateless, yields_text)
 
 
 class FunctionSummary(FrozenRecord):
     __slots__ = ("name", "effects", "loops", "params", "returns")
-    name: str
-    effects: frozenset[str]
-    loops: bool
+    name: str  # "f" or "Class.method"
+    effects: frozenset[str]  # see semantic.calls.EFFECTS
+    loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
     params: tuple[str, ...]
-    returns: str | None
+    returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
                  returns: str | None = None) -> None:
-        set_ = object.__setattr__
-        set_(self, "name", name)  # "f" or "Class.method"
-        set_(self, "effects", effects)  # see semantic.calls.EFFECTS
-        set_(self, "loops", loops)  # trains (reaches backward), or is an evaluate-named function with a loop
-        set_(self, "params", params)
-        set_(self, "returns", returns)  # "wrapper": every return is a DDP/DataParallel/FSDP/compiled wrapper
+        self._fill(name, effects, loops, params, returns)
 
 
 class ModuleSummary(Record):
@@ -83,29 +73,20 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line")
-    written: str
-    grad_mode: str
+    written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
+    grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
-    eval_before: bool
-    accelerator_args: frozenset[str]
-    ddp: bool
-    per_step: bool
-    path: str
+    eval_before: bool  # a ``model.eval()`` earlier in the caller's function
+    accelerator_args: frozenset[str]  # parameters (by name, or "#i" by position) given an accelerator device
+    ddp: bool  # the calling module is a DDP program (its calls run on every rank)
+    per_step: bool  # made on every step of a batch loop (not behind a step guard), on an accelerator
+    path: str  # the calling module
     line: int
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0) -> None:
-        set_ = object.__setattr__
-        set_(self, "written", written)  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
-        set_(self, "grad_mode", grad_mode)  # "on", "off", "maybe" at the call
-        set_(self, "rank_guarded", rank_guarded)
-        set_(self, "eval_before", eval_before)  # a ``model.eval()`` earlier in the caller's function
-        set_(self, "accelerator_args", accelerator_args)  # parameters (by name, or "#i" by position) given a device
-        set_(self, "ddp", ddp)  # the calling module is a DDP program (its calls run on every rank)
-        set_(self, "per_step", per_step)  # made on every step of a batch loop (not behind a step guard), on an accelerator
-        set_(self, "path", path)  # the calling module
-        set_(self, "line", line)
+        self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -133,9 +114,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             effects = sem.effects(func)  # this module's own code: a summary never reads further modules
             has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
                 isinstance(n, _LOOPS) for n in sem.local_nodes(func))
-            returns = sem.kinds.return_kind(func) if wraps else None
-            out.functions[key] = FunctionSummary(key, effects, has_loop, tuple(func_params(func)),  # type: ignore[arg-type]
-                                                 "wrapper" if returns == "wrapper" else None)
+            returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else None
+            params = tuple(func_params(func))  # type: ignore[arg-type]
+            out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns)
     return out
 
 

@@ -1,0 +1,222 @@
+"""Stage 3 rules for tensors created inside a training or evaluation loop or ``forward()``: left on the
+CPU and mixed with device tensors (TD303, an error), or copied to the device each step (TD611, a cost)."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name
+from torchdoctor.check.context import Context
+from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import flow, program
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+# ---- TD303 ----------------------------------------------------------------------------
+@rule("TD303", calls=tuple(sorted(FACTORIES)))
+def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
+    """A tensor factory without device= inside the loop or forward(), combined with device tensors."""
+    assert isinstance(node, ast.Call)
+    q = ctx.call_name(node) or ""
+    if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in FACTORIES:
+        return
+    sem = ctx.semantic
+    if keyword(node, "device") or has_kwargs(node) or not program.runs_on_accelerator(sem) or _scalar_tensor(node) \
+            or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node):
+        return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
+    region = _region(ctx, node)
+    if region is None:
+        return
+    parent = sem.parent(node)
+    if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory"):
+        return
+    seeds = _region_seeds(ctx, region)
+    hot = flow.device_names(ctx.semantic, region, seeds)
+    partner = _combined_with(ctx, node, hot, region)
+    if partner is None:
+        return
+    ctx.report("TD303", node, f"`{ctx.name(node, 60)}` is created on the CPU and combined with device tensor "
+               f"`{partner}`", fix=f"create it on the same device: `{ctx.name(node.func)}(..., device={partner}.device)`")
+
+
+# ---- TD611 ----------------------------------------------------------------------------
+# Factories that make their own values (no host data to copy): made on the device, nothing crosses the bus.
+_MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
+                     "logspace", "eye", "normal"})
+_CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
+
+
+@rule("TD611", calls=tuple(sorted(_MAKERS)))
+def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
+    """``torch.randn(b, k).cuda()`` in a training or evaluation loop, or in forward(): made on the CPU and
+    copied to the device at once, on every step (TD303 is the case where it is not moved at all)."""
+    assert isinstance(node, ast.Call)
+    q = ctx.call_name(node) or ""
+    if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS:
+        return
+    if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
+        return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
+    sem = ctx.semantic
+    region = _region(ctx, node)
+    if region is None:
+        return
+    move = _moved_at_once(ctx, node) or _moved_next(ctx, node, region)
+    if move is None:
+        return
+    device = sem.move_device(move)
+    if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(device.rsplit(".", 1)[-1]):
+        return
+    if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem):
+        return
+    if method_name(move) != "cuda" and not program.runs_on_accelerator(sem):
+        return
+    made = ctx.name(node, 60)
+    there = f"`{ctx.name(node.func)}(..., device={device})`" if method_name(move) == "to" else \
+        f"`{ctx.name(node.func)}(..., device=...)` with the device `.cuda()` moves it to"
+    where = "the loop" if isinstance(region, _LOOPS) else "forward()"
+    ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
+               f"every step of {where}: an allocation and a host-to-device copy each time",
+               fix=f"make it there: {there}")
+
+
+def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | None:
+    """``z = torch.rand(b, k)`` whose next use, in the same loop or forward(), moves it: ``z = z.cuda()``,
+    ``x, z = x.cuda(), z.cuda()`` (also under ``if self.gpu_mode:``)."""
+    sem = ctx.semantic
+    parent = sem.parent(node)
+    if not isinstance(parent, ast.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0], ast.Name):
+        return None
+    name, end = parent.targets[0].id, (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
+    for use in sem.body(region):
+        if isinstance(use, ast.Name) and use.id == name and (use.lineno, use.col_offset) > end:
+            if not isinstance(use.ctx, ast.Load):
+                stmt = next((a for a in sem.ancestors(use) if isinstance(a, ast.stmt)), None)
+                if isinstance(stmt, ast.Assign) and any(isinstance(n, ast.Name) and n.id == name and
+                                                        isinstance(n.ctx, ast.Load) for n in sem.subtree(stmt.value)):
+                    continue  # ``x, z = x.cuda(), z.cuda()``: the value, read first, comes next
+                return None  # rebound before any use
+            up = sem.parent(use)
+            call = sem.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda") else None
+            return call if isinstance(call, ast.Call) and call.func is up and sem.is_device_move(call) else None
+    return None
+
+
+def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
+    """The ``.to(device)`` / ``.cuda()`` applied to the factory's result in the same expression: directly,
+    after a cast (``.float()``), or through ``Variable(...)``."""
+    sem = ctx.semantic
+    cur: ast.AST = node
+    for _ in range(3):
+        up = sem.parent(cur)
+        if isinstance(up, ast.Call) and cur in up.args[:1] and (dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable":
+            cur = up
+            continue
+        if not isinstance(up, ast.Attribute):
+            return None
+        call = sem.parent(up)
+        if not isinstance(call, ast.Call) or call.func is not up:
+            return None
+        if up.attr in ("to", "cuda"):
+            return call if sem.is_device_move(call) else None
+        if up.attr not in _CASTS or call.args:
+            return None
+        cur = call
+    return None
+
+
+def _scalar_tensor(call: ast.Call) -> bool:
+    """``torch.tensor(0.5)``: a 0-dim CPU tensor mixes with CUDA tensors without error."""
+    if not call.args:
+        return False
+    arg = call.args[0]
+    if isinstance(arg, ast.UnaryOp):
+        arg = arg.operand
+    name = dotted(call.func) or ""
+    return name.endswith(("tensor", "as_tensor")) and isinstance(arg, (ast.Constant, ast.Name))
+
+
+def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(node, "train") or sem.enclosing_loop(node, "eval")
+    if loop is not None:
+        return loop
+    func = sem.function_of(node)
+    cls = sem.class_of(node)
+    if func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes:
+        return func
+    return None
+
+
+def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:
+    if isinstance(region, _LOOPS):
+        return set()
+    return {a.arg for a in region.args.args[1:] if not flow.is_cpu_name(a.arg)}  # type: ignore[attr-defined]
+
+
+def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) -> str | None:
+    """The device tensor a new CPU tensor meets in arithmetic, a torch op, or a model/loss call."""
+    sem = ctx.semantic
+    parent = sem.parent(node)
+    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target] if isinstance(parent, ast.AnnAssign) else []
+    if len(targets) == 1 and isinstance(targets[0], ast.Name):
+        name = targets[0].id
+        for use in ctx.semantic.body(region):
+            if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load) and use.lineno >= node.lineno:
+                up = sem.parent(use)
+                if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda"):
+                    return None
+                partner = _meets(ctx, use, hot - {name})
+                if partner:
+                    return partner
+        return None
+    return _meets(ctx, node, hot)
+
+
+_SCALAR_CALLS = {"int", "float", "bool", "len", "round", "abs", "max", "min"}
+_SCALAR_METHODS = {"item", "tolist", "size", "numel", "dim", "ndimension"}
+
+
+def _host_scalar(expr: ast.AST) -> bool:
+    """``int(y[0])``, ``x.item()``, ``x.size(0)``, ``x.shape[1]``: a Python number, whatever ``x`` is."""
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Name) and expr.func.id in _SCALAR_CALLS:
+            return True
+        return isinstance(expr.func, ast.Attribute) and expr.func.attr in _SCALAR_METHODS
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute):
+        return expr.value.attr == "shape"
+    return isinstance(expr, ast.Attribute) and expr.attr in ("shape", "ndim")
+
+
+def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
+    sem = ctx.semantic
+    child = expr
+    for a in sem.ancestors(expr):
+        if isinstance(a, (ast.BinOp, ast.Compare)):
+            if isinstance(a, ast.BinOp):
+                others = [a.right] if child is a.left else [a.left]
+            else:
+                others = [a.left, *a.comparators]
+            for o in others:
+                if o is not child and not _host_scalar(o) and flow.mentions(ctx.semantic, o, hot):
+                    return root_name(o) or ctx.name(o)
+        elif isinstance(a, ast.Call):
+            if child is a.func:
+                child = a
+                continue
+            if flow.consumer_kind(ctx.semantic, a) or (ctx.call_name(a) or "").startswith("torch."):
+                for o in list(a.args) + [k.value for k in a.keywords]:
+                    if o is not child and flow.mentions(ctx.semantic, o, hot):
+                        return root_name(o) or ctx.name(o)
+                if flow.consumer_kind(ctx.semantic, a):
+                    return ctx.name(a.func)
+            if not (ctx.call_name(a) or "").startswith("torch."):
+                return None
+        elif isinstance(a, ast.AugAssign):  # counts[c] += (pred == c).sum()
+            if child is a.target and flow.mentions(ctx.semantic, a.value, hot):
+                return root_name(a.value) or ctx.name(a.value)
+            return None
+        elif isinstance(a, ast.Subscript) and child is a.slice or isinstance(a, ast.stmt):
+            return None
+        child = a
+    return None
