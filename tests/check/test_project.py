@@ -677,3 +677,38 @@ def test_a_model_wrapped_by_a_helper_of_another_module_is_saved_with_its_prefix(
     settings = Settings(root=str(project))
     results = check_files(["setup_ddp.py", "train.py"], settings) if together else [check_file("train.py", settings)]
     assert [c for c in codes(results, "train.py") if c[1] == "TD205"] == [(10, "TD205")]  # not plain_model's (11)
+
+
+def test_a_metric_helper_fed_the_data_of_packed_sequences_every_step_is_a_sync(project: Path) -> None:
+    # The captioning tutorials' shape: scores and targets are the data of PackedSequences, unpacked or `.data`.
+    write(project, {
+        "metrics.py": """\
+            def accuracy(scores, targets, k):
+                _, ind = scores.topk(k, 1, True, True)
+                correct = ind.eq(targets.view(-1, 1).expand_as(ind))
+                return correct.view(-1).float().sum().item() * (100.0 / targets.size(0))
+            """,
+        "train.py": """\
+            import torch
+            from torch.nn.utils.rnn import pack_padded_sequence
+            from metrics import *
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def train(loader, decoder, criterion, optimizer):
+                for imgs, caps, lengths in loader:
+                    imgs, caps = imgs.to(device), caps.to(device)
+                    scores, decode_lengths = decoder(imgs, caps, lengths)
+                    scores, _ = pack_padded_sequence(scores, decode_lengths, batch_first=True)
+                    targets = pack_padded_sequence(caps[:, 1:], decode_lengths, batch_first=True).data
+                    loss = criterion(scores, targets)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    top5 = accuracy(scores, targets, 5)
+                    _, sizes = pack_padded_sequence(scores, decode_lengths, batch_first=True)
+                    rate = accuracy(sizes, decode_lengths, 1)  # batch_sizes: a CPU tensor, no device read
+            """,
+    })
+    results = check_files(["metrics.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == [(17, "TD603")]

@@ -43,6 +43,7 @@ _NAME_HINTS = (
 # Tensor fields of a model's output object (transformers' ModelOutput and the like).
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
                            "image_embeds", "text_embeds"})
+_PACKING = ("torch.nn.utils.rnn.pack_padded_sequence", "torch.nn.utils.rnn.pack_sequence")
 LOADERISH = lazy(r"(?i)(loader|\bdl\b|_dl\b|dataloader|batches|batch_iter|data_iter)")
 _TENSOR_TUPLES = {"max", "min", "sort", "topk", "kthvalue", "median", "mode", "unique", "chunk", "split",
                   "unbind", "broadcast_tensors", "meshgrid", "std_mean", "var_mean", "aminmax"}
@@ -214,6 +215,8 @@ class Kinds:
         q = self.names.call_name(value) or ""
         if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _TENSOR_TUPLES:
             return "tensor"  # ``_, preds = torch.max(scores, dim=2)``
+        if q.startswith(_PACKING) and index == 0:
+            return "tensor"  # ``scores, _ = pack_padded_sequence(scores, lengths, batch_first=True)``: the data
         if meth in ("prepare", "setup") and index < len(value.args):
             return self.expr_kind(value.args[index], at)
         if meth in _COLLECTIVES and value.args and isinstance(value.args[0], (ast.Tuple, ast.List)):
@@ -229,6 +232,9 @@ class Kinds:
         if isinstance(node, ast.Attribute):
             if node.attr in ("module", "_orig_mod"):
                 return "model"
+            if node.attr == "data" and isinstance(node.value, ast.Call) and \
+                    (self.names.call_name(node.value) or "").startswith(_PACKING):
+                return "tensor"  # ``scores = pack_padded_sequence(scores, lengths, batch_first=True).data``
             key = dotted(node)
             if key is None:
                 return None
