@@ -712,3 +712,37 @@ def test_a_metric_helper_fed_the_data_of_packed_sequences_every_step_is_a_sync(p
     })
     results = check_files(["metrics.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "train.py") == [(17, "TD603")]
+
+
+def test_a_reverse_question_does_not_parse_again_a_checked_file_that_cannot_call_the_function(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torchdoctor.check.engine as engine
+    import torchdoctor.check.runner as runner
+
+    parsed: list[str] = []
+    real = engine.parse
+    counted = lambda text, path: parsed.append(Path(path).name) or real(text, path)  # noqa: E731
+    monkeypatch.setattr(engine, "parse", counted)
+    monkeypatch.setattr(runner, "parse", counted)
+    write(project, {
+        "a_other.py": "import torch\nfrom tools import engine  # another package's `engine`\n\nengine.train_one_epoch(torch.zeros(1))\n",
+        "b_main.py": "import torch\nfrom engine import train_one_epoch\n\ndevice = torch.device('cuda')\n"
+                     "model = torch.nn.Linear(2, 2).to(device)\ntrain_one_epoch(model, None, [], None, device)\n",
+        "engine.py": """\
+            import torch
+
+
+            def train_one_epoch(model, criterion, data_loader, optimizer, device):
+                for samples, targets in data_loader:
+                    samples = samples.to(device)
+                    loss = criterion(model(samples), targets.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    print(loss.item())
+            """,
+    })
+    results = check_files(["a_other.py", "b_main.py", "engine.py"], Settings(root=str(project)), jobs=1)
+    assert codes(results, "engine.py") == [(11, "TD603")]  # b_main.py, checked already, gives it a GPU
+    # a_other.py says `engine` on an import line but imports another module: only b_main.py is read again
+    assert sorted(parsed) == ["a_other.py", "b_main.py", "b_main.py", "engine.py"]

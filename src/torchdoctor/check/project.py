@@ -74,7 +74,10 @@ class Project:
         self.state.current[os.path.abspath(sem.path)] = sem
 
     def end(self, sem: SemanticModel) -> None:
-        self.state.current.pop(os.path.abspath(sem.path), None)
+        path = os.path.abspath(sem.path)
+        self.state.current.pop(path, None)
+        if path not in self.state.records:  # what a reverse question asks first, without parsing it again
+            self.state.imports_of[path] = (dict(sem.names.from_imports), dict(sem.names.imports))
 
     def take(self, path: str, text: str) -> tuple | None:
         """The tree and syntax-only parts of the semantic model the index already built for ``path``
@@ -240,6 +243,10 @@ class Project:
         for other in self._importing(here, {stem}):
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
+                continue
+            known = self.state.imports_of.get(other)  # checked already: its imports say if it can call ``func``
+            if known is not None and other not in self.state.records and \
+                    not any(self._imports_function(other, known, head, here, name) for head in (*known[0], *known[1])):
                 continue
             names, records = self._records(other)
             for head, found in records.items():
@@ -467,6 +474,7 @@ class _State:
         self.current: dict[str, SemanticModel] = {}
         self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
         self.finished: set[str] = set()  # checked already: no tree is kept for them
+        self.imports_of: dict[str, tuple[dict, dict]] = {}  # checked already: (from_imports, imports)
         self.words: dict[str, frozenset[str]] = {}
         self.importers: dict[str, str | None] = {}
         self.saves_objects: bool | None = None
