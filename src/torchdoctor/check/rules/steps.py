@@ -175,9 +175,31 @@ def batch_on_device(ctx: Context, name: str, at: ast.AST, loop: ast.AST) -> bool
 
 
 def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
-    """`.cpu()`/`.tolist()` on a batch element that is not on the device: no device copy at all."""
+    """`.cpu()`/`.tolist()`/`.item()` on a batch element that is not on the device, or on an item of one
+    (``for out, i in zip(outputs, img_ids): i.item()``): no device copy at all."""
     name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    if name is not None and name not in ctx.semantic.batch_vars(loop):
+        name = _zipped_from(ctx, name, node)
     return name is not None and name in ctx.semantic.batch_vars(loop) and not batch_on_device(ctx, name, node, loop)
+
+
+def _zipped_from(ctx: Context, name: str, at: ast.AST) -> str | None:
+    """The name whose items ``name`` takes: ``ids`` for ``i`` in ``for i in ids`` or ``for o, i in zip(outs, ids)``."""
+    sem = ctx.semantic
+    b = sem.binding_at(name, at)
+    if b is None or b.value is not None:
+        return None
+    loop, target = sem.parent(b.node), b.node
+    if not isinstance(loop, ast.For) or loop.target is not target:
+        return None
+    if isinstance(target, ast.Name) and isinstance(loop.iter, ast.Name):
+        return loop.iter.id
+    if isinstance(target, ast.Tuple) and isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "zip" \
+            and len(target.elts) == len(loop.iter.args) and not loop.iter.keywords:
+        at = next((i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == name), None)
+        source = loop.iter.args[at] if at is not None else None
+        return source.id if isinstance(source, ast.Name) else None
+    return None
 
 
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
