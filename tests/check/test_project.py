@@ -746,3 +746,21 @@ def test_a_reverse_question_does_not_parse_again_a_checked_file_that_cannot_call
     assert codes(results, "engine.py") == [(11, "TD603")]  # b_main.py, checked already, gives it a GPU
     # a_other.py says `engine` on an import line but imports another module: only b_main.py is read again
     assert sorted(parsed) == ["a_other.py", "b_main.py", "b_main.py", "engine.py"]
+
+
+def test_the_tests_of_a_cuda_kernel_built_beside_them_need_no_cpu_fallback(project: Path) -> None:
+    test = """\
+        import unittest
+        import torch
+        import window_process_ext
+
+
+        class TestKernel(unittest.TestCase):
+            def test_forward(self):
+                x = torch.randn(2, 8).cuda()
+                self.assertTrue(torch.equal(window_process_ext.forward(x), x))
+        """
+    write(project, {"kernels/unit_test.py": test, "kernels/kernel.cu": "// the CUDA source\n", "other/unit_test.py": test})
+    settings = Settings(root=str(project), select=("TD101",))
+    assert [f.code for f in check_file("kernels/unit_test.py", settings).findings] == []
+    assert [f.code for f in check_file("other/unit_test.py", settings).findings] == ["TD101"]  # no CUDA source there

@@ -4,6 +4,8 @@ GPU, starts a process group, trains, talks RPC; and where it hard-codes a CUDA d
 from __future__ import annotations
 
 import ast
+import functools
+import os
 
 from torchdoctor.check.astutil import dotted, method_name, string_value
 from torchdoctor.check.patterns import lazy
@@ -159,7 +161,18 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
                 _GPU_MARK.search(sem.segment(d)) for d in a.decorator_list):
             return True
-    return bool(_GPU_MARK.search(sem.text.source[:4000])) and "pytestmark" in sem.text.source[:4000]
+    if bool(_GPU_MARK.search(sem.text.source[:4000])) and "pytestmark" in sem.text.source[:4000]:
+        return True
+    return _beside_cuda_sources(os.path.dirname(os.path.abspath(sem.path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _beside_cuda_sources(folder: str) -> bool:
+    """The folder holds CUDA sources (``.cu``): its tests exercise a CUDA kernel built from them."""
+    try:
+        return any(name.endswith((".cu", ".cuh")) for name in os.listdir(folder))
+    except OSError:
+        return False
 
 
 _GPU_MARK = lazy(r"(?i)cuda|gpu")
@@ -169,8 +182,13 @@ _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "t
 
 def uses_gpu_only_library(sem: SemanticModel) -> bool:
     """The program imports a library that runs on NVIDIA GPUs only (Transformer Engine, MS-AMP, apex,
-    flash-attn, Triton kernels...): it cannot run on a CPU whatever its device code says."""
-    return any(q == lib or q.startswith(lib + ".") for q in sem.imports.values() for lib in _GPU_ONLY)
+    flash-attn, Triton kernels...), or asks a model for flash-attn (``attn_implementation="flash_attention_2"``):
+    it cannot run on a CPU whatever its device code says."""
+    if any(q == lib or q.startswith(lib + ".") for q in sem.imports.values() for lib in _GPU_ONLY):
+        return True
+    return "flash_attention_" in sem.text.source and any(
+        k.arg == "attn_implementation" and (string_value(k.value) or "").startswith("flash_attention_")
+        for c in sem.calls_with_keyword("attn_implementation") for k in c.keywords)
 
 
 def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
