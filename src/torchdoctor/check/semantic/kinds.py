@@ -40,6 +40,7 @@ _NAME_HINTS = (
     (lazy(r"^(device|dev)$|_device$", re.I), "device"),
     (lazy(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
 )
+_BUILDER_NAME = lazy(r"(?i)^(get|build|create|make|load|init|setup|prepare|construct|define|new)_")
 # Tensor fields of a model's output object (transformers' ModelOutput and the like).
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
                            "image_embeds", "text_embeds"})
@@ -55,6 +56,8 @@ _WRAPPER_CALLS = {"enumerate", "tqdm", "trange", "iter", "zip", "islice", "track
 def kind_from_name(key: str) -> str | None:
     """A weak guess from a name alone (``train_loader`` -> loader), used when nothing better is known."""
     last = key.rsplit(".", 1)[-1]
+    if _BUILDER_NAME.match(last):
+        return None  # ``get_model``, ``build_optimizer``: a function that makes one, not the thing itself
     for pattern, kind in _NAME_HINTS:
         if pattern.search(last):
             return kind
