@@ -131,11 +131,23 @@ def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
         return
     for node in forwards:
         func = node.func.value if method_name(node) == "forward" else node.func  # type: ignore[union-attr]
-        if has_dropout_or_bn(sem, func, node) is not True:
+        if has_dropout_or_bn(sem, func, node) is not True or _loaded_in_eval_mode(ctx, func, loop):
             continue
         name = ctx.name(func)
         ctx.report("TD402", node, f"`{name}` evaluates in training mode: dropout/batch-norm stay active (no `{name}.eval()`)",
                    fix=f"call `{name}.eval()` before the evaluation loop (and `{name}.train()` before training again)")
+
+
+def _loaded_in_eval_mode(ctx: Context, func: ast.AST, loop: ast.AST) -> bool:
+    """``model = GPT2LMHeadModel.from_pretrained(name)``: Hugging Face hands the model back in eval mode,
+    and nothing in the loop's function switches it to training."""
+    sem = ctx.semantic
+    key = dotted(func)
+    b = sem.binding_at(key, loop) if key else None
+    if b is None or b.value is None or b.is_param or not any(
+            isinstance(n, ast.Call) and method_name(n) == "from_pretrained" for n in sem.subtree(b.value)):
+        return False
+    return not _mode_calls(ctx, sem.scope_of(loop), "train")
 
 
 def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
