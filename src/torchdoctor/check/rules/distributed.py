@@ -327,17 +327,32 @@ def _write_site(ctx: Context, call: ast.Call) -> str | None:
 
 
 def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
-    """A per-rank file name (`f"ckpt_rank{rank}.pt"`, or a name assigned one): each rank writes its own file."""
+    """A per-rank file name (`f"ckpt_rank{rank}.pt"`, or a name assigned one, or a parameter that every
+    caller in the file gives one): each rank writes its own file."""
+    return any(_per_rank_value(ctx, arg, call, 0) for arg in [*call.args, *(k.value for k in call.keywords)])
+
+
+def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool:
     sem = ctx.semantic
-    aliases = sem.guards.rank_aliases()
-    for arg in [*call.args, *(k.value for k in call.keywords)]:
-        if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in aliases for n in sem.subtree(arg)):
-            return True
-        if isinstance(arg, ast.Name) and any(b.value is not None and not b.is_param
-                                             and re.search(r"(?i)rank", ctx.segment(b.value))
-                                             for b in sem.bindings_of(arg.id)):
-            return True
-    return False
+    if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in sem.guards.rank_aliases() for n in sem.subtree(arg)):
+        return True
+    if not isinstance(arg, ast.Name):
+        return False
+    if any(b.value is not None and not b.is_param and re.search(r"(?i)rank", ctx.segment(b.value))
+           for b in sem.bindings_of(arg.id)):
+        return True
+    b = sem.binding_at(arg.id, at)
+    func = sem.function_of(at)
+    if depth > 2 or b is None or not b.is_param or func is None or b.node is not func:
+        return False
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if sem.class_of(func) is not None and params[:1] in (["self"], ["cls"]):
+        params = params[1:]  # ``self.save(path)`` passes ``path`` first
+    sites = sem.call_sites(func)
+    given = [next((k.value for k in site.keywords if k.arg == arg.id), None) if arg.id not in params
+             or params.index(arg.id) >= len(site.args) else site.args[params.index(arg.id)] for site in sites]
+    return bool(sites) and all(g is not None and _per_rank_value(ctx, g, site, depth + 1)
+                               for g, site in zip(given, sites))
 
 
 def _rank_aliases(ctx: Context) -> set[str]:
