@@ -44,6 +44,7 @@ class Guards:
         self._busy: set[ast.AST] = set()
         self._mode_memo: dict[ast.AST, str] = {}
         self._aliases: set[str] | None = None
+        self._counted: set[str] | None = None
 
     def frame(self, node: ast.AST) -> Frame | None:
         return self.index.frame.get(node)
@@ -165,11 +166,19 @@ class Guards:
                 sides = [n.left, n.comparators[0]]
                 names = [s.id if isinstance(s, ast.Name) else s.attr if isinstance(s, ast.Attribute) else "" for s in sides]
                 fixed = [isinstance(s, ast.Constant) or (isinstance(s, ast.BinOp) and "len(" in self.segment(s)) for s in sides]
-                if any(_COUNTER.match(name) for name in names) and any(fixed):
+                if any(_COUNTER.match(name) or name in self._counters() for name in names if name) and any(fixed):
                     return True
             return False
 
         return self._test_memo(test, "one_off", compute)
+
+    def _counters(self) -> set[str]:
+        """Names counted up by a constant (``num_total += 1``): counters, whatever they are called."""
+        if self._counted is None:
+            self._counted = {n.target.id for n in self.index.by_type.get(ast.AugAssign, ())  # type: ignore[attr-defined]
+                             if isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name)  # type: ignore[attr-defined]
+                             and isinstance(n.value, ast.Constant) and type(n.value.value) is int}  # type: ignore[attr-defined]
+        return self._counted
 
     def under_step_guard(self, node: ast.AST, loop: ast.AST | None = None) -> bool:
         """Inside an ``if`` whose test uses ``%`` (``step % log_every == 0``), in either branch, or in the
