@@ -326,7 +326,8 @@ def tensor_formatted_every_step(node: ast.AST, ctx: Context) -> None:
     assert isinstance(node, ast.JoinedStr)
     sem = ctx.semantic
     values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
-    tensor = next((v for v in values if _tensor_value(ctx, v, node)), None)
+    tensor = next((v for v in values if _tensor_value(ctx, v, node)  # also ``{loss.detach().float()}``
+                   or isinstance(v, ast.Call) and sem.expr_kind(v, node) == "tensor"), None)
     if tensor is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
         return
     loop = per_step_loop(ctx, node)

@@ -238,6 +238,8 @@ class Kinds:
             if node.attr == "data" and isinstance(node.value, ast.Call) and \
                     (self.names.call_name(node.value) or "").startswith(_PACKING):
                 return "tensor"  # ``scores = pack_padded_sequence(scores, lengths, batch_first=True).data``
+            if node.attr in OUTPUT_FIELDS and isinstance(node.value, ast.Call) and self.call_kind(node.value, at) == "tensor":
+                return "tensor"  # ``loss = model(**batch).loss``
             key = dotted(node)
             if key is None:
                 return None
