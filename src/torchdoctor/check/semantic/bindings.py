@@ -165,6 +165,10 @@ class Bindings:
         here = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
         slot = (scope, key)
         found = self.table.get(slot)
+        if not found and not key.startswith("self.") and scope is not self.index.tree:
+            closed = self._enclosing(key, scope)
+            if closed is not None:
+                return closed
         if not found and not key.startswith("self."):
             slot = (self.index.tree, key)
             found = self.table.get(slot)
@@ -174,6 +178,22 @@ class Bindings:
             return None
         i = bisect_right(self._positions[slot], here)
         return found[i - 1] if i else found[0]
+
+    def _enclosing(self, key: str, scope: ast.AST) -> Binding | None:
+        """A free name of a nested function: its binding in the nearest enclosing function that binds it,
+        the last one before the nested ``def`` (``encoder = DDP(encoder)``, then ``def save(): encoder.state_dict()``)."""
+        inner = scope
+        for _ in range(8):
+            frame = self.index.frame.get(inner)
+            outer = frame.scope if frame is not None else None
+            if outer is None or outer is self.index.tree:
+                return None
+            found = self.table.get((outer, key))
+            if found:
+                i = bisect_right(self._positions[(outer, key)], (inner.lineno, inner.col_offset))  # type: ignore[attr-defined]
+                return found[i - 1] if i else None
+            inner = outer
+        return None
 
     def of_key(self, key: str) -> list[Binding]:
         """Every binding of ``key`` in any scope, in source order."""
