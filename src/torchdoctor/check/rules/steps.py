@@ -36,11 +36,20 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     func = sem.function_of(node)
     if func is None or depth >= 3 or sem.under_step_guard(node):
         return None
-    for call in sem.call_sites(func):
+    for call in [*sem.call_sites(func), *_handed_on(ctx, func)]:
         found = per_step_loop(ctx, call, depth + 1)
         if found is not None:
             return found
     return None
+
+
+def _handed_on(ctx: Context, func: ast.AST) -> list[ast.Call]:
+    """Calls in the scope that defines ``func`` that take it as an argument and run it: ``loss = timer(train_step)``
+    for a ``def train_step()`` written inside the loop."""
+    sem = ctx.semantic
+    scope = sem.scope_of(func)
+    return [p for r in sem.reads_of(func.name) if isinstance(p := sem.parent(r), ast.Call)  # type: ignore[attr-defined]
+            and r in p.args and sem.scope_of(p) is scope]
 
 
 def _first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
