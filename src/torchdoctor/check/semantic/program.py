@@ -14,7 +14,8 @@ from torchdoctor.record import FrozenRecord
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
            "is_rpc_program", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
-           "QUIET_IN_TESTS", "uses_gpu_only_library", "gpu_only_test", "accelerator_api", "sets_device_through_helper"]
+           "QUIET_IN_TESTS", "uses_gpu_only_library", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
+           "sets_device_through_helper"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
@@ -178,6 +179,27 @@ def _beside_cuda_sources(folder: str) -> bool:
 _GPU_MARK = lazy(r"(?i)cuda|gpu")
 _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "triton", "cupy", "pycuda",
              "tensorrt", "torch_tensorrt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm")
+_GPU_ONLY_BRANCH = (*_GPU_ONLY, "torch2trt")  # (imported in one branch of a program that also runs on the CPU)
+
+
+def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:
+    """``node`` sits in a block that imports a GPU-only library before it (``if trt_file is not None:
+    from torch2trt import TRTModule ... .cuda()``): that branch runs on an NVIDIA GPU only."""
+    for block in sem.ancestors(node):
+        if isinstance(block, ast.If | ast.FunctionDef | ast.AsyncFunctionDef | ast.With | ast.Try):
+            for stmt in block.body:
+                if stmt.lineno >= node.lineno:  # type: ignore[attr-defined]
+                    break
+                if isinstance(stmt, ast.Import | ast.ImportFrom) and _imports_gpu_only(stmt):
+                    return True
+        if isinstance(block, ast.FunctionDef | ast.AsyncFunctionDef):
+            return False
+    return False
+
+
+def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom) -> bool:
+    names = [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else [a.name for a in stmt.names]
+    return any(n == lib or n.startswith(lib + ".") for n in names for lib in _GPU_ONLY_BRANCH)
 
 
 def uses_gpu_only_library(sem: SemanticModel) -> bool:
