@@ -764,3 +764,49 @@ def test_the_tests_of_a_cuda_kernel_built_beside_them_need_no_cpu_fallback(proje
     settings = Settings(root=str(project), select=("TD101",))
     assert [f.code for f in check_file("kernels/unit_test.py", settings).findings] == []
     assert [f.code for f in check_file("other/unit_test.py", settings).findings] == ["TD101"]  # no CUDA source there
+
+
+def test_a_save_helper_that_a_ddp_training_loop_calls_on_every_rank_writes_from_every_rank(project: Path) -> None:
+    write(project, {
+        "ckpt/__init__.py": "from .handler import save_checkpoint, save_summary, save_single\n",
+        "ckpt/handler.py": """\
+            import torch
+
+
+            def save_checkpoint(model, path):
+                torch.save(model.state_dict(), path)
+
+
+            def save_summary(model, path):
+                torch.save({"n": sum(p.numel() for p in model.parameters())}, path)
+
+
+            def save_single(model, path):
+                torch.save(model.state_dict(), path)
+            """,
+        "train.py": """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from ckpt import save_checkpoint, save_summary, save_single
+
+
+            def train(args, model, loader, optimizer):
+                dist.init_process_group("gloo")
+                model = DDP(model)
+                for epoch in range(args.epochs):
+                    for x in loader:
+                        model(x).sum().backward()
+                        optimizer.step()
+                    save_checkpoint(model, f"epoch{epoch}.pt")
+                    if dist.get_rank() == 0:
+                        save_summary(model, "summary.pt")
+                    if not args.distributed:
+                        save_single(model, "single.pt")
+            """,
+    })
+    results = check_files(["ckpt/__init__.py", "ckpt/handler.py", "train.py"],
+                          Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "handler.py") == [(5, "TD703")]
+    message = next(f.message for r in results if r.path.endswith("handler.py") for f in r.findings)
+    assert "calls `save_checkpoint` at train.py:14" in message

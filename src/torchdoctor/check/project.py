@@ -210,6 +210,11 @@ class Project:
         records = self._callers(sem, func)
         return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
 
+    def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
+        """A call of ``func`` from the epoch or batch loop of a DDP program in another module that runs on every
+        rank (no rank guard)."""
+        return next((r for r in self._callers(sem, func) if r.ddp and r.in_loop and not r.rank_guarded), None)
+
     def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
         modes = {r.grad_mode for r in self._callers(sem, func)}
         return modes.pop() if len(modes) == 1 else None
@@ -236,11 +241,14 @@ class Project:
         if key in memo:
             return memo[key]
         stem = os.path.splitext(os.path.basename(here))[0]
+        package = os.path.basename(os.path.dirname(here))
         if stem == "__init__":
-            stem = os.path.basename(os.path.dirname(here))
+            stem = package
+        # (``from pkg import save`` where pkg/__init__.py re-exports it from pkg/handler.py names the package)
+        words = {stem, package} if os.path.isfile(os.path.join(os.path.dirname(here), "__init__.py")) else {stem}
         pattern = re.compile(rf"\b{re.escape(name)}\b")
         out: list[CallRecord] = []
-        for other in self._importing(here, {stem}):
+        for other in self._importing(here, words):
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 from typing import TYPE_CHECKING
 
@@ -414,6 +415,21 @@ def _multi_process(ctx: Context, node: ast.AST) -> bool:
                               for c in sem.calls_named("Accelerator"))
 
 
+def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
+    """A helper of another module (``save_peft_checkpoint(model, path)``) that a DDP program calls on every
+    rank: the call record, else None."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
+            or sem.under_rank_guard(node):
+        return None
+    return sem.project.unguarded_ddp_caller(sem, func)  # type: ignore[attr-defined]
+
+
+def _short_path(path: str) -> str:
+    return os.path.relpath(path) if os.path.isabs(path) and not os.path.relpath(path).startswith("..") else path
+
+
 def _writes_on_main_only(call: ast.Call) -> bool:
     """``save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)``."""
     return any(k.arg in ("is_main_process", "save_function") for k in call.keywords)
@@ -425,14 +441,18 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     not behind a rank test (`if rank == 0:`, `is_main_process()`, an early `if rank != 0: return`) here
     or at every call of the enclosing function."""
     what = _write_site(ctx, node)
-    if what is None or _writes_on_main_only(node) or not _multi_process(ctx, node) or _mentions_rank(ctx, node) \
-            or _in_memory(ctx, node) or _rank_guarded(ctx, node):
+    if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node):
         return
-    kind = "DDP" if program.is_ddp_program(ctx.semantic) else "multi-process (Accelerate)"
+    caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
+    if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node):
+        return
+    kind = "DDP" if caller is not None or program.is_ddp_program(ctx.semantic) else "multi-process (Accelerate)"
+    where = f"of this {kind} program" if caller is None else \
+        f"of the DDP program that calls `{caller.written}` at {_short_path(caller.path)}:{caller.line}"
     ctx.report(
         "TD703",
         node,
-        f"{what} runs on every rank of this {kind} program: all processes write the same file",
+        f"{what} runs on every rank {where}: all processes write the same file",
         fix="guard it with `if dist.get_rank() == 0:` (or your is_main_process())" if kind == "DDP" else
         "guard it with `if accelerator.is_main_process:` (or save with `accelerator.save(...)`)",
     )

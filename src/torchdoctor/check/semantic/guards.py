@@ -17,10 +17,13 @@ __all__ = ["Guards", "RANKISH"]
 
 RANKISH = lazy(
     r"(?i)(rank|is_main|main_process|is_master|master_process|is_primary|is_global_zero|"
-    r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0)"
+    r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0|process_index\s*==\s*0)"
 )
 _COUNTER = lazy(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_?(idx|id|i|num|index)?|"
                       r".*_(step|iter|idx))$")
+_DISTRIBUTED_FLAG = lazy(r"(?i)(^|\.)(distributed|is_distributed|use_distributed|ddp|use_ddp|enable_fsdp|fsdp|use_fsdp|"
+                         r"multiprocessing_distributed)$")
+_DISTRIBUTED_WRAPPERS = {"FSDP", "FullyShardedDataParallel", "DDP", "DistributedDataParallel"}
 _DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat", re.IGNORECASE)
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
 # Rank 0 runs the block first while the others wait, then they find its result (a cache) in place.
@@ -274,6 +277,8 @@ class Guards:
         while frame is not None:
             if frame.kind == IF and self.rank_test(frame.node.test):  # type: ignore[attr-defined]
                 return True
+            if frame.kind == IF and self._one_process_branch(frame.node.test, frame.branch):  # type: ignore[attr-defined]
+                return True
             if frame.kind == WITH and any(_FIRST_CONTEXT.search(self.segment(i.context_expr))
                                           for i in frame.node.items):  # type: ignore[attr-defined]
                 return True  # ``with torch_distributed_zero_first(rank):`` / ``main_process_first()``
@@ -287,6 +292,19 @@ class Guards:
                     return True
             frame = frame.parent
         return False
+
+    @staticmethod
+    def _one_process_branch(test: ast.AST, branch: str | None) -> bool:
+        """The branch a distributed-mode flag leaves to a single process: ``if not train_config.enable_fsdp:``,
+        the ``else`` of ``if args.distributed:``."""
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        inner = test.operand if negated else test  # type: ignore[attr-defined]
+        if isinstance(inner, ast.Call) and dotted(inner.func) == "isinstance" and len(inner.args) == 2:
+            wrappers = inner.args[1].elts if isinstance(inner.args[1], ast.Tuple) else [inner.args[1]]
+            if all((dotted(w) or "").rsplit(".", 1)[-1] in _DISTRIBUTED_WRAPPERS for w in wrappers):
+                return branch == ("body" if negated else "else")  # ``if isinstance(model, FSDP): ... else:``
+            return False
+        return bool(_DISTRIBUTED_FLAG.search(dotted(inner) or "")) and branch == ("body" if negated else "else")
 
     def _early_exit_on_rank(self, func: ast.AST, node: ast.AST) -> bool:
         here = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))

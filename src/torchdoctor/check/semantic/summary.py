@@ -72,7 +72,7 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line")
+                 "line", "in_loop")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -82,11 +82,12 @@ class CallRecord(FrozenRecord):
     per_step: bool  # made on every step of a batch loop (not behind a step guard), on an accelerator
     path: str  # the calling module
     line: int
+    in_loop: bool  # inside the caller's epoch or batch loop (a training run's checkpoint, not a library's API)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
-                 line: int = 0) -> None:
-        self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line)
+                 line: int = 0, in_loop: bool = False) -> None:
+        self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -157,8 +158,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                     given.add(kw.arg)
         guarded = sem.under_rank_guard(call) or (func is not None and bool(sem.call_sites(func)) and
                                                  all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
+        in_loop = sem.enclosing_loop(call, "epoch") is not None or sem.enclosing_loop(call, "batch") is not None
         out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
-                              accelerator and _per_step(sem, call), sem.path, call.lineno))
+                              accelerator and _per_step(sem, call), sem.path, call.lineno, in_loop))
     return out
 
 
