@@ -810,3 +810,34 @@ def test_a_save_helper_that_a_ddp_training_loop_calls_on_every_rank_writes_from_
     assert codes(results, "handler.py") == [(5, "TD703")]
     message = next(f.message for r in results if r.path.endswith("handler.py") for f in r.findings)
     assert "calls `save_checkpoint` at train.py:14" in message
+
+
+def test_a_loader_factory_counts_for_the_gpu_modules_that_import_it_not_for_those_that_take_other_names(
+        project: Path) -> None:
+    helpers = """\
+        import torch
+        from torch import nn
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        class Model(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 2)
+
+
+        def create_dataloader(n):
+            return DataLoader(TensorDataset(torch.randn(n, 4)), batch_size=8, num_workers=2)
+        """
+    train = """\
+        import torch
+        from helpers import {names}
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = Model().to(device)
+        """
+    write(project, {"helpers.py": helpers, "train.py": train.format(names="Model")})
+    settings = Settings(root=str(project), select=("TD304",))
+    assert codes(check_files(["helpers.py", "train.py"], settings), "helpers.py") == []
+    write(project, {"train.py": train.format(names="Model, create_dataloader")})
+    assert codes(check_files(["helpers.py", "train.py"], settings), "helpers.py") == [(13, "TD304")]

@@ -308,13 +308,16 @@ class Project:
             return self._module_file(path, 0, imports[head]) == target
         return False
 
-    def accelerated_importer(self, sem: SemanticModel) -> str | None:
+    def accelerated_importer(self, sem: SemanticModel, maker: str | None = None) -> str | None:
         """A module of the project that imports this one (directly or through its package) and runs on an
-        accelerator itself: where the batches of a loader made here go (``data/alpaca.py`` for ``finetune.py``)."""
+        accelerator itself: where the batches of a loader made here go (``data/alpaca.py`` for ``finetune.py``).
+        ``maker``: the function or class that builds the loader; a ``from m import Model`` that leaves it
+        behind does not count."""
         here = os.path.abspath(sem.path)
         memo = self.state.importers
-        if here not in memo:
-            memo[here] = None
+        key = (here, maker)
+        if key not in memo:
+            memo[key] = None
             stem = os.path.splitext(os.path.basename(here))[0]
             targets, words = {here}, {stem}
             init = os.path.join(os.path.dirname(here), "__init__.py")
@@ -325,14 +328,14 @@ class Project:
                 if other in targets:
                     continue
                 summary = self.summary(other)
-                if summary is not None and summary.accelerated and self._imports_any(other, summary, targets):
-                    memo[here] = other
+                if summary is not None and summary.accelerated and self._imports_any(other, summary, targets, maker):
+                    memo[key] = other
                     break
-        return memo[here]
+        return memo[key]
 
-    def _imports_any(self, path: str, summary: ModuleSummary, targets: set[str]) -> bool:
+    def _imports_any(self, path: str, summary: ModuleSummary, targets: set[str], maker: str | None = None) -> bool:
         for level, module, name in summary.from_imports.values():
-            if self._module_file(path, level, module) in targets or \
+            if self._module_file(path, level, module) in targets and (maker is None or name == maker) or \
                     self._module_file(path, level, f"{module}.{name}" if module else name) in targets:
                 return True
         return any(self._module_file(path, 0, m) in targets for m in summary.imports.values()) or \
@@ -484,7 +487,7 @@ class _State:
         self.finished: set[str] = set()  # checked already: no tree is kept for them
         self.imports_of: dict[str, tuple[dict, dict]] = {}  # checked already: (from_imports, imports)
         self.words: dict[str, frozenset[str]] = {}
-        self.importers: dict[str, str | None] = {}
+        self.importers: dict[tuple[str, str | None], str | None] = {}
         self.saves_objects: bool | None = None
         self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
         self.parsed = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name
+from torchdoctor.check.astutil import dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, loaders, program
@@ -242,7 +242,31 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     sem = ctx.semantic
     return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
             and (program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node))
-            and not _dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) and loaders.feeds_device(sem, node))
+            and not _dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) and loaders.feeds_device(sem, node)
+            and not _collates_onto_device(ctx, node))
+
+
+def _collates_onto_device(ctx: Context, call: ast.Call) -> bool:
+    """``collate_fn=partial(collate, device=device)`` or a collate function that moves its batch: the loader
+    yields device tensors (pinning them raises; workers cannot make them)."""
+    sem = ctx.semantic
+    fn = keyword(call, "collate_fn")
+    value = fn.value if fn is not None else None
+    if isinstance(value, ast.Name):
+        b = sem.binding_at(value.id, call)
+        value = b.value if b is not None and b.value is not None and not b.is_param else value
+    if isinstance(value, ast.Call) and (sem.call_name(value) or "").endswith("partial") and value.args:
+        if any(k.arg == "device" and string_value(k.value) != "cpu" for k in value.keywords):
+            return True
+        value = value.args[0]
+    if isinstance(value, ast.Lambda):
+        return any(isinstance(n, ast.Call) and _moves_off_cpu(ctx, n) for n in sem.subtree(value.body))
+    funcs = sem.bindings.functions.get(value.id, []) if isinstance(value, ast.Name) else []
+    return any(isinstance(n, ast.Call) and _moves_off_cpu(ctx, n) for f in funcs for n in sem.local_nodes(f))
+
+
+def _moves_off_cpu(ctx: Context, call: ast.Call) -> bool:
+    return ctx.semantic.is_device_move(call) and (ctx.semantic.move_device(call) or "").strip("'\"") != "cpu"
 
 
 def _dataset_of_text(ctx: Context, call: ast.Call) -> bool:
@@ -274,7 +298,9 @@ def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:
     yields = any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in sem.local_nodes(func))
     returned = isinstance(parent, ast.Return) or any(_hands_out(r, names) and (yields or not isinstance(r, ast.For))
                                                      for r in sem.local_nodes(func))
-    return returned and sem.project.accelerated_importer(sem) is not None  # type: ignore[attr-defined]
+    cls = sem.class_of(func)
+    maker = cls.name if cls is not None else func.name  # what an importer must take to reach this loader
+    return returned and sem.project.accelerated_importer(sem, maker) is not None  # type: ignore[attr-defined]
 
 
 def _hands_out(node: ast.AST, names: set[str | None]) -> bool:
@@ -295,7 +321,10 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     if pin is None or is_false(pin.value):
         where = ""
         if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
-            user = ctx.semantic.project.accelerated_importer(ctx.semantic)  # type: ignore[union-attr]
+            func = ctx.semantic.function_of(node)
+            cls = ctx.semantic.class_of(node)
+            maker = cls.name if cls is not None else func.name if func is not None else None
+            user = ctx.semantic.project.accelerated_importer(ctx.semantic, maker)  # type: ignore[union-attr]
             where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)"
         ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
                    fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")

@@ -273,9 +273,10 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     func, cls = sem.function_of(node), sem.class_of(node)
     if func is None or func.name != "__init__" or cls is None or cls.name not in sem.module_classes:
         return
-    if not _new_tensor(ctx, node.value, node, 0):
-        return
-    if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr):
+    if not _new_tensor(ctx, node.value, node, 0) or sem.value_is_moved(node.value):
+        return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
+    if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
+            or _moved_at_every_use(ctx, cls, target.attr):
         return
     call = ctx.segment(node.value)
     edits = ()
@@ -286,6 +287,16 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(node.value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
+
+
+def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` moves it first: ``self.validation_z.type_as(weight)``,
+    ``self.mean.to(x.device)``."""
+    sem = ctx.semantic
+    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
+             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in ("to", "type_as", "cuda")
+                               and isinstance(sem.parent(p), ast.Call) for r in reads)
 
 
 # Attributes that frameworks read themselves and move as they need (Lightning's model summary input).
