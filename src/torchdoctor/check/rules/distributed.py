@@ -300,8 +300,9 @@ def _flag_only_set_epoch(ctx: Context, set_epochs: list[ast.Call], samplers: lis
         flags = found if flags is None else flags & found
         if not flags:
             return None
-    unguarded = [f for f in sorted(flags or ()) if all(f not in _flag_guards(ctx, s) for s in samplers)]
-    return unguarded[0] if unguarded else None
+    held = {dotted(t) for s in samplers if isinstance(p := ctx.semantic.parent(s), ast.Assign) for t in p.targets}
+    unguarded = [f for f in sorted(flags or ()) if f not in held and all(f not in _flag_guards(ctx, s) for s in samplers)]
+    return unguarded[0] if unguarded else None  # (``if data_sampler:`` tests that the sampler exists: no flag)
 
 
 # ---- TD703 ---------------------------------------------------------------------
@@ -409,7 +410,8 @@ def _multi_process(ctx: Context, node: ast.AST) -> bool:
     Accelerate in one of their functions, mostly run as one process)."""
     sem = ctx.semantic
     if program.is_ddp_program(sem):
-        return True
+        inits = sem.calls_named("init_process_group")
+        return not inits or not all(_one_process_group(c) for c in inits)
     here = sem.function_of(node)
     return sem.trains and any((ctx.call_name(c) or "").startswith("accelerate.") and sem.function_of(c) is here
                               for c in sem.calls_named("Accelerator"))
@@ -428,6 +430,12 @@ def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
 
 def _short_path(path: str) -> str:
     return os.path.relpath(path) if os.path.isabs(path) and not os.path.relpath(path).startswith("..") else path
+
+
+def _one_process_group(call: ast.Call) -> bool:
+    """``init_process_group("gloo", world_size=1, rank=0, store=HashStore())``: a group of one process."""
+    size = keyword(call, "world_size")
+    return size is not None and isinstance(size.value, ast.Constant) and size.value.value == 1
 
 
 def _writes_on_main_only(call: ast.Call) -> bool:

@@ -9,7 +9,7 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, root_name, target_names
+from torchdoctor.check.astutil import FACTORIES, dotted, root_name, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -30,7 +30,7 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
-                or _first_pass_only(ctx, node, loop):
+                or _first_pass_only(ctx, node, loop) or _retry_loop(ctx, node, loop):
             return None
         return loop
     func = sem.function_of(node)
@@ -50,6 +50,18 @@ def _handed_on(ctx: Context, func: ast.AST) -> list[ast.Call]:
     scope = sem.scope_of(func)
     return [p for r in sem.reads_of(func.name) if isinstance(p := sem.parent(r), ast.Call)  # type: ignore[attr-defined]
             and r in p.args and sem.scope_of(p) is scope]
+
+
+def _retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``while batch_size: try: ... return bench.run() except RuntimeError: batch_size //= 2``: the loop
+    goes round again only when its ``try`` fails (a batch-size retry), so ``node`` in that ``try`` runs once."""
+    if not isinstance(loop, ast.While):
+        return False
+    for stmt in loop.body:
+        if isinstance(stmt, ast.Try) and stmt.handlers and ctx.semantic.index.contains(stmt, node) and \
+                any(isinstance(s, (ast.Return, ast.Break)) for s in stmt.body):
+            return True
+    return False
 
 
 def _first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
@@ -214,23 +226,53 @@ def _zipped_from(ctx: Context, name: str, at: ast.AST) -> str | None:
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
 _TO_HOST = lazy(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
 _SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
-               "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm")
+               "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm", "any", "all")
+
+
+def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
+    """What a ``for`` loop whose target is ``target`` takes ``name`` from: its iterable, or enumerate's."""
+    loop = ctx.semantic.parent(target)
+    if not isinstance(loop, ast.For) or loop.target is not target:
+        return None
+    if isinstance(target, ast.Name):
+        return loop.iter
+    it = loop.iter
+    if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name) \
+            and target.elts[1].id == name and isinstance(it, ast.Call) and dotted(it.func) == "enumerate" and it.args:
+        return it.args[0]
+    return None
 
 
 def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
     """``expr`` is a tensor made on the host and never moved: ``torch.from_numpy(a)``, ``torch.tensor(xs)``
     without a device, ``torch.empty_like(t)`` of such a tensor, or a name last bound to one."""
-    if depth > 3:
+    if depth > 10:
         return False
     if isinstance(expr, ast.Name):
         b = ctx.semantic.bindings.at(expr.id, at)
+        if b is not None and b.value is None:  # ``for pred in host_list``, ``for i, pred in enumerate(host_list)``
+            loop = ctx.semantic.parent(b.node)
+            if loop is not None and loop is ctx.semantic.enclosing_loop(at, "batch") and \
+                    expr.id in ctx.semantic.batch_vars(loop):
+                return not batch_on_device(ctx, expr.id, at, loop)  # ``targets`` of the batch, never moved
+            source = _iterated(ctx, expr.id, b.node)
+            return source is not None and _made_on_host(ctx, source, b.node, depth + 1)
         return b is not None and b.value is not None and b.node is not expr and \
             _made_on_host(ctx, b.value, b.node, depth + 1)
     if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
         return _made_on_host(ctx, expr.value, at, depth + 1)
+    if isinstance(expr, ast.ListComp):  # ``[x.detach().cpu() for x in outputs]``
+        return _made_on_host(ctx, expr.elt, expr, depth + 1)
+    if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:  # ``pred[:, None] > iouv[None]``
+        sides = [expr.left, expr.comparators[0]]
+        return all(isinstance(x, ast.Constant) or _made_on_host(ctx, x, at, depth + 1) for x in sides)
+    if isinstance(expr, ast.Call) and dotted(expr.func) in ("copy.deepcopy", "deepcopy") and expr.args:
+        return _made_on_host(ctx, expr.args[0], at, depth + 1)
     if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
         return False
     name = ctx.call_name(expr) or ""
+    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in FACTORIES and name not in _HOST_MAKERS:
+        return True  # ``iouv = torch.linspace(0.5, 0.95, 10)``: no device given
     if _TO_HOST.search(name.rsplit(".", 1)[-1]):
         return True  # ``to_cpu(loss)``, ``tensor_to_numpy(x)``: a helper that copies to the host
     if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("argmin", "argmax", "min", "max", "sum", "mean",
@@ -244,6 +286,11 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
         return _made_on_host(ctx, expr.func.value, at, depth + 1)  # ``losses.mean()`` of a host tensor
     if name in _HOST_MAKERS:
         return name == "torch.from_numpy" or not any(_tensor_value(ctx, a, at) for a in expr.args)
+    if isinstance(expr.func, ast.Name) and not name.startswith("torch.") and expr.args and not expr.keywords \
+            and ctx.semantic.expr_kind(expr.func, at) is None and ctx.semantic.call_kind(expr, at) is None:
+        # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors
+        values = [a for a in expr.args if not isinstance(a, ast.Constant)]
+        return bool(values) and all(_made_on_host(ctx, a, at, depth + 1) for a in values)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         _made_on_host(ctx, expr.args[0], at, depth + 1)
 
@@ -360,10 +407,17 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
         ext = sem.external(node)
         if ext is None or "sync" not in getattr(ext, "effects", ()) or per_step_loop(ctx, node) is not loop:
             continue
-        if not _passes_tensors(ctx, node):
+        if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node):
             continue
         _report_sync(ctx, node, f"`{ctx.name(node.func)}(...)`, which reads tensors back in `{getattr(ext, 'name', '?')}`,",
                      loop)
+
+
+def _host_tensors_only(ctx: Context, call: ast.Call) -> bool:
+    """Every tensor the call is given was made or copied on the host (``process_batch(predn, labelsn, iouv)``
+    of CPU copies): what the helper reads back never waits for the GPU."""
+    args = [a for a in [*call.args, *(k.value for k in call.keywords)] if not isinstance(a, ast.Constant)]
+    return bool(args) and all(_made_on_host(ctx, a, call) for a in args)
 
 
 def _passes_tensors(ctx: Context, call: ast.Call) -> bool:

@@ -11,7 +11,7 @@ from torchdoctor.check.astutil import dotted, is_false, keyword, method_name
 from torchdoctor.check.semantic.bindings import Bindings
 from torchdoctor.check.semantic.kinds import Kinds
 from torchdoctor.check.semantic.names import Names
-from torchdoctor.check.semantic.walk import Index
+from torchdoctor.check.semantic.walk import CLASS, Index
 
 __all__ = ["Calls", "EFFECTS", "SAVERS"]
 
@@ -90,7 +90,7 @@ class Calls:
                 return []  # a local value shadows nothing we know
             if func.id in self.classes:
                 return self._methods(self.classes[func.id], "__init__")
-            return [f for f in self.functions.get(func.id, []) if self.class_of(f) is None]
+            return [f for f in self.functions.get(func.id, []) if not self._is_method(f)]
         if not isinstance(func, ast.Attribute):
             return []
         receiver = func.value
@@ -110,6 +110,11 @@ class Calls:
         if key and (key.split(".")[0] in self.names.modules or self.kinds.kind_of(key, call) is not None):
             return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
         return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
+
+    def _is_method(self, func: ast.AST) -> bool:
+        """Defined right in a class body (a function nested in a method is a plain function)."""
+        frame = self.index.frame.get(func)
+        return frame is not None and frame.kind == CLASS
 
     def _methods(self, cls: ast.AST, name: str) -> list[ast.AST]:
         """``name`` of an in-file class, or of its in-file base classes."""

@@ -17,7 +17,7 @@ __all__ = ["Guards", "RANKISH"]
 
 RANKISH = lazy(
     r"(?i)(rank|is_main|main_process|is_master|master_process|is_primary|is_global_zero|"
-    r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0|process_index\s*==\s*0)"
+    r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0|process_index\s*==\s*0|\bis_root\b|is_root_worker|is_rank_zero)"
 )
 _COUNTER = lazy(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_?(idx|id|i|num|index)?|"
                       r".*_(step|iter|idx))$")
@@ -146,7 +146,8 @@ class Guards:
         """The test uses ``%``, itself or through a flag it reads (``g_regularize = i % 16 == 0``, then
         ``if g_regularize:``)."""
         def mod_in(expr: ast.AST) -> bool:
-            return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(expr))
+            return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) or isinstance(n, ast.Call)
+                       and self._returns_mod(n) for n in self.index.subtree(expr))
 
         def compute() -> bool:
             if mod_in(test):
@@ -159,6 +160,17 @@ class Guards:
             return False
 
         return self._test_memo(test, "mod", compute)
+
+    def _returns_mod(self, call: ast.Call) -> bool:
+        """``self.should_log_this_step()`` whose function of this file returns ``self.global_step % interval == 0``."""
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+        if name is None:
+            return False
+        defs = [f for f in self.index.by_type.get(ast.FunctionDef, ()) if f.name == name]  # type: ignore[attr-defined]
+        return bool(defs) and all(any(isinstance(r, ast.Return) and r.value is not None and any(
+            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(r.value))
+            for r in self.index.subtree(f)) for f in defs)
 
     def _one_off(self, test: ast.AST) -> bool:
         """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a counter tested against a fixed value."""
@@ -307,13 +319,23 @@ class Guards:
         return bool(_DISTRIBUTED_FLAG.search(dotted(inner) or "")) and branch == ("body" if negated else "else")
 
     def _early_exit_on_rank(self, func: ast.AST, node: ast.AST) -> bool:
+        """An ``if not is_root: return`` before ``node`` in its function's body or in a block around it."""
         here = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-        for stmt in func.body:  # type: ignore[attr-defined]
-            if (stmt.lineno, stmt.col_offset) >= here:
+        blocks = [func]
+        for a in self.index.ancestors(node):
+            if a is func:
                 break
-            if isinstance(stmt, ast.If) and self.rank_test(stmt.test):
-                if stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise)):
-                    return True
+            if isinstance(a, (ast.If, ast.With, ast.Try, ast.For, ast.While)):
+                blocks.append(a)
+        for block in blocks:
+            stmts = next((part for part in (getattr(block, "body", []), getattr(block, "orelse", []))
+                          if any(self.index.contains(s, node) for s in part)), [])
+            for stmt in stmts:
+                if (stmt.lineno, stmt.col_offset) >= here:
+                    break
+                if isinstance(stmt, ast.If) and self.rank_test(stmt.test):
+                    if stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise)):
+                        return True
         return False
 
     # ---- compatibility branches ------------------------------------------------------------------------------------

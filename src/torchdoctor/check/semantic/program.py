@@ -467,6 +467,8 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
     that a caller elsewhere in the project passes an accelerator device."""
 
     def compute() -> bool:
+        if _lightning_on_cpu(sem):
+            return False
         if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
                 or _cuda_tensor_types(sem):
             return True
@@ -476,6 +478,13 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
             config_module_device(sem, sem.project)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
+
+
+def _lightning_on_cpu(sem: SemanticModel) -> bool:
+    """Every Lightning ``Trainer``/``Fabric`` of the file is told ``accelerator="cpu"``: it trains on the CPU."""
+    made = [c for c in sem.calls_named("Trainer", "Fabric") if (sem.call_name(c) or "") in _LAUNCHERS]
+    return bool(made) and all(any(k.arg == "accelerator" and string_value(k.value) == "cpu" for k in c.keywords)
+                              for c in made)
 
 
 def config_module_device(sem: SemanticModel, project: object) -> bool:
