@@ -841,3 +841,25 @@ def test_a_loader_factory_counts_for_the_gpu_modules_that_import_it_not_for_thos
     assert codes(check_files(["helpers.py", "train.py"], settings), "helpers.py") == []
     write(project, {"train.py": train.format(names="Model, create_dataloader")})
     assert codes(check_files(["helpers.py", "train.py"], settings), "helpers.py") == [(13, "TD304")]
+
+
+def test_a_script_named_test_something_is_a_program_unless_it_holds_tests(project: Path) -> None:
+    script = """\
+        import argparse
+        import torch
+        from torch import nn
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--checkpoint")
+        opt = parser.parse_args()
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        generator = nn.Conv2d(3, 3, 3).to(device)
+        generator.load_state_dict(torch.load(opt.checkpoint, weights_only=True))
+        """
+    write(project, {"esrgan/test_on_image.py": script,
+                    "esrgan/test_model.py": script + "\n\ndef test_generator():\n    assert generator\n",
+                    "tests/test_launch.py": script})
+    settings = Settings(root=str(project), select=("TD502",))
+    assert [f.code for f in check_file("esrgan/test_on_image.py", settings).findings] == ["TD502"]
+    assert check_file("esrgan/test_model.py", settings).findings == []  # pytest collects it: test code
+    assert check_file("tests/test_launch.py", settings).findings == []  # a script a test suite launches

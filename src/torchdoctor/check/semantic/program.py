@@ -22,6 +22,7 @@ __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check
 # not about a training run there. Errors that break the test itself are still reported.
 QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD401", "TD402", "TD502",
                             "TD602", "TD603", "TD604", "TD701", "TD703", "TD705", "TD706"})
+_TESTS_DIR = lazy(r"(^|/)(tests?|testing|test_utils|unittests?)(/|$)")
 _TEST_FILE = lazy(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 
 _CUDA = lazy(r"cuda(:\d+)?")
@@ -511,11 +512,21 @@ def _cuda_tensor_types(sem: SemanticModel) -> bool:
         for n in sem.of_type(ast.Attribute))
 
 
+def _holds_tests(sem: SemanticModel) -> bool:
+    """Something for a test runner to collect: a ``test*`` function, a ``Test*`` class, pytest or unittest, or a
+    script in a tests folder (an inference script ``esrgan/test_on_image.py`` with an argument parser is a program)."""
+    if _TESTS_DIR.search(os.path.dirname(os.path.abspath(sem.path)).replace("\\", "/")):
+        return True
+    return any(f.name.startswith("test") for fs in sem.functions.values() for f in fs) or \
+        any(c.name.startswith("Test") for c in sem.of_type(ast.ClassDef)) or \
+        any(q.split(".")[0] in ("pytest", "unittest") for q in sem.imports.values())  # type: ignore[attr-defined]
+
+
 def in_test(sem: SemanticModel, node: ast.AST) -> bool:
     """``node`` is test code: a ``test_*.py``/``*_test.py``/``conftest.py`` file (where pytest collects), or a
     method of a ``Test*`` class or of a ``unittest.TestCase``. A ``def test(model, loader)`` in a training
     script is its evaluation, not a test."""
-    if sem.cached("test_file", lambda: bool(_TEST_FILE.search(sem.path.replace("\\", "/")))):
+    if sem.cached("test_file", lambda: bool(_TEST_FILE.search(sem.path.replace("\\", "/"))) and _holds_tests(sem)):
         return True
     for frame in sem.frame(node).chain():
         if frame.kind == "class":
