@@ -228,14 +228,19 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
 
 
 def _shuffling_samplers(ctx: Context) -> list[ast.Call]:
-    """DistributedSampler constructions that shuffle (the default)."""
+    """DistributedSampler constructions that shuffle (the default), and mmengine's DefaultSampler (it shuffles
+    by seed + epoch, distributed, and learns the epoch from ``set_epoch`` too)."""
     out = []
-    for n in ctx.semantic.calls_named("DistributedSampler"):
+    for n in ctx.semantic.calls_named("DistributedSampler", "DefaultSampler"):
         name = ctx.call_name(n) or ""
         if name.startswith("torch.utils.data") and name.endswith(".DistributedSampler"):
             shuffle = _arg(n, "shuffle", 3)
-            if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
-                out.append(n)
+        elif name.startswith("mmengine.") and name.endswith(".DefaultSampler"):
+            shuffle = _arg(n, "shuffle", 1)
+        else:
+            continue
+        if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+            out.append(n)
     return out
 
 
