@@ -38,7 +38,8 @@ MAX_BYTES = 2_000_000  # a larger module is not read for the index
 MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-_IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+[^\n#]*|import[ \t]+[^\n#]*)", re.M)
+_IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n#]*)|import[ \t]+[^\n#]*)", re.M)
+_DDP_WORDS = lazy(r"DistributedDataParallel|init_process_group|DistributedSampler|\bDDP\b|RANK|WORLD_SIZE")
 _RUNS = itertools.count()
 _WORKER_STATES: dict[str, _State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
 
@@ -213,7 +214,8 @@ class Project:
     def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
         """A call of ``func`` from the epoch or batch loop of a DDP program in another module that runs on every
         rank (no rank guard)."""
-        return next((r for r in self._callers(sem, func) if r.ddp and r.in_loop and not r.rank_guarded), None)
+        return next((r for r in self._callers(sem, func, ddp_only=True) if r.ddp and r.in_loop and not r.rank_guarded),
+                    None)
 
     def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
         modes = {r.grad_mode for r in self._callers(sem, func)}
@@ -230,7 +232,9 @@ class Project:
         return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
                    for r in self._callers(sem, func))
 
-    def _callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
+    def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False) -> list[CallRecord]:
+        """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process
+        group (the others are not read: a question about DDP callers parses no single-process script)."""
         name = func.name  # type: ignore[attr-defined]
         cls = sem.class_of(func)
         if name == "__init__" and cls is not None:
@@ -240,17 +244,25 @@ class Project:
         memo = self.state.callers
         if key in memo:
             return memo[key]
+        if ddp_only and (here, name, "ddp") in memo:
+            return memo[(here, name, "ddp")]
         stem = os.path.splitext(os.path.basename(here))[0]
         package = os.path.basename(os.path.dirname(here))
         if stem == "__init__":
             stem = package
-        # (``from pkg import save`` where pkg/__init__.py re-exports it from pkg/handler.py names the package)
-        words = {stem, package} if os.path.isfile(os.path.join(os.path.dirname(here), "__init__.py")) else {stem}
+        # A DDP caller may import a save helper through its package (``from pkg import save``); for the other
+        # questions the module's own name is enough (reading every importer of a package cost ~40 parses on 620 files).
+        words = {stem, package} if ddp_only and self._package_reexports(here, name) else {stem}
         pattern = re.compile(rf"\b{re.escape(name)}\b")
         out: list[CallRecord] = []
         for other in self._importing(here, words):
+            if package in words and stem not in self.state.import_words(other) and \
+                    name not in self.state.import_words(other):
+                continue  # (imports the package, but not this function from it)
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
+                continue
+            if ddp_only and not _DDP_WORDS.search(text):
                 continue
             known = self.state.imports_of.get(other)  # checked already: its imports say if it can call ``func``
             if known is not None and other not in self.state.records and \
@@ -260,8 +272,17 @@ class Project:
             for head, found in records.items():
                 if self._imports_function(other, names, head, here, name):
                     out += [r for r in found if r.written.rsplit(".", 1)[-1] == name or r.written == head]
-        memo[key] = out
+        memo[(here, name, "ddp") if ddp_only else key] = out
         return out
+
+    def _package_reexports(self, here: str, name: str) -> bool:
+        """``pkg/__init__.py`` imports ``name`` from ``here`` (``from .handler import save``): importers may
+        write ``from pkg import save``, naming the package, not the module."""
+        init = os.path.join(os.path.dirname(here), "__init__.py")
+        if init == here or not os.path.isfile(init):
+            return False
+        summary = self.summary(init)
+        return summary is not None and (name in summary.from_imports or bool(summary.star))
 
     def _records(self, path: str) -> tuple[tuple[dict, dict], dict[str, list[CallRecord]]]:
         """A module's imports, and its calls of imported names grouped by the local name they start with."""
