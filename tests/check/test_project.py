@@ -863,3 +863,38 @@ def test_a_script_named_test_something_is_a_program_unless_it_holds_tests(projec
     assert [f.code for f in check_file("esrgan/test_on_image.py", settings).findings] == ["TD502"]
     assert check_file("esrgan/test_model.py", settings).findings == []  # pytest collects it: test code
     assert check_file("tests/test_launch.py", settings).findings == []  # a script a test suite launches
+
+
+def test_a_submodule_of_a_class_whose_module_base_is_a_few_imports_away_moves_with_it(project: Path) -> None:
+    write(project, {
+        "models/base_model.py": "from torch import nn\n\n\nclass BaseModel(nn.Module):\n    pass\n",
+        "models/minigpt_base.py": "from models.base_model import BaseModel\n\n\nclass MiniGPTBase(BaseModel):\n    pass\n",
+        "models/helpers.py": "class Registry:\n    pass\n",
+        "models/minigpt4.py": """\
+            import torch
+            from torch import nn
+            from models.minigpt_base import MiniGPTBase
+            from models.helpers import Registry
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+            class MiniGPT4(MiniGPTBase):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(8, 8)
+
+                def encode(self, x):
+                    return self.proj(x.to(device))
+
+
+            class Runner(Registry):
+                def __init__(self):
+                    self.proj = nn.Linear(8, 8)
+
+                def run(self, x):
+                    return self.proj(x.to(device))
+            """,
+    })
+    results = check_files(["models/minigpt4.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "minigpt4.py") == [(20, "TD201")]  # the Runner is no module: its layer stays behind

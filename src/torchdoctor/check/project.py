@@ -112,6 +112,11 @@ class Project:
         cls = self._lookup(sem, written, "class")
         return None if cls is None else cls.is_module  # type: ignore[attr-defined]
 
+    def inherits_module(self, sem: SemanticModel, written: str) -> bool:
+        """The class ``written`` (imported here) is an ``nn.Module``, through base classes of other modules too
+        (``MiniGPT4(MiniGPTBase)``, ``MiniGPTBase(BaseModel)``, ``BaseModel(nn.Module)``)."""
+        return self._lookup(sem, written, "module_class") is not None
+
     def class_dropout_bn(self, sem: SemanticModel, written: str) -> bool | None:
         cls = self._lookup(sem, written, "class")
         return None if cls is None or not cls.is_module else cls.dropout_bn  # type: ignore[attr-defined]
@@ -185,6 +190,16 @@ class Project:
             return None
         if what == "class" and attr in summary.classes:
             return summary.classes[attr]
+        if what == "module_class" and attr in summary.classes:
+            cls = summary.classes[attr]
+            if cls.is_module:
+                return cls
+            for base in cls.bases:
+                found = self._in_module(target, base, what, depth + 1) if base in summary.classes else \
+                    self._find(target, summary.from_imports, summary.imports, base, what, depth + 1, summary.star)
+                if found is not None:
+                    return found
+            return None
         if what == "function" and attr in summary.functions:
             return summary.functions[attr]
         if what == "cuda_setting" and attr in summary.cuda_names:

@@ -208,7 +208,20 @@ def _whole_batch_unmoved_applies(ctx: Context, loop: ast.AST) -> bool:
     models = [n for n in ctx.semantic.body(loop) if isinstance(n, ast.Call) and flow.consumer_kind(ctx.semantic, n) == "model"]
     moved = moved_keys(ctx.semantic)
     keys = [dotted(m.func) for m in models]
-    return any(k and (k.rsplit(".", 1)[-1] in moved or sem.is_moved(k, loop)) for k in keys)
+    return any(k and (k.rsplit(".", 1)[-1] in moved or sem.is_moved(k, loop)) and not _made_again_on_host(ctx, k, loop)
+               for k in keys)
+
+
+def _made_again_on_host(ctx: Context, key: str, loop: ast.AST) -> bool:
+    """``net = Net(); net.load_state_dict(torch.load(PATH))`` just before the test loop: the model that loop
+    runs is a new one on the CPU (the one moved earlier is gone), and its inputs rightly stay there."""
+    sem = ctx.semantic
+    b = sem.binding_at(key, loop)
+    if b is None or not isinstance(b.value, ast.Call) or sem.value_is_moved(b.value) or \
+            sem.scope_of(b.node) is not sem.scope_of(loop) or sem.call_kind(b.value, b.node) != "model":
+        return False
+    return not any(isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key and sem.is_device_move(c)
+                   and b.node.lineno < c.lineno < loop.lineno for c in sem.calls_named("to", "cuda"))  # type: ignore[attr-defined]
 
 
 def _data_preloaded_on_device(ctx: Context) -> bool:

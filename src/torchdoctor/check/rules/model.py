@@ -175,7 +175,10 @@ def _submodule(ctx: Context, stmt: ast.AST, key: str) -> bool:
         return False
     if cls.name in sem.module_classes:
         return True
-    return any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "forward" for f in cls.body)
+    if any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "forward" for f in cls.body):
+        return True
+    return sem.project is not None and any(  # a base of another module that is one, maybe a few imports away
+        (written := dotted(b)) and sem.project.inherits_module(sem, written) for b in cls.bases)  # type: ignore[attr-defined]
 
 
 def _returned(ctx: Context, key: str, stmt: ast.Assign) -> bool:

@@ -30,7 +30,7 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
-                or _first_pass_only(ctx, node, loop) or _retry_loop(ctx, node, loop):
+                or _first_pass_only(ctx, node, loop) or _retry_loop(ctx, node, loop) or _few_iterations(ctx, loop):
             return None
         return loop
     func = sem.function_of(node)
@@ -50,6 +50,42 @@ def _handed_on(ctx: Context, func: ast.AST) -> list[ast.Call]:
     scope = sem.scope_of(func)
     return [p for r in sem.reads_of(func.name) if isinstance(p := sem.parent(r), ast.Call)  # type: ignore[attr-defined]
             and r in p.args and sem.scope_of(p) is scope]
+
+
+_FEW = 16  # iterations: a loop that stops after this many shows a few examples, it does not run steps
+
+
+def _few_iterations(ctx: Context, loop: ast.AST) -> bool:
+    """``count += 1 ... if count == num_examples: break`` with ``num_examples=2``: a look at a few batches."""
+    sem = ctx.semantic
+    for stmt in sem.body(loop):
+        if not (isinstance(stmt, ast.If) and any(isinstance(s, ast.Break) for s in stmt.body)):
+            continue
+        test = stmt.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))
+                and isinstance(test.left, ast.Name) and test.left.id in sem.guards._counters()):
+            continue
+        if _small_bound(ctx, test.comparators[0], stmt):
+            return True
+    return False
+
+
+def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """A literal of at most _FEW, or a parameter whose default is one (``num_examples=2``)."""
+    if isinstance(expr, ast.Constant):
+        return type(expr.value) is int and expr.value <= _FEW
+    if not isinstance(expr, ast.Name):
+        return False
+    b = ctx.semantic.binding_at(expr.id, at)
+    func = ctx.semantic.function_of(at)
+    if b is None or not b.is_param or func is None or b.node is not func:
+        return False
+    args = func.args  # type: ignore[attr-defined]
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    default = defaults.get(expr.id)
+    return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= _FEW
 
 
 def _retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

@@ -335,10 +335,12 @@ _LAUNCHERS = ("accelerate.Accelerator", "accelerate.PartialState", "lightning.Fa
 
 def accelerator_api(sem: SemanticModel) -> bool:
     """HF Accelerate / Lightning Fabric place the model and batches on the accelerator themselves (and bind
-    each process to its own GPU)."""
+    each process to its own GPU); a DeepSpeed engine (``deepspeed.initialize``) runs on its accelerator."""
     def compute() -> bool:
         if any(q.startswith(("accelerate.Accelerator", "accelerate.PartialState", "lightning.fabric",
-                             "lightning.Fabric", "lightning_fabric")) for q in sem.imports.values()):
+                             "lightning.Fabric", "lightning_fabric", "deepspeed.accelerator")) for q in sem.imports.values()):
+            return True  # (DeepSpeed: ``get_accelerator().device_name(rank)`` is the process's GPU)
+        if any((sem.call_name(c) or "") == "deepspeed.initialize" for c in sem.calls_named("initialize")):
             return True
         if any((sem.call_name(c) or "") in _LAUNCHERS for c in sem.calls_named("Accelerator", "Fabric", "PartialState")):
             return True

@@ -24,16 +24,17 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 
 class ClassSummary(FrozenRecord):
-    __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text")
+    __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases")
     name: str
     is_module: bool
     dropout_bn: bool
     stateless: bool  # no parameters, buffers, submodules or tensors: nothing to move
     yields_text: bool  # a Dataset whose items are strings read from a file
+    bases: tuple[str, ...]  # as written (``BaseModel``, ``models.Base``): followed across modules on demand
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
-                 yields_text: bool = False) -> None:
-        self._fill(name, is_module, dropout_bn, stateless, yields_text)
+                 yields_text: bool = False, bases: tuple[str, ...] = ()) -> None:
+        self._fill(name, is_module, dropout_bn, stateless, yields_text, bases)
 
 
 class FunctionSummary(FrozenRecord):
@@ -99,7 +100,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         is_module = name in sem.module_classes
         out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name),
                                          is_module and class_holds_no_state(sem, cls),
-                                         not is_module and class_yields_text(sem, cls))
+                                         not is_module and class_yields_text(sem, cls),
+                                         tuple(b for b in map(dotted, cls.bases) if b))  # type: ignore[attr-defined]
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     wraps = _WRAPS.search(sem.text.source) is not None and "compile(" not in sem.text.source
