@@ -71,8 +71,29 @@ def test_train_fit_prints_what_the_readme_shows(tmp_path):
     printed = [chunk.strip() for chunk in re.split(r"[\r\n]", done.stderr + "\n" + done.stdout) if chunk.strip()]
     actual = set(_masked("\n".join(printed)))  # the progress bar's states and the printed lines, whichever stream
     shown = _masked(shown_output("python examples/train_fit.py"))
-    missing = [line for line in shown if line not in actual]
+    missing = [line for line in shown if not any(_same_but_for_rounding(line, a) for a in actual)]
     assert shown and not missing, (missing, sorted(a for a in actual if a.startswith(("epoch", "done"))))
+
+
+_NUMBER = re.compile(r"\d+\.\d+")
+
+
+def _same_but_for_rounding(shown: str, printed: str) -> bool:
+    """The same line, its metrics equal within 2 %: the CPU's vector instructions (AVX2, AVX-512) round
+    convolutions differently, which turns an example or two of the first epoch's validation (val_acc 0.541 on
+    one machine, 0.5469 on another)."""
+    if _NUMBER.sub("#", shown) != _NUMBER.sub("#", printed):
+        return False
+    pairs = zip(map(float, _NUMBER.findall(shown)), map(float, _NUMBER.findall(printed)))
+    return all(abs(a - b) <= 0.02 * max(abs(a), abs(b), 0.5) for a, b in pairs)
+
+
+def test_metrics_shown_in_the_readme_may_differ_only_by_rounding():
+    line = "epoch 1/3: step=32, train_loss=1.326, val_acc=0.541, lr=0.00225"
+    assert _same_but_for_rounding(line, line.replace("0.541", "0.5469"))
+    assert not _same_but_for_rounding(line, line.replace("0.541", "0.641"))
+    assert not _same_but_for_rounding(line, line.replace("step=32", "step=33"))
+    assert not _same_but_for_rounding(line, line.replace("val_acc", "val_loss"))
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
