@@ -89,11 +89,14 @@ def backward(session: Any, orig: Any) -> Any:
     timeline, grads, losses, since = session.timeline, session._grads, session._losses, session._since_backward
     where = session.call_location
 
+    # torch.autograd.backward's own parameters (a test compares them): with *args/**kwargs each call would pack
+    # Tensor.backward's arguments into a tuple and a dict and unpack them again for torch
     @functools.wraps(orig)
-    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+    def backward(tensors: Any, grad_tensors: Any = None, retain_graph: Any = None, create_graph: bool = False,
+                 grad_variables: Any = None, inputs: Any = None) -> Any:
         __tracebackhide__ = True
         if session._in_backward:  # reentrant checkpointing calls backward inside backward
-            return orig(tensors, *args, **kwargs)
+            return orig(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
         if grads.waiting:
             grads.before_backward()
         tl = timeline
@@ -114,7 +117,7 @@ def backward(session: Any, orig: Any) -> Any:
             tl._mark = now
             tl.phase = BACKWARD
         try:
-            return orig(tensors, *args, **kwargs)
+            return orig(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
         finally:
             if tl.timed:
                 now = perf_counter()
