@@ -9,7 +9,10 @@ and of the watch's cost per step in this thread's CPU time (less disturbed by
 other processes than wall time), with the quartiles of the repetitions as the
 spread, and the wall-time ratio beside it. Two untimed steps start each run,
 plain and watched alike: a session's once-per-session work (reading the model,
-finding the user's lines) is not a cost per step.
+finding the user's lines) is not a cost per step. For the tiny MLP the same
+batches are timed again once each run is past its first ``COUNT_WARM`` steps:
+the first figure holds a session's beginning, whose steps the watch times and
+checks each (timeline.py, checks/losses.py), the second the steps after it.
 
 ``--instructions`` adds a deterministic count beside the timed figures, which
 on a loaded machine scatter by tens of microseconds: the same steps run under
@@ -66,19 +69,29 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, criterion: nn.Module, pa
         opt.step()
 
 
-def steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer, warm: int = 2) -> tuple[float, float]:
+def steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer, warm: int = 2,
+          later: bool = False) -> tuple[float, ...]:
     """(wall, thread CPU) seconds per step, after ``warm`` untimed steps (in a watch: its once-per-session work,
-    such as reading the model and finding the user's lines, is not a cost per step)."""
+    such as reading the model and finding the user's lines, is not a cost per step). With ``later``, also the thread
+    CPU a step of the same batches run again once the run is past ``COUNT_WARM`` steps: past a session's beginning,
+    whose steps the watch times and checks each."""
     criterion = nn.CrossEntropyLoss()
     train(model, opt, criterion, batches[:warm])
     t0, c0 = time.perf_counter(), time.thread_time()
     train(model, opt, criterion, batches)
-    return (time.perf_counter() - t0) / len(batches), (time.thread_time() - c0) / len(batches)
+    first = ((time.perf_counter() - t0) / len(batches), (time.thread_time() - c0) / len(batches))
+    if not later:
+        return first
+    for done in range(warm + len(batches), COUNT_WARM, len(batches)):
+        train(model, opt, criterion, batches[:COUNT_WARM - done])
+    c0 = time.thread_time()
+    train(model, opt, criterion, batches)
+    return *first, (time.thread_time() - c0) / len(batches)
 
 
-def watched_steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer) -> tuple[float, float]:
+def watched_steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer, later: bool = False) -> tuple[float, ...]:
     with torchdoctor.watch(environment=False):
-        return steps(model, batches, opt)
+        return steps(model, batches, opt, later=later)
 
 
 def workload(name: str, n: int) -> tuple[nn.Module, torch.optim.Optimizer, Batches]:
@@ -89,21 +102,24 @@ def workload(name: str, n: int) -> tuple[nn.Module, torch.optim.Optimizer, Batch
     return model, opt, [(torch.randn(*shape), torch.randint(0, classes, (shape[0],))) for _ in range(n)]
 
 
-def measure(name: str, reps: int, n: int) -> dict[str, list[float]]:
-    """Per repetition: watched/plain (wall, CPU) and the watch's CPU microseconds per step."""
+def measure(name: str, reps: int, n: int, later: bool = False) -> dict[str, list[float]]:
+    """Per repetition: watched/plain (wall, CPU) and the watch's CPU microseconds per step (with ``later``, also
+    those of the steps past a session's beginning: ``steps``)."""
     model, opt, batches = workload(name, n)
     steps(model, batches, opt)  # warm-up, both ways
     watched_steps(model, batches, opt)
-    out: dict[str, list[float]] = {"wall": [], "cpu": [], "extra_us": [], "plain_us": []}
+    out: dict[str, list[float]] = {"wall": [], "cpu": [], "extra_us": [], "plain_us": [], "later_us": []}
     for rep in range(reps):
         if rep % 2 == 0:
-            plain, watched = steps(model, batches, opt), watched_steps(model, batches, opt)
+            plain, watched = steps(model, batches, opt, later=later), watched_steps(model, batches, opt, later)
         else:
-            watched, plain = watched_steps(model, batches, opt), steps(model, batches, opt)
+            watched, plain = watched_steps(model, batches, opt, later), steps(model, batches, opt, later=later)
         out["wall"].append(watched[0] / plain[0])
         out["cpu"].append(watched[1] / plain[1])
         out["extra_us"].append((watched[1] - plain[1]) * 1e6)
         out["plain_us"].append(plain[1] * 1e6)
+        if later:
+            out["later_us"].append((watched[2] - plain[2]) * 1e6)
     return out
 
 
@@ -123,6 +139,10 @@ def line(name: str, r: dict[str, list[float]], *, ratio_target: float | None = N
              + (f"; target <= {us_target:g} us" if us_target is not None else "") + ")",
              f"wall {wall:.3f}", f"plain step {statistics.median(r['plain_us']):.0f} us CPU",
              f"{len(r['cpu'])} interleaved pairs"]
+    if r["later_us"]:
+        later, later_lo, later_hi = spread(r["later_us"])
+        parts.insert(2, f"past a session's first {COUNT_WARM} steps (every step timed and checked at its beginning) "
+                        f"watch {later:+.1f} us a step (quartiles {later_lo:+.1f} .. {later_hi:+.1f} us)")
     return "; ".join(parts)
 
 
@@ -247,7 +267,7 @@ def main() -> None:
         parser.error("--reps must be at least 4 (quartiles)")
     if args.count_steps < COUNT_CYCLE or args.count_steps % COUNT_CYCLE:
         parser.error(f"--count-steps must be a positive multiple of {COUNT_CYCLE} (the sampled checks' cycles)")
-    cnn_r, mlp_r = measure("cnn", args.reps, args.steps), measure("mlp", args.reps, args.steps * 10)
+    cnn_r, mlp_r = measure("cnn", args.reps, args.steps), measure("mlp", args.reps, args.steps * 10, later=True)
     print(line("small CNN, 32x32 images", cnn_r, ratio_target=1))
     print(line("tiny MLP               ", mlp_r, us_target=5))
     if args.instructions and args.count_cnn:  # 8 steps, one round: a CNN step is ~50x a tiny MLP's

@@ -129,3 +129,18 @@ def test_dynamo_imported_during_the_watch_keeps_the_real_module_call():
     done = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "True", "True"]
+
+
+def test_the_backward_wrapper_has_the_parameters_of_torch_autograd_backward():
+    """hot.backward spells out torch's parameters (a call with *args/**kwargs packs and unpacks them at every step):
+    they must stay those of the installed torch, defaults included."""
+    import inspect
+
+    real = inspect.signature(torch.autograd.backward)
+    with torchdoctor.watch(environment=False):
+        wrapper = inspect.signature(torch.autograd.backward, follow_wrapped=False)
+        x = torch.ones(2, requires_grad=True)
+        (x * 3).sum().backward(inputs=[x], retain_graph=True)
+        assert x.grad.tolist() == [3.0, 3.0]
+    assert [(p.name, p.default, p.kind) for p in wrapper.parameters.values()] == \
+        [(p.name, p.default, p.kind) for p in real.parameters.values()]

@@ -86,3 +86,29 @@ def test_input_pipeline_that_starves_late_is_td606():
     s = _train(0, DataLoader(_SlowLate(), batch_size=1))
     assert [f.code for f in s.findings] == ["TD606"]
     assert s.stats["steps"] == 260 and s.stats["sampled"] is True
+
+
+def test_the_step_pre_hook_runs_only_on_steps_that_need_it_and_is_removed_on_exit():
+    """hot.step_post keeps the pre-hook in torch's dict for timed steps and for those an armed gradient check looks at
+    (on a clean run, the step after each followed one: checks/grads.py), not for the others; gone after the watch."""
+    from torch.optim import optimizer as optim_mod
+
+    before = dict(optim_mod._global_optimizer_pre_hooks)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    present = []
+    with torchdoctor.watch(environment=False) as s:
+        hooks = len(optim_mod._global_optimizer_pre_hooks)
+        for _ in range(TIMED_FIRST + 6 * TIMED_EVERY + 3):  # ends on a step with the hook out of the dict
+            present.append(len(optim_mod._global_optimizer_pre_hooks) == hooks)
+            opt.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+        assert len(optim_mod._global_optimizer_pre_hooks) == hooks - 1
+    assert dict(optim_mod._global_optimizer_pre_hooks) == before
+    timed = {r["index"] for r in s.stats["timeline"] if r["timed"]}
+    assert all(present[i - 1] for i in timed)  # every timed step ran it: its optimizer phase was marked
+    assert all(r["optimizer"] > 0 for r in s.stats["timeline"] if r["timed"])
+    late = present[TIMED_FIRST:]
+    assert 0 < sum(late) <= len(late) // 3  # a few of the sampled steps, not all

@@ -89,11 +89,14 @@ def backward(session: Any, orig: Any) -> Any:
     timeline, grads, losses, since = session.timeline, session._grads, session._losses, session._since_backward
     where = session.call_location
 
+    # torch.autograd.backward's own parameters (a test compares them): with *args/**kwargs each call would pack
+    # Tensor.backward's arguments into a tuple and a dict and unpack them again for torch
     @functools.wraps(orig)
-    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+    def backward(tensors: Any, grad_tensors: Any = None, retain_graph: Any = None, create_graph: bool = False,
+                 grad_variables: Any = None, inputs: Any = None) -> Any:
         __tracebackhide__ = True
         if session._in_backward:  # reentrant checkpointing calls backward inside backward
-            return orig(tensors, *args, **kwargs)
+            return orig(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
         if grads.waiting:
             grads.before_backward()
         tl = timeline
@@ -114,7 +117,7 @@ def backward(session: Any, orig: Any) -> Any:
             tl._mark = now
             tl.phase = BACKWARD
         try:
-            return orig(tensors, *args, **kwargs)
+            return orig(tensors, grad_tensors, retain_graph, create_graph, grad_variables, inputs)
         finally:
             if tl.timed:
                 now = perf_counter()
@@ -130,7 +133,8 @@ def backward(session: Any, orig: Any) -> Any:
 
 
 def step_pre(session: Any) -> Any:
-    """The global optimizer step pre-hook: the optimizer phase begins."""
+    """The global optimizer step pre-hook: the optimizer phase begins. In torch's dict only for the steps that need
+    it (``step_post`` puts it there): a timed step, or one that the gradient check is armed for."""
     timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session.call_location
 
     def on_step_pre(opt: Any, args: Any = None, kwargs: Any = None) -> None:
@@ -150,28 +154,42 @@ def step_pre(session: Any) -> Any:
     return on_step_pre
 
 
-def step_post(session: Any) -> Any:
-    """The global optimizer step post-hook: the first optimizer seen (the primary) ends a step."""
+def step_post(session: Any, pre: Any, on_step_pre: Any) -> Any:
+    """The global optimizer step post-hook: the first optimizer seen (the primary) ends a step.
+
+    It also keeps the pre-hook ``on_step_pre`` (registered as ``pre``, the handle that removes it on exit) in
+    torch's dict of global pre-hooks only while steps need it: a step whose phases are timed, or one that an armed
+    gradient check (``grads.waiting``) looks at; the others, most steps of a long run, skip its call. Both change
+    only here, so it asks after each step that may change them, and takes the hook out or puts it back under the
+    same key."""
     timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session._where
     reads_memory = session._reads_memory
+    pre_hooks, key = pre.hooks_dict_ref(), pre.id
 
     def on_step_post(opt: Any, args: Any = None, kwargs: Any = None) -> None:
         if narrowed is not None and narrowed() is not opt:
             return
         now = perf_counter()
         primary = session._primary
+        tl = timeline
         if primary is None or primary() is not opt:
             if not session._new_primary(opt, now):
                 grads.on_step_post(opt, where)
+                if tl.timed or grads.waiting:
+                    pre_hooks[key] = on_step_pre
+                else:
+                    pre_hooks.pop(key, None)
                 return  # another optimizer's step (GAN) is part of this step
             grads.on_step_post(opt, where, primary=True)  # a new primary: the countdown was the former one's
+            ask = True
         elif grads.skip:  # a step the gradient check does not follow (it samples: checks/grads.py)
             grads.skip -= 1
+            ask = False
         else:
             grads.on_step_post(opt, where, primary=True)
+            ask = True
         if session._autocast_now:
             session._autocast_steps += 1
-        tl = timeline
         if reads_memory or now >= session._rss_next:
             memory, rss = session._step_readings(now)
         else:
@@ -183,16 +201,24 @@ def step_post(session: Any) -> Any:
             row = (count, now - tl._start, sums[0], sums[1], sums[2], sums[3], memory, rss)
             tl.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # a new list costs less than zeroing this one in place
             tl.timed = count < TIMED_FIRST or (count + 1) % TIMED_EVERY == 0 or sums[0] > FOLLOW_WAIT * (now - tl._start)
-        else:  # a step not timed (sampling): its total only
-            row = (count, now - tl._start, None, None, None, None, memory, rss)
-            tl.timed = (count + 1) % TIMED_EVERY == 0
-        if tl._stride == 1 or count % tl._stride == 0:
-            rows = tl._rows
-            rows.append(row)
-            if len(rows) >= MAX_STEPS:
+            tl._mark = now
+            tl.phase = OTHER
+            ask = True
+            if len(tl._rows) >= MAX_STEPS:  # looked at on timed steps only: a few rows more at most
                 tl.thin()
-        tl._mark = tl._start = now
-        tl.phase = OTHER
+        else:  # a step not timed (sampling): its total only; its phase stayed OTHER, and no mark is needed
+            row = (count, now - tl._start, None, None, None, None, memory, rss)
+            if (count + 1) % TIMED_EVERY == 0:
+                tl.timed = ask = True
+                tl._mark = now
+        if tl._stride == 1 or count % tl._stride == 0:
+            tl._rows.append(row)
+        tl._start = now
+        if ask:
+            if tl.timed or grads.waiting:
+                pre_hooks[key] = on_step_pre
+            else:
+                pre_hooks.pop(key, None)
 
     return on_step_post
 

@@ -94,15 +94,18 @@ class Timeline:
             row: tuple[Any, ...] = (count, now - self._start, sums[0], sums[1], sums[2], sums[3], memory, rss)
             self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
             self.timed = count < TIMED_FIRST or (count + 1) % TIMED_EVERY == 0 or sums[0] > FOLLOW_WAIT * (now - self._start)
-        else:
+            self._mark = now
+            self.phase = OTHER
+            if len(self._rows) >= MAX_STEPS:  # looked at on timed steps only: a few rows more at most
+                self.thin()
+        else:  # no phase changes on a step not timed: it stays OTHER, and the mark is needed only before a timed one
             row = (count, now - self._start, None, None, None, None, memory, rss)
-            self.timed = (count + 1) % TIMED_EVERY == 0
+            if (count + 1) % TIMED_EVERY == 0:
+                self.timed = True
+                self._mark = now
         if self._stride == 1 or count % self._stride == 0:
             self._rows.append(row)
-            if len(self._rows) >= MAX_STEPS:
-                self.thin()
-        self._mark = self._start = now
-        self.phase = OTHER
+        self._start = now
 
     def thin(self) -> None:
         """Keep every other step from now on (``MAX_STEPS`` kept): the kept counts stay multiples of the stride."""
