@@ -281,6 +281,13 @@ def _direct_steps_beside(ctx: Context, scale: ast.Call) -> list[ast.Call]:
             if _enclosing_func(ctx, s) is func and not ctx.semantic.in_other_branch(scale, s)]
 
 
+def _steps_anything(ctx: Context) -> bool:
+    """The file makes or is given an optimizer, or calls some ``.step()``."""
+    sem = ctx.semantic
+    return bool(sem.calls_named("step")) or any(sem.call_kind(c, c) == "optimizer" for c in sem.calls) or \
+        any("optim" in a.arg for f in sem.of_type(ast.FunctionDef) for a in f.args.args)  # type: ignore[attr-defined]
+
+
 @rule("TD605", calls=("scale", "step"))
 def half_used_scaler(node: ast.Call, ctx: Context) -> None:
     """GradScaler used half-way.
@@ -311,8 +318,8 @@ def half_used_scaler(node: ast.Call, ctx: Context) -> None:
                        "the step applies scaled gradients and skips the inf/NaN check",
                        fix=f"call `scaler.step({opt})` then `scaler.update()` instead")
         return
-    if node not in scales:
-        return
+    if node not in scales or not _steps_anything(ctx):
+        return  # (no optimizer and no step in the file: a benchmark that times the scaled backward alone)
     problems = []
     if missing_step:
         if _direct_steps_beside(ctx, node):

@@ -382,6 +382,10 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
             return called in ctx.semantic.module_classes or bool(_MODEL_FACTORY.match(called)) and called != "torch.nn.Parameter"
         return False
     last = name.rsplit(".", 1)[-1]
+    b = ctx.semantic.binding_at(name, expr)
+    value = b.value if b is not None and not b.is_param else None
+    if isinstance(value, ast.Call) and ((ctx.call_name(value) or "") == "torch.load" or method_name(value) == "state_dict"):
+        return False  # ``crt_net = model.state_dict()`` (keys edited), ``net = torch.load(path)``: a checkpoint's dict
     if name in _constructed_models(ctx):
         return True
     if _NOT_MODEL.search(last):

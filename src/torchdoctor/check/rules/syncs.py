@@ -168,9 +168,16 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
         return
     func = sem.function_of(node)
     region = sem.body(loop) if sem.contains(loop, node) else sem.local_nodes(func) if func is not None else []
-    if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in _CLOCKS or _async_copy_to_host(n)) for n in region):
+    if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in _CLOCKS or _timer_call(n) or _async_copy_to_host(n))
+           for n in region):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
     _report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
+
+
+def _timer_call(call: ast.Call) -> bool:
+    """``fw_timer.tic()``, ``timer.toc()``, ``self.timer.stop()``: a stopwatch object's reading."""
+    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or "timer" in (
+        dotted(call.func.value) or "").lower())
 
 
 def _async_copy_to_host(call: ast.Call) -> bool:

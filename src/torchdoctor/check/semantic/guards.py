@@ -23,6 +23,7 @@ _COUNTER = lazy(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_
                       r".*_(step|iter|idx))$")
 _DISTRIBUTED_FLAG = lazy(r"(?i)(^|\.)(distributed|is_distributed|use_distributed|ddp|use_ddp|enable_fsdp|fsdp|use_fsdp|"
                          r"multiprocessing_distributed)$")
+_RANK_DECORATOR = lazy(r"rank_zero|main_process|master_only|main_only|rank0_only|on_rank_0|master_process")
 _DISTRIBUTED_WRAPPERS = {"FSDP", "FullyShardedDataParallel", "DDP", "DistributedDataParallel"}
 _DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat", re.IGNORECASE)
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
@@ -298,7 +299,7 @@ class Guards:
                 return True
             if frame.kind == FUNCTION:
                 func = frame.node
-                if any("rank_zero" in self.segment(d) or "main_process" in self.segment(d) for d in func.decorator_list):  # type: ignore[attr-defined]
+                if any(_RANK_DECORATOR.search(self.segment(d)) for d in func.decorator_list):  # type: ignore[attr-defined]
                     return True
                 if self._early_exit_on_rank(func, node):
                     return True
