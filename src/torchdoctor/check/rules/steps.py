@@ -242,21 +242,9 @@ def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
 
 def _zipped_from(ctx: Context, name: str, at: ast.AST) -> str | None:
     """The name whose items ``name`` takes: ``ids`` for ``i`` in ``for i in ids`` or ``for o, i in zip(outs, ids)``."""
-    sem = ctx.semantic
-    b = sem.binding_at(name, at)
-    if b is None or b.value is not None:
-        return None
-    loop, target = sem.parent(b.node), b.node
-    if not isinstance(loop, ast.For) or loop.target is not target:
-        return None
-    if isinstance(target, ast.Name) and isinstance(loop.iter, ast.Name):
-        return loop.iter.id
-    if isinstance(target, ast.Tuple) and isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "zip" \
-            and len(target.elts) == len(loop.iter.args) and not loop.iter.keywords:
-        at = next((i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == name), None)
-        source = loop.iter.args[at] if at is not None else None
-        return source.id if isinstance(source, ast.Name) else None
-    return None
+    b = ctx.semantic.binding_at(name, at)
+    source = _iterated(ctx, name, b.node) if b is not None and b.value is None else None
+    return source.id if isinstance(source, ast.Name) else None
 
 
 _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
@@ -266,16 +254,22 @@ _SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double
 
 
 def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
-    """What a ``for`` loop whose target is ``target`` takes ``name`` from: its iterable, or enumerate's."""
+    """What a ``for`` loop whose target is ``target`` takes ``name`` from: its iterable (``for x in xs``), or
+    the matching argument of ``enumerate(xs)`` / ``zip(outs, ids)``."""
     loop = ctx.semantic.parent(target)
     if not isinstance(loop, ast.For) or loop.target is not target:
         return None
     if isinstance(target, ast.Name):
         return loop.iter
     it = loop.iter
-    if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name) \
-            and target.elts[1].id == name and isinstance(it, ast.Call) and dotted(it.func) == "enumerate" and it.args:
+    if not (isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and it.args and not it.keywords):
+        return None
+    at = next((i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == name), None)
+    kind = dotted(it.func)
+    if kind == "enumerate" and len(target.elts) == 2 and at == 1:
         return it.args[0]
+    if kind == "zip" and len(target.elts) == len(it.args) and at is not None:
+        return it.args[at]
     return None
 
 
