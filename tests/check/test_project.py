@@ -898,3 +898,44 @@ def test_a_submodule_of_a_class_whose_module_base_is_a_few_imports_away_moves_wi
     })
     results = check_files(["models/minigpt4.py"], Settings(root=str(project), select=("TD201",)))
     assert codes(results, "minigpt4.py") == [(20, "TD201")]  # the Runner is no module: its layer stays behind
+
+
+def test_a_step_method_a_base_class_of_another_module_calls_every_step(project: Path) -> None:
+    write(project, {
+        "engine/base.py": """\
+            class Engine:
+                def train(self, loader):
+                    for batch_idx, data in enumerate(loader):
+                        summary = self.forward_backward(data)
+                        if batch_idx % 100 == 0:
+                            self.report(summary)
+
+                def forward_backward(self, data):
+                    raise NotImplementedError
+            """,
+        "engine/softmax.py": """\
+            import torch
+            from engine.base import Engine
+
+
+            class SoftmaxEngine(Engine):
+                def __init__(self, model, optimizer):
+                    self.model = model.cuda() if torch.cuda.is_available() else model
+                    self.optimizer = optimizer
+
+                def forward_backward(self, data):
+                    imgs, pids = data
+                    loss = self.model(imgs.cuda()).sum()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                    return {"loss": loss.item()}
+
+                def report(self, summary):
+                    print(self.model.weight.sum().item())
+            """,
+    })
+    results = check_files(["engine/base.py", "engine/softmax.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "softmax.py") == [(16, "TD603")]  # not report(): the base calls it every 100 steps
+    message = next(f.message for r in results if r.path.endswith("softmax.py") for f in r.findings)
+    assert "batch loop of `Engine` that calls `self.forward_backward()`" in message

@@ -117,6 +117,11 @@ class Project:
         (``MiniGPT4(MiniGPTBase)``, ``MiniGPTBase(BaseModel)``, ``BaseModel(nn.Module)``)."""
         return self._lookup(sem, written, "module_class") is not None
 
+    def calls_every_step(self, sem: SemanticModel, written: str, method: str) -> bool:
+        """The class ``written`` (imported here) calls ``self.<method>(...)`` on every step of a batch loop."""
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and method in cls.step_calls  # type: ignore[attr-defined]
+
     def class_dropout_bn(self, sem: SemanticModel, written: str) -> bool | None:
         cls = self._lookup(sem, written, "class")
         return None if cls is None or not cls.is_module else cls.dropout_bn  # type: ignore[attr-defined]

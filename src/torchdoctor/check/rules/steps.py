@@ -367,6 +367,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     loop = per_step_loop(ctx, node)
     if loop is None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
+        _report_for_base_loop(ctx, node, what)
         return
     if not program.runs_on_accelerator(ctx.semantic):
         return
@@ -384,6 +385,21 @@ def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) ->
         f"{what} synchronises with the GPU on every step of {where}",
         fix="keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch",
     )
+
+
+def _report_for_base_loop(ctx: Context, node: ast.AST, what: str) -> None:
+    """A method a base class of another module calls on every step (``self.forward_backward(data)`` in
+    ``Engine.train``'s batch loop), overridden here: its sync runs every step."""
+    sem = ctx.semantic
+    func, cls = sem.function_of(node), sem.class_of(node)
+    if func is None or cls is None or sem.project is None or sem.call_sites(func) or sem.under_step_guard(node) \
+            or not program.runs_on_accelerator(sem) or sem.enclosing_loop(node, "batch") is not None:
+        return
+    for base in cls.bases:  # type: ignore[attr-defined]
+        written = dotted(base)
+        if written and sem.class_of(func) is cls and sem.project.calls_every_step(sem, written, func.name):  # type: ignore[attr-defined]
+            _report_sync(ctx, node, what, f"the batch loop of `{written}` that calls `self.{func.name}()`")
+            return
 
 
 def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:

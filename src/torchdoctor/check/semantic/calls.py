@@ -101,7 +101,11 @@ class Calls:
         key = dotted(receiver) or ""
         if key == "self":
             cls = self.class_of(call)
-            return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is cls]
+            own = [f for f in self.functions.get(func.attr, []) if self.class_of(f) is cls]
+            # (when ``self`` is a subclass of this file, its override runs: ``self.forward_backward(batch)`` in
+            # ``Engine.train``'s loop runs ``SoftmaxEngine.forward_backward``)
+            return own + [f for f in self.functions.get(func.attr, [])
+                          if (c := self.class_of(f)) is not None and c is not cls and self._inherits(c, cls)]
         owner = self._instance_class(key, call) if key else None
         if owner is not None:  # ``trainer = Trainer(...); trainer.fit()``
             return self._methods(owner, func.attr)
@@ -110,6 +114,20 @@ class Calls:
         if key and (key.split(".")[0] in self.names.modules or self.kinds.kind_of(key, call) is not None):
             return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
         return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
+
+    def _inherits(self, cls: ast.AST, base: ast.AST | None) -> bool:
+        """``cls`` derives from ``base``, through classes of this file."""
+        todo, seen = [cls], set()
+        while todo:
+            c = todo.pop()
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            parents = [self.classes[n] for b in getattr(c, "bases", []) if (n := dotted(b) or "") in self.classes]
+            if any(p is base for p in parents):
+                return True
+            todo += parents
+        return False
 
     def _is_method(self, func: ast.AST) -> bool:
         """Defined right in a class body (a function nested in a method is a plain function)."""

@@ -24,17 +24,18 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 
 class ClassSummary(FrozenRecord):
-    __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases")
+    __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls")
     name: str
     is_module: bool
     dropout_bn: bool
     stateless: bool  # no parameters, buffers, submodules or tensors: nothing to move
     yields_text: bool  # a Dataset whose items are strings read from a file
     bases: tuple[str, ...]  # as written (``BaseModel``, ``models.Base``): followed across modules on demand
+    step_calls: frozenset[str]  # ``self.m(...)`` its methods call on every step of a batch loop (a subclass's m runs)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
-                 yields_text: bool = False, bases: tuple[str, ...] = ()) -> None:
-        self._fill(name, is_module, dropout_bn, stateless, yields_text, bases)
+                 yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset()) -> None:
+        self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls)
 
 
 class FunctionSummary(FrozenRecord):
@@ -95,13 +96,19 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
                         star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem),
                         cuda_names=_cuda_settings(sem))
+    step_calls: dict[ast.AST, set[str]] = {}
+    for call in sem.calls:
+        if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
+                and (owner := sem.class_of(call)) is not None and _per_step(sem, call):
+            step_calls.setdefault(owner, set()).add(call.func.attr)
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes
         out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name),
                                          is_module and class_holds_no_state(sem, cls),
                                          not is_module and class_yields_text(sem, cls),
-                                         tuple(b for b in map(dotted, cls.bases) if b))  # type: ignore[attr-defined]
+                                         tuple(b for b in map(dotted, cls.bases) if b),  # type: ignore[attr-defined]
+                                         frozenset(step_calls.get(cls, ())))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     wraps = _WRAPS.search(sem.text.source) is not None and "compile(" not in sem.text.source
