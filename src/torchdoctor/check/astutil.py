@@ -136,6 +136,27 @@ def func_params(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> li
     return names
 
 
+def call_argument(call: ast.Call, func: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> ast.AST | None:
+    """What ``call`` passes for ``func``'s parameter ``param``: by keyword, or by position (a method called on
+    an object, ``self.save(path)``, passes its ``self``/``cls`` implicitly)."""
+    hit = next((k.value for k in call.keywords if k.arg == param), None)
+    if hit is not None:
+        return hit
+    names = [a.arg for a in func.args.posonlyargs + func.args.args]
+    if isinstance(call.func, ast.Attribute) and names[:1] in (["self"], ["cls"]):
+        names = names[1:]
+    return call.args[names.index(param)] if param in names and names.index(param) < len(call.args) else None
+
+
+def param_default(func: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> ast.AST | None:
+    """The default value of ``func``'s parameter ``param``, if it has one."""
+    args = func.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    return defaults.get(param)
+
+
 def string_value(node: ast.AST | None) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.semantic import SemanticModel
+from torchdoctor.check.semantic import SemanticModel, program
 
 if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
     from torchdoctor.check.semantic.summary import CallRecord, FunctionSummary, ModuleSummary
@@ -39,7 +39,6 @@ MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n#]*)|import[ \t]+[^\n#]*)", re.M)
-_DDP_WORDS = lazy(r"DistributedDataParallel|init_process_group|DistributedSampler|\bDDP\b|RANK|WORLD_SIZE")
 _RUNS = itertools.count()
 _WORKER_STATES: dict[str, _State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
 
@@ -282,7 +281,7 @@ class Project:
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
                 continue
-            if ddp_only and not _DDP_WORDS.search(text):
+            if ddp_only and not program.names_process_group(text):
                 continue
             known = self.state.imports_of.get(other)  # checked already: its imports say if it can call ``func``
             if known is not None and other not in self.state.records and \
@@ -317,8 +316,6 @@ class Project:
                 names = (dict(sem.names.from_imports), dict(sem.names.imports))
                 heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                          if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)
-                from torchdoctor.check.semantic import program  # (the device a config module of the project sets)
-
                 accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self)
                 for r in call_records(sem, heads, accelerated):
                     grouped.setdefault(r.written.split(".")[0], []).append(r)

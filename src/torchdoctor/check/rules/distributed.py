@@ -7,7 +7,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, is_true, keyword, string_value
+from torchdoctor.check.astutil import call_argument, dotted, is_true, keyword, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -352,12 +352,8 @@ def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool
     func = sem.function_of(at)
     if depth > 2 or b is None or not b.is_param or func is None or b.node is not func:
         return False
-    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-    if sem.class_of(func) is not None and params[:1] in (["self"], ["cls"]):
-        params = params[1:]  # ``self.save(path)`` passes ``path`` first
     sites = sem.call_sites(func)
-    given = [next((k.value for k in site.keywords if k.arg == arg.id), None) if arg.id not in params
-             or params.index(arg.id) >= len(site.args) else site.args[params.index(arg.id)] for site in sites]
+    given = [call_argument(site, func, arg.id) for site in sites]  # type: ignore[arg-type]
     return bool(sites) and all(g is not None and _per_rank_value(ctx, g, site, depth + 1)
                                for g, site in zip(given, sites))
 

@@ -9,7 +9,7 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, root_name, target_names
+from torchdoctor.check.astutil import FACTORIES, dotted, param_default, root_name, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -63,7 +63,7 @@ def _few_iterations(ctx: Context, loop: ast.AST) -> bool:
             continue
         test = stmt.test
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))
-                and isinstance(test.left, ast.Name) and test.left.id in sem.guards._counters()):
+                and isinstance(test.left, ast.Name) and test.left.id in sem.guards.counters()):
             continue
         if _small_bound(ctx, test.comparators[0], stmt):
             return True
@@ -80,11 +80,7 @@ def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     func = ctx.semantic.function_of(at)
     if b is None or not b.is_param or func is None or b.node is not func:
         return False
-    args = func.args  # type: ignore[attr-defined]
-    positional = [*args.posonlyargs, *args.args]
-    defaults = dict(zip([a.arg for a in positional[len(positional) - len(args.defaults):]], args.defaults))
-    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
-    default = defaults.get(expr.id)
+    default = param_default(func, expr.id)  # type: ignore[arg-type]
     return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= _FEW
 
 

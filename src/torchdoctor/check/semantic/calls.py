@@ -96,7 +96,7 @@ class Calls:
         receiver = func.value
         if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
             cls = self.class_of(call)  # ``super().__init__(...)``: the base classes of this file
-            bases = [self.classes[n] for b in getattr(cls, "bases", []) if (n := dotted(b) or "") in self.classes]
+            bases = self._bases(cls)
             return [f for base in bases for f in self._methods(base, func.attr)]
         key = dotted(receiver) or ""
         if key == "self":
@@ -115,6 +115,10 @@ class Calls:
             return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
         return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
 
+    def _bases(self, cls: ast.AST | None) -> list[ast.AST]:
+        """The base classes of ``cls`` that this file defines."""
+        return [self.classes[n] for b in getattr(cls, "bases", []) if (n := dotted(b) or "") in self.classes]
+
     def _inherits(self, cls: ast.AST, base: ast.AST | None) -> bool:
         """``cls`` derives from ``base``, through classes of this file."""
         todo, seen = [cls], set()
@@ -123,7 +127,7 @@ class Calls:
             if id(c) in seen:
                 continue
             seen.add(id(c))
-            parents = [self.classes[n] for b in getattr(c, "bases", []) if (n := dotted(b) or "") in self.classes]
+            parents = self._bases(c)
             if any(p is base for p in parents):
                 return True
             todo += parents
@@ -146,7 +150,7 @@ class Calls:
             own = [f for f in self.functions.get(name, []) if self.class_of(f) is c]
             if own:
                 return own
-            todo += [self.classes[n] for b in getattr(c, "bases", []) if (n := dotted(b) or "") in self.classes]
+            todo += self._bases(c)
         return []
 
     def _instance_class(self, key: str, at: ast.AST) -> ast.AST | None:

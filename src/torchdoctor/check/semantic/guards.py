@@ -147,8 +147,7 @@ class Guards:
         """The test uses ``%``, itself or through a flag it reads (``g_regularize = i % 16 == 0``, then
         ``if g_regularize:``)."""
         def mod_in(expr: ast.AST) -> bool:
-            return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) or isinstance(n, ast.Call)
-                       and self._returns_mod(n) for n in self.index.subtree(expr))
+            return self._mod_op(expr) or any(isinstance(n, ast.Call) and self._returns_mod(n) for n in self.index.subtree(expr))
 
         def compute() -> bool:
             if mod_in(test):
@@ -169,9 +168,12 @@ class Guards:
         if name is None:
             return False
         defs = [f for f in self.index.by_type.get(ast.FunctionDef, ()) if f.name == name]  # type: ignore[attr-defined]
-        return bool(defs) and all(any(isinstance(r, ast.Return) and r.value is not None and any(
-            isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(r.value))
-            for r in self.index.subtree(f)) for f in defs)
+        return bool(defs) and all(any(isinstance(r, ast.Return) and r.value is not None and self._mod_op(r.value)
+                                      for r in self.index.subtree(f)) for f in defs)
+
+    def _mod_op(self, expr: ast.AST) -> bool:
+        """``expr`` computes a ``%`` (``step % log_every == 0``)."""
+        return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(expr))
 
     def _one_off(self, test: ast.AST) -> bool:
         """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a counter tested against a fixed value."""
@@ -182,13 +184,13 @@ class Guards:
                 sides = [n.left, n.comparators[0]]
                 names = [s.id if isinstance(s, ast.Name) else s.attr if isinstance(s, ast.Attribute) else "" for s in sides]
                 fixed = [isinstance(s, ast.Constant) or (isinstance(s, ast.BinOp) and "len(" in self.segment(s)) for s in sides]
-                if any(_COUNTER.match(name) or name in self._counters() for name in names if name) and any(fixed):
+                if any(_COUNTER.match(name) or name in self.counters() for name in names if name) and any(fixed):
                     return True
             return False
 
         return self._test_memo(test, "one_off", compute)
 
-    def _counters(self) -> set[str]:
+    def counters(self) -> set[str]:
         """Names counted up by a constant (``num_total += 1``): counters, whatever they are called."""
         if self._counted is None:
             self._counted = {n.target.id for n in self.index.by_type.get(ast.AugAssign, ())  # type: ignore[attr-defined]
@@ -321,23 +323,9 @@ class Guards:
 
     def _early_exit_on_rank(self, func: ast.AST, node: ast.AST) -> bool:
         """An ``if not is_root: return`` before ``node`` in its function's body or in a block around it."""
-        here = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-        blocks = [func]
-        for a in self.index.ancestors(node):
-            if a is func:
-                break
-            if isinstance(a, (ast.If, ast.With, ast.Try, ast.For, ast.While)):
-                blocks.append(a)
-        for block in blocks:
-            stmts = next((part for part in (getattr(block, "body", []), getattr(block, "orelse", []))
-                          if any(self.index.contains(s, node) for s in part)), [])
-            for stmt in stmts:
-                if (stmt.lineno, stmt.col_offset) >= here:
-                    break
-                if isinstance(stmt, ast.If) and self.rank_test(stmt.test):
-                    if stmt.body and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise)):
-                        return True
-        return False
+        return any(isinstance(stmt, ast.If) and self.rank_test(stmt.test) and bool(stmt.body)
+                   and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
+                   for stmt in self.index.earlier_statements(node, func))
 
     # ---- compatibility branches ------------------------------------------------------------------------------------
     def in_compat_branch(self, node: ast.AST) -> bool:

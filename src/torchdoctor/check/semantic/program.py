@@ -7,13 +7,13 @@ import ast
 import functools
 import os
 
-from torchdoctor.check.astutil import dotted, method_name, string_value
+from torchdoctor.check.astutil import call_argument, dotted, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.record import FrozenRecord
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
-           "is_rpc_program", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
+           "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
            "QUIET_IN_TESTS", "uses_gpu_only_library", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
            "sets_device_through_helper"]
 
@@ -186,16 +186,8 @@ _GPU_ONLY_BRANCH = (*_GPU_ONLY, "torch2trt")  # (imported in one branch of a pro
 def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:
     """``node`` sits in a block that imports a GPU-only library before it (``if trt_file is not None:
     from torch2trt import TRTModule ... .cuda()``): that branch runs on an NVIDIA GPU only."""
-    for block in sem.ancestors(node):
-        if isinstance(block, ast.If | ast.FunctionDef | ast.AsyncFunctionDef | ast.With | ast.Try):
-            for stmt in block.body:
-                if stmt.lineno >= node.lineno:  # type: ignore[attr-defined]
-                    break
-                if isinstance(stmt, ast.Import | ast.ImportFrom) and _imports_gpu_only(stmt):
-                    return True
-        if isinstance(block, ast.FunctionDef | ast.AsyncFunctionDef):
-            return False
-    return False
+    return any(isinstance(stmt, ast.Import | ast.ImportFrom) and _imports_gpu_only(stmt)
+               for stmt in sem.index.earlier_statements(node))
 
 
 def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom) -> bool:
@@ -260,13 +252,21 @@ def has_cuda_check(sem: SemanticModel) -> bool:
     return sem.cached("has_cuda_check", compute)  # type: ignore[no-any-return]
 
 
+_PROCESS_GROUP_WORDS = lazy(r"DistributedDataParallel|init_process_group|DistributedSampler|DDP|RANK|WORLD_SIZE")
+
+
+def names_process_group(source: str) -> bool:
+    """A cheap text test that a file may be a DDP program (``is_ddp_program`` looks closer)."""
+    return _PROCESS_GROUP_WORDS.search(source) is not None
+
+
 def is_ddp_program(sem: SemanticModel) -> bool:
     """DDP, ``init_process_group``, ``DistributedSampler`` or torchrun's environment variables."""
 
     def compute() -> bool:
         words = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP")
         source = sem.text.source
-        if not any(w in source for w in words) and "RANK" not in source and "WORLD_SIZE" not in source:
+        if not names_process_group(source):
             return False
         if is_rpc_program(sem) and "DistributedDataParallel" not in source and "DDP(" not in source:
             return False  # an RPC program (parameter server, pipeline) starts processes, but trains no DDP
@@ -451,11 +451,8 @@ def _param_gets_accelerator(sem: SemanticModel, func: ast.AST, param: str, depth
         return True
     if depth >= 2:
         return False
-    names = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
     for site in sem.call_sites(func):
-        arg = next((k.value for k in site.keywords if k.arg == param), None)
-        if arg is None and param in names and names.index(param) < len(site.args):
-            arg = site.args[names.index(param)]
+        arg = call_argument(site, func, param)  # type: ignore[arg-type]
         caller = sem.function_of(site)
         b = sem.binding_at(arg.id, site) if isinstance(arg, ast.Name) else None
         if caller is not None and b is not None and b.is_param and b.node is caller and \

@@ -92,6 +92,10 @@ class Frame:
         return f"<Frame {self.kind}{'/' + self.branch if self.branch else ''} line {line}>"
 
 
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, *_FUNCTIONS)
+
+
 class _Frames(dict):
     """node -> Frame, computed on first access from the parents: ``index.frame[node]``."""
 
@@ -205,6 +209,21 @@ class Index:
         while node is not None:
             yield node
             node = parent.get(node)  # type: ignore[assignment]
+
+    def earlier_statements(self, node: ast.AST, upto: ast.AST | None = None):
+        """The statements that run before ``node`` in each block around it, innermost block first: in the
+        statement list (``body``, ``orelse``...) that holds ``node``'s branch. Up to the function ``upto``'s body,
+        or, without one, up to the first function around ``node``."""
+        child = node
+        for block in self.ancestors(node):
+            if isinstance(block, _BLOCKS):
+                for part in (getattr(block, "body", None), getattr(block, "orelse", None), getattr(block, "finalbody", None)):
+                    if isinstance(part, list) and any(s is child for s in part):
+                        yield from part[:next(i for i, s in enumerate(part) if s is child)]
+                        break
+            if block is upto or (upto is None and isinstance(block, _FUNCTIONS)):
+                return
+            child = block
 
     # ---- frames -----------------------------------------------------------------------
     def _frame_of(self, node: ast.AST) -> Frame:
