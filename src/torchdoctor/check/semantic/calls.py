@@ -86,7 +86,13 @@ class Calls:
     def _resolve(self, call: ast.Call) -> list[ast.AST]:
         func = call.func
         if isinstance(func, ast.Name):
-            if self.bindings.at(func.id, call) is not None and func.id not in self.bindings.functions:
+            bound = self.bindings.at(func.id, call)
+            if bound is not None and func.id not in self.bindings.functions:
+                # ``backwards = partial(loss_backwards, self.fp16)``: a call of it runs that function
+                value = bound.value
+                if isinstance(value, ast.Call) and value.args and (dotted(value.func) or "").rsplit(".", 1)[-1] == \
+                        "partial" and isinstance(value.args[0], ast.Name) and value.args[0].id != func.id:
+                    return [f for f in self.functions.get(value.args[0].id, []) if not self._is_method(f)]
                 return []  # a local value shadows nothing we know
             if func.id in self.classes:
                 return self._methods(self.classes[func.id], "__init__")

@@ -260,6 +260,8 @@ class Kinds:
         if isinstance(node, ast.Constant):
             s = string_value(node)
             return "device" if s and re.fullmatch(r"(cuda|cpu|mps|xpu|meta)(:\d+)?", s) else None
+        if isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not):
+            return "tensor" if self.expr_kind(node.operand, at) == "tensor" else None  # ``-disc(fake).mean()``
         if isinstance(node, ast.BinOp):
             if isinstance(node.op, ast.Mod):
                 return None  # ``i % accumulate``: a step counter's phase (or string formatting), not data
