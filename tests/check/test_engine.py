@@ -137,3 +137,24 @@ def test_the_next_code_leads_when_the_first_is_ignored_or_silenced() -> None:
     assert [(f.location.line, f.code, f.related) for f in ignored] == [(6, "TD101", ("TD102",)), (7, "TD502", ())]
     silenced = check_source(DDP_CUDA.replace(".cuda())", ".cuda())  # noqa: TD705, TD101"), "train.py")
     assert [(f.code, f.related) for f in silenced if f.location.line == 6] == [("TD102", ())]
+
+
+CHAINED_CUDA = '''import torch
+from losses import ContrastLoss
+
+loss_fn = ContrastLoss(
+    out_dim=256,
+    temperature=0.1,
+).cuda()
+'''
+
+
+def test_a_method_chained_after_a_multi_line_call_is_reported_where_it_is_written() -> None:
+    """``Loss(\\n...\\n).cuda()``: the finding is at ``.cuda()`` (line 7, where a noqa goes) and names it,
+    not at the receiver's first line as ``Loss(...)``."""
+    found = check_source(CHAINED_CUDA, "train.py")
+    cuda = [f for f in found if f.code == "TD101"]
+    assert [(f.location.line, f.location.column) for f in cuda] == [(7, 3)]
+    assert "`ContrastLoss(...).cuda()`" in cuda[0].message
+    silenced = check_source(CHAINED_CUDA.replace(").cuda()", ").cuda()  # noqa: TD101, TD102"), "train.py")
+    assert not [f for f in silenced if f.code in ("TD101", "TD102")]

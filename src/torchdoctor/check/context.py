@@ -56,12 +56,17 @@ class Context:
 
     def location(self, node: ast.AST) -> Location:
         line = getattr(node, "lineno", 1)
+        col = getattr(node, "col_offset", 0)
         end_line = getattr(node, "end_lineno", None)
         end_col = getattr(node, "end_col_offset", None)
+        func = getattr(node, "func", None)
+        if isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and (func.end_lineno or line) > line:
+            # ``DINOLoss(\n...\n).cuda()``: the method called is the site, on the line where it is written
+            line, col = func.end_lineno, func.end_col_offset - len(func.attr.encode())  # type: ignore[operator]
         return Location(
             self.path,
             line,
-            self.char_col(line, getattr(node, "col_offset", 0)) + 1,
+            self.char_col(line, col) + 1,
             end_line,
             self.char_col(end_line, end_col) + 1 if end_line and end_col is not None else None,
         )

@@ -104,7 +104,9 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
     if isinstance(func, ast.Attribute) and func.attr == "cuda":
         if sem.qualname(func.value) == "torch" or on_module(sem, func.value):
             return None
-        return CudaSite(call, _short(sem, call), bool(call.args) or any(k.arg == "device" for k in call.keywords))
+        args = "(...)" if call.args or call.keywords else "()"
+        text = _short(sem, call) if "\n" not in sem.segment(call) else f"{_short(sem, func.value)}.cuda{args}"
+        return CudaSite(call, text, bool(call.args) or any(k.arg == "device" for k in call.keywords))
     if isinstance(func, ast.Attribute) and func.attr == "to":
         for arg in list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "device"]:
             is_cuda, indexed = cuda_string(arg)
