@@ -67,7 +67,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     device = sem.move_device(move)
     if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(device.rsplit(".", 1)[-1]):
         return
-    if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem):
+    if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) or _made_once(ctx, node, region):
         return
     if method_name(move) != "cuda" and not program.runs_on_accelerator(sem):
         return
@@ -78,6 +78,24 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+def _made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
+    """``if features is None: features = torch.zeros(n, d)`` in the loop: a buffer made on the first pass only."""
+    sem = ctx.semantic
+    stmt = sem.parent(node)
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return False
+    target = dotted(stmt.targets[0])
+    for a in sem.ancestors(stmt):
+        if a is region:
+            return False
+        if isinstance(a, ast.If) and any(
+                isinstance(t, ast.Compare) and isinstance(t.ops[0], ast.Is) and dotted(t.left) == target
+                and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None
+                for t in sem.subtree(a.test)) and any(stmt is n for b in a.body for n in sem.subtree(b)):
+            return bool(target)
+    return False
 
 
 def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | None:
