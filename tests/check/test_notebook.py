@@ -34,6 +34,15 @@ def test_magics_are_masked(line: str) -> None:
     assert book.text.splitlines()[4] == "x = 1"
 
 
+def test_a_shell_command_continued_over_lines_is_masked_whole() -> None:
+    """``out = !python demo.py \\`` and its ``--flag ... \\`` lines: all the shell's; a Python line continued
+    with a backslash after it stays Python."""
+    book = read_notebook(nb("import torch\nout = !python demo.py \\\n--model TPS --batch 8 \\\n--image_folder demo/\n"
+                            "x = 1 + \\\n    2\n"))
+    compile(book.text, "nb", "exec")
+    assert book.text.splitlines() == ["import torch", "out = None", "", "", "x = 1 + \\", "    2"]
+
+
 def test_python_lines_starting_with_bang_stay() -> None:
     src = "x = (a\n     != b)\n"
     assert read_notebook(nb(src)).text == src

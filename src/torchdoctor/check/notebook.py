@@ -158,7 +158,17 @@ def _python_lines(source: str) -> list[str]:
         return lines
     except (SyntaxError, ValueError):
         pass
-    return [_mask(line) for line in lines]
+    out, continued = [], False
+    for line in lines:
+        if continued:  # ``!cmd \`` goes on over the next lines: they are the shell's too
+            out.append("")
+        else:
+            masked = _mask(line)
+            out.append(masked)
+            if masked is line:
+                continue
+        continued = line.rstrip().endswith("\\")
+    return out
 
 
 def _mask(line: str) -> str:

@@ -9,7 +9,7 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, param_default, root_name, target_names
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -377,9 +377,64 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if not program.runs_on_accelerator(ctx.semantic):
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
-            and _host_copy_of_cpu_data(ctx, node, loop):
+            and (_host_copy_of_cpu_data(ctx, node, loop) or _collected_on_host(ctx, node, loop)
+                 or _stop_signal(ctx, node, loop)):
         return
     _report_sync(ctx, node, what, loop)
+
+
+_SIGNALS = frozenset({"broadcast", "all_reduce", "reduce"})
+
+
+def _stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """``dist.broadcast(signal, src=0)`` then ``if signal.item() == 0: break``: a flag the ranks share to stop
+    together (one rank ran out of data). The loop cannot go on without reading it."""
+    sem = ctx.semantic
+    recv = node.func.value  # type: ignore[attr-defined]
+    if not isinstance(recv, ast.Name):
+        return False
+    test = next((a for a in sem.ancestors(node) if isinstance(a, (ast.If, ast.While, ast.stmt))), None)
+    if not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
+                                               for n in sem.subtree(b)) or node not in sem.subtree(test.test):
+        return False
+    here = (node.lineno, node.col_offset)
+    return any(isinstance(c, ast.Call) and method_name(c) in _SIGNALS and c.args and isinstance(c.args[0], ast.Name)
+               and c.args[0].id == recv.id and (c.lineno, c.col_offset) < here
+               and (ctx.call_name(c) or "").startswith("torch.distributed.") for c in sem.body(loop))
+
+
+_COLLECTORS = frozenset({"append", "extend", "insert", "index_copy_", "copy_", "index_put_", "put_"})
+_ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half", "tolist", "squeeze", "flatten",
+                      "view", "reshape"})
+
+
+def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """An evaluation loop's outputs copied to the host to be kept there: ``feats.append(out.cpu())``,
+    ``preds.extend(logits.argmax(-1).tolist())``, ``bank.index_copy_(0, idx.cpu(), out.cpu())``, ``preds[i] =
+    out.cpu()``. The metrics (or a feature bank bigger than the GPU's memory) need them on the host, and the only
+    copy-free way keeps every batch on the device; a scalar read (``.item()``) still counts."""
+    sem = ctx.semantic
+    if node.func.attr == "item" or sem.loop_kind(loop) != "eval":  # type: ignore[attr-defined]
+        return False
+    cur: ast.AST = node
+    for _ in range(6):
+        up = sem.parent(cur)
+        if isinstance(up, ast.Attribute) and up.attr in _ON_HOST:
+            call = sem.parent(up)
+            if isinstance(call, ast.Call) and call.func is up:
+                cur = call
+                continue
+            return False
+        if isinstance(up, ast.Call) and cur in up.args:
+            return isinstance(up.func, ast.Attribute) and up.func.attr in _COLLECTORS
+        if isinstance(up, (ast.List, ast.Tuple)) and isinstance(sem.parent(up), ast.AugAssign):
+            return True  # ``preds += [out.cpu()]``
+        if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
+            return method_name(cur) == "tolist"  # ``preds += out.argmax(-1).tolist()``
+        if isinstance(up, ast.Assign) and up.value is cur:
+            return all(isinstance(t, ast.Subscript) for t in up.targets)  # ``preds[i] = out.cpu()``
+        return False
+    return False
 
 
 def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
