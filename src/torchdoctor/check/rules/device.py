@@ -22,10 +22,10 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     defaults (`default="cuda"`, `def f(device="cuda")`) are configurable and not reported.
     """
     sem = ctx.semantic
-    if program.has_cuda_check(sem) or program.uses_gpu_only_library(sem):
+    if program.has_cuda_check(sem):
         return
     for site in program.cuda_sites(sem):
-        if sem.chooses_device(site.node) or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
+        if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node):
             continue
         ctx.report(

@@ -197,15 +197,36 @@ def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom) -> bool:
     return any(n == lib or n.startswith(lib + ".") for n in names for lib in _GPU_ONLY_BRANCH)
 
 
-def uses_gpu_only_library(sem: SemanticModel) -> bool:
+def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bool:
     """The program imports a library that runs on NVIDIA GPUs only (Transformer Engine, MS-AMP, apex,
     flash-attn, Triton kernels...), or asks a model for flash-attn (``attn_implementation="flash_attention_2"``):
-    it cannot run on a CPU whatever its device code says."""
+    it cannot run on a CPU whatever its device code says. With ``node``: an import that has run when ``node``
+    runs (a module-level import before it, as a notebook's later cell is not; one in ``node``'s function)."""
     if any(q == lib or q.startswith(lib + ".") for q in sem.imports.values() for lib in _GPU_ONLY):
-        return True
+        if node is None or any(_imported_before(sem, imp, node) for imp in _gpu_only_imports(sem)):
+            return True
     return "flash_attention_" in sem.text.source and any(
         k.arg == "attn_implementation" and (string_value(k.value) or "").startswith("flash_attention_")
         for c in sem.calls_with_keyword("attn_implementation") for k in c.keywords)
+
+
+def _gpu_only_imports(sem: SemanticModel) -> list[ast.AST]:
+    def compute() -> list[ast.AST]:
+        out = []
+        for imp in sem.of_type(ast.Import, ast.ImportFrom):
+            names = [a.name for a in imp.names] if isinstance(imp, ast.Import) else [imp.module or ""]  # type: ignore[attr-defined]
+            if any(n == lib or n.startswith(lib + ".") for n in names for lib in _GPU_ONLY):
+                out.append(imp)
+        return out
+
+    return sem.cached("gpu_only_imports", compute)  # type: ignore[no-any-return]
+
+
+def _imported_before(sem: SemanticModel, imp: ast.AST, node: ast.AST) -> bool:
+    where = sem.function_of(imp)
+    if where is None:
+        return sem.index.pos[imp] < sem.index.pos[node] or sem.function_of(node) is not None
+    return where is sem.function_of(node)
 
 
 def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
