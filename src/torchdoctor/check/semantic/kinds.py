@@ -26,10 +26,12 @@ _SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16",
                      "detach", "clone", "contiguous", "long", "int", "bool", "view", "reshape", "squeeze",
                      "unsqueeze", "permute", "transpose", "flatten", "type", "pin_memory", "share_memory_",
                      "to_empty", "mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log",
-                     "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow"}
+                     "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
+                     "log_softmax", "prod"}
 _TENSOR_METHODS_ONLY = {"mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log", "view", "reshape",
                         "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous",
-                        "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow"}
+                        "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
+                        "log_softmax", "prod"}
 _NAME_HINTS = (
     (lazy(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
     (lazy(r"(loader|^dl$|_dl$)", re.I), "loader"),
@@ -194,11 +196,37 @@ class Kinds:
             return None
         iters, counter = unwrap_iter(loop.iter)
         if not any(self.is_loader_expr(i) for i in iters):
-            return None
+            return self._item_kind(loop, b)
         target = loop.target
         if counter and isinstance(target, ast.Tuple) and target.elts and b.key in target_names(target.elts[0]):
             return None
         return "tensor"
+
+    def _item_kind(self, loop: ast.AST, b: Binding) -> str | None:
+        """``for name, prob in zip(names, probs)``: an item of a tensor is a tensor (``for row in t`` too)."""
+        it, target = loop.iter, loop.target  # type: ignore[attr-defined]
+        if isinstance(target, ast.Name):
+            return "tensor" if target.id == b.key and self._computed_tensor(it, b.node) else None
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "zip" and \
+                isinstance(target, ast.Tuple) and len(target.elts) == len(it.args):
+            for elt, arg in zip(target.elts, it.args):
+                if isinstance(elt, ast.Name) and elt.id == b.key:
+                    return "tensor" if self._computed_tensor(arg, b.node) else None
+        return None
+
+    def _computed_tensor(self, expr: ast.AST, at: ast.AST) -> bool:
+        """A tensor the program computed (not a batch element a loader yields: its names, paths, ids...)."""
+        if isinstance(expr, ast.Name):
+            b = self.bindings.at(expr.id, at)
+            if b is None:
+                return False
+            if b.value is None:  # an item of a tensor the program computed (``for p in zip(..., probs)``) is one
+                loop = self.index.parent.get(b.node)
+                if not isinstance(loop, (ast.For, ast.AsyncFor)) or b.node is not loop.target:
+                    return False
+                iters, _ = unwrap_iter(loop.iter)
+                return not any(self.is_loader_expr(i) for i in iters) and self._item_kind(loop, b) == "tensor"
+        return self.expr_kind(expr, at) == "tensor"
 
     def _annotation_kind(self, ann: ast.AST) -> str | None:
         q = self.names.qualname(ann) or ""
@@ -218,6 +246,9 @@ class Kinds:
         q = self.names.call_name(value) or ""
         if q.startswith("torch.") and q.rsplit(".", 1)[-1] in _TENSOR_TUPLES:
             return "tensor"  # ``_, preds = torch.max(scores, dim=2)``
+        if meth in _TENSOR_TUPLES and isinstance(value.func, ast.Attribute) and \
+                self.expr_kind(value.func.value, at) == "tensor":
+            return "tensor"  # ``best, _ = probs.max(dim=2)``: values and indices, where the tensor is
         if q.startswith(_PACKING) and index == 0:
             return "tensor"  # ``scores, _ = pack_padded_sequence(scores, lengths, batch_first=True)``: the data
         if meth in ("prepare", "setup") and index < len(value.args):
@@ -270,8 +301,14 @@ class Kinds:
                 not isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)):  # ``preds == y``: elementwise
             return "tensor" if "tensor" in (self.expr_kind(node.left, at), self.expr_kind(node.comparators[0], at)) \
                 else None
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Slice):
+            return "tensor" if self._computed_tensor(node.value, at) else None  # ``probs = probs[:eos]``
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call):  # ``out.max(-1)[1]``, ``net(x)[0]``
-            return "tensor" if self.call_kind(node.value, at) == "tensor" else None
+            if self.call_kind(node.value, at) == "tensor":
+                return "tensor"
+            value = node.value  # ``scores.cumprod(0)[-1]``, ``probs.max(dim=2)[0]``
+            return "tensor" if isinstance(value.func, ast.Attribute) and value.func.attr in _TENSOR_TUPLES | \
+                _TENSOR_METHODS_ONLY and self.expr_kind(value.func.value, at) == "tensor" else None
         return None
 
     def call_kind(self, call: ast.Call, at: ast.AST) -> str | None:
@@ -300,7 +337,7 @@ class Kinds:
         meth = method_name(call)
         if meth in _COLLECTIVES and call.args and not isinstance(call.args[0], (ast.Tuple, ast.List)):
             return self.expr_kind(call.args[0], at)  # ``accelerator.gather(loss)``: a tensor like its input
-        if meth in _SAME_AS_RECEIVER:
+        if meth in _SAME_AS_RECEIVER and not q.startswith("torch."):  # (``F.softmax(x)`` is torch's function)
             inner = self.expr_kind(call.func.value, at)  # type: ignore[attr-defined]
             if meth in _TENSOR_METHODS_ONLY and inner != "tensor":
                 return None
