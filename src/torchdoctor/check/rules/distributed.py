@@ -86,14 +86,32 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     backend = _arg(node, "backend", 0)
     if ctx.semantic.chooses_device(node):
         return  # ``if torch.cuda.is_available(): init_process_group("nccl") else: ...``: the CPU has its path
-    if (string_value(backend) or "").strip().lower() == "nccl":
+    set_at = _set_to_nccl(ctx, backend, node)
+    if (string_value(backend) or "").strip().lower() == "nccl" or set_at is not None:
+        where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else ""  # type: ignore[arg-type]
         ctx.report(
             "TD704",
             node,
-            f'`{ctx.name(node.func)}(..., {ctx.name(backend)})` hard-codes NCCL: '  # type: ignore[arg-type]
+            f'`{ctx.name(node.func)}(..., {ctx.name(backend)})` hard-codes NCCL{where}: '  # type: ignore[arg-type]
             "the program cannot run on CPUs (gloo)",
             fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',
         )
+
+
+def _set_to_nccl(ctx: Context, backend: ast.AST | None, call: ast.Call) -> ast.Assign | None:
+    """``args.dist_backend = "nccl"`` just before ``init_process_group(backend=args.dist_backend)``, in the same
+    function: a literal all the same (an argparse default or a config value is the user's to change)."""
+    key = dotted(backend) if isinstance(backend, (ast.Name, ast.Attribute)) else None
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    if not key or func is None:
+        return None
+    here = (call.lineno, call.col_offset)
+    last = None
+    for n in sem.body(func):
+        if isinstance(n, ast.Assign) and (n.lineno, n.col_offset) < here and any(dotted(t) == key for t in n.targets):
+            last = n
+    return last if last is not None and (string_value(last.value) or "").strip().lower() == "nccl" else None
 
 
 # ---- TD705 ---------------------------------------------------------------------
