@@ -111,7 +111,15 @@ def _set_to_nccl(ctx: Context, backend: ast.AST | None, call: ast.Call) -> ast.A
     for n in sem.body(func):
         if isinstance(n, ast.Assign) and (n.lineno, n.col_offset) < here and any(dotted(t) == key for t in n.targets):
             last = n
-    return last if last is not None and (string_value(last.value) or "").strip().lower() == "nccl" else None
+    if last is None or (string_value(last.value) or "").strip().lower() != "nccl":
+        return None
+    for a in sem.ancestors(last):  # ``if device == "xpu": backend = "xccl" ... else: backend = "nccl"``: a choice
+        if a is func:
+            break
+        if isinstance(a, ast.If) and sum(isinstance(n, ast.Assign) and any(dotted(t) == key for t in n.targets)
+                                         for n in sem.subtree(a)) > 1:
+            return None
+    return last
 
 
 # ---- TD705 ---------------------------------------------------------------------
