@@ -410,11 +410,22 @@ _FACTORIES = frozenset(f"torch.{n}" for n in ("zeros", "ones", "empty", "full", 
                                                 "empty_like", "full_like"))
 
 
+_RESHAPES = frozenset({"reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "float",
+                       "half", "long", "int", "contiguous"})
+
+
 def _fresh_host_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> ast.Call | None:
     """The factory call that made ``expr`` on the host, unpinned (``torch.zeros(n)``, or a name bound to it)."""
-    if isinstance(expr, ast.Name):
-        b = ctx.semantic.bindings.at(expr.id, at)
-        expr = b.value if b is not None and b.value is not None and b.node is not expr else expr
+    for _ in range(4):  # ``mask = torch.zeros(h, w)``, filled, ``mask = mask.reshape(-1)``: still that host tensor
+        if isinstance(expr, ast.Name):
+            b = ctx.semantic.bindings.at(expr.id, at)
+            if b is None or b.value is None or b.node is expr:
+                break
+            at, expr = b.node, b.value
+        while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _RESHAPES:
+            expr = expr.func.value
+        if not isinstance(expr, ast.Name):
+            break
     if not isinstance(expr, ast.Call) or ctx.call_name(expr) not in _FACTORIES:
         return None
     if keyword(expr, "device") is not None or keyword(expr, "pin_memory") is not None or has_kwargs(expr):
