@@ -939,3 +939,54 @@ def test_a_step_method_a_base_class_of_another_module_calls_every_step(project: 
     assert codes(results, "softmax.py") == [(16, "TD603")]  # not report(): the base calls it every 100 steps
     message = next(f.message for r in results if r.path.endswith("softmax.py") for f in r.findings)
     assert "batch loop of `Engine` that calls `self.forward_backward()`" in message
+
+
+def test_an_evaluations_outputs_copied_to_the_host_by_a_helper_of_another_module_are_no_pitfall(project: Path) -> None:
+    """``detections = nms(outputs)`` in an evaluation loop, whose helper copies each image's boxes to the host
+    (``to_cpu(x[i])``): the results must reach the host, as an evaluation's collected outputs. A helper that reads a
+    scalar (``.item()``) in that loop still syncs each step, and so does the copying helper in a training loop."""
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def to_cpu(t):
+                return t.detach().cpu()
+
+            def nms(prediction):
+                out = [torch.zeros((0, 6))] * prediction.shape[0]
+                for i, x in enumerate(prediction):
+                    out[i] = to_cpu(x[x[:, 4] > 0.5])
+                return out
+
+            def log_loss(meter, loss):
+                meter.append(loss.item())
+            """,
+        "evaluate.py": """\
+            import torch
+            from utils import nms, log_loss
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            @torch.no_grad()
+            def evaluate(model, val_loader, meter):
+                model.eval()
+                found = []
+                for imgs, targets in val_loader:
+                    outputs = model(imgs.to(device))
+                    found += nms(outputs)
+                    log_loss(meter, outputs.mean())
+                return found
+
+            def train(model, loader, opt):
+                for imgs, targets in loader:
+                    outputs = model(imgs.to(device))
+                    loss = outputs.mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    boxes = nms(outputs)
+            """,
+    })
+    results = check_files(["utils.py", "evaluate.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "evaluate.py") == [(23, "TD603")]
+    assert codes(results, "utils.py") == [(13, "TD603")]  # at the helper's read, naming the loop at evaluate.py:13

@@ -511,8 +511,11 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
         if not isinstance(node, ast.Call) or sem.enclosing_loop(node, "batch") is not loop:
             continue
         ext = sem.external(node)
-        if ext is None or "sync" not in getattr(ext, "effects", ()) or per_step_loop(ctx, node) is not loop:
+        effects = getattr(ext, "effects", ())
+        if ext is None or "sync" not in effects or per_step_loop(ctx, node) is not loop:
             continue
+        if "read" not in effects and sem.loop_kind(loop) == "eval":
+            continue  # (an evaluation's outputs copied to the host by a post-processing helper: NMS, decoding)
         if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node):
             continue
         _report_sync(ctx, node, f"`{ctx.name(node.func)}(...)`, which reads tensors back in `{getattr(ext, 'name', '?')}`,",

@@ -16,7 +16,8 @@ from torchdoctor.check.semantic.walk import CLASS, Index
 __all__ = ["Calls", "EFFECTS", "SAVERS"]
 
 # What code may do, as far as rules care.
-EFFECTS = ("backward", "step", "zero_grad", "set_epoch", "eval", "train", "save", "empty_cache", "sync")
+# ("sync": reads a tensor back to the host; "read": a scalar read, ``.item()``, the kind that a device total avoids)
+EFFECTS = ("backward", "step", "zero_grad", "set_epoch", "eval", "train", "save", "empty_cache", "sync", "read")
 _TRAIN_METHODS = {"train", "eval", "to", "cuda", "step", "zero_grad", "backward", "parameters", "forward"}
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 SAVERS = ("torch.save", "torch_xla.core.xla_model.save", "xm.save", "safetensors.torch.save_file",
@@ -288,6 +289,8 @@ class Calls:
             yield "empty_cache"
         elif meth in ("item", "tolist", "cpu") and not node.args:
             yield "sync"  # reads a tensor back to the host (a sync when it lives on a GPU)
+            if meth == "item":
+                yield "read"
         q = self.names.call_name(node) or ""
         if q in SAVERS or meth in ("save_pretrained", "save_state", "save_model"):
             yield "save"
