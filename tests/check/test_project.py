@@ -990,3 +990,49 @@ def test_an_evaluations_outputs_copied_to_the_host_by_a_helper_of_another_module
     results = check_files(["utils.py", "evaluate.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "evaluate.py") == [(23, "TD603")]
     assert codes(results, "utils.py") == [(13, "TD603")]  # at the helper's read, naming the loop at evaluate.py:13
+
+
+def test_a_helper_called_every_step_by_two_loops_names_both(project: Path) -> None:
+    """``misc.all_reduce_mean(loss_value)`` in the pre-training and the fine-tuning engine: the helper's ``.item()``
+    is one finding (one site), and its message names both loops that call it."""
+    write(project, {
+        "util/misc.py": """\
+            import torch
+
+            def all_reduce_mean(x):
+                t = torch.tensor(x, device="cuda" if torch.cuda.is_available() else "cpu")
+                return t.item()
+            """,
+        "engine_pretrain.py": """\
+            import torch
+            from util import misc
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def train_one_epoch(model, loader, opt):
+                for samples, _ in loader:
+                    loss = model(samples.to(device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    print(misc.all_reduce_mean(loss))
+            """,
+        "engine_finetune.py": """\
+            import torch
+            from util import misc
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def train_one_epoch(model, loader, opt):
+                for samples, targets in loader:
+                    loss = model(samples.to(device)).sum()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    print(misc.all_reduce_mean(loss))
+            """,
+    })
+    results = check_files(["util/misc.py"], Settings(root=str(project), select=("TD603",)))
+    found = [f for r in results for f in r.findings]
+    assert [(f.location.line, f.code) for f in found] == [(5, "TD603")]
+    assert "../engine_finetune.py:12" in found[0].message and "../engine_pretrain.py:12" in found[0].message

@@ -242,7 +242,11 @@ class Project:
 
     def step_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
         """A call of ``func`` from another module that runs on every step of its batch loop, on an accelerator."""
-        return next((r for r in self._callers(sem, func) if r.per_step), None)
+        return next(iter(self.step_callers(sem, func)), None)
+
+    def step_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
+        """Every such call, in the order the modules were read."""
+        return [r for r in self._callers(sem, func) if r.per_step]
 
     def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
         """A caller in another module passes an accelerator device for ``param`` of ``func``."""

@@ -474,11 +474,16 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         b = sem.binding_at(root_name(node.func.value) or "", node)
         if b is not None and b.is_param and b.node is func:
             return  # ``image.cpu()`` of an input: the caller may well hand it a host batch
-    caller = sem.project.step_caller(sem, func)  # type: ignore[attr-defined]
-    if caller is None:
+    callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
+    if not callers:
         return
-    where = os.path.relpath(caller.path, os.path.dirname(os.path.abspath(sem.path)))
-    _report_sync(ctx, node, what, f"the loop that calls `{func.name}` at {where}:{caller.line}")
+    here = os.path.dirname(os.path.abspath(sem.path))
+    sites = sorted({f"{os.path.relpath(c.path, here)}:{c.line}" for c in callers})
+    if len(sites) == 1:
+        _report_sync(ctx, node, what, f"the loop that calls `{func.name}` at {sites[0]}")
+    else:
+        more = f" and {len(sites) - 2} more" if len(sites) > 2 else ""
+        _report_sync(ctx, node, what, f"the loops that call `{func.name}` at {sites[0]}, {sites[1]}{more}")
 
 
 @rule("TD603", ast.JoinedStr)
