@@ -20,7 +20,9 @@ valgrind's callgrind, which counts the instructions of the measured steps
 only (collection is on only inside ``sys.call_tracing``, which runs them), plain and watched, each as the difference of a run of N steps and an
 empty one. The extra instructions a step are turned into microseconds at the
 plain step's own measured cost per instruction, timed natively in this run.
-Usage: python benchmarks/bench_watch.py [--reps 21] [--steps 20] [--instructions]
+``--bytecodes`` instead counts the Python bytecodes a tiny-MLP step runs, plain and watched, per function: exact
+and quick, for finding where the watch's fixed cost goes (the C work it causes is not in it).
+Usage: python benchmarks/bench_watch.py [--reps 21] [--steps 20] [--instructions] [--bytecodes]
 """
 
 from __future__ import annotations
@@ -200,6 +202,47 @@ def count_child(name: str, n: int, rounds: int) -> None:
             count()
 
 
+def count_bytecodes(name: str, n: int) -> tuple[float, float, list[tuple[float, str]]]:
+    """Python bytecodes a step of the tiny MLP runs, plain and watched (``sys.settrace`` with opcode events, so
+    deterministic and cheap, unlike callgrind, but blind to C: the cost of torch's kernels and of each C call is
+    not in it), and the watch's extra per function (the replaced ``Module._wrapped_call_impl`` counts negative).
+    Counted past a session's first ``COUNT_WARM`` steps, over ``n`` steps (a multiple of the sampled checks'
+    cycles)."""
+    from collections import Counter
+
+    model, opt, batches = workload(name, n + COUNT_WARM)
+    warm, timed = batches[:COUNT_WARM], batches[COUNT_WARM:]
+    criterion = nn.CrossEntropyLoss()
+
+    def count() -> Counter[str]:
+        ops: Counter[str] = Counter()
+
+        def trace(frame, event, arg):  # type: ignore[no-untyped-def]
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                code = frame.f_code
+                ops[f"{os.path.basename(code.co_filename)}:{code.co_name}"] += 1
+            return trace
+
+        gc.collect()
+        sys.settrace(trace)
+        try:
+            train(model, opt, criterion, timed)
+        finally:
+            sys.settrace(None)
+        return ops
+
+    train(model, opt, criterion, warm)
+    plain = count()
+    with torchdoctor.watch(environment=False):
+        train(model, opt, criterion, warm)
+        watched = count()
+    extra = Counter(watched)
+    extra.subtract(plain)
+    parts = sorted(((v / n, k) for k, v in extra.items() if abs(v) >= n / 2), reverse=True)
+    return sum(plain.values()) / n, sum(watched.values()) / n, parts
+
+
 def count_instructions(name: str, n: int, rounds: int, timeout: float) -> list[tuple[float, float]]:
     """Per round: (plain, watched) instructions a step, as counted by callgrind in a child process."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -257,11 +300,21 @@ def main() -> None:
                         help="with --instructions, count the small CNN too (slow: tens of minutes under callgrind)")
     parser.add_argument("--count-steps", type=int, default=COUNT_CYCLE,
                         help=f"steps of a counted run of the tiny MLP, a multiple of {COUNT_CYCLE} (%(default)s)")
+    parser.add_argument("--bytecodes", action="store_true",
+                        help="only count the Python bytecodes a tiny-MLP step runs, plain and watched, per function "
+                             "(deterministic, seconds; blind to C work), and print where the watch's go")
     parser.add_argument("--count-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.count_child:
         count_child(args.count_child[0], int(args.count_child[1]), int(args.count_child[2]))
+        return
+    if args.bytecodes:
+        plain, watched, parts = count_bytecodes("mlp", args.count_steps)
+        print(f"tiny MLP: Python bytecodes a step (past the first {COUNT_WARM}, {args.count_steps} steps): plain "
+              f"{plain:,.0f}, watched {watched:,.0f} ({watched - plain:+,.0f}); the watch's, by function:")
+        for per_step, where in parts:
+            print(f"  {per_step:+8.1f}  {where}")
         return
     if args.reps < 4:
         parser.error("--reps must be at least 4 (quartiles)")
