@@ -264,6 +264,16 @@ class Calls:
             if self.zeroes_grads(node):
                 yield "zero_grad"
             return
+        if isinstance(node, ast.comprehension):
+            if self._indexes_with_items(node):
+                yield "sync"  # ``[chars[i] for i in text_index[row, :]]``: each element read to index with
+                yield "read"
+            return
+        if isinstance(node, ast.Compare):
+            if self._compares_items(node):
+                yield "sync"  # ``if t[i] != 0`` on a tensor: Python asks for one element, a read each time
+                yield "read"
+            return
         if not isinstance(node, ast.Call):
             return
         func = node.func
@@ -294,6 +304,39 @@ class Calls:
         q = self.names.call_name(node) or ""
         if q in SAVERS or meth in ("save_pretrained", "save_state", "save_model"):
             yield "save"
+
+    def _compares_items(self, node: ast.Compare) -> bool:
+        """``t[i] != 0`` with ``t`` a parameter or a row of one (``t = text_index[index, :]``): a decoder walking
+        its input element by element. (A call site that hands it a device tensor reads it back item by item.)"""
+        operands = [node.left, *node.comparators]
+        if not any(isinstance(o, ast.Constant) and type(o.value) is int for o in operands):
+            return False
+        for o in operands:
+            if isinstance(o, ast.Subscript) and isinstance(o.value, ast.Name) and isinstance(o.slice, ast.Name):
+                if self._param_items(o.value, node):
+                    return True
+                b = self.bindings.at(o.value.id, node)  # ``t = text_index[index, :]`` first
+                if b is not None and b.value is not None and not b.is_param and self._param_items(b.value, b.node):
+                    return True
+        return False
+
+    def _param_items(self, expr: ast.AST, at: ast.AST) -> bool:
+        """``expr`` is a parameter or a row of one (``text_index[index, :]``)."""
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        if not isinstance(expr, ast.Name):
+            return False
+        b = self.bindings.at(expr.id, at)
+        return b is not None and b.is_param
+
+    def _indexes_with_items(self, gen: ast.comprehension) -> bool:
+        comp = self.index.parent.get(gen)
+        elt = getattr(comp, "elt", None)
+        if elt is None or not isinstance(gen.target, ast.Name) or not self._param_items(gen.iter, gen):
+            return False
+        name = gen.target.id
+        return any(isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Name) and n.slice.id == name
+                   for n in self.index.subtree(elt))
 
     def effects(self, func: ast.AST, deep: bool = False) -> frozenset[str]:
         """What running ``func`` may do: its own nodes' effects and those of every function it calls in

@@ -278,6 +278,8 @@ class Kinds:
                 return self.kind_of(key, at)
             if node.attr in OUTPUT_FIELDS and self.expr_kind(node.value, at) == "tensor":
                 return "tensor"  # ``outputs.logits`` of a model's output
+            if node.attr in ("data", "T", "mT") and self.expr_kind(node.value, at) == "tensor":
+                return "tensor"  # ``preds_index.data``
             return kind_from_name(key) if node.attr == "device" else None
         if isinstance(node, ast.Call):
             return self.call_kind(node, at)
