@@ -73,6 +73,19 @@ def test_findings_and_syntax_errors_located_by_cell(fake_rules, tmp_path: Path) 
     assert "syntax error at cell 2, line 1" in check_file(str(p)).errors[0]
 
 
+def test_a_line_named_in_a_message_is_given_as_its_cell_and_line(tmp_path: Path) -> None:
+    """"the loop at line 9" of the joined cells would point nowhere: it says the loop's cell and line in it."""
+    p = tmp_path / "t.ipynb"
+    p.write_bytes(nb('import torch\ndevice = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n',
+                     ("markdown", "# Evaluate"),
+                     "def evaluate(model, loader, criterion):\n    total = 0\n    with torch.no_grad():\n"
+                     "        for x, y in loader:\n            loss = criterion(model(x.to(device)), y.to(device))\n"
+                     "            total += loss.item()\n    return total\n"))
+    found = [f for f in check_file(str(p)).findings if f.code == "TD603"]
+    assert [(f.location.cell, f.location.line) for f in found] == [(2, 6)]
+    assert "the loop at cell 2, line 4" in found[0].message
+
+
 @pytest.mark.parametrize("data, needle", [
     (b"", "invalid JSON"), (b"{not json", "invalid JSON at line 1"), (b"[1, 2]", "not an object"),
     (b'{"cells": 3}', "no 'cells' list"), (b"\xff\xfe{", "not valid UTF-8"),

@@ -36,6 +36,9 @@ class CodeCell:
     as_list: bool  # the file stores it as a list of lines (nbformat's usual form)
 
 
+_LINE_REF = re.compile(r"(?<![\w.:/])line (\d+)\b")  # a line of this file named in a message (not ``f.py:12``)
+
+
 @dataclass(frozen=True)
 class Notebook:
     text: str
@@ -66,7 +69,13 @@ class Notebook:
                 end_line = end_col = None
         file_line = self.file_line(cell, line) if cell is not None else None
         new = Location(loc.path, line, loc.column, end_line, end_col, cell=cell, file_line=file_line)
-        return replace(finding, location=new, edits=self._cell_edits(finding.edits, cell))
+        return replace(finding, location=new, edits=self._cell_edits(finding.edits, cell),
+                       message=_LINE_REF.sub(self._cell_ref, finding.message))
+
+    def _cell_ref(self, m: re.Match[str]) -> str:
+        """``the loop at line 130`` of the joined text: ``the loop at cell 12, line 3``."""
+        cell, line = self.where(int(m.group(1)))
+        return f"cell {cell}, line {line}" if cell is not None else m.group(0)
 
     def _cell_edits(self, edits: tuple[Edit, ...], cell: int | None) -> tuple[Edit, ...]:
         """Edits in the cell's own line numbers; none when one reaches into another cell (not fixable there)."""

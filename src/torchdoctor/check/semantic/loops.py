@@ -158,8 +158,17 @@ class Loops:
             return True  # torchtext's ``train_iter``/``dev_iter``, a ``data_iterator``
         if isinstance(it, (ast.Name, ast.Attribute, ast.Call)) and LOADERISH.search(text):
             return not isinstance(it, ast.Call) or method_name(it) not in ("items", "keys", "values")
-        # ``for x, y in val_data:`` counts when the body runs a model on it, or moves what it yields to a device.
-        return bool(EVALISH.search(text)) and (self._calls_model(loop) or self._moves_target(loop))
+        # ``for x, y in val_data:`` counts when the body runs a model on it, or moves what it yields to a device;
+        # so does ``for batch in iterator:`` over a parameter of ``evaluate(model, iterator, criterion)``.
+        return (bool(EVALISH.search(text)) or self._param_of_eval_function(it, loop)) and \
+            (self._calls_model(loop) or self._moves_target(loop))
+
+    def _param_of_eval_function(self, it: ast.AST, loop: ast.AST) -> bool:
+        func = self.index.frame[loop].function
+        if func is None or not isinstance(it, ast.Name) or not EVAL_FUNC.search(func.name):  # type: ignore[attr-defined]
+            return False
+        b = self.kinds.bindings.at(it.id, loop)
+        return b is not None and b.is_param and b.node is func
 
     def _moves_target(self, loop: ast.AST) -> bool:
         """``batch["x"].to(device)`` of the loop's own target: batches on their way to a device."""
