@@ -408,10 +408,19 @@ _ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half
                       "view", "reshape"})
 
 
+_WRITES = lazy(r"(?i)(^|_)(save|imsave|imwrite|write|savefig|add_images?|log_images?)(_|$)")
+
+
+def _saves(call: ast.Call) -> bool:
+    """``save_image(...)``, ``cv2.imwrite(...)``, ``writer.add_image(...)``: writes what it is given out."""
+    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+    return bool(_WRITES.search(name or ""))
+
+
 def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """An evaluation loop's outputs copied to the host to be kept there: ``feats.append(out.cpu())``,
     ``preds.extend(logits.argmax(-1).tolist())``, ``bank.index_copy_(0, idx.cpu(), out.cpu())``, ``preds[i] =
-    out.cpu()``. The metrics (or a feature bank bigger than the GPU's memory) need them on the host, and the only
+    out.cpu()``, or written out: ``save_image(denorm(x.cpu()), path)``. The metrics (or a feature bank bigger than the GPU's memory) need them on the host, and the only
     copy-free way keeps every batch on the device; a scalar read (``.item()``) still counts."""
     sem = ctx.semantic
     if node.func.attr == "item" or sem.loop_kind(loop) != "eval":  # type: ignore[attr-defined]
@@ -426,7 +435,10 @@ def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 continue
             return False
         if isinstance(up, ast.Call) and cur in up.args:
-            return isinstance(up.func, ast.Attribute) and up.func.attr in _COLLECTORS
+            if isinstance(up.func, ast.Attribute) and up.func.attr in _COLLECTORS or _saves(up):
+                return True
+            outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
+            return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
         if isinstance(up, (ast.List, ast.Tuple)) and isinstance(sem.parent(up), ast.AugAssign):
             return True  # ``preds += [out.cpu()]``
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
