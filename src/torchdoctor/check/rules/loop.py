@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, keyword, method_name
+from torchdoctor.check.astutil import dotted, keyword, method_name, names_in
 from torchdoctor.check.context import Context
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import construction, first_input_device, has_dropout_or_bn
@@ -42,6 +43,100 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
         name = ctx.name(node.func)
         ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",
                    fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+# a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
+_HELDOUT = lazy(r"(?i)^((test|val|valid|validation|holdout|dev)_?(x|data|inputs?|images?|imgs|features|set|tokens|ids)"
+                r"|(x|inputs?|images?|data)_?(test|val|valid|holdout))$")
+
+
+def _heldout_arg(sem, call: ast.Call) -> str | None:
+    for arg in call.args[:1]:
+        base = arg
+        for _ in range(4):  # ``net(test_x.cuda())``, ``rnn(test_x[:10].view(-1, 28, 28))``
+            if isinstance(base, ast.Subscript):
+                base = base.value
+            elif isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr in _AS_IS:
+                base = base.func.value
+            else:
+                break
+        if isinstance(base, ast.Name) and _HELDOUT.match(base.id):
+            return base.id
+    return None
+
+
+_AS_IS = frozenset({"to", "cuda", "view", "reshape", "unsqueeze", "squeeze", "float", "half", "permute", "flatten"})
+
+
+def _result_backpropagated(sem, call: ast.Call, region: ast.AST) -> bool:
+    """The forward's result reaches a ``backward()`` in ``region`` (through assignments after it)."""
+    stmt = next((a for a in sem.ancestors(call) if isinstance(a, ast.stmt)), None)
+    if isinstance(stmt, ast.Assign):
+        tainted = {n for t in stmt.targets for n in names_in(t)}
+    else:
+        return stmt is not None and any(sem.is_backward_call(n) for n in sem.subtree(stmt))
+    after = (stmt.lineno, stmt.col_offset)
+    for node in sem.body(region):
+        if (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) <= after:
+            continue
+        if isinstance(node, ast.Assign) and names_in(node.value) & tainted:
+            tainted.update(n for t in node.targets for n in names_in(t))
+        elif sem.is_backward_call(node) and names_in(node) & tainted:
+            return True
+    return False
+
+
+@rule("TD401", ast.Module)
+def heldout_forward(node: ast.AST, ctx: Context) -> None:
+    """``if step % 50 == 0: test_output = cnn(test_x)`` in a training loop, or ``cnn(test_x[:10])`` once training
+    is done: an evaluation on a held-out tensor (no loader, so no evaluation loop) with autograd on, whose result
+    is never backpropagated. (In an evaluation loop the loop rule reports it.)"""
+    sem = ctx.semantic
+    for call in sem.of_type(ast.Call):
+        if not call.args or _heldout_arg(sem, call) is None or flow.consumer_kind(sem, call) != "model":  # type: ignore[attr-defined]
+            continue
+        if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
+            continue
+        scope = sem.scope_of(call)
+        if _result_backpropagated(sem, call, scope):
+            continue
+        ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
+                   f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
+                   fix="run the evaluation under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+_INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e)(_|$)")
+
+
+@rule("TD401", ast.FunctionDef)
+def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
+    """``def predict_sentiment(text, model, ...): ... prediction = model(tensor)``: an inference helper (named so,
+    training nothing) whose forward runs with autograd on, unless it is decorated with no_grad or every call of it
+    in the file is under no_grad."""
+    sem = ctx.semantic
+    name = func.name  # type: ignore[attr-defined]
+    if not _INFERENCE_FUNC.match(name) or sem.class_of(func) is not None or program.in_test(sem, func):
+        return
+    if any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
+        return
+    nodes = sem.local_nodes(func)
+    if "backward" in sem.region_effects(nodes) or "step" in sem.region_effects(nodes):
+        return
+    if any(isinstance(n, ast.Call) and sem.mode_call(n) == "eval" for n in nodes):
+        return  # (its forwards after the ``.eval()`` are reported as such)
+    sites = sem.call_sites(func)
+    if sites and all(sem.under_no_grad(c) for c in sites):
+        return
+    for call in nodes:
+        if isinstance(call, ast.Call) and flow.consumer_kind(sem, call) == "model" and not sem.under_no_grad(call) \
+                and sem.enclosing_loop(call, "eval") is None:
+            target = call.func.value if method_name(call) == "forward" else call.func  # type: ignore[union-attr]
+            if sem.expr_kind(target, call) not in ("model", "wrapper"):
+                continue
+            b = sem.binding_at(dotted(target) or "", call)
+            if b is not None and b.node is not func and sem.scope_of(b.node) is func:
+                continue  # ``up = nn.Upsample(...)`` made here: a layer used as a function, not the model
+            _report_inference(ctx, call, f" (in `{name}()`, which trains nothing)")
 
 
 _INFERENCE_METHODS = ("predict", "inference", "infer", "sample", "forward")

@@ -495,8 +495,8 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         _report_sync(ctx, node, what, f"the loop that calls `{func.name}` at {sites[0]}")
     else:
         more = f" and {len(sites) - 2} more" if len(sites) > 2 else ""
-        loops = "loops" if len({c.path for c in callers}) > 1 else "loop"  # (two calls in one file: one loop, mostly)
-        _report_sync(ctx, node, what, f"the {loops} that call `{func.name}` at {sites[0]}, {sites[1]}{more}")
+        loops = "loops that call" if len({c.path for c in callers}) > 1 else "loop that calls"  # (one file: one loop, mostly)
+        _report_sync(ctx, node, what, f"the {loops} `{func.name}` at {sites[0]}, {sites[1]}{more}")
 
 
 @rule("TD603", ast.JoinedStr)
