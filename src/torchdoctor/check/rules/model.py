@@ -299,7 +299,23 @@ def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
              and (f := sem.function_of(r)) is not None and f.name != "__init__"]
     return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in ("to", "type_as", "cuda")
-                               and isinstance(sem.parent(p), ast.Call) for r in reads)
+                               and isinstance(sem.parent(p), ast.Call) or _copy_moved(ctx, r) for r in reads)
+
+
+def _copy_moved(ctx: Context, read: ast.AST) -> bool:
+    """``batchgrid[i] = self.grid`` (or ``g = self.grid.expand(...)``), then ``batchgrid = batchgrid.cuda()`` in the
+    same method: what meets the input is a copy moved to its device."""
+    sem = ctx.semantic
+    up = sem.parent(read)
+    if isinstance(up, ast.Attribute) and up.attr in ("size", "shape", "dim", "numel", "dtype", "ndim"):
+        return True  # ``self.grid.size()``: its shape, wherever it lives
+    stmt = next((a for a in sem.ancestors(read) if isinstance(a, ast.stmt)), None)
+    func = sem.function_of(read)
+    if not isinstance(stmt, ast.Assign) or func is None:
+        return False
+    names = {dotted(t.value if isinstance(t, ast.Subscript) else t) for t in stmt.targets} - {None}
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cuda", "to", "type_as")
+               and dotted(n.func.value) in names and n.lineno > stmt.lineno for n in sem.local_nodes(func))
 
 
 # Attributes that frameworks read themselves and move as they need (Lightning's model summary input).

@@ -408,11 +408,13 @@ _ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half
                       "view", "reshape"})
 
 
-_WRITES = lazy(r"(?i)(^|_)(save|imsave|imwrite|write|savefig|add_images?|log_images?)(_|$)")
+_WRITES = lazy(r"(?i)(^|_)(save|imsave|imwrite|write|savefig|add_images?|log_images?|vis|visuali[sz]e|draw|plot|imshow)"
+               r"(_|$)")
 
 
 def _saves(call: ast.Call) -> bool:
-    """``save_image(...)``, ``cv2.imwrite(...)``, ``writer.add_image(...)``: writes what it is given out."""
+    """``save_image(...)``, ``cv2.imwrite(...)``, ``writer.add_image(...)``, ``vis_detections(im, ...)``: writes or
+    draws what it is given."""
     name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
     return bool(_WRITES.search(name or ""))
 
