@@ -1036,3 +1036,51 @@ def test_a_helper_called_every_step_by_two_loops_names_both(project: Path) -> No
     found = [f for r in results for f in r.findings]
     assert [(f.location.line, f.code) for f in found] == [(5, "TD603")]
     assert "../engine_finetune.py:12" in found[0].message and "../engine_pretrain.py:12" in found[0].message
+
+
+def test_inputs_left_to_a_data_parallel_wrapper_made_by_the_caller_are_not_unmoved(project: Path) -> None:
+    """``train_epoch(loader, model, ...)`` moves only the targets: the caller wrapped the model in DataParallel
+    (through a helper of its own), whose forward scatters the inputs to the GPUs. Without the wrapper the same
+    loop feeds CPU inputs to a CUDA model."""
+    training = """\
+        import torch
+
+        def train_epoch(loader, model, criterion, optimizer, device):
+            model.train()
+            for inputs, targets in loader:
+                targets = targets.to(device, non_blocking=True)
+                outputs = model(inputs)
+                loss = criterion(outputs, targets)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        """
+    write(project, {
+        "training.py": training,
+        "main.py": """\
+            import torch
+            from torch import nn
+            from training import train_epoch
+
+            def make_data_parallel(model, device):
+                return nn.DataParallel(model).cuda() if device.type == "cuda" else model
+
+            def main(model, loader, criterion, optimizer):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                model = make_data_parallel(model, device)
+                train_epoch(loader, model, criterion, optimizer, device)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD302",))
+    assert codes(check_files(["training.py", "main.py"], settings), "training.py") == []
+    write(project, {"main.py": """\
+            import torch
+            from training import train_epoch
+
+            def main(model, loader, criterion, optimizer):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                train_epoch(loader, model.to(device), criterion, optimizer, device)
+            """})
+    found = [f for r in check_files(["training.py", "main.py"], settings) for f in r.findings]
+    assert [(f.location.line, f.code) for f in found] == [(7, "TD302")]
+    assert "(other batch elements were moved)" in found[0].message

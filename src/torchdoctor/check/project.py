@@ -236,6 +236,11 @@ class Project:
         return next((r for r in self._callers(sem, func, ddp_only=True) if r.ddp and r.in_loop and not r.rank_guarded),
                     None)
 
+    def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str]) -> bool:
+        """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``)."""
+        state = self.state
+        return any(pattern.search(state.text(path) or "") for path in {r.path for r in self._callers(sem, func)})
+
     def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
         modes = {r.grad_mode for r in self._callers(sem, func)}
         return modes.pop() if len(modes) == 1 else None

@@ -7,6 +7,7 @@ import os
 
 from torchdoctor.check.astutil import dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name, string_value
 from torchdoctor.check.context import Context
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, loaders, program
 from torchdoctor.check.semantic.models import moved_keys
@@ -104,7 +105,9 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
             continue
         seen.add(element)
         callee = ctx.name(consumer.func)
-        why = "(inputs were moved)" if partial else f"(the model is on `{device}`)"
+        # (the others moved: the inputs, when what is left feeds the loss; else e.g. the targets)
+        moved_what = "inputs were" if flow.consumer_kind(sem, consumer) == "loss" else "other batch elements were"
+        why = f"({moved_what} moved)" if partial else f"(the model is on `{device}`)"
         ctx.report("TD302", use, f"batch element `{element}` is used by `{callee}(...)` without being moved to `{device}` {why}",
                    fix=f"move it with the others: `{element}.to({device})`")
 
@@ -115,10 +118,17 @@ def _scatters_inputs(ctx: Context, call: ast.Call) -> bool:
     sem = ctx.semantic
     key = dotted(call.func)
     b = sem.binding_at(key, call) if key else None
+    if b is not None and b.is_param and sem.project is not None:
+        # ``train_epoch(..., model, ...)`` called by a module that wraps the model in DataParallel
+        # (``model = make_data_parallel(model, ...)`` in main.py): the same scatter, out of this file's sight
+        return sem.project.callers_mention(sem, b.node, _DATA_PARALLEL)  # type: ignore[attr-defined]
     value = b.value if b is not None and not b.is_param else None
     return value is not None and any(
         isinstance(n, ast.Call) and (ctx.call_name(n) or "").rsplit(".", 1)[-1] == "DataParallel"
         for n in sem.subtree(value))
+
+
+_DATA_PARALLEL = lazy(r"(?i)\bDataParallel\(|data_parallel\(")
 
 
 def _moved_key_by_key(ctx: Context, body: list[ast.AST], batch: set[str]) -> set[str]:
