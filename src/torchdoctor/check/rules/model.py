@@ -270,24 +270,27 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Attribute):
         return
     target = node.targets[0]
-    if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(node.value, ast.Call)):
+    value = node.value
+    if isinstance(value, ast.IfExp):  # ``self.mean = torch.tensor(mean).view(-1, 1, 1) if mean else None``
+        value = value.body if isinstance(value.body, ast.Call) else value.orelse
+    if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(value, ast.Call)):
         return
     sem = ctx.semantic
     func, cls = sem.function_of(node), sem.class_of(node)
     if func is None or func.name != "__init__" or cls is None or cls.name not in sem.module_classes:
         return
-    if not _new_tensor(ctx, node.value, node, 0) or sem.value_is_moved(node.value):
+    if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
             or _moved_at_every_use(ctx, cls, target.attr):
         return
     call = ctx.segment(node.value)
     edits = ()
-    if keyword(node.value, "requires_grad") is None and _after_super_init(ctx, func, node):
+    if value is node.value and keyword(value, "requires_grad") is None and _after_super_init(ctx, func, node):
         edits = (ctx.replace_edit(node, f'self.register_buffer("{target.attr}", {call}, persistent=False)'),)
     ctx.report("TD203", node,
                f"`self.{target.attr}` in `{cls.name}.__init__` is a plain tensor: `model.to(device)` leaves it on the CPU",
-               fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(node.value, 50)})` '
+               fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
 

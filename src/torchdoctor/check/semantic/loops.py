@@ -160,7 +160,7 @@ class Loops:
             return not isinstance(it, ast.Call) or method_name(it) not in ("items", "keys", "values")
         # ``for x, y in val_data:`` counts when the body runs a model on it, or moves what it yields to a device;
         # so does ``for batch in iterator:`` over a parameter of ``evaluate(model, iterator, criterion)``.
-        return (bool(EVALISH.search(text)) or self._param_of_eval_function(it, loop)) and \
+        return (bool(EVALISH.search(text)) or self._param_of_eval_function(it, loop) or _batch_generator(it)) and \
             (self._calls_model(loop) or self._moves_target(loop))
 
     def _param_of_eval_function(self, it: ast.AST, loop: ast.AST) -> bool:
@@ -356,6 +356,14 @@ class Loops:
                         return frame.node
             frame = frame.parent
         return None
+
+
+_BATCH_GENERATOR = lazy(r"(?i)^(iter(ate)?_?(data|batch(es)?|minibatch(es)?)|(get_|make_)?(mini)?batches)$")
+
+
+def _batch_generator(it: ast.AST) -> bool:
+    """``iter_data(X, Y, n_batch=...)``, ``iterate_minibatches(...)``: a generator of batches written by hand."""
+    return isinstance(it, ast.Call) and bool(_BATCH_GENERATOR.match((dotted(it.func) or "").rsplit(".", 1)[-1]))
 
 
 def _reads_only_batch(value: ast.AST, batch: set[str]) -> bool:
