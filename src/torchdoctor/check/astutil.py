@@ -157,6 +157,20 @@ def param_default(func: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> a
     return defaults.get(param)
 
 
+def strip_methods(expr: ast.AST, methods: frozenset[str] | set[str] | tuple[str, ...], *, subscripts: bool = False,
+                  depth: int = 4) -> ast.AST:
+    """``x`` of ``x.detach().float()`` (calls of ``methods`` on it), and of ``x[:10].view(...)`` with
+    ``subscripts``: the value under methods that keep it what it is."""
+    for _ in range(depth):
+        if subscripts and isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in methods:
+            expr = expr.func.value
+        else:
+            break
+    return expr
+
+
 def string_value(node: ast.AST | None) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value

@@ -245,12 +245,9 @@ class Project:
         modes = {r.grad_mode for r in self._callers(sem, func)}
         return modes.pop() if len(modes) == 1 else None
 
-    def step_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
-        """A call of ``func`` from another module that runs on every step of its batch loop, on an accelerator."""
-        return next(iter(self.step_callers(sem, func)), None)
-
     def step_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
-        """Every such call, in the order the modules were read."""
+        """The calls of ``func`` from other modules that run on every step of their batch loop, on an accelerator,
+        in the order the modules were read."""
         return [r for r in self._callers(sem, func) if r.per_step]
 
     def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:

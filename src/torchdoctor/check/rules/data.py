@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name, string_value
+from torchdoctor.check.astutil import dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name, \
+    string_value, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -432,8 +433,7 @@ def _fresh_host_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> ast.Call | N
             if b is None or b.value is None or b.node is expr:
                 break
             at, expr = b.node, b.value
-        while isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _RESHAPES:
-            expr = expr.func.value
+        expr = strip_methods(expr, _RESHAPES)
         if not isinstance(expr, ast.Name):
             break
     if not isinstance(expr, ast.Call) or ctx.call_name(expr) not in _FACTORIES:

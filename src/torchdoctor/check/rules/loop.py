@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, keyword, method_name, names_in
+from torchdoctor.check.astutil import dotted, keyword, method_name, names_in, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -52,14 +52,7 @@ _HELDOUT = lazy(r"(?i)^((test|val|valid|validation|holdout|dev)_?(x|data|inputs?
 
 def _heldout_arg(sem, call: ast.Call) -> str | None:
     for arg in call.args[:1]:
-        base = arg
-        for _ in range(4):  # ``net(test_x.cuda())``, ``rnn(test_x[:10].view(-1, 28, 28))``
-            if isinstance(base, ast.Subscript):
-                base = base.value
-            elif isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) and base.func.attr in _AS_IS:
-                base = base.func.value
-            else:
-                break
+        base = strip_methods(arg, _AS_IS, subscripts=True)  # ``net(test_x.cuda())``, ``rnn(test_x[:10].view(-1, 28))``
         if isinstance(base, ast.Name) and _HELDOUT.match(base.id):
             return base.id
     return None

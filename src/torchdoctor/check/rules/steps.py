@@ -9,7 +9,8 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name, target_names
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name, strip_methods, \
+    target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -321,15 +322,6 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
         _made_on_host(ctx, expr.args[0], at, depth + 1)
 
 
-def _same_place_base(expr: ast.AST) -> ast.AST:
-    """``loss`` of ``loss.detach()``, ``loss.mean().detach()``: methods whose result stays where the tensor is."""
-    for _ in range(4):
-        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE):
-            break
-        expr = expr.func.value
-    return expr
-
-
 def _sync_site(ctx: Context, node: ast.Call) -> str | None:
     """How the message names the sync at ``node``, if it is one."""
     if _is_sync_call(node):
@@ -343,7 +335,7 @@ def _sync_site(ctx: Context, node: ast.Call) -> str | None:
         arg = node.args[0]  # ``float(loss)``, ``bool(loss == 0)``
         parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
             [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
-        tensor = any(_tensor_value(ctx, _same_place_base(p), node) for p in parts)
+        tensor = any(_tensor_value(ctx, strip_methods(p, _SAME_PLACE), node) for p in parts)  # float(loss.detach())
         return f"`{node.func.id}({ctx.name(arg)})`" if tensor else None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
