@@ -158,3 +158,35 @@ def test_a_method_chained_after_a_multi_line_call_is_reported_where_it_is_writte
     assert "`ContrastLoss(...).cuda()`" in cuda[0].message
     silenced = check_source(CHAINED_CUDA.replace(").cuda()", ").cuda()  # noqa: TD101, TD102"), "train.py")
     assert not [f for f in silenced if f.code in ("TD101", "TD102")]
+
+
+GLUON_EVAL = '''import mxnet as mx
+from mxnet import gluon
+from torchvision import transforms
+
+transform_test = transforms.Compose([transforms.ToTensor()])
+
+
+def evaluate(net, val_data, ctx):
+    metric = mx.metric.Accuracy()
+    for batch in val_data:
+        data = gluon.utils.split_and_load(batch.data[0], ctx_list=ctx)
+        outputs = [net(x) for x in data]
+        metric.update(batch.label, outputs)
+    net.save_parameters("net.params")
+    return metric.get()
+'''
+
+
+def test_another_frameworks_code_borrowing_a_torchvision_transform_is_not_judged(tmp_path: Path) -> None:
+    """An MXNet (Gluon) script that imports torchvision for its transforms only: its models build no autograd
+    graph outside ``autograd.record()``, and PyTorch's pitfalls are not its own (the gate leaves it out). The same
+    loop with torch imported is judged, and so is the Gluon file with the gate off."""
+    torch_eval = GLUON_EVAL.replace("import mxnet as mx", "import mxnet as mx\nimport torch").replace(
+        "outputs = [net(x) for x in data]", "outputs = net(batch.data[0].cuda())")
+    gluon, mixed = tmp_path / "gluon.py", tmp_path / "mixed.py"
+    gluon.write_text(GLUON_EVAL.replace("outputs = [net(x) for x in data]", "outputs = net(batch.data[0].cuda())"))
+    mixed.write_text(torch_eval)
+    assert check_file(str(gluon)).findings == []
+    assert "TD401" in {f.code for f in check_file(str(mixed)).findings}
+    assert "TD401" in {f.code for f in check_file(str(gluon), mode=Mode(gate=False)).findings}

@@ -56,6 +56,26 @@ def may_be_torch(source: str) -> bool:
     return any(marker in source for marker in TORCH_MARKERS)
 
 
+_OTHER_FRAMEWORKS = frozenset({"mxnet", "tensorflow", "keras", "jax", "flax", "paddle", "mindspore", "oneflow"})
+
+
+def other_framework(tree: ast.Module) -> bool:
+    """Code of another deep-learning framework that borrows a torchvision transform or two (ResNeSt's Gluon
+    scripts: ``mxnet`` models, ``from torchvision import transforms``): its module-level imports never name
+    ``torch`` itself, and PyTorch's pitfalls are not its own (part of the gate: ``Mode(gate=False)`` judges it)."""
+    roots: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        stmt = todo.pop()
+        if isinstance(stmt, ast.Import):
+            roots.update(a.name.split(".", 1)[0] for a in stmt.names)
+        elif isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
+            roots.add(stmt.module.split(".", 1)[0])
+        elif isinstance(stmt, (ast.If, ast.Try)):
+            todo.extend(stmt.body + stmt.orelse + [s for h in getattr(stmt, "handlers", []) for s in h.body])
+    return "torch" not in roots and not roots.isdisjoint(_OTHER_FRAMEWORKS)
+
+
 def parse(source: str | bytes, path: str) -> ast.Module:
     """ast.parse without the SyntaxWarnings ("invalid escape sequence") that CPython prints."""
     with warnings.catch_warnings():

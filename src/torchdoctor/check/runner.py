@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 
-from torchdoctor.check.engine import RuleError, analyse, load_rules, may_be_torch, parse
+from torchdoctor.check.engine import RuleError, analyse, load_rules, may_be_torch, other_framework, parse
 from torchdoctor.check.project import Project
 from torchdoctor.record import FrozenRecord, Record
 from torchdoctor.check.source import Decoded, SourceError, decode_source, encode_source
@@ -120,7 +120,7 @@ def _check_python(result: FileResult, data: bytes, settings: Settings, mode: Mod
     decoded = decode_source(data)
     kept = None if stdin else project.take(result.path, decoded.text)  # parsed already, for another file's questions
     tree = kept[0] if kept else _parse_or_report(result, decoded.text)
-    if tree is None or (mode.gate and not may_be_torch(decoded.text)):
+    if tree is None or (mode.gate and (not may_be_torch(decoded.text) or other_framework(tree))):
         return
     errors: list[RuleError] = []
     result.findings = analyse(decoded.text, result.path, tree=tree, settings=settings, errors=errors, project=project,
@@ -184,7 +184,7 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
     if not nb.python:
         return
     tree = _parse_or_report(result, nb.text, nb.where)
-    if tree is None or (mode.gate and not may_be_torch(nb.text)):
+    if tree is None or (mode.gate and (not may_be_torch(nb.text) or other_framework(tree))):
         return
     errors: list[RuleError] = []
     found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
