@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
+from torchdoctor.check.project_files import State, file_of, guess_root
 from torchdoctor.check.semantic import SemanticModel, program
 
 if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
@@ -34,13 +35,10 @@ if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a
 __all__ = ["Project"]
 
 MAX_MODULES = 400  # summaries read per process
-MAX_BYTES = 2_000_000  # a larger module is not read for the index
 MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
-_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
-_IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n#]*)|import[ \t]+[^\n#]*)", re.M)
 _RUNS = itertools.count()
-_WORKER_STATES: dict[str, _State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
+_WORKER_STATES: dict[str, State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
 
 
 class Project:
@@ -50,8 +48,8 @@ class Project:
         self.files = [os.path.abspath(f) for f in files if f.endswith(".py")]
         root = os.path.abspath(root) if root else None
         inside = root is not None and all(f.startswith(root + os.sep) for f in self.files)
-        self.root = root if inside else _guess_root(self.files)  # type: ignore[assignment]
-        self._state: _State | None = None
+        self.root = root if inside else guess_root(self.files)  # type: ignore[assignment]
+        self._state: State | None = None
         self._checked = frozenset(self.files)
         self._run = f"{os.getpid()}.{next(_RUNS)}"  # names this run in its worker processes
 
@@ -60,12 +58,12 @@ class Project:
                 "_in_worker": True}
 
     @property
-    def state(self) -> _State:
+    def state(self) -> State:
         if self._state is None:
             if self.__dict__.get("_in_worker"):
-                self._state = _WORKER_STATES.setdefault(self._run, _State())
+                self._state = _WORKER_STATES.setdefault(self._run, State())
             else:
-                self._state = _State()
+                self._state = State()
         return self._state
 
     # ---- the file being analysed ------------------------------------------------------------------
@@ -239,7 +237,11 @@ class Project:
     def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str]) -> bool:
         """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``)."""
         state = self.state
-        return any(pattern.search(state.text(path) or "") for path in {r.path for r in self._callers(sem, func)})
+        key = (os.path.abspath(sem.path), func.name, pattern.pattern)  # type: ignore[attr-defined]
+        if key not in state.mentions:  # (texts are read afresh, not kept: once per question)
+            state.mentions[key] = any(pattern.search(state.text(path) or "")
+                                      for path in {r.path for r in self._callers(sem, func)})
+        return state.mentions[key]
 
     def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
         modes = {r.grad_mode for r in self._callers(sem, func)}
@@ -453,10 +455,10 @@ class Project:
             base = key[0]
             for _ in range(level - 1):
                 base = os.path.dirname(base)
-            found = _file_of(base, parts)
+            found = file_of(base, parts)
         elif parts:
             for base in self._roots(key[0]):
-                found = _file_of(base, parts)
+                found = file_of(base, parts)
                 if found is not None:
                     break
         memo[key] = found
@@ -514,73 +516,6 @@ class Project:
         if path in self._checked and path not in state.finished and len(state.pending) < MAX_PENDING:
             state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
         return sem
-
-
-class _State:
-    """One process's caches (never pickled to worker processes)."""
-
-    def __init__(self) -> None:
-        self.summaries: dict[str, ModuleSummary | None] = {}
-        self.records: dict[str, dict[str, list[CallRecord]]] = {}
-        self.modules: dict[tuple, str | None] = {}
-        self.lookups: dict[tuple, object | None] = {}
-        self.callers: dict[tuple, list[CallRecord]] = {}
-        self.near: dict[str, list[str]] = {}
-        self.current: dict[str, SemanticModel] = {}
-        self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
-        self.finished: set[str] = set()  # checked already: no tree is kept for them
-        self.imports_of: dict[str, tuple[dict, dict]] = {}  # checked already: (from_imports, imports)
-        self.words: dict[str, frozenset[str]] = {}
-        self.importers: dict[tuple[str, str | None], str | None] = {}
-        self.saves_objects: bool | None = None
-        self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
-        self.parsed = 0
-
-    def text(self, path: str) -> str | None:
-        """The file's text, read afresh (texts are not kept: a big project's would fill memory)."""
-        try:
-            if os.path.getsize(path) > MAX_BYTES:
-                return None
-            with open(path, "rb") as fh:
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return None
-
-    def import_words(self, path: str) -> frozenset[str]:
-        """The words on the file's import lines (module names and imported names), read once."""
-        if path not in self.words:
-            text = self.text(path) or ""
-            self.words[path] = frozenset(w for m in _IMPORT_LINE.finditer(text) for w in re.findall(r"\w+", m.group(0)))
-        return self.words[path]
-
-
-def _file_of(base: str, parts: list[str]) -> str | None:
-    if not parts:
-        init = os.path.join(base, "__init__.py")
-        return init if os.path.isfile(init) else None
-    stem = os.path.join(base, *parts)
-    if os.path.isfile(stem + ".py"):
-        return stem + ".py"
-    init = os.path.join(stem, "__init__.py")
-    return init if os.path.isfile(init) else None
-
-
-def _guess_root(files: list[str]) -> str:
-    """The nearest folder above the files that holds a project marker, else their common folder."""
-    if not files:
-        return os.getcwd()
-    try:
-        common = os.path.commonpath([os.path.dirname(f) for f in files])
-    except ValueError:
-        return os.path.dirname(files[0])
-    cur = common
-    while True:
-        if any(os.path.exists(os.path.join(cur, m)) for m in _MARKERS):
-            return cur
-        parent = os.path.dirname(cur)
-        if parent == cur:
-            return common
-        cur = parent
 
 
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")

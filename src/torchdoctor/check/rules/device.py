@@ -25,7 +25,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     if program.has_cuda_check(sem):
         return
     for site in program.cuda_sites(sem):
-        if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
+        if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) \
+                or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node):
             continue
         ctx.report(

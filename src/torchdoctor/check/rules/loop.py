@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, keyword, method_name, names_in, strip_methods
+from torchdoctor.check.astutil import dotted, keyword, method_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -61,24 +61,6 @@ def _heldout_arg(sem, call: ast.Call) -> str | None:
 _AS_IS = frozenset({"to", "cuda", "view", "reshape", "unsqueeze", "squeeze", "float", "half", "permute", "flatten"})
 
 
-def _result_backpropagated(sem, call: ast.Call, region: ast.AST) -> bool:
-    """The forward's result reaches a ``backward()`` in ``region`` (through assignments after it)."""
-    stmt = next((a for a in sem.ancestors(call) if isinstance(a, ast.stmt)), None)
-    if isinstance(stmt, ast.Assign):
-        tainted = {n for t in stmt.targets for n in names_in(t)}
-    else:
-        return stmt is not None and any(sem.is_backward_call(n) for n in sem.subtree(stmt))
-    after = (stmt.lineno, stmt.col_offset)
-    for node in sem.body(region):
-        if (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) <= after:
-            continue
-        if isinstance(node, ast.Assign) and names_in(node.value) & tainted:
-            tainted.update(n for t in node.targets for n in names_in(t))
-        elif sem.is_backward_call(node) and names_in(node) & tainted:
-            return True
-    return False
-
-
 @rule("TD401", ast.Module)
 def heldout_forward(node: ast.AST, ctx: Context) -> None:
     """``if step % 50 == 0: test_output = cnn(test_x)`` in a training loop, or ``cnn(test_x[:10])`` once training
@@ -90,8 +72,7 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
             continue
         if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
             continue
-        scope = sem.scope_of(call)
-        if _result_backpropagated(sem, call, scope):
+        if sem.feeds_backward(call):
             continue
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
                    f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]

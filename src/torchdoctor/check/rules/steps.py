@@ -385,7 +385,7 @@ def _stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     recv = node.func.value  # type: ignore[attr-defined]
     if not isinstance(recv, ast.Name):
         return False
-    test = next((a for a in sem.ancestors(node) if isinstance(a, (ast.If, ast.While, ast.stmt))), None)
+    test = next((a for a in sem.ancestors(node) if isinstance(a, ast.stmt)), None)
     if not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
                                                for n in sem.subtree(b)) or node not in sem.subtree(test.test):
         return False

@@ -260,19 +260,20 @@ class Loops:
     def _classify_comp(self, comp: ast.AST) -> None:
         """Train when its result is backpropagated, else evaluation by the same signs as a loop."""
         info = self.info[comp]
-        if info.has_backward or self._feeds_backward(comp):
+        if info.has_backward or self.feeds_backward(comp):
             info.kind = "train"
         else:
             self._classify_eval(comp)
 
-    def _feeds_backward(self, comp: ast.AST) -> bool:
-        """``loss = sum(crit(model(x), y) for ...)`` followed by ``loss.backward()`` (through assignments)."""
-        stmt = next((a for a in self.index.ancestors(comp) if isinstance(a, ast.stmt)), None)
+    def feeds_backward(self, expr: ast.AST) -> bool:
+        """``expr``'s value reaches a ``backward()`` in its scope: ``loss = sum(crit(model(x), y) for ...)`` followed
+        by ``loss.backward()`` (through assignments), or a backward in its own statement."""
+        stmt = next((a for a in self.index.ancestors(expr) if isinstance(a, ast.stmt)), None)
         if stmt is None:
             return False
         if not hasattr(stmt, "body") and any(self.calls.is_backward_call(n) for n in self.index.subtree(stmt)):
             return True
-        scope = self.index.frame[comp].scope
+        scope = self.index.frame[expr].scope
         tainted = {n for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]) if t is not None
                    for n in target_names(t)}
         after = (stmt.lineno, stmt.col_offset)

@@ -220,6 +220,9 @@ class SemanticModel:
     def grad_mode(self, node: ast.AST) -> str:
         return self.guards.grad_mode(node)
 
+    def feeds_backward(self, expr: ast.AST) -> bool:
+        return self.loops_index.feeds_backward(expr)
+
     def under_no_grad(self, node: ast.AST, strict: bool = False) -> bool:
         return self.guards.grad_mode(node) in (("off",) if strict else ("off", "maybe"))
 

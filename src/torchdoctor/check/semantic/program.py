@@ -192,9 +192,9 @@ def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:
                for stmt in sem.index.earlier_statements(node))
 
 
-def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom) -> bool:
+def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom, libs: tuple[str, ...] = _GPU_ONLY_BRANCH) -> bool:
     names = [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else [a.name for a in stmt.names]
-    return any(n == lib or n.startswith(lib + ".") for n in names for lib in _GPU_ONLY_BRANCH)
+    return any(n == lib or n.startswith(lib + ".") for n in names for lib in libs)
 
 
 def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bool:
@@ -211,15 +211,8 @@ def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bo
 
 
 def _gpu_only_imports(sem: SemanticModel) -> list[ast.AST]:
-    def compute() -> list[ast.AST]:
-        out = []
-        for imp in sem.of_type(ast.Import, ast.ImportFrom):
-            names = [a.name for a in imp.names] if isinstance(imp, ast.Import) else [imp.module or ""]  # type: ignore[attr-defined]
-            if any(n == lib or n.startswith(lib + ".") for n in names for lib in _GPU_ONLY):
-                out.append(imp)
-        return out
-
-    return sem.cached("gpu_only_imports", compute)  # type: ignore[no-any-return]
+    return sem.cached("gpu_only_imports", lambda: [imp for imp in sem.of_type(ast.Import, ast.ImportFrom)  # type: ignore[no-any-return]
+                                                   if _imports_gpu_only(imp, _GPU_ONLY)])  # type: ignore[arg-type]
 
 
 def _imported_before(sem: SemanticModel, imp: ast.AST, node: ast.AST) -> bool:

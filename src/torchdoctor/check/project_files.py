@@ -1,0 +1,88 @@
+"""The project index's per-run caches and its view of the disk: file texts (read afresh, never kept), the words
+on their import lines, where a module's file is, and where a project's root is."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.patterns import lazy
+
+if TYPE_CHECKING:
+    from torchdoctor.check.semantic import SemanticModel
+    from torchdoctor.check.semantic.summary import CallRecord, ModuleSummary
+
+__all__ = ["MAX_BYTES", "State", "file_of", "guess_root"]
+
+MAX_BYTES = 2_000_000  # a larger module is not read for the index
+_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n#]*)|import[ \t]+[^\n#]*)", re.M)
+
+
+class State:
+    """One process's caches (never pickled to worker processes)."""
+
+    def __init__(self) -> None:
+        self.summaries: dict[str, ModuleSummary | None] = {}
+        self.records: dict[str, dict[str, list[CallRecord]]] = {}
+        self.modules: dict[tuple, str | None] = {}
+        self.lookups: dict[tuple, object | None] = {}
+        self.callers: dict[tuple, list[CallRecord]] = {}
+        self.near: dict[str, list[str]] = {}
+        self.current: dict[str, SemanticModel] = {}
+        self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
+        self.finished: set[str] = set()  # checked already: no tree is kept for them
+        self.imports_of: dict[str, tuple[dict, dict]] = {}  # checked already: (from_imports, imports)
+        self.words: dict[str, frozenset[str]] = {}
+        self.importers: dict[tuple[str, str | None], str | None] = {}
+        self.saves_objects: bool | None = None
+        self.mentions: dict[tuple[str, str, str], bool] = {}  # callers_mention's answers
+        self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
+        self.parsed = 0
+
+    def text(self, path: str) -> str | None:
+        """The file's text, read afresh (texts are not kept: a big project's would fill memory)."""
+        try:
+            if os.path.getsize(path) > MAX_BYTES:
+                return None
+            with open(path, "rb") as fh:
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    def import_words(self, path: str) -> frozenset[str]:
+        """The words on the file's import lines (module names and imported names), read once."""
+        if path not in self.words:
+            text = self.text(path) or ""
+            self.words[path] = frozenset(w for m in _IMPORT_LINE.finditer(text) for w in re.findall(r"\w+", m.group(0)))
+        return self.words[path]
+
+
+def file_of(base: str, parts: list[str]) -> str | None:
+    if not parts:
+        init = os.path.join(base, "__init__.py")
+        return init if os.path.isfile(init) else None
+    stem = os.path.join(base, *parts)
+    if os.path.isfile(stem + ".py"):
+        return stem + ".py"
+    init = os.path.join(stem, "__init__.py")
+    return init if os.path.isfile(init) else None
+
+
+def guess_root(files: list[str]) -> str:
+    """The nearest folder above the files that holds a project marker, else their common folder."""
+    if not files:
+        return os.getcwd()
+    try:
+        common = os.path.commonpath([os.path.dirname(f) for f in files])
+    except ValueError:
+        return os.path.dirname(files[0])
+    cur = common
+    while True:
+        if any(os.path.exists(os.path.join(cur, m)) for m in _MARKERS):
+            return cur
+        parent = os.path.dirname(cur)
+        if parent == cur:
+            return common
+        cur = parent
