@@ -27,7 +27,7 @@ def test_a_compiled_function_that_calls_the_model_trains_quietly_and_its_steps_a
                 loss = forward_loss(x, y)
                 loss.backward()
                 opt.step()
-    assert s.findings == [] and s.stats["steps"] == 16 and s.stats["backward_calls"] == 16
+    assert s.findings == [] and s.stats["steps"] == 16 and s.stats["backward_calls_audited"] == 16
     assert torch.isfinite(loss)
 
 

@@ -10,6 +10,7 @@ from torch import nn
 
 import torchdoctor
 from torchdoctor.runtime.checks import losses
+from torchdoctor.runtime.timeline import AUDIT_GAPS, TIMED_FIRST
 
 LATE = 150  # past every check's every-step beginning
 
@@ -94,7 +95,9 @@ def test_a_long_clean_loop_that_holds_the_last_loss_is_quiet():
             total += loss.item()
             last = loss  # one graph held for a step is not an accumulation
     assert codes(s) == [] and last is not None and total > 0
-    assert s.stats["steps"] == 3 * LATE and s.stats["backward_calls"] == 3 * LATE
+    assert s.stats["steps"] == 3 * LATE and s.stats["forward_calls"] == 3 * LATE  # every one counted
+    # the watch saw the first steps' backward passes, then those of one step in 8 or 9 and the two after it
+    assert 64 < s.stats["backward_calls_audited"] < 64 + 3 * (3 * LATE - 64) // 8 + 3
 
 
 class _Node:
@@ -108,23 +111,33 @@ class _Loss:
         self.grad_fn = _Node()
 
 
+def audited(n: int) -> bool:
+    """Whether step ``n`` is audited (timeline.py): each of the first, then 8 and 9 steps apart in turn."""
+    step, gaps = TIMED_FIRST, 0
+    while step < n:
+        step += AUDIT_GAPS[gaps % 2]
+        gaps += 1
+    return n <= TIMED_FIRST or step == n
+
+
 def drive(check: losses.LossCheck, passes: range, keep: bool = False) -> tuple[int, list]:
-    """Backward passes (numbered) as hot.backward makes them, calling only from ``due`` on: (calls, losses kept)."""
+    """Backward passes (numbered, one a step) as the watch makes them: seen on audited steps, and while the check
+    looks at the passes after a tag or tags every one (hot.backward). (calls, losses kept)."""
     calls, kept = 0, []
     for n in passes:
         loss = _Loss()
         if keep:
             kept.append(loss)
-        if n >= check.due:
+        if not check.done and (audited(n) or check.looking or check.every):
             calls += 1
-            check.on_backward(loss, lambda: None, None, n)
+            check.on_backward(loss, lambda: None, None, None, n, audited(n))  # it counts the passes it sees
     return calls, kept
 
 
 def test_the_loss_check_looks_at_few_passes_of_a_clean_run_and_at_every_one_once_a_loss_is_kept():
     check = losses.LossCheck()
     calls, _ = drive(check, range(1, 1001))
-    assert losses._FIRST < calls < losses._FIRST + 2 * 1000 // 8 and check.due > 1000 and not check.findings
+    assert losses._FIRST < calls < losses._FIRST + 3 * 1000 // 8 and not check.findings
     calls, kept = drive(check, range(1001, 1041), keep=True)  # a late pitfall: every pass is looked at once one is kept
     assert check.findings and check.findings[0].code == "TD405" and len(kept) == 40
     found = re.search(r"alive at step (\d+) \(the oldest from step (\d+)\)", check.findings[0].message)

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import torchdoctor
-from torchdoctor.runtime.timeline import TIMED_EVERY, TIMED_FIRST, Timeline
+from torchdoctor.runtime.timeline import AUDIT_GAPS, TIMED_FIRST, Timeline
 
 
 def _train(steps: int, loader=None):
@@ -32,7 +32,11 @@ def test_every_step_counted_phases_timed_on_sampled_steps():
     assert s.stats["steps"] == len(rows) == 200
     assert all(r["total"] > 0 for r in rows)  # every step keeps its total time
     timed = [r["index"] for r in rows if r["timed"]]
-    assert timed == list(range(1, TIMED_FIRST + 1)) + list(range(TIMED_EVERY * (TIMED_FIRST // TIMED_EVERY + 1), 201, TIMED_EVERY))
+    audits, step = [], TIMED_FIRST
+    while (step := step + AUDIT_GAPS[len(audits) % 2]) <= 200:
+        audits.append(step)
+    assert audits[:3] == [TIMED_FIRST + 8, TIMED_FIRST + 17, TIMED_FIRST + 25]  # 8 and 9 apart in turn
+    assert timed == list(range(1, TIMED_FIRST + 1)) + audits
     assert all(r["data"] is None and r["forward"] is None and r["other"] is None for r in rows if not r["timed"])
     assert all(r["forward"] > 0 and r["backward"] > 0 and r["optimizer"] > 0 for r in rows if r["timed"])
     assert s.stats["sampled"] is True and s.stats["timed_steps"] == len(timed)
@@ -54,7 +58,7 @@ def test_timeline_follows_a_step_that_waited_for_data():
     for _ in range(TIMED_FIRST):
         now += 1.0
         tl.end_step(None, now)
-    assert not tl.timed  # step TIMED_FIRST + 1 is not a multiple of TIMED_EVERY
+    assert not tl.timed  # step TIMED_FIRST + 1 is not an audit step
     while not tl.timed:
         now += 1.0
         tl.end_step(None, now)
@@ -66,7 +70,7 @@ def test_timeline_follows_a_step_that_waited_for_data():
     now += 1.0
     tl.end_step(None, now)  # no wait: back to sampling
     assert not tl.timed
-    assert tl.count == len(tl.steps) == TIMED_FIRST + TIMED_EVERY - 1 + 2
+    assert tl.count == len(tl.steps) == TIMED_FIRST + AUDIT_GAPS[0] - 1 + 2
 
 
 class _SlowLate(Dataset):
@@ -100,7 +104,7 @@ def test_the_step_pre_hook_runs_only_on_steps_that_need_it_and_is_removed_on_exi
     present = []
     with torchdoctor.watch(environment=False) as s:
         hooks = len(optim_mod._global_optimizer_pre_hooks)
-        for _ in range(TIMED_FIRST + 6 * TIMED_EVERY + 3):  # ends on a step with the hook out of the dict
+        for _ in range(TIMED_FIRST + 6 * AUDIT_GAPS[0] + 3):  # ends on a step with the hook out of the dict
             present.append(len(optim_mod._global_optimizer_pre_hooks) == hooks)
             opt.zero_grad()
             model(torch.randn(8, 4)).sum().backward()

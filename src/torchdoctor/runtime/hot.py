@@ -1,12 +1,19 @@
 """The watch's per-call wrappers and hooks: Module.__call__, autograd.backward, optimizer steps, batches.
 
 They run at every module call, backward, optimizer step and batch, so each
-does the session's steady-state work inline, in as few Python operations as
-it can (a few attribute reads, a clock read only when the phase changes:
-``Timeline.enter`` written out in place), and calls into the session or a
-check only when something is new: a model not seen since its last
-``Module._apply``, a forward pass in another mode, an armed gradient check,
-a step that a sampled check follows, a device error. Module calls made
+does its work inline, in as few Python operations as it can. Past a
+session's first steps, the watch audits one step in 8 or 9 (timeline.py);
+on the others (``session._armed`` False) the module-call wrapper lets a root
+model in the state last seen (pass, training flag, grad mode) through with a
+few reads, torch's own ``autograd.backward`` is back in place and the step
+pre-hook is out of torch's dict, and the step post-hook keeps the step's
+total time only. A root in another state, a new root or a moved one arms the
+watch at once (``session.arm``), to the end of that step; the post-hook
+decides about the next one. Audited, the wrappers read the clock only when
+the phase changes (``Timeline.enter`` written out in place) and call into the
+session or a check only when something is new: a model not seen since its
+last ``Module._apply``, a forward pass in another mode, a followed gradient,
+a tagged loss, a device error (explained on any step). Module calls made
 inside another module's forward, or inside backward (checkpoint
 recomputation), pass straight through, doing what
 ``Module._wrapped_call_impl`` does in its place (so that the wrapper costs no
@@ -15,7 +22,9 @@ calls cost one attribute read more than without the watch. Calls dynamo
 traces outside a root call pass through too (it inlines the wrapper and
 reads only flags, never a module); dynamo is asked whether it traces only
 once ``torch._dynamo`` is imported (``patches._watch_dynamo_import``). Their frames say ``__tracebackhide__`` so
-that pytest and IPython leave them out.
+that pytest and IPython leave them out. (Swapping ``Module.__call__`` itself
+between steps would cost more than it saves: setting a dunder on nn.Module
+updates the call slot of every subclass, ~30 us.)
 """
 
 from __future__ import annotations
@@ -26,8 +35,7 @@ from time import perf_counter
 from typing import Any
 
 from torchdoctor.runtime.checks.keepers import frame_hint
-from torchdoctor.runtime.timeline import BACKWARD, DATA, FOLLOW_WAIT, FORWARD, MAX_STEPS, OPTIMIZER, OTHER, TIMED_EVERY, \
-    TIMED_FIRST
+from torchdoctor.runtime.timeline import BACKWARD, DATA, FOLLOW_WAIT, FORWARD, MAX_STEPS, OPTIMIZER, OTHER
 
 
 def module_call(session: Any, orig: Any) -> Any:
@@ -50,6 +58,23 @@ def module_call(session: Any, orig: Any) -> Any:
             return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
         if dynamo[0] and compiling():
             return orig(module, *args, **kwargs)
+        if not session._armed:  # a step the watch does not audit (timeline.py): a root in the state last seen passes
+            info = roots.get(id(module))
+            if info is not None:
+                st = info[4]
+                if st is None or ((seg := st.segment) is not None and seg.settled and seg.training == module.training
+                                  and seg.grad is grad_enabled() and seg.pass_id == session._pass_id):
+                    timeline.forwards += 1
+                    session._busy = True
+                    try:
+                        impl = module._compiled_call_impl
+                        return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
+                    except Exception as error:
+                        session.on_root_error(error, module, args, kwargs)
+                        raise
+                    finally:
+                        session._busy = False
+            session.arm()  # a new root, a move, or another mode: audited from here to the end of the step
         tl = timeline
         if tl.timed and tl.phase != FORWARD:  # Timeline.enter, in place (on a timed step: timeline.py)
             now = perf_counter()
@@ -86,6 +111,8 @@ def module_call(session: Any, orig: Any) -> Any:
 
 
 def backward(session: Any, orig: Any) -> Any:
+    """In torch.autograd while the watch audits a step, or the loss check looks at the passes after a tag
+    (``session.arm``, ``session.disarm``); torch's own otherwise."""
     timeline, grads, losses, since = session.timeline, session._grads, session._losses, session._since_backward
     where = session.call_location
 
@@ -101,8 +128,8 @@ def backward(session: Any, orig: Any) -> Any:
             grads.before_backward()
         tl = timeline
         passes = tl.backwards = tl.backwards + 1
-        if passes >= losses.due:  # else a backward the loss check does not look at (it samples: checks/losses.py)
-            losses.on_backward(tensors, where, frame_hint, passes)
+        if not losses.done:
+            losses.on_backward(tensors, where, frame_hint, passes, tl.count + 1 if tl.count else passes, session._armed)
         if since:
             session._modes.on_backward()
         facts = session._facts
@@ -128,13 +155,15 @@ def backward(session: Any, orig: Any) -> Any:
             session._busy = busy
             if grads.waiting:
                 grads.after_backward()
+            if not session._armed and not (losses.looking or losses.every):
+                session.backward_off()  # the loss check's look is over: torch's own backward until the next audit
 
     return backward
 
 
 def step_pre(session: Any) -> Any:
-    """The global optimizer step pre-hook: the optimizer phase begins. In torch's dict only for the steps that need
-    it (``step_post`` puts it there): a timed step, or one that the gradient check is armed for."""
+    """The global optimizer step pre-hook: the optimizer phase begins. In torch's dict only while the watch audits a
+    step (``session.arm``): a timed step, or one that the gradient check follows."""
     timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session.call_location
 
     def on_step_pre(opt: Any, args: Any = None, kwargs: Any = None) -> None:
@@ -146,7 +175,7 @@ def step_pre(session: Any) -> Any:
             tl.sums[tl.phase] += now - tl._mark
             tl._mark = now
             tl.phase = OPTIMIZER
-        if grads.waiting:  # only an armed gradient check has something to look at before a step
+        if grads.waiting:  # only a followed step has something to look at before the step
             grads.on_step_pre(opt, where, args, kwargs)
         if session._step_location is None:
             session._step_location = where()
@@ -154,71 +183,67 @@ def step_pre(session: Any) -> Any:
     return on_step_pre
 
 
-def step_post(session: Any, pre: Any, on_step_pre: Any) -> Any:
+def step_post(session: Any) -> Any:
     """The global optimizer step post-hook: the first optimizer seen (the primary) ends a step.
 
-    It also keeps the pre-hook ``on_step_pre`` (registered as ``pre``, the handle that removes it on exit) in
-    torch's dict of global pre-hooks only while steps need it: a step whose phases are timed, or one that an armed
-    gradient check (``grads.waiting``) looks at; the others, most steps of a long run, skip its call. Both change
-    only here, so it asks after each step that may change them, and takes the hook out or puts it back under the
-    same key."""
+    On a step the watch does not audit, and before one it does not audit either, that is all it does: the step's
+    total time. At the end of the others it decides whether the next step is audited (``session.arm``, or
+    ``session.disarm``): each of the first steps, the timeline's audit steps, a step after one that waited for data,
+    and every step while the gradient check confirms a miss or the loss check has found a kept loss."""
     timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session._where
     reads_memory = session._reads_memory
-    pre_hooks, key = pre.hooks_dict_ref(), pre.id
 
     def on_step_post(opt: Any, args: Any = None, kwargs: Any = None) -> None:
+        now = perf_counter()
+        tl = timeline
+        primary = session._primary
+        # neither this step nor the next is audited, the primary optimizer stepped, no reading is due: the step's
+        # total time is all (Timeline.end_step, in place)
+        if not session._armed and tl.count + 2 != tl.audit and primary is not None and primary() is opt \
+                and not reads_memory and now < session._rss_next:
+            count = tl.count = tl.count + 1
+            if session._autocast_now:
+                session._autocast_steps += 1
+            if tl._stride == 1 or count % tl._stride == 0:
+                tl._rows.append((count, now - tl._start))
+            tl._start = now
+            return
         if narrowed is not None and narrowed() is not opt:
             return
-        now = perf_counter()
-        primary = session._primary
-        tl = timeline
         if primary is None or primary() is not opt:
             if not session._new_primary(opt, now):
-                grads.on_step_post(opt, where)
-                if tl.timed or grads.waiting:
-                    pre_hooks[key] = on_step_pre
-                else:
-                    pre_hooks.pop(key, None)
+                if session._armed:
+                    grads.on_step_post(opt, where)
                 return  # another optimizer's step (GAN) is part of this step
-            grads.on_step_post(opt, where, primary=True)  # a new primary: the countdown was the former one's
-            ask = True
-        elif grads.skip:  # a step the gradient check does not follow (it samples: checks/grads.py)
-            grads.skip -= 1
-            ask = False
-        else:
-            grads.on_step_post(opt, where, primary=True)
-            ask = True
         if session._autocast_now:
             session._autocast_steps += 1
         if reads_memory or now >= session._rss_next:
             memory, rss = session._step_readings(now)
         else:
             memory = rss = None
-        count = tl.count = tl.count + 1  # Timeline.end_step, in place
+        count = tl.count = tl.count + 1
         if tl.timed:
             sums = tl.sums
             sums[tl.phase] += now - tl._mark
-            row = (count, now - tl._start, sums[0], sums[1], sums[2], sums[3], memory, rss)
+            tl._rows.append((count, now - tl._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
             tl.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # a new list costs less than zeroing this one in place
-            tl.timed = count < TIMED_FIRST or (count + 1) % TIMED_EVERY == 0 or sums[0] > FOLLOW_WAIT * (now - tl._start)
-            tl._mark = now
-            tl.phase = OTHER
-            ask = True
+            tl.timed = tl.next_timed(count, sums[0] > FOLLOW_WAIT * (now - tl._start))
             if len(tl._rows) >= MAX_STEPS:  # looked at on timed steps only: a few rows more at most
                 tl.thin()
-        else:  # a step not timed (sampling): its total only; its phase stayed OTHER, and no mark is needed
-            row = (count, now - tl._start, None, None, None, None, memory, rss)
-            if (count + 1) % TIMED_EVERY == 0:
-                tl.timed = ask = True
-                tl._mark = now
-        if tl._stride == 1 or count % tl._stride == 0:
-            tl._rows.append(row)
-        tl._start = now
-        if ask:
-            if tl.timed or grads.waiting:
-                pre_hooks[key] = on_step_pre
-            else:
-                pre_hooks.pop(key, None)
+        else:  # a step not timed (sampling): its total only; its phase stayed OTHER
+            if tl._stride == 1 or count % tl._stride == 0:
+                tl._rows.append((count, now - tl._start, None, None, None, None, memory, rss))
+            tl.timed = count + 1 == tl.audit
+        tl._mark = tl._start = now
+        tl.phase = OTHER
+        if tl.timed or grads.every or session._losses.every:
+            grads.on_step_post(opt, where)  # the next step is followed: its gradient must be reset before backward
+            if not session._armed:
+                session.arm()
+        else:
+            if grads.waiting:
+                grads.pause()
+            session.disarm()
 
     return on_step_post
 

@@ -1,7 +1,8 @@
 """The watch session: installs global hooks and patches, routes events to the checks, removes them all.
 
 Per step only root module calls (the model, the loss), backward and the
-optimizer's step hooks do work (``hot.py``), and little: what a module is gets read once
+optimizer's step hooks do work (``hot.py``), and little, and past the first
+steps only on the audited ones (``arm``/``disarm``): what a module is gets read once
 per ``Module._apply``, stack walks happen when a location is first needed, and
 device comparisons only once a call has failed. Only weak references to the
 user's modules, optimizers and tensors are kept once a call returns; one
@@ -124,8 +125,31 @@ class WatchSession:
         self._autocast_now = False
         self._where = self.call_location  # one bound method, handed to the checks at every step
         self._dynamo_seen = [False]  # torch._dynamo imported (before or during the session): see patches.install
+        self._armed = True  # this step is audited: the wrappers do their work (``arm``; each of the first steps)
+        self._switches: tuple[Any, ...] = ()
         self._patches = patches.install(self)
         self._probe_obj.start_sync_watch(self._on_sync)
+
+    # -- audited steps (timeline.py) ----------------------------------------
+    def arm(self) -> None:
+        """From now to the end of the step (``hot.step_post`` decides about the next one), the wrappers do their
+        work: module calls are read, the watch's backward and step pre-hook are in."""
+        hooks, key, pre, autograd, backward, _ = self._switches
+        self._armed = True
+        hooks[key] = pre
+        autograd.backward = backward
+
+    def disarm(self) -> None:
+        """A step that is not audited comes: torch's own backward (unless the loss check still looks at the passes
+        after a tag: ``hot.backward`` takes itself out when it is done), no step pre-hook, module calls pass."""
+        hooks, key, _, autograd, _, original = self._switches
+        self._armed = False
+        hooks.pop(key, None)
+        if not (self._losses.looking or self._losses.every):
+            autograd.backward = original
+
+    def backward_off(self) -> None:
+        self._switches[3].backward = self._switches[5]
 
     # -- events (called from hooks; keep them cheap) ------------------------
     def on_root_error(self, error: BaseException, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

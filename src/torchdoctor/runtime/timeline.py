@@ -10,12 +10,15 @@ step of the first optimizer seen (``hot.step_post`` does ``end_step`` in place).
 then every n-th.
 
 Phases are timed (``timed``) at each of the first ``TIMED_FIRST`` steps, then at
-one step in ``TIMED_EVERY``, and at every step after a timed one whose data wait
-was over ``FOLLOW_WAIT`` of it (a starving input pipeline, TD606, is followed
-step by step); the other steps cost the hooks one flag read and keep only
-their total time (phases None). Every step is counted and has its total; the
-shares and TD606's wait come from the timed steps (``stats()`` says how
-many: ``timed_steps``). Host memory is read at each of the first
+the audit steps (``audit``: the next one), which come ``AUDIT_GAPS`` steps apart in
+turn (8, then 9: a cycle of 17, a prime, so that they fall on every position of
+an epoch of any shorter length), and at every step after a timed one whose data
+wait was over ``FOLLOW_WAIT`` of it (a starving input pipeline, TD606, is
+followed step by step). A timed step is an audited one: the watch's wrappers
+do their every-call work on it only (``hot.py``); the other steps cost them a
+flag read and keep only their total time (phases None). Every step is counted
+and has its total; the shares and TD606's wait come from the timed steps
+(``stats()`` says how many: ``timed_steps``). Host memory is read at each of the first
 ``RSS_FIRST_STEPS`` steps, then at most every ``RSS_EVERY_S`` seconds (a
 read costs a system call, a step may cost less), so a step without a
 reading has ``rss=None``.
@@ -31,7 +34,7 @@ MAX_STEPS = 5000
 RSS_EVERY_S = 0.05
 RSS_FIRST_STEPS = 16  # host memory is read at each of these, so that a short run has readings too
 TIMED_FIRST = 64  # every step's phases are timed up to here
-TIMED_EVERY = 8  # then one step in this many (a power of two: ``thin`` keeps multiples of it)
+AUDIT_GAPS = (8, 9)  # then steps this far apart, in turn, are audited (timed and checked)
 FOLLOW_WAIT = 0.2  # a timed step that waited this share of its time for data: the next one is timed too
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
@@ -41,10 +44,10 @@ DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
 class Step:
     index: int
     total: float
-    data: float | None  # the phases: None on a step that was not timed (sampling)
-    forward: float | None
-    backward: float | None
-    optimizer: float | None
+    data: float | None = None  # the phases: None on a step that was not timed (sampling)
+    forward: float | None = None
+    backward: float | None = None
+    optimizer: float | None = None
     memory: int | None = None
     rss: int | None = None
 
@@ -61,10 +64,11 @@ class Step:
 
 class Timeline:
     __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase",
-                 "timed")
+                 "timed", "audit", "_gaps")
 
     def __init__(self) -> None:
-        self._rows: list[tuple[Any, ...]] = []  # Step fields as plain tuples: built every step, so kept cheap
+        # Step fields as plain tuples, built every step, so kept cheap: (index, total) for a step with no more
+        self._rows: list[tuple[Any, ...]] = []
         self.count = 0
         self.batches = 0
         self.forwards = 0
@@ -74,6 +78,8 @@ class Timeline:
         self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds of this step, by phase
         self.phase = OTHER
         self.timed = True  # this step's phases are timed (the hooks read the clock at each phase change)
+        self.audit = TIMED_FIRST + AUDIT_GAPS[0]  # the next audited step after the first TIMED_FIRST
+        self._gaps = 1  # audits scheduled so far (which gap comes next)
 
     @property
     def steps(self) -> list[Step]:
@@ -93,22 +99,32 @@ class Timeline:
             sums[self.phase] += now - self._mark
             row: tuple[Any, ...] = (count, now - self._start, sums[0], sums[1], sums[2], sums[3], memory, rss)
             self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]
-            self.timed = count < TIMED_FIRST or (count + 1) % TIMED_EVERY == 0 or sums[0] > FOLLOW_WAIT * (now - self._start)
+            self.timed = self.next_timed(count, sums[0] > FOLLOW_WAIT * (now - self._start))
             self._mark = now
             self.phase = OTHER
             if len(self._rows) >= MAX_STEPS:  # looked at on timed steps only: a few rows more at most
                 self.thin()
+            self._rows.append(row)
         else:  # no phase changes on a step not timed: it stays OTHER, and the mark is needed only before a timed one
             row = (count, now - self._start, None, None, None, None, memory, rss)
-            if (count + 1) % TIMED_EVERY == 0:
+            if count + 1 == self.audit:
                 self.timed = True
                 self._mark = now
-        if self._stride == 1 or count % self._stride == 0:
-            self._rows.append(row)
+            if self._stride == 1 or count % self._stride == 0:
+                self._rows.append(row)
         self._start = now
 
+    def next_timed(self, count: int, waited: bool) -> bool:
+        """At the end of step ``count``, a timed one (``waited``: for data, over FOLLOW_WAIT of it): whether the next
+        step is timed. Past the audit step, the next audit is scheduled."""
+        if count >= self.audit:
+            self.audit += AUDIT_GAPS[self._gaps % 2]
+            self._gaps += 1
+        return count < TIMED_FIRST or count + 1 == self.audit or waited
+
     def thin(self) -> None:
-        """Keep every other step from now on (``MAX_STEPS`` kept): the kept counts stay multiples of the stride."""
+        """Keep every other step from now on (``MAX_STEPS`` kept): the steps not timed kept are multiples of the
+        stride; a timed step's row is always kept (its phases are the shares)."""
         self._rows = self._rows[1::2]
         self._stride *= 2
 
@@ -123,7 +139,7 @@ class Timeline:
             "sampled": len(timed) < len(steps),
             "batches": self.batches,
             "forward_calls": self.forwards,
-            "backward_calls": self.backwards,
+            "backward_calls_audited": self.backwards,  # the backward passes the watch saw: hot.backward
             "time_s": round(sum(s.total for s in steps), 6),
             "share": {k: (round(v / total, 4) if total else 0.0) for k, v in sums.items()},
             "timeline": [{**asdict(s), "other": s.other, "timed": s.timed} for s in steps],

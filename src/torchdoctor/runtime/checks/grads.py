@@ -5,6 +5,9 @@ must be reset before the next backward adds to it: set to None, replaced,
 or zeroed in place (its version counter moves). Backward passes of other
 losses (GAN generator steps) do not count as a reset. ``step(closure)``
 (LBFGS) zeroes inside the step: each backward of the closure must see a reset.
+The watch follows the audited steps only (timeline.py: each of the first ones,
+then one in 8 or 9), and every step once a gradient was not reset (``every``),
+so that a loop that never zeroes is confirmed on the next step.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from typing import Any
 from torchdoctor.findings import Finding, Location
 
 _CONFIRM = 2  # un-zeroed intervals before reporting
-_FOLLOW = 8  # steps between two followed ones until a miss is seen (then every step is followed)
 
 
 @dataclass(slots=True, eq=False)
@@ -28,11 +30,12 @@ class _Opt:
     zeroed: bool = True
     misses: int = 0
     location: Location | None = None
-    steps: int = 0
 
 
 class GradCheck:
-    """Called at every step and backward: kept to a few attribute reads each."""
+    """Called at the steps and backward passes the watch follows: ``on_step_post`` before a followed step (the
+    gradient it must see reset), ``before_backward``/``after_backward``/``on_step_pre`` in it while ``waiting``;
+    ``pause`` before steps it does not follow."""
 
     def __init__(self) -> None:
         self._opts: dict[int, _Opt] = {}
@@ -40,8 +43,7 @@ class GradCheck:
         self.findings: list[Finding] = []
         self._reported: set[int] = set()
         self._closure_step: _Opt | None = None  # the optimizer whose step(closure) is running
-        self.skip = 0  # steps of the primary optimizer to come that need no call (hot.step_post counts them down)
-        self._skipped: tuple[_Opt, int] | None = None  # whose steps are skipped, and how many were to be
+        self.every = False  # a gradient was not reset, not reported yet: every step is followed until it is confirmed
 
     def _state(self, opt: Any) -> _Opt:
         st = self._opts.get(id(opt))
@@ -74,46 +76,41 @@ class GradCheck:
 
     def _miss(self, st: _Opt, opt: Any) -> None:
         st.misses += 1
+        self.every = id(opt) not in self._reported
         if st.misses >= _CONFIRM and id(opt) not in self._reported:
             self._reported.add(id(opt))
+            self.every = False
             self.findings.append(Finding(
                 "TD404", f"gradients of {type(opt).__name__} are never zeroed: each step adds to the gradients of all previous steps",
                 st.location, "call optimizer.zero_grad() once per step (before backward, or after step)"))
 
-    def on_step_post(self, opt: Any, where: Any = None, primary: bool = False) -> None:
-        """After a step of ``opt``. For the ``primary`` optimizer (the one that ends steps) the caller skips the
-        calls of the ``skip`` steps that follow, which this sets to the steps that need no look."""
+    def on_step_post(self, opt: Any, where: Any = None) -> None:
+        """After a step of ``opt``, before a step the watch follows: its gradient must be reset before the next
+        backward adds to it."""
         st = self._opts.get(id(opt))
         if st is None or st.ref() is not opt:
             st = self._state(opt)
             st.location = where() if where is not None else None  # the optimizer.step() line, for TD404
-        skipped = self._skipped
-        if skipped is not None:  # the calls of skipped steps, counted now
-            self._skipped = None
-            skipped[0].steps += skipped[1] - self.skip
-            self.skip = 0
-        st.steps += 1
-        p = None
-        # the first _FOLLOW steps are all followed (a short run, or zeroing that stops after a warm-up, is judged
-        # on each), then every _FOLLOW-th: a loop that never zeroes shows on the next one (and then every step
-        # is followed, so it is confirmed on the one after); the others cost nothing (skipped) or a counter
-        if st.steps <= _FOLLOW or st.steps % _FOLLOW == 1 or st.misses:
-            p = st.param() if st.param is not None else None
-            if p is None or p.grad is None:
-                p = self._sample(st, opt)
-        if p is None:  # not followed, or no gradient at all: nothing to judge until the next step
+        p = st.param() if st.param is not None else None
+        if p is None or p.grad is None:
+            p = self._sample(st, opt)
+        if p is None:  # no gradient at all: nothing to judge until the next step
             st.grad, st.zeroed, self._closure_step = None, True, None
             if st in self.waiting:
                 self.waiting.remove(st)
-            elif primary and st.steps > _FOLLOW and not st.misses:  # clean until the next followed step
-                self.skip = -st.steps % _FOLLOW  # the steps before the next one with steps % _FOLLOW == 1
-                self._skipped = (st, self.skip) if self.skip else None
             return
         self._closure_step = None
         grad = p.grad
         st.grad, st.version, st.zeroed = weakref.ref(grad), grad._version, False
         if st not in self.waiting:
             self.waiting.append(st)
+
+    def pause(self) -> None:
+        """The next step is not followed: nothing is waiting for a reset."""
+        for st in self.waiting:
+            st.grad, st.zeroed = None, True
+        self.waiting = []
+        self._closure_step = None
 
     def before_backward(self) -> None:
         reset = False

@@ -24,7 +24,7 @@ class _Segment:
     location: Location | None
     trained: bool = False
     batch: bool = False  # its first forward took the current loader batch
-    settled: bool = False  # a backward can teach nothing more: its forwards need no recording (the steady state)
+    settled: bool = False  # trained: a backward can teach nothing more, its forwards need no look (the steady state)
     # the key's parts, which ``hot.module_call`` compares one by one at every root call (no tuple built)
     pass_id: Any = field(init=False)
     training: bool = field(init=False)
@@ -99,14 +99,14 @@ class ModeCheck:
             if grad_only:
                 continue
             if training:
-                st.trained_in_train_mode = seg.settled = True
+                st.trained_in_train_mode = True
             elif grad and st.has_norm and self._left_in_eval(st) and "TD403" not in st.reported and _trainable(st):
                 st.reported.add("TD403")
                 where = self.eval_locations.get(id(st.ref())) or seg.location
                 self.findings.append(Finding(
                     "TD403", f"model `{st.name}` trains in eval mode after model.eval(): dropout/batch-norm stay frozen "
                     "for the rest of training", where, "call model.train() at the start of every training epoch"))
-                seg.settled = True
+            seg.settled = True  # what decides TD403 cannot change inside a segment: its later backward passes teach nothing
         self.since_backward.clear()
 
     def _left_in_eval(self, st: _Root) -> bool:

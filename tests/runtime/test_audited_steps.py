@@ -1,0 +1,110 @@
+"""Past its first steps the watch audits one step in 8 or 9 (timeline.py); on the others its wrappers pass calls
+through (hot.py). What happens on such a step is still seen: a root model in another mode (no_grad, eval, a new
+loader pass), a move, a device error. Each test puts the pitfall on a step that is not audited and asserts so."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import torchdoctor
+from torchdoctor.runtime.timeline import TIMED_FIRST
+
+LATE = TIMED_FIRST + 6  # step 70: neither it nor the next one (71) is audited, the first audit is step 72
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, steps: int) -> None:
+    for _ in range(steps):
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def codes(session) -> list[str]:
+    return sorted({f.code for f in session.findings})
+
+
+def test_an_evaluation_under_no_grad_without_eval_mode_on_an_unaudited_step_is_td402():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        train(model, opt, LATE)
+        assert not s._armed and torch.autograd.backward.__module__ == "torch.autograd"  # torch's own, not audited
+        with torch.no_grad():
+            model(torch.randn(8, 4))
+        train(model, opt, 30)
+    assert codes(s) == ["TD402"]
+
+
+def test_an_evaluation_with_autograd_on_an_unaudited_step_is_td401():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        train(model, opt, LATE)
+        assert not s._armed
+        model.eval()
+        model(torch.randn(8, 4))
+        model.train()
+        train(model, opt, 30)
+    assert codes(s) == ["TD401"]
+
+
+def test_training_left_in_eval_mode_from_an_unaudited_step_on_is_td403():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        train(model, opt, LATE)
+        assert not s._armed
+        model.eval()
+        with torch.no_grad():
+            model(torch.randn(8, 4))
+        train(model, opt, 30)  # model.train() forgotten
+    assert codes(s) == ["TD403"]
+
+
+def test_a_device_error_on_an_unaudited_step_is_explained():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(RuntimeError) as info:
+        with torchdoctor.watch(environment=False) as s:
+            train(model, opt, LATE)
+            assert not s._armed
+            model(torch.randn(8, 4, device="meta"))  # a batch on another device than the model
+    found = [f for f in s.findings if f.code.startswith(("TD2", "TD3"))]
+    assert found and "meta" in found[0].message and "cpu" in found[0].message
+    assert any(found[0].code in note for note in info.value.__notes__)
+
+
+def test_a_model_moved_on_an_unaudited_step_is_read_again():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with pytest.raises(RuntimeError):
+        with torchdoctor.watch(environment=False) as s:
+            train(model, opt, LATE)
+            assert not s._armed
+            model.to("meta")  # the batch below stays on the CPU
+            model(torch.randn(8, 4))
+    assert "TD302" in codes(s)
+
+
+def test_a_clean_loop_that_evaluates_every_few_steps_is_quiet_and_audits_few_steps():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        for epoch in range(12):
+            model.train()  # every epoch, as it should: no flip when it is already in train mode
+            train(model, opt, 25)
+            model.eval()
+            with torch.no_grad():
+                model(torch.randn(8, 4))
+    assert codes(s) == [] and s.stats["steps"] == 300
+    # the first steps, the audits, the two passes after each, and the first step after each evaluation
+    assert s.stats["backward_calls_audited"] < TIMED_FIRST + (300 - TIMED_FIRST) // 2
+    assert s.stats["forward_calls"] == 300 + 12  # every forward is counted, audited or not
