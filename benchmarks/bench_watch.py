@@ -150,7 +150,7 @@ def line(name: str, r: dict[str, list[float]], *, ratio_target: float | None = N
 
 # -- instruction counts under callgrind ---------------------------------------------------------------------
 COUNT_WARM = 80  # steps before a counted run: past a session's start-up work and its checks' every-step beginning
-COUNT_CYCLE = 136  # a counted run's steps are a multiple of the sampled checks' cycles (8 steps; 17 backward passes)
+COUNT_CYCLE = 124  # a counted run's steps are a multiple of the audit cycle (timeline.AUDIT_GAPS: 16 + 15 steps)
 COUNTED = "sys_call_tracing"  # CPython's C function behind sys.call_tracing, which nothing else calls
 
 

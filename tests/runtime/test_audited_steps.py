@@ -1,4 +1,4 @@
-"""Past its first steps the watch audits one step in 8 or 9 (timeline.py); on the others its wrappers pass calls
+"""Past its first steps the watch audits one step in 15 or 16 (timeline.py); on the others its wrappers pass calls
 through (hot.py). What happens on such a step is still seen: a root model in another mode (no_grad, eval, a new
 loader pass), a move, a device error. Each test puts the pitfall on a step that is not audited and asserts so."""
 
@@ -11,7 +11,7 @@ from torch import nn
 import torchdoctor
 from torchdoctor.runtime.timeline import TIMED_FIRST
 
-LATE = TIMED_FIRST + 6  # step 70: neither it nor the next one (71) is audited, the first audit is step 72
+LATE = TIMED_FIRST + 6  # step 70: neither it nor the next one (71) is audited, the first audit is step 80
 
 
 def net() -> nn.Module:

@@ -96,7 +96,7 @@ def test_a_long_clean_loop_that_holds_the_last_loss_is_quiet():
             last = loss  # one graph held for a step is not an accumulation
     assert codes(s) == [] and last is not None and total > 0
     assert s.stats["steps"] == 3 * LATE and s.stats["forward_calls"] == 3 * LATE  # every one counted
-    # the watch saw the first steps' backward passes, then those of one step in 8 or 9 and the two after it
+    # the watch saw the first steps' backward passes, then those of one step in 15 or 16 and the two after it
     assert 64 < s.stats["backward_calls_audited"] < 64 + 3 * (3 * LATE - 64) // 8 + 3
 
 

@@ -35,7 +35,9 @@ def test_every_step_counted_phases_timed_on_sampled_steps():
     audits, step = [], TIMED_FIRST
     while (step := step + AUDIT_GAPS[len(audits) % 2]) <= 200:
         audits.append(step)
-    assert audits[:3] == [TIMED_FIRST + 8, TIMED_FIRST + 17, TIMED_FIRST + 25]  # 8 and 9 apart in turn
+    first, second = AUDIT_GAPS
+    assert all(sum(AUDIT_GAPS) % d for d in range(2, sum(AUDIT_GAPS))) and audits[:3] == [TIMED_FIRST + first, TIMED_FIRST + first + second,
+                                                  TIMED_FIRST + 2 * first + second]  # the gaps in turn, a prime cycle
     assert timed == list(range(1, TIMED_FIRST + 1)) + audits
     assert all(r["data"] is None and r["forward"] is None and r["other"] is None for r in rows if not r["timed"])
     assert all(r["forward"] > 0 and r["backward"] > 0 and r["optimizer"] > 0 for r in rows if r["timed"])

@@ -2,7 +2,7 @@
 
 They run at every module call, backward, optimizer step and batch, so each
 does its work inline, in as few Python operations as it can. Past a
-session's first steps, the watch audits one step in 8 or 9 (timeline.py);
+session's first steps, the watch audits one step in 15 or 16 (timeline.py);
 on the others (``session._armed`` False) the module-call wrapper lets a root
 model in the state last seen (pass, training flag, grad mode) through with a
 few reads, torch's own ``autograd.backward`` is back in place and the step

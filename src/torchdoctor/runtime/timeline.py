@@ -11,7 +11,7 @@ then every n-th.
 
 Phases are timed (``timed``) at each of the first ``TIMED_FIRST`` steps, then at
 the audit steps (``audit``: the next one), which come ``AUDIT_GAPS`` steps apart in
-turn (8, then 9: a cycle of 17, a prime, so that they fall on every position of
+turn (16, then 15: a cycle of 31, a prime, so that they fall on every position of
 an epoch of any shorter length), and at every step after a timed one whose data
 wait was over ``FOLLOW_WAIT`` of it (a starving input pipeline, TD606, is
 followed step by step). A timed step is an audited one: the watch's wrappers
@@ -34,7 +34,7 @@ MAX_STEPS = 5000
 RSS_EVERY_S = 0.05
 RSS_FIRST_STEPS = 16  # host memory is read at each of these, so that a short run has readings too
 TIMED_FIRST = 64  # every step's phases are timed up to here
-AUDIT_GAPS = (8, 9)  # then steps this far apart, in turn, are audited (timed and checked)
+AUDIT_GAPS = (16, 15)  # then steps this far apart, in turn, are audited (timed and checked)
 FOLLOW_WAIT = 0.2  # a timed step that waited this share of its time for data: the next one is timed too
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
