@@ -49,6 +49,7 @@ class Guards:
         self._mode_memo: dict[ast.AST, str] = {}
         self._aliases: set[str] | None = None
         self._counted: set[str] | None = None
+        self._refused: set[str] | None = None
 
     def frame(self, node: ast.AST) -> Frame | None:
         return self.index.frame.get(node)
@@ -308,10 +309,10 @@ class Guards:
             frame = frame.parent
         return False
 
-    @staticmethod
-    def _one_process_branch(test: ast.AST, branch: str | None) -> bool:
+    def _one_process_branch(self, test: ast.AST, branch: str | None) -> bool:
         """The branch a distributed-mode flag leaves to a single process: ``if not train_config.enable_fsdp:``,
-        the ``else`` of ``if args.distributed:``."""
+        the ``else`` of ``if args.distributed:``; or the branch where a mode the process-group setup refuses is
+        on (``if opt.evolve:``, the ``else`` of ``if not opt.evolve:``, see ``refused_flags``)."""
         negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
         inner = test.operand if negated else test  # type: ignore[attr-defined]
         if isinstance(inner, ast.Call) and dotted(inner.func) == "isinstance" and len(inner.args) == 2:
@@ -319,7 +320,30 @@ class Guards:
             if all((dotted(w) or "").rsplit(".", 1)[-1] in _DISTRIBUTED_WRAPPERS for w in wrappers):
                 return branch == ("body" if negated else "else")  # ``if isinstance(model, FSDP): ... else:``
             return False
-        return bool(_DISTRIBUTED_FLAG.search(dotted(inner) or "")) and branch == ("body" if negated else "else")
+        name = dotted(inner) or ""
+        if name and name in self.refused_flags():
+            return branch == ("else" if negated else "body")
+        return bool(_DISTRIBUTED_FLAG.search(name)) and branch == ("body" if negated else "else")
+
+    def refused_flags(self) -> set[str]:
+        """Flags that the code starting the process group asserts off (``assert not opt.evolve`` in the block
+        that calls ``init_process_group``): where one is on, the program runs as a single process."""
+        if self._refused is None:
+            out: set[str] = set()
+            asserts = self.index.by_type.get(ast.Assert, ())
+            if asserts:
+                frame = self.index.frame
+                inits = {(f.node, f.branch) for c in self.index.by_type.get(ast.Call, ())
+                         if isinstance(c.func, (ast.Name, ast.Attribute))  # type: ignore[attr-defined]
+                         and (c.func.id if isinstance(c.func, ast.Name) else c.func.attr) == "init_process_group"  # type: ignore[attr-defined]
+                         and (f := frame[c]) is not None}
+                for a in asserts:
+                    test = a.test  # type: ignore[attr-defined]
+                    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and (name := dotted(test.operand)) \
+                            and (frame[a].node, frame[a].branch) in inits:
+                        out.add(name)
+            self._refused = out
+        return self._refused
 
     def _early_exit_on_rank(self, func: ast.AST, node: ast.AST) -> bool:
         """An ``if not is_root: return`` before ``node`` in its function's body or in a block around it."""
