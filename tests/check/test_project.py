@@ -203,6 +203,67 @@ def test_a_save_guarded_by_rank_in_the_caller_module(project: Path) -> None:
     assert codes(results, "ckpt_ddp.py") == [(6, "TD703")]  # nobody guards it: every rank writes
 
 
+def test_a_writer_class_that_the_ddp_scripts_make_on_rank_zero_only(project: Path) -> None:
+    write(project, {
+        "loggers.py": """\
+            import os
+
+            import torch
+
+            RANK = int(os.getenv("RANK", "-1"))  # (a module of the DDP program: its own writes are judged)
+
+
+            class CsvLog:
+                def __init__(self, path):
+                    self.path = path
+
+                def row(self, values):
+                    with open(self.path, "a") as f:
+                        f.write(",".join(map(str, values)))
+
+
+            class TextLog:
+                def __init__(self, path):
+                    self.path = path
+
+                def line(self, text):
+                    with open(self.path, "a") as f:
+                        f.write(text)
+            """,
+        "train.py": """\
+            import os
+            import torch.distributed as dist
+            from contextlib import nullcontext
+            from loggers import CsvLog, TextLog
+
+            RANK = int(os.getenv("RANK", "-1"))
+
+
+            def main(epochs):
+                dist.init_process_group("gloo")
+                log = CsvLog("results.csv") if RANK in (-1, 0) else None
+                with nullcontext():
+                    text = TextLog("notes.txt")
+                for epoch in range(epochs):
+                    if log:
+                        log.row([epoch])
+                    text.line(str(epoch))
+            """,
+        "tune.py": """\
+            import os
+            import torch.distributed as dist
+            from loggers import TextLog
+
+            def tune():
+                dist.init_process_group("gloo")
+                if int(os.environ["RANK"]) == 0:
+                    TextLog("tune.txt").line("start")
+            """,
+    })
+    results = check_files(["loggers.py", "train.py", "tune.py"], Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "loggers.py") == [(22, "TD703")]  # CsvLog exists on rank 0 only; train.py makes a TextLog everywhere
+
+
 def test_a_device_parameter_that_callers_give_a_gpu(project: Path) -> None:
     write(project, {
         "engine.py": """\

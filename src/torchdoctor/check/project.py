@@ -228,6 +228,13 @@ class Project:
         records = self._callers(sem, func)
         return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
 
+    def made_on_rank_zero(self, sem: SemanticModel, init: ast.AST) -> bool | None:
+        """Whether every module that makes an object of ``init``'s class makes it on the main process only
+        (``Logger(...) if rank == 0 else None``); None when no other module makes one. (A caller that is no DDP
+        program is not excused: an ``accelerate launch`` script runs on every process too.)"""
+        records = self._callers(sem, init)
+        return all(r.rank_zero_only for r in records) if records else None
+
     def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
         """A call of ``func`` from the epoch or batch loop of a DDP program in another module that runs on every
         rank (no rank guard)."""

@@ -397,6 +397,9 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     func = sem.function_of(node)
     if func is None or depth > 4:
         return False
+    cls = sem.class_of(func)
+    if cls is not None and _made_on_one_rank(ctx, cls):
+        return True
     calls = sem.call_sites(func)
     if calls:
         return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
@@ -407,8 +410,24 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
         return all(_rank_guarded(ctx, c, depth + 1) for c in entries)  # type: ignore[arg-type]
     if refs:
         return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
-    return sem.project is not None and sem.class_of(func) is None and \
-        bool(sem.project.callers_rank_guarded(sem, func))  # type: ignore[attr-defined]
+    return sem.project is not None and cls is None and bool(sem.project.callers_rank_guarded(sem, func))  # type: ignore[attr-defined]
+
+
+def _made_on_one_rank(ctx: Context, cls: ast.ClassDef) -> bool:
+    """Every object of ``cls`` is made on the main process only (``Logger(...) if rank == 0 else None``), here
+    and in the modules that import it, and the class is not handed around otherwise: its methods run on one rank."""
+    sem = ctx.semantic
+    refs = sem.reads_of(cls.name)
+    made = [p for r in refs if isinstance(p := sem.parent(r), ast.Call) and p.func is r]
+    if len(made) != len(refs) or not all(sem.guards.only_on_rank_zero(c) for c in made):
+        return False
+    if sem.project is None:
+        return bool(made)
+    init = next((f for f in sem.functions.get("__init__", []) if sem.class_of(f) is cls), None)
+    if init is None:
+        return False  # (the modules that make one are found through its ``__init__``)
+    elsewhere = sem.project.made_on_rank_zero(sem, init)  # type: ignore[attr-defined]
+    return bool(made) if elsewhere is None else elsewhere
 
 
 _WRITERS = ("save", "savez", "savez_compressed", "savetxt", "open", "write_text", "write_bytes", "save_pretrained")

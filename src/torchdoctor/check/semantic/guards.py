@@ -309,6 +309,45 @@ class Guards:
             frame = frame.parent
         return False
 
+    def only_on_rank_zero(self, node: ast.AST) -> bool:
+        """Stricter than ``under_rank_guard``: only the main process gets here, so what is made here exists on no
+        other rank. The branch of a rank test that holds rank 0 (``if rank == 0:``, ``x if is_main else None``, the
+        ``else`` of ``if rank != 0:``), a one-process branch, after ``if rank != 0: return``, in a ``@rank_zero_only``
+        function; not a ``with zero_first(rank):`` block (every rank runs it, rank 0 first), nor the other branch."""
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            if frame.kind == IF and self.rank_test(frame.node.test):  # type: ignore[attr-defined]
+                if self._rank_zero_branch(frame.node.test) == frame.branch:  # type: ignore[attr-defined]
+                    return True
+            elif frame.kind == IF and self._one_process_branch(frame.node.test, frame.branch):  # type: ignore[attr-defined]
+                return True
+            if frame.kind == FUNCTION:
+                func = frame.node
+                if any(_RANK_DECORATOR.search(self.segment(d)) for d in func.decorator_list):  # type: ignore[attr-defined]
+                    return True
+                if self._early_exit_on_rank(func, node):
+                    return True
+            frame = frame.parent
+        return False
+
+    def _rank_zero_branch(self, test: ast.AST) -> str | None:
+        """The branch of a rank test that rank 0 takes: "body" for ``rank == 0``, ``RANK in {-1, 0}``,
+        ``is_main_process()``; "else" for ``rank != 0``, ``not is_master``; None when the test does not say."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._rank_zero_branch(test.operand)
+            return None if inner is None else "else" if inner == "body" else "body"
+        if isinstance(test, ast.BoolOp):
+            sides = {self._rank_zero_branch(v) for v in test.values if self.rank_test(v)}
+            return "body" if isinstance(test.op, ast.And) and sides == {"body"} else None
+        if isinstance(test, ast.Compare):
+            if len(test.ops) != 1:
+                return None
+            op = test.ops[0]
+            if isinstance(op, (ast.Eq, ast.In, ast.LtE, ast.Lt)):
+                return "body"
+            return "else" if isinstance(op, (ast.NotEq, ast.NotIn, ast.Gt, ast.GtE)) else None
+        return "body" if isinstance(test, (ast.Name, ast.Attribute, ast.Call)) else None
+
     def _one_process_branch(self, test: ast.AST, branch: str | None) -> bool:
         """The branch a distributed-mode flag leaves to a single process: ``if not train_config.enable_fsdp:``,
         the ``else`` of ``if args.distributed:``; or the branch where a mode the process-group setup refuses is

@@ -74,7 +74,7 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop")
+                 "line", "in_loop", "rank_zero_only")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -85,11 +85,13 @@ class CallRecord(FrozenRecord):
     path: str  # the calling module
     line: int
     in_loop: bool  # inside the caller's epoch or batch loop (a training run's checkpoint, not a library's API)
+    rank_zero_only: bool  # only the main process makes the call (``Logger(...) if rank == 0 else None``)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
-                 line: int = 0, in_loop: bool = False) -> None:
-        self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop)
+                 line: int = 0, in_loop: bool = False, rank_zero_only: bool = False) -> None:
+        self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
+                   rank_zero_only)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -169,7 +171,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                                                  all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
         in_loop = sem.enclosing_loop(call, "epoch") is not None or sem.enclosing_loop(call, "batch") is not None
         out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
-                              accelerator and _per_step(sem, call), sem.path, call.lineno, in_loop))
+                              accelerator and _per_step(sem, call), sem.path, call.lineno, in_loop,
+                              guarded and sem.guards.only_on_rank_zero(call)))
     return out
 
 
