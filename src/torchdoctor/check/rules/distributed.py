@@ -384,6 +384,47 @@ def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool
                                for g, site in zip(given, sites))
 
 
+def _write_target(ctx: Context, call: ast.Call) -> ast.AST | None:
+    """The file a write names: ``np.save(path, ...)``, ``torch.save(obj, path)``, ``open(path, "w")``,
+    ``path.write_text(...)``."""
+    name = ctx.call_name(call) or ""
+    if name == "torch.save":
+        return _arg(call, "f", 1)
+    if name in _SAVERS or name == "open":
+        return call.args[0] if call.args else None
+    return call.func.value if isinstance(call.func, ast.Attribute) else None
+
+
+def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
+    """A dataset's cache of sample ``i``, written in ``__getitem__(self, i)`` to a file named after ``i``
+    (``np.save(self.npy_files[i], im)``), in a module that shards the indices with a DistributedSampler:
+    each rank reads, and writes, the files of its own samples."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    if func is None or func.name != "__getitem__" or sem.class_of(func) is None or len(func.args.args) < 2:
+        return False
+    target = _write_target(ctx, call)
+    if target is None or not sem.calls_named("DistributedSampler"):
+        return False
+    index = func.args.args[1].arg
+
+    def from_index(expr: ast.AST, depth: int) -> bool:
+        for n in sem.subtree(expr):
+            if not isinstance(n, ast.Name):
+                continue
+            b = sem.binding_at(n.id, n)
+            if b is None:
+                continue
+            if b.is_param:
+                if n.id == index and b.node is func:
+                    return True
+            elif b.value is not None and depth < 3 and sem.function_of(b.node) is func and from_index(b.value, depth + 1):
+                return True
+        return False
+
+    return from_index(target, 0)
+
+
 def _rank_aliases(ctx: Context) -> set[str]:
     return ctx.semantic.guards.rank_aliases()
 
@@ -495,7 +536,8 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     not behind a rank test (`if rank == 0:`, `is_main_process()`, an early `if rank != 0: return`) here
     or at every call of the enclosing function."""
     what = _write_site(ctx, node)
-    if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node):
+    if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
+            or _per_sample_file(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
     if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node):
