@@ -228,6 +228,10 @@ class Project:
         records = self._callers(sem, func)
         return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
 
+    def has_callers(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """Some other module of the project calls ``func``."""
+        return bool(self._callers(sem, func))
+
     def made_on_rank_zero(self, sem: SemanticModel, init: ast.AST) -> bool | None:
         """Whether every module that makes an object of ``init``'s class makes it on the main process only
         (``Logger(...) if rank == 0 else None``); None when no other module makes one. (A caller that is no DDP

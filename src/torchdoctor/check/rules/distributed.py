@@ -7,7 +7,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import call_argument, dotted, is_true, keyword, string_value
+from torchdoctor.check.astutil import call_argument, dotted, is_true, keyword, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -425,6 +425,44 @@ def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
     return from_index(target, 0)
 
 
+def _falsy(expr: ast.AST | None) -> bool:
+    return isinstance(expr, ast.Constant) and not expr.value
+
+
+def _no_caller_takes(ctx: Context, call: ast.Call) -> bool:
+    """The write runs only when a flag parameter with a false default is set (inside ``if probe:``, or after
+    ``if not probe: return ...``), and every call of its function in the file leaves the flag false; no other
+    module calls the function, and it is not handed around by name."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    if func is None or sem.class_of(func) is not None:
+        return False
+    flags = set()
+    frame = sem.frame(call)
+    while frame is not None and frame.node is not func:
+        test = getattr(frame.node, "test", None)
+        if frame.kind == "if" and frame.branch == "body" and isinstance(test, ast.Name):
+            flags.add(test.id)
+        frame = frame.parent
+    for stmt in sem.index.earlier_statements(call, func):
+        test = getattr(stmt, "test", None)
+        if isinstance(stmt, ast.If) and isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and \
+                isinstance(test.operand, ast.Name) and stmt.body and isinstance(stmt.body[-1], ast.Return):
+            flags.add(test.operand.id)
+    flags = {f for f in flags if _falsy(param_default(func, f)) and
+             (b := sem.binding_at(f, call)) is not None and b.is_param and b.node is func}
+    sites = sem.call_sites(func)
+    if not flags or not sites or len(sem.reads_of(func.name)) != len(sites):
+        return False
+    if any(isinstance(a, ast.Starred) for s in sites for a in s.args) or \
+            any(k.arg is None for s in sites for k in s.keywords):
+        return False  # (``f(*args)``, ``f(**opts)``: the flag may be given)
+    if not all(any(_falsy(g) if (g := call_argument(s, func, f)) is not None else True for f in flags)  # type: ignore[arg-type]
+               for s in sites):
+        return False
+    return sem.project is None or not sem.project.has_callers(sem, func)  # type: ignore[attr-defined]
+
+
 def _rank_aliases(ctx: Context) -> set[str]:
     return ctx.semantic.guards.rank_aliases()
 
@@ -537,7 +575,7 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     or at every call of the enclosing function."""
     what = _write_site(ctx, node)
     if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
-            or _per_sample_file(ctx, node):
+            or _per_sample_file(ctx, node) or _no_caller_takes(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
     if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node):
