@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name, \
+from torchdoctor.check.astutil import call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name, \
     string_value, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
@@ -119,14 +119,30 @@ def _scatters_inputs(ctx: Context, call: ast.Call) -> bool:
     sem = ctx.semantic
     key = dotted(call.func)
     b = sem.binding_at(key, call) if key else None
+    if b is not None and b.is_param and isinstance(key, str) and "." not in key:
+        # ``validate(val_loader, model, ...)`` where every call in the file passes ``nn.DataParallel(net).cuda()``
+        sites = sem.call_sites(b.node)
+        if sites:
+            given = [call_argument(site, b.node, key) for site in sites]  # type: ignore[arg-type]
+            return all(g is not None and _data_parallel_value(ctx, g, site) for g, site in zip(given, sites))
     if b is not None and b.is_param and sem.project is not None:
         # ``train_epoch(..., model, ...)`` called by a module that wraps the model in DataParallel
         # (``model = make_data_parallel(model, ...)`` in main.py): the same scatter, out of this file's sight
         return sem.project.callers_mention(sem, b.node, _DATA_PARALLEL)  # type: ignore[attr-defined]
     value = b.value if b is not None and not b.is_param else None
-    return value is not None and any(
-        isinstance(n, ast.Call) and (ctx.call_name(n) or "").rsplit(".", 1)[-1] == "DataParallel"
-        for n in sem.subtree(value))
+    return value is not None and _data_parallel_value(ctx, value, call)
+
+
+def _data_parallel_value(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
+    """``nn.DataParallel(net).cuda()``, or a name bound to one."""
+    sem = ctx.semantic
+    if isinstance(value, ast.Name):
+        b = sem.binding_at(value.id, at)
+        if b is None or b.is_param or b.value is None:
+            return False
+        value = b.value
+    return any(isinstance(n, ast.Call) and (ctx.call_name(n) or "").rsplit(".", 1)[-1] == "DataParallel"
+               for n in sem.subtree(value))
 
 
 _DATA_PARALLEL = lazy(r"(?i)\bDataParallel\(|data_parallel\(")
