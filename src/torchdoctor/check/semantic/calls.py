@@ -120,7 +120,9 @@ class Calls:
             return []
         if key and (key.split(".")[0] in self.names.modules or self.kinds.kind_of(key, call) is not None):
             return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
-        return [f for f in self.functions.get(func.attr, []) if self.class_of(f) is not None]
+        # (an attribute of ``self`` holds another object: ``self.ret_rms.update(x)`` is not this class's ``update``)
+        own = self.class_of(call) if key.startswith("self.") else None
+        return [f for f in self.functions.get(func.attr, []) if (c := self.class_of(f)) is not None and c is not own]
 
     def _bases(self, cls: ast.AST | None) -> list[ast.AST]:
         """The base classes of ``cls`` that this file defines."""
