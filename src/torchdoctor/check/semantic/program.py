@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import re
 
 from torchdoctor.check.astutil import call_argument, dotted, method_name, string_value
 from torchdoctor.check.patterns import lazy
@@ -218,8 +219,17 @@ def _gpu_only_imports(sem: SemanticModel) -> list[ast.AST]:
 def _imported_before(sem: SemanticModel, imp: ast.AST, node: ast.AST) -> bool:
     where = sem.function_of(imp)
     if where is None:
-        return sem.index.pos[imp] < sem.index.pos[node] or sem.function_of(node) is not None
+        return sem.index.pos[imp] < sem.index.pos[node] or sem.function_of(node) is not None or _required(sem, imp)
     return where is sem.function_of(node)
+
+
+def _required(sem: SemanticModel, imp: ast.AST) -> bool:
+    """A module-level import the program declares it cannot do without: in a ``try:`` whose ``except
+    ImportError`` raises (``raise ImportError("Please install apex to run this example.")``)."""
+    parent = sem.parent(imp)
+    return isinstance(parent, ast.Try) and any(s is imp for s in parent.body) and any(
+        (h.type is None or re.search(r"ImportError|ModuleNotFoundError|Exception", sem.segment(h.type)))
+        and h.body and isinstance(h.body[-1], ast.Raise) for h in parent.handlers)
 
 
 def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
