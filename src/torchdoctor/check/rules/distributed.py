@@ -71,6 +71,9 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
 # ---- TD704 ---------------------------------------------------------------------
 
 
+_CUDA_PRESENT = ("torch.cuda.is_available", "torch.cuda.device_count")
+
+
 @rule("TD704", calls=("init_process_group",))
 def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     """`init_process_group("nccl")` hard-coded.
@@ -86,6 +89,10 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     backend = _arg(node, "backend", 0)
     if ctx.semantic.chooses_device(node):
         return  # ``if torch.cuda.is_available(): init_process_group("nccl") else: ...``: the CPU has its path
+    if any(isinstance(stmt, ast.Assert) and any(isinstance(n, ast.Call) and (ctx.call_name(n) or "") in _CUDA_PRESENT
+                                                for n in ctx.semantic.subtree(stmt.test))
+           for stmt in ctx.semantic.index.earlier_statements(node)):
+        return  # ``assert torch.cuda.is_available(), "DDP needs CUDA"`` before it: the author states the need
     set_at = _set_to_nccl(ctx, backend, node)
     if (string_value(backend) or "").strip().lower() == "nccl" or set_at is not None:
         where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else ""  # type: ignore[arg-type]
