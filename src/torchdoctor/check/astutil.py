@@ -26,6 +26,10 @@ DTYPES = frozenset({
 
 def dotted(node: ast.AST | None) -> str | None:
     """``self.model`` for an Attribute chain over a Name; None for anything else."""
+    if isinstance(node, ast.Name):  # (most calls: a plain name, or no name at all)
+        return node.id
+    if not isinstance(node, ast.Attribute):
+        return None
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)

@@ -244,8 +244,16 @@ def _scaler_names(ctx: Context) -> set[str]:
 def _scaler_handed_on(ctx: Context) -> bool:
     """``AcceleratedOptimizer(optimizer, scaler=self.scaler)``: the scaler is passed to other code."""
     names = _scaler_names(ctx)
-    return any(dotted(a) in names for c in ctx.semantic.calls for a in [*c.args, *(k.value for k in c.keywords)]
-               if not (isinstance(c.func, ast.Attribute) and dotted(c.func.value) in names))
+    for c in ctx.semantic.calls:  # (loops, not generators: every call of the file)
+        if isinstance(c.func, ast.Attribute) and dotted(c.func.value) in names:
+            continue  # (a scaler's own method call hands nothing on)
+        for a in c.args:
+            if dotted(a) in names:
+                return True
+        for k in c.keywords:
+            if dotted(k.value) in names:
+                return True
+    return False
 
 
 def _scaler_method_calls(ctx: Context, attr: str) -> list[ast.Call]:

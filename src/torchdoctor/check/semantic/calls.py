@@ -28,6 +28,8 @@ _EFFECT_WORDS = frozenset({"backward", "step", "zero_grad", "zero_grad_", "zero_
                            "train", "eval", "empty_cache", "item", "tolist", "cpu", "save_pretrained", "save_state",
                            "save_model", *(s.rsplit(".", 1)[-1] for s in SAVERS)})
 
+_EFFECT_NODES = (ast.Call, ast.Assign, ast.Compare, ast.comprehension)  # what ``node_effects`` may find effects in
+
 
 class Calls:
     """``external(call)`` (given by the project index) returns the summary of a function of another
@@ -362,7 +364,8 @@ class Calls:
         """The effects of running these nodes, through every call among them (see ``effects``)."""
         out: set[str] = set()
         for node in nodes:
-            out.update(self.node_effects(node))
+            if isinstance(node, _EFFECT_NODES):  # (the others have no effect of their own: no generator for them)
+                out.update(self.node_effects(node))
             if isinstance(node, ast.Call):
                 for f in self.resolve(node):
                     out |= self.effects(f, deep)

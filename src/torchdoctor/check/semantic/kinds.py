@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from functools import lru_cache
 
 from torchdoctor.check.astutil import FACTORIES, dotted, method_name, string_value, target_names
 from torchdoctor.check.patterns import lazy
@@ -57,7 +58,11 @@ _WRAPPER_CALLS = {"enumerate", "tqdm", "trange", "iter", "zip", "islice", "track
 
 def kind_from_name(key: str) -> str | None:
     """A weak guess from a name alone (``train_loader`` -> loader), used when nothing better is known."""
-    last = key.rsplit(".", 1)[-1]
+    return _kind_from_last(key.rsplit(".", 1)[-1])
+
+
+@lru_cache(maxsize=4096)  # the same few names are asked about over and over (9 regex searches each)
+def _kind_from_last(last: str) -> str | None:
     if _BUILDER_NAME.match(last):
         return None  # ``get_model``, ``build_optimizer``: a function that makes one, not the thing itself
     for pattern, kind in _NAME_HINTS:

@@ -371,8 +371,10 @@ def accelerator_api(sem: SemanticModel) -> bool:
             return True
         if any((sem.call_name(c) or "") in _LAUNCHERS for c in sem.calls_named("Accelerator", "Fabric", "PartialState")):
             return True
-        return any(node.attr == "device" and (dotted(node.value) or "").rsplit(".", 1)[-1] in ("accelerator", "fabric")  # type: ignore[attr-defined]
-                   for node in sem.of_type(ast.Attribute))
+        for node in sem.of_type(ast.Attribute):  # (a loop, not a generator: it sees every attribute of the file)
+            if node.attr == "device" and (dotted(node.value) or "").rsplit(".", 1)[-1] in ("accelerator", "fabric"):  # type: ignore[attr-defined]
+                return True
+        return False
 
     return sem.cached("accelerator_api", compute)  # type: ignore[no-any-return]
 
