@@ -42,7 +42,7 @@ from torchdoctor.check.semantic.kinds import Kinds
 from torchdoctor.check.semantic.loops import LoopInfo, Loops
 from torchdoctor.check.semantic.names import Names
 from torchdoctor.check.semantic.text import Text
-from torchdoctor.check.semantic.walk import Frame, Index
+from torchdoctor.check.semantic.walk import COMP, FUNCTION, LAMBDA, LOOP, Frame, Index
 
 __all__ = ["SemanticModel"]
 
@@ -271,7 +271,19 @@ class SemanticModel:
         return self.loops_index.get(loop).loader
 
     def enclosing_loop(self, node: ast.AST, kind: str | None = None) -> ast.AST | None:
+        if self._loops is None and not self._in_loop_frame(node):
+            return None  # no loop or comprehension around it in its function: no need to classify the file's loops
         return self.loops_index.enclosing(node, kind)
+
+    def _in_loop_frame(self, node: ast.AST) -> bool:
+        """Some frame around ``node`` in its function is a loop's or a comprehension's (where
+        ``Loops.enclosing`` looks)."""
+        frame = self.index.frame.get(node)
+        while frame is not None and frame.kind not in (FUNCTION, LAMBDA):
+            if frame.kind in (LOOP, COMP):
+                return True
+            frame = frame.parent
+        return False
 
     def loops_around(self, node: ast.AST) -> list[ast.AST]:
         return self.loops_index.loops_around(node)
