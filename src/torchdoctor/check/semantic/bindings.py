@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import ast
 from bisect import bisect_right
+from operator import attrgetter
 
-from torchdoctor.check.astutil import dotted, func_params, method_name, target_names
+from torchdoctor.check.astutil import dotted, func_params, target_names
 from torchdoctor.check.semantic.walk import COMP, Index
 
 __all__ = ["Binding", "Bindings"]
 
 _FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_POS = attrgetter("pos")
 
 
 class Binding:
@@ -109,15 +111,18 @@ class Bindings:
         for node in get(ast.ClassDef, ()):
             self.defined.add(node.name)  # type: ignore[attr-defined]
         for node in get(ast.Call, ()):
-            if method_name(node) in ("parameters", "named_parameters"):
-                key = dotted(node.func.value)  # type: ignore[attr-defined]
+            func = node.func  # type: ignore[attr-defined]
+            if isinstance(func, ast.Attribute) and func.attr in ("parameters", "named_parameters"):
+                key = dotted(func.value)
                 if key:
                     self.param_receivers.add(key)
         for key, found in self.table.items():
-            found.sort(key=lambda b: b.pos)
+            if len(found) > 1:  # (most names are bound once in their scope)
+                found.sort(key=_POS)
             self._positions[key] = [b.pos for b in found]
         for found in self.by_key.values():
-            found.sort(key=lambda b: b.pos)
+            if len(found) > 1:
+                found.sort(key=_POS)
 
     def _collect_comp(self, gen: ast.comprehension) -> None:
         """A comprehension's targets bind inside it only (``x`` in ``[m(x) for x in loader]``)."""
@@ -155,6 +160,8 @@ class Bindings:
 
     def at(self, key: str, at: ast.AST) -> Binding | None:
         """The binding of ``key`` that reaches ``at``: the last one before it in its scope, else the global one."""
+        if key not in self.by_key and key not in self.comp:
+            return None  # bound nowhere in the file (``len``, ``print``, an imported name)
         scope = self._scope_for_key(key, at)
         if scope is None:
             return None

@@ -50,13 +50,14 @@ class Calls:
         self.calls: list[ast.Call] = index.by_type.get(ast.Call, [])  # type: ignore[assignment]
         self.by_name: dict[str, list[ast.Call]] = {}  # the callee's last name -> calls
         self.by_keyword: dict[str, list[ast.Call]] = {}
+        by_name, by_keyword, Name, Attribute = self.by_name.setdefault, self.by_keyword.setdefault, ast.Name, ast.Attribute
         for call in self.calls:
             func = call.func
-            last = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            self.by_name.setdefault(last, []).append(call)
+            last = func.id if isinstance(func, Name) else func.attr if isinstance(func, Attribute) else ""
+            by_name(last, []).append(call)
             for kw in call.keywords:
                 if kw.arg:
-                    self.by_keyword.setdefault(kw.arg, []).append(call)
+                    by_keyword(kw.arg, []).append(call)
         self._resolved: dict[ast.Call, list[ast.AST]] = {}
         self._sites: dict[ast.AST, list[ast.Call]] | None = None
         self._reach: dict[ast.AST, list[ast.AST]] = {}
@@ -100,8 +101,8 @@ class Calls:
             if func.id in self.classes:
                 return self._methods(self.classes[func.id], "__init__")
             return [f for f in self.functions.get(func.id, []) if not self._is_method(f)]
-        if not isinstance(func, ast.Attribute):
-            return []
+        if not isinstance(func, ast.Attribute) or func.attr not in self.functions:
+            return []  # (what a method call may run is a def of its name: most calls have none in the file)
         receiver = func.value
         if isinstance(receiver, ast.Call) and isinstance(receiver.func, ast.Name) and receiver.func.id == "super":
             cls = self.class_of(call)  # ``super().__init__(...)``: the base classes of this file
@@ -120,11 +121,14 @@ class Calls:
             return self._methods(owner, func.attr)
         if func.attr in _TRAIN_METHODS or func.attr.startswith("__"):
             return []
+        methods = [f for f in self.functions[func.attr] if self.class_of(f) is not None]
+        if not methods:
+            return []  # (only functions of that name, no method: no kind to ask)
         if key and (key.split(".")[0] in self.names.modules or self.kinds.kind_of(key, call) is not None):
             return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
         # (an attribute of ``self`` holds another object: ``self.ret_rms.update(x)`` is not this class's ``update``)
         own = self.class_of(call) if key.startswith("self.") else None
-        return [f for f in self.functions.get(func.attr, []) if (c := self.class_of(f)) is not None and c is not own]
+        return methods if own is None else [f for f in methods if self.class_of(f) is not own]
 
     def _bases(self, cls: ast.AST | None) -> list[ast.AST]:
         """The base classes of ``cls`` that this file defines."""

@@ -27,16 +27,18 @@ class Text:
         col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
         if line is None or end_line is None or col is None or end_col is None:
             return ""
+        if line == end_line:  # (most nodes: one line, whose break is not part of it)
+            if end_line > len(self.lines):
+                return ""
+            text = self.lines[line - 1]
+            if text.isascii():
+                return text[col:end_col]
+            return text.encode()[col:end_col].decode("utf-8", "replace")
         lines = self._with_breaks
         if lines is None:
             lines = self._with_breaks = _lines_with_breaks(self.source)
         if end_line > len(lines):
             return ""
-        if line == end_line:
-            text = lines[line - 1]
-            if text.isascii():
-                return text[col:end_col]
-            return text.encode()[col:end_col].decode("utf-8", "replace")
         first = lines[line - 1].encode()[col:].decode("utf-8", "replace")
         last = lines[end_line - 1].encode()[:end_col].decode("utf-8", "replace")
         return first + "".join(lines[line:end_line - 1]) + last
