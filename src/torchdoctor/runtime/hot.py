@@ -191,16 +191,14 @@ def step_post(session: Any) -> Any:
     ``session.disarm``): each of the first steps, the timeline's audit steps, a step after one that waited for data,
     and every step while the gradient check confirms a miss or the loss check has found a kept loss."""
     timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session._where
-    reads_memory = session._reads_memory
+    reads_memory = session._reads_memory  # device memory is read at every step: never the fast path
 
     def on_step_post(opt: Any, args: Any = None, kwargs: Any = None) -> None:
         now = perf_counter()
         tl = timeline
-        primary = session._primary
-        # neither this step nor the next is audited, the primary optimizer stepped, no reading is due: the step's
-        # total time is all (Timeline.end_step, in place)
-        if not session._armed and tl.count + 2 != tl.audit and primary is not None and primary() is opt \
-                and not reads_memory and now < session._rss_next:
+        # neither this step nor the next is audited (``fast_until``: session.disarm), no reading is due, the primary
+        # optimizer stepped: the step's total time is all (Timeline.end_step, in place)
+        if tl.count < tl.fast_until and now < session._rss_next and session._primary() is opt:
             count = tl.count = tl.count + 1
             if session._autocast_now:
                 session._autocast_steps += 1
@@ -210,6 +208,7 @@ def step_post(session: Any) -> Any:
             return
         if narrowed is not None and narrowed() is not opt:
             return
+        primary = session._primary
         if primary is None or primary() is not opt:
             if not session._new_primary(opt, now):
                 if session._armed:

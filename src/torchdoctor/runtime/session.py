@@ -136,6 +136,7 @@ class WatchSession:
         work: module calls are read, the watch's backward and step pre-hook are in."""
         hooks, key, pre, autograd, backward, _ = self._switches
         self._armed = True
+        self.timeline.fast_until = -1
         hooks[key] = pre
         autograd.backward = backward
 
@@ -144,6 +145,8 @@ class WatchSession:
         after a tag: ``hot.backward`` takes itself out when it is done), no step pre-hook, module calls pass."""
         hooks, key, _, autograd, _, original = self._switches
         self._armed = False
+        if not self._reads_memory:  # up to the step before the next audit, the step hook keeps the total only
+            self.timeline.fast_until = self.timeline.audit - 2
         hooks.pop(key, None)
         if not (self._losses.looking or self._losses.every):
             autograd.backward = original

@@ -64,7 +64,7 @@ class Step:
 
 class Timeline:
     __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase",
-                 "timed", "audit", "_gaps")
+                 "timed", "audit", "_gaps", "fast_until")
 
     def __init__(self) -> None:
         # Step fields as plain tuples, built every step, so kept cheap: (index, total) for a step with no more
@@ -80,6 +80,7 @@ class Timeline:
         self.timed = True  # this step's phases are timed (the hooks read the clock at each phase change)
         self.audit = TIMED_FIRST + AUDIT_GAPS[0]  # the next audited step after the first TIMED_FIRST
         self._gaps = 1  # audits scheduled so far (which gap comes next)
+        self.fast_until = -1  # while count is below it, the steps are not audited: the step hook's fast path
 
     @property
     def steps(self) -> list[Step]:
