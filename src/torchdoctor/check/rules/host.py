@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic import models, program
 from torchdoctor.findings import Edit
 
 if TYPE_CHECKING:
@@ -90,6 +90,8 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
 def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
     sem = ctx.semantic
     if sem.is_model_call(call):
+        if models.model_is_stateless(sem, call.func, call):  # an activation class: the output follows its inputs
+            return _or(_HOST, *(_flags(ctx, a, depth + 1) for a in call.args))
         return (program.runs_on_accelerator(sem), not sem.under_no_grad(call))
     from torchdoctor.check.astutil import root_name
 

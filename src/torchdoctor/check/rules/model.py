@@ -8,7 +8,8 @@ from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.models import class_holds_no_state, first_input_device, last_name, moved_keys, wrapper_prefix
+from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_no_state, first_input_device, last_name, moved_keys, \
+    wrapper_prefix
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
 
@@ -112,14 +113,6 @@ def _input_move_device(ctx: Context, node: ast.Call) -> str | None:
     return dev
 
 
-_STATELESS_LAYERS = frozenset(
-    "Upsample UpsamplingBilinear2d UpsamplingNearest2d ReLU ReLU6 LeakyReLU GELU SiLU Mish Sigmoid Tanh Softmax "
-    "Softmax2d LogSoftmax Softplus ELU Hardtanh Hardswish Hardsigmoid Dropout Dropout1d Dropout2d Dropout3d "
-    "AlphaDropout Identity Flatten Unflatten MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d "
-    "AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d "
-    "PixelShuffle PixelUnshuffle ZeroPad2d ConstantPad1d ConstantPad2d ConstantPad3d ReflectionPad1d ReflectionPad2d "
-    "ReplicationPad1d ReplicationPad2d ReplicationPad3d CosineSimilarity PairwiseDistance ChannelShuffle".split())
-
 
 def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
     """A model constructor (not ``maml.clone()``, a model method that returns a model where its receiver
@@ -128,7 +121,7 @@ def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
     if sem.call_kind(call, at) != "model":
         return False
     q = ctx.call_name(call) or ""
-    if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in _STATELESS_LAYERS:
+    if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in STATELESS_LAYERS:
         return False  # ``nn.Upsample(...)``, ``nn.ReLU()``: no parameters or buffers, nothing to move
     if sem.kinds.is_model_constructor(call, q, q.rsplit(".", 1)[-1]):
         cls = sem.calls_index.classes.get(q)

@@ -10,10 +10,18 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
-           "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state"]
+           "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "STATELESS_LAYERS", "model_is_stateless"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
+# torch.nn layers with no parameters or buffers: nothing to move, the output follows the input
+STATELESS_LAYERS = frozenset(
+    "Upsample UpsamplingBilinear2d UpsamplingNearest2d ReLU ReLU6 LeakyReLU GELU SiLU Mish Sigmoid Tanh Softmax "
+    "Softmax2d LogSoftmax Softplus ELU Hardtanh Hardswish Hardsigmoid Dropout Dropout1d Dropout2d Dropout3d "
+    "AlphaDropout Identity Flatten Unflatten MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d "
+    "AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d "
+    "PixelShuffle PixelUnshuffle ZeroPad2d ConstantPad1d ConstantPad2d ConstantPad3d ReflectionPad1d ReflectionPad2d "
+    "ReplicationPad1d ReplicationPad2d ReplicationPad3d CosineSimilarity PairwiseDistance ChannelShuffle".split())
 
 
 # ---- model constructions ----------------------------------------------------------------
@@ -295,3 +303,21 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         b = sem.binding_at(value.id, at)
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
     return False
+
+
+def model_is_stateless(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
+    """The model ``expr`` evaluates to holds no parameters, buffers, submodules or tensors (``nn.SiLU()``, an
+    in-file ``nn.Module`` subclass that only computes in ``forward``, such a class of another module of the
+    project): its output is computed from its inputs alone, on their device."""
+    value = construction(sem, expr, at)
+    if value is None:
+        return False
+    q = sem.call_name(value) or ""
+    if q.startswith("torch.nn."):
+        return q.rsplit(".", 1)[-1] in STATELESS_LAYERS
+    cls = sem.calls_index.classes.get(q)
+    if cls is not None:
+        return q in sem.module_classes and class_holds_no_state(sem, cls)
+    written = dotted(value.func)
+    return bool(sem.project is not None and written and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
+
