@@ -92,7 +92,9 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
     if sem.is_model_call(call):
         if models.model_is_stateless(sem, call.func, call):  # an activation class: the output follows its inputs
             return _or(_HOST, *(_flags(ctx, a, depth + 1) for a in call.args))
-        return (program.runs_on_accelerator(sem), not sem.under_no_grad(call))
+        key = dotted(call.func)
+        on_gpu = program.runs_on_accelerator(sem) and not (key and models.moved_to_host_before(sem, key, call))
+        return (on_gpu, not sem.under_no_grad(call))
     from torchdoctor.check.astutil import root_name
 
     imported = root_name(call.func) in ctx.imports and isinstance(call.func, (ast.Name, ast.Attribute))

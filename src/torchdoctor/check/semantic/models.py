@@ -10,7 +10,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
-           "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "STATELESS_LAYERS", "model_is_stateless"]
+           "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "STATELESS_LAYERS", "model_is_stateless",
+           "moved_to_host_before"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -321,3 +322,44 @@ def model_is_stateless(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
     written = dotted(value.func)
     return bool(sem.project is not None and written and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
 
+
+def _host_target(sem: SemanticModel, call: ast.Call) -> bool:
+    if method_name(call) == "cpu" and not call.args:
+        return True
+    target = (sem.move_device(call) or "").strip("'\"").replace(" ", "")
+    return target == "cpu" or target in ("torch.device('cpu')", 'torch.device("cpu")')
+
+
+def _module_moves(sem: SemanticModel, key: str, scope: ast.AST) -> list[tuple[ast.stmt, ast.Call]]:
+    """``key.to(d)`` / ``key.cuda()`` / ``key.cpu()`` written as a statement (a module moves in place), or
+    rebinding ``key`` (``key = key.to(d)``), in ``scope``, in source order."""
+    out = []
+    for c in sem.calls_named("to", "cuda", "cpu"):
+        if not (isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key and sem.scope_of(c) is scope):
+            continue
+        if not (method_name(c) == "cpu" or sem.is_device_move(c)):
+            continue
+        stmt = sem.parent(c)
+        if isinstance(stmt, ast.Expr) or (isinstance(stmt, ast.Assign) and stmt.value is c
+                                          and [dotted(t) for t in stmt.targets] == [key]):
+            out.append((stmt, c))
+    return sorted(out, key=lambda sc: (sc[0].lineno, sc[0].col_offset))
+
+
+def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
+    """The module ``key`` was last moved to the CPU before ``at`` (``model.to("cpu")``, ``model.cpu()``), by a
+    statement of a block that holds ``at``, in the same scope; no other move of it comes between, nor
+    later in a loop around ``at`` (the next turn would meet it moved)."""
+    moves = _module_moves(sem, key, sem.scope_of(at))
+    if not moves:
+        return False
+    pos = (at.lineno, at.col_offset)  # type: ignore[attr-defined]
+    before = [(s, c) for s, c in moves if (s.lineno, s.col_offset) < pos]
+    if not before:
+        return False
+    stmt, call = before[-1]
+    if not (_host_target(sem, call) and any(a is sem.parent(stmt) for a in sem.ancestors(at))) \
+            or sem.in_other_branch(stmt, at):
+        return False
+    loops = [a for a in sem.ancestors(at) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
+    return not any(sem.contains(loop, s) and not _host_target(sem, c) for s, c in moves for loop in loops)
