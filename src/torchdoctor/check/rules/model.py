@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name
+from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -277,6 +277,8 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
             or _moved_at_every_use(ctx, cls, target.attr):
         return
+    if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
+        return  # a 0-dim CPU tensor combines with tensors of any device: ``y * self.scale`` runs on the GPU
     call = ctx.segment(node.value)
     edits = ()
     if value is node.value and keyword(value, "requires_grad") is None and _after_super_init(ctx, func, node):
@@ -312,6 +314,51 @@ def _copy_moved(ctx: Context, read: ast.AST) -> bool:
     names = {dotted(t.value if isinstance(t, ast.Subscript) else t) for t in stmt.targets} - {None}
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cuda", "to", "type_as")
                and dotted(n.func.value) in names and n.lineno > stmt.lineno for n in sem.local_nodes(func))
+
+
+_SCALAR_FACTORIES = ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor")
+
+
+def _zero_dim(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
+    """``torch.tensor(<a number>)``: a 0-dim tensor (``torch.tensor(0.5)``, ``torch.tensor(d ** -0.5)``,
+    ``torch.tensor(temperature)`` of a parameter whose default is a number)."""
+    return isinstance(value, ast.Call) and (ctx.call_name(value) or "") in _SCALAR_FACTORIES \
+        and len(value.args) == 1 and _number(ctx, value.args[0], at)
+
+
+def _number(ctx: Context, expr: ast.AST, at: ast.AST, literal: bool = True) -> bool:
+    """A Python number: a literal, ``float()``/``int()``/``math.*()``, arithmetic of those with at least one
+    literal among names, or (``literal=False``) a name; a parameter with a number default counts alone."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, (int, float)) and not isinstance(expr.value, bool)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        return _number(ctx, expr.operand, at, literal)
+    if isinstance(expr, ast.BinOp) and not isinstance(expr.op, ast.MatMult):
+        sides = (expr.left, expr.right)
+        return all(_number(ctx, e, at, False) for e in sides) and any(_number(ctx, e, at) for e in sides)
+    if isinstance(expr, ast.Call):
+        q = ctx.call_name(expr) or ""
+        return q in ("float", "int") or q.startswith("math.")
+    if isinstance(expr, ast.Name):
+        if not literal:
+            return True
+        b = ctx.semantic.binding_at(expr.id, at)
+        if b is None or not b.is_param or isinstance(b.node, ast.Lambda):
+            return False
+        default = param_default(b.node, expr.id)  # type: ignore[arg-type]
+        return default is not None and _number(ctx, default, at)
+    return False
+
+
+def _only_in_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` is an operand of arithmetic or a comparison
+    (``y * self.scale``, ``y /= self.t``), where a 0-dim CPU tensor meets a device tensor as a scalar; not an
+    argument of a call, a receiver of a method, an index or an element of a list (``torch.stack``)."""
+    sem = ctx.semantic
+    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
+             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    return bool(reads) and all(isinstance(sem.parent(r), (ast.BinOp, ast.Compare))
+                               or isinstance(p := sem.parent(r), ast.AugAssign) and p.value is r for r in reads)
 
 
 # Attributes that frameworks read themselves and move as they need (Lightning's model summary input).
