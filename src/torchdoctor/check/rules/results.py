@@ -427,10 +427,13 @@ def _container_value(ctx: Context, expr: ast.AST) -> ast.AST | None:
 
 
 def _model_inside(ctx: Context, obj: ast.AST) -> ast.AST | None:
-    """A whole model stored as a value of a dict that is saved (``{"encoder": encoder, ...}``)."""
+    """A whole model stored as a value of a dict that is saved (``{"encoder": encoder, ...}``), or as an
+    element of a saved list or tuple (``[policy, obs_stats]``)."""
     container = _container_value(ctx, obj)
     if isinstance(container, ast.Dict):
         values = container.values
+    elif isinstance(container, (ast.List, ast.Tuple)):
+        values = [e for e in container.elts if not isinstance(e, ast.Starred)]
     elif isinstance(container, ast.Call):
         values = [k.value for k in container.keywords]
     else:
@@ -483,6 +486,9 @@ def whole_model_saved(node: ast.Call, ctx: Context) -> None:
     if inner is None and not is_model_expr(ctx, obj):
         return
     text = ctx.name(obj)
+    brackets = {ast.List: "[]", ast.Tuple: "()", ast.Dict: "{}"}.get(type(obj))
+    if brackets and text != ctx.segment(obj).strip():  # a long literal: ``[...]``, not its cut-off head
+        text = f"{brackets[0]}...{brackets[1]}"
     what = f"the whole model `{ctx.name(inner)}` inside `{text}`" if inner is not None else "the whole model"
     model = ctx.name(inner) if inner is not None else text
     ctx.report(
