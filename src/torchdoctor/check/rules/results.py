@@ -176,10 +176,26 @@ def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
         if not _WRITERS.search(name or "") or name[:1].isupper() or ctx.call_name(call) == "torch.save":
             continue  # (a class named ``CTCLabelConverter`` writes nothing)
+        if name in ("write", "writelines") and isinstance(call.func, ast.Attribute) or _tracker_upload(ctx, call, name):
+            continue  # ``tqdm.write(f"resume from {path}")`` writes text to a stream; ``wandb.save(path)`` uploads the file
         args = [*call.args, *(k.value for k in call.keywords)]
         if any(_paths_named(sem, a) & roots for a in args):
             return True
     return False
+
+
+def _tracker_upload(ctx: Context, call: ast.Call, name: str) -> bool:
+    """W&B's ``save(path)``: ``wandb.save(p)``, or ``.save(p)`` of a run or logger made by W&B (``wandb.init()``,
+    ignite's or Lightning's ``WandBLogger(...)``): it uploads a file that exists, it writes nothing."""
+    if name != "save" or not isinstance(call.func, ast.Attribute):
+        return False
+    sem = ctx.semantic
+    recv = call.func.value
+    if (sem.qualname(recv) or dotted(recv) or "").split(".", 1)[0] == "wandb":
+        return True
+    key = dotted(recv)
+    return bool(key) and any(isinstance(b.value, ast.Call) and "wandb" in (ctx.call_name(b.value) or "").lower()
+                             for b in sem.bindings_of(key) if not b.is_param)
 
 
 def _paths_named(sem: object, expr: ast.AST) -> set[str]:
