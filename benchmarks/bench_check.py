@@ -103,7 +103,7 @@ def cpu_and_memory(listfile: str, rounds: int, trees: list[tuple[str, str | None
         parse_cpu.append(pc)
         for name, src in trees:
             _, cc, cr, done = measure(check, src)
-            if done.returncode not in (0, 1):
+            if done.returncode != 0:  # --exit-zero: any other code is a failure (a missing package exits 1)
                 sys.exit(f"check ({name}) failed ({done.returncode}):\n{done.stderr[-2000:]}")
             cpu_ratio[name].append(cc / pc)
             rss_ratio[name].append(cr / pr)
@@ -134,9 +134,11 @@ def parallel(files: list[str], tmp: str, rounds: int) -> None:
 def startup(tmp: str, rounds: int, trees: list[tuple[str, str | None]]) -> None:
     small = os.path.join(tmp, "one.py")
     Path(small).write_text("import torch\nmodel = torch.nn.Linear(2, 2)\nx = model(torch.ones(1, 2))\n")
-    check = [sys.executable, "-m", "torchdoctor", "check", "--isolated", small]
-    for _, src in trees:
-        measure(check, src)  # once untimed: the package's bytecode is cached, as after any pip install
+    check = [sys.executable, "-m", "torchdoctor", "check", "--isolated", "--exit-zero", small]
+    for name, src in trees:
+        *_, done = measure(check, src)  # once untimed: the package's bytecode is cached, as after any pip install
+        if done.returncode != 0:  # --exit-zero: a failure only (a missing package exits 1)
+            sys.exit(f"check ({name}) of one small file failed ({done.returncode}):\n{done.stderr[-2000:]}")
     over: dict[str, list[float]] = {name: [] for name, _ in trees}
     ratio: dict[str, list[float]] = {name: [] for name, _ in trees}
     for _ in range(rounds * 3):
@@ -156,7 +158,9 @@ def torchfix(files: list[str], listfile: str) -> None:
         print("(e) torchfix is not installed (pip install torchfix): skipped")
         return
     _, tc, _, _ = measure([exe, *files])
-    _, cc, _, _ = measure(check_cmd(listfile, "--jobs", "1", "-o", os.devnull))
+    _, cc, _, done = measure(check_cmd(listfile, "--jobs", "1", "-o", os.devnull))
+    if done.returncode != 0:
+        sys.exit(f"check for (e) failed ({done.returncode}):\n{done.stderr[-2000:]}")
     print(f"(e) torchfix cpu {tc:.2f} s / check -j1 cpu {cc:.2f} s = {tc / cc:.1f}x   (goal >= 80x)")
 
 
