@@ -300,12 +300,8 @@ class Guards:
                 return True  # ``with torch_distributed_zero_first(rank):`` / ``main_process_first()``
             if frame.kind == LOOP and isinstance(frame.node, ast.While) and self.rank_test(frame.node.test):
                 return True
-            if frame.kind == FUNCTION:
-                func = frame.node
-                if any(_RANK_DECORATOR.search(self.segment(d)) for d in func.decorator_list):  # type: ignore[attr-defined]
-                    return True
-                if self._early_exit_on_rank(func, node):
-                    return True
+            if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
+                return True
             frame = frame.parent
         return False
 
@@ -321,14 +317,16 @@ class Guards:
                     return True
             elif frame.kind == IF and self._one_process_branch(frame.node.test, frame.branch):  # type: ignore[attr-defined]
                 return True
-            if frame.kind == FUNCTION:
-                func = frame.node
-                if any(_RANK_DECORATOR.search(self.segment(d)) for d in func.decorator_list):  # type: ignore[attr-defined]
-                    return True
-                if self._early_exit_on_rank(func, node):
-                    return True
+            if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
+                return True
             frame = frame.parent
         return False
+
+    def _rank_zero_function(self, func: ast.AST, node: ast.AST) -> bool:
+        """``node`` runs on rank 0 only for ``func``'s sake: a ``@rank_zero_only`` decorator, or an early
+        ``if rank != 0: return`` before it."""
+        return any(_RANK_DECORATOR.search(self.segment(d)) for d in func.decorator_list) \
+            or self._early_exit_on_rank(func, node)  # type: ignore[attr-defined]
 
     def _rank_zero_branch(self, test: ast.AST) -> str | None:
         """The branch of a rank test that rank 0 takes: "body" for ``rank == 0``, ``RANK in {-1, 0}``,
