@@ -443,7 +443,47 @@ def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     return False
 
 
+CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
+          "timeit.default_timer")
+SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
+
+
+def timer_call(call: ast.Call) -> bool:
+    """``fw_timer.tic()``, ``timer.toc()``, ``self.timer.stop()``: a stopwatch object's reading."""
+    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or "timer" in (
+        dotted(call.func.value) or "").lower())
+
+
+def _clock_call(ctx: Context, node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and ((ctx.call_name(node) or "") in CLOCKS or timer_call(node))
+
+
+def _after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``node`` reads after the step's own timing ``torch.cuda.synchronize()`` (a clock read in the loop beside
+    it: the sync TD603 leaves alone), earlier in the loop's body, with no call but clock reads between: the GPU is
+    idle by then, so the read waits for nothing (``synchronize(); t1 = time.time(); print(loss.item(), t1 - t0)``)."""
+    sem = ctx.semantic
+    body = getattr(loop, "body", [])
+    top = node
+    while (up := sem.parent(top)) is not None and up is not loop:
+        top = up
+    if up is None or not any(b is top for b in body):
+        return False
+    region = sem.body(loop)
+    if not any(_clock_call(ctx, n) for n in region):
+        return False
+    for stmt in reversed(body[:[i for i, b in enumerate(body) if b is top][0]]):
+        calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
+        if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
+            return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
+        if not all(_clock_call(ctx, c) for c in calls):
+            return False  # work queued after the sync (or none there): the read may wait for it
+    return False
+
+
 def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
+    if not isinstance(loop, str) and _after_timing_sync(ctx, node, loop):
+        return
     where = loop if isinstance(loop, str) else f"the loop at line {loop.lineno}"  # type: ignore[attr-defined]
     ctx.report(
         "TD603",

@@ -15,8 +15,8 @@ from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
-from torchdoctor.check.rules.steps import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
-    _tensor_value, batch_on_device, per_step_loop
+from torchdoctor.check.rules.steps import CLOCKS, SYNCHRONIZE, _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, \
+    _report_sync, _tensor_value, batch_on_device, per_step_loop, timer_call
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -152,15 +152,11 @@ def scale_read_every_step(node: ast.Call, ctx: Context) -> None:
         _report(ctx, node, f"`{recv}.get_scale()` (an `.item()` on the scale tensor)")
 
 
-_CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
-           "timeit.default_timer")
-
-
 @rule("TD603", calls=("synchronize",))
 def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
     """``torch.cuda.synchronize()`` on every step waits for all queued GPU work; right only to time a step
     (a clock read beside it), where it is left alone."""
-    if (ctx.call_name(node) or "") not in ("torch.cuda.synchronize", "torch.accelerator.synchronize"):
+    if (ctx.call_name(node) or "") not in SYNCHRONIZE:
         return
     sem = ctx.semantic
     loop = per_step_loop(ctx, node)
@@ -168,16 +164,10 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
         return
     func = sem.function_of(node)
     region = sem.body(loop) if sem.contains(loop, node) else sem.local_nodes(func) if func is not None else []
-    if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in _CLOCKS or _timer_call(n) or _async_copy_to_host(n))
+    if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _async_copy_to_host(n))
            for n in region):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
     _report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
-
-
-def _timer_call(call: ast.Call) -> bool:
-    """``fw_timer.tic()``, ``timer.toc()``, ``self.timer.stop()``: a stopwatch object's reading."""
-    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or "timer" in (
-        dotted(call.func.value) or "").lower())
 
 
 def _async_copy_to_host(call: ast.Call) -> bool:
