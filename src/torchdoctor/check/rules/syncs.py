@@ -56,6 +56,9 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         return None if _host_number(ctx, expr, at) or _made_on_host(ctx, expr, at) else expr.id
     if isinstance(expr, ast.Attribute) and ctx.semantic.expr_kind(expr, at) == "tensor":
         return ctx.name(expr)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, (ast.Name, ast.Constant)) \
+            and _device_tensor_name(ctx, expr.value, at) and ctx.semantic.kind_of(expr.value.id, at) == "tensor":
+        return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
     return None
 
 
