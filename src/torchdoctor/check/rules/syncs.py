@@ -200,7 +200,9 @@ def tensor_printf_every_step(node: ast.AST, ctx: Context) -> None:
     values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
     for v in values:
         inner = v.value if isinstance(v, ast.Starred) else v
-        name = _device_tensor_name(ctx, inner, node)
+        # (``"%.3f" % (running / (i + 1))``: arithmetic on a device tensor is one too)
+        name = _device_tensor_name(ctx, inner, node) or (_tensor_operand(ctx, inner, node) if isinstance(inner, ast.BinOp)
+                                                         else None)
         if name is not None:
             _report(ctx, v, f"formatting tensor `{name}` with `%`")  # (at the tensor: the template may start lines above)
             return
