@@ -429,18 +429,49 @@ def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 continue
             return False
         if isinstance(up, ast.Call) and cur in up.args:
-            if isinstance(up.func, ast.Attribute) and up.func.attr in _COLLECTORS or _saves(up):
+            if _keeps(up):
                 return True
             outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
             return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
-        if isinstance(up, (ast.List, ast.Tuple)) and isinstance(sem.parent(up), ast.AugAssign):
-            return True  # ``preds += [out.cpu()]``
+        if isinstance(up, (ast.List, ast.Tuple)):
+            outer = sem.parent(up)  # ``preds += [out.cpu()]``, ``samples.append((img.cpu().numpy(), t, p))``
+            return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer)
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
             return method_name(cur) == "tolist"  # ``preds += out.argmax(-1).tolist()``
         if isinstance(up, ast.Assign) and up.value is cur:
+            if len(up.targets) == 1 and isinstance(up.targets[0], ast.Name):  # ``preds = out.cpu().numpy()``, kept next
+                return _name_kept(ctx, up.targets[0].id, up, loop)
             return all(isinstance(t, ast.Subscript) for t in up.targets)  # ``preds[i] = out.cpu()``
         return False
     return False
+
+
+# a metric object's per-batch update with host arrays: ``metrics.update(targets, preds)``, ``evaluator.add_batch``
+_METRIC_UPDATES = frozenset({"update", "add_batch", "process", "accumulate"})
+
+
+def _keeps(call: ast.Call) -> bool:
+    """A call that keeps or writes out what it is given: a collector, a metric's update, a save or a plot."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr in _COLLECTORS | _METRIC_UPDATES or _saves(call)
+
+
+def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bool:
+    """``preds = out.argmax(1).cpu().numpy()`` then ``metrics.update(targets, preds)`` in the same evaluation loop:
+    every read of ``preds`` after it, in the loop, hands it to something that keeps it, whole or inside a tuple
+    (``samples.append((img, preds[0]))``), or takes one of its elements on the host (``pred = preds[i]``)."""
+    sem = ctx.semantic
+    after = (assign.lineno, assign.col_offset)
+    uses = [n for n in sem.reads_of(name) if sem.contains(loop, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
+
+    def kept(n: ast.AST) -> bool:
+        up = sem.parent(n)
+        if isinstance(up, ast.Subscript) and up.value is n:
+            return True  # an element of the host array
+        if isinstance(up, (ast.Tuple, ast.List)):
+            n, up = up, sem.parent(up)
+        return isinstance(up, ast.Call) and n in up.args and _keeps(up)
+
+    return bool(uses) and all(kept(n) for n in uses)
 
 
 CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
