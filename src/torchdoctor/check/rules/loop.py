@@ -373,7 +373,8 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
     if isinstance(expr, ast.Call):
         if method_name(expr) in ("mean", "sum", "cpu", "clone") and not expr.args:
             return _is_loss_tensor(ctx, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
-        return flow.consumer_kind(sem, expr) == "loss"
+        # ``criterion(pred.detach().cpu(), true.detach().cpu())``: a loss of detached copies has no graph
+        return flow.consumer_kind(sem, expr) == "loss" and not (expr.args and all(_detached(a) for a in expr.args))
     if isinstance(expr, ast.Attribute):
         if expr.attr != "loss":
             return False
@@ -391,6 +392,15 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
     if b.index is not None:  # logits, loss = model(x, y)
         return "loss" in expr.id.lower() and isinstance(b.value, ast.Call) and flow.consumer_kind(sem, b.value) == "model"
     return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
+
+
+def _detached(expr: ast.AST) -> bool:
+    """``pred.detach().cpu()``, ``out.data``: a value cut from the graph by a method or attribute of its chain."""
+    while isinstance(expr, (ast.Call, ast.Attribute, ast.Subscript)):
+        if isinstance(expr, ast.Attribute) and expr.attr in ("detach", "data"):
+            return True
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return False
 
 
 def _bound_in(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
