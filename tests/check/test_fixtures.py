@@ -31,3 +31,9 @@ def test_fixture(path: Path) -> None:
     extra = sorted((line, code, next(f.message for f in findings if f.location.line == line and code in (f.code, *f.related)))
                    for line, code in got - want)
     assert not missing and not extra, f"missing: {missing}\nunexpected: {extra}"
+
+
+def test_td303_names_the_device_tensor_a_torch_call_holds_not_the_module() -> None:
+    path = ROOT / "TD611" / "moved_after_a_reshape.py"
+    [f] = [f for f in check_source(path.read_text("utf-8"), str(path)) if f.code == "TD303"]
+    assert f.message.endswith("combined with device tensor `same`")  # in torch.ones_like(same), not `torch`

@@ -29,8 +29,9 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     if region is None:
         return
     parent = sem.parent(node)
-    if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory"):
-        return
+    if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory") \
+            or _moved_at_once(ctx, node) is not None:
+        return  # (moved in the same expression, maybe after a reshape: TD611's case)
     seeds = _region_seeds(ctx, region)
     hot = flow.device_names(ctx.semantic, region, seeds)
     partner = _combined_with(ctx, node, hot, region)
@@ -45,6 +46,8 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
 _MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
                      "logspace", "eye", "normal"})
 _CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
+_RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "repeat", "flatten", "permute", "transpose",
+                       "t", "contiguous"})
 
 
 @rule("TD611", calls=tuple(sorted(_MAKERS)))
@@ -122,10 +125,10 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
 
 def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     """The ``.to(device)`` / ``.cuda()`` applied to the factory's result in the same expression: directly,
-    after a cast (``.float()``), or through ``Variable(...)``."""
+    after a cast (``.float()``) or a reshape (``.view(-1, 1)``), or through ``Variable(...)``."""
     sem = ctx.semantic
     cur: ast.AST = node
-    for _ in range(3):
+    for _ in range(4):
         up = sem.parent(cur)
         if isinstance(up, ast.Call) and cur in up.args[:1] and (dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable":
             cur = up
@@ -137,7 +140,7 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
             return None
         if up.attr in ("to", "cuda"):
             return call if sem.is_device_move(call) else None
-        if up.attr not in _CASTS or call.args:
+        if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES):
             return None
         cur = call
     return None
@@ -206,6 +209,14 @@ def _host_scalar(expr: ast.AST) -> bool:
     return isinstance(expr, ast.Attribute) and expr.attr in ("shape", "ndim")
 
 
+def _partner(ctx: Context, expr: ast.AST, hot: set[str]) -> str:
+    """The device tensor ``expr`` mentions, by name: ``mask`` in ``torch.ones_like(mask)`` (not ``torch``)."""
+    for n in ctx.semantic.subtree(expr):
+        if (key := dotted(n)) is not None and key in hot:
+            return key
+    return root_name(expr) or ctx.name(expr)
+
+
 def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
     sem = ctx.semantic
     child = expr
@@ -217,7 +228,7 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
                 others = [a.left, *a.comparators]
             for o in others:
                 if o is not child and not _host_scalar(o) and flow.mentions(ctx.semantic, o, hot):
-                    return root_name(o) or ctx.name(o)
+                    return _partner(ctx, o, hot)
         elif isinstance(a, ast.Call):
             if child is a.func:
                 child = a
@@ -225,14 +236,14 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
             if flow.consumer_kind(ctx.semantic, a) or (ctx.call_name(a) or "").startswith("torch."):
                 for o in list(a.args) + [k.value for k in a.keywords]:
                     if o is not child and flow.mentions(ctx.semantic, o, hot):
-                        return root_name(o) or ctx.name(o)
+                        return _partner(ctx, o, hot)
                 if flow.consumer_kind(ctx.semantic, a):
                     return ctx.name(a.func)
             if not (ctx.call_name(a) or "").startswith("torch."):
                 return None
         elif isinstance(a, ast.AugAssign):  # counts[c] += (pred == c).sum()
             if child is a.target and flow.mentions(ctx.semantic, a.value, hot):
-                return root_name(a.value) or ctx.name(a.value)
+                return _partner(ctx, a.value, hot)
             return None
         elif isinstance(a, ast.Subscript) and child is a.slice or isinstance(a, ast.stmt):
             return None
