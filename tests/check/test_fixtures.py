@@ -37,3 +37,22 @@ def test_td303_names_the_device_tensor_a_torch_call_holds_not_the_module() -> No
     path = ROOT / "TD611" / "moved_after_a_reshape.py"
     [f] = [f for f in check_source(path.read_text("utf-8"), str(path)) if f.code == "TD303"]
     assert f.message.endswith("combined with device tensor `same`")  # in torch.ones_like(same), not `torch`
+
+
+def test_td603_one_statement_with_several_reads_is_one_finding() -> None:
+    source = (
+        "import torch\n"
+        "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+        "def train(model, loader, opt, crit):\n"
+        "    for x, y in loader:\n"
+        "        x, y = x.to(device), y.to(device)\n"
+        "        opt.zero_grad()\n"
+        "        out = model(x)\n"
+        "        loss = crit(out, y)\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        "        print(loss.item(), out.mean().item())\n"
+        "        print(out.max().item())\n"
+    )
+    found = [f.location.line for f in check_source(source, "train.py") if f.code == "TD603"]
+    assert found == [11, 12]  # two reads on line 11 wait once: one finding there

@@ -515,6 +515,13 @@ def _after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
 def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
     if not isinstance(loop, str) and _after_timing_sync(ctx, node, loop):
         return
+    sem = ctx.semantic
+    stmt = next((a for a in sem.ancestors(node) if isinstance(a, ast.stmt)), None)
+    told: set[int] = sem.memo.setdefault("td603_statements", set())  # type: ignore[assignment]
+    if stmt is not None:
+        if id(stmt) in told:
+            return  # one statement, one finding: ``crit(p.detach().cpu(), t.detach().cpu())`` waits once
+        told.add(id(stmt))
     where = loop if isinstance(loop, str) else f"the loop at line {loop.lineno}"  # type: ignore[attr-defined]
     ctx.report(
         "TD603",
