@@ -419,6 +419,8 @@ def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if node.func.attr == "item" or sem.loop_kind(loop) != "eval":  # type: ignore[attr-defined]
         return False
+    if not sem.contains(loop, node) and _returned_copy(ctx, node):
+        return True  # in a helper the evaluation loop calls, which hands the copy back
     cur: ast.AST = node
     for _ in range(6):
         up = sem.parent(cur)
@@ -446,6 +448,39 @@ def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     return False
 
 
+def _returned_copy(ctx: Context, node: ast.Call) -> bool:
+    """A helper of an evaluation loop that returns its output copied to the host: ``y = y.data.cpu().numpy();
+    return y.transpose(1, 2, 0)`` (a sliding-window predictor whose caller sums the maps with NumPy and saves them)."""
+    sem = ctx.semantic
+    cur: ast.AST = node
+    up = sem.parent(cur)
+    while isinstance(up, ast.Attribute) and up.attr in _ON_HOST and isinstance(call := sem.parent(up), ast.Call) \
+            and call.func is up:
+        cur, up = call, sem.parent(call)
+    if isinstance(up, ast.Return):
+        return True
+    func = sem.function_of(node)
+    if func is None or not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+        return False
+    name, after = up.targets[0].id, (up.end_lineno or up.lineno, up.end_col_offset or 0)
+    uses = [n for n in sem.reads_of(name) if sem.function_of(n) is func and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
+
+    def chain_of(value: ast.AST | None, n: ast.AST) -> bool:  # ``y``, ``y.transpose(1, 2, 0)``: the array itself
+        while isinstance(value, (ast.Call, ast.Attribute)):
+            value = value.func if isinstance(value, ast.Call) else value.value
+        return value is n
+
+    def handed_back(n: ast.AST) -> bool:  # returned, or rebound to itself on the host: ``y = y.transpose(1, 2, 0)``
+        stmt = next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None)
+        if isinstance(stmt, ast.Return):
+            return chain_of(stmt.value, n)
+        return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+            and stmt.targets[0].id == name and chain_of(stmt.value, n)
+
+    return bool(uses) and all(handed_back(n) for n in uses) and any(
+        isinstance(next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None), ast.Return) for n in uses)
+
+
 # a metric object's per-batch update with host arrays: ``metrics.update(targets, preds)``, ``evaluator.add_batch``
 _METRIC_UPDATES = frozenset({"update", "add_batch", "process", "accumulate"})
 
@@ -460,7 +495,7 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
     every read of ``preds`` after it, in the loop, hands it to something that keeps it, whole or inside a tuple
     (``samples.append((img, preds[0]))``), or takes one of its elements on the host (``pred = preds[i]``)."""
     sem = ctx.semantic
-    after = (assign.lineno, assign.col_offset)
+    after = (assign.end_lineno or assign.lineno, assign.end_col_offset or 0)  # (after its own value)
     uses = [n for n in sem.reads_of(name) if sem.contains(loop, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
 
     def kept(n: ast.AST) -> bool:
