@@ -30,7 +30,6 @@ updates the call slot of every subclass, ~30 us.)
 from __future__ import annotations
 
 import functools
-import weakref
 from time import perf_counter
 from typing import Any
 

@@ -7,7 +7,6 @@ The wrappers that run at every call (module calls, backward, batches) live in
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 

@@ -9,10 +9,11 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name, strip_methods, \
+from torchdoctor.check.astutil import FACTORIES, dotted, param_default, root_name, strip_methods, \
     target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
 
@@ -369,186 +370,14 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if not program.runs_on_accelerator(ctx.semantic):
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
-            and (_host_copy_of_cpu_data(ctx, node, loop) or _collected_on_host(ctx, node, loop)
-                 or _stop_signal(ctx, node, loop)):
+            and (_host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
+                 or stop_signal(ctx, node, loop)):
         return
     _report_sync(ctx, node, what, loop)
 
 
-_SIGNALS = frozenset({"broadcast", "all_reduce", "reduce"})
-
-
-def _stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
-    """``dist.broadcast(signal, src=0)`` then ``if signal.item() == 0: break``: a flag the ranks share to stop
-    together (one rank ran out of data). The loop cannot go on without reading it."""
-    sem = ctx.semantic
-    recv = node.func.value  # type: ignore[attr-defined]
-    if not isinstance(recv, ast.Name):
-        return False
-    test = next((a for a in sem.ancestors(node) if isinstance(a, ast.stmt)), None)
-    if not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
-                                               for n in sem.subtree(b)) or node not in sem.subtree(test.test):
-        return False
-    here = (node.lineno, node.col_offset)
-    return any(isinstance(c, ast.Call) and method_name(c) in _SIGNALS and c.args and isinstance(c.args[0], ast.Name)
-               and c.args[0].id == recv.id and (c.lineno, c.col_offset) < here
-               and (ctx.call_name(c) or "").startswith("torch.distributed.") for c in sem.body(loop))
-
-
-_COLLECTORS = frozenset({"append", "extend", "insert", "index_copy_", "copy_", "index_put_", "put_"})
-_ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half", "tolist", "squeeze", "flatten",
-                      "view", "reshape"})
-
-
-_WRITES = lazy(r"(?i)(^|_)(save|imsave|imwrite|write|savefig|add_images?|log_images?|vis|visuali[sz]e|draw|plot|imshow)"
-               r"(_|$)")
-
-
-def _saves(call: ast.Call) -> bool:
-    """``save_image(...)``, ``cv2.imwrite(...)``, ``writer.add_image(...)``, ``vis_detections(im, ...)``: writes or
-    draws what it is given."""
-    name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
-    return bool(_WRITES.search(name or ""))
-
-
-def _collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
-    """An evaluation loop's outputs copied to the host to be kept there: ``feats.append(out.cpu())``,
-    ``preds.extend(logits.argmax(-1).tolist())``, ``bank.index_copy_(0, idx.cpu(), out.cpu())``, ``preds[i] =
-    out.cpu()``, or written out: ``save_image(denorm(x.cpu()), path)``. The metrics (or a feature bank bigger than the GPU's memory) need them on the host, and the only
-    copy-free way keeps every batch on the device; a scalar read (``.item()``) still counts."""
-    sem = ctx.semantic
-    if node.func.attr == "item" or sem.loop_kind(loop) != "eval":  # type: ignore[attr-defined]
-        return False
-    if not sem.contains(loop, node) and _returned_copy(ctx, node):
-        return True  # in a helper the evaluation loop calls, which hands the copy back
-    cur: ast.AST = node
-    for _ in range(6):
-        up = sem.parent(cur)
-        if isinstance(up, ast.Attribute) and up.attr in _ON_HOST:
-            call = sem.parent(up)
-            if isinstance(call, ast.Call) and call.func is up:
-                cur = call
-                continue
-            return False
-        if isinstance(up, ast.Call) and cur in up.args:
-            if _keeps(up):
-                return True
-            outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
-            return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
-        if isinstance(up, (ast.List, ast.Tuple)):
-            outer = sem.parent(up)  # ``preds += [out.cpu()]``, ``samples.append((img.cpu().numpy(), t, p))``
-            return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer)
-        if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
-            return method_name(cur) == "tolist"  # ``preds += out.argmax(-1).tolist()``
-        if isinstance(up, ast.Assign) and up.value is cur:
-            if len(up.targets) == 1 and isinstance(up.targets[0], ast.Name):  # ``preds = out.cpu().numpy()``, kept next
-                return _name_kept(ctx, up.targets[0].id, up, loop)
-            return all(isinstance(t, ast.Subscript) for t in up.targets)  # ``preds[i] = out.cpu()``
-        return False
-    return False
-
-
-def _returned_copy(ctx: Context, node: ast.Call) -> bool:
-    """A helper of an evaluation loop that returns its output copied to the host: ``y = y.data.cpu().numpy();
-    return y.transpose(1, 2, 0)`` (a sliding-window predictor whose caller sums the maps with NumPy and saves them)."""
-    sem = ctx.semantic
-    cur: ast.AST = node
-    up = sem.parent(cur)
-    while isinstance(up, ast.Attribute) and up.attr in _ON_HOST and isinstance(call := sem.parent(up), ast.Call) \
-            and call.func is up:
-        cur, up = call, sem.parent(call)
-    if isinstance(up, ast.Return):
-        return True
-    func = sem.function_of(node)
-    if func is None or not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
-        return False
-    name, after = up.targets[0].id, (up.end_lineno or up.lineno, up.end_col_offset or 0)
-    uses = [n for n in sem.reads_of(name) if sem.function_of(n) is func and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
-
-    def chain_of(value: ast.AST | None, n: ast.AST) -> bool:  # ``y``, ``y.transpose(1, 2, 0)``: the array itself
-        while isinstance(value, (ast.Call, ast.Attribute)):
-            value = value.func if isinstance(value, ast.Call) else value.value
-        return value is n
-
-    def handed_back(n: ast.AST) -> bool:  # returned, or rebound to itself on the host: ``y = y.transpose(1, 2, 0)``
-        stmt = next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None)
-        if isinstance(stmt, ast.Return):
-            return chain_of(stmt.value, n)
-        return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-            and stmt.targets[0].id == name and chain_of(stmt.value, n)
-
-    return bool(uses) and all(handed_back(n) for n in uses) and any(
-        isinstance(next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None), ast.Return) for n in uses)
-
-
-# a metric object's per-batch update with host arrays: ``metrics.update(targets, preds)``, ``evaluator.add_batch``
-_METRIC_UPDATES = frozenset({"update", "add_batch", "process", "accumulate"})
-
-
-def _keeps(call: ast.Call) -> bool:
-    """A call that keeps or writes out what it is given: a collector, a metric's update, a save or a plot."""
-    return isinstance(call.func, ast.Attribute) and call.func.attr in _COLLECTORS | _METRIC_UPDATES or _saves(call)
-
-
-def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bool:
-    """``preds = out.argmax(1).cpu().numpy()`` then ``metrics.update(targets, preds)`` in the same evaluation loop:
-    every read of ``preds`` after it, in the loop, hands it to something that keeps it, whole or inside a tuple
-    (``samples.append((img, preds[0]))``), or takes one of its elements on the host (``pred = preds[i]``)."""
-    sem = ctx.semantic
-    after = (assign.end_lineno or assign.lineno, assign.end_col_offset or 0)  # (after its own value)
-    uses = [n for n in sem.reads_of(name) if sem.contains(loop, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
-
-    def kept(n: ast.AST) -> bool:
-        up = sem.parent(n)
-        if isinstance(up, ast.Subscript) and up.value is n:
-            return True  # an element of the host array
-        if isinstance(up, (ast.Tuple, ast.List)):
-            n, up = up, sem.parent(up)
-        return isinstance(up, ast.Call) and n in up.args and _keeps(up)
-
-    return bool(uses) and all(kept(n) for n in uses)
-
-
-CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
-          "timeit.default_timer")
-SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
-
-
-def timer_call(call: ast.Call) -> bool:
-    """``fw_timer.tic()``, ``timer.toc()``, ``self.timer.stop()``: a stopwatch object's reading."""
-    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or "timer" in (
-        dotted(call.func.value) or "").lower())
-
-
-def _clock_call(ctx: Context, node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and ((ctx.call_name(node) or "") in CLOCKS or timer_call(node))
-
-
-def _after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
-    """``node`` reads after the step's own timing ``torch.cuda.synchronize()`` (a clock read in the loop beside
-    it: the sync TD603 leaves alone), earlier in the loop's body, with no call but clock reads between: the GPU is
-    idle by then, so the read waits for nothing (``synchronize(); t1 = time.time(); print(loss.item(), t1 - t0)``)."""
-    sem = ctx.semantic
-    body = getattr(loop, "body", [])
-    top = node
-    while (up := sem.parent(top)) is not None and up is not loop:
-        top = up
-    if up is None or not any(b is top for b in body):
-        return False
-    region = sem.body(loop)
-    if not any(_clock_call(ctx, n) for n in region):
-        return False
-    for stmt in reversed(body[:[i for i, b in enumerate(body) if b is top][0]]):
-        calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
-        if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
-            return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
-        if not all(_clock_call(ctx, c) for c in calls):
-            return False  # work queued after the sync (or none there): the read may wait for it
-    return False
-
-
 def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
-    if not isinstance(loop, str) and _after_timing_sync(ctx, node, loop):
+    if not isinstance(loop, str) and after_timing_sync(ctx, node, loop):
         return
     sem = ctx.semantic
     stmt = next((a for a in sem.ancestors(node) if isinstance(a, ast.stmt)), None)

@@ -15,8 +15,9 @@ from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
-from torchdoctor.check.rules.steps import CLOCKS, SYNCHRONIZE, _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, \
-    _report_sync, _tensor_value, batch_on_device, per_step_loop, timer_call
+from torchdoctor.check.rules.kept import CLOCKS, SYNCHRONIZE, timer_call
+from torchdoctor.check.rules.steps import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
+    _tensor_value, batch_on_device, per_step_loop
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:

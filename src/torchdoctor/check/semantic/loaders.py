@@ -15,7 +15,6 @@ import ast
 from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
-from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text"]

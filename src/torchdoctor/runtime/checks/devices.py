@@ -48,7 +48,7 @@ def classify(m: Mismatch) -> tuple[str, str, str]:
     where = f"`{m.module_path}`" if m.module_path == m.module_type else f"`{m.module_path}` ({m.module_type})"
     if m.spread:
         return ("TD202", f"parameters and buffers of {where} are spread over {', '.join(m.spread)}",
-                f"move the whole model once with model.to(device) after building it")
+                "move the whole model once with model.to(device) after building it")
     if m.plain_attr:
         return ("TD203", f"plain tensor attribute `{m.plain_attr}` of {where} is on {m.param_device} "
                 f"while the module works on {m.input_device}: it did not follow model.to(device)",
@@ -71,7 +71,7 @@ def classify(m: Mismatch) -> tuple[str, str, str]:
                 "call model.to(device) with the device the batches are moved to")
     if m.is_root_input or m.from_loader:
         return ("TD302", f"`{m.argument}` reaches {where} on {m.input_device} but the model is on {m.param_device}: the batch was not moved",
-                f"move the batch to the model's device: x = x.to(device) (in training and in evaluation)")
+                "move the batch to the model's device: x = x.to(device) (in training and in evaluation)")
     return ("TD303", f"a tensor created on {m.input_device} inside the model reaches {where}, whose parameters are on {m.param_device}",
             "create tensors with device=x.device (or use torch.zeros_like / x.new_zeros)")
 
