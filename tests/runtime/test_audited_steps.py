@@ -108,3 +108,27 @@ def test_a_clean_loop_that_evaluates_every_few_steps_is_quiet_and_audits_few_ste
     # the first steps, the audits, the two passes after each, and the first step after each evaluation
     assert s.stats["backward_calls_audited"] < TIMED_FIRST + (300 - TIMED_FIRST) // 2
     assert s.stats["forward_calls"] == 300 + 12  # every forward is counted, audited or not
+
+
+def gan(steps: int, zero_generator=lambda step: True) -> list[str]:
+    torch.manual_seed(0)
+    gen, disc = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4)), nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 1))
+    opt_g, opt_d = torch.optim.Adam(gen.parameters()), torch.optim.Adam(disc.parameters())
+    bce = nn.BCEWithLogitsLoss()
+    with torchdoctor.watch(environment=False) as s:
+        for step in range(steps):
+            fake = gen(torch.randn(16, 4))
+            opt_d.zero_grad()
+            (bce(disc(torch.randn(16, 4)), torch.ones(16, 1)) + bce(disc(fake.detach()), torch.zeros(16, 1))).backward()
+            opt_d.step()  # the first optimizer to step: its steps are the watch's
+            if zero_generator(step):
+                opt_g.zero_grad()
+            bce(disc(fake), torch.ones(16, 1)).backward()
+            opt_g.step()  # between two of the discriminator's steps
+    return codes(s)
+
+
+def test_a_gan_whose_generator_stops_zeroing_late_is_td404_and_a_clean_one_is_quiet():
+    # the generator's steps straddle the discriminator's, which end the watch's steps: both are followed every step
+    assert gan(3 * LATE, zero_generator=lambda step: step < 2 * LATE) == ["TD404"]
+    assert gan(3 * LATE) == []

@@ -234,7 +234,9 @@ def step_post(session: Any) -> Any:
             tl.timed = count + 1 == tl.audit
         tl._mark = tl._start = now
         tl.phase = OTHER
-        if tl.timed or grads.every or session._losses.every:
+        # (with several optimizers (a GAN), every step: the others' steps straddle the primary's, whose gradients
+        # the gradient check follows from one step of each to the next)
+        if tl.timed or grads.every or session._losses.every or session._several_optimizers:
             grads.on_step_post(opt, where)  # the next step is followed: its gradient must be reset before backward
             if not session._armed:
                 session.arm()

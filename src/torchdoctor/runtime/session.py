@@ -109,6 +109,7 @@ class WatchSession:
         self._passes = 0
         self._batches: tuple[dict[int, weakref.ReferenceType], ...] = ({}, {})
         self._primary: Any = None
+        self._several_optimizers = False  # another optimizer steps within the primary's steps (a GAN)
         self._other_step: tuple[int, int] | None = None
         self._train_devices: set[str] = set()
         self._autocast_steps = 0
@@ -203,6 +204,7 @@ class WatchSession:
             mark = (id(opt), self.timeline.count)
             if self._other_step != mark:
                 self._other_step = mark
+                self._several_optimizers = True  # (GAN): every step is audited, see hot.step_post
                 if self.timeline.timed:
                     self.timeline.enter(OTHER, now)  # a second optimizer's step (GAN) is part of this step
                 return False
