@@ -37,12 +37,41 @@ def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
 @rule("TD401", *_LOOPS)
 def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
     """Evaluation forward pass with autograd on."""
-    for node in _eval_forwards(ctx, loop):
+    forwards = _eval_forwards(ctx, loop)
+    for node in forwards:
         if ctx.semantic.under_no_grad(node):
             continue
         name = ctx.name(node.func)
         ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",
                    fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
+    if not forwards:
+        for call, helper in _eval_helper_forwards(ctx, loop):
+            ctx.report("TD401", call, f"evaluation forward through `{ctx.name(call.func)}(...)` (which calls the model in "
+                       f"`{helper}`) runs with autograd on: it builds a graph it never uses",
+                       fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _eval_helper_forwards(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, str]]:
+    """An evaluation loop that runs its model through a method or function of this file, shared with training
+    (``pred = self._process_one_batch(batch)`` after ``self.model.eval()``), with autograd on in both."""
+    sem = ctx.semantic
+    if sem.loop_kind(loop) != "eval":
+        return []
+    out = []
+    for node in sem.body(loop):
+        if not isinstance(node, ast.Call) or sem.under_no_grad(node) or sem.enclosing_loop(node, "eval") is not loop:
+            continue
+        helpers = sem.resolve(node)
+        if len(helpers) != 1:
+            continue
+        helper = helpers[0]
+        cls = sem.class_of(helper)
+        if cls is not None and cls.name in sem.module_classes:
+            continue  # a model's own method: its calls are submodules
+        if any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" and not sem.under_no_grad(n)
+               for n in sem.local_nodes(helper)):
+            out.append((node, helper.name))  # type: ignore[attr-defined]
+    return out
 
 
 # a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
