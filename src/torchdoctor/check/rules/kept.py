@@ -74,6 +74,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 return True
             outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
             return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
+        if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur:
+            return True  # ``[model(x).cpu().numpy() for x, _ in loader]``: the comprehension collects them
         if isinstance(up, (ast.List, ast.Tuple)):
             outer = sem.parent(up)  # ``preds += [out.cpu()]``, ``samples.append((img.cpu().numpy(), t, p))``
             return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer)
