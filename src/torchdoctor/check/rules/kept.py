@@ -134,7 +134,8 @@ def _keeps(call: ast.Call) -> bool:
 def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bool:
     """``preds = out.argmax(1).cpu().numpy()`` then ``metrics.update(targets, preds)`` in the same evaluation loop:
     every read of ``preds`` after it, in the loop, hands it to something that keeps it, whole or inside a tuple
-    (``samples.append((img, preds[0]))``), or takes one of its elements on the host (``pred = preds[i]``)."""
+    (``samples.append((img, preds[0]))``) or through a wrapper (``Image.fromarray(img).save(path)``), takes one of
+    its elements on the host (``pred = preds[i]``), or rebinds it on the host (whose reads are these reads too)."""
     sem = ctx.semantic
     after = (assign.end_lineno or assign.lineno, assign.end_col_offset or 0)  # (after its own value)
     uses = [n for n in sem.reads_of(name) if sem.contains(loop, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
@@ -143,9 +144,19 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
         up = sem.parent(n)
         if isinstance(up, ast.Subscript) and up.value is n:
             return True  # an element of the host array
+        stmt = next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.targets[0].id == name:
+            return True  # rebound on the host (``image = (denorm(image) * 255).astype(np.uint8)``): its reads count
         if isinstance(up, (ast.Tuple, ast.List)):
             n, up = up, sem.parent(up)
-        return isinstance(up, ast.Call) and n in up.args and _keeps(up)
+        if not (isinstance(up, ast.Call) and n in up.args):
+            return False
+        if _keeps(up):
+            return True
+        outer = sem.parent(up)  # ``Image.fromarray(image).save(path)``: written out through a wrapper
+        return isinstance(outer, ast.Attribute) and isinstance(call := sem.parent(outer), ast.Call) \
+            and call.func is outer and _saves(call)
 
     return bool(uses) and all(kept(n) for n in uses)
 
