@@ -53,8 +53,9 @@ def install(session: Any) -> Patches:
         p.handle(optim_mod.register_optimizer_step_post_hook(hot.step_post(session)))
         p.replace(torch.autograd, "backward", lambda orig: hot.backward(session, orig))
         # what session.arm and session.disarm put in and take out between audited steps (timeline.py)
-        session._switches = (pre.hooks_dict_ref(), pre.id, on_step_pre, torch.autograd, torch.autograd.backward,
-                             torch.autograd.backward.__wrapped__)
+        session._pre_hooks, session._pre_key, session._on_step_pre = pre.hooks_dict_ref(), pre.id, on_step_pre
+        session._backward_watched = torch.autograd.backward
+        session._backward_torch = torch.autograd.backward.__wrapped__
         p.replace(torch.autograd, "grad", lambda orig: _grad(session, orig))
         p.replace(dl._BaseDataLoaderIter, "__init__", lambda orig: _iter_init(session, orig))
         p.replace(dl._BaseDataLoaderIter, "__next__", lambda orig: hot.loader_next(session, orig))

@@ -127,7 +127,12 @@ class WatchSession:
         self._where = self.call_location  # one bound method, handed to the checks at every step
         self._dynamo_seen = [False]  # torch._dynamo imported (before or during the session): see patches.install
         self._armed = True  # this step is audited: the wrappers do their work (``arm``; each of the first steps)
-        self._switches: tuple[Any, ...] = ()
+        # set by patches.install: torch's hook dict and the step pre-hook's key in it, the pre-hook, both backwards
+        self._pre_hooks: Any = None
+        self._pre_key: Any = None
+        self._on_step_pre: Any = None
+        self._backward_watched: Any = None
+        self._backward_torch: Any = None
         self._patches = patches.install(self)
         self._probe_obj.start_sync_watch(self._on_sync)
 
@@ -135,25 +140,25 @@ class WatchSession:
     def arm(self) -> None:
         """From now to the end of the step (``hot.step_post`` decides about the next one), the wrappers do their
         work: module calls are read, the watch's backward and step pre-hook are in."""
-        hooks, key, pre, autograd, backward, _ = self._switches
         self._armed = True
         self.timeline.fast_until = -1
-        hooks[key] = pre
-        autograd.backward = backward
+        self._pre_hooks[self._pre_key] = self._on_step_pre
+        self._torch.autograd.backward = self._backward_watched
 
     def disarm(self) -> None:
-        """A step that is not audited comes: torch's own backward (unless the loss check still looks at the passes
-        after a tag: ``hot.backward`` takes itself out when it is done), no step pre-hook, module calls pass."""
-        hooks, key, _, autograd, _, original = self._switches
+        """A step that is not audited comes: no step pre-hook, module calls pass, torch's own backward once the
+        loss check no longer looks (``settle_backward``)."""
         self._armed = False
         if not self._reads_memory:  # up to the step before the next audit, the step hook keeps the total only
             self.timeline.fast_until = self.timeline.audit - 2
-        hooks.pop(key, None)
-        if not (self._losses.looking or self._losses.every):
-            autograd.backward = original
+        self._pre_hooks.pop(self._pre_key, None)
+        self.settle_backward()
 
-    def backward_off(self) -> None:
-        self._switches[3].backward = self._switches[5]
+    def settle_backward(self) -> None:
+        """Not audited: torch's own backward, unless the loss check still looks at the passes after a tag or tags
+        every one (``hot.backward`` asks again after each pass it sees)."""
+        if not (self._armed or self._losses.looking or self._losses.every):
+            self._torch.autograd.backward = self._backward_torch
 
     # -- events (called from hooks; keep them cheap) ------------------------
     def on_root_error(self, error: BaseException, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

@@ -112,7 +112,7 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
     for use in sem.body(region):
         if isinstance(use, ast.Name) and use.id == name and (use.lineno, use.col_offset) > end:
             if not isinstance(use.ctx, ast.Load):
-                stmt = next((a for a in sem.ancestors(use) if isinstance(a, ast.stmt)), None)
+                stmt = sem.statement_of(use)
                 if isinstance(stmt, ast.Assign) and any(isinstance(n, ast.Name) and n.id == name and
                                                         isinstance(n.ctx, ast.Load) for n in sem.subtree(stmt.value)):
                     continue  # ``x, z = x.cuda(), z.cuda()``: the value, read first, comes next

@@ -24,7 +24,7 @@ def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     recv = node.func.value  # type: ignore[attr-defined]
     if not isinstance(recv, ast.Name):
         return False
-    test = next((a for a in sem.ancestors(node) if isinstance(a, ast.stmt)), None)
+    test = sem.statement_of(node)
     if not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
                                                for n in sem.subtree(b)) or node not in sem.subtree(test.test):
         return False
@@ -82,11 +82,25 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
             return method_name(cur) == "tolist"  # ``preds += out.argmax(-1).tolist()``
         if isinstance(up, ast.Assign) and up.value is cur:
-            if len(up.targets) == 1 and isinstance(up.targets[0], ast.Name):  # ``preds = out.cpu().numpy()``, kept next
-                return _name_kept(ctx, up.targets[0].id, up, loop)
+            if (name := _bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
+                return _name_kept(ctx, name, up, loop)
             return all(isinstance(t, ast.Subscript) for t in up.targets)  # ``preds[i] = out.cpu()``
         return False
     return False
+
+
+def _bound_name(stmt: ast.AST | None) -> str | None:
+    """The one name an assignment binds (``preds = ...``), else None."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+        return stmt.targets[0].id
+    return None
+
+
+def _reads_after(ctx: Context, name: str, stmt: ast.AST, region: ast.AST) -> list[ast.AST]:
+    """The reads of ``name`` in ``region`` (a loop or a function) after ``stmt``, its own value included."""
+    sem = ctx.semantic
+    after = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)  # type: ignore[attr-defined]
+    return [n for n in sem.reads_of(name) if sem.contains(region, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
 
 
 def _returned_copy(ctx: Context, node: ast.Call) -> bool:
@@ -100,11 +114,10 @@ def _returned_copy(ctx: Context, node: ast.Call) -> bool:
         cur, up = call, sem.parent(call)
     if isinstance(up, ast.Return):
         return True
-    func = sem.function_of(node)
-    if func is None or not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+    func, name = sem.function_of(node), _bound_name(up)
+    if func is None or name is None:
         return False
-    name, after = up.targets[0].id, (up.end_lineno or up.lineno, up.end_col_offset or 0)
-    uses = [n for n in sem.reads_of(name) if sem.function_of(n) is func and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
+    uses = _reads_after(ctx, name, up, func)  # type: ignore[arg-type]
 
     def chain_of(value: ast.AST | None, n: ast.AST) -> bool:  # ``y``, ``y.transpose(1, 2, 0)``: the array itself
         while isinstance(value, (ast.Call, ast.Attribute)):
@@ -112,14 +125,13 @@ def _returned_copy(ctx: Context, node: ast.Call) -> bool:
         return value is n
 
     def handed_back(n: ast.AST) -> bool:  # returned, or rebound to itself on the host: ``y = y.transpose(1, 2, 0)``
-        stmt = next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None)
+        stmt = sem.statement_of(n)
         if isinstance(stmt, ast.Return):
             return chain_of(stmt.value, n)
-        return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-            and stmt.targets[0].id == name and chain_of(stmt.value, n)
+        return _bound_name(stmt) == name and chain_of(stmt.value, n)  # type: ignore[union-attr]
 
     return bool(uses) and all(handed_back(n) for n in uses) and any(
-        isinstance(next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None), ast.Return) for n in uses)
+        isinstance(sem.statement_of(n), ast.Return) for n in uses)
 
 
 # a metric object's per-batch update with host arrays: ``metrics.update(targets, preds)``, ``evaluator.add_batch``
@@ -137,16 +149,13 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
     (``samples.append((img, preds[0]))``) or through a wrapper (``Image.fromarray(img).save(path)``), takes one of
     its elements on the host (``pred = preds[i]``), or rebinds it on the host (whose reads are these reads too)."""
     sem = ctx.semantic
-    after = (assign.end_lineno or assign.lineno, assign.end_col_offset or 0)  # (after its own value)
-    uses = [n for n in sem.reads_of(name) if sem.contains(loop, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
+    uses = _reads_after(ctx, name, assign, loop)
 
     def kept(n: ast.AST) -> bool:
         up = sem.parent(n)
         if isinstance(up, ast.Subscript) and up.value is n:
             return True  # an element of the host array
-        stmt = next((a for a in sem.ancestors(n) if isinstance(a, ast.stmt)), None)
-        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
-                and stmt.targets[0].id == name:
+        if _bound_name(sem.statement_of(n)) == name:
             return True  # rebound on the host (``image = (denorm(image) * 255).astype(np.uint8)``): its reads count
         if isinstance(up, (ast.Tuple, ast.List)):
             n, up = up, sem.parent(up)

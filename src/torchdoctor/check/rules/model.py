@@ -307,7 +307,7 @@ def _copy_moved(ctx: Context, read: ast.AST) -> bool:
     up = sem.parent(read)
     if isinstance(up, ast.Attribute) and up.attr in ("size", "shape", "dim", "numel", "dtype", "ndim"):
         return True  # ``self.grid.size()``: its shape, wherever it lives
-    stmt = next((a for a in sem.ancestors(read) if isinstance(a, ast.stmt)), None)
+    stmt = sem.statement_of(read)
     func = sem.function_of(read)
     if not isinstance(stmt, ast.Assign) or func is None:
         return False

@@ -380,7 +380,7 @@ def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) ->
     if not isinstance(loop, str) and after_timing_sync(ctx, node, loop):
         return
     sem = ctx.semantic
-    stmt = next((a for a in sem.ancestors(node) if isinstance(a, ast.stmt)), None)
+    stmt = sem.statement_of(node)
     told: set[int] = sem.memo.setdefault("td603_statements", set())  # type: ignore[assignment]
     if stmt is not None:
         if id(stmt) in told:

@@ -106,6 +106,10 @@ class SemanticModel:
     def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
         return self.index.ancestors(node)
 
+    def statement_of(self, node: ast.AST) -> ast.stmt | None:
+        """The innermost statement around ``node``."""
+        return next((a for a in self.index.ancestors(node) if isinstance(a, ast.stmt)), None)  # type: ignore[misc]
+
     def frame(self, node: ast.AST) -> Frame:
         return self.index.frame.get(node, self.index.root)
 
