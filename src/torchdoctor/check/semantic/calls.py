@@ -19,6 +19,7 @@ __all__ = ["Calls", "EFFECTS", "SAVERS"]
 # ("sync": reads a tensor back to the host; "read": a scalar read, ``.item()``, the kind that a device total avoids)
 EFFECTS = ("backward", "step", "zero_grad", "set_epoch", "eval", "train", "save", "empty_cache", "sync", "read")
 _TRAIN_METHODS = {"train", "eval", "to", "cuda", "step", "zero_grad", "backward", "parameters", "forward"}
+_ELSEWHERE = object()  # the elements are instances of a class this file does not define
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 SAVERS = ("torch.save", "torch_xla.core.xla_model.save", "xm.save", "safetensors.torch.save_file",
           "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt")
@@ -108,6 +109,14 @@ class Calls:
             cls = self.class_of(call)  # ``super().__init__(...)``: the base classes of this file
             bases = self._bases(cls)
             return [f for base in bases for f in self._methods(base, func.attr)]
+        if isinstance(receiver, ast.Subscript) and (base := dotted(receiver.value)):
+            # ``self.stats[k].update(x)``: an element of a list of in-file class instances runs that class's method
+            # (and nothing else: a list of known elements is no guess by name)
+            element = self._element_class(base, call)
+            if element is not None:
+                return self._methods(element, func.attr) if element is not _ELSEWHERE else []
+            if self._holds_plain_values(base, call):
+                return []
         key = dotted(receiver) or ""
         if key == "self":
             cls = self.class_of(call)
@@ -175,6 +184,34 @@ class Calls:
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
             return self.classes.get(value.func.id)
         return None
+
+    def _element_class(self, key: str, at: ast.AST) -> ast.AST | object | None:
+        """The in-file class of the elements of the list ``key`` holds (``[Cls(...) for _ in ...]``,
+        ``[Cls(a), Cls(b)]``, ``nn.ModuleList([...])``), if the binding says so."""
+        b = self.bindings.at(key, at)
+        value = b.value if b is not None and not b.is_param and b.index is None else None
+        if isinstance(value, ast.Call) and value.args and (dotted(value.func) or "").endswith(("ModuleList", "list")):
+            value = value.args[0]
+        elements = [value.elt] if isinstance(value, (ast.ListComp, ast.GeneratorExp)) else \
+            list(value.elts) if isinstance(value, (ast.List, ast.Tuple)) else []
+        if not elements or not all(isinstance(e, ast.Call) and isinstance(e.func, ast.Name) for e in elements):
+            return None
+        names = {e.func.id for e in elements}  # type: ignore[attr-defined]
+        if not names & (self.classes.keys() | self.functions.keys()):
+            return _ELSEWHERE  # instances of a class of another module (``[MovingAverage(...) for _ in envs]``)
+        classes = {self.classes.get(n) for n in names}
+        return classes.pop() if len(classes) == 1 and None not in classes else None
+
+    def _holds_plain_values(self, key: str, at: ast.AST) -> bool:
+        """``key`` is bound to a list or dict display of no calls (``grads = [{} for _ in envs]``): its elements
+        are plain values, whose methods are no in-file class's."""
+        b = self.bindings.at(key, at)
+        value = b.value if b is not None and not b.is_param and b.index is None else None
+        if isinstance(value, (ast.ListComp, ast.GeneratorExp)):
+            value = value.elt
+        if isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+            return all(isinstance(e, (ast.Constant, ast.Dict, ast.List)) for e in value.elts)
+        return isinstance(value, (ast.Dict, ast.DictComp, ast.Constant))
 
     def external_of(self, call: ast.Call) -> object | None:
         """The summary of a function in another module of the project that ``call`` runs, or None."""
