@@ -203,9 +203,26 @@ class Kinds:
         if not any(self.is_loader_expr(i) for i in iters):
             return self._item_kind(loop, b)
         target = loop.target
+        if not counter and isinstance(loop.iter, ast.Name):
+            counter = self._counts(loop.iter, loop)
         if counter and isinstance(target, ast.Tuple) and target.elts and b.key in target_names(target.elts[0]):
             return None
         return "tensor"
+
+    def _counts(self, name: ast.Name, at: ast.AST) -> bool:
+        """``prog = enumerate(loader)`` (then perhaps ``prog = tqdm(prog, ...)``) and ``for i, batch in prog``: the
+        name iterated holds an enumerate, whose first item is its counter."""
+        for _ in range(4):  # rebound through a few wrappers at most
+            b = self.bindings.at(name.id, at)
+            if b is None or b.index is not None or not isinstance(b.value, ast.Call):
+                return False
+            inner, counter = unwrap_iter(b.value)
+            if counter:
+                return True
+            if not (len(inner) == 1 and isinstance(inner[0], ast.Name) and inner[0] is not b.value):
+                return False
+            name, at = inner[0], b.node
+        return False
 
     def _item_kind(self, loop: ast.AST, b: Binding) -> str | None:
         """``for name, prob in zip(names, probs)``: an item of a tensor is a tensor (``for row in t`` too)."""
