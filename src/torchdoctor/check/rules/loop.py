@@ -175,7 +175,7 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
     sem = ctx.semantic
     scope = sem.scope_of(eval_call)
     nodes = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
-    if "backward" in sem.region_effects(nodes):
+    if "backward" in sem.region_effects(nodes) or _differentiates(ctx, nodes):
         return []  # a function (or script) that also trains: its eval-mode forwards may feed training
     after = [n for n in nodes if isinstance(n, ast.Call) and n.lineno > eval_call.lineno]  # type: ignore[attr-defined]
     out = []
@@ -189,6 +189,17 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
     return out
 
 
+def _differentiates(ctx: Context, nodes: list[ast.AST]) -> bool:
+    """``torch.autograd.grad`` among these nodes or in a function of this file they call (a Hessian-vector
+    product, a gradient penalty): the eval-mode forward's graph is used."""
+    sem = ctx.semantic
+    calls = [n for n in nodes if isinstance(n, ast.Call)]
+    for call in calls + [n for c in calls for f in sem.resolve(c) for n in sem.local_nodes(f) if isinstance(n, ast.Call)]:
+        if ctx.call_name(call) in ("torch.autograd.grad", "torch.autograd.functional.hvp", "torch.autograd.functional.vjp"):
+            return True
+    return False
+
+
 def _inference_call(ctx: Context, call: ast.Call) -> bool:
     """Not under no_grad, not in a training loop nor in an evaluation loop (reported by the loop rule), and
     not a method of this file's classes that turns autograd off itself."""
@@ -196,6 +207,9 @@ def _inference_call(ctx: Context, call: ast.Call) -> bool:
     if sem.under_no_grad(call) or sem.enclosing_loop(call, "train") is not None or \
             sem.enclosing_loop(call, "eval") is not None:
         return False
+    cls = sem.class_of(call)
+    if cls is not None and cls.name in sem.module_classes:  # type: ignore[attr-defined]
+        return False  # a module's own method runs in its caller's grad mode: the caller's call is judged
     if isinstance(call.func, ast.Attribute) and call.func.attr != "forward":
         for funcs in [sem.functions.get(call.func.attr, [])]:
             for f in funcs:
@@ -533,7 +547,31 @@ def _loss_moved(ctx: Context, call: ast.Call) -> bool:
         for n in sem.calls_named("to", "cuda"):
             if isinstance(n.func, ast.Attribute) and dotted(n.func.value) in keys:
                 return True
+        cls = sem.class_of(call)
+        if cls is not None and cls.name in sem.module_classes and any((k or "").startswith("self.") for k in keys):  # type: ignore[attr-defined]
+            return _owner_moved(ctx, cls)  # a submodule of a module class: it moves with its owner
     return False
+
+
+def _owner_moved(ctx: Context, cls: ast.AST, depth: int = 0) -> bool:
+    """Every instance of the module class ``cls`` made in this file is moved, or is a submodule of a module
+    class whose instances are (none made here: its owner, in another file, is judged there)."""
+    sem = ctx.semantic
+    for made in sem.calls_named(cls.name):  # type: ignore[attr-defined]
+        if not (isinstance(made.func, ast.Name) and made.func.id == cls.name):  # type: ignore[attr-defined]
+            continue
+        parent = sem.parent(made)
+        if sem.value_is_moved(made) or isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda"):
+            continue
+        keys = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
+        if any(isinstance(n.func, ast.Attribute) and dotted(n.func.value) in keys for n in sem.calls_named("to", "cuda")):
+            continue
+        owner = sem.class_of(made)
+        if isinstance(parent, ast.Assign) and owner is not None and owner is not cls and owner.name in sem.module_classes \
+                and depth < 3 and _owner_moved(ctx, owner, depth + 1):  # type: ignore[attr-defined]
+            continue
+        return False
+    return True
 
 
 # ---- TD407 -----------------------------------------------------------------------------------
