@@ -399,14 +399,27 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
             return True
         if loaders.dataset_yields_device_tensors(ctx.semantic, arg):
             return True
-        if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors
-            return any(isinstance(a, ast.Name) and ctx.semantic.is_moved(a.id, call) for a in arg.args)
+        if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors, or of a model's outputs
+            return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call))
+                       for a in arg.args)
         key = dotted(arg)
         b = ctx.semantic.binding_at(key, call) if key else None
         if b is None or b.value is None:
             return False
         arg = b.value
     return False
+
+
+def _model_outputs(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """``feats, labels = extract_features(model, dataset)``: tensors a model computed (features gathered
+    for a probe), which may already live on the device its forward ran on."""
+    sem = ctx.semantic
+    b = sem.binding_at(name.id, at)
+    value = b.value if b is not None and not b.is_param else None
+    if not isinstance(value, ast.Call):
+        return False
+    return any(sem.expr_kind(a, value) in ("model", "wrapper") for a in [*value.args, *(k.value for k in value.keywords)]
+               if isinstance(a, (ast.Name, ast.Attribute)))
 
 
 # ---- TD306 ----------------------------------------------------------------------------------
