@@ -56,3 +56,10 @@ def test_td603_one_statement_with_several_reads_is_one_finding() -> None:
     )
     found = [f.location.line for f in check_source(source, "train.py") if f.code == "TD603"]
     assert found == [11, 12]  # two reads on line 11 wait once: one finding there
+
+
+def test_td101_an_indexed_gpu_in_a_single_process_file_is_told_to_fall_back_not_to_use_local_rank() -> None:
+    path = ROOT / "TD101" / "device_map_cuda.py"
+    [f] = [f for f in check_source(path.read_text("utf-8"), str(path)) if f.location.line == 15]
+    assert "local_rank" not in f.fix and "gloo" not in f.fix
+    assert 'torch.device("cuda:1") if torch.cuda.is_available() else torch.device("cpu")' in f.fix

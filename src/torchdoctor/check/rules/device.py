@@ -37,7 +37,10 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             fix='pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
             if site.text.startswith("accelerator=") else
             ('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '
-                 'else torch.device("cpu")` (with the gloo backend)') if site.indexed else
+                 'else torch.device("cpu")` (with the gloo backend)') if site.indexed and program.is_ddp_program(sem) else
+            (f'keep the chosen GPU but fall back: `{site.text} if torch.cuda.is_available() else torch.device("cpu")`'
+             if site.text.startswith("torch.device(") else
+             'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
 

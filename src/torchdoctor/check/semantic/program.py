@@ -122,7 +122,7 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
     if name and _QUIET_DEVICE_KW.search(name):
         return None
     for kw in call.keywords:
-        if kw.arg in ("device", "map_location"):
+        if kw.arg in ("device", "map_location", "device_map"):  # (``device_map="cuda"``: Hugging Face loading)
             is_cuda, indexed = cuda_string(kw.value)
             if is_cuda:
                 return CudaSite(kw.value, f"{kw.arg}={sem.segment(kw.value)}", indexed)
@@ -134,7 +134,8 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
 
     def compute() -> list[CudaSite]:
         candidates = set(sem.calls_named("device", "cuda", "to")) | set(sem.calls_with_keyword("device")) \
-            | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator"))
+            | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator")) \
+            | set(sem.calls_with_keyword("device_map"))
         nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
         nodes.sort(key=sem.index.pos.__getitem__)
         return [s for n in nodes if (s := cuda_site(sem, n)) is not None and not _default_or_override(sem, n)]
