@@ -1145,3 +1145,59 @@ def test_inputs_left_to_a_data_parallel_wrapper_made_by_the_caller_are_not_unmov
     found = [f for r in check_files(["training.py", "main.py"], settings) for f in r.findings]
     assert [(f.location.line, f.code) for f in found] == [(7, "TD302")]
     assert "(other batch elements were moved)" in found[0].message
+
+
+def test_a_helper_called_only_after_an_assert_of_one_process(project: Path) -> None:
+    """``assert opt.local_rank == -1`` before the loop that calls a helper of another module: one process
+    runs it. A helper called after an assert that a distributed run passes too is written by every rank."""
+    write(project, {
+        "records.py": """\
+            import numpy as np
+            import torch
+
+
+            def record_trial(values, path):
+                np.savetxt(path, np.array(values))
+
+
+            def record_device(values, path):
+                with open(path, "a") as f:
+                    f.write(str(values))
+            """,
+        "train.py": """\
+            import argparse
+
+            import torch
+            import torch.distributed as dist
+            from records import record_device, record_trial
+
+
+            def fit(opt, model, loader):
+                optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(opt.epochs):
+                    for x, y in loader:
+                        optimizer.zero_grad()
+                        torch.nn.functional.mse_loss(model(x), y).backward()
+                        optimizer.step()
+                return [0.5]
+
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--local_rank", type=int, default=-1)
+                parser.add_argument("--evolve", action="store_true")
+                opt = parser.parse_args()
+                if opt.local_rank != -1:
+                    dist.init_process_group("gloo")
+                if not opt.evolve:
+                    assert opt.local_rank < max(torch.cuda.device_count(), 1)
+                    for trial in range(3):
+                        record_device(fit(opt, torch.nn.Linear(2, 1), []), "device.txt")
+                else:
+                    assert opt.local_rank == -1, "evolve runs in one process"
+                    for generation in range(10):
+                        record_trial(fit(opt, torch.nn.Linear(2, 1), []), "evolve.txt")
+            """,
+    })
+    results = check_files(["records.py", "train.py"], Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "records.py") == [(10, "TD703")]  # record_device; record_trial runs in one process

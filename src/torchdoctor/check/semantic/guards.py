@@ -34,6 +34,17 @@ _OFF_WRAPPER = lazy(r"(?i)^\w*(inference_mode|no_grad)\w*$")
 _RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get_node_local_rank", "local_rank"}
 
 
+_WORLD_SIZE = lazy(r"(?i)(world_size|num_processes)")
+
+
+def _number(expr: ast.AST) -> int | None:
+    """The integer a literal says: ``0``, ``-1``."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        inner = _number(expr.operand)
+        return None if inner is None else -inner
+    return expr.value if isinstance(expr, ast.Constant) and type(expr.value) is int else None
+
+
 _GPU_FLAG = lazy(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
 
 
@@ -50,6 +61,7 @@ class Guards:
         self._aliases: set[str] | None = None
         self._counted: set[str] | None = None
         self._refused: set[str] | None = None
+        self._one_process: set[ast.AST] | None = None
 
     def frame(self, node: ast.AST) -> Frame | None:
         return self.index.frame.get(node)
@@ -303,7 +315,7 @@ class Guards:
             if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
                 return True
             frame = frame.parent
-        return False
+        return self._asserted_one_process(node)
 
     def only_on_rank_zero(self, node: ast.AST) -> bool:
         """Stricter than ``under_rank_guard``: only the main process gets here, so what is made here exists on no
@@ -320,6 +332,51 @@ class Guards:
             if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
                 return True
             frame = frame.parent
+        return self._asserted_one_process(node)
+
+    def _asserted_one_process(self, node: ast.AST) -> bool:
+        """An earlier ``assert opt.local_rank == -1`` (``assert not args.distributed``, ``assert world_size == 1``,
+        ``assert is_main_process()``) in a block around ``node``: a process of a distributed run stops there, so
+        only a single process (or rank 0) gets past it."""
+        if self._one_process is None:
+            self._one_process = {a for a in self.index.by_type.get(ast.Assert, ())
+                                 if self._one_process_test(a.test)}  # type: ignore[attr-defined]
+        return bool(self._one_process) and any(s in self._one_process for s in self.index.earlier_statements(node))
+
+    def _one_process_test(self, test: ast.AST) -> bool:
+        """``test`` holds only on rank 0 or in a single process: ``rank == -1``, ``local_rank in (-1, 0)``,
+        ``rank <= 0``, ``world_size == 1``, ``not args.distributed``, ``is_main_process()``; not a test that a
+        distributed run passes too (``local_rank < torch.cuda.device_count()``, ``rank >= 0``)."""
+        if isinstance(test, ast.BoolOp):  # ``rank == -1 and ...``; ``not args.distributed or world_size == 1``
+            holds = [self._one_process_test(v) for v in test.values]
+            return any(holds) if isinstance(test.op, ast.And) else all(holds)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = test.operand
+            if isinstance(inner, ast.Call) and (dotted(inner.func) or "").endswith("is_initialized"):
+                return True  # ``assert not dist.is_initialized()``
+            return bool(_DISTRIBUTED_FLAG.search(dotted(inner) or ""))
+        if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):  # ``is_main_process()``, not ``args.local_rank``
+            last = (dotted(test.func if isinstance(test, ast.Call) else test) or "").rsplit(".", 1)[-1]
+            return bool(RANKISH.search(last)) and not last.lower().endswith("rank")
+        if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+            return False
+        op, left, right = test.ops[0], test.left, test.comparators[0]
+        if _number(left) is not None:  # ``-1 == opt.local_rank``, ``1 >= world_size``
+            left, right = right, left
+            op = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE(), ast.Gt: ast.Lt(), ast.GtE: ast.LtE()}.get(type(op), op)
+        values = [_number(e) for e in right.elts] if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [_number(right)]
+        if not values or None in values:
+            return False
+        sized = bool(_WORLD_SIZE.search(self.segment(left)))
+        if not sized and not self.is_rank_value(left) and not RANKISH.search(dotted(left) or ""):
+            return False
+        top = 1 if sized else 0  # a world of one process; rank 0 (or -1, no process group)
+        if isinstance(op, (ast.Eq, ast.In)):
+            return all(-1 <= v <= top for v in values)  # type: ignore[operator]
+        if isinstance(op, ast.LtE):
+            return values[0] <= top  # type: ignore[operator]
+        if isinstance(op, ast.Lt):
+            return values[0] <= top + 1  # type: ignore[operator]
         return False
 
     def _rank_zero_function(self, func: ast.AST, node: ast.AST) -> bool:
