@@ -368,8 +368,13 @@ def _write_site(ctx: Context, call: ast.Call) -> str | None:
 
 def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
     """A per-rank file name (`f"ckpt_rank{rank}.pt"`, or a name assigned one, or a parameter that every
-    caller in the file gives one): each rank writes its own file."""
-    return any(_per_rank_value(ctx, arg, call, 0) for arg in [*call.args, *(k.value for k in call.keywords)])
+    caller in the file gives one): each rank writes its own file. What ``torch.save``/``np.save`` writes does not
+    name the file: ``torch.save(model, path)`` with ``model = DDP(net, device_ids=[rank])`` is one shared path."""
+    args = [*call.args, *(k.value for k in call.keywords)]
+    if (ctx.call_name(call) or "") in _SAVERS:
+        target = _write_target(ctx, call)
+        args = [target] if target is not None else args  # (``torch.save(obj, *where)``: any argument may)
+    return any(_per_rank_value(ctx, arg, call, 0) for arg in args)
 
 
 def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool:
