@@ -1147,6 +1147,77 @@ def test_inputs_left_to_a_data_parallel_wrapper_made_by_the_caller_are_not_unmov
     assert "(other batch elements were moved)" in found[0].message
 
 
+def test_a_helper_module_function_that_nothing_calls_runs_on_no_rank(project: Path) -> None:
+    """A data module of a DDP program (it shards with a DistributedSampler) that the training script imports:
+    a utility in it that no module calls writes on no rank. One the script calls on every rank, one a
+    star-importing module names, and the script's own functions (torchrun runs that file) stay reported."""
+    write(project, {
+        "data.py": """\
+            import os
+
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+
+
+            def make_loader(dataset, rank):
+                sampler = DistributedSampler(dataset) if rank != -1 else None
+                return DataLoader(dataset, batch_size=4, sampler=sampler)
+
+
+            def split_lists(folder, names):
+                for n, name in enumerate(names):
+                    with open(os.path.join(folder, "val.txt" if n % 10 == 0 else "train.txt"), "a") as f:
+                        f.write(name + "\\n")
+
+
+            def dump_stats(values, path):
+                with open(path, "w") as f:
+                    f.write(str(values))
+
+
+            def export_lists(folder):
+                with open(os.path.join(folder, "all.txt"), "w") as f:
+                    f.write("")
+            """,
+        "tools.py": """\
+            from data import *
+
+            export_lists("lists")
+            """,
+        "train.py": """\
+            import os
+
+            import torch.distributed as dist
+            from data import make_loader, dump_stats
+
+
+            def write_notes(path):
+                with open(path, "w") as f:
+                    f.write("notes")
+
+
+            def main(dataset, epochs):
+                rank = int(os.environ.get("RANK", "-1"))
+                if rank != -1:
+                    dist.init_process_group("gloo")
+                loader = make_loader(dataset, rank)
+                for epoch in range(epochs):
+                    for batch in loader:
+                        pass
+                    dump_stats([epoch], "stats.txt")
+
+
+            if __name__ == "__main__":
+                main(list(range(8)), 2)
+            """,
+    })
+    expected = [(19, "TD703"), (24, "TD703")]  # dump_stats (every rank of train.py), export_lists (tools.py names it)
+    results = check_files(["data.py", "tools.py", "train.py"], Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "data.py") == expected
+    assert codes(results, "train.py") == [(8, "TD703")]  # the script's own function, even uncalled
+    assert codes([check_file("data.py", Settings(root=str(project), select=("TD703",)))], "data.py") == expected
+
+
 def test_a_helper_called_only_after_an_assert_of_one_process(project: Path) -> None:
     """``assert opt.local_rank == -1`` before the loop that calls a helper of another module: one process
     runs it. A helper called after an assert that a distributed run passes too is written by every rank."""

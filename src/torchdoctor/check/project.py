@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.project_files import State, file_of, guess_root
+from torchdoctor.check.project_files import State, file_of, guess_root, import_statements
 from torchdoctor.check.semantic import SemanticModel, program
 
 if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
@@ -231,6 +231,48 @@ class Project:
     def has_callers(self, sem: SemanticModel, func: ast.AST) -> bool:
         """Some other module of the project calls ``func``."""
         return bool(self._callers(sem, func))
+
+    def uncalled_helper(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """``func``, a module-level function of ``sem``'s module, is a helper no run takes: other modules of the
+        project import the module, which is no script itself (no ``if __name__ == "__main__":``), and none of them
+        names ``func`` (``from utils.datasets import *; autosplit(...)`` would). The module itself does not
+        either (asked before)."""
+        here, name = os.path.abspath(sem.path), func.name  # type: ignore[attr-defined]
+        key = (here, name, "uncalled")
+        memo = self.state.mentions
+        if key not in memo:
+            pattern = re.compile(rf"\b{re.escape(name)}\b")
+            importers = [] if "__main__" in sem.text.source or self._package_reexports(here, name) else \
+                self._module_importers(here)
+            memo[key] = bool(importers) and not any(pattern.search(self.state.text(path) or "") for path in importers)
+        return memo[key]
+
+    def _module_importers(self, here: str) -> list[str]:
+        """The modules of the project whose import statements lead to the module ``here`` (memoised per module)."""
+        memo = self.state.module_importers
+        if here not in memo:
+            stem = os.path.splitext(os.path.basename(here))[0]
+            if stem == "__init__":
+                stem = os.path.basename(os.path.dirname(here))
+            memo[here] = [other for other in self._importing(here, {stem}) if self._imports_module(other, here)]
+        return memo[here]
+
+    def _imports_module(self, path: str, target: str) -> bool:
+        """An import statement of ``path`` (read from its import lines, not its tree) names the module ``target``."""
+        for line in import_statements(self.state.text(path) or ""):
+            try:
+                stmt = ast.parse(line.strip()).body[0]
+            except (SyntaxError, ValueError, IndexError):
+                continue
+            if isinstance(stmt, ast.ImportFrom):
+                module = stmt.module or ""
+                if self._module_file(path, stmt.level, module) == target or \
+                        any(self._module_file(path, stmt.level, f"{module}.{a.name}" if module else a.name) == target
+                            for a in stmt.names):
+                    return True
+            elif isinstance(stmt, ast.Import) and any(self._module_file(path, 0, a.name) == target for a in stmt.names):
+                return True
+        return False
 
     def made_on_rank_zero(self, sem: SemanticModel, init: ast.AST) -> bool | None:
         """Whether every module that makes an object of ``init``'s class makes it on the main process only

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from torchdoctor.check.semantic import SemanticModel
     from torchdoctor.check.semantic.summary import CallRecord, ModuleSummary
 
-__all__ = ["MAX_BYTES", "State", "file_of", "guess_root"]
+__all__ = ["MAX_BYTES", "State", "file_of", "guess_root", "import_statements"]
 
 MAX_BYTES = 2_000_000  # a larger module is not read for the index
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
@@ -38,8 +38,9 @@ class State:
         self.words: dict[str, frozenset[str]] = {}
         self.importers: dict[tuple[str, str | None], str | None] = {}
         self.saves_objects: bool | None = None
-        self.mentions: dict[tuple[str, str, str], bool] = {}  # callers_mention's answers
+        self.mentions: dict[tuple[str, str, str], bool] = {}  # callers_mention's and uncalled_helper's answers
         self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
+        self.module_importers: dict[str, list[str]] = {}  # module -> the modules that import it
         self.parsed = 0
 
     def text(self, path: str) -> str | None:
@@ -56,11 +57,11 @@ class State:
         """The words on the file's import lines (module names and imported names), read once."""
         if path not in self.words:
             text = self.text(path) or ""
-            self.words[path] = frozenset(_WORD.findall(" ".join(_import_lines(text))))
+            self.words[path] = frozenset(_WORD.findall(" ".join(import_statements(text))))
         return self.words[path]
 
 
-def _import_lines(text: str) -> list[str]:
+def import_statements(text: str) -> list[str]:
     """``[m.group(0) for m in _IMPORT_LINE.finditer(text)]``, tried only at the starts of lines that say
     ``import`` (every match does, on its first line): the regex scan of the whole text cost 3x more."""
     out: list[str] = []

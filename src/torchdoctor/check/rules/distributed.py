@@ -501,7 +501,13 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
         return all(_rank_guarded(ctx, c, depth + 1) for c in entries)  # type: ignore[arg-type]
     if refs:
         return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
-    return sem.project is not None and cls is None and bool(sem.project.callers_rank_guarded(sem, func))  # type: ignore[attr-defined]
+    if sem.project is None or cls is not None:
+        return False
+    if sem.project.callers_rank_guarded(sem, func):  # type: ignore[attr-defined]
+        return True
+    # A helper module's function that nothing calls (``autosplit(path)`` beside the dataset classes of a module
+    # the training script imports) runs on no rank; the script's own functions do (torchrun runs its file).
+    return sem.frame(func).kind == "module" and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
 
 
 def _made_on_one_rank(ctx: Context, cls: ast.ClassDef) -> bool:
