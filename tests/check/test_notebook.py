@@ -73,6 +73,14 @@ def test_findings_and_syntax_errors_located_by_cell(fake_rules, tmp_path: Path) 
     assert "syntax error at cell 2, line 1" in check_file(str(p)).errors[0]
 
 
+def test_a_syntax_errors_column_is_counted_in_its_cell_not_in_the_notebook_file(tmp_path: Path) -> None:
+    """CPython reads an error's line from the file it is named after: the cells are not named after the notebook,
+    whose line 1 here is ``{``."""
+    p = tmp_path / "t.ipynb"
+    p.write_text(json.dumps(json.loads(nb("total = (3 +\n")), indent=1))
+    assert check_file(str(p)).errors == [f"{p}: error: syntax error at cell 1, line 1, column 9: '(' was never closed"]
+
+
 def test_a_line_named_in_a_message_is_given_as_its_cell_and_line(tmp_path: Path) -> None:
     """"the loop at line 9" of the joined cells would point nowhere: it says the loop's cell and line in it."""
     p = tmp_path / "t.ipynb"

@@ -22,6 +22,9 @@ from torchdoctor.findings import Finding
 
 __all__ = ["FileResult", "Mode", "check_file", "check_files"]
 
+# The file name a notebook's cells are parsed under. Not the notebook's path: for a file that exists, CPython
+# reads the error's line from that file (a line of its JSON) and counts the error's column in it.
+NOTEBOOK_CELLS = "<notebook cells>"
 PARALLEL_MIN_FILES = 48  # below this, starting processes costs more than it saves
 MAX_FIX_PASSES = 8
 
@@ -84,9 +87,9 @@ def check_file(path: str, settings: Settings | None = None, mode: Mode = Mode(),
     return result
 
 
-def _parse_or_report(result: FileResult, text: str, where=None):
+def _parse_or_report(result: FileResult, text: str, where=None, name: str | None = None):
     try:
-        return parse(text, result.path)
+        return parse(text, name or result.path)
     except SyntaxError as exc:
         line, col = exc.lineno or 1, exc.offset or 1
         cell, line = where(line) if where else (None, line)
@@ -183,7 +186,7 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
     nb = read_notebook(data)
     if not nb.python:
         return
-    tree = _parse_or_report(result, nb.text, nb.where)
+    tree = _parse_or_report(result, nb.text, nb.where, NOTEBOOK_CELLS)
     if tree is None or (mode.gate and (not may_be_torch(nb.text) or other_framework(tree))):
         return
     errors: list[RuleError] = []
@@ -218,7 +221,7 @@ def _fix_notebook(result: FileResult, data: bytes, nb, found: list[Finding], set
         sources = {**sources, **changed}
         candidate = read_notebook(rewrite(original, sources).encode("utf-8"))
         try:
-            tree = parse(candidate.text, result.path)
+            tree = parse(candidate.text, NOTEBOOK_CELLS)
         except (SyntaxError, ValueError, RecursionError) as exc:
             result.error(f"fixing would make invalid Python ({getattr(exc, 'msg', exc)}); notebook left unchanged (please report this)")
             return None
