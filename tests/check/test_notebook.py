@@ -81,6 +81,110 @@ def test_a_syntax_errors_column_is_counted_in_its_cell_not_in_the_notebook_file(
     assert check_file(str(p)).errors == [f"{p}: error: syntax error at cell 1, line 1, column 9: '(' was never closed"]
 
 
+# -- a code cell that does not parse: reported, left out, the other cells checked -------------------------
+
+def test_a_cell_that_does_not_parse_is_reported_and_the_other_cells_are_checked(fake_rules, tmp_path: Path) -> None:
+    p = tmp_path / "t.ipynb"
+    book = nb("import torch\nnet.cuda()\n", ("markdown", "notes"), "total = (3 +\nbest.cuda()\n",
+              "Epoch 3 | loss 0.25\n", "state = torch.load('w.pt')\n")
+    p.write_text(json.dumps(json.loads(book), indent=1))  # (the file's line 1 is "{": no column is counted in it)
+    result = check_file(str(p))
+    assert [(f.code, f.location.cell, f.location.line) for f in result.findings] == [("TD102", 1, 2), ("TD502", 4, 1)]
+    assert result.errors[0] == f"{p}: error: syntax error at cell 2, line 1, column 9: '(' was never closed"
+    assert result.errors[1].startswith(f"{p}: error: syntax error at cell 3, line 1, column ") and len(result.errors) == 2
+    p.write_bytes(nb("boom()\n", "width = (2\n"))  # no torch in it: the gate still keeps every rule away
+    assert [e.split(", column")[0] for e in check_file(str(p)).errors] == [f"{p}: error: syntax error at cell 2, line 1"]
+
+
+def test_the_names_a_cell_that_does_not_parse_binds() -> None:
+    from torchdoctor.check.notebook import _bound_names
+
+    lines = ["import torch as T", "from x import y", "a, (b, c) = f(k=1)", "if a <= b:", "    d += 1", "if x == 1: pass",
+             "for i, j in pairs:", "with open(p) as fh:", "def step(model, lr=0.1):", "    inner = 1", "e: int = 2",
+             "g = h = [1, 2]", "self.model = Net()", "table['key'] = 3", "call(arg=1)", "t = lambda q=1: q",
+             "s = 'x=1'; r = 2", "print((n := 3))", "out = out.cpu())"]
+    assert _bound_names(lines) == ["a", "b", "c", "d", "i", "j", "fh", "step", "e", "g", "h", "table", "t", "s", "r",
+                                   "n", "out"]
+
+
+def test_names_a_left_out_cell_binds_are_unknown_and_whole_program_codes_wait(tmp_path: Path) -> None:
+    """The left-out cell checks for a GPU and moves ``out`` to the host before the last cell reads it: neither
+    TD101 (no availability check in the file) nor TD501 (``.numpy()`` of a GPU tensor) may be reported; the
+    last cell's own ``torch.load`` still is."""
+    p = tmp_path / "t.ipynb"
+    p.write_bytes(nb("import torch\nimport torch.nn as nn\nnet = nn.Linear(4, 2).to('cuda')\n"
+                     "out = net(torch.ones(1, 4).to('cuda'))\n",
+                     "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nout = out.detach().cpu()\n"
+                     "print('epoch', 1))\n",
+                     "print(out.numpy())\nckpt = torch.load('last.pt', map_location='cpu')\n"))
+    result = check_file(str(p))
+    assert [(f.code, f.location.cell, f.location.line) for f in result.findings] == [("TD503", 3, 2)]
+    assert len(result.errors) == 1 and "syntax error at cell 2, line 3" in result.errors[0]
+
+
+def test_a_left_out_cells_findings_keep_their_cell_in_json_sarif_and_github(fake_rules, tmp_path: Path) -> None:
+    from torchdoctor.report import render
+
+    p = tmp_path / "t.ipynb"
+    p.write_bytes(bad_cell_notebook())
+    [f] = [f for f in check_file(str(p)).findings if f.location.cell == 3]
+    lines = p.read_text().splitlines()
+    assert (f.code, f.location.line, f.location.column) == ("TD102", 2, 1) and "net.cuda()" in lines[f.location.file_line - 1]
+    [row] = json.loads(render([f], "json"))
+    assert (row["path"], row["cell"], row["line"], row["column"]) == (str(p), 3, 2, 1)
+    result = json.loads(render([f], "sarif"))["runs"][0]["results"][0]
+    assert result["locations"][0]["physicalLocation"]["region"] == {"startLine": f.location.file_line}
+    assert render([f], "github").startswith(f"::notice file={p},line={f.location.file_line},title=TD102::cell 3, line 2,")
+
+
+def bad_cell_notebook() -> bytes:
+    """As Jupyter writes it, with code cell 2 pasted from a log (and a ``.cuda()`` inside it): outputs, metadata."""
+    doc = {"cells": [
+        {"cell_type": "code", "execution_count": 1, "metadata": {"tags": ["setup"]},
+         "outputs": [{"name": "stdout", "output_type": "stream", "text": ["ready\n"]}],
+         "source": ["import torch\n", "net.cuda()"]},
+        {"cell_type": "code", "execution_count": 2, "metadata": {"collapsed": True},
+         "outputs": [{"ename": "SyntaxError", "evalue": "invalid syntax", "output_type": "error", "traceback": []}],
+         "source": ["iters: 100 | loss: 0.47\n", "model.cuda()\n", "speed: 0.21s/iter"]},
+        {"cell_type": "code", "execution_count": 3, "metadata": {}, "outputs": [],
+         "source": ["x = 1\n", "net.cuda()\n"]},
+    ], "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5}
+    return (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def test_fix_leaves_a_cell_that_does_not_parse_byte_for_byte_and_fixes_the_others(fake_rules, tmp_path: Path) -> None:
+    p = tmp_path / "t.ipynb"
+    before = bad_cell_notebook()
+    p.write_bytes(before)
+    diff = check_file(str(p), mode=Mode(diff=True))
+    assert diff.fixed == 2 and ":cell 2" not in diff.diff and p.read_bytes() == before
+    result = check_file(str(p), mode=Mode(fix=True))
+    assert result.fixed == 2 and result.findings == [] and len(result.errors) == 1
+    after = p.read_bytes()
+    assert [(x.strip(), y.strip()) for x, y in changed_lines(before, after)] == [
+        (b'"net.cuda()"', b'"net.to(\\"cuda\\")"'), (b'"net.cuda()\\n"', b'"net.to(\\"cuda\\")\\n"')]
+    old, new = json.loads(before)["cells"], json.loads(after)["cells"]
+    assert old[1] == new[1] and [{k: v for k, v in c.items() if k != "source"} for c in old] == \
+        [{k: v for k, v in c.items() if k != "source"} for c in new]
+
+
+def test_a_cell_that_does_not_parse_exits_2_even_with_exit_zero(fake_rules, tmp_path: Path, monkeypatch, capsys) -> None:
+    from torchdoctor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NO_COLOR", "1")
+    (tmp_path / "t.ipynb").write_bytes(bad_cell_notebook())
+    (tmp_path / "broken.py").write_text("import torch\ndef f(:\n")
+    assert main(["check", "--isolated", "--exit-zero", "t.ipynb", "broken.py"]) == 2
+    out, err = capsys.readouterr()
+    assert "t.ipynb:cell 1:2:1: TD102" in out and "t.ipynb:cell 3:2:1: TD102" in out and ":cell 2:" not in out
+    [py, book] = err.splitlines()  # each file as before: one line that names the line (and the cell) that fails
+    assert py.startswith("broken.py: error: syntax error at line 2, column ")
+    assert book.startswith("t.ipynb: error: syntax error at cell 2, line ")
+    assert "2 files could not be checked" in out
+
+
 def test_a_line_named_in_a_message_is_given_as_its_cell_and_line(tmp_path: Path) -> None:
     """"the loop at line 9" of the joined cells would point nowhere: it says the loop's cell and line in it."""
     p = tmp_path / "t.ipynb"

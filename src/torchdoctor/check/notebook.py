@@ -7,11 +7,14 @@ A finding also learns the line of the notebook file (its JSON) that holds
 that source line, for reports that can only point into the file (SARIF,
 GitHub annotations). Fixes edit the cells' source and nothing else: outputs,
 metadata and the file's formatting stay byte for byte (``notebook_fix.py``).
+A code cell that does not parse on its own is left out (``Notebook.without``):
+its lines go blank, and the other cells are checked as if it were absent.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -36,6 +39,14 @@ class CodeCell:
     as_list: bool  # the file stores it as a list of lines (nbformat's usual form)
 
 
+# What a left-out cell's names are bound to: a call of nothing the checker knows.
+LEFT_OUT = "__cell_left_out__"  # (no "torch" in it: the gate before any rule reads the text)
+# Codes whose finding says that something is missing from the whole program (an availability check
+# anywhere in the file, a move, eval(), train(), zero_grad(), no_grad, a GradScaler and its step/update,
+# set_epoch, set_device, a synchronize, a rank guard, convert_sync_batchnorm: CATALOG.md, Boundaries):
+# a cell left out may hold that very thing, so a notebook with a cell left out is not judged for them.
+WHOLE_PROGRAM_CODES = frozenset({"TD101", "TD201", "TD306", "TD401", "TD402", "TD403", "TD404", "TD406",
+                                 "TD604", "TD605", "TD701", "TD703", "TD705", "TD706"})
 _LINE_REF = re.compile(r"(?<![\w.:/])line (\d+)\b")  # a line of this file named in a message (not ``f.py:12``)
 
 
@@ -46,6 +57,33 @@ class Notebook:
     python: bool = True  # False for a notebook of another kernel language (R, Julia...)
     raw: str = ""  # the file's JSON text
     cells: tuple[CodeCell, ...] = ()
+    left_out: frozenset[int] = frozenset()  # cells that do not parse: blank in ``text``, never rewritten
+
+    def cell_texts(self) -> dict[int, str]:
+        """Each code cell's Python as ``text`` holds it (IPython syntax masked), in the cell's own line numbers."""
+        out: dict[int, list[str]] = {c.number: [] for c in self.cells}
+        for line, (cell, _) in zip(self.text.split("\n"), self.lines):
+            out[cell].append(f"{line}\n")
+        return {cell: "".join(lines) for cell, lines in out.items()}
+
+    def without(self, cells: frozenset[int]) -> Notebook:
+        """The same notebook with these cells (which do not parse) left out: the other cells are checked as if
+        they were absent, every position unchanged. A later cell may read a name that a left-out cell rebinds
+        (``out = out.detach().cpu()``): the cell's first line binds each such name to an unknown value, so that
+        what an earlier cell put in it is not taken for what the later one reads."""
+        lines = self.text.split("\n")
+        at: dict[int, list[int]] = {number: [] for number in cells}
+        for i, (cell, _) in enumerate(self.lines):
+            if cell in at:
+                at[cell].append(i)
+        for rows in at.values():
+            names = _bound_names([lines[i] for i in rows])
+            for i in rows:
+                lines[i] = ""
+            if rows and names:
+                lines[rows[0]] = " = ".join(names) + f" = {LEFT_OUT}()"
+        text = "".join(f"{line}\n" for line, _ in zip(lines, self.lines))
+        return dataclasses.replace(self, text=text, left_out=self.left_out | cells)
 
     def where(self, line: int) -> tuple[int | None, int]:
         if 0 < line <= len(self.lines):
@@ -137,6 +175,54 @@ def read_notebook(data: bytes) -> Notebook:
             parts.append(line + "\n")
             where.append((number, i))
     return Notebook("".join(parts), tuple(where), raw=raw, cells=tuple(code))
+
+
+_TARGETS = re.compile(r"\s*((?:[^=#'\"()\[\]{}]|\([^()]*\)|\[[^\[\]]*\])*?)"
+                      r"(?:[-+*/%&|^@]|//|\*\*|>>|<<)?(?<![<>!=])=(?!=)")
+_FOR = re.compile(r"\s*(?:async\s+)?for\s+(.+?)\s+in\b")
+_DEF = re.compile(r"(\s*)(?:async\s+)?(?:def|class)\s+(\w+)")
+_AS = re.compile(r"\bas\s+(\w+)")
+_WALRUS = re.compile(r"(\w+)\s*:=")
+_STRING = re.compile(r"'[^'\\]*'|\"[^\"\\]*\"")
+_SUBSCRIPT = re.compile(r"(?<=[\w\])])\s*\[[^\[\]]*\]")
+_IDENT = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?![\w.(\[])")
+
+
+def _bound_names(lines: list[str]) -> list[str]:
+    """The names a cell that does not parse seems to bind (assignments, ``for`` and ``with`` targets,
+    ``def`` and ``class``), read line by line; not those bound inside its functions and classes (their own
+    locals), nor by imports (a module is the same module whichever cell imports it)."""
+    import keyword
+
+    found: dict[str, None] = {}
+    body = None  # the indentation of the def or class whose body is being skipped
+    for line in lines:
+        text = _STRING.sub('""', line).split("#", 1)[0]
+        if not text.strip():
+            continue
+        indent = len(text) - len(text.lstrip())
+        if body is not None:
+            if indent > body:
+                continue
+            body = None
+        if m := _DEF.match(text):
+            found[m.group(2)] = None
+            body = len(m.group(1))
+            continue
+        if re.match(r"\s*(?:import|from)\s", text):
+            continue
+        targets = _AS.findall(text) + _WALRUS.findall(text)
+        for rest in text.split(";"):
+            if m := _FOR.match(rest):
+                targets.append(m.group(1))
+            while (m := _TARGETS.match(rest)) and not m.group(1).lstrip().startswith("lambda"):  # a = b = value
+                targets.append(m.group(1).split(":", 1)[0])
+                rest = rest[m.end():]
+        for target in targets:
+            for name in _IDENT.findall(_SUBSCRIPT.sub("", target)):
+                if not keyword.iskeyword(name):
+                    found[name] = None
+    return list(found)
 
 
 def _is_python(doc: dict) -> bool:

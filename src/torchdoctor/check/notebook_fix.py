@@ -90,6 +90,8 @@ def fix_cells(nb: Notebook, findings: list[Finding]) -> tuple[dict[int, str], in
         if len(cells) != 1 or None in cells:
             continue  # an edit across cells cannot be written into one cell
         cell = cells.pop()
+        if cell in nb.left_out:
+            continue  # a cell that does not parse is kept byte for byte
         shift = nb.first_line(cell) - 1
         edits = tuple(Edit(e.line - shift, e.column, e.end_line - shift, e.end_column, e.replacement) for e in f.edits)
         per_cell.setdefault(cell, []).append(Finding(f.code, f.message, f.location, f.fix, edits=edits))

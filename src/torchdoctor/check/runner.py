@@ -87,19 +87,24 @@ def check_file(path: str, settings: Settings | None = None, mode: Mode = Mode(),
     return result
 
 
-def _parse_or_report(result: FileResult, text: str, where=None, name: str | None = None):
+def _parse_or_report(result: FileResult, text: str, where=None):
     try:
-        return parse(text, name or result.path)
-    except SyntaxError as exc:
+        return parse(text, result.path)
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as exc:
+        _parse_error(result, exc, where)
+    return None
+
+
+def _parse_error(result: FileResult, exc: Exception, where=None) -> None:  # type: ignore[no-untyped-def]
+    if isinstance(exc, SyntaxError):
         line, col = exc.lineno or 1, exc.offset or 1
         cell, line = where(line) if where else (None, line)
         at = f"cell {cell}, line {line}" if cell else f"line {line}"
         result.error(f"syntax error at {at}, column {col}: {exc.msg}")
-    except (RecursionError, MemoryError):
+    elif isinstance(exc, (RecursionError, MemoryError)):
         result.error("cannot parse: the code is nested too deeply for Python's parser")
-    except ValueError as exc:  # NUL bytes in a notebook's text
+    else:  # ValueError: NUL bytes in a notebook's text
         result.error(f"cannot parse: {exc}")
-    return None
 
 
 def _noqa_warnings(path: str, text: str, where=None) -> list[str]:  # type: ignore[no-untyped-def]
@@ -186,11 +191,11 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
     nb = read_notebook(data)
     if not nb.python:
         return
-    tree = _parse_or_report(result, nb.text, nb.where, NOTEBOOK_CELLS)
+    tree, nb = _parse_notebook(result, nb)
     if tree is None or (mode.gate and (not may_be_torch(nb.text) or other_framework(tree))):
         return
     errors: list[RuleError] = []
-    found = analyse(nb.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
+    found = _analyse_notebook(result.path, nb, tree, settings, errors, project)
     result.notes.extend(_noqa_warnings(result.path, nb.text, nb.where))
     if (mode.fix or mode.diff) and any(_applicable(f, mode) for f in found):
         fixed = _fix_notebook(result, data, nb, found, settings, mode, errors, project, stdin=stdin)
@@ -198,6 +203,54 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
             nb, found = fixed
     result.findings = [nb.locate(f) for f in found]
     _report_rule_errors(result, errors)
+
+
+def _analyse_notebook(path: str, nb, tree, settings: Settings, errors: list[RuleError],  # type: ignore[no-untyped-def]
+                      project: Project) -> list[Finding]:
+    """The cells' findings. With a cell left out, the codes that judge the whole program are not reported
+    (the cell may hold what they would miss), and nothing is reported in that cell."""
+    if not nb.left_out:
+        return analyse(nb.text, path, tree=tree, settings=settings, errors=errors, project=project)
+    from torchdoctor.check.engine import enabled_codes
+    from torchdoctor.check.notebook import WHOLE_PROGRAM_CODES
+    from torchdoctor.catalog import RULES
+
+    codes = enabled_codes(path, None, settings)
+    codes = (set(RULES) if codes is None else codes) - WHOLE_PROGRAM_CODES
+    found = analyse(nb.text, path, tree=tree, enabled=codes, settings=settings, errors=errors, project=project)
+    return [f for f in found if f.location is None or nb.where(f.location.line)[0] not in nb.left_out]
+
+
+def _parse_notebook(result: FileResult, nb):  # type: ignore[no-untyped-def]
+    """The cells' tree, and the notebook it is the tree of. A code cell that does not parse on its own (a
+    typo, pasted output, a shell command) is reported and left out: the other cells are checked as if it were
+    absent. When they still do not parse together, the notebook is reported whole, as a file is."""
+    try:
+        return parse(nb.text, NOTEBOOK_CELLS), nb
+    except (SyntaxError, RecursionError, MemoryError, ValueError) as exc:
+        failed = exc
+    bad: dict[int, SyntaxError] = {}
+    if isinstance(failed, SyntaxError):
+        for number, text in nb.cell_texts().items():
+            try:
+                parse(text, NOTEBOOK_CELLS)
+            except SyntaxError as exc:
+                bad[number] = exc
+            except (RecursionError, MemoryError, ValueError):  # not a syntax error: report the notebook's own
+                bad.clear()
+                break
+    if bad:
+        rest = nb.without(frozenset(bad))
+        try:
+            tree = parse(rest.text, NOTEBOOK_CELLS)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            pass
+        else:
+            for number, exc in bad.items():
+                _parse_error(result, exc, lambda line, cell=number: (cell, line))
+            return tree, rest
+    _parse_error(result, failed, nb.where)
+    return None, nb
 
 
 def _fix_notebook(result: FileResult, data: bytes, nb, found: list[Finding], settings: Settings, mode: Mode,  # type: ignore[no-untyped-def]
@@ -220,13 +273,15 @@ def _fix_notebook(result: FileResult, data: bytes, nb, found: list[Finding], set
             break
         sources = {**sources, **changed}
         candidate = read_notebook(rewrite(original, sources).encode("utf-8"))
+        if original.left_out:  # (their sources are never rewritten: the same cells, blank again)
+            candidate = candidate.without(original.left_out)
         try:
             tree = parse(candidate.text, NOTEBOOK_CELLS)
         except (SyntaxError, ValueError, RecursionError) as exc:
             result.error(f"fixing would make invalid Python ({getattr(exc, 'msg', exc)}); notebook left unchanged (please report this)")
             return None
         current, total = candidate, total + n
-        found = analyse(current.text, result.path, tree=tree, settings=settings, errors=errors, project=project)
+        found = _analyse_notebook(result.path, current, tree, settings, errors, project)
     if total == 0:
         return None
     result.fixed = total
