@@ -154,3 +154,37 @@ def test_mutated_training_code_never_crashes_a_rule(source: str) -> None:
     assert not [e for e in result.errors if "internal error" in e], (result.errors, source)
     for f in result.findings:
         assert 1 <= f.location.line <= source.count("\n") + 1
+
+
+SPLIT_CLASS = '''
+import torch
+import torch.nn as nn
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def build(self, n):
+    self.model = nn.Linear(n, n)
+    self.mask = torch.ones(n)
+    self.crit = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 2.0]))
+    self.model(torch.ones(2, n).to("cuda"))
+
+
+def fit(self, loader):
+    self.model.train()
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        loss = self.crit(self.model(x), y)
+        loss.backward()
+        self.opt.step()
+        self.hist.append(loss)
+    torch.save(self.model.state_dict(), "m.pt")
+'''
+
+
+def test_self_attributes_in_plain_functions_never_crash_a_rule() -> None:
+    """A class's methods pasted as top-level functions (a notebook's cells: ``def build(self, n)`` at module
+    level) bind ``self.*`` outside any class: TD201 raised KeyError there before."""
+    result = check_file("split.py", Settings(), Mode(gate=False), data=SPLIT_CLASS.encode(), stdin=True)
+    assert result.errors == [], result.errors
+    assert {f.code for f in result.findings} >= {"TD201", "TD404", "TD406"}

@@ -81,7 +81,8 @@ def _input_device_near(ctx: Context, key: str, stmt: ast.AST) -> str | None:
     """The device data is moved to where this model runs: the scope that builds it (the class, for
     ``self.model``), functions it is handed to, and functions that read it as a global."""
     sem = ctx.semantic
-    scope = sem.class_of(stmt) if key.startswith("self.") else sem.scope_of(stmt)
+    # (``self.model = ...`` in a plain function, ``def build(self, n)`` at module level: no class, its own scope)
+    scope = (sem.class_of(stmt) if key.startswith("self.") else None) or sem.scope_of(stmt)
     regions = [scope]
     for call in sem.calls:
         if any(dotted(a) == key for a in [*call.args, *(k.value for k in call.keywords)]):
