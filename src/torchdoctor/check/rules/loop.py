@@ -184,7 +184,7 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
             break
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
-        if dotted(target) == key and _inference_call(ctx, call):
+        if dotted(target) == key and _inference_call(ctx, call, evaluated=True):
             out.append(call)
     return out
 
@@ -200,7 +200,7 @@ def _differentiates(ctx: Context, nodes: list[ast.AST]) -> bool:
     return False
 
 
-def _inference_call(ctx: Context, call: ast.Call) -> bool:
+def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bool:
     """Not under no_grad, not in a training loop nor in an evaluation loop (reported by the loop rule), and
     not a method of this file's classes that turns autograd off itself."""
     sem = ctx.semantic
@@ -218,6 +218,8 @@ def _inference_call(ctx: Context, call: ast.Call) -> bool:
         if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
             return False  # a library's sampling method (often under no_grad itself): not judged
     target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+    if evaluated and _loaded_module(ctx, target, call):
+        return True
     if sem.expr_kind(target, call) not in ("model", "wrapper"):
         return False
     # a PyTorch module: built from torch.nn / a module class / a model library, or a module's own part
@@ -226,6 +228,27 @@ def _inference_call(ctx: Context, call: ast.Call) -> bool:
         return True
     b = sem.binding_at(dotted(target) or "", call)  # a parameter annotated with a module class
     return b is not None and b.is_param and b.value is not None and sem.kinds.binding_kind(b) == "model"
+
+
+def _loaded_module(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
+    """``net = ckpt["model"].half().to(device)`` with ``ckpt = torch.load(...)``, then ``net.eval()``: a module
+    unpickled from a checkpoint (its class is nowhere in sight, but it was put in eval mode and moved)."""
+    sem = ctx.semantic
+    node: ast.AST | None = target
+    for _ in range(6):  # (``w = torch.load(p)``, ``model = w["model"]``, ``model = model.half().to(device)``)
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "to", "cuda", "half", "float", "eval", "fuse"):
+            node = node.func.value
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        if isinstance(node, ast.Call):
+            return ctx.call_name(node) == "torch.load"
+        key = dotted(node) if node is not None else None
+        b = sem.binding_at(key, at) if key else None
+        if b is None or b.is_param or b.index is not None or b.value is None:
+            return False
+        node, at = b.value, b.node
+    return False
 
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
