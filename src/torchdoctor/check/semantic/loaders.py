@@ -128,11 +128,19 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
     """A loop over the loader runs a model or a loss, moves its batch, or calls a step of training."""
     info = sem.loop_info(loop)
     batch = set(info.batch_vars)
+    moded: set[str] | None = None
     for node in sem.body(loop):
         if not isinstance(node, ast.Call):
             continue
         if flow.consumer_kind(sem, node) or sem.is_backward_call(node):
             return True
+        if isinstance(node.func, ast.Name):  # ``segmenter(feed)`` after ``segmenter.eval()``: a model by its mode call
+            if moded is None:
+                scope = sem.scope_of(loop)
+                moded = {dotted(n.func.value) or "" for n in sem.local_nodes(scope) if isinstance(n, ast.Call)
+                         and isinstance(n.func, ast.Attribute) and not n.args and sem.mode_call(n) in ("eval", "train")}
+            if node.func.id in moded:
+                return True
         if sem.is_device_move(node) and (sem.move_device(node) or "").strip("'\"") != "cpu":
             return True
         if method_name(node) in ("train_step", "training_step", "validation_step", "test_step", "step"):
