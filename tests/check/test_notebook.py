@@ -27,7 +27,8 @@ def test_cells_joined_with_line_map() -> None:
 
 
 @pytest.mark.parametrize("line", ["%matplotlib inline", "!pip install timm", "    %time f()", "model?", "?model",
-                                  "files = !ls", "t = %timeit -o f()"])
+                                  "files = !ls", "t = %timeit -o f()", "pip install -r requirements.txt",
+                                  "conda install -y tqdm"])
 def test_magics_are_masked(line: str) -> None:
     book = read_notebook(nb(f"import torch\nif True:\n    pass\n{line}\nx = 1\n"))
     compile(book.text, "nb", "exec")
@@ -41,6 +42,11 @@ def test_a_shell_command_continued_over_lines_is_masked_whole() -> None:
                             "x = 1 + \\\n    2\n"))
     compile(book.text, "nb", "exec")
     assert book.text.splitlines() == ["import torch", "out = None", "", "", "x = 1 + \\", "    2"]
+
+
+def test_a_variable_named_pip_stays_python() -> None:
+    src = "pip = 3\npip -install\n"
+    assert read_notebook(nb(src)).text == src
 
 
 def test_python_lines_starting_with_bang_stay() -> None:
