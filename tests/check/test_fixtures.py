@@ -63,3 +63,9 @@ def test_td101_an_indexed_gpu_in_a_single_process_file_is_told_to_fall_back_not_
     [f] = [f for f in check_source(path.read_text("utf-8"), str(path)) if f.location.line == 15]
     assert "local_rank" not in f.fix and "gloo" not in f.fix
     assert 'torch.device("cuda:1") if torch.cuda.is_available() else torch.device("cpu")' in f.fix
+
+
+def test_td504_names_the_model_a_copy_in_the_checkpoint_was_made_of_not_a_cut_off_expression() -> None:
+    path = ROOT / "TD504" / "model_copy_in_checkpoint.py"
+    messages = [f.message for f in check_source(path.read_text("utf-8"), str(path)) if f.code == "TD504"]
+    assert [m.split(" inside ")[0].rsplit(" ", 1)[-1] for m in messages] == ["`model`", "`ema.ema`", "`model`"]

@@ -454,31 +454,35 @@ def _model_inside(ctx: Context, obj: ast.AST) -> ast.AST | None:
         values = [k.value for k in container.keywords]
     else:
         return None
-    return next((v for v in values if v is not None and _whole_model_value(ctx, v)), None)
+    return next((m for m in (_whole_model_value(ctx, v) for v in values if v is not None) if m is not None), None)
 
 
 _COPIES = ("deepcopy", "copy", "half", "float", "double", "bfloat16", "cpu", "to", "eval", "module")
 
 
-def _whole_model_value(ctx: Context, value: ast.AST) -> bool:
-    """A model, or a copy of one (``deepcopy(de_parallel(model)).half()``): not its ``state_dict()``."""
+def _whole_model_value(ctx: Context, value: ast.AST) -> ast.AST | None:
+    """The model in a value that is a model or a copy of one (``model`` in ``deepcopy(de_parallel(model)).half()``),
+    None for anything else (its ``state_dict()``)."""
     node, copied = value, False
     for _ in range(6):
+        if isinstance(node, ast.IfExp):  # ``deepcopy(model.module if is_parallel(model) else model)``: either is one
+            node = node.orelse
         if isinstance(node, ast.Call):
             name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if name == "state_dict":
-                return False
+                return None
             copied = copied or name == "deepcopy"
             if isinstance(node.func, ast.Attribute) and name in _COPIES:
                 node = node.func.value
             elif node.args and (name in _COPIES or name in ("de_parallel", "unwrap_model", "unwrap")):
                 node = node.args[0]
             else:
-                return False
+                return None
         else:
             # ``deepcopy(ema.ema).half()``: the averaged copy an EMA helper keeps is a whole model
-            return is_model_expr(ctx, node) or copied and isinstance(node, ast.Attribute) and node.attr in _EMA_MODELS
-    return False
+            ema = copied and isinstance(node, ast.Attribute) and node.attr in _EMA_MODELS
+            return node if is_model_expr(ctx, node) or ema else None
+    return None
 
 
 _EMA_MODELS = ("ema", "ema_model", "model_ema", "averaged_model")
