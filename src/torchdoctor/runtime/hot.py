@@ -36,6 +36,8 @@ from typing import Any
 from torchdoctor.runtime.checks.keepers import frame_hint
 from torchdoctor.runtime.timeline import BACKWARD, DATA, FOLLOW_WAIT, FORWARD, MAX_STEPS, OPTIMIZER, OTHER
 
+_NEW = type("_New", (), {"segment": None})()  # what an unseen root's mode record reads as: no segment, so not passed
+
 
 def module_call(session: Any, orig: Any) -> Any:
     # Module.__call__ rather than global module hooks: a global hook sends every
@@ -46,33 +48,41 @@ def module_call(session: Any, orig: Any) -> Any:
     compiling = torch.compiler.is_dynamo_compiling  # False in eager (one trivial call), True while dynamo traces
     grad_enabled = torch.is_grad_enabled
     timeline, roots, since, watch_autocast = session.timeline, session._root_info, session._since_backward, session._watch_autocast
+    modes_of = session._root_modes  # by id(module): _read_root's mode record, kept beside _root_info
     # nothing traces before torch._dynamo is imported: until then the call to compiling() is saved
     dynamo = session._dynamo_seen
 
     @functools.wraps(orig)
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
+        # ``__tracebackhide__`` is set where an exception passes (IPython reads a frame's locals when it prints the
+        # traceback): a try costs nothing in CPython 3.11 until something is raised, an assignment costs every call
         if session._busy:  # inside a root call: what Module._wrapped_call_impl does, without its extra frame
             impl = module._compiled_call_impl
-            return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
+            try:
+                return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
+            except BaseException:
+                __tracebackhide__ = True
+                raise
         if dynamo[0] and compiling():
             return orig(module, *args, **kwargs)
         if not session._armed:  # a step the watch does not audit (timeline.py): a root in the state last seen passes
-            info = roots.get(id(module))
-            if info is not None:
-                st = info[4]
-                if st is None or ((seg := st.segment) is not None and seg.settled and seg.training == module.training
-                                  and seg.grad is grad_enabled() and seg.pass_id == session._pass_id):
-                    timeline.forwards += 1
-                    session._busy = True
-                    try:
-                        impl = module._compiled_call_impl
-                        return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
-                    except Exception as error:
+            # its mode record (None: a module without parameters, or not watched) in one lookup; ``ready`` is the pass
+            # a settled segment belongs to (``checks.modes``), a marker equal to nothing before it settles
+            st = modes_of.get(id(module), _NEW)
+            if st is None or ((seg := st.segment) is not None and seg.ready == session._pass_id
+                              and seg.training is module.training and seg.grad is grad_enabled()):
+                timeline.forwards += 1
+                session._busy = True
+                try:
+                    impl = module._compiled_call_impl
+                    return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
+                except BaseException as error:
+                    __tracebackhide__ = True
+                    if isinstance(error, Exception):
                         session.on_root_error(error, module, args, kwargs)
-                        raise
-                    finally:
-                        session._busy = False
+                    raise
+                finally:
+                    session._busy = False
             # (written out apart from the audited path below: sharing its tail costs ~27 bytecodes a step here)
             session.arm()  # a new root, a move, or another mode: audited from here to the end of the step
         tl = timeline
@@ -87,6 +97,7 @@ def module_call(session: Any, orig: Any) -> Any:
             info = roots.get(id(module))
             if info is None:  # an entry lives as long as its module (and until the next Module._apply)
                 info = roots[id(module)] = session._read_root(module)
+                modes_of[id(module)] = info[4]
             st = info[4]
             if st is not None:  # a model with parameters, and the one watched if narrowed
                 seg = st.segment  # its state (pass, training, grad mode) compared piece by piece: no tuple per call
@@ -101,8 +112,10 @@ def module_call(session: Any, orig: Any) -> Any:
                     session._autocast_now = torch.is_autocast_enabled("cuda")
             impl = module._compiled_call_impl
             return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
-        except Exception as error:
-            session.on_root_error(error, module, args, kwargs)
+        except BaseException as error:
+            __tracebackhide__ = True
+            if isinstance(error, Exception):
+                session.on_root_error(error, module, args, kwargs)
             raise
         finally:
             session._busy = False

@@ -98,6 +98,7 @@ class WatchSession:
         self._root: Any = None
         self._root_args: tuple[Any, ...] = ()
         self._root_info: dict[int, tuple[Any, ...]] = {}  # by id(module), as long as it lives: see _read_root
+        self._root_modes: dict[int, Any] = {}  # the same entries' mode records alone (hot.module_call's one lookup)
         self._generation = 0  # bumped by every Module._apply (.to, .cuda, .cpu, .half): root facts are re-read
         self._watch_autocast = self._probe_obj.accelerator == "cuda"
         self._reads_memory = self._probe_obj.accelerator is not None  # the plain probe has no readings
@@ -176,8 +177,8 @@ class WatchSession:
 
         The module's entry in ``_root_info`` is removed when it dies (so an id there is always its module's: no
         check per call) or moves (``on_module_apply``)."""
-        roots, key = self._root_info, id(module)
-        ref = weakref.ref(module, lambda _: roots.pop(key, None))
+        roots, modes, key = self._root_info, self._root_modes, id(module)
+        ref = weakref.ref(module, lambda _: (roots.pop(key, None), modes.pop(key, None)))
         if (self._model_ids is not None and id(module) not in self._model_ids) or not (module._parameters or module._modules):
             return self._generation, ref, None, False, None  # not watched, or a loss/activation built on the fly
         mode = self._modes.root(module)
@@ -252,6 +253,7 @@ class WatchSession:
     def on_module_apply(self) -> None:
         self._generation += 1
         self._root_info.clear()  # what the roots are (device, dtype) is read again at their next call
+        self._root_modes.clear()
 
     def on_eval_call(self, module: Any) -> None:
         self._modes.eval_locations[id(module)] = self.call_location()

@@ -18,6 +18,9 @@ from typing import Any
 from torchdoctor.findings import Finding, Location
 
 
+_NOT_READY = object()
+
+
 @dataclass
 class _Segment:
     key: tuple[Any, bool, bool]
@@ -25,6 +28,7 @@ class _Segment:
     trained: bool = False
     batch: bool = False  # its first forward took the current loader batch
     settled: bool = False  # trained: a backward can teach nothing more, its forwards need no look (the steady state)
+    ready: Any = field(init=False, default=None)  # once settled, its pass: what hot.module_call compares at every call
     # the key's parts, which ``hot.module_call`` compares one by one at every root call (no tuple built)
     pass_id: Any = field(init=False)
     training: bool = field(init=False)
@@ -32,6 +36,11 @@ class _Segment:
 
     def __post_init__(self) -> None:
         self.pass_id, self.training, self.grad = self.key
+        self.ready = _NOT_READY  # equal to no pass, None included (batches from no loader)
+
+    def settle(self) -> None:
+        self.settled = True
+        self.ready = self.pass_id
 
 
 @dataclass
@@ -106,7 +115,7 @@ class ModeCheck:
                 self.findings.append(Finding(
                     "TD403", f"model `{st.name}` trains in eval mode after model.eval(): dropout/batch-norm stay frozen "
                     "for the rest of training", where, "call model.train() at the start of every training epoch"))
-            seg.settled = True  # what decides TD403 cannot change inside a segment: its later backward passes teach nothing
+            seg.settle()  # what decides TD403 cannot change inside a segment: its later backward passes teach nothing
         self.since_backward.clear()
 
     def _left_in_eval(self, st: _Root) -> bool:
