@@ -1272,3 +1272,46 @@ def test_a_helper_called_only_after_an_assert_of_one_process(project: Path) -> N
     })
     results = check_files(["records.py", "train.py"], Settings(root=str(project), select=("TD703",)))
     assert codes(results, "records.py") == [(10, "TD703")]  # record_device; record_trial runs in one process
+
+
+SAVE_HELPER = """\
+import torch
+
+
+def save_on_master(*args, **kwargs):
+    if torch.distributed.get_rank() == 0:
+        torch.save(*args, **kwargs)
+"""
+SAVES_ARGS = """\
+from utils import save_on_master
+
+
+def save_model(args, epoch, model):
+    to_save = {"model": model.state_dict(), "epoch": epoch, "args": args}
+    save_on_master(to_save, "checkpoint.pth")
+"""
+FINETUNE = """\
+import torch
+
+
+def load_pretrained(args, model):
+    checkpoint = torch.load(args.finetune, map_location="cpu")
+    model.load_state_dict(checkpoint["model"])
+"""
+
+
+@pytest.mark.parametrize("helpers", [{"utils.py": SAVE_HELPER + "\n\n" + SAVES_ARGS.split("\n", 2)[2]},
+                                     {"utils.py": SAVE_HELPER, "engine.py": SAVES_ARGS}])
+def test_a_checkpoint_with_args_saved_through_a_helper_makes_weights_only_an_unsafe_fix(project: Path, helpers) -> None:
+    """mae's shape: the dict holding the argparse Namespace is built apart from torch.save(*args, **kwargs), in the
+    helper's module or another one; a finetune script loading such a file would fail with weights_only=True."""
+    write(project, {**helpers, "finetune.py": FINETUNE})
+    [load] = [f for f in check_file("finetune.py", Settings(root=str(project))).findings if f.code == "TD503"]
+    assert load.unsafe_fixable and not load.fixable
+
+
+def test_a_save_helper_whose_callers_save_only_state_keeps_weights_only_a_safe_fix(project: Path) -> None:
+    plain = SAVES_ARGS.replace(', "args": args', ', "lr": args.lr')
+    write(project, {"utils.py": SAVE_HELPER, "engine.py": plain, "finetune.py": FINETUNE})
+    [load] = [f for f in check_file("finetune.py", Settings(root=str(project))).findings if f.code == "TD503"]
+    assert load.fixable

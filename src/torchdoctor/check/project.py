@@ -487,10 +487,19 @@ class Project:
         (a text scan of the project's files, bounded, once per process)."""
         state = self.state
         if state.saves_objects is None:
-            found = False
+            found = helper = entry = False
             for path in self._candidates(os.path.abspath(sem.path)) + [os.path.abspath(sem.path)]:
                 text = state.text(path)
-                if text and "torch.save(" in text and _pickles_objects(text):
+                if not text:
+                    continue
+                if "torch.save(" in text and _pickles_objects(text):
+                    found = True
+                    break
+                # torch.save(*args, **kwargs) in a save helper, and somewhere the dict handed to it holds a config
+                # object under its own name (mae: save_on_master(to_save, path), to_save = {..., 'args': args})
+                helper = helper or _SAVE_HELPER.search(text) is not None
+                entry = entry or _OBJECT_ENTRY.search(text) is not None
+                if helper and entry:
                     found = True
                     break
             state.saves_objects = found
@@ -573,6 +582,11 @@ class Project:
 
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
 _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
+# a dict entry holding such an object under its own name ('args': args), built apart from the save and handed to a
+# helper that calls torch.save (mae's save_model: to_save = {..., 'args': args}; save_on_master(to_save, path))
+_SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
+_OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)["']\s*:\s*(self\.)?"""
+                     r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
 
 
 def _pickles_objects(text: str) -> bool:
