@@ -57,7 +57,11 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
         return False  # built and thrown away
     if isinstance(parent, ast.Attribute) and parent.value is child:
         return False  # ``loader.dataset``, ``loader.sampler.set_epoch(...)``: read, not iterated
-    return True  # returned, stored in a container, given to a keyword: not followed
+    if isinstance(parent, ast.Return) and (func := sem.function_of(parent)) is not None:
+        # ``self._dataloader = self._setup_data(...)`` where _setup_data returns it: followed from its callers here
+        sites = sem.call_sites(func)
+        return not sites or any(_feeds_value(sem, site, depth + 1) for site in sites)
+    return True  # returned from code no caller here shows, stored in a container, given to a keyword: not followed
 
 
 def _key_feeds(sem: SemanticModel, key: str, bound: ast.AST, depth: int) -> bool:
@@ -84,6 +88,10 @@ def _passed_feeds(sem: SemanticModel, call: ast.Call, arg: ast.AST, depth: int) 
         return False
     if name in _WRAPPING:
         return _wrapped_feeds(sem, call, arg, depth)
+    if name in ("list", "tuple") and isinstance(call.func, ast.Name):
+        # its batches gathered: followed where the list goes (``list(dataloader)`` alone, run to skip a resumed
+        # epoch's batches, feeds nothing)
+        return _feeds_value(sem, call, depth + 1)
     funcs = sem.resolve(call)
     if funcs:
         return any(_param_feeds(sem, f, call, arg, depth) for f in funcs)
@@ -125,9 +133,12 @@ def _stored(sem: SemanticModel, func: ast.AST, name: str) -> bool:
 
 
 def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
-    """A loop over the loader runs a model or a loss, moves its batch, or calls a step of training."""
+    """A loop over the loader runs a model or a loss, moves its batch, or calls a step of training; not one whose
+    every batch is a few prompts handed to generation (``_generates``)."""
     info = sem.loop_info(loop)
     batch = set(info.batch_vars)
+    if batch and _generates(sem, loop, batch):
+        return False
     moded: set[str] | None = None
     for node in sem.body(loop):
         if not isinstance(node, ast.Call):
@@ -153,6 +164,35 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
         if not funcs and passes_batch and _STEPISH.search(callee or ""):
             return True
     return False
+
+
+_GENERATION = lazy(r"(?i)(^|_)(generate|rollout)")
+
+
+def _generates(sem: SemanticModel, loop: ast.AST, batch: set[str]) -> bool:
+    """RL fine-tuning (PPO, GRPO): each batch (or what the loop takes from it: ``tokens = batch["tokens"]``) goes,
+    at every iteration, to generation (``self.generate_trajectory_batched(tokens)``, ``rollout(...)``), whose
+    token-by-token forward passes dwarf the copy of a few prompts: the loader's pipeline does not matter. A
+    generation only on some steps (``if step % 100 == 0: model.generate(...)``) leaves the loop a training one."""
+    names = set(batch)
+    for node in sem.body(loop):
+        if isinstance(node, ast.Assign) and flow.mentions(sem, node.value, names):
+            names |= {n.id for t in node.targets for n in ([t] if isinstance(t, ast.Name) else getattr(t, "elts", []))
+                      if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.Call):
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if _GENERATION.search(callee or "") and any(flow.mentions(sem, a, names) for a in node.args) \
+                    and _statement_in(sem, node, loop):
+                return True
+    return False
+
+
+def _statement_in(sem: SemanticModel, node: ast.AST, loop: ast.AST) -> bool:
+    """``node`` sits in a statement of the loop's own body, not under an ``if`` or a nested loop."""
+    parent = sem.parent(node)
+    while parent is not None and not isinstance(parent, ast.stmt):
+        parent = sem.parent(parent)
+    return parent is not None and sem.parent(parent) is loop
 
 
 def _calls_model(sem: SemanticModel, func: ast.AST) -> bool:
