@@ -48,6 +48,9 @@ def _number(expr: ast.AST) -> int | None:
 _GPU_FLAG = lazy(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
 
 
+_OPTIMIZERISH = lazy(r"(?i)opt|scaler")
+
+
 class Guards:
     def __init__(self, index: Index, names: Names, bindings: Bindings, segment: Callable[[ast.AST], str],
                  call_sites: Callable[[ast.AST], list[ast.Call]]) -> None:
@@ -224,10 +227,35 @@ class Guards:
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
                 if (self._has_mod(test) or (frame.branch == "body" and self._one_off(test))) and \
-                        not (loop is not None and self._tests_outer_counter(test, loop)):
+                        not (loop is not None and self._tests_outer_counter(test, loop)) and \
+                        not self._accumulation_boundary(frame.node):
                     return True
             frame = frame.parent
         return False
+
+    def _accumulation_boundary(self, if_node: ast.AST) -> bool:
+        """``if (idx + 1) % grad_accum == 0: optimizer.step()``: the test picks the micro-batch that ends a
+        gradient accumulation, so what its body does runs at every optimizer step (every batch with the default
+        of 1), unlike a logging guard's ``step % log_every == 0``."""
+        def steps(nodes: list[ast.AST]) -> list[ast.AST]:
+            return [n for stmt in nodes for n in self.index.subtree(stmt) if isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+                    and _OPTIMIZERISH.search((dotted(n.func.value) or "").rsplit(".", 1)[-1])]
+
+        def compute() -> bool:
+            inside = steps(if_node.body)  # type: ignore[attr-defined]
+            if not inside:
+                return False
+            frame = self.index.frame.get(if_node)
+            while frame is not None and frame.kind != LOOP:
+                if frame.kind in (FUNCTION, LAMBDA, CLASS):
+                    return True
+                frame = frame.parent
+            # every optimizer step of the loop is in here; a GAN's ``if i % n_critic == 0:`` around the generator's
+            # step, next to the critic's step at every batch, is a periodic extra and still thins what it holds
+            return frame is None or len(steps(frame.node.body)) == len(inside)  # type: ignore[attr-defined]
+
+        return self._test_memo(if_node.test, "accumulation", compute)  # type: ignore[attr-defined]
 
     def _tests_outer_counter(self, test: ast.AST, loop: ast.AST) -> bool:
         """Every counter the test reads is bound by a loop around ``loop`` (an outer loop's index)."""
