@@ -55,8 +55,8 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         if sem.kind_of(expr.id, at) != "tensor":
             return None
         return None if _host_number(ctx, expr, at) or _made_on_host(ctx, expr, at) else expr.id
-    if isinstance(expr, ast.Attribute) and ctx.semantic.expr_kind(expr, at) == "tensor":
-        return ctx.name(expr)
+    if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"):
+        return ctx.name(expr)  # (``p.grad``: a gradient lives where its parameter does)
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, (ast.Name, ast.Constant)) \
             and _device_tensor_name(ctx, expr.value, at) and ctx.semantic.kind_of(expr.value.id, at) == "tensor":
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
@@ -66,9 +66,20 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
 def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     """The tensor whose truth value ``expr`` (an ``if``/``assert`` test) asks for, if any."""
     if isinstance(expr, ast.BoolOp):
-        return next((t for v in expr.values if (t := _tested_tensor(ctx, v, at))), None)
+        for v in expr.values:
+            if isinstance(expr.op, ast.And) and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod)
+                                                    for n in ctx.semantic.subtree(v)):
+                return None  # ``step % N == 0 and loss.isnan()``: what follows the step test runs on its steps only
+            if (t := _tested_tensor(ctx, v, at)) is not None:
+                return t
+        return None
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
         return _tested_tensor(ctx, expr.operand, at)
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("any", "all") \
+            and len(expr.args) == 1 and isinstance(expr.args[0], (ast.GeneratorExp, ast.ListComp)) \
+            and ctx.semantic.qualname(expr.func) in (None, "any", "all", "builtins.any", "builtins.all"):
+        # ``if any(not torch.isfinite(p.grad).all() for p in params):``: one truth value read per element
+        return _tested_tensor(ctx, expr.args[0].elt, at)
     if isinstance(expr, ast.Compare):
         if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops):
             return None  # ``x is None``, ``k in batch``: no tensor is read
