@@ -17,7 +17,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     """CUDA hard-coded with no GPU check anywhere in the file.
 
     Finds `torch.device("cuda")`, `device="cuda"`, `.to("cuda")`, `.cuda()`,
-    `device = "cuda"` and Lightning's `Trainer/Fabric(accelerator="gpu")` in a file that never asks whether a GPU exists
+    `device = "cuda"`, `init_device_mesh("cuda", ...)` and Lightning's `Trainer/Fabric(accelerator="gpu")` in a file that never asks whether a GPU exists
     (`torch.cuda.is_available()`, `device_count()`, `torch.accelerator`). Argument
     defaults (`default="cuda"`, `def f(device="cuda")`) are configurable and not reported.
     """
@@ -36,6 +36,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             "it crashes on a machine without a GPU",
             fix='pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
             if site.text.startswith("accelerator=") else
+            'fall back to the CPU: `init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", ...)` '
+            '(with the gloo backend)' if site.text.startswith("init_device_mesh(") else
             ('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '
                  'else torch.device("cpu")` (with the gloo backend)') if site.indexed and program.is_ddp_program(sem) else
             (f'keep the chosen GPU but fall back: `{site.text} if torch.cuda.is_available() else torch.device("cpu")`'

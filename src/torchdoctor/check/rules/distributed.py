@@ -133,12 +133,13 @@ def _set_to_nccl(ctx: Context, backend: ast.AST | None, call: ast.Call) -> ast.A
 
 
 def _sets_rank_device(ctx: Context) -> bool:
-    """Each process picks its own GPU: `set_device`, or CUDA_VISIBLE_DEVICES set in the program."""
+    """Each process picks its own GPU: `set_device`, CUDA_VISIBLE_DEVICES set in the program, or a device mesh
+    (``init_device_mesh("cuda", ...)`` sets the current device from LOCAL_RANK when none was set)."""
 
     def compute() -> bool:
         sem = ctx.semantic
-        if any((ctx.call_name(n) or "").endswith(("set_device", "set_device_index"))
-               for n in sem.calls_named("set_device", "set_device_index")):
+        if any((ctx.call_name(n) or "").endswith(("set_device", "set_device_index", "init_device_mesh"))
+               for n in sem.calls_named("set_device", "set_device_index", "init_device_mesh")):
             return True
         # os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank): "cuda" is then this rank's GPU
         return any(string_value(n) == "CUDA_VISIBLE_DEVICES" and any(

@@ -102,6 +102,10 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
             return CudaSite(call, _short(sem, call), indexed or len(call.args) > 1
                             or any(k.arg == "index" for k in call.keywords))
         return None
+    if name and name.rsplit(".", 1)[-1] == "init_device_mesh":  # torch.distributed.device_mesh: its device type
+        first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device_type"), None)
+        is_cuda, _ = cuda_string(first)
+        return CudaSite(call, f"init_device_mesh({sem.segment(first)}, ...)", False) if is_cuda else None  # type: ignore[arg-type]
     if isinstance(func, ast.Attribute) and func.attr == "cuda":
         if sem.qualname(func.value) == "torch" or on_module(sem, func.value):
             return None
@@ -133,7 +137,7 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
     """Every hard-coded CUDA device of the file, in source order."""
 
     def compute() -> list[CudaSite]:
-        candidates = set(sem.calls_named("device", "cuda", "to")) | set(sem.calls_with_keyword("device")) \
+        candidates = set(sem.calls_named("device", "cuda", "to", "init_device_mesh")) | set(sem.calls_with_keyword("device")) \
             | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator")) \
             | set(sem.calls_with_keyword("device_map"))
         nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
