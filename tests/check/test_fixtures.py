@@ -69,3 +69,10 @@ def test_td504_names_the_model_a_copy_in_the_checkpoint_was_made_of_not_a_cut_of
     path = ROOT / "TD504" / "model_copy_in_checkpoint.py"
     messages = [f.message for f in check_source(path.read_text("utf-8"), str(path)) if f.code == "TD504"]
     assert [m.split(" inside ")[0].rsplit(" ", 1)[-1] for m in messages] == ["`model`", "`ema.ema`", "`model`"]
+
+
+def test_td101_names_the_device_the_class_already_chose_where_a_call_hard_codes_cuda() -> None:
+    path = ROOT / "TD101" / "device_chosen_by_the_class.py"
+    fixes = {f.location.line: f.fix for f in check_source(path.read_text("utf-8"), str(path)) if f.code == "TD101"}
+    assert fixes[17] == "pass the device this code already chose: `device=self._device`"
+    assert "self._device" not in fixes[21]  # a static method has no self to read it from

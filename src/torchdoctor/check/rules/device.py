@@ -29,6 +29,12 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node):
             continue
+        chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
+        if chosen is not None:  # the class already holds the device it runs on: use it
+            ctx.report("TD101", site.node, f"`{site.text}` hard-codes CUDA and the file never checks "
+                       "`torch.cuda.is_available()`: it crashes on a machine without a GPU",
+                       fix=f"pass the device this code already chose: `device={chosen}`")
+            continue
         ctx.report(
             "TD101",
             site.node,
@@ -85,3 +91,17 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
     if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return False
     return not sem.reads_of(node.targets[0].id)  # type: ignore[attr-defined]
+
+
+def _chosen_device(sem, node: ast.AST) -> str | None:
+    """``self._device`` where the class of ``node`` sets one from something other than a CUDA literal
+    (``self._device = utils.get_device(device=cfg.device)``): the device a hard-coded ``device="cuda"`` bypasses."""
+    cls, func = sem.class_of(node), sem.function_of(node)
+    if cls is None or func is None or [a.arg for a in func.args.args[:1]] != ["self"]:
+        return None
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) \
+                and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id == "self" \
+                and n.targets[0].attr.lstrip("_") == "device" and not program.cuda_string(n.value)[0]:
+            return f"self.{n.targets[0].attr}"
+    return None
