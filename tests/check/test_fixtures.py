@@ -76,3 +76,10 @@ def test_td101_names_the_device_the_class_already_chose_where_a_call_hard_codes_
     fixes = {f.location.line: f.fix for f in check_source(path.read_text("utf-8"), str(path)) if f.code == "TD101"}
     assert fixes[17] == "pass the device this code already chose: `device=self._device`"
     assert "self._device" not in fixes[21]  # a static method has no self to read it from
+
+
+def test_td101_names_the_cuda_call_of_a_long_chain_not_its_head() -> None:
+    source = ("import torch\n"
+              "x = torch.randn((batch_size, height, width, channels), dtype=torch.float16, requires_grad=True).cuda()\n")
+    [f] = [f for f in check_source(source, "kernel_check.py") if f.code == "TD101"]
+    assert f.message.startswith("`torch.randn(...).cuda()` hard-codes CUDA")

@@ -110,7 +110,10 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
         if sem.qualname(func.value) == "torch" or on_module(sem, func.value):
             return None
         args = "(...)" if call.args or call.keywords else "()"
-        text = _short(sem, call) if "\n" not in sem.segment(call) else f"{_short(sem, func.value)}.cuda{args}"
+        segment = sem.segment(call)  # a long chain is cut at its head: keep the .cuda() the finding is about
+        text = segment if ("\n" not in segment and len(segment) <= 60) or (
+            "\n" not in segment and not isinstance(func.value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript))) \
+            else f"{_short(sem, func.value)}.cuda{args}"
         return CudaSite(call, text, bool(call.args) or any(k.arg == "device" for k in call.keywords))
     if isinstance(func, ast.Attribute) and func.attr == "to":
         for arg in list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "device"]:
