@@ -1315,3 +1315,27 @@ def test_a_save_helper_whose_callers_save_only_state_keeps_weights_only_a_safe_f
     write(project, {"utils.py": SAVE_HELPER, "engine.py": plain, "finetune.py": FINETUNE})
     [load] = [f for f in check_file("finetune.py", Settings(root=str(project))).findings if f.code == "TD503"]
     assert load.fixable
+
+
+def test_a_checkpoint_dict_built_before_its_save_with_the_options_makes_weights_only_an_unsafe_fix(project: Path) -> None:
+    """attention-is-all-you-need's shape: train.py builds {'settings': opt, ...} on its own line, then saves it;
+    translate.py loads the file and reads checkpoint['settings']."""
+    write(project, {
+        "train.py": """\
+            import torch
+
+            def save(model, opt, epoch_i, model_name):
+                checkpoint = {'epoch': epoch_i, 'settings': opt, 'model': model.state_dict()}
+                torch.save(checkpoint, model_name)
+            """,
+        "translate.py": """\
+            import torch
+
+            def load(opt, device, model):
+                checkpoint = torch.load(opt.model, map_location=device)
+                model.load_state_dict(checkpoint['model'])
+                return checkpoint['settings']
+            """,
+    })
+    [load] = [f for f in check_file("translate.py", Settings(root=str(project))).findings if f.code == "TD503"]
+    assert load.unsafe_fixable and not load.fixable

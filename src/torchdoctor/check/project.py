@@ -589,6 +589,22 @@ _OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)[
                      r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
 
 
+def _built_with_objects(text: str, name: str) -> bool:
+    """``checkpoint = {'epoch': e, 'settings': opt, 'model': model.state_dict()}`` somewhere in ``text``, then
+    ``torch.save(checkpoint, path)``: the dict saved under that name holds a config object."""
+    for m in re.finditer(rf"(?m)^[ \t]*{re.escape(name)}[ \t]*=[ \t]*(\{{|dict\()", text):
+        depth, i, end = 0, m.end() - 1, min(len(text), m.end() + 2000)
+        while i < end:
+            depth += text[i] in "([{"
+            depth -= text[i] in ")]}"
+            i += 1
+            if depth == 0:
+                break
+        if _OBJECT_VALUE.search(text[m.end() - 1:i]):
+            return True
+    return False
+
+
 def _pickles_objects(text: str) -> bool:
     """Does some ``torch.save(...)`` in ``text`` save a bare model name, or a dict holding ``args``/``config``
     objects or a whole model?"""
@@ -609,5 +625,7 @@ def _pickles_objects(text: str) -> bool:
         args = text[at + len("torch.save("):i - 1]
         first = args.split(",", 1)[0].strip()
         if _MODELISH.match(first) or _OBJECT_VALUE.search(args):
+            return True
+        if first.isidentifier() and _built_with_objects(text, first):
             return True
         start = i
