@@ -203,6 +203,21 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
         if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
             return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
-        if not all(_clock_call(ctx, c) for c in calls):
+        if not all(_clock_call(ctx, c) or _queues_nothing(c) for c in calls):
             return False  # work queued after the sync (or none there): the read may wait for it
     return False
+
+
+_HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "len", "isinstance", "float", "int", "print",
+                        "append", "format"})
+_METER = lazy(r"(?i)meter|logger|avg|average|stat")
+
+
+def _queues_nothing(call: ast.Call) -> bool:
+    """A call that puts no work on the GPU: another read (``loss.item()``), a shape, a host meter's update
+    (``loss_meter.update(loss.item(), n)``), a print. Between a timing sync and a read, it leaves the GPU idle."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name in _HOST_ONLY:
+        return True
+    return name == "update" and isinstance(func, ast.Attribute) and bool(_METER.search(dotted(func.value) or ""))
