@@ -83,3 +83,11 @@ def test_td101_names_the_cuda_call_of_a_long_chain_not_its_head() -> None:
               "x = torch.randn((batch_size, height, width, channels), dtype=torch.float16, requires_grad=True).cuda()\n")
     [f] = [f for f in check_source(source, "kernel_check.py") if f.code == "TD101"]
     assert f.message.startswith("`torch.randn(...).cuda()` hard-codes CUDA")
+
+
+def test_td205_a_program_that_resumes_into_the_wrapper_is_told_to_resume_into_the_unwrapped_model_too() -> None:
+    path = ROOT / "TD205" / "resumed_into_the_wrapper.py"
+    fixes = {f.location.line: f.fix for f in check_source(path.read_text("utf-8"), str(path)) if f.code == "TD205"}
+    assert fixes[28].startswith("save `student.module.state_dict()`, and resume into `student.module` too: line 25")
+    # the teacher is wrapped on one branch only: `teacher.module` may not exist, the program's alias does
+    assert fixes[29].startswith("save `teacher_without_ddp.state_dict()`, and resume into `teacher_without_ddp` too")

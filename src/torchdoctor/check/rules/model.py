@@ -6,6 +6,7 @@ import ast
 
 from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default
 from torchdoctor.check.context import Context
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_no_state, first_input_device, last_name, moved_keys, \
@@ -466,8 +467,53 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         return
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
+    inner = _unwrapped_alias(ctx, recv, attr) or f"{name}.{attr}"
+    restore = _restored_into_wrapper(ctx, recv, node)
+    fix = f"save `{inner}.state_dict()` (unwrap first)" if restore is None else (
+        f"save `{inner}.state_dict()`, and resume into `{inner}` too: line {restore.lineno} loads this checkpoint "
+        "into the wrapper, which would then find none of its keys")
     ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
-               fix=f"save `{name}.{attr}.state_dict()` (unwrap first)")
+               fix=fix)
+
+
+_RESTORES = lazy(r"(?i)restore|resume|restart|load_?(checkpoint|ckpt|model|weights)")
+
+
+def _restored_into_wrapper(ctx: Context, recv: ast.AST, at: ast.AST) -> ast.AST | None:
+    """Where the program resumes into the same wrapper (``utils.restart_from_checkpoint(path, student=student)``,
+    ``student.load_state_dict(ckpt["student"])``): its own checkpoints round-trip with the prefix, and saving the
+    unwrapped module alone would make that resume load no key (silently, under ``strict=False``)."""
+    sem = ctx.semantic
+    key = dotted(recv)
+    if key is None:
+        return None
+    saved = sem.binding_at(key, at) if "." not in key else None
+    for use in sem.reads_of(key):
+        if use is recv or (saved is not None and sem.binding_at(key, use) is not saved):
+            continue
+        parent = sem.parent(use)
+        if isinstance(parent, ast.Attribute) and parent.attr == "load_state_dict" and parent.value is use:
+            return parent
+        if isinstance(parent, ast.keyword):
+            parent = sem.parent(parent)
+        if isinstance(parent, ast.Call) and use is not parent.func and _RESTORES.search(
+                (dotted(parent.func) or "").rsplit(".", 1)[-1]):
+            return parent
+    return None
+
+
+def _unwrapped_alias(ctx: Context, recv: ast.AST, attr: str) -> str | None:
+    """``teacher_without_ddp = teacher.module``: the name the program already keeps the inner model under (the
+    wrap may be conditional, where ``teacher.module`` would not exist)."""
+    key = dotted(recv)
+    if key is None:
+        return None
+    for node in ctx.semantic.of_type(ast.Assign):
+        value = node.value  # type: ignore[attr-defined]
+        if isinstance(value, ast.Attribute) and value.attr == attr and dotted(value.value) == key \
+                and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):  # type: ignore[attr-defined]
+            return node.targets[0].id  # type: ignore[attr-defined]
+    return None
 
 
 def _wrapped_by_a_helper(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
