@@ -91,3 +91,22 @@ def test_td205_a_program_that_resumes_into_the_wrapper_is_told_to_resume_into_th
     assert fixes[28].startswith("save `student.module.state_dict()`, and resume into `student.module` too: line 25")
     # the teacher is wrapped on one branch only: `teacher.module` may not exist, the program's alias does
     assert fixes[29].startswith("save `teacher_without_ddp.state_dict()`, and resume into `teacher_without_ddp` too")
+
+
+def test_td306_a_host_tensor_filled_element_by_element_is_told_to_pin_not_to_be_made_on_the_device() -> None:
+    source = ("import torch\n"
+              "def neighborhood(h, w):\n"
+              "    mask = torch.zeros(h, w, h, w)\n"
+              "    for i in range(h):\n"
+              "        for j in range(w):\n"
+              "            mask[i, j, i, j] = 1\n"
+              "    mask = mask.reshape(h * w, h * w)\n"
+              "    return mask.cuda(non_blocking=True)\n"
+              "def features(n, d, feats, index):\n"
+              "    store = torch.zeros(n, d)\n"
+              "    store = store.cuda(non_blocking=True)\n"
+              "    store.index_copy_(0, index, feats)\n"
+              "    return store\n")
+    fixes = {f.location.line: f.fix for f in check_source(source, "seg.py") if f.code == "TD306"}
+    assert fixes[8].startswith("make it in pinned memory (`pin_memory=True` in the `torch.zeros` call)")
+    assert fixes[11].startswith("make it on the device")  # filled after the copy, on the device: made there

@@ -60,6 +60,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         return
     if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
         return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
+    if _zero_sized(node, q):
+        return  # ``torch.empty(0).to(x.device)``, a seed for ``torch.cat``: no byte crosses the bus
     sem = ctx.semantic
     region = _region(ctx, node)
     if region is None:
@@ -81,6 +83,17 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+def _zero_sized(call: ast.Call, name: str) -> bool:
+    """A size with a literal 0 in it (``torch.empty(0)``, ``torch.zeros((0, d))``): a tensor with no elements. Only
+    the factories whose arguments are the size (``torch.arange(0, n)`` starts at 0)."""
+    if name not in ("torch.zeros", "torch.ones", "torch.empty", "torch.rand", "torch.randn", "torch.full"):
+        return False
+    sizes = call.args[:1] if name == "torch.full" else list(call.args)
+    if len(sizes) == 1 and isinstance(sizes[0], (ast.Tuple, ast.List)):
+        sizes = list(sizes[0].elts)
+    return any(isinstance(a, ast.Constant) and type(a.value) is int and a.value == 0 for a in sizes)
 
 
 def _made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:

@@ -472,15 +472,43 @@ def _fresh_host_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> ast.Call | N
     return expr
 
 
+def _filled_on_host(ctx: Context, made: ast.Call, copy: ast.Call) -> bool:
+    """The name the factory's tensor is bound to is written element-wise (``mask[i, j, a, b] = 1``) or in place
+    (``out.index_put_(...)``) between the factory and the copy."""
+    sem = ctx.semantic
+    pos = sem.index.pos
+    start, end = pos[made], pos[copy]
+    parent = sem.parent(made)
+    if not (isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name)):
+        return False
+    name = parent.targets[0].id
+    scope = sem.scope_of(parent)
+    for n in sem.local_nodes(scope) if scope is not None else ():
+        if not start < pos.get(n, -1) < end:
+            continue
+        if isinstance(n, (ast.Assign, ast.AugAssign)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(isinstance(t, ast.Subscript) and dotted(t.value) == name for t in targets):
+                return True
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_") \
+                and not n.func.attr.startswith("_") and dotted(n.func.value) == name:
+            return True
+    return False
+
+
 def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
     sem = ctx.semantic
     recv = call.func.value  # type: ignore[attr-defined]
     made = _fresh_host_tensor(ctx, recv, call)
     if made is not None:
         what = ctx.name(recv) if isinstance(recv, ast.Name) else f"{ctx.call_name(made)}(...)"
+        # filled element by element on the host (``mask[i, j] = 1`` in loops): made on the device, each write would
+        # be a kernel launch; pin it instead
+        fix = f"make it in pinned memory (`pin_memory=True` in the `{ctx.call_name(made)}` call), or drop " \
+              "non_blocking=True: it is filled on the host" if _filled_on_host(ctx, made, call) else \
+              "make it on the device (`device=...` in the factory call) instead of copying it"
         ctx.report("TD306", call, f"non_blocking=True copies `{what}`, a tensor just made by `{ctx.call_name(made)}` "
-                   "in pageable memory: the copy is synchronous all the same", fix="make it on the device "
-                   "(`device=...` in the factory call) instead of copying it", severity=Severity.WARNING)
+                   "in pageable memory: the copy is synchronous all the same", fix=fix, severity=Severity.WARNING)
         return
     loop = sem.enclosing_loop(call, "batch")
     if loop is None or root_name(recv) not in set(sem.batch_vars(loop)):
