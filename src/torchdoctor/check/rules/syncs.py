@@ -9,6 +9,7 @@ ones a reader does not see as a read: Python asks the tensor for a bool, or copi
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
@@ -159,12 +160,22 @@ def device_value_into_host_tensor(node: ast.AST, ctx: Context) -> None:
         _report(ctx, node, f"writing `{what}` into host tensor `{host}` (made without a device)")
 
 
-@rule("TD603", calls=("get_scale",))
+_SCALER_NAME = lazy(r"(^|\.|_)scaler$", re.IGNORECASE)  # ``loss_scaler``: timm's and Swin's NativeScaler wrappers
+
+
+@rule("TD603", calls=("get_scale", "state_dict"))
 def scale_read_every_step(node: ast.Call, ctx: Context) -> None:
-    """``scaler.get_scale()`` returns a Python float: it calls ``.item()`` on the scale tensor."""
+    """``scaler.get_scale()`` returns a Python float: it calls ``.item()`` on the scale tensor;
+    ``scaler.state_dict()`` (or a wrapper's, which returns its GradScaler's) calls it and reads the growth tracker."""
     recv = dotted(node.func.value) if isinstance(node.func, ast.Attribute) else None
-    if recv is not None and recv in _scaler_names(ctx):
-        _report(ctx, node, f"`{recv}.get_scale()` (an `.item()` on the scale tensor)")
+    if recv is None:
+        return
+    if node.func.attr == "get_scale":  # type: ignore[attr-defined]
+        if recv in _scaler_names(ctx):
+            _report(ctx, node, f"`{recv}.get_scale()` (an `.item()` on the scale tensor)")
+    elif recv in _scaler_names(ctx) or _SCALER_NAME.search(recv):
+        _report(ctx, node, f"`{recv}.state_dict()` (GradScaler.state_dict() reads its scale and growth tracker with "
+                           "`.item()`)")
 
 
 @rule("TD603", calls=("synchronize",))
