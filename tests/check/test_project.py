@@ -344,6 +344,9 @@ GRAD_UTILS = """\
             if p.grad is not None:
                 param_norm = p.grad.data.norm(2)
                 norms.append(param_norm.item())
+                clip_coef = clip / (param_norm + 1e-6)
+                if clip_coef < 1:  # a second read: the tensor's truth value
+                    p.grad.data.mul_(clip_coef)
         return norms
 
     def grad_report(model):
@@ -372,11 +375,12 @@ def test_a_sync_in_a_helper_is_reported_where_it_reads_when_another_module_calls
             """,
     })
     results = check_files(["grad_utils.py", "train.py"], Settings(root=str(project), select=("TD603",)))
-    assert codes(results, "grad_utils.py") == [(8, "TD603")]
-    message = next(f.message for r in results if r.path.endswith("grad_utils.py") for f in r.findings)
-    assert "`clip_gradients` at train.py:11" in message
+    assert codes(results, "grad_utils.py") == [(8, "TD603"), (10, "TD603")]
+    messages = [f.message for r in results if r.path.endswith("grad_utils.py") for f in r.findings]
+    assert all("`clip_gradients` at train.py:11" in m for m in messages), messages
+    assert "`if` on tensor `clip_coef`" in messages[1]
     alone = check_file("grad_utils.py", Settings(root=str(project), select=("TD603",)))  # pre-commit: the helper only
-    assert [(f.location.line, f.code) for f in alone.findings] == [(8, "TD603")]
+    assert [(f.location.line, f.code) for f in alone.findings] == [(8, "TD603"), (10, "TD603")]
 
 
 def test_a_helper_called_every_step_of_a_cpu_program_is_quiet(project: Path) -> None:

@@ -18,7 +18,7 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.kept import CLOCKS, SYNCHRONIZE, timer_call
 from torchdoctor.check.rules.steps import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
-    _tensor_value, batch_on_device, per_step_loop
+    _tensor_value, batch_on_device, per_step_loop, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -39,11 +39,15 @@ def _accelerated(ctx: Context) -> bool:
 
 
 def _report(ctx: Context, node: ast.AST, what: str) -> None:
-    """At a site that runs every step of a loop of this file, on an accelerator. (Only the explicit reads
-    follow a helper's callers into other modules: asking the project for every ``if`` costs too much.)"""
+    """At a site that runs every step of a loop of this file, or of a helper that another module calls from its
+    batch loop (``utils.clip_gradients``'s ``if clip_coef < 1:``), on an accelerator. (The project is asked only
+    about a site already known to read a device tensor: few in a file.)"""
     loop = per_step_loop(ctx, node)
-    if loop is not None and _accelerated(ctx):
-        _report_sync(ctx, node, what, loop)
+    if loop is not None:
+        if _accelerated(ctx):
+            _report_sync(ctx, node, what, loop)
+    elif not program.is_rpc_program(ctx.semantic):
+        report_sync_for_callers(ctx, node, what)  # (callers that run on an accelerator only)
 
 
 def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:

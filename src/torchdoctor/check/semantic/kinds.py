@@ -302,6 +302,8 @@ class Kinds:
                 return "tensor"  # ``outputs.logits`` of a model's output
             if node.attr in ("data", "T", "mT") and self.expr_kind(node.value, at) == "tensor":
                 return "tensor"  # ``preds_index.data``
+            if node.attr == "grad":
+                return "tensor"  # ``p.grad`` (a parameter's gradient, where the parameter is; or None)
             return kind_from_name(key) if node.attr == "device" else None
         if isinstance(node, ast.Call):
             return self.call_kind(node, at)
