@@ -446,6 +446,8 @@ def _model_inside(ctx: Context, obj: ast.AST) -> ast.AST | None:
     """A whole model stored as a value of a dict that is saved (``{"encoder": encoder, ...}``), or as an
     element of a saved list or tuple (``[policy, obs_stats]``)."""
     container = _container_value(ctx, obj)
+    if container is None and isinstance(obj, ast.Name):
+        return _module_under_key(ctx, obj)
     if isinstance(container, ast.Dict):
         values = container.values
     elif isinstance(container, (ast.List, ast.Tuple)):
@@ -455,6 +457,24 @@ def _model_inside(ctx: Context, obj: ast.AST) -> ast.AST | None:
     else:
         return None
     return next((m for m in (_whole_model_value(ctx, v) for v in values if v is not None) if m is not None), None)
+
+
+_MODULE_ONLY = frozenset({"parameters", "named_parameters", "modules", "named_modules", "children", "named_children",
+                          "buffers", "named_buffers"})
+
+
+def _module_under_key(ctx: Context, obj: ast.Name) -> ast.AST | None:
+    """``x = torch_load(f)`` ... ``for p in x["model"].parameters():`` ... ``torch.save(x, f)``: a loaded checkpoint
+    whose ``x["model"]`` the function uses as an nn.Module (methods only a module has) is saved with it inside."""
+    sem = ctx.semantic
+    func = sem.function_of(obj)
+    for n in sem.local_nodes(func) if func is not None else ():
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _MODULE_ONLY:
+            recv = n.func.value
+            if isinstance(recv, ast.Subscript) and isinstance(recv.value, ast.Name) and recv.value.id == obj.id \
+                    and isinstance(recv.slice, ast.Constant) and isinstance(recv.slice.value, str):
+                return recv
+    return None
 
 
 _COPIES = ("deepcopy", "copy", "half", "float", "double", "bfloat16", "cpu", "to", "eval", "module")
