@@ -1343,3 +1343,50 @@ def test_a_checkpoint_dict_built_before_its_save_with_the_options_makes_weights_
     })
     [load] = [f for f in check_file("translate.py", Settings(root=str(project))).findings if f.code == "TD503"]
     assert load.unsafe_fixable and not load.fixable
+
+
+PRETRAIN_DDP = """\
+import torch
+import torch.nn as nn
+
+
+def main(gpu, loader):
+    model = nn.Linear(4, 2).cuda(gpu)
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
+    if gpu == 0:
+        torch.save({"state_dict": model.state_dict()}, "checkpoint.pth.tar")
+"""
+
+LINCLS_READER = """\
+import torch
+
+
+def load_pretrained(model, path):
+    state_dict = torch.load(path, map_location="cpu")["state_dict"]
+    for k in list(state_dict.keys()):
+        if k.startswith("module.encoder") and not k.startswith("module.encoder.fc"):
+            state_dict[k[len("module.encoder."):]] = state_dict[k]
+        del state_dict[k]
+    model.load_state_dict(state_dict, strict=False)
+"""
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_wrapped_state_dict_whose_sibling_reader_picks_keys_by_the_ddp_prefix_is_the_programs_format(
+        project: Path, together: bool) -> None:
+    """moco/simsiam's shape: main_simsiam.py saves the DDP model's state_dict and main_lincls.py, beside it, selects
+    the keys starting with 'module.encoder': stripping the prefix at the save would break the program's own reader."""
+    write(project, {"main_pretrain.py": PRETRAIN_DDP, "main_lincls.py": LINCLS_READER})
+    settings = Settings(root=str(project), select=("TD205",))
+    results = check_files(["main_pretrain.py", "main_lincls.py"], settings) if together \
+        else [check_file("main_pretrain.py", settings)]
+    assert codes(results, "main_pretrain.py") == []
+
+
+@pytest.mark.parametrize("reader", [None, "other/main_lincls.py"])
+def test_a_wrapped_state_dict_with_no_reader_of_the_prefix_beside_it_is_still_td205(project: Path, reader) -> None:
+    write(project, {"main_pretrain.py": PRETRAIN_DDP, **({reader: LINCLS_READER} if reader else {})})
+    settings = Settings(root=str(project), select=("TD205",))
+    assert codes([check_file("main_pretrain.py", settings)], "main_pretrain.py") == [(9, "TD205")]
+    if reader:
+        assert codes(check_files(["main_pretrain.py", reader], settings), "main_pretrain.py") == [(9, "TD205")]

@@ -505,6 +505,18 @@ class Project:
             state.saves_objects = found
         return state.saves_objects
 
+    def selects_wrapped_keys(self, sem: SemanticModel) -> bool:
+        """A module beside ``sem`` (its folder: the pretraining script's linear evaluation, as in moco and simsiam)
+        picks a checkpoint's keys by the DDP prefix (``k.startswith("module.encoder")``): the prefix is the format
+        the program's own readers expect (a text scan of the folder's files, once per folder)."""
+        here = os.path.abspath(sem.path)
+        folder = os.path.dirname(here)
+        memo = self.state.wrapped_keys
+        if folder not in memo:
+            memo[folder] = any(SELECTS_WRAPPED.search(text) for path in self._candidates(here) + [here]
+                               if os.path.dirname(path) == folder and (text := self.state.text(path)))
+        return memo[folder]
+
     # ---- modules on disk ---------------------------------------------------------------------------------------
     def _module_file(self, path: str, level: int, module: str) -> str | None:
         key = (os.path.dirname(os.path.abspath(path)), level, module)
@@ -585,6 +597,8 @@ _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperpa
 # a dict entry holding such an object under its own name ('args': args), built apart from the save and handed to a
 # helper that calls torch.save (mae's save_model: to_save = {..., 'args': args}; save_on_master(to_save, path))
 _SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
+# a reader that picks a checkpoint's keys by the DDP prefix: ``k.startswith("module.encoder")``
+SELECTS_WRAPPED = lazy(r"""startswith\(\s*(f?["'])module\.\w""")
 _OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)["']\s*:\s*(self\.)?"""
                      r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
 

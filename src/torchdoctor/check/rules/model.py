@@ -8,6 +8,7 @@ from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, p
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
+from torchdoctor.check.project import SELECTS_WRAPPED
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_no_state, first_input_device, last_name, moved_keys, \
     wrapper_prefix
@@ -465,6 +466,9 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         prefix = "module."
     if prefix is None or not _saved(ctx, node):
         return
+    if prefix == "module." and (SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
+                                else sem.project.selects_wrapped_keys(sem)):
+        return  # the project's own readers pick keys by ``module.encoder``: the prefix is its format
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
     inner = _unwrapped_alias(ctx, recv, attr) or f"{name}.{attr}"
