@@ -348,7 +348,8 @@ def _flag_only_set_epoch(ctx: Context, set_epochs: list[ast.Call], samplers: lis
 
 _WRITE_MODE = lazy(r"[wax+]")
 _MODE = lazy(r"[rwxabt+U]{1,4}")  # a mode string, not a path (``gzip.open("./data/enwik8.gz")`` reads)
-_SAVERS = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt")
+_SAVERS = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
+           "safetensors.torch.save_file")
 
 
 def _write_site(ctx: Context, call: ast.Call) -> str | None:
@@ -403,6 +404,8 @@ def _write_target(ctx: Context, call: ast.Call) -> ast.AST | None:
     name = ctx.call_name(call) or ""
     if name == "torch.save":
         return _arg(call, "f", 1)
+    if name == "safetensors.torch.save_file":
+        return _arg(call, "filename", 1)
     if name in _SAVERS or name == "open":
         return call.args[0] if call.args else None
     return call.func.value if isinstance(call.func, ast.Attribute) else None
@@ -528,7 +531,8 @@ def _made_on_one_rank(ctx: Context, cls: ast.ClassDef) -> bool:
     return bool(made) if elsewhere is None else elsewhere
 
 
-_WRITERS = ("save", "savez", "savez_compressed", "savetxt", "open", "write_text", "write_bytes", "save_pretrained")
+_WRITERS = ("save", "savez", "savez_compressed", "savetxt", "open", "write_text", "write_bytes", "save_pretrained",
+            "save_file")
 _CLI_DISPATCHERS = ("fire.Fire", "typer.run", "jsonargparse.CLI", "jsonargparse.auto_cli", "CLI", "tyro.cli")
 
 
@@ -582,6 +586,16 @@ def _one_process_group(call: ast.Call) -> bool:
     return size is not None and isinstance(size.value, ast.Constant) and size.value.value == 1
 
 
+def _other_format_of(ctx: Context, call: ast.Call) -> bool:
+    """``if safe_serialization: safetensors.torch.save_file(...) else: torch.save(...)``: the else branch writes
+    the same file in another format; one finding, at the first branch's write (one construct, one finding)."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(call)
+    branch = sem.parent(stmt) if stmt is not None else None
+    return isinstance(branch, ast.If) and stmt in branch.orelse and any(
+        isinstance(n, ast.Call) and _write_site(ctx, n) is not None for s in branch.body for n in sem.subtree(s))
+
+
 def _writes_on_main_only(call: ast.Call) -> bool:
     """``save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)``."""
     return any(k.arg in ("is_main_process", "save_function") for k in call.keywords)
@@ -594,7 +608,7 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     or at every call of the enclosing function."""
     what = _write_site(ctx, node)
     if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
-            or _per_sample_file(ctx, node) or _no_caller_takes(ctx, node):
+            or _per_sample_file(ctx, node) or _no_caller_takes(ctx, node) or _other_format_of(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
     if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node):
