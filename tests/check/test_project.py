@@ -1390,3 +1390,46 @@ def test_a_wrapped_state_dict_with_no_reader_of_the_prefix_beside_it_is_still_td
     assert codes([check_file("main_pretrain.py", settings)], "main_pretrain.py") == [(9, "TD205")]
     if reader:
         assert codes(check_files(["main_pretrain.py", reader], settings), "main_pretrain.py") == [(9, "TD205")]
+
+
+SIMCLR_TRAINER = """\
+import torch
+import torch.nn.functional as F
+
+
+class SimCLR:
+    def __init__(self, *args, **kwargs):
+        self.args = kwargs["args"]
+        self.model = kwargs["model"].to(self.args.device)
+        self.optimizer = kwargs["optimizer"]
+
+    def info_nce_loss(self, features):
+        sim = F.normalize(features, dim=1) @ F.normalize(features, dim=1).T
+        mask = torch.eye(sim.shape[0], dtype=torch.bool).to(self.args.device)
+        return sim[~mask].view(sim.shape[0], -1)
+
+    def train(self, loader):
+        for images, _ in loader:
+            logits = self.info_nce_loss(self.model(images.to(self.args.device)))
+            loss = logits.logsumexp(1).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("device", ["torch.device('cuda')", "torch.device('cpu')"])
+def test_an_options_object_given_a_cuda_device_by_the_script_that_builds_the_trainer(project: Path, device: str) -> None:
+    """SimCLR's shape: run.py sets ``args.device = torch.device('cuda')`` and hands ``args=args`` to a trainer
+    class that keeps ``self.args = kwargs['args']`` and moves to ``self.args.device``: it runs on the GPU."""
+    write(project, {"simclr.py": SIMCLR_TRAINER, "run.py": f"""\
+        import torch
+        from simclr import SimCLR
+
+        def main(args, model, optimizer, loader):
+            if not args.disable_cuda:
+                args.device = {device}
+            SimCLR(model=model, optimizer=optimizer, args=args).train(loader)
+        """})
+    found = codes([check_file("simclr.py", Settings(root=str(project), select=("TD611",)))], "simclr.py")
+    assert found == ([(13, "TD611")] if "cuda" in device else [])

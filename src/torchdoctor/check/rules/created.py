@@ -63,7 +63,9 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if _zero_sized(node, q):
         return  # ``torch.empty(0).to(x.device)``, a seed for ``torch.cat``: no byte crosses the bus
     sem = ctx.semantic
-    region = _region(ctx, node)
+    region, caller = _region(ctx, node), None
+    if region is None and (helper := _step_helper(ctx, node)) is not None:
+        region, caller = helper
     if region is None:
         return
     move = _moved_at_once(ctx, node) or _moved_next(ctx, node, region)
@@ -79,7 +81,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     made = ctx.name(node, 60)
     there = f"`{ctx.name(node.func)}(..., device={device})`" if method_name(move) == "to" else \
         f"`{ctx.name(node.func)}(..., device=...)` with the device `.cuda()` moves it to"
-    where = "the loop" if isinstance(region, _LOOPS) else "forward()"
+    where = "the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None else \
+        f"the loop at line {caller.lineno}, through `{region.name}`"  # type: ignore[attr-defined]
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
@@ -180,6 +183,33 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
     if func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes:
         return func
     return None
+
+
+def _step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+    """The function holding ``node`` and the batch loop of this file that calls it on every step (SimCLR's
+    ``info_nce_loss``, called by ``train()`` once per batch): a region that runs each step too."""
+    from torchdoctor.check.rules.steps import per_step_loop  # (steps imports this module's neighbours)
+    func = ctx.semantic.function_of(node)
+    if func is None or func.name == "forward" or ctx.semantic.enclosing_loop(node) is not None:
+        return None
+    if _chosen_by_caller(ctx, node, func):
+        return None
+    loop = per_step_loop(ctx, node)
+    return (func, loop) if loop is not None else None
+
+
+def _chosen_by_caller(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
+    """``node`` sits in a branch that a string option of the helper picks (``if distribution == "uniform":``):
+    which branch runs each step is the caller's choice, not seen here."""
+    params = {a.arg for a in func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
+    for up in ctx.semantic.ancestors(node):
+        if up is func:
+            return False
+        if isinstance(up, ast.If) and isinstance(t := up.test, ast.Compare) and len(t.comparators) == 1 and \
+                any(isinstance(a, ast.Name) and a.id in params for a in (t.left, *t.comparators)) and \
+                any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in (t.left, *t.comparators)):
+            return True
+    return False
 
 
 def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:

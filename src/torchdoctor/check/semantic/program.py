@@ -430,10 +430,15 @@ def device_params(sem: SemanticModel) -> list[tuple[ast.AST, str]]:
         for call in [*sem.calls_named(*_MOVE_CALLS), *made]:
             dev = sem.move_device(call) if call not in made else \
                 dotted(next(k.value for k in call.keywords if k.arg == "device"))  # ``torch.zeros(1, device=device)``
-            if not dev or not _DEVICE_PARAM.match(dev.removeprefix("self.")):
+            if not dev:
                 continue
             func = sem.function_of(call)
             if func is None:
+                continue
+            if not _DEVICE_PARAM.match(dev.removeprefix("self.")):
+                found = _carrier_param(sem, func, call, dev)  # ``x.to(self.args.device)``: the options object
+                if found is not None and found not in out:
+                    out.append(found)
                 continue
             b = sem.binding_at(dev, call)
             if b is not None and b.is_param and b.node is func and (func, dev) not in out:
@@ -467,16 +472,37 @@ def _options_param(sem: SemanticModel, func: ast.AST, b: object) -> tuple[ast.AS
     return (func, value.value.id) if pb is not None and pb.is_param and pb.node is func else None
 
 
+def _carrier_param(sem: SemanticModel, func: ast.AST, at: ast.AST, dev: str) -> tuple[ast.AST, str] | None:
+    """(function, parameter) for a device read off an options object that a parameter brings: ``args.device``
+    with ``args`` a parameter of ``func``, ``self.args.device`` with ``self.args`` set in ``__init__`` from a
+    parameter or from ``kwargs['args']`` (SimCLR's trainer class)."""
+    parts = dev.split(".")
+    if parts[-1] != "device" or len(parts) not in (2, 3) or (len(parts) == 3) != (parts[0] == "self"):
+        return None
+    if len(parts) == 3:
+        return _constructor_param(sem, at, f"self.{parts[1]}")
+    b = sem.binding_at(parts[0], at)
+    return (func, parts[0]) if b is not None and b.is_param and b.node is func else None
+
+
 def _constructor_param(sem: SemanticModel, at: ast.AST, key: str) -> tuple[ast.AST, str] | None:
-    """(``__init__``, its parameter) when ``self.x`` is set from a parameter of the class's ``__init__``."""
+    """(``__init__``, its parameter) when ``self.x`` is set from a parameter of the class's ``__init__``, or from
+    the ``**kwargs`` entry its caller names (``self.args = kwargs['args']``)."""
     cls = sem.class_of(at)
     for b in sem.bindings_of(key):
         func = sem.function_of(b.node)
-        if func is None or func.name != "__init__" or sem.class_of(func) is not cls or not isinstance(b.value, ast.Name):
+        if func is None or func.name != "__init__" or sem.class_of(func) is not cls:
             continue
-        pb = sem.binding_at(b.value.id, b.node)
+        value = b.value
+        if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) and \
+                (entry := string_value(value.slice)) is not None and func.args.kwarg is not None and \
+                func.args.kwarg.arg == value.value.id:  # type: ignore[attr-defined]
+            return func, entry
+        if not isinstance(value, ast.Name):
+            continue
+        pb = sem.binding_at(value.id, b.node)
         if pb is not None and pb.is_param and pb.node is func:
-            return func, b.value.id
+            return func, value.id
     return None
 
 

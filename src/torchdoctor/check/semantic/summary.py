@@ -160,6 +160,10 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         eval_before = any(sem.mode_call(n) == "eval" and sem.scope_of(n) is scope and n.lineno < call.lineno
                           for n in sem.calls_named("eval"))
         given: set[str] = set()
+        if not accelerator and (carriers := _cuda_carriers(sem)):  # ``args.device = torch.device('cuda')``
+            given |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
+                      and kw.value.id in carriers}
+            given |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in carriers}
         if accelerator:
             carriers = _device_carriers(sem)
             for i, arg in enumerate(call.args):
@@ -189,6 +193,18 @@ def _device_carriers(sem: SemanticModel) -> set[str]:
     """Options objects whose ``.device`` this accelerator module reads or sets (``args.device``)."""
     return sem.cached("device_carriers", lambda: {n.value.id for n in sem.of_type(ast.Attribute)  # type: ignore[attr-defined]
                                                   if n.attr == "device" and isinstance(n.value, ast.Name)})  # type: ignore[attr-defined]
+
+
+def _cuda_carriers(sem: SemanticModel) -> set[str]:
+    """Options objects this module gives a CUDA device (``args.device = torch.device('cuda')`` when it is available,
+    SimCLR's run.py): the functions it hands them to run there, though the module itself places no work."""
+    def compute() -> set[str]:
+        if "cuda" not in sem.text.source:
+            return set()
+        return {t.value.id for n in sem.of_type(ast.Assign) if len(n.targets) == 1  # type: ignore[attr-defined]
+                and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device"  # type: ignore[attr-defined]
+                and isinstance(t.value, ast.Name) and "cuda" in sem.segment(n.value)}  # type: ignore[attr-defined]
+    return sem.cached("cuda_carriers", compute)  # type: ignore[no-any-return]
 
 
 def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
