@@ -1371,21 +1371,40 @@ def load_pretrained(model, path):
 """
 
 
+RENAMING_READER = """\
+import torch
+import torch.nn as nn
+
+backbone = nn.Linear(4, 2)
+weights = torch.load("checkpoint.pth.tar", map_location="cpu", weights_only=True)["state_dict"]
+weights = {key.replace("module.encoder.", ""): value for key, value in weights.items()}
+backbone.load_state_dict(weights, strict=False)
+"""
+
+STRIPPING_READER = RENAMING_READER.replace('"module.encoder."', '"module."')
+
+
+@pytest.mark.parametrize("reader", [LINCLS_READER, RENAMING_READER], ids=["startswith", "replace"])
 @pytest.mark.parametrize("together", [True, False])
 def test_a_wrapped_state_dict_whose_sibling_reader_picks_keys_by_the_ddp_prefix_is_the_programs_format(
-        project: Path, together: bool) -> None:
+        project: Path, together: bool, reader: str) -> None:
     """moco/simsiam's shape: main_simsiam.py saves the DDP model's state_dict and main_lincls.py, beside it, selects
-    the keys starting with 'module.encoder': stripping the prefix at the save would break the program's own reader."""
-    write(project, {"main_pretrain.py": PRETRAIN_DDP, "main_lincls.py": LINCLS_READER})
+    the keys starting with 'module.encoder': stripping the prefix at the save would break the program's own reader.
+    vicreg's evaluate.py renames them instead (key.replace("module.backbone.", "")), then loads with strict=False:
+    the same reliance on the prefix."""
+    write(project, {"main_pretrain.py": PRETRAIN_DDP, "main_lincls.py": reader})
     settings = Settings(root=str(project), select=("TD205",))
     results = check_files(["main_pretrain.py", "main_lincls.py"], settings) if together \
         else [check_file("main_pretrain.py", settings)]
     assert codes(results, "main_pretrain.py") == []
 
 
-@pytest.mark.parametrize("reader", [None, "other/main_lincls.py"])
-def test_a_wrapped_state_dict_with_no_reader_of_the_prefix_beside_it_is_still_td205(project: Path, reader) -> None:
-    write(project, {"main_pretrain.py": PRETRAIN_DDP, **({reader: LINCLS_READER} if reader else {})})
+@pytest.mark.parametrize(("reader", "text"), [(None, ""), ("other/main_lincls.py", LINCLS_READER),
+                                               ("main_lincls.py", STRIPPING_READER)], ids=["none", "elsewhere", "strips"])
+def test_a_wrapped_state_dict_with_no_reader_of_the_prefix_beside_it_is_still_td205(project: Path, reader, text) -> None:
+    """No reader, one in another folder, or one beside it that strips whatever the wrapper added
+    (``replace("module.", "")``: it copes with the prefix, it does not need it)."""
+    write(project, {"main_pretrain.py": PRETRAIN_DDP, **({reader: text} if reader else {})})
     settings = Settings(root=str(project), select=("TD205",))
     assert codes([check_file("main_pretrain.py", settings)], "main_pretrain.py") == [(9, "TD205")]
     if reader:

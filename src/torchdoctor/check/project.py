@@ -598,7 +598,7 @@ _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperpa
 # helper that calls torch.save (mae's save_model: to_save = {..., 'args': args}; save_on_master(to_save, path))
 _SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
 # a reader that picks a checkpoint's keys by the DDP prefix: ``k.startswith("module.encoder")``
-SELECTS_WRAPPED = lazy(r"""startswith\(\s*(f?["'])module\.\w""")
+SELECTS_WRAPPED = lazy(r"""(startswith|replace)\(\s*(f?["'])module\.\w""")  # picks (or renames) ``module.encoder.*``
 _OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)["']\s*:\s*(self\.)?"""
                      r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
 

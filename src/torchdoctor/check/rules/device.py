@@ -90,7 +90,14 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
         return False
     if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return False
-    return not sem.reads_of(node.targets[0].id)  # type: ignore[attr-defined]
+    return not sem.reads_of(node.targets[0].id) or _overridden_by_exec(sem, node)  # type: ignore[attr-defined]
+
+
+def _overridden_by_exec(sem: object, setting: ast.Assign) -> bool:
+    """A module-level setting that a later ``exec(open("configurator.py").read())`` may rebind from the command
+    line (nanoGPT's and llama2.c's ``--device=cpu``): a default, like argparse's ``default="cuda"``."""
+    return any(sem.function_of(call) is None and call.lineno > setting.lineno  # type: ignore[attr-defined]
+               and isinstance(sem.parent(call), ast.Expr) for call in sem.calls_named("exec"))  # type: ignore[attr-defined]
 
 
 def _chosen_device(sem, node: ast.AST) -> str | None:

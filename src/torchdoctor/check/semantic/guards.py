@@ -206,6 +206,19 @@ class Guards:
 
         return self._test_memo(test, "one_off", compute)
 
+    def _throttle(self, if_node: ast.AST) -> bool:
+        """``if now - last_log > log_every_s: ...; last_log = now``: a clock throttle whose body moves its own mark,
+        so it runs once an interval, not once a step (vicreg's ``current_time - last_logging > args.log_freq_time``)."""
+        def compute() -> bool:
+            marks = {side.right.id for n in self.index.subtree(if_node.test)  # type: ignore[attr-defined]
+                     if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Gt, ast.GtE, ast.Lt, ast.LtE))
+                     for side in (n.left, n.comparators[0])
+                     if isinstance(side, ast.BinOp) and isinstance(side.op, ast.Sub) and isinstance(side.right, ast.Name)}
+            return bool(marks) and any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in marks for t in n.targets)
+                                       for stmt in if_node.body for n in self.index.subtree(stmt))  # type: ignore[attr-defined]
+
+        return self._test_memo(if_node.test, "throttle", compute)  # type: ignore[attr-defined]
+
     def counters(self) -> set[str]:
         """Names counted up by a constant (``num_total += 1``): counters, whatever they are called."""
         if self._counted is None:
@@ -226,7 +239,7 @@ class Guards:
                 return False
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
-                if (self._has_mod(test) or (frame.branch == "body" and self._one_off(test))) and \
+                if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node)))) and \
                         not (loop is not None and self._tests_outer_counter(test, loop)) and \
                         not self._accumulation_boundary(frame.node):
                     return True
