@@ -56,8 +56,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     out.cpu()``, or written out: ``save_image(denorm(x.cpu()), path)``. The metrics (or a feature bank bigger than the GPU's memory) need them on the host, and the only
     copy-free way keeps every batch on the device; a scalar read (``.item()``) still counts."""
     sem = ctx.semantic
-    if node.func.attr == "item" or sem.loop_kind(loop) != "eval":  # type: ignore[attr-defined]
-        return False
+    if node.func.attr == "item" or sem.loop_kind(loop) == "train":  # type: ignore[attr-defined]
+        return False  # (a loop that neither trains nor is named for evaluation, edm's sampling loop, keeps them too)
     if not sem.contains(loop, node) and _returned_copy(ctx, node):
         return True  # in a helper the evaluation loop calls, which hands the copy back
     cur: ast.AST = node
@@ -151,12 +151,16 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
     sem = ctx.semantic
     uses = _reads_after(ctx, name, assign, loop)
 
-    def kept(n: ast.AST) -> bool:
+    def kept(n: ast.AST, name: str = name) -> bool:
         up = sem.parent(n)
-        if isinstance(up, ast.Subscript) and up.value is n:
-            return True  # an element of the host array
+        if isinstance(up, ast.Subscript) and up.value is n or isinstance(up, ast.Attribute) and up.attr in _METADATA:
+            return True  # an element of the host array, or its shape
         if _bound_name(sem.statement_of(n)) == name:
             return True  # rebound on the host (``image = (denorm(image) * 255).astype(np.uint8)``): its reads count
+        if (each := _each_element(sem, n)) is not None:  # ``for seed, image in zip(seeds, images): ...save(...)``
+            inner, element = each
+            reads = [r for r in sem.reads_of(element) if sem.contains(inner, r)]
+            return bool(reads) and all(kept(r, element) for r in reads)
         if isinstance(up, (ast.Tuple, ast.List)):
             n, up = up, sem.parent(up)
         if not (isinstance(up, ast.Call) and n in up.args):
@@ -168,6 +172,25 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             and call.func is outer and _saves(call)
 
     return bool(uses) and all(kept(n) for n in uses)
+
+
+_METADATA = frozenset({"shape", "ndim", "dtype", "size"})
+
+
+def _each_element(sem: object, n: ast.AST) -> tuple[ast.AST, str] | None:
+    """(the loop, the name bound to each element) where a for loop walks ``n``, itself or as an argument of
+    ``zip()``/``enumerate()`` (``for seed, image in zip(seeds, images):``)."""
+    up, it = sem.parent(n), n  # type: ignore[attr-defined]
+    position = None
+    if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("zip", "enumerate") and n in up.args:
+        position = up.args.index(n) + (up.func.id == "enumerate")  # type: ignore[arg-type]
+        it, up = up, sem.parent(up)  # type: ignore[attr-defined]
+    if not isinstance(up, ast.For) or up.iter is not it:
+        return None
+    target = up.target
+    if position is not None:
+        target = target.elts[position] if isinstance(target, ast.Tuple) and position < len(target.elts) else None
+    return (up, target.id) if isinstance(target, ast.Name) else None
 
 
 CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
