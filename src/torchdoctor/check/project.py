@@ -508,14 +508,17 @@ class Project:
     def selects_wrapped_keys(self, sem: SemanticModel) -> bool:
         """A module beside ``sem`` (its folder: the pretraining script's linear evaluation, as in moco and simsiam)
         picks a checkpoint's keys by the DDP prefix (``k.startswith("module.encoder")``): the prefix is the format
-        the program's own readers expect (a text scan of the folder's files, once per folder)."""
+        the program's own readers expect (a text scan of the folder's files, once per folder). The reader's own saves
+        are not its business (vicreg's evaluate.py reads main_vicreg.py's checkpoint by the prefix and saves its own
+        wrapped classifier, which only its resume reads)."""
         here = os.path.abspath(sem.path)
         folder = os.path.dirname(here)
         memo = self.state.wrapped_keys
         if folder not in memo:
-            memo[folder] = any(SELECTS_WRAPPED.search(text) for path in self._candidates(here) + [here]
-                               if os.path.dirname(path) == folder and (text := self.state.text(path)))
-        return memo[folder]
+            memo[folder] = {os.path.abspath(path) for path in self._candidates(here) + [here]
+                            if os.path.dirname(os.path.abspath(path)) == folder and (text := self.state.text(path))
+                            and SELECTS_WRAPPED.search(text)}
+        return bool(memo[folder] - {here})
 
     # ---- modules on disk ---------------------------------------------------------------------------------------
     def _module_file(self, path: str, level: int, module: str) -> str | None:

@@ -38,7 +38,7 @@ class State:
         self.words: dict[str, frozenset[str]] = {}
         self.importers: dict[tuple[str, str | None], str | None] = {}
         self.saves_objects: bool | None = None
-        self.wrapped_keys: dict[str, bool] = {}  # folder -> Project.selects_wrapped_keys's answer
+        self.wrapped_keys: dict[str, set[str]] = {}  # folder -> its files that pick keys by the DDP prefix
         self.mentions: dict[tuple[str, str, str], bool] = {}  # callers_mention's and uncalled_helper's answers
         self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
         self.module_importers: dict[str, list[str]] = {}  # module -> the modules that import it
