@@ -1452,3 +1452,49 @@ def test_an_options_object_given_a_cuda_device_by_the_script_that_builds_the_tra
         """})
     found = codes([check_file("simclr.py", Settings(root=str(project), select=("TD611",)))], "simclr.py")
     assert found == ([(13, "TD611")] if "cuda" in device else [])
+
+
+FACE_STAGES = """\
+import torch.nn.functional as F
+
+
+def detect_faces(images, stage_net):
+    found = []
+    for factor in (1.0, 0.7, 0.5):
+        found.append(stage_net(F.interpolate(images, scale_factor=factor)))
+    return found
+
+
+def detect_edges(images, edge_net):
+    return edge_net(images)
+"""
+
+FACE_FINDER = """\
+import torch
+from torch import nn
+from stages import detect_faces, detect_edges
+
+
+class FaceFinder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stage = nn.Conv2d(3, 2, 3)
+        self.edge = nn.Conv2d(3, 1, 3)
+
+    def find(self, images):
+        with torch.no_grad():
+            return detect_faces(images, self.stage)
+
+    def edges(self, images):
+        return detect_edges(images, self.edge)
+"""
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_an_inference_helper_that_every_caller_in_another_module_runs_under_no_grad(project: Path, together: bool) -> None:
+    """facenet-pytorch's shape: detect_face() in a utils module is called only by MTCNN.detect, under no_grad, in
+    another module: autograd is off where its forwards run. The helper beside it, called with autograd on, is TD401."""
+    write(project, {"stages.py": FACE_STAGES, "finder.py": FACE_FINDER})
+    settings = Settings(root=str(project), select=("TD401",))
+    results = check_files(["stages.py", "finder.py"], settings) if together else [check_file("stages.py", settings)]
+    assert codes(results, "stages.py") == [(12, "TD401")]

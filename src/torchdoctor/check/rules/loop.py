@@ -101,11 +101,32 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
             continue
         if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
             continue
-        if sem.feeds_backward(call):
+        if sem.feeds_backward(call) or _untrained_instance(sem, call):
             continue
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
                    f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
                    fix="run the evaluation under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _untrained_instance(sem, call: ast.Call) -> bool:
+    """``test_rnn = RNN(1, 10, 2); out, h = test_rnn(test_input, None); print(out.size())``: a model made only to look
+    at its output shapes (a tutorial's first cell); nothing trains or loads it, nothing else is handed it, so there is
+    no held-out evaluation to speak of."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    name = call.func.id
+    bindings = sem.bindings_of(name)
+    if not bindings or not all(isinstance(b.value, ast.Call) and sem.call_kind(b.value, b.node) == "model"
+                               and method_name(b.value) is None for b in bindings):
+        return False
+    for read in sem.reads_of(name):
+        up = sem.parent(read)
+        if isinstance(up, ast.Call) and up.func is read:
+            continue  # a forward
+        if isinstance(up, ast.Attribute) and up.attr in ("eval", "to", "cuda", "cpu", "float", "double"):
+            continue
+        return False  # ``.parameters()``, ``.load_state_dict()``, ``train(test_rnn, ...)``: trained or loaded
+    return True
 
 
 _INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e)(_|$)")
@@ -130,6 +151,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sites = sem.call_sites(func)
     if sites and all(sem.under_no_grad(c) for c in sites):
         return
+    if not sites and sem.project is not None and sem.project.callers_grad_mode(sem, func) == "off":
+        return  # every caller in another module runs it under no_grad (facenet's MTCNN.detect -> detect_face)
     for call in nodes:
         if isinstance(call, ast.Call) and flow.consumer_kind(sem, call) == "model" and not sem.under_no_grad(call) \
                 and sem.enclosing_loop(call, "eval") is None:
