@@ -33,7 +33,7 @@ def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | 
         return None
     q = sem.call_name(value) or ""
     if q in sem.module_classes:
-        return class_has_dropout_or_bn(sem, q)
+        return class_has_dropout_or_bn(sem, q, cls=_class_in_effect(sem, q, value))
     if q.startswith(_LIBRARY_MODELS) or q.endswith("from_pretrained"):
         return True
     if q.startswith("torch.nn."):
@@ -118,8 +118,20 @@ def _arguments_for(sem: SemanticModel, func: ast.AST, param: str) -> list[tuple[
     return out
 
 
-def class_has_dropout_or_bn(sem: SemanticModel, name: str, seen: frozenset[str] = frozenset()) -> bool:
-    cls = sem.calls_index.classes.get(name)
+def _class_in_effect(sem: SemanticModel, name: str, at: ast.AST) -> ast.AST | None:
+    """The module-level ``class name`` that a call at ``at`` makes: the last one defined above it (a notebook that
+    defines ``Classifier`` again, with dropout, cells later); None when there is one definition only, or none above."""
+    defs = [c for c in sem.of_type(ast.ClassDef) if c.name == name and sem.class_of(c) is None  # type: ignore[attr-defined]
+            and sem.function_of(c) is None]
+    if len(defs) < 2:
+        return None
+    above = [c for c in defs if c.lineno < at.lineno]  # type: ignore[attr-defined]
+    return above[-1] if above else None
+
+
+def class_has_dropout_or_bn(sem: SemanticModel, name: str, seen: frozenset[str] = frozenset(),
+                            cls: ast.AST | None = None) -> bool:
+    cls = cls or sem.calls_index.classes.get(name)
     if cls is None or name in seen:
         return False
     seen = seen | {name}
