@@ -194,20 +194,27 @@ def _assigned_name(sem, call: ast.Call) -> str | None:
 
 def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[ast.Call]:
     """Calls of the model ``key`` after its ``.eval()`` in the same body, up to a ``key.train()``, while the
-    body backpropagates nothing after it (a training step with a BatchNorm frozen is not inference)."""
+    body backpropagates nothing from the ``.eval()`` to that point (a training step with a BatchNorm frozen is not
+    inference; a validation pass at the end of a function that trained first is: pygcn's ``train(epoch)``, a GAN's
+    ``G.eval(); samples.append(G(fixed_z))`` at the end of each epoch)."""
     sem = ctx.semantic
     scope = sem.scope_of(eval_call)
     nodes = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
-    if "backward" in sem.region_effects(nodes) or _differentiates(ctx, nodes):
-        return []  # a function (or script) that also trains: its eval-mode forwards may feed training
-    after = [n for n in nodes if isinstance(n, ast.Call) and n.lineno > eval_call.lineno]  # type: ignore[attr-defined]
+    start = (eval_call.lineno, eval_call.col_offset)  # type: ignore[attr-defined]
+    region = [n for n in nodes if (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)) > start]
+    end = next((n for n in region if isinstance(n, ast.Call) and sem.mode_call(n) == "train"
+                and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == key), None)
+    if end is not None:
+        region = [n for n in region if (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)) < (end.lineno, end.col_offset)]
+    if "backward" in sem.region_effects(region) or "step" in sem.region_effects(region) or _differentiates(ctx, region):
+        return []  # its eval-mode forwards may feed training
     out = []
-    for call in after:
-        if sem.mode_call(call) == "train" and dotted(call.func.value) == key:  # type: ignore[attr-defined]
-            break
+    for call in region:
+        if not isinstance(call, ast.Call):
+            continue
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
-        if dotted(target) == key and _inference_call(ctx, call, evaluated=True):
+        if dotted(target) == key and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call):
             out.append(call)
     return out
 
