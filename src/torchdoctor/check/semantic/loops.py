@@ -291,7 +291,8 @@ class Loops:
         info = self.info[loop]
         if not info.is_batch or info.has_backward or info.kind:
             return
-        if any(self.info[a].kind == "train" for a in self.loops_around(loop)):
+        training = [a for a in self.loops_around(loop) if self.info[a].kind == "train"]
+        if training and not self._evaluates_inside(loop, training[-1]):
             return  # teacher/EMA forwards inside training are not evaluation
         func = self.index.frame[loop].function
         text = self.segment(info.loader) if info.loader is not None else ""
@@ -300,13 +301,23 @@ class Loops:
         elif self._after_eval_call(loop) or self.guards.grad_mode(loop) in ("off", "maybe"):
             info.kind = "eval"
 
-    def _after_eval_call(self, loop: ast.AST) -> bool:
-        """A ``.eval()`` call earlier in the same function (and no ``.train()`` after it)."""
+    def _evaluates_inside(self, loop: ast.AST, outer: ast.AST) -> bool:
+        """A validation pass nested in the training loop (``if step % print_every == 0: net.eval(); for x, y in
+        valid_loader: ...``): a loader named for evaluation, after an ``.eval()`` made inside the training loop."""
+        info = self.info[loop]
+        text = self.segment(info.loader) if info.loader is not None else ""
+        return bool(EVALISH.search(text)) and self._after_eval_call(loop, within=outer)
+
+    def _after_eval_call(self, loop: ast.AST, within: ast.AST | None = None) -> bool:
+        """A ``.eval()`` call earlier in the same function (and no ``.train()`` after it); with ``within``, one made
+        inside that loop."""
         scope = self.index.frame[loop].scope
         here = (loop.lineno, loop.col_offset)  # type: ignore[attr-defined]
         last = None
         for node in self.calls.named("train", "eval"):
             if self.index.frame[node].scope is not scope or (node.lineno, node.col_offset) >= here:
+                continue
+            if within is not None and not self.index.contains(within, node):
                 continue
             mode = self.calls.mode_call(node)
             if mode is not None and (last is None or (node.lineno, node.col_offset) > last[0]):
