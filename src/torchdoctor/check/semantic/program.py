@@ -247,7 +247,8 @@ def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
     while isinstance(node, ast.Attribute):
         node = node.value
     if isinstance(node, ast.Name) and node.id in sem.names.modules:
-        return True
+        b = sem.binding_at(node.id, receiver)  # ``import model`` then ``model = model.cifar10(...)``: a model now
+        return b is None or isinstance(b.node, (ast.Import, ast.ImportFrom)) or not isinstance(b.node, ast.Assign)
     return isinstance(receiver, ast.Name) and _own_cuda_class(sem, receiver) is not None
 
 
