@@ -432,6 +432,8 @@ def _plain_value(ctx: Context, name: ast.Name) -> bool:
 def _container_value(ctx: Context, expr: ast.AST) -> ast.AST | None:
     """The dict/list literal (or ``dict(...)``/``OrderedDict(...)``) a name is bound to, if it is."""
     if not isinstance(expr, ast.Name):
+        if isinstance(expr, ast.Call) and (dotted(expr.func) or "").rsplit(".", 1)[-1] in ("dict", "OrderedDict"):
+            return expr  # ``torch.save(dict(net=net, optimizer_state=...), path)``
         return expr if isinstance(expr, (ast.Dict, ast.List, ast.Tuple)) else None
     b = ctx.semantic.binding_at(expr.id, expr)
     value = b.value if b is not None and not b.is_param and b.index is None else None
