@@ -184,9 +184,15 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
         _report_inference(ctx, node, "")
 
 
+_AS_MOVED = frozenset({"to", "cuda", "half", "float", "requires_grad_"})
+
+
 def _assigned_name(sem, call: ast.Call) -> str | None:
-    """``encoder = EncoderCNN(size).eval()``: the name the eval-mode model is bound to."""
+    """``encoder = EncoderCNN(size).eval()`` (or ``.eval().to(device)``): the name the eval-mode model is bound to."""
     parent = sem.parent(call)
+    while isinstance(parent, ast.Attribute) and parent.attr in _AS_MOVED and isinstance(up := sem.parent(parent), ast.Call) \
+            and up.func is parent:
+        parent = sem.parent(up)
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
         return dotted(parent.targets[0])
     return None
@@ -248,7 +254,7 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
         if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
             return False  # a library's sampling method (often under no_grad itself): not judged
     target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
-    if evaluated and _loaded_module(ctx, target, call):
+    if evaluated and (_loaded_module(ctx, target, call) or _built_evaluated_and_moved(ctx, target, call)):
         return True
     if sem.expr_kind(target, call) not in ("model", "wrapper"):
         return False
@@ -279,6 +285,19 @@ def _loaded_module(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
             return False
         node, at = b.value, b.node
     return False
+
+
+def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
+    """``resnet = InceptionResnetV1(pretrained="vggface2").eval().to(device)``: a class of a model library, made, put
+    in eval mode and moved in one expression: a module, though its class is not in sight."""
+    b = ctx.semantic.binding_at(dotted(target) or "", at)
+    node = b.value if b is not None and not b.is_param and b.index is None else None
+    methods = set()
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _AS_MOVED | {"eval"}:
+        methods.add(node.func.attr)
+        node = node.func.value
+    name = (dotted(node.func) or "").rsplit(".", 1)[-1] if isinstance(node, ast.Call) else ""
+    return "eval" in methods and bool(methods & {"to", "cuda"}) and name[:1].isupper()
 
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
