@@ -128,6 +128,27 @@ def test_names_a_left_out_cell_binds_are_unknown_and_whole_program_codes_wait(tm
     assert len(result.errors) == 1 and "syntax error at cell 2, line 3" in result.errors[0]
 
 
+EVAL_CELLS = ("import torch\nfrom torch import nn\nnet = nn.Sequential(nn.Linear(4, 2), nn.Dropout(0.2))\n"
+              "test_loader = [(torch.randn(2, 4), torch.zeros(2)) for _ in range(3)]\n",
+              "def evaluate(model, loader):\n    model.eval()\n    outs = []\n    for x, y in loader:\n"
+              "        outs.append(model(x))\n    return outs\n")
+
+
+@pytest.mark.parametrize(("left_out", "reported"), [
+    ("preds = evaluate(net, test_loader\n", [("TD401", 2, 5)]),  # a blank left for the student: it changes no mode
+    ("with torch.no_grad():\n    preds = evaluate(net, test_loader\n", []),  # its text turns autograd off: wait
+])
+def test_an_evaluation_forward_is_judged_unless_the_left_out_cell_speaks_of_grad_mode(
+        tmp_path: Path, left_out: str, reported: list) -> None:
+    """Exercise notebooks leave a cell unfinished: TD401 waits for it only when its text names grad mode or a mode
+    call (the cell may hold the ``no_grad`` that makes the forward fine), not whenever a cell is left out."""
+    p = tmp_path / "t.ipynb"
+    p.write_bytes(nb(*EVAL_CELLS, left_out))
+    result = check_file(str(p))
+    assert [(f.code, f.location.cell, f.location.line) for f in result.findings if f.code == "TD401"] == reported
+    assert len(result.errors) == 1 and "syntax error at cell 3" in result.errors[0]
+
+
 def test_a_left_out_cells_findings_keep_their_cell_in_json_sarif_and_github(fake_rules, tmp_path: Path) -> None:
     from torchdoctor.report import render
 

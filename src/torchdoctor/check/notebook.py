@@ -48,6 +48,11 @@ LEFT_OUT = "__cell_left_out__"  # (no "torch" in it: the gate before any rule re
 # a cell left out may hold that very thing, so a notebook with a cell left out is not judged for them.
 WHOLE_PROGRAM_CODES = frozenset({"TD101", "TD201", "TD306", "TD401", "TD402", "TD403", "TD404", "TD406",
                                  "TD604", "TD605", "TD701", "TD703", "TD705", "TD706"})
+# Of those, the codes a left-out cell can only wrong when its text says so: an evaluation forward is judged on its own
+# cell's grad mode and its model's mode calls, which a cell elsewhere changes only through these words (a
+# ``with torch.no_grad(): evaluate(model)`` there, a ``model.eval()`` there).
+JUDGED_UNLESS_LEFT_OUT_SAYS = {"TD401": re.compile(r"no_grad|inference_mode|set_grad_enabled|grad_enabled|\.eval\(|\.train\("),
+                               "TD402": re.compile(r"\.eval\(|\.train\(")}
 _LINE_REF = re.compile(r"(?<![\w.:/])line (\d+)\b")  # a line of this file named in a message (not ``f.py:12``)
 
 

@@ -208,15 +208,19 @@ def _check_notebook(result: FileResult, data: bytes, settings: Settings, mode: M
 def _analyse_notebook(path: str, nb, tree, settings: Settings, errors: list[RuleError],  # type: ignore[no-untyped-def]
                       project: Project) -> list[Finding]:
     """The cells' findings. With a cell left out, the codes that judge the whole program are not reported
-    (the cell may hold what they would miss), and nothing is reported in that cell."""
+    (the cell may hold what they would miss; TD401 and TD402 only when its text names what they ask about), and
+    nothing is reported in that cell."""
     if not nb.left_out:
         return analyse(nb.text, path, tree=tree, settings=settings, errors=errors, project=project)
     from torchdoctor.check.engine import enabled_codes
-    from torchdoctor.check.notebook import WHOLE_PROGRAM_CODES
+    from torchdoctor.check.notebook import JUDGED_UNLESS_LEFT_OUT_SAYS, WHOLE_PROGRAM_CODES
     from torchdoctor.catalog import RULES
 
     codes = enabled_codes(path, None, settings)
-    codes = (set(RULES) if codes is None else codes) - WHOLE_PROGRAM_CODES
+    left = "\n".join(c.source for c in nb.cells if c.number in nb.left_out)
+    skipped = {c for c in WHOLE_PROGRAM_CODES if c not in JUDGED_UNLESS_LEFT_OUT_SAYS
+               or JUDGED_UNLESS_LEFT_OUT_SAYS[c].search(left)}
+    codes = (set(RULES) if codes is None else codes) - skipped
     found = analyse(nb.text, path, tree=tree, enabled=codes, settings=settings, errors=errors, project=project)
     return [f for f in found if f.location is None or nb.where(f.location.line)[0] not in nb.left_out]
 
