@@ -451,6 +451,31 @@ def data_parallel(node: ast.AST, ctx: Context) -> None:
 
 
 # ---- TD205 --------------------------------------------------------------------------------
+_WRAPPER_CLASSES = ("DataParallel", "DistributedDataParallel", "DDP", "OptimizedModule", "FullyShardedDataParallel")
+
+
+def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
+    """``if isinstance(net, nn.DataParallel): save(net.module.state_dict()) else: save(net.state_dict())``: the
+    else branch runs only when ``net`` is no wrapper (or the if branch of ``if not isinstance(...)``)."""
+    sem = ctx.semantic
+    key = dotted(recv)
+    child: ast.AST = node
+    for up in sem.ancestors(node):
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(up, ast.If):
+            test, negated = up.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
+                    and len(test.args) == 2 and dotted(test.args[0]) == key and any(
+                        (dotted(n) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES for n in sem.subtree(test.args[1])):
+                in_else = any(child is s for s in up.orelse)
+                return in_else != negated
+        child = up
+    return False
+
+
 @rule("TD205", calls=("state_dict",))
 def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     """state_dict() saved from a DataParallel/DDP/compiled wrapper: keys gain a prefix."""
@@ -464,7 +489,7 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
     if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
         prefix = "module."
-    if prefix is None or not _saved(ctx, node):
+    if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node):
         return
     if prefix == "module." and (SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
                                 else sem.project.selects_wrapped_keys(sem)):
