@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, keyword, method_name, strip_methods
+from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -385,7 +385,7 @@ def eval_never_undone(node: ast.AST, ctx: Context) -> None:
     if has_dropout_or_bn(sem, recv, node) is not True:
         return
     loops = _training_loops_around(ctx, node)
-    if not loops or any("train" in _loop_effects(ctx, loop, deep=True) for loop in loops):
+    if not loops or any("train" in _loop_effects(ctx, loop, deep=True) for loop in loops) or _given_a_fresh_copy(ctx, recv, node):
         return
     name = ctx.name(recv)
     ctx.report("TD403", node, f"`{name}.eval()` is never undone: the next training pass runs in eval mode "
@@ -397,6 +397,27 @@ def _loop_effects(ctx: Context, loop: ast.AST, deep: bool = False) -> frozenset[
     the project's other modules)."""
     sem = ctx.semantic
     return sem.cached(("loop_effects", loop, deep), lambda: sem.region_effects(sem.body(loop), deep))  # type: ignore[no-any-return]
+
+
+def _given_a_fresh_copy(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
+    """``def evaluate(model, ...): model.eval()`` whose every call passes a model made inside the loop that calls it
+    (``eval_model = Yolov4(...); eval_model.load_state_dict(model.state_dict()); evaluate(eval_model, ...)``): the
+    evaluation copy is put in eval mode, the model that trains never is."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    b = sem.binding_at(dotted(recv) or "", node) if isinstance(recv, ast.Name) else None
+    if func is None or b is None or not b.is_param or b.node is not func:
+        return False
+    sites = sem.call_sites(func)
+    for site in sites:
+        arg = call_argument(site, func, recv.id)  # type: ignore[attr-defined]
+        made = sem.binding_at(arg.id, site) if isinstance(arg, ast.Name) else None
+        loop = next(iter(sem.loops_around(site)), None)
+        if made is None or made.is_param or not isinstance(made.value, ast.Call) or loop is None \
+                or not sem.contains(loop, made.node) or method_name(made.value) is not None \
+                and ctx.call_name(made.value) != "copy.deepcopy":
+            return False
+    return bool(sites)
 
 
 def _training_loops_around(ctx: Context, node: ast.AST) -> list[ast.AST]:
