@@ -206,6 +206,16 @@ class Guards:
 
         return self._test_memo(test, "one_off", compute)
 
+    def _chosen_steps(self, test: ast.AST) -> bool:
+        """``if step in np.linspace(0, total, 10, dtype=int):``, ``if i in report_at:``: a counter tested for
+        membership in a set of chosen steps."""
+        def compute() -> bool:
+            return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.In)
+                       and isinstance(n.left, ast.Name) and (_COUNTER.match(n.left.id) or n.left.id in self.counters())
+                       for n in self.index.subtree(test))
+
+        return self._test_memo(test, "chosen", compute)
+
     def _throttle(self, if_node: ast.AST) -> bool:
         """``if now - last_log > log_every_s: ...; last_log = now``: a clock throttle whose body moves its own mark,
         so it runs once an interval, not once a step (vicreg's ``current_time - last_logging > args.log_freq_time``)."""
@@ -239,7 +249,7 @@ class Guards:
                 return False
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
-                if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node)))) and \
+                if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._chosen_steps(test)))) and \
                         not (loop is not None and self._tests_outer_counter(test, loop)) and \
                         not self._accumulation_boundary(frame.node):
                     return True
