@@ -1498,3 +1498,48 @@ def test_an_inference_helper_that_every_caller_in_another_module_runs_under_no_g
     settings = Settings(root=str(project), select=("TD401",))
     results = check_files(["stages.py", "finder.py"], settings) if together else [check_file("stages.py", settings)]
     assert codes(results, "stages.py") == [(12, "TD401")]
+
+
+IMAGE_HELPERS = """\
+import torch
+
+
+def tensor_to_image(tensor, range_norm=False, half=False):
+    if range_norm:
+        tensor = tensor.add(1.0).div(2.0)
+    if half:
+        tensor = tensor.half()
+    return tensor.squeeze(0).permute(1, 2, 0).mul(255).clamp(0, 255).cpu().numpy().astype("uint8")
+
+
+def noise_image(size):
+    noise = torch.randn(size, device="cuda")
+    noise = noise.mul(255)
+    return noise.cpu().numpy()
+"""
+
+IMAGE_WRITER = """\
+import cv2
+import torch
+from helpers import noise_image, tensor_to_image
+
+
+def run(net, loader, device=torch.device("cuda" if torch.cuda.is_available() else "cpu")):
+    net.eval()
+    with torch.no_grad():
+        for k, (low, high) in enumerate(loader):
+            pred = net(low.to(device))
+            cv2.imwrite(f"{k}.png", tensor_to_image(pred, range_norm=True))
+            cv2.imwrite(f"{k}-noise.png", noise_image((8, 8)))
+"""
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_helper_that_copies_its_rebound_input_to_the_host_is_the_callers_business(project: Path, together: bool) -> None:
+    """SRGAN-PyTorch's imgproc.tensor_to_image: the tensor it is given, rescaled in place (tensor = tensor.add(1.0)),
+    copied to the host to be written: whether that copy is wasted is the caller's question (an evaluation loop that
+    writes images needs it). A helper that copies a tensor it made on the GPU itself is still reported."""
+    write(project, {"helpers.py": IMAGE_HELPERS, "writer.py": IMAGE_WRITER})
+    settings = Settings(root=str(project), select=("TD603",))
+    results = check_files(["helpers.py", "writer.py"], settings) if together else [check_file("helpers.py", settings)]
+    assert codes(results, "helpers.py") == [(15, "TD603")]

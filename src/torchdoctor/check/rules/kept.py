@@ -151,7 +151,7 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
     sem = ctx.semantic
     uses = _reads_after(ctx, name, assign, loop)
 
-    def kept(n: ast.AST, name: str = name) -> bool:
+    def kept(n: ast.AST, name: str = name, depth: int = 0) -> bool:
         up = sem.parent(n)
         if isinstance(up, ast.Subscript) and up.value is n or isinstance(up, ast.Attribute) and up.attr in _METADATA:
             return True  # an element of the host array, or its shape
@@ -161,6 +161,19 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             inner, element = each
             reads = [r for r in sem.reads_of(element) if sem.contains(inner, r)]
             return bool(reads) and all(kept(r, element) for r in reads)
+        while isinstance(up, ast.Call) and n in up.args and not _keeps(up) and _on_host(ctx, up):  # ``np.argmax(arr)``
+            n, up = up, sem.parent(up)
+            while isinstance(up, ast.Attribute) and up.attr in _ARRAY_METHODS and isinstance(call := sem.parent(up), ast.Call) \
+                    and call.func is up:  # ``np.argmax(confs, axis=1).flatten()``
+                n, up = call, sem.parent(call)
+            if depth < 2 and isinstance(up, ast.Assign) and (other := _bound_name(up)) is not None and other != name:
+                reads = _reads_after(ctx, other, up, loop)  # ``labels = np.argmax(confs, 1)``, then kept as ``labels``
+                return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
+        if isinstance(up, ast.Dict) and n in up.values:  # ``res[int(img_id)] = {"boxes": torch.as_tensor(arr), ...}``
+            while isinstance(up, (ast.Dict, ast.List, ast.Tuple)):
+                n, up = up, sem.parent(up)
+            return isinstance(up, ast.Assign) and up.value is n and all(isinstance(t, ast.Subscript) for t in up.targets) \
+                or isinstance(up, ast.Call) and n in up.args and _keeps(up)
         if isinstance(up, (ast.Tuple, ast.List)):
             n, up = up, sem.parent(up)
         if not (isinstance(up, ast.Call) and n in up.args):
@@ -174,7 +187,14 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
     return bool(uses) and all(kept(n) for n in uses)
 
 
+def _on_host(ctx: Context, call: ast.Call) -> bool:
+    """A NumPy function, or a tensor made from a host array (``torch.as_tensor(arr)``): the value stays on the host."""
+    name = ctx.call_name(call) or ""
+    return name.startswith("numpy.") or name in ("torch.as_tensor", "torch.from_numpy", "torch.tensor")
+
+
 _METADATA = frozenset({"shape", "ndim", "dtype", "size"})
+_ARRAY_METHODS = frozenset({"flatten", "ravel", "astype", "reshape", "squeeze", "transpose", "copy", "tolist"})
 
 
 def _each_element(sem: object, n: ast.AST) -> tuple[ast.AST, str] | None:

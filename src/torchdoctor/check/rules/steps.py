@@ -419,7 +419,12 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
             or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
         return
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cpu":
-        b = sem.binding_at(root_name(node.func.value) or "", node)
+        name, at = root_name(node.func.value) or "", node
+        for _ in range(4):  # through rebindings of itself: ``if range_norm: tensor = tensor.add(1.0).div(2.0)``
+            b = sem.binding_at(name, at)
+            if b is None or b.is_param or b.value is None or root_name(b.value) != name:
+                break
+            at = b.node
         if b is not None and b.is_param and b.node is func:
             return  # ``image.cpu()`` of an input: the caller may well hand it a host batch
     callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
