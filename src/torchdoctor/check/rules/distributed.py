@@ -7,7 +7,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import call_argument, dotted, is_true, keyword, param_default, string_value
+from torchdoctor.check.astutil import call_argument, dotted, is_true, keyword, method_name, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -229,7 +229,42 @@ def _uses_batchnorm(ctx: Context) -> bool:
 
 
 def _converts_sync_bn(ctx: Context) -> bool:
-    return "convert_sync_batchnorm" in ctx.source or "SyncBatchNorm" in ctx.source
+    """The code (not a comment or a string) names ``SyncBatchNorm`` or ``convert_sync_batchnorm``."""
+    if "convert_sync_batchnorm" not in ctx.source and "SyncBatchNorm" not in ctx.source:
+        return False
+    sem = ctx.semantic
+    return any((n.attr if isinstance(n, ast.Attribute) else n.id) in ("SyncBatchNorm", "convert_sync_batchnorm")  # type: ignore[attr-defined]
+               for n in sem.of_type(ast.Attribute, ast.Name)) or any(
+        a.name.rsplit(".", 1)[-1] in ("SyncBatchNorm", "convert_sync_batchnorm")
+        for n in sem.of_type(ast.ImportFrom) for a in n.names)  # type: ignore[attr-defined]
+
+
+def _frozen_before_the_wrap(ctx: Context, wrap: ast.Call) -> bool:
+    """``for p in net.parameters(): p.requires_grad = False`` (or ``net.requires_grad_(False)``) before
+    ``DDP(net, ...)`` in the same function: a frozen network wrapped to be scored, not trained."""
+    sem = ctx.semantic
+    name = dotted(wrap.args[0]) if wrap.args else None
+    scope = sem.scope_of(wrap)
+    if name is None:
+        return False
+    for n in sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope):
+        if getattr(n, "lineno", 0) >= wrap.lineno:
+            continue
+        if isinstance(n, ast.Call) and method_name(n) == "requires_grad_" and dotted(n.func.value) == name \
+                and n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value is False:  # type: ignore[attr-defined]
+            return True
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value is False and any(
+                isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in n.targets):
+            for up in sem.ancestors(n):
+                if isinstance(up, ast.If):
+                    break  # ``if 'classifier' not in name:``: some parts stay trainable (FixRes' fine-tuning)
+                if isinstance(up, ast.For) and isinstance(up.iter, ast.Call) and method_name(up.iter) in _PARTS \
+                        and dotted(up.iter.func.value) == name:  # type: ignore[attr-defined]
+                    return True  # ``for p in net.parameters(): p.requires_grad = False`` (or through named_children())
+    return False
+
+
+_PARTS = frozenset({"parameters", "named_parameters", "children", "named_children", "modules", "named_modules"})
 
 
 def _on_gpus(ctx: Context) -> bool:
@@ -246,7 +281,8 @@ def _on_gpus(ctx: Context) -> bool:
 @rule("TD706", calls=("DistributedDataParallel", "DDP"))
 def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
     """BatchNorm in a DDP model without `SyncBatchNorm.convert_sync_batchnorm`: reported on the `DDP(` wrap."""
-    if ctx.call_name(node) not in _DDP or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) or not _on_gpus(ctx):
+    if ctx.call_name(node) not in _DDP or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) or not _on_gpus(ctx) \
+            or _frozen_before_the_wrap(ctx, node):
         return
     model = ctx.name(node.args[0]) if node.args else "model"
     ctx.report(
