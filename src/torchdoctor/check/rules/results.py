@@ -155,7 +155,8 @@ def _saved_here(ctx: Context, load: ast.Call) -> bool:
         return True  # reloads what this very run wrote just before (the best weights); a resume is not that
     if _written_by_an_earlier_call(ctx, load):
         return True
-    return bool(saves) and all(_saves_host_data(ctx, s) for s in saves)
+    same = [s for s in saves if len(s.args) >= 2 and _path_words(ctx, s.args[1]) == want]  # the saves of this path
+    return bool(saves) and all(_saves_host_data(ctx, s) for s in same or saves)
 
 
 _WRITERS = lazy(r"(?i)(^|_)(save|convert|export|write|dump|download|merge|consolidate)")
@@ -223,6 +224,8 @@ def _saves_host_data(ctx: Context, save: ast.Call) -> bool:
     if any(isinstance(n, ast.Call) and method_name(n) in ("cpu", "numpy") or
            isinstance(n, ast.Attribute) and (sem.qualname(n) or "").startswith("numpy.") for n in nodes):
         return True
+    if _python_data(ctx, obj):
+        return True
     scope = sem.scope_of(save)
     body = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
     for n in body:
@@ -231,6 +234,31 @@ def _saves_host_data(ctx: Context, save: ast.Call) -> bool:
                 return True  # ``model.eval().cpu()`` before saving its state dict
             if any(k.arg == "offload_to_cpu" and isinstance(k.value, ast.Constant) and k.value.value for k in n.keywords):
                 return True
+    return False
+
+
+_PY_SCALARS = ("int", "float", "str", "bool")
+
+
+def _python_data(ctx: Context, obj: ast.AST, depth: int = 0) -> bool:
+    """Python numbers and strings, or containers of them (``ids = [int(i) for i in all_ids if keep(i)]``): no
+    tensor in it, so nothing that could land on a GPU."""
+    if isinstance(obj, ast.Constant):
+        return True
+    if isinstance(obj, ast.Call):
+        return (dotted(obj.func) or "") in _PY_SCALARS
+    if isinstance(obj, (ast.ListComp, ast.SetComp)):
+        return _python_data(ctx, obj.elt, depth)
+    if isinstance(obj, ast.DictComp):
+        return _python_data(ctx, obj.key, depth) and _python_data(ctx, obj.value, depth)
+    if isinstance(obj, (ast.List, ast.Tuple, ast.Set)):
+        return all(_python_data(ctx, e, depth) for e in obj.elts)
+    if isinstance(obj, ast.Dict):
+        return all(v is not None and _python_data(ctx, v, depth) for v in obj.values)
+    if isinstance(obj, ast.Name) and depth < 3:
+        b = ctx.semantic.binding_at(obj.id, obj)
+        return b is not None and not b.is_param and b.index is None and b.value is not None \
+            and _python_data(ctx, b.value, depth + 1)
     return False
 
 
