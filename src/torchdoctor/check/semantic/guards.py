@@ -533,11 +533,21 @@ class Guards:
         def compute() -> bool:
             for n in self.index.subtree(test):
                 word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else string_value(n)
-                if word and _DEVICE_WORDS.search(word):
+                if word and _DEVICE_WORDS.search(word) and not self._constant_flag(n):
                     return True
             return False
 
         return self._test_memo(test, "device", compute)
+
+    def _constant_flag(self, n: ast.AST) -> bool:
+        """``use_gpu = True`` at the top of the script, never bound again: ``if use_gpu:`` always takes the CUDA
+        branch, so it chooses nothing (a command-line option or an availability test would)."""
+        if not isinstance(n, ast.Name):
+            return False
+        bound = self.bindings.by_key.get(n.id, [])
+        return bool(bound) and all(isinstance(b.value, ast.Constant) and b.value.value is True and not b.is_param
+                                   and self.index.frame[b.node].kind not in (FUNCTION, LAMBDA, CLASS)
+                                   and isinstance(b.node, ast.Assign) for b in bound)
 
     def on_cpu_branch(self, node: ast.AST) -> bool:
         """``node`` runs only where a test says the device is the CPU: ``if self.device == torch.device("cpu"):``,
