@@ -38,11 +38,28 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     func = sem.function_of(node)
     if func is None or depth >= 3 or sem.under_step_guard(node):
         return None
-    for call in [*sem.call_sites(func), *_handed_on(ctx, func)]:
+    for call in [*sem.call_sites(func), *_handed_on(ctx, func), *_instance_calls(ctx, func)]:
         found = per_step_loop(ctx, call, depth + 1)
         if found is not None:
             return found
     return None
+
+
+def _instance_calls(ctx: Context, func: ast.AST) -> list[ast.Call]:
+    """The calls of a loss module's ``forward``: ``crit(pred, labels)`` with ``crit = BoxLoss(...)`` made in this
+    file from its class here (YOLO losses that read targets back to the host in a helper method). Models are left
+    to the rules about them: only a class whose instances' results are backpropagated."""
+    sem = ctx.semantic
+    cls = sem.class_of(func)
+    if func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
+        return []
+    def compute() -> list[ast.Call]:
+        keys = [key for key, bound in sem.bindings.by_key.items() if any(  # type: ignore[attr-defined]
+            isinstance(b.value, ast.Call) and (dotted(b.value.func) or "").rsplit(".", 1)[-1] == cls.name for b in bound)]
+        return [call for key in keys for r in sem.reads_of(key) if isinstance(call := sem.parent(r), ast.Call)
+                and call.func is r and sem.feeds_backward(call)]
+
+    return sem.cached(("instance_calls", cls.name), compute)  # type: ignore[no-any-return]
 
 
 def _handed_on(ctx: Context, func: ast.AST) -> list[ast.Call]:
