@@ -129,7 +129,7 @@ def _untrained_instance(sem, call: ast.Call) -> bool:
     return True
 
 
-_INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e)(_|$)")
+_INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e|evaluate|validate|sample|generate|translate)(_|$)")
 
 
 @rule("TD401", ast.FunctionDef)
@@ -222,7 +222,25 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
         target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
         if dotted(target) == key and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call):
             out.append(call)
+        elif isinstance(func, ast.Attribute) and dotted(func.value) == key and _submodule(ctx, key, func.attr, call) \
+                and not sem.under_no_grad(call) and not sem.feeds_backward(call) \
+                and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None:
+            out.append(call)  # ``drawn = model.decoder(noise)``: a submodule of the model put in eval mode
     return out
+
+
+def _submodule(ctx: Context, key: str, attr: str, at: ast.AST) -> bool:
+    """``attr`` is a submodule of the model ``key``, whose class here sets ``self.attr = nn.Linear(...)``."""
+    sem = ctx.semantic
+    made = construction(sem, ast.Name(id=key, ctx=ast.Load()), at) if "." not in key else None
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    if cls is None:
+        return False
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == attr and dotted(t.value) == "self"
+                                             for t in n.targets) and isinstance(n.value, ast.Call):
+            return sem.call_kind(n.value, n) == "model" or (sem.call_name(n.value) or "").startswith("torch.nn.")
+    return False
 
 
 def _differentiates(ctx: Context, nodes: list[ast.AST]) -> bool:
