@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from torchdoctor.check.astutil import dotted, method_name, names_in, target_names
+from torchdoctor.check.astutil import dotted, method_name, names_in, root_name, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.calls import Calls
 from torchdoctor.check.semantic.guards import Guards
@@ -55,6 +55,7 @@ class Loops:
         self.calls = calls
         self.guards = guards
         self.segment = segment
+        self._modes: set[str] | None = None  # names put in train/eval mode (``_mode_receivers``)
         self.info: dict[ast.AST, LoopInfo] = {}
         get = index.by_type.get
         loops = [n for t in _LOOPS for n in get(t, ())]
@@ -100,7 +101,10 @@ class Loops:
             # ``for k in range(eval_iters): X, Y = get_batch(split)``: steps that fetch their own batch
             if all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters):
                 self._describe_while(info, self.index.body(loop))
-            return
+            elif len(iters) == 1 and isinstance(iters[0], (ast.Name, ast.Attribute)) and self._moves_its_items(loop):
+                loaders = iters  # ``for it, pack in enumerate(gen_val): xs = pack[0]; xs = xs.cuda(rank); net(xs)``
+            if not loaders:
+                return
         info.is_batch = True
         info.loader = loaders[0]
         target = loop.target  # type: ignore[attr-defined]
@@ -144,6 +148,38 @@ class Loops:
                 info.is_batch = True
                 for t in node.targets:
                     info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
+
+    def _moves_its_items(self, loop: ast.AST) -> bool:
+        """The loop moves what it iterates to a device (its target, or a part of it: ``xs = pack[0]``) and calls
+        a model in the same pass: it iterates batches, whatever the iterable is called."""
+        target = loop.target  # type: ignore[attr-defined]
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(loop.iter, ast.Call) \
+                and (dotted(loop.iter.func) or "") == "enumerate":  # type: ignore[attr-defined]
+            target = target.elts[1]
+        items = set(target_names(target))
+        body = self.index.body(loop)
+        moved = model = False
+        for node in body:
+            if isinstance(node, ast.Assign):
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]  # ``xs, ys = pack[0], pack[1]``
+                if any(isinstance(v, (ast.Subscript, ast.Attribute)) and root_name(v) in items for v in values):
+                    for t in node.targets:
+                        items.update(target_names(t))
+            elif isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Attribute) and func.attr in ("cuda", "to") and root_name(func.value) in items:
+                    moved = True
+                elif (key := dotted(func)) is not None and (self.kinds.kind_of(key, node) in ("model", "wrapper")
+                                                            or key in self._mode_receivers()):
+                    model = True
+        return moved and model
+
+    def _mode_receivers(self) -> set[str]:
+        """Names put in train or eval mode somewhere in the file (``detector.eval()``): modules, whatever their kind."""
+        if self._modes is None:
+            self._modes = {key for c in self.calls.named("train", "eval") if self.calls.mode_call(c) is not None
+                           and (key := dotted(c.func.value)) is not None}  # type: ignore[attr-defined]
+        return self._modes
 
     def _is_loader(self, it: ast.AST, loop: ast.AST) -> bool:
         if isinstance(it, (ast.List, ast.Tuple, ast.Set)) and all(isinstance(e, ast.Constant) for e in it.elts):
