@@ -101,7 +101,7 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
             continue
         if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
             continue
-        if sem.feeds_backward(call) or _untrained_instance(sem, call):
+        if sem.feeds_backward(call) or _untrained_instance(sem, call) or _synthetic_probe(sem, call):
             continue
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
                    f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
@@ -127,6 +127,21 @@ def _untrained_instance(sem, call: ast.Call) -> bool:
             continue
         return False  # ``.parameters()``, ``.load_state_dict()``, ``train(test_rnn, ...)``: trained or loaded
     return True
+
+
+_PROBES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like"})  # (random data may be a made-up test set)
+
+
+def _synthetic_probe(sem, call: ast.Call) -> bool:
+    """``test_x = torch.zeros(1, 3, 32, 32); print(net(test_x).shape)``: a made-up tensor run through the model to
+    look at the output shape; held-out data is not made by ``torch.zeros``."""
+    base = strip_methods(call.args[0], _AS_IS, subscripts=True)
+    b = sem.binding_at(base.id, call) if isinstance(base, ast.Name) else None
+    value = b.value if b is not None and not b.is_param else None
+    while isinstance(value, ast.Call) and (sem.call_name(value) or "") in ("torch.autograd.Variable", "Variable") and value.args:
+        value = value.args[0]  # ``Variable(torch.zeros(1, 3, 256, 256))``
+    name = sem.call_name(value) or "" if isinstance(value, ast.Call) else ""
+    return name.startswith("torch.") and name.rsplit(".", 1)[-1] in _PROBES
 
 
 _INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e|evaluate|validate|sample|generate|translate)(_|$)")
@@ -333,11 +348,21 @@ def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
         return
     for node in forwards:
         func = node.func.value if method_name(node) == "forward" else node.func  # type: ignore[union-attr]
-        if has_dropout_or_bn(sem, func, node) is not True or _loaded_in_eval_mode(ctx, func, loop):
+        if has_dropout_or_bn(sem, func, node) is not True or _loaded_in_eval_mode(ctx, func, loop) \
+                or sem.guards.on_cpu_branch(node) or _eval_just_before(ctx, loop, node, func):
             continue
         name = ctx.name(func)
         ctx.report("TD402", node, f"`{name}` evaluates in training mode: dropout/batch-norm stay active (no `{name}.eval()`)",
                    fix=f"call `{name}.eval()` before the evaluation loop (and `{name}.train()` before training again)")
+
+
+def _eval_just_before(ctx: Context, loop: ast.AST, forward: ast.AST, model: ast.AST) -> bool:
+    """``for x, y in batches: model.eval(); out = model(x); model.train()``: put in eval mode in the pass itself,
+    before the forward."""
+    sem, key = ctx.semantic, dotted(model)
+    return key is not None and any(
+        isinstance(n, ast.Call) and sem.mode_call(n) == "eval" and dotted(n.func.value) == key  # type: ignore[attr-defined]
+        and (n.lineno, n.col_offset) < (forward.lineno, forward.col_offset) for n in sem.body(loop))  # type: ignore[attr-defined]
 
 
 def _loaded_in_eval_mode(ctx: Context, func: ast.AST, loop: ast.AST) -> bool:

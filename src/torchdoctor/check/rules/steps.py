@@ -374,7 +374,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     Use instead: accumulate on the device (`total += loss.detach()`) and read it
     every N steps or once per epoch.
     """
-    if program.is_rpc_program(ctx.semantic):
+    if program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node):
         return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors)
     what = _sync_site(ctx, node)
     if what is None:

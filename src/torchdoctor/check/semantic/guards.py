@@ -552,7 +552,8 @@ class Guards:
     def on_cpu_branch(self, node: ast.AST) -> bool:
         """``node`` runs only where a test says the device is the CPU: ``if self.device == torch.device("cpu"):``,
         ``if x.device.type == "cpu":``, or the ``else`` of ``if torch.cuda.is_available():`` / ``if x.is_cuda:`` /
-        ``if use_cuda:`` / ``if device == "cuda":``."""
+        ``if use_cuda:`` / ``if device == "cuda":``, or of ``if isinstance(net, nn.Module):`` (a hand-written function
+        model, in d2l's helpers)."""
         child = node
         for parent in self.index.ancestors(node):
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -571,6 +572,9 @@ class Guards:
             inner = self._device_test(test.operand)
             return None if inner is None else "gpu" if inner == "cpu" else "cpu"
         if isinstance(test, ast.Call):
+            if (self.names.call_name(test) or "") == "isinstance" and len(test.args) == 2 \
+                    and (self.names.qualname(test.args[1]) or "") in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+                return "gpu"  # d2l's ``if isinstance(net, nn.Module): ... else:`` a hand-written function model, on the CPU
             return "gpu" if (self.names.call_name(test) or "") in ("torch.cuda.is_available",) else None
         if isinstance(test, (ast.Name, ast.Attribute)):
             last = (dotted(test) or "").rsplit(".", 1)[-1]
