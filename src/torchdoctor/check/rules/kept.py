@@ -63,6 +63,10 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     cur: ast.AST = node
     for _ in range(6):
         up = sem.parent(cur)
+        if isinstance(up, ast.Attribute) and up.attr == "data" and not (isinstance(sem.parent(up), ast.Call)
+                                                                       and sem.parent(up).func is up):
+            cur = up  # ``out.cpu().data``
+            continue
         if isinstance(up, ast.Attribute) and up.attr in _ON_HOST:
             call = sem.parent(up)
             if isinstance(call, ast.Call) and call.func is up:
@@ -78,7 +82,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return True  # ``[model(x).cpu().numpy() for x, _ in loader]``: the comprehension collects them
         if isinstance(up, (ast.List, ast.Tuple)):
             outer = sem.parent(up)  # ``preds += [out.cpu()]``, ``samples.append((img.cpu().numpy(), t, p))``
-            return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer)
+            return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer) \
+                or _grown_on_host(ctx, up, outer)
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
             return method_name(cur) == "tolist"  # ``preds += out.argmax(-1).tolist()``
         if isinstance(up, ast.Assign) and up.value is cur:
@@ -150,6 +155,8 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
     its elements on the host (``pred = preds[i]``), or rebinds it on the host (whose reads are these reads too)."""
     sem = ctx.semantic
     uses = _reads_after(ctx, name, assign, loop)
+    # copied into NumPy (or a list): a host-side metric's input; a ``.cpu()`` tensor could have stayed on the device
+    as_arrays = any(isinstance(n, ast.Attribute) and n.attr in ("numpy", "tolist") for n in sem.subtree(assign.value))
 
     def kept(n: ast.AST, name: str = name, depth: int = 0) -> bool:
         up = sem.parent(n)
@@ -176,15 +183,31 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
                 or isinstance(up, ast.Call) and n in up.args and _keeps(up)
         if isinstance(up, (ast.Tuple, ast.List)):
             n, up = up, sem.parent(up)
+        while isinstance(up, ast.Call) and n in up.args and isinstance(up.func, ast.Name) and up.func.id in ("list", "tuple"):
+            n, up = up, sem.parent(up)  # ``seg_metrics(list(preds), list(truths))``
         if not (isinstance(up, ast.Call) and n in up.args):
             return False
-        if _keeps(up):
-            return True
+        if _keeps(up) or as_arrays and (_METRIC_FUNC.search(getattr(up.func, "id", "") or getattr(up.func, "attr", ""))
+                                        or sem.resolve(up) and not (ctx.call_name(up) or "").startswith("torch.")):
+            return True  # a metric, or a function of this file, handed NumPy arrays (``seg_metrics(list(p), list(t))``)
         outer = sem.parent(up)  # ``Image.fromarray(image).save(path)``: written out through a wrapper
         return isinstance(outer, ast.Attribute) and isinstance(call := sem.parent(outer), ast.Call) \
             and call.func is outer and _saves(call)
 
     return bool(uses) and all(kept(n) for n in uses)
+
+
+_METRIC_FUNC = lazy(r"(?i)metric|score|accuracy|(^|_)acc($|_)|iou|confusion|hist|(^|_)eval(uate)?_")
+
+
+def _grown_on_host(ctx: Context, seq: ast.AST, outer: ast.AST | None) -> bool:
+    """``bank = torch.cat((bank, net(x).cpu()), 0)``: a feature bank grown on the host, batch after batch."""
+    sem = ctx.semantic
+    if not (isinstance(outer, ast.Call) and seq in outer.args and ctx.call_name(outer) in ("torch.cat", "torch.stack")):
+        return False
+    stmt = sem.parent(outer)
+    name = _bound_name(stmt) if isinstance(stmt, ast.Assign) and stmt.value is outer else None
+    return name is not None and any(isinstance(e, ast.Name) and e.id == name for e in seq.elts)  # type: ignore[attr-defined]
 
 
 def _on_host(ctx: Context, call: ast.Call) -> bool:
@@ -246,7 +269,7 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
         if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
             return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
-        if not all(_clock_call(ctx, c) or _queues_nothing(c) for c in calls):
+        if not all(_clock_call(ctx, c) or _queues_nothing(ctx, c) for c in calls):
             return False  # work queued after the sync (or none there): the read may wait for it
     return False
 
@@ -256,11 +279,20 @@ _HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "len", "isinst
 _METER = lazy(r"(?i)meter|logger|avg|average|stat")
 
 
-def _queues_nothing(call: ast.Call) -> bool:
+def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     """A call that puts no work on the GPU: another read (``loss.item()``), a shape, a host meter's update
-    (``loss_meter.update(loss.item(), n)``), a print. Between a timing sync and a read, it leaves the GPU idle."""
+    (``loss_meter.update(loss.item(), n)``, ``meters[0].update(...)``, timm's ``losses_m = AverageMeter()``), a
+    print. Between a timing sync and a read, it leaves the GPU idle."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     if name in _HOST_ONLY:
         return True
-    return name == "update" and isinstance(func, ast.Attribute) and bool(_METER.search(dotted(func.value) or ""))
+    if name != "update" or not isinstance(func, ast.Attribute):
+        return False
+    receiver = func.value.value if isinstance(func.value, ast.Subscript) else func.value
+    key = dotted(receiver) or ""
+    if _METER.search(key):
+        return True
+    b = ctx.semantic.binding_at(key, call) if key else None
+    made = b.value if b is not None and not b.is_param else None
+    return isinstance(made, ast.Call) and bool(_METER.search((dotted(made.func) or "").rsplit(".", 1)[-1]))
