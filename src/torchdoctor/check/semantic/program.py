@@ -399,6 +399,8 @@ def sets_device_through_helper(sem: SemanticModel) -> bool:
            for c in sem.calls_named("get_device", "init_distributed_device", "setup_device", "init_device",
                                     "setup_distributed", "init_distributed_mode", "get_local_device", "prepare_device")):
         return True
+    if any((sem.call_name(c) or "").startswith(("mmcv.", "mmengine.")) for c in sem.calls_named("init_dist")):
+        return True  # mmcv's / mmengine's init_dist calls torch.cuda.set_device(rank % num_gpus)
     # ``model.to(dist_util.dev())``: a helper module's device, handed straight to a move
     return any(isinstance(c.func, ast.Attribute) and isinstance(p := sem.parent(c), ast.Call) and c in p.args
                and sem.is_device_move(p) for c in sem.calls_named("dev"))
