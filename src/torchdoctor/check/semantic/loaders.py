@@ -15,6 +15,7 @@ import ast
 from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
+from torchdoctor.check.semantic.models import never_moved
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text"]
@@ -137,7 +138,7 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
     every batch is a few prompts handed to generation (``_generates``)."""
     info = sem.loop_info(loop)
     batch = set(info.batch_vars)
-    if batch and _generates(sem, loop, batch):
+    if batch and _generates(sem, loop, batch) or _cpu_only_fit(sem, loop):
         return False
     moded: set[str] | None = None
     for node in sem.body(loop):
@@ -164,6 +165,26 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
         if not funcs and passes_batch and _STEPISH.search(callee or ""):
             return True
     return False
+
+
+def _cpu_only_fit(sem: SemanticModel, loop: ast.AST) -> bool:
+    """A toy fit on the CPU beside a GPU trainer in the same module (d2l's ``train_ch3``): every model the loop
+    calls is made in its function and never moved, and the loop moves nothing."""
+    func = sem.function_of(loop)
+    if func is None:
+        return False
+    body = sem.body(loop)
+    if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
+        return False
+    models = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
+    if not models:
+        return False
+    for call in models:
+        key = dotted(call.func)
+        b = sem.binding_at(key, call) if key and "." not in key else None
+        if b is None or sem.scope_of(b.node) is not func or not never_moved(sem, key):  # type: ignore[arg-type]
+            return False
+    return True
 
 
 _GENERATION = lazy(r"(?i)(^|_)(generate|rollout)")

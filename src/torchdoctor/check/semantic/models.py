@@ -375,3 +375,33 @@ def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
         return False
     loops = [a for a in sem.ancestors(at) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
     return not any(sem.contains(loop, s) and not _host_target(sem, c) for s, c in moves for loop in loops)
+
+
+_MOVES = frozenset({"to", "cuda", "apply", "_apply", "half", "type"})
+
+
+def never_moved(sem: SemanticModel, key: str) -> bool:
+    """``up = nn.ConvTranspose2d(3, 3, 4, 2, 1)`` made here (every binding of ``key`` a model construction with no
+    move in its chain) and only ever called or given weights afterwards: nothing moves it, and nothing is handed it
+    (``accelerator.prepare(model)``, ``train(model)`` may move it), so it and its outputs stay on the CPU."""
+    bound = sem.bindings_of(key)
+    if not bound:
+        return False
+    for b in bound:
+        value = b.value
+        if b.is_param or not isinstance(value, ast.Call) or sem.call_kind(value, b.node) != "model":
+            return False
+        node: ast.AST = value
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in _MOVES:
+                return False
+            node = node.func.value
+    for read in sem.reads_of(key):
+        up = sem.parent(read)
+        if isinstance(up, ast.Call) and up.func is read:
+            continue  # a forward
+        if isinstance(up, ast.Attribute) and up.attr not in _MOVES \
+                and not (isinstance(call := sem.parent(up), ast.Call) and call.func is up and up.attr in _MOVES):
+            continue  # ``up.weight.data = ...``, ``lin.parameters()``: read or set, not moved
+        return False
+    return True
