@@ -49,6 +49,11 @@ def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
         head = string_value(node.values[0])
         if head is not None and head.startswith("cuda"):
             return (head in ("cuda", "cuda:"), len(node.values) > 1)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
+            and string_value(node.func.value) in ("cuda:{}", "cuda:{0}") and node.args:
+        return (True, True)  # ``torch.device("cuda:{}".format(gpu_ids[0]))``
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and string_value(node.left) == "cuda:%d":
+        return (True, True)  # ``"cuda:%d" % rank``
     return (False, False)
 
 
@@ -333,8 +338,8 @@ def _mentions_cuda(sem: SemanticModel) -> bool:
         return False
     for node in sem.of_type(ast.Constant):
         s = string_value(node)
-        if s is not None and _CUDA.fullmatch(s.strip()):
-            return True
+        if s is not None and (_CUDA.fullmatch(s.strip()) or s in ("cuda:{}", "cuda:{0}", "cuda:%d")):
+            return True  # (``torch.device("cuda:{}".format(gpu_ids[0]))``)
     if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
         return True
     for node in sem.of_type(ast.Attribute):
