@@ -14,6 +14,7 @@ from torchdoctor.check.astutil import FACTORIES, dotted, param_default, root_nam
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, stop_signal
+from torchdoctor.check.semantic.models import cpu_only_loop
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
 
@@ -384,7 +385,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
         _report_for_base_loop(ctx, node, what)
         return
-    if not program.runs_on_accelerator(ctx.semantic):
+    if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop):
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
             and (_host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)

@@ -101,7 +101,12 @@ class Calls:
                 return []  # a local value shadows nothing we know
             if func.id in self.classes:
                 return self._methods(self.classes[func.id], "__init__")
-            return [f for f in self.functions.get(func.id, []) if not self._is_method(f)]
+            found = [f for f in self.functions.get(func.id, []) if not self._is_method(f)]
+            if len(found) > 1 and self.index.frame[call].function is None:
+                # a notebook defines ``training_loop`` again, cells later: a top-level call runs the one above it
+                above = [f for f in found if f.lineno < call.lineno and self.index.frame[f].function is None]  # type: ignore[attr-defined]
+                return above[-1:] or found
+            return found
         if not isinstance(func, ast.Attribute) or func.attr not in self.functions:
             return []  # (what a method call may run is a def of its name: most calls have none in the file)
         receiver = func.value

@@ -15,7 +15,7 @@ import ast
 from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
-from torchdoctor.check.semantic.models import never_moved
+from torchdoctor.check.semantic.models import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text"]
@@ -78,7 +78,11 @@ def _key_feeds(sem: SemanticModel, key: str, bound: ast.AST, depth: int) -> bool
 def _same_binding(sem: SemanticModel, key: str, bound: ast.AST, at: ast.AST) -> bool:
     if key.startswith("self."):
         return True  # an attribute of the object: any method may use it
+    if isinstance(bound, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not sem.contains(bound, at):
+        return False  # a parameter is read inside its function (not in another ``def fit`` of the notebook)
     b = sem.binding_at(key, at)
+    if b is not None and b.is_param and b.node is not bound:
+        return False  # another function's parameter of the same name (``def training_loop(..., train_loader)``)
     # the binding that reaches the use, or one in the other branch of an ``if`` (``dl = ...`` in both)
     return b is None or b.node is bound or b.scope is not sem.scope_of(bound) or sem.in_other_branch(b.node, bound)
 
@@ -114,8 +118,8 @@ def _wrapped_feeds(sem: SemanticModel, call: ast.Call, arg: ast.AST, depth: int)
 def _param_feeds(sem: SemanticModel, func: ast.AST, call: ast.Call, arg: ast.AST, depth: int) -> bool:
     """The in-file function ``func`` receives the loader as a parameter: how does it use it?"""
     params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-    if params[:1] == ["self"] and isinstance(call.func, ast.Attribute):
-        params = params[1:]
+    if params[:1] == ["self"] and (isinstance(call.func, ast.Attribute) or func.name == "__init__"):  # type: ignore[attr-defined]
+        params = params[1:]  # (``Trainer(model, train_data, ...)`` runs ``__init__(self, model, train_data, ...)``)
     kw = next((k.arg for k in call.keywords if k.value is arg), None)
     name = kw if kw is not None else (params[call.args.index(arg)] if arg in call.args and  # type: ignore[arg-type]
                                       call.args.index(arg) < len(params) else None)  # type: ignore[arg-type]
@@ -138,7 +142,7 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
     every batch is a few prompts handed to generation (``_generates``)."""
     info = sem.loop_info(loop)
     batch = set(info.batch_vars)
-    if batch and _generates(sem, loop, batch) or _cpu_only_fit(sem, loop):
+    if batch and _generates(sem, loop, batch) or cpu_only_loop(sem, loop):
         return False
     moded: set[str] | None = None
     for node in sem.body(loop):
@@ -165,26 +169,6 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
         if not funcs and passes_batch and _STEPISH.search(callee or ""):
             return True
     return False
-
-
-def _cpu_only_fit(sem: SemanticModel, loop: ast.AST) -> bool:
-    """A toy fit on the CPU beside a GPU trainer in the same module (d2l's ``train_ch3``): every model the loop
-    calls is made in its function and never moved, and the loop moves nothing."""
-    func = sem.function_of(loop)
-    if func is None:
-        return False
-    body = sem.body(loop)
-    if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
-        return False
-    models = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
-    if not models:
-        return False
-    for call in models:
-        key = dotted(call.func)
-        b = sem.binding_at(key, call) if key and "." not in key else None
-        if b is None or sem.scope_of(b.node) is not func or not never_moved(sem, key):  # type: ignore[arg-type]
-            return False
-    return True
 
 
 _GENERATION = lazy(r"(?i)(^|_)(generate|rollout)")

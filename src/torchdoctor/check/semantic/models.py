@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.astutil import call_argument, dotted, method_name
 from torchdoctor.check.patterns import lazy
+from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
@@ -380,11 +381,12 @@ def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
 _MOVES = frozenset({"to", "cuda", "apply", "_apply", "half", "type"})
 
 
-def never_moved(sem: SemanticModel, key: str) -> bool:
+def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None) -> bool:
     """``up = nn.ConvTranspose2d(3, 3, 4, 2, 1)`` made here (every binding of ``key`` a model construction with no
     move in its chain) and only ever called or given weights afterwards: nothing moves it, and nothing is handed it
     (``accelerator.prepare(model)``, ``train(model)`` may move it), so it and its outputs stay on the CPU."""
-    bound = sem.bindings_of(key)
+    reaching = sem.binding_at(key, at) if at is not None else None
+    bound = [reaching] if reaching is not None else [] if at is not None else sem.bindings_of(key)
     if not bound:
         return False
     for b in bound:
@@ -396,12 +398,65 @@ def never_moved(sem: SemanticModel, key: str) -> bool:
             if node.func.attr in _MOVES:
                 return False
             node = node.func.value
-    for read in sem.reads_of(key):
+    reads = sem.reads_of(key)
+    if reaching is not None:  # (``model`` made again, and moved, cells later: only this binding's reads count)
+        reads = [r for r in reads if sem.binding_at(key, r) is reaching]
+    return _stays(sem, key, reads, 0)
+
+
+def _stays(sem: SemanticModel, key: str, reads: list[ast.AST], depth: int) -> bool:
+    """Every read is a forward, a parameter read or set, or an argument of a function of this file that does the
+    same with it (``fit(cpu_net, loader, ...)`` whose ``net`` is only called)."""
+    for read in reads:
         up = sem.parent(read)
         if isinstance(up, ast.Call) and up.func is read:
             continue  # a forward
         if isinstance(up, ast.Attribute) and up.attr not in _MOVES \
                 and not (isinstance(call := sem.parent(up), ast.Call) and call.func is up and up.attr in _MOVES):
             continue  # ``up.weight.data = ...``, ``lin.parameters()``: read or set, not moved
+        keyword = up.arg if isinstance(up, ast.keyword) else None  # ``training_loop(model=model, ...)``
+        call = sem.parent(up) if keyword is not None else up
+        if isinstance(call, ast.Call) and (keyword is not None or read in call.args) and depth < 2 \
+                and (funcs := sem.resolve(call)):
+            for func in funcs:
+                params = [a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs]  # type: ignore[attr-defined]
+                param = keyword if keyword is not None else \
+                    params[call.args.index(read)] if call.args.index(read) < len(params) else None  # type: ignore[arg-type]
+                if param not in params:
+                    return False
+                inner = [r for r in sem.reads_of(param) if sem.function_of(r) is func]  # type: ignore[arg-type]
+                if not _stays(sem, param, inner, depth + 1):  # type: ignore[arg-type]
+                    return False
+            continue
         return False
     return True
+
+
+def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
+    """A loop that moves nothing and whose every model is a module nothing moves (``never_moved``): made here, or a
+    parameter of the loop's function that every call passes such a module (a tutorial's CPU phase: ``fit(cpu_net,
+    cpu_loader, ...)`` before it picks a device and defines ``fit`` again for the GPU)."""
+    def compute() -> bool:
+        func = sem.function_of(loop)
+        body = sem.body(loop)
+        if func is None or any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
+            return False
+        models = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
+        if not models:
+            return False
+        for call in models:
+            key = dotted(call.func)
+            b = sem.binding_at(key, call) if key and "." not in key else None
+            if b is None:
+                return False
+            if b.is_param and b.node is func:
+                sites = sem.call_sites(func)
+                args = [call_argument(site, func, key) for site in sites]  # type: ignore[arg-type]
+                if not sites or not all(isinstance(a, ast.Name) and never_moved(sem, a.id, site)
+                                        for a, site in zip(args, sites)):
+                    return False
+            elif sem.scope_of(b.node) is not func or not never_moved(sem, key, call):  # type: ignore[arg-type]
+                return False
+        return True
+
+    return sem.cached(("cpu_only_loop", loop), compute)  # type: ignore[no-any-return]
