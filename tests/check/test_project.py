@@ -1543,3 +1543,54 @@ def test_a_helper_that_copies_its_rebound_input_to_the_host_is_the_callers_busin
     settings = Settings(root=str(project), select=("TD603",))
     results = check_files(["helpers.py", "writer.py"], settings) if together else [check_file("helpers.py", settings)]
     assert codes(results, "helpers.py") == [(15, "TD603")]
+
+
+PROJECT_LOADER = """\
+import torch
+import torch.utils.data as tud
+
+
+class DataLoader:
+    def __init__(self, opt):
+        data = tud.TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+        self.loader = tud.DataLoader(data, batch_size=opt["batch_size"], pin_memory=True, num_workers=4)
+        self.batches = iter(self.loader)
+
+    def get_batch(self):
+        return next(self.batches)
+"""
+
+CAPTION_TRAIN = """\
+import torch
+import torch.nn as nn
+from captioning.dataloader import *
+from captioning.evaluation import language_eval
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+net = nn.Linear(8, 3).to(device)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+loader = DataLoader({"batch_size": 16})
+plain = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 8)), batch_size=4)
+for step in range(100):
+    x, y = loader.get_batch()
+    x, y = x.to(device), y.to(device)
+    opt.zero_grad()
+    nn.functional.cross_entropy(net(x), y).backward()
+    opt.step()
+    if step % 50 == 0:
+        print(language_eval(net, loader))
+for (x,) in plain:
+    net(x.to(device)).sum().backward()
+"""
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_projects_own_class_named_dataloader_from_a_star_import_is_not_torchs(project: Path, together: bool) -> None:
+    """ImageCaptioning.pytorch's shape: ``from captioning.data.dataloader import *`` brings the project's own
+    DataLoader (which builds pinned torch loaders with workers itself): no TD304 on it; torch's is still judged."""
+    write(project, {"captioning/__init__.py": "", "captioning/dataloader.py": PROJECT_LOADER, "train.py": CAPTION_TRAIN,
+                    "captioning/evaluation.py": "def language_eval(model, loader):\n    return model(loader.get_batch()[0])\n"})
+    settings = Settings(root=str(project), select=("TD304",))
+    results = check_files(["train.py", "captioning/dataloader.py"], settings) if together \
+        else [check_file("train.py", settings)]
+    assert codes(results, "train.py") == [(10, "TD304")]

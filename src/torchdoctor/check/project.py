@@ -105,6 +105,10 @@ class Project:
         state.pending.pop(path, None)
 
     # ---- forward questions (what does that name, imported here, stand for?) ------------------------------
+    def defines_class(self, sem: SemanticModel, written: str) -> bool:
+        """``written`` (imported here, a star import included) is a class of another module of the project."""
+        return self._lookup(sem, written, "class") is not None
+
     def is_module_class(self, sem: SemanticModel, written: str) -> bool | None:
         cls = self._lookup(sem, written, "class")
         return None if cls is None else cls.is_module  # type: ignore[attr-defined]

@@ -237,6 +237,15 @@ def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) 
     return _meets(ctx, node, hot)
 
 
+def _scatters(ctx: Context, call: ast.Call) -> bool:
+    """A call of a model wrapped in ``nn.DataParallel``: it scatters every tensor argument to the GPUs itself."""
+    sem = ctx.semantic
+    key = dotted(call.func)
+    b = sem.binding_at(key, call) if key else None
+    return b is not None and isinstance(b.value, ast.Call) and \
+        (sem.call_name(b.value) or "").rsplit(".", 1)[-1] in ("DataParallel", "DataParallelWithCallback")
+
+
 _SCALAR_CALLS = {"int", "float", "bool", "len", "round", "abs", "max", "min"}
 _SCALAR_METHODS = {"item", "tolist", "size", "numel", "dim", "ndimension"}
 
@@ -276,6 +285,8 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
             if child is a.func:
                 child = a
                 continue
+            if flow.consumer_kind(ctx.semantic, a) and _scatters(ctx, a):
+                return None  # ``wrapped(feats, torch.arange(n), refs)``: DataParallel scatters every input to the GPUs
             if flow.consumer_kind(ctx.semantic, a) or (ctx.call_name(a) or "").startswith("torch."):
                 for o in list(a.args) + [k.value for k in a.keywords]:
                     if o is not child and flow.mentions(ctx.semantic, o, hot):

@@ -383,8 +383,12 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
 
 
 def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
-    """torch's DataLoader, or torchdata's StatefulDataLoader (a drop-in with the same pipeline arguments)."""
+    """torch's DataLoader, or torchdata's StatefulDataLoader (a drop-in with the same pipeline arguments); not a
+    project's own class of that name brought in by ``from captioning.data.dataloader import *``."""
     q = ctx.call_name(call) or ""
+    if q == "DataLoader" and ctx.semantic.project is not None and ctx.semantic.names.star \
+            and ctx.semantic.project.defines_class(ctx.semantic, "DataLoader"):  # type: ignore[attr-defined]
+        return False
     return q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader",
                  "StatefulDataLoader") or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader")
 

@@ -61,21 +61,30 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     if not sem.contains(loop, node) and _returned_copy(ctx, node):
         return True  # in a helper the evaluation loop calls, which hands the copy back
     cur: ast.AST = node
-    for _ in range(6):
+    as_array = False
+    for _ in range(8):
         up = sem.parent(cur)
         if isinstance(up, ast.Attribute) and up.attr == "data" and not (isinstance(sem.parent(up), ast.Call)
                                                                        and sem.parent(up).func is up):
             cur = up  # ``out.cpu().data``
             continue
-        if isinstance(up, ast.Attribute) and up.attr in _ON_HOST:
+        if isinstance(up, ast.Attribute) and (up.attr in _ON_HOST or as_array):
             call = sem.parent(up)
             if isinstance(call, ast.Call) and call.func is up:
-                cur = call
+                as_array = as_array or up.attr in ("numpy", "tolist")
+                cur = call  # after ``.numpy()`` every method is NumPy's: ``.argmax(axis=1)``, ``.astype(np.uint8)``
                 continue
             return False
+        if as_array and (isinstance(up, ast.BinOp) or isinstance(up, ast.Subscript) and up.value is cur):
+            cur = up  # ``(mask.cpu().numpy() * 255)``: arithmetic on the host array
+            continue
         if isinstance(up, ast.Call) and cur in up.args:
-            if _keeps(up):
+            if _keeps(up) or as_array and _host_function(ctx, up):
                 return True
+            if (each := _each_element(sem, cur)) is not None:  # ``for k, prob in zip(idx, p[:, 1].tolist()):``
+                inner, element = each
+                reads = [r for r in sem.reads_of(element) if sem.contains(inner, r)]
+                return bool(reads) and all(_kept_directly(sem, r) for r in reads)
             outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
             return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
         if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur:
@@ -162,6 +171,11 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
         up = sem.parent(n)
         if isinstance(up, ast.Subscript) and up.value is n or isinstance(up, ast.Attribute) and up.attr in _METADATA:
             return True  # an element of the host array, or its shape
+        if isinstance(up, ast.Assign) and up.value is n and all(isinstance(t, ast.Subscript) for t in up.targets):
+            return True  # stored into a host array: ``full_mask[h0:h1, w0:w1] = t_mask``
+        if isinstance(up, ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) and call.func is up \
+                and _saves(call):
+            return True  # ``prediction.save(path)``: a PIL image made from it on the host, written out
         if _bound_name(sem.statement_of(n)) == name:
             return True  # rebound on the host (``image = (denorm(image) * 255).astype(np.uint8)``): its reads count
         if (each := _each_element(sem, n)) is not None:  # ``for seed, image in zip(seeds, images): ...save(...)``
@@ -187,8 +201,7 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             n, up = up, sem.parent(up)  # ``seg_metrics(list(preds), list(truths))``
         if not (isinstance(up, ast.Call) and n in up.args):
             return False
-        if _keeps(up) or as_arrays and (_METRIC_FUNC.search(getattr(up.func, "id", "") or getattr(up.func, "attr", ""))
-                                        or sem.resolve(up) and not (ctx.call_name(up) or "").startswith("torch.")):
+        if _keeps(up) or as_arrays and _host_function(ctx, up):
             return True  # a metric, or a function of this file, handed NumPy arrays (``seg_metrics(list(p), list(t))``)
         outer = sem.parent(up)  # ``Image.fromarray(image).save(path)``: written out through a wrapper
         return isinstance(outer, ast.Attribute) and isinstance(call := sem.parent(outer), ast.Call) \
@@ -198,6 +211,13 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
 
 
 _METRIC_FUNC = lazy(r"(?i)metric|score|accuracy|(^|_)acc($|_)|iou|confusion|hist|(^|_)eval(uate)?_")
+
+
+def _host_function(ctx: Context, call: ast.Call) -> bool:
+    """A metric by its name, or a function of this file (not torch's): what it is handed as NumPy stays there."""
+    name = getattr(call.func, "id", "") or getattr(call.func, "attr", "")
+    return bool(_METRIC_FUNC.search(name)) or bool(ctx.semantic.resolve(call)) and \
+        not (ctx.call_name(call) or "").startswith("torch.")
 
 
 def _grown_on_host(ctx: Context, seq: ast.AST, outer: ast.AST | None) -> bool:
@@ -218,6 +238,14 @@ def _on_host(ctx: Context, call: ast.Call) -> bool:
 
 _METADATA = frozenset({"shape", "ndim", "dtype", "size"})
 _ARRAY_METHODS = frozenset({"flatten", "ravel", "astype", "reshape", "squeeze", "transpose", "copy", "tolist"})
+
+
+def _kept_directly(sem: object, n: ast.AST) -> bool:
+    """``results.append((k, prob))``, ``probs.append(prob)``: handed to a collector, alone or in a tuple."""
+    up = sem.parent(n)  # type: ignore[attr-defined]
+    if isinstance(up, (ast.Tuple, ast.List)):
+        n, up = up, sem.parent(up)  # type: ignore[attr-defined]
+    return isinstance(up, ast.Call) and n in up.args and _keeps(up)
 
 
 def _each_element(sem: object, n: ast.AST) -> tuple[ast.AST, str] | None:

@@ -328,6 +328,9 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
                              at, depth + 1)
     if isinstance(expr.func, ast.Attribute) and expr.func.attr == "cpu" and not expr.args:
         return True  # ``out.detach().cpu()``: copied to the host (that copy is the sync, reported where it is)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to" and ctx.semantic.is_device_move(expr) \
+            and (ctx.semantic.move_device(expr) or "").strip("'\"") == "cpu":
+        return True  # ``probs_host = probs.to("cpu")``: likewise
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE and not name.startswith("torch."):
         return _made_on_host(ctx, expr.func.value, at, depth + 1)  # ``losses.mean()`` of a host tensor
     if name in _HOST_MAKERS:

@@ -354,8 +354,8 @@ class Kinds:
             return "scheduler"
         if (q.startswith("torch.optim.") and last[:1].isupper()) or last in _OPTIMIZERS:
             return "optimizer"
-        if last.endswith("Loss") and (q.startswith("torch.nn.") or "." not in q):
-            return "loss_fn"
+        if (last.endswith("Loss") or last.endswith("Loss2d")) and (q.startswith("torch.nn.") or "." not in q):
+            return "loss_fn"  # (``nn.NLLLoss2d``: the old 2-D alias of NLLLoss)
         if self.is_model_constructor(call, q, last):
             return "model"
         if last in ("tqdm", "trange", "track", "iter", "enumerate") and call.args:
