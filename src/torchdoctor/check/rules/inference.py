@@ -1,0 +1,279 @@
+"""Stage 4 rules, inference: forwards outside evaluation loops that run with autograd on (TD401): a held-out
+tensor's forward, an inference helper's (predict, sample, generate, evaluate...), and a model's forwards after its
+``.eval()`` once nothing after it trains (``loop.py`` judges the evaluation loops themselves)."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check.astutil import dotted, method_name, strip_methods
+from torchdoctor.check.context import Context
+from torchdoctor.check.patterns import lazy
+from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic.models import construction
+
+
+# a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
+_HELDOUT = lazy(r"(?i)^((test|val|valid|validation|holdout|dev)_?(x|data|inputs?|images?|imgs|features|set|tokens|ids)"
+                r"|(x|inputs?|images?|data)_?(test|val|valid|holdout))$")
+
+
+def _heldout_arg(sem, call: ast.Call) -> str | None:
+    for arg in call.args[:1]:
+        base = strip_methods(arg, _AS_IS, subscripts=True)  # ``net(test_x.cuda())``, ``rnn(test_x[:10].view(-1, 28))``
+        if isinstance(base, ast.Name) and _HELDOUT.match(base.id):
+            return base.id
+    return None
+
+
+_AS_IS = frozenset({"to", "cuda", "view", "reshape", "unsqueeze", "squeeze", "float", "half", "permute", "flatten"})
+
+
+@rule("TD401", ast.Module)
+def heldout_forward(node: ast.AST, ctx: Context) -> None:
+    """``if step % 50 == 0: test_output = cnn(test_x)`` in a training loop, or ``cnn(test_x[:10])`` once training
+    is done: an evaluation on a held-out tensor (no loader, so no evaluation loop) with autograd on, whose result
+    is never backpropagated. (In an evaluation loop the loop rule reports it.)"""
+    sem = ctx.semantic
+    for call in sem.of_type(ast.Call):
+        if not call.args or _heldout_arg(sem, call) is None or flow.consumer_kind(sem, call) != "model":  # type: ignore[attr-defined]
+            continue
+        if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
+            continue
+        if sem.feeds_backward(call) or _untrained_instance(sem, call) or _synthetic_probe(sem, call):
+            continue
+        ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
+                   f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
+                   fix="run the evaluation under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _untrained_instance(sem, call: ast.Call) -> bool:
+    """``test_rnn = RNN(1, 10, 2); out, h = test_rnn(test_input, None); print(out.size())``: a model made only to look
+    at its output shapes (a tutorial's first cell); nothing trains or loads it, nothing else is handed it, so there is
+    no held-out evaluation to speak of."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    name = call.func.id
+    bindings = sem.bindings_of(name)
+    if not bindings or not all(isinstance(b.value, ast.Call) and sem.call_kind(b.value, b.node) == "model"
+                               and method_name(b.value) is None for b in bindings):
+        return False
+    for read in sem.reads_of(name):
+        up = sem.parent(read)
+        if isinstance(up, ast.Call) and up.func is read:
+            continue  # a forward
+        if isinstance(up, ast.Attribute) and up.attr in ("eval", "to", "cuda", "cpu", "float", "double"):
+            continue
+        return False  # ``.parameters()``, ``.load_state_dict()``, ``train(test_rnn, ...)``: trained or loaded
+    return True
+
+
+_PROBES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like"})  # (random data may be a made-up test set)
+
+
+def _synthetic_probe(sem, call: ast.Call) -> bool:
+    """``test_x = torch.zeros(1, 3, 32, 32); print(net(test_x).shape)``: a made-up tensor run through the model to
+    look at the output shape; held-out data is not made by ``torch.zeros``."""
+    base = strip_methods(call.args[0], _AS_IS, subscripts=True)
+    b = sem.binding_at(base.id, call) if isinstance(base, ast.Name) else None
+    value = b.value if b is not None and not b.is_param else None
+    while isinstance(value, ast.Call) and (sem.call_name(value) or "") in ("torch.autograd.Variable", "Variable") and value.args:
+        value = value.args[0]  # ``Variable(torch.zeros(1, 3, 256, 256))``
+    name = sem.call_name(value) or "" if isinstance(value, ast.Call) else ""
+    return name.startswith("torch.") and name.rsplit(".", 1)[-1] in _PROBES
+
+
+_INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e|evaluate|validate|sample|generate|translate)(_|$)")
+
+
+@rule("TD401", ast.FunctionDef)
+def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
+    """``def predict_sentiment(text, model, ...): ... prediction = model(tensor)``: an inference helper (named so,
+    training nothing) whose forward runs with autograd on, unless it is decorated with no_grad or every call of it
+    in the file is under no_grad."""
+    sem = ctx.semantic
+    name = func.name  # type: ignore[attr-defined]
+    if not _INFERENCE_FUNC.match(name) or sem.class_of(func) is not None or program.in_test(sem, func):
+        return
+    if any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
+        return
+    nodes = sem.local_nodes(func)
+    if "backward" in sem.region_effects(nodes) or "step" in sem.region_effects(nodes):
+        return
+    if any(isinstance(n, ast.Call) and sem.mode_call(n) == "eval" for n in nodes):
+        return  # (its forwards after the ``.eval()`` are reported as such)
+    sites = sem.call_sites(func)
+    if sites and all(sem.under_no_grad(c) for c in sites):
+        return
+    if not sites and sem.project is not None and sem.project.callers_grad_mode(sem, func) == "off":
+        return  # every caller in another module runs it under no_grad (facenet's MTCNN.detect -> detect_face)
+    for call in nodes:
+        if isinstance(call, ast.Call) and flow.consumer_kind(sem, call) == "model" and not sem.under_no_grad(call) \
+                and sem.enclosing_loop(call, "eval") is None:
+            target = call.func.value if method_name(call) == "forward" else call.func  # type: ignore[union-attr]
+            if sem.expr_kind(target, call) not in ("model", "wrapper"):
+                continue
+            b = sem.binding_at(dotted(target) or "", call)
+            if b is not None and b.node is not func and sem.scope_of(b.node) is func:
+                continue  # ``up = nn.Upsample(...)`` made here: a layer used as a function, not the model
+            _report_inference(ctx, call, f" (in `{name}()`, which trains nothing)")
+
+
+_INFERENCE_METHODS = ("predict", "inference", "infer", "sample", "forward")
+
+
+@rule("TD401", calls=("eval", "predict", "inference", "infer"))
+def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
+    """Forwards outside evaluation loops: after ``model.eval()`` in a function (or script) that trains
+    nothing (``sample_images()``, an inference script), or through a model method named
+    ``predict``/``inference``; the loop rule above covers evaluation loops."""
+    sem = ctx.semantic
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return  # Python's own eval(...)
+    if sem.mode_call(node) == "eval":
+        key = dotted(node.func.value) or _assigned_name(sem, node)
+        for call in _forwards_after_eval(ctx, node, key) if key else []:
+            _report_inference(ctx, call, f" (after `{key}.eval()`)")
+    elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node):
+        _report_inference(ctx, node, "")
+
+
+_AS_MOVED = frozenset({"to", "cuda", "half", "float", "requires_grad_"})
+
+
+def _assigned_name(sem, call: ast.Call) -> str | None:
+    """``encoder = EncoderCNN(size).eval()`` (or ``.eval().to(device)``): the name the eval-mode model is bound to."""
+    parent = sem.parent(call)
+    while isinstance(parent, ast.Attribute) and parent.attr in _AS_MOVED and isinstance(up := sem.parent(parent), ast.Call) \
+            and up.func is parent:
+        parent = sem.parent(up)
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        return dotted(parent.targets[0])
+    return None
+
+
+def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[ast.Call]:
+    """Calls of the model ``key`` after its ``.eval()`` in the same body, up to a ``key.train()``, while the
+    body backpropagates nothing from the ``.eval()`` to that point (a training step with a BatchNorm frozen is not
+    inference; a validation pass at the end of a function that trained first is: pygcn's ``train(epoch)``, a GAN's
+    ``G.eval(); samples.append(G(fixed_z))`` at the end of each epoch)."""
+    sem = ctx.semantic
+    scope = sem.scope_of(eval_call)
+    nodes = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
+    start = (eval_call.lineno, eval_call.col_offset)  # type: ignore[attr-defined]
+    region = [n for n in nodes if (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)) > start]
+    end = next((n for n in region if isinstance(n, ast.Call) and sem.mode_call(n) == "train"
+                and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == key), None)
+    if end is not None:
+        region = [n for n in region if (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)) < (end.lineno, end.col_offset)]
+    if "backward" in sem.region_effects(region) or "step" in sem.region_effects(region) or _differentiates(ctx, region):
+        return []  # its eval-mode forwards may feed training
+    out = []
+    for call in region:
+        if not isinstance(call, ast.Call):
+            continue
+        func = call.func
+        target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
+        if dotted(target) == key and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call):
+            out.append(call)
+        elif isinstance(func, ast.Attribute) and dotted(func.value) == key and _submodule(ctx, key, func.attr, call) \
+                and not sem.under_no_grad(call) and not sem.feeds_backward(call) \
+                and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None:
+            out.append(call)  # ``drawn = model.decoder(noise)``: a submodule of the model put in eval mode
+    return out
+
+
+def _submodule(ctx: Context, key: str, attr: str, at: ast.AST) -> bool:
+    """``attr`` is a submodule of the model ``key``, whose class here sets ``self.attr = nn.Linear(...)``."""
+    sem = ctx.semantic
+    made = construction(sem, ast.Name(id=key, ctx=ast.Load()), at) if "." not in key else None
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    if cls is None:
+        return False
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == attr and dotted(t.value) == "self"
+                                             for t in n.targets) and isinstance(n.value, ast.Call):
+            return sem.call_kind(n.value, n) == "model" or (sem.call_name(n.value) or "").startswith("torch.nn.")
+    return False
+
+
+def _differentiates(ctx: Context, nodes: list[ast.AST]) -> bool:
+    """``torch.autograd.grad`` among these nodes or in a function of this file they call (a Hessian-vector
+    product, a gradient penalty): the eval-mode forward's graph is used."""
+    sem = ctx.semantic
+    calls = [n for n in nodes if isinstance(n, ast.Call)]
+    for call in calls + [n for c in calls for f in sem.resolve(c) for n in sem.local_nodes(f) if isinstance(n, ast.Call)]:
+        if ctx.call_name(call) in ("torch.autograd.grad", "torch.autograd.functional.hvp", "torch.autograd.functional.vjp"):
+            return True
+    return False
+
+
+def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bool:
+    """Not under no_grad, not in a training loop nor in an evaluation loop (reported by the loop rule), and
+    not a method of this file's classes that turns autograd off itself."""
+    sem = ctx.semantic
+    if sem.under_no_grad(call) or sem.enclosing_loop(call, "train") is not None or \
+            sem.enclosing_loop(call, "eval") is not None:
+        return False
+    cls = sem.class_of(call)
+    if cls is not None and cls.name in sem.module_classes:  # type: ignore[attr-defined]
+        return False  # a module's own method runs in its caller's grad mode: the caller's call is judged
+    if isinstance(call.func, ast.Attribute) and call.func.attr != "forward":
+        for funcs in [sem.functions.get(call.func.attr, [])]:
+            for f in funcs:
+                if sem.class_of(f) is not None and any(sem.guards.grad_call(d) in ("off", "maybe") for d in f.decorator_list):  # type: ignore[attr-defined]
+                    return False
+        if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
+            return False  # a library's sampling method (often under no_grad itself): not judged
+    target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+    if evaluated and (_loaded_module(ctx, target, call) or _built_evaluated_and_moved(ctx, target, call)):
+        return True
+    if sem.expr_kind(target, call) not in ("model", "wrapper"):
+        return False
+    # a PyTorch module: built from torch.nn / a module class / a model library, or a module's own part
+    # (a Keras or CoreML model has a predict() too)
+    if construction(sem, target, call) is not None:
+        return True
+    b = sem.binding_at(dotted(target) or "", call)  # a parameter annotated with a module class
+    return b is not None and b.is_param and b.value is not None and sem.kinds.binding_kind(b) == "model"
+
+
+def _loaded_module(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
+    """``net = ckpt["model"].half().to(device)`` with ``ckpt = torch.load(...)``, then ``net.eval()``: a module
+    unpickled from a checkpoint (its class is nowhere in sight, but it was put in eval mode and moved)."""
+    sem = ctx.semantic
+    node: ast.AST | None = target
+    for _ in range(6):  # (``w = torch.load(p)``, ``model = w["model"]``, ``model = model.half().to(device)``)
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                "to", "cuda", "half", "float", "eval", "fuse"):
+            node = node.func.value
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        if isinstance(node, ast.Call):
+            return ctx.call_name(node) == "torch.load"
+        key = dotted(node) if node is not None else None
+        b = sem.binding_at(key, at) if key else None
+        if b is None or b.is_param or b.index is not None or b.value is None:
+            return False
+        node, at = b.value, b.node
+    return False
+
+
+def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
+    """``resnet = InceptionResnetV1(pretrained="vggface2").eval().to(device)``: a class of a model library, made, put
+    in eval mode and moved in one expression: a module, though its class is not in sight."""
+    b = ctx.semantic.binding_at(dotted(target) or "", at)
+    node = b.value if b is not None and not b.is_param and b.index is None else None
+    methods = set()
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _AS_MOVED | {"eval"}:
+        methods.add(node.func.attr)
+        node = node.func.value
+    name = (dotted(node.func) or "").rsplit(".", 1)[-1] if isinstance(node, ast.Call) else ""
+    return "eval" in methods and bool(methods & {"to", "cuda"}) and name[:1].isupper()
+
+
+def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
+    name = ctx.name(call.func)
+    ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
+               fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
