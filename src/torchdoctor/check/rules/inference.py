@@ -57,7 +57,8 @@ def _untrained_instance(sem, call: ast.Call) -> bool:
     name = call.func.id
     bindings = sem.bindings_of(name)
     if not bindings or not all(isinstance(b.value, ast.Call) and sem.call_kind(b.value, b.node) == "model"
-                               and method_name(b.value) is None for b in bindings):
+                               and (method_name(b.value) is None or (sem.call_name(b.value) or "").startswith("torch.nn."))
+                               for b in bindings):  # ``RNN(...)``, ``nn.RNN(...)``: made, not moved or loaded
         return False
     for read in sem.reads_of(name):
         up = sem.parent(read)
