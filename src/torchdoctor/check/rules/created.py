@@ -8,6 +8,7 @@ import ast
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.steps import per_step_loop
 from torchdoctor.check.semantic import flow, program
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -188,7 +189,6 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
 def _step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     """The function holding ``node`` and the batch loop of this file that calls it on every step (SimCLR's
     ``info_nce_loss``, called by ``train()`` once per batch): a region that runs each step too."""
-    from torchdoctor.check.rules.steps import per_step_loop  # (steps imports this module's neighbours)
     func = ctx.semantic.function_of(node)
     if func is None or func.name == "forward" or ctx.semantic.enclosing_loop(node) is not None:
         return None

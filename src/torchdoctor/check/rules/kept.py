@@ -81,10 +81,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if isinstance(up, ast.Call) and cur in up.args:
             if _keeps(up) or as_array and _host_function(ctx, up):
                 return True
-            if (each := _each_element(sem, cur)) is not None:  # ``for k, prob in zip(idx, p[:, 1].tolist()):``
-                inner, element = each
-                reads = [r for r in sem.reads_of(element) if sem.contains(inner, r)]
-                return bool(reads) and all(_kept_directly(sem, r) for r in reads)
+            if (each := _element_reads(sem, cur)) is not None:  # ``for k, prob in zip(idx, p[:, 1].tolist()):``
+                return bool(each[1]) and all(_kept_directly(sem, r) for r in each[1])
             outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
             return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
         if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur:
@@ -178,9 +176,8 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             return True  # ``prediction.save(path)``: a PIL image made from it on the host, written out
         if _bound_name(sem.statement_of(n)) == name:
             return True  # rebound on the host (``image = (denorm(image) * 255).astype(np.uint8)``): its reads count
-        if (each := _each_element(sem, n)) is not None:  # ``for seed, image in zip(seeds, images): ...save(...)``
-            inner, element = each
-            reads = [r for r in sem.reads_of(element) if sem.contains(inner, r)]
+        if (each := _element_reads(sem, n)) is not None:  # ``for seed, image in zip(seeds, images): ...save(...)``
+            element, reads = each
             return bool(reads) and all(kept(r, element) for r in reads)
         while isinstance(up, ast.Call) and n in up.args and not _keeps(up) and _on_host(ctx, up):  # ``np.argmax(arr)``
             n, up = up, sem.parent(up)
@@ -248,9 +245,9 @@ def _kept_directly(sem: object, n: ast.AST) -> bool:
     return isinstance(up, ast.Call) and n in up.args and _keeps(up)
 
 
-def _each_element(sem: object, n: ast.AST) -> tuple[ast.AST, str] | None:
-    """(the loop, the name bound to each element) where a for loop walks ``n``, itself or as an argument of
-    ``zip()``/``enumerate()`` (``for seed, image in zip(seeds, images):``)."""
+def _element_reads(sem: object, n: ast.AST) -> tuple[str, list[ast.AST]] | None:
+    """(the name bound to each element, its reads in the loop) where a for loop walks ``n``, itself or as an
+    argument of ``zip()``/``enumerate()`` (``for seed, image in zip(seeds, images):``)."""
     up, it = sem.parent(n), n  # type: ignore[attr-defined]
     position = None
     if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("zip", "enumerate") and n in up.args:
@@ -261,7 +258,9 @@ def _each_element(sem: object, n: ast.AST) -> tuple[ast.AST, str] | None:
     target = up.target
     if position is not None:
         target = target.elts[position] if isinstance(target, ast.Tuple) and position < len(target.elts) else None
-    return (up, target.id) if isinstance(target, ast.Name) else None
+    if not isinstance(target, ast.Name):
+        return None
+    return target.id, [r for r in sem.reads_of(target.id) if sem.contains(up, r)]  # type: ignore[attr-defined]
 
 
 CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",

@@ -14,9 +14,9 @@ from torchdoctor.check.astutil import FACTORIES, dotted, param_default, root_nam
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, stop_signal
-from torchdoctor.check.semantic.models import cpu_only_loop
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
+from torchdoctor.check.semantic.models import cpu_only_loop
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context

@@ -39,6 +39,9 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
 
 
+_CUDA_TEMPLATES = ("cuda:{}", "cuda:{0}", "cuda:%d")  # an indexed CUDA device filled in by .format() or %
+
+
 def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
     """(is a literal CUDA device string, names a device index) for ``"cuda"``, ``"cuda:1"``, ``f"cuda:{rank}"``."""
     text = string_value(node)
@@ -50,10 +53,9 @@ def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
         if head is not None and head.startswith("cuda"):
             return (head in ("cuda", "cuda:"), len(node.values) > 1)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
-            and string_value(node.func.value) in ("cuda:{}", "cuda:{0}") and node.args:
-        return (True, True)  # ``torch.device("cuda:{}".format(gpu_ids[0]))``
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and string_value(node.left) == "cuda:%d":
-        return (True, True)  # ``"cuda:%d" % rank``
+            and string_value(node.func.value) in _CUDA_TEMPLATES and node.args \
+            or isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and string_value(node.left) in _CUDA_TEMPLATES:
+        return (True, True)  # ``torch.device("cuda:{}".format(gpu_ids[0]))``, ``"cuda:%d" % rank``
     return (False, False)
 
 
@@ -253,7 +255,7 @@ def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
         node = node.value
     if isinstance(node, ast.Name) and node.id in sem.names.modules:
         b = sem.binding_at(node.id, receiver)  # ``import model`` then ``model = model.cifar10(...)``: a model now
-        return b is None or isinstance(b.node, (ast.Import, ast.ImportFrom)) or not isinstance(b.node, ast.Assign)
+        return b is None or not isinstance(b.node, ast.Assign)
     return isinstance(receiver, ast.Name) and _own_cuda_class(sem, receiver) is not None
 
 
@@ -338,8 +340,8 @@ def _mentions_cuda(sem: SemanticModel) -> bool:
         return False
     for node in sem.of_type(ast.Constant):
         s = string_value(node)
-        if s is not None and (_CUDA.fullmatch(s.strip()) or s in ("cuda:{}", "cuda:{0}", "cuda:%d")):
-            return True  # (``torch.device("cuda:{}".format(gpu_ids[0]))``)
+        if s is not None and (_CUDA.fullmatch(s.strip()) or s in _CUDA_TEMPLATES):
+            return True
     if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
         return True
     for node in sem.of_type(ast.Attribute):
