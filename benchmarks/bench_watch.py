@@ -10,9 +10,11 @@ other processes than wall time), with the quartiles of the repetitions as the
 spread, and the wall-time ratio beside it. Two untimed steps start each run,
 plain and watched alike: a session's once-per-session work (reading the model,
 finding the user's lines) is not a cost per step. For the tiny MLP the same
-batches are timed again once each run is past its first ``COUNT_WARM`` steps:
-the first figure holds a session's beginning, whose steps the watch times and
-checks each (timeline.py, checks/losses.py), the second the steps after it.
+run is timed again in two windows (``WINDOWS``): the first figure holds a
+session's beginning, whose steps the watch audits each (timeline.py), the
+second the steps past it, where one in 30 or 31 is audited, and the third the
+steady state past the first audits (one in 63 or 64); each window is a whole
+number of audit cycles long, so it holds its share of audited steps.
 
 ``--instructions`` adds a deterministic count beside the timed figures, which
 on a loaded machine scatter by tens of microseconds: the same steps run under
@@ -43,6 +45,7 @@ import torch
 from torch import nn
 
 import torchdoctor
+from torchdoctor.runtime.timeline import AUDIT_GAPS, LATER_GAPS
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -71,12 +74,17 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, criterion: nn.Module, pa
         opt.step()
 
 
+def cycled(batches: Batches, n: int) -> Batches:
+    return [batches[i % len(batches)] for i in range(n)]
+
+
 def steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer, warm: int = 2,
           later: bool = False) -> tuple[float, ...]:
     """(wall, thread CPU) seconds per step, after ``warm`` untimed steps (in a watch: its once-per-session work,
     such as reading the model and finding the user's lines, is not a cost per step). With ``later``, also the thread
-    CPU a step of the same batches run again once the run is past ``COUNT_WARM`` steps: past a session's beginning,
-    whose steps the watch times and checks each."""
+    CPU a step in two windows of the same run (``WINDOWS``): past a session's beginning, whose steps the watch audits
+    each, a whole number of the audit cycles of the steps after it, so that each window holds its share of audited
+    steps whatever its phase."""
     criterion = nn.CrossEntropyLoss()
     train(model, opt, criterion, batches[:warm])
     t0, c0 = time.perf_counter(), time.thread_time()
@@ -84,11 +92,15 @@ def steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer, warm: 
     first = ((time.perf_counter() - t0) / len(batches), (time.thread_time() - c0) / len(batches))
     if not later:
         return first
-    for done in range(warm + len(batches), COUNT_WARM, len(batches)):
-        train(model, opt, criterion, batches[:COUNT_WARM - done])
-    c0 = time.thread_time()
-    train(model, opt, criterion, batches)
-    return *first, (time.thread_time() - c0) / len(batches)
+    done, out = warm + len(batches), []
+    for start, length in WINDOWS:
+        train(model, opt, criterion, cycled(batches, start - done))
+        part = cycled(batches, length)
+        c0 = time.thread_time()
+        train(model, opt, criterion, part)
+        out.append((time.thread_time() - c0) / length)
+        done = start + length
+    return *first, *out
 
 
 def watched_steps(model: nn.Module, batches: Batches, opt: torch.optim.Optimizer, later: bool = False) -> tuple[float, ...]:
@@ -110,7 +122,7 @@ def measure(name: str, reps: int, n: int, later: bool = False) -> dict[str, list
     model, opt, batches = workload(name, n)
     steps(model, batches, opt)  # warm-up, both ways
     watched_steps(model, batches, opt)
-    out: dict[str, list[float]] = {"wall": [], "cpu": [], "extra_us": [], "plain_us": [], "later_us": []}
+    out: dict[str, list[float]] = {"wall": [], "cpu": [], "extra_us": [], "plain_us": [], "later_us": [], "steady_us": []}
     for rep in range(reps):
         if rep % 2 == 0:
             plain, watched = steps(model, batches, opt, later=later), watched_steps(model, batches, opt, later)
@@ -122,6 +134,7 @@ def measure(name: str, reps: int, n: int, later: bool = False) -> dict[str, list
         out["plain_us"].append(plain[1] * 1e6)
         if later:
             out["later_us"].append((watched[2] - plain[2]) * 1e6)
+            out["steady_us"].append((watched[3] - plain[3]) * 1e6)
     return out
 
 
@@ -142,15 +155,21 @@ def line(name: str, r: dict[str, list[float]], *, ratio_target: float | None = N
              f"wall {wall:.3f}", f"plain step {statistics.median(r['plain_us']):.0f} us CPU",
              f"{len(r['cpu'])} interleaved pairs"]
     if r["later_us"]:
-        later, later_lo, later_hi = spread(r["later_us"])
-        parts.insert(2, f"past a session's first {COUNT_WARM} steps (every step timed and checked at its beginning) "
-                        f"watch {later:+.1f} us a step (quartiles {later_lo:+.1f} .. {later_hi:+.1f} us)")
+        for (start, length), key, what in zip(WINDOWS, ("later_us", "steady_us"), WINDOW_NAMES):
+            us, lo, hi = spread(r[key])
+            parts.insert(len(parts) - 3, f"steps {start + 1}-{start + length} ({what}) watch {us:+.1f} us a step "
+                                         f"(quartiles {lo:+.1f} .. {hi:+.1f} us" + (f"; target <= {us_target:g} us"
+                                                                                    if us_target is not None else "") + ")")
     return "; ".join(parts)
 
 
 # -- instruction counts under callgrind ---------------------------------------------------------------------
 COUNT_WARM = 80  # steps before a counted run: past a session's start-up work and its checks' every-step beginning
-COUNT_CYCLE = 124  # a counted run's steps are a multiple of the audit cycle (timeline.AUDIT_GAPS: 16 + 15 steps)
+COUNT_CYCLE = 2 * sum(AUDIT_GAPS)  # a counted run's steps are a multiple of the audit cycle (timeline.AUDIT_GAPS)
+# the timed windows of the tiny MLP (start, steps): past the first steps, where one step in 30 or 31 is audited, and
+# past the first DENSE_AUDITS audits (step 308), where one in 63 or 64 is; each two cycles of its audit gaps long
+WINDOWS = ((COUNT_WARM, 2 * sum(AUDIT_GAPS)), (400, 2 * sum(LATER_GAPS)))
+WINDOW_NAMES = ("past the first steps, one in 30 or 31 audited", "the steady state, one in 63 or 64 audited")
 COUNTED = "sys_call_tracing"  # CPython's C function behind sys.call_tracing, which nothing else calls
 
 

@@ -20,7 +20,7 @@ def step(i: int, total: float, data: float = 0.0, memory=None, rss=None) -> dict
 
 
 def stats(steps: list[dict]) -> dict:
-    return {"steps": len(steps), "forward_calls": len(steps), "batches": len(steps), "timeline": steps, "devices": ["cpu"]}
+    return {"steps": len(steps), "forward_calls_audited": len(steps), "batches": len(steps), "timeline": steps, "devices": ["cpu"]}
 
 
 SVG = "{http://www.w3.org/2000/svg}"

@@ -1,4 +1,4 @@
-"""Past its first steps the watch audits one step in 15 or 16 (timeline.py); on the others its wrappers pass calls
+"""Past its first steps the watch audits one step in 30 or 31 (timeline.py); on the others its wrappers pass calls
 through (hot.py). What happens on such a step is still seen: a root model in another mode (no_grad, eval, a new
 loader pass), a move, a device error. Each test puts the pitfall on a step that is not audited and asserts so."""
 
@@ -11,7 +11,7 @@ from torch import nn
 import torchdoctor
 from torchdoctor.runtime.timeline import TIMED_FIRST
 
-LATE = TIMED_FIRST + 6  # step 70: neither it nor the next one (71) is audited, the first audit is step 80
+LATE = TIMED_FIRST + 6  # step 70: neither it nor the next one (71) is audited, the first audit is step 96
 
 
 def net() -> nn.Module:
@@ -107,7 +107,8 @@ def test_a_clean_loop_that_evaluates_every_few_steps_is_quiet_and_audits_few_ste
     assert codes(s) == [] and s.stats["steps"] == 300
     # the first steps, the audits, the two passes after each, and the first step after each evaluation
     assert s.stats["backward_calls_audited"] < TIMED_FIRST + (300 - TIMED_FIRST) // 2
-    assert s.stats["forward_calls"] == 300 + 12  # every forward is counted, audited or not
+    # the first steps' forwards and every evaluation's (model.eval() ends passing through) are read, not the rest
+    assert TIMED_FIRST + 12 <= s.stats["forward_calls_audited"] < 300
 
 
 def gan(steps: int, zero_generator=lambda step: True) -> list[str]:
@@ -132,3 +133,77 @@ def test_a_gan_whose_generator_stops_zeroing_late_is_td404_and_a_clean_one_is_qu
     # the generator's steps straddle the discriminator's, which end the watch's steps: both are followed every step
     assert gan(3 * LATE, zero_generator=lambda step: step < 2 * LATE) == ["TD404"]
     assert gan(3 * LATE) == []
+
+
+class WithEma(nn.Module):
+    """Updates a moving average of its layer under no_grad inside forward, as EMA and momentum encoders do, and runs
+    a frozen layer under no_grad: inner calls, not roots, whatever the grad context around them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer, self.frozen, self.ema = nn.Linear(4, 8), nn.Linear(8, 8), nn.Linear(4, 8)
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            for avg, p in zip(self.ema.parameters(), self.layer.parameters()):
+                avg.mul_(0.9).add_(p, alpha=0.1)
+            self.frozen.eval()
+            hint = self.frozen(self.ema(x))
+        return self.head(self.layer(x) + hint)
+
+
+def test_steps_past_the_first_pass_module_calls_through_and_grad_contexts_inside_forward_keep_it_so():
+    torch.manual_seed(0)
+    model = WithEma()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    through = []
+    with torchdoctor.watch(environment=False) as s:
+        for step in range(200):
+            x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # torch's own no_grad, outside any call
+            opt.step()
+            through.append(s._through)
+        roots = {type(info[1]()).__name__ for info in s._root_info.values()}
+    assert codes(s) == [] and roots <= {"WithEma", "CrossEntropyLoss"}  # the inner layers were never taken for roots
+    assert not any(through[:TIMED_FIRST - 1]) and sum(through[TIMED_FIRST:]) > 0.8 * (200 - TIMED_FIRST)
+    assert s.stats["forward_calls_audited"] < 200 - 100  # the steps passed through are not read
+
+
+def test_an_evaluation_under_inference_mode_on_a_step_passed_through_is_read_and_passing_through_resumes_after():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        train(model, opt, LATE)
+        assert s._through
+        with torch.inference_mode():
+            assert not s._through  # a grad context ends it: the call below is read
+            model(torch.randn(8, 4))  # training mode, dropout on: TD402
+        assert not s._through  # that call was in another state: the step is audited
+        train(model, opt, 2 * 61)
+        assert s._through
+        with torch.enable_grad():
+            model(torch.randn(8, 4)).sum()
+        assert s._through  # nothing new inside: passing through again
+    assert codes(s) == ["TD402"]
+
+
+def test_a_checkpointed_model_recomputed_inside_backward_on_steps_passed_through_is_quiet():
+    class Checkpointed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block, self.head = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.1), nn.ReLU()), nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:  # the recomputation enters enable_grad inside backward
+            return self.head(torch.utils.checkpoint.checkpoint(self.block, x.detach().requires_grad_(), use_reentrant=True))
+
+    torch.manual_seed(0)
+    model = Checkpointed()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        train(model, opt, 150)
+        assert s._through
+        roots = {type(info[1]()).__name__ for info in s._root_info.values()}
+    assert codes(s) == [] and "Sequential" not in roots

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import torchdoctor
-from torchdoctor.runtime.timeline import AUDIT_GAPS, TIMED_FIRST, Timeline
+from torchdoctor.runtime.timeline import AUDIT_GAPS, DENSE_AUDITS, LATER_GAPS, TIMED_FIRST, Timeline, audit_gap
 
 
 def _train(steps: int, loader=None):
@@ -27,17 +27,19 @@ def _train(steps: int, loader=None):
 
 
 def test_every_step_counted_phases_timed_on_sampled_steps():
-    s = _train(200)
+    s = _train(500)
     rows = s.stats["timeline"]
-    assert s.stats["steps"] == len(rows) == 200
+    assert s.stats["steps"] == len(rows) == 500
     assert all(r["total"] > 0 for r in rows)  # every step keeps its total time
     timed = [r["index"] for r in rows if r["timed"]]
     audits, step = [], TIMED_FIRST
-    while (step := step + AUDIT_GAPS[len(audits) % 2]) <= 200:
+    while (step := step + audit_gap(len(audits))) <= 500:
         audits.append(step)
     first, second = AUDIT_GAPS
-    assert all(sum(AUDIT_GAPS) % d for d in range(2, sum(AUDIT_GAPS))) and audits[:3] == [TIMED_FIRST + first, TIMED_FIRST + first + second,
-                                                  TIMED_FIRST + 2 * first + second]  # the gaps in turn, a prime cycle
+    assert all(sum(gaps) % d for gaps in (AUDIT_GAPS, LATER_GAPS) for d in range(2, sum(gaps)))  # prime cycles
+    assert audits[:3] == [TIMED_FIRST + first, TIMED_FIRST + first + second, TIMED_FIRST + 2 * first + second]
+    dense = audits[DENSE_AUDITS - 1]  # then sparser: the gaps in turn again
+    assert audits[DENSE_AUDITS:DENSE_AUDITS + 2] == [dense + LATER_GAPS[0], dense + sum(LATER_GAPS)]
     assert timed == list(range(1, TIMED_FIRST + 1)) + audits
     assert all(r["data"] is None and r["forward"] is None and r["other"] is None for r in rows if not r["timed"])
     assert all(r["forward"] > 0 and r["backward"] > 0 and r["optimizer"] > 0 for r in rows if r["timed"])
@@ -118,3 +120,28 @@ def test_the_step_pre_hook_runs_only_on_steps_that_need_it_and_is_removed_on_exi
     assert all(r["optimizer"] > 0 for r in s.stats["timeline"] if r["timed"])
     late = present[TIMED_FIRST:]
     assert 0 < sum(late) <= len(late) // 3  # a few of the sampled steps, not all
+
+
+def test_steps_passed_through_share_their_stretchs_time_and_every_step_has_one():
+    """A stretch of steps passed through reads no clock (hot.step_post): each gets the stretch's mean when it ends,
+    at the next step read or when the watch ends. The totals still add up to the time the steps took."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(300)]
+    before = time.perf_counter()
+    with torchdoctor.watch(environment=False) as s:
+        started = time.perf_counter()  # the timeline started before it
+        for x, y in batches:
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        looped = time.perf_counter()
+    after = time.perf_counter()
+    rows = s.stats["timeline"]
+    assert [r["index"] for r in rows] == list(range(1, 301)) and all(r["total"] > 0 for r in rows)
+    # each stretch's steps share one total: far fewer distinct totals past the first steps than steps
+    late = [r["total"] for r in rows[TIMED_FIRST:] if not r["timed"]]
+    assert len(set(late)) < len(late) // 5
+    total = sum(r["total"] for r in rows)  # from the timeline's start to the watch's end: no time lost or counted twice
+    assert looped - started <= total <= after - before

@@ -100,9 +100,11 @@ def _read_line(path: str, line: int) -> str | None:
 
 
 def _headline(findings: Sequence[Finding], stats: dict[str, Any], steps: list[dict[str, Any]], warm: int) -> str:
-    counts = ", ".join(_plural(stats.get(key, 0), one, many) for key, one, many in (
-        ("steps", "optimizer step", "optimizer steps"), ("forward_calls", "forward pass", "forward passes"),
-        ("batches", "batch", "batches")))
+    shown = (("steps", "optimizer step", "optimizer steps"), ("forward_calls_audited", "forward pass", "forward passes"),
+             ("batches", "batch", "batches"))
+    if stats.get("sampled"):  # forward passes are counted on the audited steps only
+        shown = shown[::2]
+    counts = ", ".join(_plural(stats.get(key, 0), one, many) for key, one, many in shown)
     devices = stats.get("devices") or []
     on = f" on {', '.join(devices)}" if devices else ""
     steady = [s["total"] for s in steps[warm:]]

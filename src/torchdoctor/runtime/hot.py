@@ -2,14 +2,20 @@
 
 They run at every module call, backward, optimizer step and batch, so each
 does its work inline, in as few Python operations as it can. Past a
-session's first steps, the watch audits one step in 15 or 16 (timeline.py);
-on the others (``session._armed`` False) the module-call wrapper lets a root
-model in the state last seen (pass, training flag, grad mode) through with a
-few reads, torch's own ``autograd.backward`` is back in place and the step
-pre-hook is out of torch's dict, and the step post-hook keeps the step's
-total time only. A root in another state, a new root or a moved one arms the
-watch at once (``session.arm``), to the end of that step; the post-hook
-decides about the next one. Audited, the wrappers read the clock only when
+session's first steps, the watch audits one step in 30 or 31, later one in 63
+or 64 (timeline.py); the others are passed through (``session._through``):
+``session._busy`` stays set, so every module call, a root one too, goes
+straight to torch's ``_call_impl`` after that one flag read, torch's own
+``autograd.backward`` is back in place, the step pre-hook is out of torch's
+dict, and the step post-hook only counts the step (its time is its stretch's
+mean: ``Timeline.close_stretch``). What may change how a root is called next
+(a loader pass, ``train()``/``eval()``, a move, a grad context entered outside
+any module call) ends passing through (``session.stop_through``); from then on
+(``session._armed`` False) the wrapper lets a root model in the state last
+seen (pass, training flag, grad mode) through with a few reads, and a root in
+another state, a new root or a moved one arms the watch at once
+(``session.arm``), to the end of that step; the post-hook decides about the
+next one. Audited, the wrappers read the clock only when
 the phase changes (``Timeline.enter`` written out in place) and call into the
 session or a check only when something is new: a model not seen since its
 last ``Module._apply``, a forward pass in another mode, a followed gradient,
@@ -39,6 +45,15 @@ from torchdoctor.runtime.timeline import BACKWARD, DATA, FOLLOW_WAIT, FORWARD, M
 _NEW = type("_New", (), {"segment": None})()  # what an unseen root's mode record reads as: no segment, so not passed
 
 
+def in_module_call(code: Any, frame: Any) -> bool:
+    """Whether ``frame`` or one that called it runs ``code`` (the module-call wrapper's): inside a module call."""
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def module_call(session: Any, orig: Any) -> Any:
     # Module.__call__ rather than global module hooks: a global hook sends every
     # module call (children too) down torch's slow path, and makes torch.compile'd
@@ -56,12 +71,14 @@ def module_call(session: Any, orig: Any) -> Any:
     def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
         # ``__tracebackhide__`` is set where an exception passes (IPython reads a frame's locals when it prints the
         # traceback): a try costs nothing in CPython 3.11 until something is raised, an assignment costs every call
-        if session._busy:  # inside a root call: what Module._wrapped_call_impl does, without its extra frame
-            impl = module._compiled_call_impl
+        if session._busy:  # inside a root call, or a step passed through whole: what Module._wrapped_call_impl does,
+            impl = module._compiled_call_impl  # without its extra frame
             try:
                 return module._call_impl(*args, **kwargs) if impl is None else impl(*args, **kwargs)
-            except BaseException:
+            except BaseException as error:
                 __tracebackhide__ = True
+                if session._through and isinstance(error, Exception):  # the outermost call explains it
+                    session.on_through_error(error, module, args, kwargs)
                 raise
         if dynamo[0] and compiling():
             return orig(module, *args, **kwargs)
@@ -149,7 +166,7 @@ def backward(session: Any, orig: Any) -> Any:
         if facts is not session._facts_trained and facts is not None:  # a new model (or a move) trains: its device
             session._facts_trained = facts
             session._train_devices.add(facts[2])
-        busy = session._busy
+        busy, through = session._busy, session._through
         session._in_backward = session._busy = True
         if tl.timed:  # Timeline.enter, in place (twice), on a timed step
             now = perf_counter()
@@ -165,7 +182,7 @@ def backward(session: Any, orig: Any) -> Any:
                 tl._mark = now
                 tl.phase = OTHER
             session._in_backward = False
-            session._busy = busy
+            session._busy = busy if session._through is through else session._through  # (a step hook in backward)
             if grads.waiting:
                 grads.after_backward()
             if not session._armed:
@@ -204,21 +221,17 @@ def step_post(session: Any) -> Any:
     ``session.disarm``): each of the first steps, the timeline's audit steps, a step after one that waited for data,
     and every step while the gradient check confirms a miss or the loss check has found a kept loss."""
     timeline, grads, narrowed, where = session.timeline, session._grads, session._optimizer, session._where
-    reads_memory = session._reads_memory  # device memory is read at every step: never the fast path
+    reads_memory = session._reads_memory  # device memory is read at every step: no step is passed through
 
     def on_step_post(opt: Any, args: Any = None, kwargs: Any = None) -> None:
-        now = perf_counter()
         tl = timeline
-        # neither this step nor the next is audited (``fast_until``: session.disarm), no reading is due, the primary
-        # optimizer stepped: the step's total time is all (Timeline.end_step, in place)
-        if tl.count < tl.fast_until and now < session._rss_next and session._primary() is opt:
-            count = tl.count = tl.count + 1
-            if session._autocast_now:
-                session._autocast_steps += 1
-            if tl._stride == 1 or count % tl._stride == 0:
-                tl._rows.append((count, now - tl._start))
-            tl._start = now
+        # neither this step nor the next is audited (``fast_until``: session.disarm), the primary optimizer stepped
+        # (its id: a step passed through reads no clock and no weak reference): counted, no more. Its time is its
+        # stretch's mean, written when the stretch ends (Timeline.close_stretch)
+        if tl.count < tl.fast_until and id(opt) == tl.primary:
+            tl.count += 1
             return
+        now = perf_counter()
         if narrowed is not None and narrowed() is not opt:
             return
         primary = session._primary
@@ -227,6 +240,8 @@ def step_post(session: Any) -> Any:
                 if session._armed:
                     grads.on_step_post(opt, where)
                 return  # another optimizer's step (GAN) is part of this step
+        if tl.stretch >= 0:
+            session.close_stretch(now, ends_step=True)
         if session._autocast_now:
             session._autocast_steps += 1
         if reads_memory or now >= session._rss_next:

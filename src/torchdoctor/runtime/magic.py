@@ -186,7 +186,7 @@ def _controller(shell: Any) -> _Controller:
 def _show(session: Any, opts: _Options, *, always: bool) -> None:
     """The report under the cell (standard output: in a notebook it belongs with the cell's output)."""
     stats = session.stats or {}
-    if not always and not session.findings and not stats.get("forward_calls"):
+    if not always and not session.findings and not stats.get("forward_calls_audited"):
         return  # a cell that neither trained nor found anything: say nothing
     print(session.report(opts.fmt, title="torchdoctor"), end="")
     if opts.html:

@@ -47,6 +47,11 @@ def install(session: Any) -> Patches:
         p.undo(_watch_dynamo_import(session._dynamo_seen))
         p.replace(torch.nn.Module, "__call__", lambda orig: hot.module_call(session, orig))
         p.undo(_forget_in_dynamo(torch.nn.Module.__call__, torch.nn.Module.__dict__["__call__"].__wrapped__))
+        _unpatched_in_dynamo(torch.nn.Module.__call__)
+        session._call_code = torch.nn.Module.__dict__["__call__"].__code__
+        for context in (torch.no_grad, torch.enable_grad, torch.inference_mode):  # grad mode changes: session.stop_through
+            p.replace(context, "__enter__", lambda orig: _context_enter(session, orig))
+            p.replace(context, "__exit__", lambda orig: _context_exit(session, orig))
         on_step_pre = hot.step_pre(session)
         pre = optim_mod.register_optimizer_step_pre_hook(on_step_pre)
         p.handle(pre)
@@ -95,18 +100,58 @@ def _watch_dynamo_import(seen: list[bool]) -> Callable[[], None]:
     return remove
 
 
+_DYNAMO_HOLDERS = ("torch._dynamo.utils", "torch._dynamo.variables.nn_module")  # where it keeps Module.__call__
+
+
+def _unpatched_in_dynamo(wrapper: Any) -> None:
+    """Dynamo takes the wrapper for the unpatched Module.__call__ while the watch runs (as it does when first imported
+    during the session): a module call it traces goes straight to ``forward``, reading none of the watch's state, so
+    that no guard of a compiled graph depends on it (steps audited and passed through alike: ``hot.module_call``)."""
+    import sys
+
+    for name in _DYNAMO_HOLDERS:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "unpatched_nn_module_call"):
+            module.unpatched_nn_module_call = wrapper
+
+
 def _forget_in_dynamo(wrapper: Any, original: Any) -> Callable[[], None]:
-    """Dynamo imported during the session took the wrapper for the unpatched Module.__call__: set it back."""
+    """Dynamo's unpatched Module.__call__ is torch's own again (see ``_unpatched_in_dynamo``)."""
 
     def forget() -> None:
         import sys
 
-        for name in ("torch._dynamo.utils", "torch._dynamo.variables.nn_module"):
+        for name in _DYNAMO_HOLDERS:
             module = sys.modules.get(name)
             if module is not None and getattr(module, "unpatched_nn_module_call", None) is wrapper:
                 module.unpatched_nn_module_call = original
 
     return forget
+
+
+def _context_enter(session: Any, orig: Any) -> Any:
+    """A grad context (no_grad, enable_grad, inference_mode) starts: roots called in it are read again
+    (``session.stop_through``), until it ends (``_context_exit``)."""
+
+    @functools.wraps(orig)
+    def __enter__(self: Any) -> Any:
+        if session._through and session.stop_through():
+            self._torchdoctor_ended = session._through_ends
+        return orig(self)
+
+    return __enter__
+
+
+def _context_exit(session: Any, orig: Any) -> Any:
+    @functools.wraps(orig)
+    def __exit__(self: Any, *exc: Any) -> Any:
+        out = orig(self, *exc)
+        ended = self.__dict__.pop("_torchdoctor_ended", None)
+        if ended is not None:
+            session.resume_through(ended)
+        return out
+
+    return __exit__
 
 
 def _grad(session: Any, orig: Any) -> Any:
@@ -115,12 +160,13 @@ def _grad(session: Any, orig: Any) -> Any:
         if session._in_backward:
             return orig(*args, **kwargs)
         session.on_grad()
-        busy = session._busy
+        busy, through = session._busy, session._through
         session._in_backward = session._busy = True
         try:
             return orig(*args, **kwargs)
         finally:
-            session._in_backward, session._busy = False, busy
+            session._in_backward = False
+            session._busy = busy if session._through is through else session._through
 
     return grad
 
@@ -148,8 +194,8 @@ def _module_train(session: Any, orig: Any) -> Any:
 
     @functools.wraps(orig)
     def train(self: Any, mode: bool = True) -> Any:
-        if depth[0] == 0 and not mode:
-            session.on_eval_call(self)
+        if depth[0] == 0:
+            session.on_train_call(self, mode)
         depth[0] += 1
         try:
             return orig(self, mode)

@@ -24,8 +24,9 @@ def render(findings: Sequence[Finding], stats: dict[str, Any], fmt: str, *, colo
         head = f"{title}: "
         steps = stats.get("steps")
         if steps is not None:
-            counts = (steps, stats.get("forward_calls", 0), stats.get("batches", 0))
-            head += "watched " + ", ".join(_plural(n, word) for n, word in zip(counts, _COUNTED))
+            # forward passes are counted on the audited steps only: said when that is every step
+            counts = (steps, None if stats.get("sampled") else stats.get("forward_calls_audited", 0), stats.get("batches", 0))
+            head += "watched " + ", ".join(_plural(n, word) for n, word in zip(counts, _COUNTED) if n is not None)
             if stats.get("sampled"):  # long runs time the phases of some steps only (timeline.py)
                 head += f" (steps sampled: phases timed on {stats.get('timed_steps', 0)} of them)"
             head += "\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from time import perf_counter
 from typing import Any
 
 from torchdoctor.errors import TorchDoctorError
@@ -21,6 +22,7 @@ from torchdoctor.findings import Finding, Location, sort_findings
 from torchdoctor.runtime import patches
 from torchdoctor.runtime.checks import attributes, data, devices, grads, losses, modes
 from torchdoctor.runtime.checks.env import startup_findings
+from torchdoctor.runtime.hot import in_module_call
 from torchdoctor.runtime.locate import user_location
 from torchdoctor.runtime.probe import DeviceProbe, default_probe
 from torchdoctor.runtime.timeline import OTHER, RSS_EVERY_S, RSS_FIRST_STEPS, Timeline
@@ -128,6 +130,9 @@ class WatchSession:
         self._where = self.call_location  # one bound method, handed to the checks at every step
         self._dynamo_seen = [False]  # torch._dynamo imported (before or during the session): see patches.install
         self._armed = True  # this step is audited: the wrappers do their work (``arm``; each of the first steps)
+        self._through = False  # module calls pass straight through, roots too: ``disarm``, ``stop_through``
+        self._through_ends = 0  # how many times ``stop_through`` ended it (a grad context resumes only its own)
+        self._call_code: Any = None  # the module-call wrapper's code (set by patches.install): ``hot.in_module_call``
         # set by patches.install: torch's hook dict and the step pre-hook's key in it, the pre-hook, both backwards
         self._pre_hooks: Any = None
         self._pre_key: Any = None
@@ -142,7 +147,9 @@ class WatchSession:
         """From now to the end of the step (``hot.step_post`` decides about the next one), the wrappers do their
         work: module calls are read, the watch's backward and step pre-hook are in."""
         self._armed = True
-        self.timeline.fast_until = -1
+        self._through = self._busy = False
+        if self.timeline.stretch >= 0:
+            self.close_stretch(perf_counter(), ends_step=False)
         self._pre_hooks[self._pre_key] = self._on_step_pre
         self._torch.autograd.backward = self._backward_watched
 
@@ -150,10 +157,37 @@ class WatchSession:
         """A step that is not audited comes: no step pre-hook, module calls pass, torch's own backward once the
         loss check no longer looks (``settle_backward``)."""
         self._armed = False
-        if not self._reads_memory:  # up to the step before the next audit, the step hook keeps the total only
-            self.timeline.fast_until = self.timeline.audit - 2
+        self._through = self._busy = True
+        if not self._reads_memory:  # up to the step before the next audit, the step hook counts steps only
+            self.timeline.open_stretch(self.timeline.audit - 2)
         self._pre_hooks.pop(self._pre_key, None)
         self.settle_backward()
+
+    def stop_through(self) -> bool:
+        """Something may change how a root model is called next (a mode, a move, a loader pass, a grad context): from
+        here on, module calls are read again (``hot.module_call``). Not when it happens inside a module call or a
+        backward pass: what counts is the state a root is called in, and these calls are inside one (or recompute
+        one). Whether it ended passing through."""
+        if not self._through or self._in_backward or self._torch._C._current_graph_task_id() != -1 \
+                or in_module_call(self._call_code, sys._getframe(1)):
+            return False
+        self._through = self._busy = False
+        self._through_ends += 1
+        if self.timeline.stretch >= 0:
+            self.close_stretch(perf_counter(), ends_step=False)
+        return True
+
+    def close_stretch(self, now: float, ends_step: bool) -> None:
+        """The steps passed through are over (``Timeline.close_stretch``)."""
+        passed = self.timeline.close_stretch(now, ends_step)
+        if self._autocast_now:
+            self._autocast_steps += passed
+
+    def resume_through(self, ended: int) -> None:
+        """The grad context whose start ended passing through (the ``ended``-th end) is over: pass through again, unless
+        something else changed since or the step got audited."""
+        if ended == self._through_ends and not (self._armed or self._through):
+            self._through = self._busy = True
 
     def settle_backward(self) -> None:
         """Not audited: torch's own backward, unless the loss check still looks at the passes after a tag or tags
@@ -171,6 +205,11 @@ class WatchSession:
                 self._explain(error)
             finally:
                 self._root, self._root_args = None, ()
+
+    def on_through_error(self, error: BaseException, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A module call failed on a step passed through: the outermost one explains it as a root's."""
+        if not in_module_call(self._call_code, sys._getframe(2)):
+            self.on_root_error(error, module, args, kwargs)
 
     def _read_root(self, module: Any) -> tuple[Any, ...]:
         """(generation, ref, device type of the first parameter, float32?, mode record or None).
@@ -215,6 +254,7 @@ class WatchSession:
                     self.timeline.enter(OTHER, now)  # a second optimizer's step (GAN) is part of this step
                 return False
         self._primary = weakref.ref(opt)
+        self.timeline.primary = id(opt)
         return True
 
     def _step_readings(self, now: float) -> tuple[int | None, int | None]:
@@ -233,6 +273,7 @@ class WatchSession:
         return memory, rss
 
     def on_pass_start(self, it: Any, loader: Any) -> None:
+        self.stop_through()
         self._passes += 1
         it._torchdoctor_pass = self._passes
         self._samplers.on_pass(loader, it, self.call_location)
@@ -240,23 +281,31 @@ class WatchSession:
             self._loader_location = self.call_location()
 
     def on_batch(self, it: Any, batch: Any) -> None:
-        self._pass_id = getattr(it, "_torchdoctor_pass", None)
+        pass_id = getattr(it, "_torchdoctor_pass", None)
+        if pass_id != self._pass_id:  # loops that zip two loaders alternate
+            self.stop_through()
+            self._pass_id = pass_id
         self.timeline.batches += 1
         current: dict[int, weakref.ReferenceType] = {}
         data.collect_tensors(batch, current, self._torch.Tensor, 2)
         self._batches = (current, self._batches[0])  # the previous batch too: loops that zip two loaders use both
 
     def on_pass_end(self, it: Any) -> None:
+        self.stop_through()
         self._pass_id = None
         self._samplers.on_pass_done(it)
 
     def on_module_apply(self) -> None:
+        self.stop_through()
         self._generation += 1
         self._root_info.clear()  # what the roots are (device, dtype) is read again at their next call
         self._root_modes.clear()
 
-    def on_eval_call(self, module: Any) -> None:
-        self._modes.eval_locations[id(module)] = self.call_location()
+    def on_train_call(self, module: Any, mode: bool) -> None:
+        """``module.train(mode)`` or ``module.eval()``, not from inside another one's."""
+        self.stop_through()
+        if not mode:
+            self._modes.eval_locations[id(module)] = self.call_location()
 
     def add(self, finding: Finding | None) -> None:
         if finding is not None:

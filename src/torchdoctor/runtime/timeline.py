@@ -11,8 +11,9 @@ then every n-th.
 
 Phases are timed (``timed``) at each of the first ``TIMED_FIRST`` steps, then at
 the audit steps (``audit``: the next one), which come ``AUDIT_GAPS`` steps apart in
-turn (16, then 15: a cycle of 31, a prime, so that they fall on every position of
-an epoch of any shorter length), and at every step after a timed one whose data
+turn (32, then 29: a cycle of 61, a prime, so that they fall on every position of
+an epoch of any shorter length; past the first ``DENSE_AUDITS`` audits, step 308,
+``LATER_GAPS``, 64 and 63), and at every step after a timed one whose data
 wait was over ``FOLLOW_WAIT`` of it (a starving input pipeline, TD606, is
 followed step by step). A timed step is an audited one: the watch's wrappers
 do their every-call work on it only (``hot.py``); the other steps cost them a
@@ -34,10 +35,17 @@ MAX_STEPS = 5000
 RSS_EVERY_S = 0.05
 RSS_FIRST_STEPS = 16  # host memory is read at each of these, so that a short run has readings too
 TIMED_FIRST = 64  # every step's phases are timed up to here
-AUDIT_GAPS = (16, 15)  # then steps this far apart, in turn, are audited (timed and checked)
+AUDIT_GAPS = (32, 29)  # then steps this far apart, in turn, are audited (timed and checked): the first DENSE_AUDITS
+LATER_GAPS = (64, 63)  # and after those, these (a cycle of 127, a prime too)
+DENSE_AUDITS = 8
 FOLLOW_WAIT = 0.2  # a timed step that waited this share of its time for data: the next one is timed too
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
+
+
+def audit_gap(audits: int) -> int:
+    """The steps from the ``audits``-th audit step past the first ``TIMED_FIRST`` (counted from 0) to the next."""
+    return (AUDIT_GAPS if audits < DENSE_AUDITS else LATER_GAPS)[audits % 2]
 
 
 @dataclass
@@ -64,7 +72,7 @@ class Step:
 
 class Timeline:
     __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase",
-                 "timed", "audit", "_gaps", "fast_until")
+                 "timed", "audit", "_gaps", "fast_until", "primary", "stretch")
 
     def __init__(self) -> None:
         # Step fields as plain tuples, built every step, so kept cheap: (index, total) for a step with no more
@@ -81,6 +89,8 @@ class Timeline:
         self.audit = TIMED_FIRST + AUDIT_GAPS[0]  # the next audited step after the first TIMED_FIRST
         self._gaps = 1  # audits scheduled so far (which gap comes next)
         self.fast_until = -1  # while count is below it, the steps are not audited: the step hook's fast path
+        self.primary = 0  # id() of the optimizer whose steps are the steps (session._new_primary)
+        self.stretch = -1  # the count where the steps passed through began (open_stretch), -1: none open
 
     @property
     def steps(self) -> list[Step]:
@@ -115,11 +125,33 @@ class Timeline:
                 self._rows.append(row)
         self._start = now
 
+    def open_stretch(self, until: int) -> None:
+        """The steps up to ``until`` are passed through: counted only (``hot.step_post``), no clock read."""
+        self.fast_until = until
+        self.stretch = self.count
+
+    def close_stretch(self, now: float, ends_step: bool) -> int:
+        """The stretch of steps passed through ends at ``now``: each of its steps gets their mean time (kept as any
+        step's total, one in ``_stride``). ``ends_step``: ``now`` ends the step after them too (``hot.step_post``),
+        which gets the mean as well; otherwise (a watch that ends, something new in the middle of a step) ``now``
+        is a little after the last one's end and is where the step running now starts. How many were passed."""
+        first, passed = self.stretch + 1, self.count - self.stretch
+        self.stretch, self.fast_until = -1, -1
+        if passed <= 0:
+            return 0
+        mean = (now - self._start) / (passed + ends_step)
+        stride, rows = self._stride, self._rows
+        for index in range(first, self.count + 1):
+            if stride == 1 or index % stride == 0:
+                rows.append((index, mean))
+        self._start = self._mark = now - mean if ends_step else now
+        return passed
+
     def next_timed(self, count: int, waited: bool) -> bool:
         """At the end of step ``count``, a timed one (``waited``: for data, over FOLLOW_WAIT of it): whether the next
         step is timed. Past the audit step, the next audit is scheduled."""
         if count >= self.audit:
-            self.audit += AUDIT_GAPS[self._gaps % 2]
+            self.audit += audit_gap(self._gaps)
             self._gaps += 1
         return count < TIMED_FIRST or count + 1 == self.audit or waited
 
@@ -139,7 +171,7 @@ class Timeline:
             "timed_steps": len(timed),  # of the len(timeline) kept: the others have their total only
             "sampled": len(timed) < len(steps),
             "batches": self.batches,
-            "forward_calls": self.forwards,
+            "forward_calls_audited": self.forwards,  # root calls read (hot.module_call): not on steps passed through
             "backward_calls_audited": self.backwards,  # the backward passes the watch saw: hot.backward
             "time_s": round(sum(s.total for s in steps), 6),
             "share": {k: (round(v / total, 4) if total else 0.0) for k, v in sums.items()},
