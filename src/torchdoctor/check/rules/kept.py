@@ -1,6 +1,7 @@
 """The TD603 sites that wait for nothing new or keep what they copy, which ``steps.py`` leaves alone: an evaluation
 loop's outputs copied to the host to be kept there (collected, handed to a metric, saved, handed back by a helper),
-a flag the ranks broadcast to stop together, and a read after the step's own timing ``torch.cuda.synchronize()``."""
+a flag the ranks broadcast to stop together, an action a host environment needs to step, and a read after the
+step's own timing ``torch.cuda.synchronize()``."""
 
 from __future__ import annotations
 
@@ -34,7 +35,36 @@ def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                and (ctx.call_name(c) or "").startswith("torch.distributed.") for c in sem.body(loop))
 
 
-_COLLECTORS = frozenset({"append", "extend", "insert", "index_copy_", "copy_", "index_put_", "put_"})
+_NOT_ENVIRONMENTS = frozenset({"optimizer", "scheduler", "scaler", "model", "wrapper", "loader", "sampler"})
+
+
+def env_action(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """``actions = q.argmax(1).cpu().numpy()`` then ``obs, reward, done, info = envs.step(actions)`` (or the copy
+    written in the call): the action a simulator on the host needs to go on. A reinforcement-learning rollout cannot
+    take its next step without it; the results the call hands back are what makes it an environment's step, not an
+    optimizer's or a scheduler's (``scheduler.step(val_loss.item())`` hands back nothing)."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(node)
+    bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \
+        if isinstance(stmt, ast.Assign) else set()
+    for call in sem.body(loop):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
+                and (call.args or call.keywords)):
+            continue
+        used = sem.statement_of(call)
+        if not (isinstance(used, ast.Assign) and used.value is call) or \
+                sem.expr_kind(call.func.value, call) in _NOT_ENVIRONMENTS:
+            continue
+        args = [*call.args, *(k.value for k in call.keywords)]
+        if any(sem.contains(a, node) for a in args):
+            return True
+        if bound and (call.lineno, call.col_offset) > (node.lineno, node.col_offset) and \
+                any(isinstance(n, ast.Name) and n.id in bound for a in args for n in sem.subtree(a)):
+            return True
+    return False
+
+
+_COLLECTORS = frozenset({"append", "extend", "insert", "index_copy_", "copy_", "index_put_", "put_", "put"})
 _ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half", "tolist", "squeeze", "flatten",
                       "view", "reshape"})
 
@@ -77,6 +107,9 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return False
         if as_array and (isinstance(up, ast.BinOp) or isinstance(up, ast.Subscript) and up.value is cur):
             cur = up  # ``(mask.cpu().numpy() * 255)``: arithmetic on the host array
+            continue
+        if isinstance(up, ast.Call) and cur in up.args and (ctx.call_name(up) or "") in _AS_ARRAY:
+            as_array, cur = True, up  # ``np.asarray(f.cpu())``: a NumPy array of the copy
             continue
         if isinstance(up, ast.Call) and cur in up.args:
             if _keeps(up) or as_array and _host_function(ctx, up):
@@ -179,6 +212,11 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
         if (each := _element_reads(sem, n)) is not None:  # ``for seed, image in zip(seeds, images): ...save(...)``
             element, reads = each
             return bool(reads) and all(kept(r, element) for r in reads)
+        if isinstance(up, ast.keyword) and isinstance(record := sem.parent(up), ast.Call) and _record(ctx, record):
+            n, up = record, sem.parent(record)  # ``row = CodeRow(top=top, name=f)``: a record of host values
+            if depth < 2 and isinstance(up, ast.Assign) and (other := _bound_name(up)) is not None and other != name:
+                reads = _reads_after(ctx, other, up, loop)
+                return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
         while isinstance(up, ast.Call) and n in up.args and not _keeps(up) and _on_host(ctx, up):  # ``np.argmax(arr)``
             n, up = up, sem.parent(up)
             while isinstance(up, ast.Attribute) and up.attr in _ARRAY_METHODS and isinstance(call := sem.parent(up), ast.Call) \
@@ -187,6 +225,8 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             if depth < 2 and isinstance(up, ast.Assign) and (other := _bound_name(up)) is not None and other != name:
                 reads = _reads_after(ctx, other, up, loop)  # ``labels = np.argmax(confs, 1)``, then kept as ``labels``
                 return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
+            if isinstance(up, ast.Assign) and up.value is n and all(isinstance(t, ast.Subscript) for t in up.targets):
+                return True  # ``store[key] = pickle.dumps(row)``: stored on the host
         if isinstance(up, ast.Dict) and n in up.values:  # ``res[int(img_id)] = {"boxes": torch.as_tensor(arr), ...}``
             while isinstance(up, (ast.Dict, ast.List, ast.Tuple)):
                 n, up = up, sem.parent(up)
@@ -228,13 +268,23 @@ def _grown_on_host(ctx: Context, seq: ast.AST, outer: ast.AST | None) -> bool:
 
 
 def _on_host(ctx: Context, call: ast.Call) -> bool:
-    """A NumPy function, or a tensor made from a host array (``torch.as_tensor(arr)``): the value stays on the host."""
+    """A NumPy function, a tensor made from a host array (``torch.as_tensor(arr)``) or the array serialised
+    (``pickle.dumps(row)``, for a key-value store): the value stays on the host."""
     name = ctx.call_name(call) or ""
-    return name.startswith("numpy.") or name in ("torch.as_tensor", "torch.from_numpy", "torch.tensor")
+    return name.startswith("numpy.") or name in ("torch.as_tensor", "torch.from_numpy", "torch.tensor") \
+        or name in _SERIALISERS
 
 
+_SERIALISERS = frozenset({"pickle.dumps", "json.dumps", "msgpack.packb", "marshal.dumps"})
+_AS_ARRAY = frozenset({"numpy.asarray", "numpy.array", "numpy.ascontiguousarray"})
 _METADATA = frozenset({"shape", "ndim", "dtype", "size"})
 _ARRAY_METHODS = frozenset({"flatten", "ravel", "astype", "reshape", "squeeze", "transpose", "copy", "tolist"})
+
+
+def _record(ctx: Context, call: ast.Call) -> bool:
+    """``CodeRow(top=top, bottom=bottom)``: a class named as classes are, not torch's (a namedtuple, a dataclass)."""
+    name = getattr(call.func, "id", None) or getattr(call.func, "attr", "")
+    return name[:1].isupper() and not (ctx.call_name(call) or "").startswith("torch.")
 
 
 def _kept_directly(sem: object, n: ast.AST) -> bool:

@@ -13,7 +13,7 @@ from torchdoctor.check.astutil import FACTORIES, dotted, param_default, root_nam
     target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, stop_signal
+from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.semantic.models import cpu_only_loop
@@ -207,7 +207,43 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> b
     value = b.value
     if isinstance(value, ast.BinOp) and depth < 3:
         return _host_arithmetic(ctx, value, b.node, depth + 1)
+    if isinstance(value, ast.Call) and depth < 3 and (funcs := ctx.semantic.resolve(value)):
+        return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
     return _host_leaf(value)
+
+
+def _returns_host(ctx: Context, func: ast.AST, index: int | None) -> bool:
+    """Every ``return`` of the in-file function ``func`` hands back host numbers (element ``index`` of the tuple
+    when one is unpacked): ``return losses.avg, accs.avg`` of meters fed ``loss.item()``, ``return total / n``."""
+    sem = ctx.semantic
+    returns = [n for n in sem.body(func) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns:
+        return False
+    for ret in returns:
+        value = ret.value
+        if index is not None:
+            if not (isinstance(value, ast.Tuple) and index < len(value.elts)):
+                return False
+            value = value.elts[index]
+        if not (_host_leaf(value) or isinstance(value, ast.Name) and _host_number(ctx, value, ret, 3)
+                or _meter_reading(ctx, value, func)):
+            return False
+    return True
+
+
+def _meter_reading(ctx: Context, value: ast.AST, func: ast.AST) -> bool:
+    """``losses.avg`` of an object made in ``func`` (``losses = AverageMeter()``) whose every method call there is
+    given host numbers (``losses.update(loss.item(), n)``): what it averages is a host number too."""
+    if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)):
+        return False
+    sem, name = ctx.semantic, value.value.id
+    b = sem.binding_at(name, value)
+    if b is None or not isinstance(b.value, ast.Call) or b.index is not None or sem.scope_of(b.node) is not func \
+            or sem.expr_kind(b.value.func, b.node) is not None:
+        return False
+    fed = [c for c in sem.body(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+           and isinstance(c.func.value, ast.Name) and c.func.value.id == name]
+    return bool(fed) and all(c.args and _host_leaf(c.args[0]) for c in fed)
 
 
 def _host_leaf(value: ast.AST) -> bool:
@@ -392,7 +428,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
             and (_host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
-                 or stop_signal(ctx, node, loop)):
+                 or stop_signal(ctx, node, loop) or env_action(ctx, node, loop)):
         return
     _report_sync(ctx, node, what, loop)
 
