@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted
+from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import models, program
 from torchdoctor.findings import Edit
@@ -23,9 +23,25 @@ _NO_GRAD_METHODS = frozenset({"detach", "argmax", "argmin", "argsort", "long", "
                               "lt", "ge", "le", "isnan", "isfinite", "nonzero", "byte", "short"})
 
 
+# torch functions whose result is an integer or bool tensor: it never requires grad.
+_INTEGER_RESULTS = frozenset({"argmax", "argmin", "argsort", "isnan", "isinf", "isfinite", "nonzero", "eq", "ne", "gt",
+                              "lt", "ge", "le", "searchsorted", "bucketize", "multinomial", "logical_and", "logical_or",
+                              "logical_not"})
+# ``values, indices = t.max(dim)``: the second (``[1]``, ``.indices``) is an integer tensor.
+_WITH_INDICES = frozenset({"max", "min", "topk", "sort", "kthvalue", "mode", "median"})
+
+
 # Tensor fields of a transformers model output.
 _OUTPUT_FIELDS = frozenset({"logits", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
                             "image_embeds", "text_embeds"})
+
+
+def _with_indices(ctx: Context, expr: ast.AST) -> bool:
+    """``q.max(1)`` or ``torch.topk(q, 5)``: a call that hands back (values, indices)."""
+    if not isinstance(expr, ast.Call):
+        return False
+    name = ctx.call_name(expr) or ""
+    return (name.rsplit(".", 1)[-1] if name.startswith("torch.") else method_name(expr)) in _WITH_INDICES
 
 
 def _binding_value(ctx: Context, name: str, at: ast.AST) -> ast.AST | None:
@@ -71,7 +87,12 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
     if isinstance(expr, ast.Attribute):
         if expr.attr in _OUTPUT_FIELDS:  # ``model(**batch).logits``: the model's output tensor
             return _flags(ctx, expr.value, depth + 1)
+        if expr.attr == "indices" and _with_indices(ctx, expr.value):
+            return (_flags(ctx, expr.value, depth + 1)[0], False)
         return (_flags(ctx, expr.value, depth + 1)[0], False) if expr.attr in ("data", "grad") else _HOST
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value == 1 \
+            and _with_indices(ctx, expr.value):
+        return (_flags(ctx, expr.value, depth + 1)[0], False)  # ``q.max(1)[1]``: the indices
     if isinstance(expr, (ast.Subscript, ast.Starred)):
         return _flags(ctx, expr.value, depth + 1)
     if isinstance(expr, ast.BinOp):
@@ -118,6 +139,8 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         return _flags(ctx, recv, depth + 1)
     name = ctx.call_name(call) or ""
     kind = sem.expr_kind(call.func, call)
+    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in _INTEGER_RESULTS:  # ``torch.argmax(q, dim=1)``
+        return (_or(_HOST, *(_flags(ctx, a, depth + 1) for a in call.args[:1]))[0], False)
     if kind == "loss_fn" or name.startswith("torch."):
         args = [a for arg in call.args for a in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg])]
         return _or(*(_flags(ctx, a, depth + 1) for a in args)) if args else _HOST
