@@ -170,6 +170,13 @@ class Kinds:
                 return other
         return None
 
+    def _model_class_param(self, call: ast.Call) -> bool:
+        """``Factory(envs)`` where ``Factory: nn.Module`` is a parameter named as a class is: it builds a model."""
+        if not isinstance(call.func, ast.Name) or not call.func.id[:1].isupper():
+            return False
+        b = self.bindings.at(call.func.id, call)
+        return b is not None and b.is_param and b.value is not None and self._annotation_kind(b.value) == "model"
+
     def binding_kind(self, b: Binding) -> str | None:
         key = id(b)
         if key in self._memo:
@@ -182,6 +189,8 @@ class Kinds:
                 kind = self._loop_target_kind(b)
             elif b.is_param:
                 kind = self._annotation_kind(b.value)
+                if kind == "model" and b.key[:1].isupper() and not b.key.isupper():
+                    kind = None  # ``Model: nn.Module`` named as a class is: the class, called to build one
             elif b.index is not None:
                 kind = self._unpacked_kind(b.value, b.index, b.node)
             else:
@@ -356,7 +365,7 @@ class Kinds:
             return "optimizer"
         if (last.endswith("Loss") or last.endswith("Loss2d")) and (q.startswith("torch.nn.") or "." not in q):
             return "loss_fn"  # (``nn.NLLLoss2d``: the old 2-D alias of NLLLoss)
-        if self.is_model_constructor(call, q, last):
+        if self.is_model_constructor(call, q, last) or self._model_class_param(call):
             return "model"
         if last in ("tqdm", "trange", "track", "iter", "enumerate") and call.args:
             return "loader" if self.expr_kind(call.args[0], at) == "loader" else None
