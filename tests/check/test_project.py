@@ -564,24 +564,45 @@ def test_a_loss_module_of_another_module_with_nothing_to_move_is_not_td201(proje
 
                 def forward(self, x, y):
                     return (self.w * x).mean()
+
+            class PairMargin(nn.Module):
+                def __init__(self, margin: float, scale: float):
+                    super().__init__()
+                    self.margin, self.scale = margin, scale
+                    self.soft = nn.Softplus()
+
+                def forward(self, pos, neg):
+                    return self.soft(torch.logsumexp((neg - pos + self.margin) * self.scale, 0))
+
+            class Projected(nn.Module):
+                def __init__(self, margin: float):
+                    super().__init__()
+                    self.margin = margin
+                    self.proj = nn.Linear(4, 4)
+
+                def forward(self, pos, neg):
+                    return (self.proj(neg) - pos + self.margin).clamp(min=0).mean()
             """,
         "train.py": """\
             import torch
-            from losses import DiceLoss, Weighted
+            from losses import DiceLoss, PairMargin, Projected, Weighted
 
             def train(model, loader, optimizer):
                 dice, weighted = DiceLoss(4), None
                 weighted = Weighted()
+                projected = Projected(0.25)
+                pair = PairMargin(0.25, 32)
                 for x, y in loader:
                     x, y = x.cuda(), y.cuda()
-                    loss = dice(model(x), y) + weighted(model(x), y)
+                    loss = dice(model(x), y) + weighted(model(x), y) + pair(model(x), y) + projected(model(x), y)
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
             """,
     })
     results = check_files(["train.py", "losses.py"], Settings(root=str(project), select=("TD201",)))
-    assert codes(results, "train.py") == [(6, "TD201")]  # the one holding a buffer
+    # the one holding a buffer and the one holding a layer; not the one holding a Softplus and settings
+    assert codes(results, "train.py") == [(6, "TD201"), (7, "TD201")]
 
 
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
@@ -1594,3 +1615,32 @@ def test_a_projects_own_class_named_dataloader_from_a_star_import_is_not_torchs(
     results = check_files(["train.py", "captioning/dataloader.py"], settings) if together \
         else [check_file("train.py", settings)]
     assert codes(results, "train.py") == [(10, "TD304")]
+
+
+def test_a_program_on_the_projects_own_cuda_extension_needs_a_gpu_anyway(project: Path) -> None:
+    write(project, {
+        "setup.py": """\
+            from setuptools import setup
+            from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+            setup(name="ranker", ext_modules=[CUDAExtension(name="ranker.knn_cuda", sources=["knn.cpp", "knn.cu"])],
+                  cmdclass={"build_ext": BuildExtension})
+            """,
+        "tools/rerank.py": """\
+            import torch
+            from ranker import knn_cuda
+
+            def main(q, g):
+                q, g = torch.as_tensor(q).to("cuda"), torch.as_tensor(g).to("cuda")
+                return knn_cuda.forward((q @ g.t()).topk(20).indices.float())
+            """,
+        "tools/plain.py": """\
+            import torch
+
+            def main(q, g):
+                return torch.as_tensor(q).to("cuda") @ torch.as_tensor(g).to("cuda").t()
+            """,
+    })
+    results = check_files(["tools/rerank.py", "tools/plain.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "rerank.py") == []  # its kernels run on CUDA only: no CPU fallback to write
+    assert codes(results, "plain.py") == [(4, "TD101"), (4, "TD101")]

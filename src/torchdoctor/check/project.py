@@ -557,6 +557,20 @@ class Project:
             roots.append(self.root)
         return roots
 
+    def imports_gpu_only_module(self, sem: SemanticModel) -> bool:
+        """A module of the project that ``sem`` imports needs a GPU-only library or the project's own CUDA
+        extension (``import gnn_reranking``, which imports the kernels ``setup.py`` builds): so does ``sem``."""
+        here = sem.path
+        targets = [(0, q) for q in sem.names.imports.values()] + [
+            (level, module) for level, module, _ in sem.names.from_imports.values()]
+        for level, module in targets:
+            path = self._module_file(here, level, module) if module or level else None
+            if path is not None and os.path.abspath(path) != os.path.abspath(here):
+                summary = self.summary(path)
+                if summary is not None and summary.gpu_only:
+                    return True
+        return False
+
     def summary(self, path: str) -> ModuleSummary | None:
         memo = self.state.summaries
         if path not in memo:

@@ -312,10 +312,14 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
 
 
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
-    """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor."""
+    """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor; or a torch
+    layer that holds nothing either (``self.act = nn.Softplus()``)."""
     if isinstance(value, ast.Name):
         b = sem.binding_at(value.id, at)
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
+    if isinstance(value, ast.Call):
+        q = sem.call_name(value) or ""
+        return q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in STATELESS_LAYERS
     return False
 
 

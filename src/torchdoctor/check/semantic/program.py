@@ -186,6 +186,77 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
     return _beside_cuda_sources(os.path.dirname(os.path.abspath(sem.path)))
 
 
+def imports_gpu_only(sem: SemanticModel) -> bool:
+    """The module itself imports a GPU-only library or one of the project's own CUDA extensions, not as an
+    optional import (what a module that imports it inherits: ``Project.imports_gpu_only_module``)."""
+    return any(not _optional_import(sem, imp) for imp in _gpu_only_imports(sem)) or _imports_own_extension(sem)
+
+
+def _imports_own_extension(sem: SemanticModel) -> bool:
+    """An import of a kernel module the project builds, not an optional one (``try: import fused_kernel`` whose
+    ``except ImportError`` goes on without it)."""
+    built = _own_cuda_extensions(os.path.dirname(os.path.abspath(sem.path)))
+    if not built or not any(q.split(".")[0] in built or q in built for q in sem.imports.values()):
+        return False
+    for imp in sem.of_type(ast.Import, ast.ImportFrom):
+        if isinstance(imp, ast.ImportFrom):  # ``from ranker import knn_cuda``: ranker.knn_cuda
+            names = [imp.module or "", *(f"{imp.module}.{a.name}" if imp.module else a.name for a in imp.names)]
+        else:
+            names = [a.name for a in imp.names]  # type: ignore[attr-defined]
+        if any(n.split(".")[0] in built or n in built for n in names) and not _optional_import(sem, imp):
+            return True
+    return False
+
+
+def _optional_import(sem: SemanticModel, imp: ast.AST) -> bool:
+    """In a ``try:`` with a handler that goes on (no ``raise``): the program runs without the module."""
+    parent = sem.parent(imp)
+    return isinstance(parent, ast.Try) and any(s is imp for s in parent.body) and any(
+        not (h.body and isinstance(h.body[-1], ast.Raise)) for h in parent.handlers)
+
+
+_CUDA_EXTENSION = lazy(r"""CUDAExtension\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""")
+
+
+@functools.lru_cache(maxsize=256)
+def _own_cuda_extensions(folder: str, levels: int = 3) -> frozenset[str]:
+    """The modules a ``setup.py`` builds with ``CUDAExtension`` (kernels compiled from ``.cu`` sources, with no
+    CPU fallback; their full names and last parts): one in ``folder`` or a folder above it (``levels`` up), or
+    in a folder below it, two levels down at most (``extension/propagation/setup.py``)."""
+    names: set[str] = set()
+    for path in _setup_files(folder, levels):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read(200_000)
+        except OSError:
+            continue
+        if "CUDAExtension" in text:
+            for name in _CUDA_EXTENSION.findall(text):
+                names.update((name, name.rsplit(".", 1)[-1]))
+    return frozenset(names)
+
+
+def _setup_files(folder: str, levels: int) -> list[str]:
+    found, up = [], folder
+    for _ in range(levels):
+        found.append(os.path.join(up, "setup.py"))
+        parent = os.path.dirname(up)
+        if parent == up:
+            break
+        up = parent
+    for below in _subfolders(folder):
+        found.append(os.path.join(below, "setup.py"))
+        found.extend(os.path.join(deeper, "setup.py") for deeper in _subfolders(below))
+    return [f for f in found if os.path.isfile(f)]
+
+
+def _subfolders(folder: str) -> list[str]:
+    try:
+        return [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
+    except OSError:
+        return []
+
+
 @functools.lru_cache(maxsize=256)
 def _beside_cuda_sources(folder: str) -> bool:
     """The folder holds CUDA sources (``.cu``): its tests exercise a CUDA kernel built from them."""
@@ -221,6 +292,10 @@ def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bo
     if any(q == lib or q.startswith(lib + ".") for q in sem.imports.values() for lib in _GPU_ONLY):
         if node is None or any(_imported_before(sem, imp, node) for imp in _gpu_only_imports(sem)):
             return True
+    if _imports_own_extension(sem):
+        return True  # the project's own kernels: ``CUDAExtension("knn_cuda", [...])`` in its setup.py
+    if sem.project is not None and sem.project.imports_gpu_only_module(sem):  # type: ignore[attr-defined]
+        return True  # ``from gnn_reranking import rerank``, a module of the project that needs those kernels
     return "flash_attention_" in sem.text.source and any(
         k.arg == "attn_implementation" and (string_value(k.value) or "").startswith("flash_attention_")
         for c in sem.calls_with_keyword("attn_implementation") for k in c.keywords)

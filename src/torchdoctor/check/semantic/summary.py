@@ -52,13 +52,14 @@ class FunctionSummary(FrozenRecord):
 
 
 class ModuleSummary(Record):
-    __slots__ = ("path", "classes", "functions", "from_imports", "imports", "star", "accelerated", "cuda_names")
+    __slots__ = ("path", "classes", "functions", "from_imports", "imports", "star", "accelerated", "cuda_names",
+                 "gpu_only")
 
     def __init__(self, path: str, classes: dict[str, ClassSummary] | None = None,
                  functions: dict[str, FunctionSummary] | None = None,
                  from_imports: dict[str, tuple[int, str, str]] | None = None, imports: dict[str, str] | None = None,
                  star: list[tuple[int, str]] | None = None, accelerated: bool = False,
-                 cuda_names: frozenset[str] = frozenset()) -> None:
+                 cuda_names: frozenset[str] = frozenset(), gpu_only: bool = False) -> None:
         self.path = path
         self.classes: dict[str, ClassSummary] = {} if classes is None else classes
         self.functions: dict[str, FunctionSummary] = {} if functions is None else functions
@@ -68,6 +69,7 @@ class ModuleSummary(Record):
         self.star: list[tuple[int, str]] = [] if star is None else star  # ``from m import *``
         self.accelerated = accelerated  # the module itself puts work on an accelerator (seen without other modules)
         self.cuda_names = cuda_names  # module-level settings naming CUDA (``device = torch.device("cuda" ...)``)
+        self.gpu_only = gpu_only  # it imports a library that runs on NVIDIA GPUs only (program.imports_gpu_only)
 
 
 class CallRecord(FrozenRecord):
@@ -97,7 +99,7 @@ class CallRecord(FrozenRecord):
 def summarize(sem: SemanticModel) -> ModuleSummary:
     out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
                         star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem),
-                        cuda_names=_cuda_settings(sem))
+                        cuda_names=_cuda_settings(sem), gpu_only=program.imports_gpu_only(sem))
     step_calls: dict[ast.AST, set[str]] = {}
     for call in sem.calls:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
