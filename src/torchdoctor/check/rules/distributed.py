@@ -531,6 +531,23 @@ def _rank_aliases(ctx: Context) -> set[str]:
     return ctx.semantic.guards.rank_aliases()
 
 
+_WRITER_FLAG = lazy(r"(?i)save|writ|disk|main|master|rank|primary")
+
+
+def _writer_flag_guard(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
+    """``if not self.save_to_disk: return`` before the write, in a method: a flag the object's creator sets for
+    the one process that writes (the checkpointer of maskrcnn-benchmark and its descendants, made with
+    ``save_to_disk = get_rank() == 0``)."""
+    for stmt in ctx.semantic.index.earlier_statements(node, upto=func):
+        if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and isinstance(stmt.body[-1], ast.Return):
+            test = stmt.test.operand if isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not) \
+                else None
+            key = dotted(test) if test is not None else None
+            if key and key.startswith("self.") and _WRITER_FLAG.search(key[5:]):
+                return True
+    return False
+
+
 def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     """Guarded here, or every call of the enclosing function is guarded (and there is one), in this file
     or, through the project index, in the files that call it."""
@@ -541,7 +558,7 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     if func is None or depth > 4:
         return False
     cls = sem.class_of(func)
-    if cls is not None and _made_on_one_rank(ctx, cls):
+    if cls is not None and (_made_on_one_rank(ctx, cls) or _writer_flag_guard(ctx, node, func)):
         return True
     calls = sem.call_sites(func)
     if calls:
