@@ -236,10 +236,14 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             n, up = up, sem.parent(up)
         while isinstance(up, ast.Call) and n in up.args and isinstance(up.func, ast.Name) and up.func.id in ("list", "tuple"):
             n, up = up, sem.parent(up)  # ``seg_metrics(list(preds), list(truths))``
-        if not (isinstance(up, ast.Call) and n in up.args):
+        if isinstance(up, ast.keyword) and isinstance(sem.parent(up), ast.Call):
+            n, up = up, sem.parent(up)  # ``paint(pred_map=pred)``: handed by keyword, as positionally
+        if not (isinstance(up, ast.Call) and (n in up.args or n in up.keywords)):
             return False
         if _keeps(up) or as_arrays and _host_function(ctx, up):
             return True  # a metric, or a function of this file, handed NumPy arrays (``seg_metrics(list(p), list(t))``)
+        if as_arrays and _kept_directly(sem, up):
+            return True  # ``tiles.append(paint(pred_map=pred))``: what a helper makes of the arrays is kept
         outer = sem.parent(up)  # ``Image.fromarray(image).save(path)``: written out through a wrapper
         return isinstance(outer, ast.Attribute) and isinstance(call := sem.parent(outer), ast.Call) \
             and call.func is outer and _saves(call)
