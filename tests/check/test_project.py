@@ -942,12 +942,17 @@ def test_a_script_named_test_something_is_a_program_unless_it_holds_tests(projec
         generator = nn.Conv2d(3, 3, 3).to(device)
         generator.load_state_dict(torch.load(opt.checkpoint, weights_only=True))
         """
+    script = textwrap.dedent(script)  # (what is appended below starts at column 0)
+    evaluated = script + "\n\ndef test():\n    return generator(torch.zeros(1, 3, 8, 8))\n\n\nprint(test())\n"
     write(project, {"esrgan/test_on_image.py": script,
                     "esrgan/test_model.py": script + "\n\ndef test_generator():\n    assert generator\n",
+                    "mnist/pixel_test.py": evaluated,  # a training script whose evaluation it calls test()
                     "tests/test_launch.py": script})
     settings = Settings(root=str(project), select=("TD502",))
     assert [f.code for f in check_file("esrgan/test_on_image.py", settings).findings] == ["TD502"]
-    assert check_file("esrgan/test_model.py", settings).findings == []  # pytest collects it: test code
+    assert [f.code for f in check_file("mnist/pixel_test.py", settings).findings] == ["TD502"]
+    tested = check_file("esrgan/test_model.py", settings)
+    assert tested.findings == [] and not tested.errors  # pytest collects it: test code
     assert check_file("tests/test_launch.py", settings).findings == []  # a script a test suite launches
 
 
