@@ -195,16 +195,17 @@ def instrument(on: bool) -> None:
         sum(range(1000))
 
 
-def count_child(name: str, n: int, rounds: int) -> None:
-    """Runs under callgrind: per round, plain then watched, an empty counted run and one of ``n`` steps."""
+def count_child(name: str, n: int, rounds: int, warm_steps: int = COUNT_WARM) -> None:
+    """Runs under callgrind: per round, plain then watched, ``warm_steps`` steps, then an empty counted run and one
+    of ``n`` steps."""
     from torchdoctor.runtime import session, timeline
 
     # valgrind runs ~50x slower: the 50 ms host-memory timer would read RSS at every step, not every ~80th
     for module in (session, timeline):
         if hasattr(module, "RSS_EVERY_S"):
             module.RSS_EVERY_S = float("inf")
-    model, opt, batches = workload(name, n + COUNT_WARM)
-    warm, timed = batches[:COUNT_WARM], batches[COUNT_WARM:]
+    model, opt, batches = workload(name, n + warm_steps)
+    warm, timed = batches[:warm_steps], batches[warm_steps:]
     criterion = nn.CrossEntropyLoss()
 
     def count() -> None:
@@ -262,15 +263,16 @@ def count_bytecodes(name: str, n: int) -> tuple[float, float, list[tuple[float, 
     return sum(plain.values()) / n, sum(watched.values()) / n, parts
 
 
-def count_instructions(name: str, n: int, rounds: int, timeout: float) -> list[tuple[float, float]]:
-    """Per round: (plain, watched) instructions a step, as counted by callgrind in a child process."""
+def count_instructions(name: str, n: int, rounds: int, timeout: float, warm: int = COUNT_WARM) -> list[tuple[float, float]]:
+    """Per round: (plain, watched) instructions a step over ``n`` steps after ``warm``, counted by callgrind in a
+    child process."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("--instructions needs valgrind (callgrind_control on PATH): apt-get install valgrind")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "callgrind.out")
         cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no", f"--toggle-collect={COUNTED}",
                f"--dump-before={COUNTED}", f"--dump-after={COUNTED}", f"--callgrind-out-file={out}",
-               sys.executable, os.path.abspath(__file__), "--count-child", name, str(n), str(rounds)]
+               sys.executable, os.path.abspath(__file__), "--count-child", name, str(n), str(rounds), str(warm)]
         done = subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"}, timeout=timeout,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if done.returncode != 0:
@@ -322,11 +324,11 @@ def main() -> None:
     parser.add_argument("--bytecodes", action="store_true",
                         help="only count the Python bytecodes a tiny-MLP step runs, plain and watched, per function "
                              "(deterministic, seconds; blind to C work), and print where the watch's go")
-    parser.add_argument("--count-child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--count-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(1)
     if args.count_child:
-        count_child(args.count_child[0], int(args.count_child[1]), int(args.count_child[2]))
+        count_child(args.count_child[0], int(args.count_child[1]), int(args.count_child[2]), int(args.count_child[3]))
         return
     if args.bytecodes:
         plain, watched, parts = count_bytecodes("mlp", args.count_steps)
@@ -346,8 +348,13 @@ def main() -> None:
         print(count_line("small CNN, 32x32 images", count_instructions("cnn", 8, 1, 3600),
                          statistics.median(cnn_r["plain_us"]), ratio_target=1))
     if args.instructions:
-        print(count_line("tiny MLP               ", count_instructions("mlp", args.count_steps, 2, 1800),
-                         statistics.median(mlp_r["plain_us"]), us_target=5))
+        print(count_line(f"tiny MLP, steps {COUNT_WARM + 1}-{COUNT_WARM + args.count_steps}",
+                         count_instructions("mlp", args.count_steps, 2, 1800), statistics.median(mlp_r["plain_us"]),
+                         us_target=5))
+        (start, length), = WINDOWS[1:]  # the steady state: the same window the timed figure has
+        print(count_line(f"tiny MLP, steps {start + 1}-{start + length}",
+                         count_instructions("mlp", length, 2, 1800, warm=start), statistics.median(mlp_r["plain_us"]),
+                         us_target=5))
 
 
 if __name__ == "__main__":
