@@ -318,11 +318,13 @@ def _detached(expr: ast.AST) -> bool:
 
 
 def _bound_in(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
-    """The accumulator is (re)set inside the loop: it does not live across steps."""
-    for n in ctx.semantic.body(loop):
+    """The accumulator is (re)set inside the loop: it does not live across steps. A reset every N steps (``if i %
+    every == 0: print(running.item()); running = 0``) keeps N steps' graphs alive meanwhile: it does not count."""
+    sem = ctx.semantic
+    for n in sem.body(loop):
         if isinstance(n, (ast.Assign, ast.AnnAssign)) and n is not node:
             targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            if any(dotted(t) == key for t in targets):
+            if any(dotted(t) == key for t in targets) and not sem.under_step_guard(n, loop):
                 return True
     return False
 
