@@ -85,7 +85,7 @@ def _synthetic_probe(sem, call: ast.Call) -> bool:
     return name.startswith("torch.") and name.rsplit(".", 1)[-1] in _PROBES
 
 
-_INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e|evaluate|validate|sample|generate|translate)(_|$)")
+_INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)")
 
 
 @rule("TD401", ast.FunctionDef)
@@ -95,7 +95,9 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     in the file is under no_grad."""
     sem = ctx.semantic
     name = func.name  # type: ignore[attr-defined]
-    if not _INFERENCE_FUNC.match(name) or sem.class_of(func) is not None or program.in_test(sem, func):
+    cls = sem.class_of(func)  # a method of an agent or a trainer counts; one of a model class is its own API
+    if not _INFERENCE_FUNC.match(name) or (cls is not None and (cls.name in sem.module_classes or name == "forward")) \
+            or program.in_test(sem, func):  # type: ignore[attr-defined]
         return
     if any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
         return
