@@ -12,8 +12,9 @@ plain and watched alike: a session's once-per-session work (reading the model,
 finding the user's lines) is not a cost per step. For the tiny MLP the same
 run is timed again in two windows (``WINDOWS``): the first figure holds a
 session's beginning, whose steps the watch audits each (timeline.py), the
-second the steps past it, where one in 30 or 31 is audited, and the third the
-steady state past the first audits (one in 63 or 64); each window is a whole
+second the steps past it, where one in 30 or 31 is audited, the third those past
+step 400 (one in 63 or 64), and the fourth the steady state past step 1000 (one in
+125 or 126); each window is a whole
 number of audit cycles long, so it holds its share of audited steps.
 
 ``--instructions`` adds a deterministic count beside the timed figures, which
@@ -45,7 +46,7 @@ import torch
 from torch import nn
 
 import torchdoctor
-from torchdoctor.runtime.timeline import AUDIT_GAPS, LATER_GAPS
+from torchdoctor.runtime.timeline import AUDIT_GAPS
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -122,7 +123,8 @@ def measure(name: str, reps: int, n: int, later: bool = False) -> dict[str, list
     model, opt, batches = workload(name, n)
     steps(model, batches, opt)  # warm-up, both ways
     watched_steps(model, batches, opt)
-    out: dict[str, list[float]] = {"wall": [], "cpu": [], "extra_us": [], "plain_us": [], "later_us": [], "steady_us": []}
+    out: dict[str, list[float]] = {"wall": [], "cpu": [], "extra_us": [], "plain_us": [], "later_us": [], "middle_us": [],
+                                   "steady_us": []}
     for rep in range(reps):
         if rep % 2 == 0:
             plain, watched = steps(model, batches, opt, later=later), watched_steps(model, batches, opt, later)
@@ -134,7 +136,8 @@ def measure(name: str, reps: int, n: int, later: bool = False) -> dict[str, list
         out["plain_us"].append(plain[1] * 1e6)
         if later:
             out["later_us"].append((watched[2] - plain[2]) * 1e6)
-            out["steady_us"].append((watched[3] - plain[3]) * 1e6)
+            out["middle_us"].append((watched[3] - plain[3]) * 1e6)
+            out["steady_us"].append((watched[4] - plain[4]) * 1e6)
     return out
 
 
@@ -155,7 +158,7 @@ def line(name: str, r: dict[str, list[float]], *, ratio_target: float | None = N
              f"wall {wall:.3f}", f"plain step {statistics.median(r['plain_us']):.0f} us CPU",
              f"{len(r['cpu'])} interleaved pairs"]
     if r["later_us"]:
-        for (start, length), key, what in zip(WINDOWS, ("later_us", "steady_us"), WINDOW_NAMES):
+        for (start, length), key, what in zip(WINDOWS, ("later_us", "middle_us", "steady_us"), WINDOW_NAMES):
             us, lo, hi = spread(r[key])
             parts.insert(len(parts) - 3, f"steps {start + 1}-{start + length} ({what}) watch {us:+.1f} us a step "
                                          f"(quartiles {lo:+.1f} .. {hi:+.1f} us" + (f"; target <= {us_target:g} us"
@@ -165,11 +168,12 @@ def line(name: str, r: dict[str, list[float]], *, ratio_target: float | None = N
 
 # -- instruction counts under callgrind ---------------------------------------------------------------------
 COUNT_WARM = 80  # steps before a counted run: past a session's start-up work and its checks' every-step beginning
-COUNT_CYCLE = 2 * sum(AUDIT_GAPS)  # a counted run's steps are a multiple of the audit cycle (timeline.AUDIT_GAPS)
-# the timed windows of the tiny MLP (start, steps): past the first steps, where one step in 30 or 31 is audited, and
-# past the first DENSE_AUDITS audits (step 308), where one in 63 or 64 is; each two cycles of its audit gaps long
-WINDOWS = ((COUNT_WARM, 2 * sum(AUDIT_GAPS)), (400, 2 * sum(LATER_GAPS)))
-WINDOW_NAMES = ("past the first steps, one in 30 or 31 audited", "the steady state, one in 63 or 64 audited")
+COUNT_CYCLE = 2 * sum(AUDIT_GAPS[0])  # a counted run's steps are a multiple of the audit cycle (timeline.AUDIT_GAPS)
+# the timed windows of the tiny MLP (start, steps), each two cycles of the audit gaps there (timeline.AUDIT_GAPS): past
+# the first steps (one step in 30 or 31 audited), past step 308 (one in 63 or 64) and past step 816 (one in 125 or 126)
+WINDOWS = ((COUNT_WARM, 2 * sum(AUDIT_GAPS[0])), (400, 2 * sum(AUDIT_GAPS[1])), (1000, 2 * sum(AUDIT_GAPS[2])))
+WINDOW_NAMES = ("past the first steps, one in 30 or 31 audited", "one in 63 or 64 audited",
+                "the steady state, one in 125 or 126 audited")
 COUNTED = "sys_call_tracing"  # CPython's C function behind sys.call_tracing, which nothing else calls
 
 
@@ -351,7 +355,7 @@ def main() -> None:
         print(count_line(f"tiny MLP, steps {COUNT_WARM + 1}-{COUNT_WARM + args.count_steps}",
                          count_instructions("mlp", args.count_steps, 2, 1800), statistics.median(mlp_r["plain_us"]),
                          us_target=5))
-        (start, length), = WINDOWS[1:]  # the steady state: the same window the timed figure has
+        start, length = WINDOWS[-1]  # the steady state: the same window the timed figure has
         print(count_line(f"tiny MLP, steps {start + 1}-{start + length}",
                          count_instructions("mlp", length, 2, 1800, warm=start), statistics.median(mlp_r["plain_us"]),
                          us_target=5))

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import torchdoctor
-from torchdoctor.runtime.timeline import AUDIT_GAPS, DENSE_AUDITS, LATER_GAPS, TIMED_FIRST, Timeline, audit_gap
+from torchdoctor.runtime.timeline import AUDIT_GAPS, AUDITS_PER_PHASE, TIMED_FIRST, Timeline, audit_gap
 
 
 def _train(steps: int, loader=None):
@@ -35,11 +35,11 @@ def test_every_step_counted_phases_timed_on_sampled_steps():
     audits, step = [], TIMED_FIRST
     while (step := step + audit_gap(len(audits))) <= 500:
         audits.append(step)
-    first, second = AUDIT_GAPS
-    assert all(sum(gaps) % d for gaps in (AUDIT_GAPS, LATER_GAPS) for d in range(2, sum(gaps)))  # prime cycles
+    (first, second), later = AUDIT_GAPS[0], AUDIT_GAPS[1]
+    assert all(sum(gaps) % d for gaps in AUDIT_GAPS for d in range(2, sum(gaps)))  # prime cycles
     assert audits[:3] == [TIMED_FIRST + first, TIMED_FIRST + first + second, TIMED_FIRST + 2 * first + second]
-    dense = audits[DENSE_AUDITS - 1]  # then sparser: the gaps in turn again
-    assert audits[DENSE_AUDITS:DENSE_AUDITS + 2] == [dense + LATER_GAPS[0], dense + sum(LATER_GAPS)]
+    dense = audits[AUDITS_PER_PHASE - 1]  # then sparser: the gaps in turn again
+    assert audits[AUDITS_PER_PHASE:AUDITS_PER_PHASE + 2] == [dense + later[0], dense + sum(later)]
     assert timed == list(range(1, TIMED_FIRST + 1)) + audits
     assert all(r["data"] is None and r["forward"] is None and r["other"] is None for r in rows if not r["timed"])
     assert all(r["forward"] > 0 and r["backward"] > 0 and r["optimizer"] > 0 for r in rows if r["timed"])
@@ -74,7 +74,7 @@ def test_timeline_follows_a_step_that_waited_for_data():
     now += 1.0
     tl.end_step(None, now)  # no wait: back to sampling
     assert not tl.timed
-    assert tl.count == len(tl.steps) == TIMED_FIRST + AUDIT_GAPS[0] - 1 + 2
+    assert tl.count == len(tl.steps) == TIMED_FIRST + audit_gap(0) - 1 + 2
 
 
 class _SlowLate(Dataset):
@@ -108,7 +108,7 @@ def test_the_step_pre_hook_runs_only_on_steps_that_need_it_and_is_removed_on_exi
     present = []
     with torchdoctor.watch(environment=False) as s:
         hooks = len(optim_mod._global_optimizer_pre_hooks)
-        for _ in range(TIMED_FIRST + 6 * AUDIT_GAPS[0] + 3):  # ends on a step with the hook out of the dict
+        for _ in range(TIMED_FIRST + 6 * audit_gap(0) + 3):  # ends on a step with the hook out of the dict
             present.append(len(optim_mod._global_optimizer_pre_hooks) == hooks)
             opt.zero_grad()
             model(torch.randn(8, 4)).sum().backward()

@@ -3,7 +3,7 @@
 They run at every module call, backward, optimizer step and batch, so each
 does its work inline, in as few Python operations as it can. Past a
 session's first steps, the watch audits one step in 30 or 31, later one in 63
-or 64 (timeline.py); the others are passed through (``session._through``):
+or 64, then one in 125 or 126 (timeline.py); the others are passed through (``session._through``):
 ``session._busy`` stays set, so every module call, a root one too, goes
 straight to torch's ``_call_impl`` after that one flag read, torch's own
 ``autograd.backward`` is back in place, the step pre-hook is out of torch's

@@ -12,8 +12,8 @@ then every n-th.
 Phases are timed (``timed``) at each of the first ``TIMED_FIRST`` steps, then at
 the audit steps (``audit``: the next one), which come ``AUDIT_GAPS`` steps apart in
 turn (32, then 29: a cycle of 61, a prime, so that they fall on every position of
-an epoch of any shorter length; past the first ``DENSE_AUDITS`` audits, step 308,
-``LATER_GAPS``, 64 and 63), and at every step after a timed one whose data
+an epoch of any shorter length; after 8 audits, from step 308, 64 and 63, a cycle of
+127; from step 816 on, 128 and 123, a cycle of 251), and at every step after a timed one whose data
 wait was over ``FOLLOW_WAIT`` of it (a starving input pipeline, TD606, is
 followed step by step). A timed step is an audited one: the watch's wrappers
 do their every-call work on it only (``hot.py``); the other steps cost them a
@@ -35,9 +35,10 @@ MAX_STEPS = 5000
 RSS_EVERY_S = 0.05
 RSS_FIRST_STEPS = 16  # host memory is read at each of these, so that a short run has readings too
 TIMED_FIRST = 64  # every step's phases are timed up to here
-AUDIT_GAPS = (32, 29)  # then steps this far apart, in turn, are audited (timed and checked): the first DENSE_AUDITS
-LATER_GAPS = (64, 63)  # and after those, these (a cycle of 127, a prime too)
-DENSE_AUDITS = 8
+# then steps these far apart, in turn, are audited (timed and checked): AUDITS_PER_PHASE audits with each pair of gaps
+# but the last, which goes on; each pair's sum is a prime (61, 127, 251)
+AUDIT_GAPS = ((32, 29), (64, 63), (128, 123))
+AUDITS_PER_PHASE = 8
 FOLLOW_WAIT = 0.2  # a timed step that waited this share of its time for data: the next one is timed too
 PHASES = ("data", "forward", "backward", "optimizer", "other")
 DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
@@ -45,7 +46,7 @@ DATA, FORWARD, BACKWARD, OPTIMIZER, OTHER = range(5)
 
 def audit_gap(audits: int) -> int:
     """The steps from the ``audits``-th audit step past the first ``TIMED_FIRST`` (counted from 0) to the next."""
-    return (AUDIT_GAPS if audits < DENSE_AUDITS else LATER_GAPS)[audits % 2]
+    return AUDIT_GAPS[min(audits // AUDITS_PER_PHASE, len(AUDIT_GAPS) - 1)][audits % 2]
 
 
 @dataclass
@@ -86,7 +87,7 @@ class Timeline:
         self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # seconds of this step, by phase
         self.phase = OTHER
         self.timed = True  # this step's phases are timed (the hooks read the clock at each phase change)
-        self.audit = TIMED_FIRST + AUDIT_GAPS[0]  # the next audited step after the first TIMED_FIRST
+        self.audit = TIMED_FIRST + audit_gap(0)  # the next audited step after the first TIMED_FIRST
         self._gaps = 1  # audits scheduled so far (which gap comes next)
         self.fast_until = -1  # while count is below it, the steps are not audited: the step hook's fast path
         self.primary = 0  # id() of the optimizer whose steps are the steps (session._new_primary)

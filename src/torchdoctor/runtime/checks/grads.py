@@ -6,7 +6,7 @@ or zeroed in place (its version counter moves). Backward passes of other
 losses (GAN generator steps) do not count as a reset. ``step(closure)``
 (LBFGS) zeroes inside the step: each backward of the closure must see a reset.
 The watch follows the audited steps only (timeline.py: each of the first ones,
-then one in 30 or 31, later one in 63 or 64), and every step once a gradient was not reset (``every``),
+then one in 30 or 31, later fewer), and every step once a gradient was not reset (``every``),
 so that a loop that never zeroes is confirmed on the next step.
 """
 
