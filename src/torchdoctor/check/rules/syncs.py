@@ -12,7 +12,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted
+from torchdoctor.check.astutil import dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
@@ -232,6 +232,20 @@ def tensor_printf_every_step(node: ast.AST, ctx: Context) -> None:
                                                          else None)
         if name is not None:
             _report(ctx, v, f"formatting tensor `{name}` with `%`")  # (at the tensor: the template may start lines above)
+            return
+
+
+@rule("TD603", calls=("format",))
+def tensor_str_format_every_step(node: ast.Call, ctx: Context) -> None:
+    """``'loss {:.4f}'.format(loss)`` formats a device tensor: one read back, as an f-string's."""
+    if not (isinstance(node.func, ast.Attribute) and _string_template(node.func.value)):
+        return
+    for v in [*node.args, *(k.value for k in node.keywords)]:
+        inner = strip_methods(v.value if isinstance(v, ast.Starred) else v, _SAME_PLACE)  # ``loss.detach()``
+        name = _device_tensor_name(ctx, inner, node) or (_tensor_operand(ctx, inner, node) if isinstance(inner, ast.BinOp)
+                                                         else None)
+        if name is not None:
+            _report(ctx, v, f"formatting tensor `{name}` with `str.format`")
             return
 
 
