@@ -64,7 +64,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if _zero_sized(node, q):
         return  # ``torch.empty(0).to(x.device)``, a seed for ``torch.cat``: no byte crosses the bus
     sem = ctx.semantic
-    region, caller = _region(ctx, node), None
+    region, caller = _region(ctx, node) or _model_loop(ctx, node), None
     if region is None and (helper := _step_helper(ctx, node)) is not None:
         region, caller = helper
     if region is None:
@@ -184,6 +184,17 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
     if func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes:
         return func
     return None
+
+
+def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
+    """The innermost loop around ``node`` that runs a model on every pass (a sampling or generation loop:
+    ``for start in range(0, n, bs): noise = torch.randn(bs, k).to(dev); outs.append(g(noise).cpu())``)."""
+    sem = ctx.semantic
+    loop = next(iter(sem.loops_around(node)), None)
+    if loop is None or sem.function_of(loop) is not sem.function_of(node):
+        return None
+    return loop if any(isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model" for c in sem.body(loop)) \
+        else None
 
 
 def _step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
