@@ -25,7 +25,8 @@ _DISTRIBUTED_FLAG = lazy(r"(?i)(^|\.)(distributed|is_distributed|use_distributed
                          r"multiprocessing_distributed)$")
 _RANK_DECORATOR = lazy(r"rank_zero|main_process|master_only|main_only|rank0_only|on_rank_0|master_process")
 _DISTRIBUTED_WRAPPERS = {"FSDP", "FullyShardedDataParallel", "DDP", "DistributedDataParallel"}
-_DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat", re.IGNORECASE)
+# (a CPU flag too: ``if not args.cpu:``, ``use_cpu``, ``cpu_only``; not ``os.cpu_count()``)
+_DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat|(^|_)cpu($|_only$)", re.IGNORECASE)
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
 # Rank 0 runs the block first while the others wait, then they find its result (a cache) in place.
 _FIRST_CONTEXT = lazy(r"(?i)(zero_first|main_process_first|local_main_process_first|rank_zero_first)")

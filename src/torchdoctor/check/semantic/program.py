@@ -215,7 +215,9 @@ def _optional_import(sem: SemanticModel, imp: ast.AST) -> bool:
         not (h.body and isinstance(h.body[-1], ast.Raise)) for h in parent.handlers)
 
 
-_CUDA_EXTENSION = lazy(r"""CUDAExtension\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""")
+# ``CUDAExtension("knn_cuda", ...)`` in a setup.py; ``create_extension('_ext.dcn_v2', ..., with_cuda=...)`` in the
+# build.py of torch.utils.ffi (torch < 1.0)
+_CUDA_EXTENSION = lazy(r"""(?:CUDAExtension|create_extension)\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""")
 
 
 @functools.lru_cache(maxsize=256)
@@ -230,24 +232,27 @@ def _own_cuda_extensions(folder: str, levels: int = 3) -> frozenset[str]:
                 text = f.read(200_000)
         except OSError:
             continue
-        if "CUDAExtension" in text:
+        if "CUDAExtension" in text or "create_extension" in text and "with_cuda" in text:
             for name in _CUDA_EXTENSION.findall(text):
                 names.update((name, name.rsplit(".", 1)[-1]))
     return frozenset(names)
 
 
+_BUILD_SCRIPTS = ("setup.py", "build.py")
+
+
 def _setup_files(folder: str, levels: int) -> list[str]:
-    found, up = [], folder
+    folders, up = [], folder
     for _ in range(levels):
-        found.append(os.path.join(up, "setup.py"))
+        folders.append(up)
         parent = os.path.dirname(up)
         if parent == up:
             break
         up = parent
     for below in _subfolders(folder):
-        found.append(os.path.join(below, "setup.py"))
-        found.extend(os.path.join(deeper, "setup.py") for deeper in _subfolders(below))
-    return [f for f in found if os.path.isfile(f)]
+        folders.append(below)
+        folders.extend(_subfolders(below))
+    return [path for f in folders for name in _BUILD_SCRIPTS if os.path.isfile(path := os.path.join(f, name))]
 
 
 def _subfolders(folder: str) -> list[str]:
