@@ -286,10 +286,19 @@ def batch_on_device(ctx: Context, name: str, at: ast.AST, loop: ast.AST) -> bool
 def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """`.cpu()`/`.tolist()`/`.item()` on a batch element that is not on the device, or on an item of one
     (``for out, i in zip(outputs, img_ids): i.item()``): no device copy at all."""
+    sem = ctx.semantic
     name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
-    if name is not None and name not in ctx.semantic.batch_vars(loop):
-        name = _zipped_from(ctx, name, node)
-    return name is not None and name in ctx.semantic.batch_vars(loop) and not batch_on_device(ctx, name, node, loop)
+    at: ast.AST = node
+    for _ in range(3):  # ``gold = batch[1]``, ``[g.item() for g in gold]``: an element of a batch value
+        if name is None or name in sem.batch_vars(loop):
+            break
+        b = sem.binding_at(name, at)
+        if b is not None and b.value is not None and not b.is_param and b.index is None \
+                and isinstance(b.value, (ast.Subscript, ast.Attribute)) and (root := root_name(b.value)) is not None:
+            name, at = root, b.node
+        else:
+            name = _zipped_from(ctx, name, at)
+    return name is not None and name in sem.batch_vars(loop) and not batch_on_device(ctx, name, at, loop)
 
 
 def _zipped_from(ctx: Context, name: str, at: ast.AST) -> str | None:
@@ -309,7 +318,7 @@ def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
     """What a ``for`` loop whose target is ``target`` takes ``name`` from: its iterable (``for x in xs``), or
     the matching argument of ``enumerate(xs)`` / ``zip(outs, ids)``."""
     loop = ctx.semantic.parent(target)
-    if not isinstance(loop, ast.For) or loop.target is not target:
+    if not isinstance(loop, (ast.For, ast.comprehension)) or loop.target is not target:
         return None
     if isinstance(target, ast.Name):
         return loop.iter
