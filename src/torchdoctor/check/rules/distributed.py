@@ -203,7 +203,7 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             or program.accelerator_api(sem) or program.sets_device_through_helper(sem) or not _starts_processes(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     for site in program.cuda_sites(sem):
-        if site.indexed:
+        if site.indexed or _single_process_branch(ctx, site.node):
             continue
         ctx.report(
             "TD705",
@@ -212,6 +212,37 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             "every rank runs on GPU 0",
             fix='call `torch.cuda.set_device(local_rank)` first, or use `torch.device("cuda", local_rank)`',
         )
+
+
+def _single_process_branch(ctx: Context, node: ast.AST) -> bool:
+    """``node`` runs only where the program's own distributed flag is off: the ``else`` of ``if args.distributed:``,
+    or ``if not args.distributed:``, where that flag is the test that starts the process group or wraps in DDP
+    (one process then: GPU 0 is its GPU)."""
+    sem = ctx.semantic
+
+    def flags() -> frozenset[str]:
+        out = set()
+        for call in sem.calls_named("init_process_group", "DistributedDataParallel"):
+            for a in sem.ancestors(call):
+                if isinstance(a, ast.If) and (key := dotted(a.test)) and any(s is call or sem.contains(s, call)
+                                                                             for s in a.body):
+                    out.add(key)
+        return frozenset(out)
+
+    known: frozenset[str] = sem.cached("ddp_flags", flags)  # type: ignore[assignment]
+    if not known:
+        return False
+    child = node
+    for a in sem.ancestors(node):
+        if isinstance(a, ast.If):
+            test = a.test
+            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+            key = dotted(test.operand if negated else test)  # type: ignore[attr-defined]
+            in_body = any(s is child for s in a.body)
+            if key in known and (negated == in_body):
+                return True
+        child = a
+    return False
 
 
 # ---- TD706 ---------------------------------------------------------------------
