@@ -108,6 +108,9 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if as_array and (isinstance(up, ast.BinOp) or isinstance(up, ast.Subscript) and up.value is cur):
             cur = up  # ``(mask.cpu().numpy() * 255)``: arithmetic on the host array
             continue
+        if isinstance(up, ast.BinOp) and all(method_name(side) == "cpu" for side in (up.left, up.right)):
+            cur = up  # ``net(x).cpu() + net(flipped).cpu()``: both copies, added on the host
+            continue
         if isinstance(up, ast.Call) and cur in up.args and (ctx.call_name(up) or "") in _AS_ARRAY:
             as_array, cur = True, up  # ``np.asarray(f.cpu())``: a NumPy array of the copy
             continue
@@ -245,6 +248,8 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
         if as_arrays and _kept_directly(sem, up):
             return True  # ``tiles.append(paint(pred_map=pred))``: what a helper makes of the arrays is kept
         outer = sem.parent(up)  # ``Image.fromarray(image).save(path)``: written out through a wrapper
+        if isinstance(outer, ast.Assign) and outer.value is up and all(isinstance(t, ast.Subscript) for t in outer.targets):
+            return _host_function(ctx, up)  # ``bank[i:j] = unit_rows(feats)``: stored on the host through a helper
         return isinstance(outer, ast.Attribute) and isinstance(call := sem.parent(outer), ast.Call) \
             and call.func is outer and _saves(call)
 
