@@ -1649,3 +1649,37 @@ def test_a_program_on_the_projects_own_cuda_extension_needs_a_gpu_anyway(project
     results = check_files(["tools/rerank.py", "tools/plain.py"], Settings(root=str(project), select=("TD101",)))
     assert codes(results, "rerank.py") == []  # its kernels run on CUDA only: no CPU fallback to write
     assert codes(results, "plain.py") == [(4, "TD101"), (4, "TD101")]
+
+
+def test_cuda_of_a_project_class_that_is_no_module_is_its_own_method(project: Path) -> None:
+    write(project, {
+        "kit/__init__.py": "",
+        "kit/bundle.py": """\
+            import torch.nn as nn
+
+            class Bundle:
+                def __init__(self):
+                    self.net = nn.Linear(4, 2)
+
+                def cuda(self):
+                    self.net = self.net.to("cuda")
+                    return self
+
+            class Head(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+            """,
+        "serve.py": """\
+            import torch
+            from kit.bundle import Bundle, Head
+
+            use_gpu = torch.cuda.is_available()
+            bundle, head = Bundle(), Head()
+            if use_gpu:
+                bundle.cuda()
+                head.cuda()
+            """,
+    })
+    results = check_files(["serve.py", "kit/bundle.py"], Settings(root=str(project), select=("TD102",)))
+    assert codes(results, "serve.py") == [(8, "TD102")]  # the module's .cuda(), not the plain class's own method

@@ -329,14 +329,27 @@ def _required(sem: SemanticModel, imp: ast.AST) -> bool:
 
 def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
     """``tvm.cuda()``, ``cupy.cuda...``: a function of an imported module, not a tensor's method;
-    or ``settings.cuda()`` on an instance of a plain in-file class that defines its own ``cuda``."""
+    or ``settings.cuda()`` on an instance of a plain in-file class that defines its own ``cuda``, or of a class of
+    another module of the project that is no ``nn.Module`` (``predictor = Predictor(...)``: it has a ``cuda`` of its
+    own, or the call fails; its ``.to(device)`` may not exist)."""
     node = receiver
     while isinstance(node, ast.Attribute):
         node = node.value
     if isinstance(node, ast.Name) and node.id in sem.names.modules:
         b = sem.binding_at(node.id, receiver)  # ``import model`` then ``model = model.cifar10(...)``: a model now
         return b is None or not isinstance(b.node, ast.Assign)
-    return isinstance(receiver, ast.Name) and _own_cuda_class(sem, receiver) is not None
+    return isinstance(receiver, ast.Name) and (_own_cuda_class(sem, receiver) is not None
+                                               or _project_plain_class(sem, receiver))
+
+
+def _project_plain_class(sem: SemanticModel, receiver: ast.Name) -> bool:
+    b = sem.binding_at(receiver.id, receiver)
+    value = b.value if b is not None and b.index is None else None
+    written = dotted(value.func) if isinstance(value, ast.Call) else None
+    project = sem.project
+    return bool(written and written[:1].isupper() or written and written.rsplit(".", 1)[-1][:1].isupper()) \
+        and project is not None and project.defines_class(sem, written) \
+        and not project.inherits_module(sem, written)  # type: ignore[attr-defined,arg-type]
 
 
 def _own_cuda_class(sem: SemanticModel, receiver: ast.Name) -> str | None:
