@@ -459,6 +459,7 @@ def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     else branch runs only when ``net`` is no wrapper (or the if branch of ``if not isinstance(...)``)."""
     sem = ctx.semantic
     key = dotted(recv)
+    wraps_under = _wrapping_tests(ctx, key) if key else frozenset()
     child: ast.AST = node
     for up in sem.ancestors(node):
         if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -472,8 +473,27 @@ def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
                         (dotted(n) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES for n in sem.subtree(test.args[1])):
                 in_else = any(child is s for s in up.orelse)
                 return in_else != negated
+            if sem.segment(test) in wraps_under:  # ``if MANY: enc = nn.DataParallel(enc)`` ... ``else: save(enc...)``
+                in_else = any(child is s for s in up.orelse)
+                return in_else != negated
         child = up
     return False
+
+
+def _wrapping_tests(ctx: Context, key: str) -> frozenset[str]:
+    """The tests (as written) of the ``if`` blocks that hold every wrapping of ``key`` (``if MANY: enc =
+    nn.DataParallel(enc)``): where that test is false, ``key`` is no wrapper. Empty when one wrap is unconditional."""
+    sem = ctx.semantic
+    wraps = [b for b in sem.bindings_of(key) if isinstance(b.value, ast.Call) and b.index is None
+             and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES]
+    tests: set[str] = set()
+    for b in wraps:
+        guard = next((a for a in sem.ancestors(b.node) if isinstance(a, ast.If) and any(
+            s is b.node or sem.contains(s, b.node) for s in a.body)), None)
+        if guard is None or isinstance(guard.test, ast.UnaryOp):
+            return frozenset()
+        tests.add(sem.segment(guard.test))
+    return frozenset(tests)
 
 
 @rule("TD205", calls=("state_dict",))
