@@ -319,7 +319,11 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
     if isinstance(value, ast.Call):
         q = sem.call_name(value) or ""
-        return q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in STATELESS_LAYERS
+        last = q.rsplit(".", 1)[-1]
+        if q.startswith("torch.nn.") and last.endswith("Loss"):  # ``nn.MSELoss(reduction="none")``; a class weight
+            return not value.args and not any(k.arg in ("weight", "pos_weight") or k.arg is None  # is a buffer
+                                              for k in value.keywords)
+        return q.startswith("torch.nn.") and last in STATELESS_LAYERS
     return False
 
 
