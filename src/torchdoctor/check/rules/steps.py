@@ -308,7 +308,10 @@ def _zipped_from(ctx: Context, name: str, at: ast.AST) -> str | None:
     return source.id if isinstance(source, ast.Name) else None
 
 
-_HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor")
+# (the legacy typed constructors make CPU tensors too: ``torch.LongTensor(lengths)``; ``torch.cuda.LongTensor`` does not)
+_HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor",
+                "torch.LongTensor", "torch.IntTensor", "torch.DoubleTensor", "torch.ByteTensor", "torch.BoolTensor",
+                "torch.HalfTensor", "torch.ShortTensor")
 _TO_HOST = lazy(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
 _SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
                "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm", "any", "all")
@@ -329,6 +332,10 @@ def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
     kind = dotted(it.func)
     if kind == "enumerate" and len(target.elts) == 2 and at == 1:
         return it.args[0]
+    inner, zipped = target.elts[-1], it.args[0]
+    if kind == "enumerate" and len(target.elts) == 2 and isinstance(inner, ast.Tuple) and isinstance(zipped, ast.Call) \
+            and dotted(zipped.func) == "zip" and len(inner.elts) == len(zipped.args):  # ``for i, (s, n) in enumerate(zip(a, b))``
+        return next((arg for e, arg in zip(inner.elts, zipped.args) if isinstance(e, ast.Name) and e.id == name), None)
     if kind == "zip" and len(target.elts) == len(it.args) and at is not None:
         return it.args[at]
     return None
