@@ -677,6 +677,10 @@ def _cuda_tensor_types(sem: SemanticModel) -> bool:
         for n in sem.of_type(ast.Attribute))
 
 
+# ``TestLoader``, ``Test_model``, ``Test``: what pytest collects; not ``Tester`` (OpenKE's evaluation class)
+_TEST_CLASS = lazy(r"^Test($|[A-Z0-9_])")
+
+
 def _holds_tests(sem: SemanticModel) -> bool:
     """Something for a test runner to collect: a ``test*`` function the file does not call itself (a training
     script ``pmnist_test.py`` calls its ``test()`` evaluation after each epoch), a ``Test*`` class, pytest or
@@ -685,7 +689,7 @@ def _holds_tests(sem: SemanticModel) -> bool:
     if _TESTS_DIR.search(os.path.dirname(os.path.abspath(sem.path)).replace("\\", "/")):
         return True
     return any(f.name.startswith("test") and not sem.call_sites(f) for fs in sem.functions.values() for f in fs) or \
-        any(c.name.startswith("Test") for c in sem.of_type(ast.ClassDef)) or \
+        any(_TEST_CLASS.match(c.name) for c in sem.of_type(ast.ClassDef)) or \
         any(q.split(".")[0] in ("pytest", "unittest") for q in sem.imports.values())  # type: ignore[attr-defined]
 
 
@@ -698,6 +702,6 @@ def in_test(sem: SemanticModel, node: ast.AST) -> bool:
     for frame in sem.frame(node).chain():
         if frame.kind == "class":
             cls = frame.node
-            if cls.name.startswith("Test") or any((dotted(b) or "").endswith("TestCase") for b in cls.bases):  # type: ignore[attr-defined]
+            if _TEST_CLASS.match(cls.name) or any((dotted(b) or "").endswith("TestCase") for b in cls.bases):  # type: ignore[attr-defined]
                 return True
     return False
