@@ -6,17 +6,17 @@ from __future__ import annotations
 import ast
 import functools
 import os
-import re
 
 from torchdoctor.check.astutil import call_argument, dotted, method_name, string_value
 from torchdoctor.check.patterns import lazy
+from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.record import FrozenRecord
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
            "QUIET_IN_TESTS", "uses_gpu_only_library", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
-           "sets_device_through_helper"]
+           "sets_device_through_helper", "imports_gpu_only"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
@@ -186,82 +186,6 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
     return _beside_cuda_sources(os.path.dirname(os.path.abspath(sem.path)))
 
 
-def imports_gpu_only(sem: SemanticModel) -> bool:
-    """The module itself imports a GPU-only library or one of the project's own CUDA extensions, not as an
-    optional import (what a module that imports it inherits: ``Project.imports_gpu_only_module``)."""
-    return any(not _optional_import(sem, imp) for imp in _gpu_only_imports(sem)) or _imports_own_extension(sem)
-
-
-def _imports_own_extension(sem: SemanticModel) -> bool:
-    """An import of a kernel module the project builds, not an optional one (``try: import fused_kernel`` whose
-    ``except ImportError`` goes on without it)."""
-    built = _own_cuda_extensions(os.path.dirname(os.path.abspath(sem.path)))
-    if not built or not any(q.split(".")[0] in built or q in built for q in sem.imports.values()):
-        return False
-    for imp in sem.of_type(ast.Import, ast.ImportFrom):
-        if isinstance(imp, ast.ImportFrom):  # ``from ranker import knn_cuda``: ranker.knn_cuda
-            names = [imp.module or "", *(f"{imp.module}.{a.name}" if imp.module else a.name for a in imp.names)]
-        else:
-            names = [a.name for a in imp.names]  # type: ignore[attr-defined]
-        if any(n.split(".")[0] in built or n in built for n in names) and not _optional_import(sem, imp):
-            return True
-    return False
-
-
-def _optional_import(sem: SemanticModel, imp: ast.AST) -> bool:
-    """In a ``try:`` with a handler that goes on (no ``raise``): the program runs without the module."""
-    parent = sem.parent(imp)
-    return isinstance(parent, ast.Try) and any(s is imp for s in parent.body) and any(
-        not (h.body and isinstance(h.body[-1], ast.Raise)) for h in parent.handlers)
-
-
-# ``CUDAExtension("knn_cuda", ...)`` in a setup.py; ``create_extension('_ext.dcn_v2', ..., with_cuda=...)`` in the
-# build.py of torch.utils.ffi (torch < 1.0)
-_CUDA_EXTENSION = lazy(r"""(?:CUDAExtension|create_extension)\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""")
-
-
-@functools.lru_cache(maxsize=256)
-def _own_cuda_extensions(folder: str, levels: int = 3) -> frozenset[str]:
-    """The modules a ``setup.py`` builds with ``CUDAExtension`` (kernels compiled from ``.cu`` sources, with no
-    CPU fallback; their full names and last parts): one in ``folder`` or a folder above it (``levels`` up), or
-    in a folder below it, two levels down at most (``extension/propagation/setup.py``)."""
-    names: set[str] = set()
-    for path in _setup_files(folder, levels):
-        try:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                text = f.read(200_000)
-        except OSError:
-            continue
-        if "CUDAExtension" in text or "create_extension" in text and "with_cuda" in text:
-            for name in _CUDA_EXTENSION.findall(text):
-                names.update((name, name.rsplit(".", 1)[-1]))
-    return frozenset(names)
-
-
-_BUILD_SCRIPTS = ("setup.py", "build.py")
-
-
-def _setup_files(folder: str, levels: int) -> list[str]:
-    folders, up = [], folder
-    for _ in range(levels):
-        folders.append(up)
-        parent = os.path.dirname(up)
-        if parent == up:
-            break
-        up = parent
-    for below in _subfolders(folder):
-        folders.append(below)
-        folders.extend(_subfolders(below))
-    return [path for f in folders for name in _BUILD_SCRIPTS if os.path.isfile(path := os.path.join(f, name))]
-
-
-def _subfolders(folder: str) -> list[str]:
-    try:
-        return [e.path for e in os.scandir(folder) if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")]
-    except OSError:
-        return []
-
-
 @functools.lru_cache(maxsize=256)
 def _beside_cuda_sources(folder: str) -> bool:
     """The folder holds CUDA sources (``.cu``): its tests exercise a CUDA kernel built from them."""
@@ -272,59 +196,6 @@ def _beside_cuda_sources(folder: str) -> bool:
 
 
 _GPU_MARK = lazy(r"(?i)cuda|gpu")
-_GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "triton", "cupy", "pycuda",
-             "tensorrt", "torch_tensorrt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm")
-_GPU_ONLY_BRANCH = (*_GPU_ONLY, "torch2trt")  # (imported in one branch of a program that also runs on the CPU)
-
-
-def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:
-    """``node`` sits in a block that imports a GPU-only library before it (``if trt_file is not None:
-    from torch2trt import TRTModule ... .cuda()``): that branch runs on an NVIDIA GPU only."""
-    return any(isinstance(stmt, ast.Import | ast.ImportFrom) and _imports_gpu_only(stmt)
-               for stmt in sem.index.earlier_statements(node))
-
-
-def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom, libs: tuple[str, ...] = _GPU_ONLY_BRANCH) -> bool:
-    names = [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else [a.name for a in stmt.names]
-    return any(n == lib or n.startswith(lib + ".") for n in names for lib in libs)
-
-
-def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bool:
-    """The program imports a library that runs on NVIDIA GPUs only (Transformer Engine, MS-AMP, apex,
-    flash-attn, Triton kernels...), or asks a model for flash-attn (``attn_implementation="flash_attention_2"``):
-    it cannot run on a CPU whatever its device code says. With ``node``: an import that has run when ``node``
-    runs (a module-level import before it, as a notebook's later cell is not; one in ``node``'s function)."""
-    if any(q == lib or q.startswith(lib + ".") for q in sem.imports.values() for lib in _GPU_ONLY):
-        if node is None or any(_imported_before(sem, imp, node) for imp in _gpu_only_imports(sem)):
-            return True
-    if _imports_own_extension(sem):
-        return True  # the project's own kernels: ``CUDAExtension("knn_cuda", [...])`` in its setup.py
-    if sem.project is not None and sem.project.imports_gpu_only_module(sem):  # type: ignore[attr-defined]
-        return True  # ``from gnn_reranking import rerank``, a module of the project that needs those kernels
-    return "flash_attention_" in sem.text.source and any(
-        k.arg == "attn_implementation" and (string_value(k.value) or "").startswith("flash_attention_")
-        for c in sem.calls_with_keyword("attn_implementation") for k in c.keywords)
-
-
-def _gpu_only_imports(sem: SemanticModel) -> list[ast.AST]:
-    return sem.cached("gpu_only_imports", lambda: [imp for imp in sem.of_type(ast.Import, ast.ImportFrom)  # type: ignore[no-any-return]
-                                                   if _imports_gpu_only(imp, _GPU_ONLY)])  # type: ignore[arg-type]
-
-
-def _imported_before(sem: SemanticModel, imp: ast.AST, node: ast.AST) -> bool:
-    where = sem.function_of(imp)
-    if where is None:
-        return sem.index.pos[imp] < sem.index.pos[node] or sem.function_of(node) is not None or _required(sem, imp)
-    return where is sem.function_of(node)
-
-
-def _required(sem: SemanticModel, imp: ast.AST) -> bool:
-    """A module-level import the program declares it cannot do without: in a ``try:`` whose ``except
-    ImportError`` raises (``raise ImportError("Please install apex to run this example.")``)."""
-    parent = sem.parent(imp)
-    return isinstance(parent, ast.Try) and any(s is imp for s in parent.body) and any(
-        (h.type is None or re.search(r"ImportError|ModuleNotFoundError|Exception", sem.segment(h.type)))
-        and h.body and isinstance(h.body[-1], ast.Raise) for h in parent.handlers)
 
 
 def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
