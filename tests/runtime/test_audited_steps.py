@@ -170,6 +170,9 @@ def test_steps_past_the_first_pass_module_calls_through_and_grad_contexts_inside
     assert codes(s) == [] and roots <= {"WithEma", "CrossEntropyLoss"}  # the inner layers were never taken for roots
     assert not any(through[:TIMED_FIRST - 1]) and sum(through[TIMED_FIRST:]) > 0.8 * (200 - TIMED_FIRST)
     assert s.stats["forward_calls_audited"] < 200 - 100  # the steps passed through are not read
+    # torch's own no_grad (clip_grad_norm_) does not break the stretches: their steps share one time each
+    late = [r["total"] for r in s.stats["timeline"][TIMED_FIRST:] if not r["timed"]]
+    assert len(set(late)) < len(late) // 5
 
 
 def test_an_evaluation_under_inference_mode_on_a_step_passed_through_is_read_and_passing_through_resumes_after():
@@ -207,3 +210,19 @@ def test_a_checkpointed_model_recomputed_inside_backward_on_steps_passed_through
         assert s._through
         roots = {type(info[1]()).__name__ for info in s._root_info.values()}
     assert codes(s) == [] and "Sequential" not in roots
+
+
+@torch.no_grad()
+def _evaluate(model: nn.Module) -> torch.Tensor:
+    return model(torch.randn(8, 4))
+
+
+def test_an_evaluation_decorated_with_no_grad_on_a_step_passed_through_is_read():
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torchdoctor.watch(environment=False) as s:
+        train(model, opt, LATE)
+        assert s._through
+        _evaluate(model)  # training mode, dropout on: TD402 (torch's decorate_context enters the no_grad)
+        train(model, opt, 30)
+    assert codes(s) == ["TD402"]

@@ -131,12 +131,20 @@ def _forget_in_dynamo(wrapper: Any, original: Any) -> Callable[[], None]:
 
 def _context_enter(session: Any, orig: Any) -> Any:
     """A grad context (no_grad, enable_grad, inference_mode) starts: roots called in it are read again
-    (``session.stop_through``), until it ends (``_context_exit``)."""
+    (``session.stop_through``), until it ends (``_context_exit``). Not torch's own (``clip_grad_norm_`` at every
+    step, an optimizer's update): they call no model. A function decorated with ``@torch.no_grad()`` is entered
+    through torch's ``decorate_context``: whoever called it decides (the user's ``evaluate()``, or torch's
+    ``_clip_grads_with_norm_``)."""
+    import sys
 
     @functools.wraps(orig)
     def __enter__(self: Any) -> Any:
-        if session._through and session.stop_through():
-            self._torchdoctor_ended = session._through_ends
+        if session._through:
+            frame = sys._getframe(1)
+            if frame.f_globals.get("__name__") == "torch.utils._contextlib" and frame.f_back is not None:
+                frame = frame.f_back
+            if not frame.f_globals.get("__name__", "").startswith("torch.") and session.stop_through():
+                self._torchdoctor_ended = session._through_ends
         return orig(self)
 
     return __enter__
