@@ -145,8 +145,8 @@ def _summary(findings: Sequence[Finding], steps: list[dict[str, Any]], warm: int
     span = (f"steps {steady[0]['index']}-{steady[-1]['index']}" if len(steady) > 1 else f"step {steady[0]['index']}")
     scope = f"Over {span}" + (f" (the {warm} warm-up step{'s' if warm != 1 else ''} left out)" if warm else "")
     if sampled:
-        scope += (f"; steps sampled: phases timed on {len(steady)} of these steps (every step at first, then one in "
-                  "8 and each step after one that waited for data), the figures are theirs")
+        scope += (f"; steps sampled: phases timed on {len(steady)} of these steps (each of the first 64, then one in "
+                  "30 or 31, fewer later, and each step after one that waited for data), the figures are theirs")
     bar = "".join(f'<span class="ph-{k}" style="width:{sums[k] / total * 100:.2f}%" title="{escape(name)} {sums[k] / total:.0%}"></span>'
                   for k, name in PHASES if sums[k] > 0)
     rows = []
