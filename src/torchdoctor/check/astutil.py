@@ -71,6 +71,16 @@ def keyword(call: ast.Call, name: str) -> ast.keyword | None:
     return None
 
 
+def argument(call: ast.Call, name: str, position: int) -> ast.AST | None:
+    """The argument given as ``name=`` or at ``position`` (None when absent or behind a ``*args``)."""
+    kw = keyword(call, name)
+    if kw is not None:
+        return kw.value
+    if len(call.args) > position and not any(isinstance(a, ast.Starred) for a in call.args[:position + 1]):
+        return call.args[position]
+    return None
+
+
 def has_kwargs(call: ast.Call) -> bool:
     """A ``**kwargs`` argument may carry any keyword: rules never report it as missing."""
     return any(kw.arg is None for kw in call.keywords)

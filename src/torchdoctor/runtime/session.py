@@ -148,8 +148,7 @@ class WatchSession:
         work: module calls are read, the watch's backward and step pre-hook are in."""
         self._armed = True
         self._through = self._busy = False
-        if self.timeline.stretch >= 0:
-            self.close_stretch(perf_counter(), ends_step=False)
+        self.end_stretch()
         self._pre_hooks[self._pre_key] = self._on_step_pre
         self._torch.autograd.backward = self._backward_watched
 
@@ -173,9 +172,14 @@ class WatchSession:
             return False
         self._through = self._busy = False
         self._through_ends += 1
+        self.end_stretch()
+        return True
+
+    def end_stretch(self) -> None:
+        """Something new in the middle of a step, or the watch's end: the open stretch of steps passed through, if
+        any, ends now (``close_stretch``)."""
         if self.timeline.stretch >= 0:
             self.close_stretch(perf_counter(), ends_step=False)
-        return True
 
     def close_stretch(self, now: float, ends_step: bool) -> None:
         """The steps passed through are over (``Timeline.close_stretch``)."""

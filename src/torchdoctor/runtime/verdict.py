@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from torchdoctor.findings import Finding, sort_findings
@@ -14,8 +13,7 @@ _DEVICE_CODES = {"TD201", "TD202", "TD203", "TD302", "TD303", "TD406", "TD707"}
 def finish(session: Any, exc: BaseException | None) -> None:
     """Close ``session``: its findings final, its stats filled, its references to the program's objects dropped."""
     s = session
-    if s.timeline.stretch >= 0:  # the steps passed through since the last one read get their times
-        s.close_stretch(time.perf_counter(), ends_step=False)
+    s.end_stretch()  # the steps passed through since the last one read get their times
     found = list(s._findings) + s._modes.finish(interrupted=exc is not None) + s._grads.findings + s._losses.judge()
     found += s._samplers.findings + data.bottleneck_findings(s.timeline.steps, s._loader_location or s._step_location)
     found += gpu.decide(gpu_readings(s), s._step_location)

@@ -1,13 +1,12 @@
-"""Stage 7 rules, distributed: samplers, rank-0 duties, backends, per-rank devices, SyncBatchNorm."""
+"""Stage 7 rules, distributed: samplers, backends, per-rank devices, SyncBatchNorm (files written on every rank: ``writes.py``)."""
 
 from __future__ import annotations
 
 import ast
-import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import call_argument, dotted, is_true, keyword, method_name, param_default, string_value
+from torchdoctor.check.astutil import argument, dotted, is_true, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -34,15 +33,6 @@ def _is_dataloader(ctx: Context, call: ast.Call) -> bool:
 # ---- TD702 ---------------------------------------------------------------------
 
 
-def _arg(call: ast.Call, name: str, position: int) -> ast.AST | None:
-    kw = keyword(call, name)
-    if kw is not None:
-        return kw.value
-    if len(call.args) > position and not any(isinstance(a, ast.Starred) for a in call.args[:position + 1]):
-        return call.args[position]
-    return None
-
-
 @rule("TD702", calls=("DataLoader",))
 def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
     """DataLoader given both a sampler and `shuffle=True`.
@@ -53,10 +43,10 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
     fails only in the distributed run.
     Use instead: `shuffle=(sampler is None)`; a DistributedSampler shuffles by itself.
     """
-    if not _is_dataloader(ctx, node) or not is_true(_arg(node, "shuffle", 2)):
+    if not _is_dataloader(ctx, node) or not is_true(argument(node, "shuffle", 2)):
         return
     for name, position in (("sampler", 3), ("batch_sampler", 4)):
-        value = _arg(node, name, position)
+        value = argument(node, name, position)
         if value is not None and not (isinstance(value, ast.Constant) and value.value is None):
             ctx.report(
                 "TD702",
@@ -86,7 +76,7 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     if (ctx.call_name(node) or "") not in ("torch.distributed.init_process_group",
                                            "torch.distributed.distributed_c10d.init_process_group"):
         return
-    backend = _arg(node, "backend", 0)
+    backend = argument(node, "backend", 0)
     if ctx.semantic.chooses_device(node):
         return  # ``if torch.cuda.is_available(): init_process_group("nccl") else: ...``: the CPU has its path
     if any(_states_cuda_need(ctx, stmt) for stmt in ctx.semantic.index.earlier_statements(node)):
@@ -176,7 +166,7 @@ def _has_indexed_device(ctx: Context) -> bool:
     def compute() -> bool:
         if any(site.indexed for site in program.cuda_sites(ctx.semantic)):
             return True
-        aliases = _rank_aliases(ctx)
+        aliases = ctx.semantic.guards.rank_aliases()
         for call in ctx.semantic.calls_named("to"):
             arg = call.args[0] if call.args else None
             name = dotted(arg) or ""
@@ -230,19 +220,7 @@ def _single_process_branch(ctx: Context, node: ast.AST) -> bool:
         return frozenset(out)
 
     known: frozenset[str] = sem.cached("ddp_flags", flags)  # type: ignore[assignment]
-    if not known:
-        return False
-    child = node
-    for a in sem.ancestors(node):
-        if isinstance(a, ast.If):
-            test = a.test
-            negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-            key = dotted(test.operand if negated else test)  # type: ignore[attr-defined]
-            in_body = any(s is child for s in a.body)
-            if key in known and (negated == in_body):
-                return True
-        child = a
-    return False
+    return bool(known) and any(not holds for test, holds in sem.guards.branch_tests(node) if dotted(test) in known)
 
 
 # ---- TD706 ---------------------------------------------------------------------
@@ -347,9 +325,9 @@ def _shuffling_samplers(ctx: Context) -> list[ast.Call]:
     for n in ctx.semantic.calls_named("DistributedSampler", "DefaultSampler"):
         name = ctx.call_name(n) or ""
         if name.startswith("torch.utils.data") and name.endswith(".DistributedSampler"):
-            shuffle = _arg(n, "shuffle", 3)
+            shuffle = argument(n, "shuffle", 3)
         elif name.startswith("mmengine.") and name.endswith(".DefaultSampler"):
-            shuffle = _arg(n, "shuffle", 1)
+            shuffle = argument(n, "shuffle", 1)
         else:
             continue
         if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
@@ -421,301 +399,3 @@ def _flag_only_set_epoch(ctx: Context, set_epochs: list[ast.Call], samplers: lis
     held = {dotted(t) for s in samplers if isinstance(p := ctx.semantic.parent(s), ast.Assign) for t in p.targets}
     unguarded = [f for f in sorted(flags or ()) if f not in held and all(f not in _flag_guards(ctx, s) for s in samplers)]
     return unguarded[0] if unguarded else None  # (``if data_sampler:`` tests that the sampler exists: no flag)
-
-
-# ---- TD703 ---------------------------------------------------------------------
-
-_WRITE_MODE = lazy(r"[wax+]")
-_MODE = lazy(r"[rwxabt+U]{1,4}")  # a mode string, not a path (``gzip.open("./data/enwik8.gz")`` reads)
-_SAVERS = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
-           "safetensors.torch.save_file")
-
-
-def _write_site(ctx: Context, call: ast.Call) -> str | None:
-    """What the call writes (for the message), if it writes a file."""
-    name = ctx.call_name(call) or ""
-    if name in _SAVERS:
-        return f"`{name}`"
-    meth = call.func.attr if isinstance(call.func, ast.Attribute) else None
-    if name == "open" or meth == "open":
-        # ``open(path, mode)``, ``gzip.open(path, mode)``; ``Path.open(mode)`` has no path argument
-        modes = [m for m in (_arg(call, "mode", 1), None if name == "open" else _arg(call, "mode", 0)) if m is not None]
-        text = next((t for m in modes if (t := string_value(m)) and _MODE.fullmatch(t)), None)
-        return f"`open(..., {text!r})`" if text and _WRITE_MODE.search(text) else None
-    if meth in ("write_text", "write_bytes", "save_pretrained"):
-        return f"`.{meth}(...)`"
-    return None
-
-
-def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
-    """A per-rank file name (`f"ckpt_rank{rank}.pt"`, or a name assigned one, or a parameter that every
-    caller in the file gives one): each rank writes its own file. What ``torch.save``/``np.save`` writes does not
-    name the file: ``torch.save(model, path)`` with ``model = DDP(net, device_ids=[rank])`` is one shared path."""
-    args = [*call.args, *(k.value for k in call.keywords)]
-    if (ctx.call_name(call) or "") in _SAVERS:
-        target = _write_target(ctx, call)
-        args = [target] if target is not None else args  # (``torch.save(obj, *where)``: any argument may)
-    return any(_per_rank_value(ctx, arg, call, 0) for arg in args)
-
-
-def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool:
-    sem = ctx.semantic
-    if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in sem.guards.rank_aliases() for n in sem.subtree(arg)):
-        return True
-    if not isinstance(arg, ast.Name):
-        return False
-    if any(b.value is not None and not b.is_param and re.search(r"(?i)rank", ctx.segment(b.value))
-           for b in sem.bindings_of(arg.id)):
-        return True
-    b = sem.binding_at(arg.id, at)
-    func = sem.function_of(at)
-    if depth > 2 or b is None or not b.is_param or func is None or b.node is not func:
-        return False
-    sites = sem.call_sites(func)
-    given = [call_argument(site, func, arg.id) for site in sites]  # type: ignore[arg-type]
-    return bool(sites) and all(g is not None and _per_rank_value(ctx, g, site, depth + 1)
-                               for g, site in zip(given, sites))
-
-
-def _write_target(ctx: Context, call: ast.Call) -> ast.AST | None:
-    """The file a write names: ``np.save(path, ...)``, ``torch.save(obj, path)``, ``open(path, "w")``,
-    ``path.write_text(...)``."""
-    name = ctx.call_name(call) or ""
-    if name == "torch.save":
-        return _arg(call, "f", 1)
-    if name == "safetensors.torch.save_file":
-        return _arg(call, "filename", 1)
-    if name in _SAVERS or name == "open":
-        return call.args[0] if call.args else None
-    return call.func.value if isinstance(call.func, ast.Attribute) else None
-
-
-def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
-    """A dataset's cache of sample ``i``, written in ``__getitem__(self, i)`` to a file named after ``i``
-    (``np.save(self.npy_files[i], im)``), in a module that shards the indices with a DistributedSampler:
-    each rank reads, and writes, the files of its own samples."""
-    sem = ctx.semantic
-    func = sem.function_of(call)
-    if func is None or func.name != "__getitem__" or sem.class_of(func) is None or len(func.args.args) < 2:
-        return False
-    target = _write_target(ctx, call)
-    if target is None or not sem.calls_named("DistributedSampler"):
-        return False
-    index = func.args.args[1].arg
-
-    def from_index(expr: ast.AST, depth: int) -> bool:
-        for n in sem.subtree(expr):
-            if not isinstance(n, ast.Name):
-                continue
-            b = sem.binding_at(n.id, n)
-            if b is None:
-                continue
-            if b.is_param:
-                if n.id == index and b.node is func:
-                    return True
-            elif b.value is not None and depth < 3 and sem.function_of(b.node) is func and from_index(b.value, depth + 1):
-                return True
-        return False
-
-    return from_index(target, 0)
-
-
-def _falsy(expr: ast.AST | None) -> bool:
-    return isinstance(expr, ast.Constant) and not expr.value
-
-
-def _no_caller_takes(ctx: Context, call: ast.Call) -> bool:
-    """The write runs only when a flag parameter with a false default is set (inside ``if probe:``, or after
-    ``if not probe: return ...``), and every call of its function in the file leaves the flag false; no other
-    module calls the function, and it is not handed around by name."""
-    sem = ctx.semantic
-    func = sem.function_of(call)
-    if func is None or sem.class_of(func) is not None:
-        return False
-    flags = set()
-    frame = sem.frame(call)
-    while frame is not None and frame.node is not func:
-        test = getattr(frame.node, "test", None)
-        if frame.kind == "if" and frame.branch == "body" and isinstance(test, ast.Name):
-            flags.add(test.id)
-        frame = frame.parent
-    for stmt in sem.index.earlier_statements(call, func):
-        test = getattr(stmt, "test", None)
-        if isinstance(stmt, ast.If) and isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and \
-                isinstance(test.operand, ast.Name) and stmt.body and isinstance(stmt.body[-1], ast.Return):
-            flags.add(test.operand.id)
-    flags = {f for f in flags if _falsy(param_default(func, f)) and
-             (b := sem.binding_at(f, call)) is not None and b.is_param and b.node is func}
-    sites = sem.call_sites(func)
-    if not flags or not sites or len(sem.reads_of(func.name)) != len(sites):
-        return False
-    if any(isinstance(a, ast.Starred) for s in sites for a in s.args) or \
-            any(k.arg is None for s in sites for k in s.keywords):
-        return False  # (``f(*args)``, ``f(**opts)``: the flag may be given)
-    if not all(any(_falsy(g) if (g := call_argument(s, func, f)) is not None else True for f in flags)  # type: ignore[arg-type]
-               for s in sites):
-        return False
-    return sem.project is None or not sem.project.has_callers(sem, func)  # type: ignore[attr-defined]
-
-
-def _rank_aliases(ctx: Context) -> set[str]:
-    return ctx.semantic.guards.rank_aliases()
-
-
-_WRITER_FLAG = lazy(r"(?i)save|writ|disk|main|master|rank|primary")
-
-
-def _writer_flag_guard(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
-    """``if not self.save_to_disk: return`` before the write, in a method: a flag the object's creator sets for
-    the one process that writes (the checkpointer of maskrcnn-benchmark and its descendants, made with
-    ``save_to_disk = get_rank() == 0``)."""
-    for stmt in ctx.semantic.index.earlier_statements(node, upto=func):
-        if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body and isinstance(stmt.body[-1], ast.Return):
-            test = stmt.test.operand if isinstance(stmt.test, ast.UnaryOp) and isinstance(stmt.test.op, ast.Not) \
-                else None
-            key = dotted(test) if test is not None else None
-            if key and key.startswith("self.") and _WRITER_FLAG.search(key[5:]):
-                return True
-    return False
-
-
-def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
-    """Guarded here, or every call of the enclosing function is guarded (and there is one), in this file
-    or, through the project index, in the files that call it."""
-    sem = ctx.semantic
-    if sem.under_rank_guard(node):
-        return True
-    func = sem.function_of(node)
-    if func is None or depth > 4:
-        return False
-    cls = sem.class_of(func)
-    if cls is not None and (_made_on_one_rank(ctx, cls) or _writer_flag_guard(ctx, node, func)):
-        return True
-    calls = sem.call_sites(func)
-    if calls:
-        return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
-    refs = [*sem.reads_of(func.name), *(sem.reads_of(f"self.{func.name}") if sem.class_of(func) is not None else [])]
-    refs = [r for r in refs if not (isinstance(sem.parent(r), ast.Call) and sem.parent(r).func is r)]  # type: ignore[union-attr]
-    entries = [sem.parent(r) for r in refs if _entry_point(ctx, r)]
-    if entries and len(entries) == len(refs):  # ``fire.Fire(train)``: the command line calls it, on every rank
-        return all(_rank_guarded(ctx, c, depth + 1) for c in entries)  # type: ignore[arg-type]
-    if refs:
-        return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
-    if sem.project is None or cls is not None:
-        return False
-    if sem.project.callers_rank_guarded(sem, func):  # type: ignore[attr-defined]
-        return True
-    # A helper module's function that nothing calls (``autosplit(path)`` beside the dataset classes of a module
-    # the training script imports) runs on no rank; the script's own functions do (torchrun runs its file).
-    return sem.frame(func).kind == "module" and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
-
-
-def _made_on_one_rank(ctx: Context, cls: ast.ClassDef) -> bool:
-    """Every object of ``cls`` is made on the main process only (``Logger(...) if rank == 0 else None``), here
-    and in the modules that import it, and the class is not handed around otherwise: its methods run on one rank."""
-    sem = ctx.semantic
-    refs = sem.reads_of(cls.name)
-    made = [p for r in refs if isinstance(p := sem.parent(r), ast.Call) and p.func is r]
-    if len(made) != len(refs) or not all(sem.guards.only_on_rank_zero(c) for c in made):
-        return False
-    if sem.project is None:
-        return bool(made)
-    init = next((f for f in sem.functions.get("__init__", []) if sem.class_of(f) is cls), None)
-    if init is None:
-        return False  # (the modules that make one are found through its ``__init__``)
-    elsewhere = sem.project.made_on_rank_zero(sem, init)  # type: ignore[attr-defined]
-    return bool(made) if elsewhere is None else elsewhere
-
-
-_WRITERS = ("save", "savez", "savez_compressed", "savetxt", "open", "write_text", "write_bytes", "save_pretrained",
-            "save_file")
-_CLI_DISPATCHERS = ("fire.Fire", "typer.run", "jsonargparse.CLI", "jsonargparse.auto_cli", "CLI", "tyro.cli")
-
-
-def _entry_point(ctx: Context, ref: ast.AST) -> bool:
-    """``ref`` (a function) is handed to a command-line dispatcher, which calls it once per process."""
-    parent = ctx.semantic.parent(ref)
-    return isinstance(parent, ast.Call) and bool(parent.args) and parent.args[0] is ref and \
-        (ctx.call_name(parent) or dotted(parent.func) or "") in _CLI_DISPATCHERS
-
-
-def _in_memory(ctx: Context, call: ast.Call) -> bool:
-    """``torch.save(obj, buf)`` into an ``io.BytesIO()``: nothing reaches the disk."""
-    target = _arg(call, "f", 1) if (ctx.call_name(call) or "") == "torch.save" else None
-    if isinstance(target, ast.Name):
-        b = ctx.semantic.binding_at(target.id, call)
-        target = b.value if b is not None and not b.is_param else None
-    return isinstance(target, ast.Call) and (ctx.call_name(target) or dotted(target.func) or "").endswith("BytesIO")
-
-
-def _multi_process(ctx: Context, node: ast.AST) -> bool:
-    """A DDP program, or an Accelerate training script whose ``Accelerator()`` is made in the function that
-    writes (``accelerate launch`` runs it once per GPU; its evaluation scripts, and programs that only try
-    Accelerate in one of their functions, mostly run as one process)."""
-    sem = ctx.semantic
-    if program.is_ddp_program(sem):
-        inits = sem.calls_named("init_process_group")
-        return not inits or not all(_one_process_group(c) for c in inits)
-    here = sem.function_of(node)
-    return sem.trains and any((ctx.call_name(c) or "").startswith("accelerate.") and sem.function_of(c) is here
-                              for c in sem.calls_named("Accelerator"))
-
-
-def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
-    """A helper of another module (``save_peft_checkpoint(model, path)``) that a DDP program calls on every
-    rank: the call record, else None."""
-    sem = ctx.semantic
-    func = sem.function_of(node)
-    if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
-            or sem.under_rank_guard(node):
-        return None
-    return sem.project.unguarded_ddp_caller(sem, func)  # type: ignore[attr-defined]
-
-
-def _short_path(path: str) -> str:
-    return os.path.relpath(path) if os.path.isabs(path) and not os.path.relpath(path).startswith("..") else path
-
-
-def _one_process_group(call: ast.Call) -> bool:
-    """``init_process_group("gloo", world_size=1, rank=0, store=HashStore())``: a group of one process."""
-    size = keyword(call, "world_size")
-    return size is not None and isinstance(size.value, ast.Constant) and size.value.value == 1
-
-
-def _other_format_of(ctx: Context, call: ast.Call) -> bool:
-    """``if safe_serialization: safetensors.torch.save_file(...) else: torch.save(...)``: the else branch writes
-    the same file in another format; one finding, at the first branch's write (one construct, one finding)."""
-    sem = ctx.semantic
-    stmt = sem.statement_of(call)
-    branch = sem.parent(stmt) if stmt is not None else None
-    return isinstance(branch, ast.If) and stmt in branch.orelse and any(
-        isinstance(n, ast.Call) and _write_site(ctx, n) is not None for s in branch.body for n in sem.subtree(s))
-
-
-def _writes_on_main_only(call: ast.Call) -> bool:
-    """``save_pretrained(..., is_main_process=accelerator.is_main_process, save_function=accelerator.save)``."""
-    return any(k.arg in ("is_main_process", "save_function") for k in call.keywords)
-
-
-@rule("TD703", calls=_WRITERS)
-def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
-    """Checkpoint saving or file writing in a DDP program with no rank-0 guard (prints are not reported):
-    not behind a rank test (`if rank == 0:`, `is_main_process()`, an early `if rank != 0: return`) here
-    or at every call of the enclosing function."""
-    what = _write_site(ctx, node)
-    if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
-            or _per_sample_file(ctx, node) or _no_caller_takes(ctx, node) or _other_format_of(ctx, node):
-        return
-    caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
-    if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node):
-        return
-    kind = "DDP" if caller is not None or program.is_ddp_program(ctx.semantic) else "multi-process (Accelerate)"
-    where = f"of this {kind} program" if caller is None else \
-        f"of the DDP program that calls `{caller.written}` at {_short_path(caller.path)}:{caller.line}"
-    ctx.report(
-        "TD703",
-        node,
-        f"{what} runs on every rank {where}: all processes write the same file",
-        fix="guard it with `if dist.get_rank() == 0:` (or your is_main_process())" if kind == "DDP" else
-        "guard it with `if accelerator.is_main_process:` (or save with `accelerator.save(...)`)",
-    )

@@ -460,23 +460,13 @@ def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     sem = ctx.semantic
     key = dotted(recv)
     wraps_under = _wrapping_tests(ctx, key) if key else frozenset()
-    child: ast.AST = node
-    for up in sem.ancestors(node):
-        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return False
-        if isinstance(up, ast.If):
-            test, negated = up.test, False
-            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                test, negated = test.operand, True
-            if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
-                    and len(test.args) == 2 and dotted(test.args[0]) == key and any(
-                        (dotted(n) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES for n in sem.subtree(test.args[1])):
-                in_else = any(child is s for s in up.orelse)
-                return in_else != negated
-            if sem.segment(test) in wraps_under:  # ``if MANY: enc = nn.DataParallel(enc)`` ... ``else: save(enc...)``
-                in_else = any(child is s for s in up.orelse)
-                return in_else != negated
-        child = up
+    for test, holds in sem.guards.branch_tests(node):
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
+                and len(test.args) == 2 and dotted(test.args[0]) == key and any(
+                    (dotted(n) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES for n in sem.subtree(test.args[1])):
+            return not holds
+        if sem.segment(test) in wraps_under:  # ``if MANY: enc = nn.DataParallel(enc)`` ... ``else: save(enc...)``
+            return not holds
     return False
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from torchdoctor.check.astutil import dotted, is_false, is_true, keyword, string_value
 from torchdoctor.check.patterns import lazy
@@ -549,6 +549,20 @@ class Guards:
         return bool(bound) and all(isinstance(b.value, ast.Constant) and b.value.value is True and not b.is_param
                                    and self.index.frame[b.node].kind not in (FUNCTION, LAMBDA, CLASS)
                                    and isinstance(b.node, ast.Assign) for b in bound)
+
+    def branch_tests(self, node: ast.AST) -> Iterator[tuple[ast.AST, bool]]:
+        """The tests of the ``if`` blocks around ``node`` in its function, innermost first, a ``not`` taken off each,
+        with whether ``node`` runs where that test is true (``if not flag:`` body, or ``else`` of ``if flag:``: no)."""
+        child = node
+        for parent in self.index.ancestors(node):
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return
+            if isinstance(parent, ast.If) and child is not parent.test:
+                test, negated = parent.test, False
+                if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                    test, negated = test.operand, True
+                yield test, any(child is s for s in parent.body) != negated
+            child = parent
 
     def on_cpu_branch(self, node: ast.AST) -> bool:
         """``node`` runs only where a test says the device is the CPU: ``if self.device == torch.device("cpu"):``,

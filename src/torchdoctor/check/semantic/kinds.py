@@ -86,6 +86,11 @@ def unwrap_iter(node: ast.AST) -> tuple[list[ast.AST], bool]:
     return [node], counter
 
 
+
+def _names_a_class(name: str) -> bool:
+    """``Model``, ``QNetwork``: named as classes are (not ``DEVICE``, a constant)."""
+    return name[:1].isupper() and not name.isupper()
+
 class Kinds:
     """Answers ``kind_of(key, at)`` and ``expr_kind(expr, at)``, memoised per binding.
 
@@ -172,7 +177,7 @@ class Kinds:
 
     def _model_class_param(self, call: ast.Call) -> bool:
         """``Factory(envs)`` where ``Factory: nn.Module`` is a parameter named as a class is: it builds a model."""
-        if not isinstance(call.func, ast.Name) or not call.func.id[:1].isupper():
+        if not isinstance(call.func, ast.Name) or not _names_a_class(call.func.id):
             return False
         b = self.bindings.at(call.func.id, call)
         return b is not None and b.is_param and b.value is not None and self._annotation_kind(b.value) == "model"
@@ -189,7 +194,7 @@ class Kinds:
                 kind = self._loop_target_kind(b)
             elif b.is_param:
                 kind = self._annotation_kind(b.value)
-                if kind == "model" and b.key[:1].isupper() and not b.key.isupper():
+                if kind == "model" and _names_a_class(b.key):
                     kind = None  # ``Model: nn.Module`` named as a class is: the class, called to build one
             elif b.index is not None:
                 kind = self._unpacked_kind(b.value, b.index, b.node)

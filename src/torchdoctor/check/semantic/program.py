@@ -213,14 +213,18 @@ def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
                                                or _project_plain_class(sem, receiver))
 
 
-def _project_plain_class(sem: SemanticModel, receiver: ast.Name) -> bool:
+def _built_by(sem: SemanticModel, receiver: ast.Name) -> ast.Call | None:
+    """The call ``receiver`` was last bound to (``bundle = Bundle()``), if it was bound to one whole."""
     b = sem.binding_at(receiver.id, receiver)
     value = b.value if b is not None and b.index is None else None
-    written = dotted(value.func) if isinstance(value, ast.Call) else None
-    project = sem.project
-    return bool(written and written[:1].isupper() or written and written.rsplit(".", 1)[-1][:1].isupper()) \
-        and project is not None and project.defines_class(sem, written) \
-        and not project.inherits_module(sem, written)  # type: ignore[attr-defined,arg-type]
+    return value if isinstance(value, ast.Call) else None
+
+
+def _project_plain_class(sem: SemanticModel, receiver: ast.Name) -> bool:
+    built, project = _built_by(sem, receiver), sem.project
+    written = dotted(built.func) if built is not None else None
+    return bool(written and written.rsplit(".", 1)[-1][:1].isupper()) and project is not None \
+        and project.defines_class(sem, written) and not project.inherits_module(sem, written)  # type: ignore[attr-defined,arg-type]
 
 
 def _own_cuda_class(sem: SemanticModel, receiver: ast.Name) -> str | None:
@@ -230,9 +234,8 @@ def _own_cuda_class(sem: SemanticModel, receiver: ast.Name) -> str | None:
         and any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "cuda" for f in c.body)})  # type: ignore[attr-defined]
     if not classes:
         return None
-    b = sem.binding_at(receiver.id, receiver)
-    value = b.value if b is not None and b.index is None else None
-    name = sem.call_name(value) if isinstance(value, ast.Call) else None
+    built = _built_by(sem, receiver)
+    name = sem.call_name(built) if built is not None else None
     return name if name in classes else None
 
 
