@@ -1683,3 +1683,77 @@ def test_cuda_of_a_project_class_that_is_no_module_is_its_own_method(project: Pa
     })
     results = check_files(["serve.py", "kit/bundle.py"], Settings(root=str(project), select=("TD102",)))
     assert codes(results, "serve.py") == [(8, "TD102")]  # the module's .cuda(), not the plain class's own method
+
+
+def test_a_model_whose_parts_of_other_modules_move_themselves_is_not_td201(project: Path) -> None:
+    write(project, {
+        "nets/encoder.py": """\
+            import torch.nn as nn
+
+            class Encoder(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+                    self.gpu = cfg.gpu
+                    self.rnn = nn.LSTM(8, 8)
+                    self.out = nn.Linear(8, 4)
+                    if self.gpu:
+                        self.rnn = self.rnn.cuda()
+                        self.out = self.out.cuda()
+            """,
+        "nets/crf.py": """\
+            import torch
+            import torch.nn as nn
+
+            class CRF(nn.Module):
+                def __init__(self, n, gpu):
+                    super().__init__()
+                    init = torch.zeros(n, n)
+                    if gpu:
+                        init = init.cuda()
+                    self.trans = nn.Parameter(init)
+
+            class Plain(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.trans = nn.Parameter(torch.zeros(n, n))
+            """,
+        "nets/tagger.py": """\
+            import torch.nn as nn
+            from .encoder import Encoder
+            from .crf import CRF, Plain
+
+            class Tagger(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+                    self.use_crf = cfg.use_crf
+                    self.enc = Encoder(cfg)
+                    if self.use_crf:
+                        self.crf = CRF(4, cfg.gpu)
+
+            class Mixed(nn.Module):
+                def __init__(self, cfg):
+                    super().__init__()
+                    self.enc = Encoder(cfg)
+                    self.crf = Plain(4)
+            """,
+        "train.py": """\
+            import torch
+            from nets.tagger import Tagger, Mixed
+            from nets.encoder import Encoder
+
+            def train(cfg, batches):
+                tagger = Tagger(cfg)
+                encoder = Encoder(cfg)
+                mixed = Mixed(cfg)
+                opt = torch.optim.SGD(tagger.parameters(), lr=0.1)
+                for x, y in batches:
+                    x, y = x.cuda(), y.cuda()
+                    loss = (tagger(x) - y).pow(2).mean() + encoder(x).sum() + mixed(x).sum()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["train.py"], Settings(root=str(project), select=("TD201",)))
+    # the one with a part that keeps an unmoved parameter; not the one whose parts all move themselves
+    assert codes(results, "train.py") == [(8, "TD201")]

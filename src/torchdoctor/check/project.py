@@ -135,6 +135,12 @@ class Project:
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.yields_text  # type: ignore[attr-defined]
 
+    def class_moves_itself(self, sem: SemanticModel, written: str) -> bool:
+        """The class ``written`` (imported here) moves itself to a device as it is built: its ``__init__`` moves
+        it or its parts, or each submodule it builds is of such a class (maybe in yet other modules)."""
+        cls = self._lookup(sem, written, "moved_class")
+        return cls is not None and cls.is_module  # type: ignore[attr-defined]
+
     def class_stateless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.is_module and cls.stateless  # type: ignore[attr-defined]
@@ -206,6 +212,18 @@ class Project:
                 if found is not None:
                     return found
             return None
+        if what == "moved_class" and attr in summary.classes:
+            cls = summary.classes[attr]
+            if not cls.is_module or cls.moves_self:
+                return cls
+            if not cls.parts:
+                return None
+            for part in cls.parts:
+                found = self._in_module(target, part, what, depth + 1) if part in summary.classes else \
+                    self._find(target, summary.from_imports, summary.imports, part, what, depth + 1, summary.star)
+                if found is None:
+                    return None
+            return cls
         if what == "function" and attr in summary.functions:
             return summary.functions[attr]
         if what == "cuda_setting" and attr in summary.cuda_names:

@@ -10,8 +10,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.project import SELECTS_WRAPPED
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_no_state, first_input_device, last_name, moved_keys, \
-    wrapper_prefix
+from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_no_state, class_moves_itself, class_parts, \
+    first_input_device, last_name, moved_keys, wrapper_prefix
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
 
@@ -44,13 +44,22 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # one module inside another: it moves with the outer one
         if _inputs_stay_on_host(ctx, key, stmt):
             continue
-        device = _input_device_near(ctx, key, stmt)
-        if device is None:
+        near = _input_device_near(ctx, key, stmt)
+        if near is None:
             continue  # the file moves data somewhere, but not where this model runs
+        device, move = near
         name = ctx.name(call.func)
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{device}`",
-                   fix=f"move it once after construction: `{key} = {key}.to({device})`")
+                   fix=f"move it once after construction: `{key} = {key}{_same_move(ctx, move)}`")
+
+
+def _same_move(ctx: Context, move: ast.Call) -> str:
+    """The move of the data, as code for the model: ``.cuda()``, ``.to(device)``, ``.to("cuda:0")``."""
+    if isinstance(move.func, ast.Attribute) and move.func.attr in ("cuda", "to"):
+        args = ", ".join(ctx.semantic.segment(a) for a in [*move.args, *move.keywords][:1] if ctx.semantic.segment(a))
+        return f".{move.func.attr}({args})"
+    return f".to({ctx.semantic.move_device(move)})"
 
 
 def _rebound_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
@@ -79,7 +88,7 @@ def _wraps_or_is_wrapped(ctx: Context, key: str, call: ast.Call) -> bool:
     return False
 
 
-def _input_device_near(ctx: Context, key: str, stmt: ast.AST) -> str | None:
+def _input_device_near(ctx: Context, key: str, stmt: ast.AST) -> tuple[str, ast.Call] | None:
     """The device data is moved to where this model runs: the scope that builds it (the class, for
     ``self.model``), functions it is handed to, and functions that read it as a global."""
     sem = ctx.semantic
@@ -99,7 +108,7 @@ def _input_device_near(ctx: Context, key: str, stmt: ast.AST) -> str | None:
             if isinstance(node, ast.Call) and sem.is_device_move(node):
                 device = _input_move_device(ctx, node)
                 if device is not None:
-                    return device
+                    return device, node
     return None
 
 
@@ -130,26 +139,30 @@ def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
         cls = sem.calls_index.classes.get(q)
         if cls is None:  # a class of another module of the project, or of a library
             written = dotted(call.func)
-            return not (sem.project is not None and written and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
+            return not (sem.project is not None and written and (sem.project.class_stateless(sem, written)  # type: ignore[attr-defined]
+                                                                 or sem.project.class_moves_itself(sem, written)))  # type: ignore[attr-defined]
         return not (_moves_itself(ctx, cls) or class_holds_no_state(sem, cls))
     builders = sem.resolve(call)
     return bool(builders) and not any(_returns_moved(ctx, f) for f in builders)
 
 
-def _moves_itself(ctx: Context, cls: ast.AST) -> bool:
-    """The class's ``__init__`` moves itself or its parts (``self.fc.cuda(device)``, ``self.to(device)``)."""
+def _moves_itself(ctx: Context, cls: ast.AST, depth: int = 0) -> bool:
+    """The class's ``__init__`` moves itself or its parts (``self.fc.cuda(device)``, ``self.to(device)``), or
+    every submodule it builds is of a class that does (here or in another module of the project)."""
     sem = ctx.semantic
-    for func in cls.body:  # type: ignore[attr-defined]
-        if isinstance(func, ast.FunctionDef) and func.name == "__init__":
-            for n in sem.local_nodes(func):
-                if not (isinstance(n, ast.Call) and sem.is_device_move(n) and isinstance(n.func, ast.Attribute)):
-                    continue
-                if (dotted(n.func.value) or "").split(".")[0] == "self":
-                    return True
-                stmt = sem.parent(n)  # ``self.fc = nn.Linear(16, 8).cuda(rank)``
-                if isinstance(stmt, ast.Assign) and any((dotted(t) or "").startswith("self.") for t in stmt.targets):
-                    return True
-    return False
+    if class_moves_itself(sem, cls):
+        return True
+    parts = class_parts(sem, cls)
+    if not parts or depth > 3:
+        return False
+    for part in parts:
+        inner = sem.calls_index.classes.get(part)
+        if inner is not None:
+            if inner.name in sem.module_classes and not _moves_itself(ctx, inner, depth + 1):
+                return False
+        elif sem.project is None or not sem.project.class_moves_itself(sem, part):  # type: ignore[attr-defined]
+            return False
+    return True
 
 
 def _returns_moved(ctx: Context, func: ast.AST) -> bool:

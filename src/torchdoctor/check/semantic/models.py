@@ -11,8 +11,8 @@ from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
-           "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "STATELESS_LAYERS", "model_is_stateless",
-           "moved_to_host_before"]
+           "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
+           "STATELESS_LAYERS", "model_is_stateless", "moved_to_host_before"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -309,6 +309,66 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
             if any((dotted(t) or "").startswith("self.") for t in targets) and not _plain_setting(sem, n.value, n):
                 return False
     return True
+
+
+def _init_of(cls: ast.AST) -> ast.AST | None:
+    return next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+
+
+def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
+    """The class's ``__init__`` moves itself or its parts: ``self.to(device)``, ``self.fc = self.fc.cuda()``,
+    ``self.fc = nn.Linear(16, 8).cuda(rank)``, or a tensor moved first and then kept
+    (``init = init.cuda()`` ... ``self.transitions = nn.Parameter(init)``)."""
+    init = _init_of(cls)
+    if init is None:
+        return False
+    moved_locals: set[str] = set()
+    for n in sem.local_nodes(init):
+        if isinstance(n, ast.Call) and sem.is_device_move(n) and isinstance(n.func, ast.Attribute):
+            if (dotted(n.func.value) or "").split(".")[0] == "self":
+                return True
+            stmt = sem.parent(n)
+            if isinstance(stmt, ast.Assign):
+                targets = [dotted(t) or "" for t in stmt.targets]
+                if any(t.startswith("self.") for t in targets):
+                    return True
+                moved_locals.update(t for t in targets if t and "." not in t)
+        elif moved_locals and isinstance(n, ast.Assign) and any((dotted(t) or "").startswith("self.") for t in n.targets) \
+                and any(isinstance(v, ast.Name) and v.id in moved_locals for v in sem.subtree(n.value)):
+            return True
+    return False
+
+
+def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
+    """The classes of the submodules ``__init__`` builds, as written (``self.enc = Encoder(cfg)``,
+    ``self.crf = crf.CRF(n)``), when nothing else it keeps holds state (settings and stateless layers aside):
+    None when it keeps a torch layer, a parameter or a tensor of its own, or has no ``__init__``."""
+    init = _init_of(cls)
+    if init is None or len(cls.bases) != 1 or (dotted(cls.bases[0]) or "") not in _MODULE_BASES:  # type: ignore[attr-defined]
+        return None
+    parts: list[str] = []
+    for n in sem.local_nodes(init):
+        if not (isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None):
+            continue
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+        if not any((dotted(t) or "").startswith("self.") for t in targets):
+            continue
+        value = n.value
+        if isinstance(value, ast.Call):
+            q = sem.call_name(value) or ""
+            written = dotted(value.func) or ""
+            if q.startswith("torch.nn.") or q.rsplit(".", 1)[-1] in _STATE_CALLS:
+                if not _plain_setting(sem, value, n):
+                    return None
+            elif not q.startswith("torch") and written and written.rsplit(".", 1)[-1][:1].isupper():
+                parts.append(written)
+            elif sem.expr_kind(value, n) in ("model", "tensor", "wrapper"):
+                return None
+        elif isinstance(value, (ast.Name, ast.Attribute)) and sem.expr_kind(value, n) in ("model", "tensor", "wrapper"):
+            return None
+        elif isinstance(value, (ast.List, ast.ListComp, ast.Dict, ast.Subscript)):
+            return None
+    return tuple(parts)
 
 
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
