@@ -8,7 +8,7 @@ import ast
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.steps import per_step_loop
+from torchdoctor.check.rules.steps import batch_on_device, per_step_loop
 from torchdoctor.check.semantic import flow, program
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -73,7 +73,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if move is None:
         return
     device = sem.move_device(move)
-    if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(device.rsplit(".", 1)[-1]):
+    if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(device.rsplit(".", 1)[-1]) \
+            or _device_of_host_batch(ctx, move):
         return
     if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) or _made_once(ctx, node, region):
         return
@@ -87,6 +88,17 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+def _device_of_host_batch(ctx: Context, move: ast.Call) -> bool:
+    """``.to(future.device)`` where ``future`` is a batch element the loop has not moved (``future =
+    future.float()`` keeps it on the host): a copy from the host to the host, which copies nothing."""
+    sem = ctx.semantic
+    arg = move.args[0] if move.args and method_name(move) == "to" else None
+    if not (isinstance(arg, ast.Attribute) and arg.attr == "device" and isinstance(arg.value, ast.Name)):
+        return False
+    loop = sem.enclosing_loop(move, "batch")
+    return loop is not None and arg.value.id in sem.batch_vars(loop) and not batch_on_device(ctx, arg.value.id, move, loop)
 
 
 def _zero_sized(call: ast.Call, name: str) -> bool:

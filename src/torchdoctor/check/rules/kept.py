@@ -212,6 +212,9 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             return True  # ``prediction.save(path)``: a PIL image made from it on the host, written out
         if _bound_name(sem.statement_of(n)) == name:
             return True  # rebound on the host (``image = (denorm(image) * 255).astype(np.uint8)``): its reads count
+        if depth < 2 and isinstance(up, ast.Assign) and up.value is n and (other := _bound_name(up)) is not None:
+            reads = _reads_after(ctx, other, up, loop)  # ``pred = outputs``: an alias, kept as ``pred``
+            return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
         if (each := _element_reads(sem, n)) is not None:  # ``for seed, image in zip(seeds, images): ...save(...)``
             element, reads = each
             return bool(reads) and all(kept(r, element) for r in reads)

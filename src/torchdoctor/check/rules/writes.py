@@ -114,6 +114,28 @@ def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
     return from_index(target, 0)
 
 
+def _rank_strided_file(ctx: Context, call: ast.Call) -> bool:
+    """``for part in range(rank, n_parts, world_size): np.save(f"part_{part}.npy", ...)``: each rank takes its own
+    indices, and writes files named after them: no two ranks write the same file."""
+    sem = ctx.semantic
+    target = _write_target(ctx, call)
+    if target is None:
+        return False
+    named = {n.id for n in sem.subtree(target) if isinstance(n, ast.Name)}
+    for b in list(named)[:8]:  # a name bound from the index first: ``out = os.path.join(dst, f"{part}.npz")``
+        binding = sem.binding_at(b, call)
+        if binding is not None and binding.value is not None and not binding.is_param:
+            named |= {n.id for n in sem.subtree(binding.value) if isinstance(n, ast.Name)}
+    for loop in sem.ancestors(call):
+        if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "range" \
+                and len(loop.iter.args) == 3 and isinstance(loop.target, ast.Name) and loop.target.id in named:
+            start = loop.iter.args[0]
+            if re.search(r"(?i)rank", ctx.segment(start)) or any(dotted(n) in sem.guards.rank_aliases()
+                                                                 for n in sem.subtree(start)):
+                return True
+    return False
+
+
 def _falsy(expr: ast.AST | None) -> bool:
     return isinstance(expr, ast.Constant) and not expr.value
 
@@ -294,7 +316,8 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     or at every call of the enclosing function."""
     what = _write_site(ctx, node)
     if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
-            or _per_sample_file(ctx, node) or _no_caller_takes(ctx, node) or _other_format_of(ctx, node):
+            or _per_sample_file(ctx, node) or _rank_strided_file(ctx, node) or _no_caller_takes(ctx, node) \
+            or _other_format_of(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
     if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node):
