@@ -131,7 +131,9 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return method_name(cur) == "tolist"  # ``preds += out.argmax(-1).tolist()``
         if isinstance(up, ast.Assign) and up.value is cur:
             if (name := _bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
-                return _name_kept(ctx, name, up, loop)
+                # (in a helper the loop calls: its reads in the helper's own body)
+                region = loop if sem.contains(loop, up) else sem.function_of(up)
+                return region is not None and _name_kept(ctx, name, up, region)
             return all(isinstance(t, ast.Subscript) for t in up.targets)  # ``preds[i] = out.cpu()``
         return False
     return False
@@ -184,6 +186,33 @@ def _returned_copy(ctx: Context, node: ast.Call) -> bool:
 
 # a metric object's per-batch update with host arrays: ``metrics.update(targets, preds)``, ``evaluator.add_batch``
 _METRIC_UPDATES = frozenset({"update", "add_batch", "process", "accumulate"})
+
+
+_IN_PLACE_INTO = ("add_", "copy_", "index_add_", "index_copy_")
+
+
+def _into_host_buffer(ctx: Context, call: ast.Call) -> bool:
+    """``canvas[..., a:b].add_(patch)`` on ``canvas = torch.zeros(...)`` made without a device (or
+    ``torch.zeros_like`` of one): the result is put together on the host, where it fits."""
+    if not (isinstance(call.func, ast.Attribute) and call.func.attr in _IN_PLACE_INTO):
+        return False
+    target = call.func.value
+    while isinstance(target, ast.Subscript):
+        target = target.value
+    for _ in range(3):
+        if not isinstance(target, ast.Name):
+            return False
+        b = ctx.semantic.binding_at(target.id, call)
+        value = b.value if b is not None and not b.is_param else None
+        if not isinstance(value, ast.Call) or any(k.arg == "device" for k in value.keywords):
+            return False
+        name = ctx.call_name(value) or ""
+        if name in ("torch.zeros", "torch.ones", "torch.empty", "torch.full"):
+            return True
+        if name not in ("torch.zeros_like", "torch.ones_like", "torch.empty_like") or not value.args:
+            return False
+        target = value.args[0]
+    return False
 
 
 def _keeps(call: ast.Call) -> bool:
@@ -248,6 +277,10 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             return False
         if _keeps(up) or as_arrays and _host_function(ctx, up):
             return True  # a metric, or a function of this file, handed NumPy arrays (``seg_metrics(list(p), list(t))``)
+        if (ctx.call_name(up) or "").startswith("torch.") and (ctx.call_name(up) or "").endswith("_like"):
+            return True  # ``torch.ones_like(patch)``: its shape and type only
+        if _into_host_buffer(ctx, up):
+            return True  # ``canvas[..., top:bottom].add_(patch)``: summed into a buffer kept on the host
         if as_arrays and _kept_directly(sem, up):
             return True  # ``tiles.append(paint(pred_map=pred))``: what a helper makes of the arrays is kept
         outer = sem.parent(up)  # ``Image.fromarray(image).save(path)``: written out through a wrapper

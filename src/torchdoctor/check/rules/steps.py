@@ -33,7 +33,8 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
-                or _first_pass_only(ctx, node, loop) or _retry_loop(ctx, node, loop) or _few_iterations(ctx, loop):
+                or _first_pass_only(ctx, node, loop) or _retry_loop(ctx, node, loop) or _few_iterations(ctx, loop) \
+                or _while_few_kept(ctx, node, loop):
             return None
         return loop
     func = sem.function_of(node)
@@ -76,10 +77,11 @@ _FEW = 16  # iterations: a loop that stops after this many shows a few examples,
 
 
 def _few_iterations(ctx: Context, loop: ast.AST) -> bool:
-    """``count += 1 ... if count == num_examples: break`` with ``num_examples=2``: a look at a few batches."""
+    """``count += 1 ... if count == num_examples: break`` (or ``return``) with ``num_examples=2``: a look at a few
+    batches."""
     sem = ctx.semantic
     for stmt in sem.body(loop):
-        if not (isinstance(stmt, ast.If) and any(isinstance(s, ast.Break) for s in stmt.body)):
+        if not (isinstance(stmt, ast.If) and any(isinstance(s, (ast.Break, ast.Return)) for s in stmt.body)):
             continue
         test = stmt.test
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))
@@ -88,6 +90,64 @@ def _few_iterations(ctx: Context, loop: ast.AST) -> bool:
         if _small_bound(ctx, test.comparators[0], stmt):
             return True
     return False
+
+
+def _few_in_range(ctx: Context, loop: ast.AST) -> bool:
+    """``for i in range(1, rows * cols + 1)`` with ``rows = cols = 2``, in a loop that does not train: a few images
+    shown, not steps of a run (TD611 still counts a demo's few steps: its copies are what the demo shows)."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "range"
+            and 1 <= len(loop.iter.args) <= 2 and not loop.iter.keywords) or ctx.semantic.loop_kind(loop) == "train":
+        return False  # (a loop that trains runs steps, however few a short example shows)
+    bounds = [_small_int(ctx, a, loop) for a in loop.iter.args]
+    return None not in bounds and bounds[-1] - (bounds[0] if len(bounds) == 2 else 0) <= _FEW  # type: ignore[operator]
+
+
+def _small_int(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> int | None:
+    """The value of an int expression made of literals and names bound to such where it is read (``rows * cols + 1``
+    with ``rows = 2``), when it is at most a few thousand; else None."""
+    if isinstance(expr, ast.Constant):
+        return expr.value if type(expr.value) is int and abs(expr.value) < 4096 else None
+    if isinstance(expr, ast.Name) and depth < 4:
+        b = ctx.semantic.binding_at(expr.id, at)
+        if b is None or b.value is None or b.is_param or b.index is not None:
+            return None
+        return _small_int(ctx, b.value, b.node, depth + 1)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult)) and depth < 4:
+        left, right = _small_int(ctx, expr.left, at, depth + 1), _small_int(ctx, expr.right, at, depth + 1)
+        if left is None or right is None:
+            return None
+        value = left + right if isinstance(expr.op, ast.Add) else left - right if isinstance(expr.op, ast.Sub) \
+            else left * right
+        return value if abs(value) < 4096 else None
+    return None
+
+
+def _while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``if len(adv_examples) < 5: adv_examples.append((p.item(), x.cpu()))``: a branch that runs until a list it
+    fills holds a few items, then never again."""
+    sem = ctx.semantic
+    child = node
+    for parent in sem.ancestors(node):
+        if parent is loop:
+            return False
+        if isinstance(parent, ast.If) and child in parent.body:
+            test = parent.test
+            tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+            if any(_caps_a_list(ctx, t, parent) for t in tests):
+                return True
+        child = parent
+    return False
+
+
+def _caps_a_list(ctx: Context, test: ast.AST, branch: ast.If) -> bool:
+    """``len(kept) < 5`` where ``branch`` appends to ``kept``."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))
+            and isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and len(test.left.args) == 1):
+        return False
+    kept = dotted(test.left.args[0])
+    return bool(kept) and _small_bound(ctx, test.comparators[0], branch) and any(
+        isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("append", "extend", "add")
+        and dotted(c.func.value) == kept for st in branch.body for c in ctx.semantic.subtree(st))
 
 
 def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
@@ -314,7 +374,14 @@ _HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Te
                 "torch.HalfTensor", "torch.ShortTensor")
 _TO_HOST = lazy(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
 _SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
-               "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm", "any", "all")
+               "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm", "any", "all",
+               "clamp", "clamp_", "round", "permute", "transpose", "contiguous", "pow", "sigmoid", "softmax", "byte",
+               "half", "bool", "prod", "std", "var", "median", "topk", "sort", "t", "narrow", "select", "mul", "add",
+               "sub", "div", "neg", "squeeze_", "unsqueeze_", "expand", "repeat", "numel", "type_as", "add_", "sub_",
+               "mul_", "div_")
+
+
+_NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})
 
 
 def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
@@ -344,7 +411,7 @@ def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
 def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
     """``expr`` is a tensor made on the host and never moved: ``torch.from_numpy(a)``, ``torch.tensor(xs)``
     without a device, ``torch.empty_like(t)`` of such a tensor, or a name last bound to one."""
-    if depth > 10:
+    if depth > 16:
         return False
     if isinstance(expr, ast.Name):
         b = ctx.semantic.bindings.at(expr.id, at)
@@ -355,12 +422,23 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
                 return not batch_on_device(ctx, expr.id, at, loop)  # ``targets`` of the batch, never moved
             source = _iterated(ctx, expr.id, b.node)
             return source is not None and _made_on_host(ctx, source, b.node, depth + 1)
+        if b is not None and b.index is not None and isinstance(b.value, ast.Call):
+            return _returns_host_tensor(ctx, b.value, b.index, depth)  # ``out, gt = run_one(...)``
         return b is not None and b.value is not None and b.node is not expr and \
             _made_on_host(ctx, b.value, b.node, depth + 1)
+    if isinstance(expr, ast.IfExp):  # ``gt = batch["H"] if "H" in batch else None``
+        sides = [x for x in (expr.body, expr.orelse) if not (isinstance(x, ast.Constant) and x.value is None)]
+        return bool(sides) and all(_made_on_host(ctx, x, at, depth + 1) for x in sides)
+    if isinstance(expr, ast.Attribute) and expr.attr == "data":  # ``out.data`` of a host tensor
+        return _made_on_host(ctx, expr.value, at, depth)  # (syntax only, bounded by the tree: no hop counted)
     if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
-        return _made_on_host(ctx, expr.value, at, depth + 1)
+        return _made_on_host(ctx, expr.value, at, depth)
     if isinstance(expr, ast.ListComp):  # ``[x.detach().cpu() for x in outputs]``
         return _made_on_host(ctx, expr.elt, expr, depth + 1)
+    if isinstance(expr, ast.BinOp):  # ``(flow - flow_gt) ** 2`` with ``flow`` copied to the host: a host result
+        sides = [x for x in (expr.left, expr.right) if not isinstance(x, ast.Constant) and not (  # (Python numbers
+            isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id in _NUMBERS)]  # place nothing)
+        return bool(sides) and any(_made_on_host(ctx, x, at, depth + 1) for x in sides)
     if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:  # ``pred[:, None] > iouv[None]``
         sides = [expr.left, expr.comparators[0]]
         return all(isinstance(x, ast.Constant) or _made_on_host(ctx, x, at, depth + 1) for x in sides)
@@ -384,9 +462,11 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
             and (ctx.semantic.move_device(expr) or "").strip("'\"") == "cpu":
         return True  # ``probs_host = probs.to("cpu")``: likewise
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE and not name.startswith("torch."):
-        return _made_on_host(ctx, expr.func.value, at, depth + 1)  # ``losses.mean()`` of a host tensor
+        return _made_on_host(ctx, expr.func.value, at, depth)  # ``losses.mean()`` of a host tensor
     if name in _HOST_MAKERS:
         return name == "torch.from_numpy" or not any(_tensor_value(ctx, a, at) for a in expr.args)
+    if not name.startswith("torch.") and _returns_host_tensor(ctx, expr, None, depth):
+        return True  # ``output = test_video(lq, model)`` whose every return is ``model(x).detach().cpu()`` or such
     if isinstance(expr.func, ast.Name) and not name.startswith("torch.") and expr.args and not expr.keywords \
             and ctx.semantic.expr_kind(expr.func, at) is None and ctx.semantic.call_kind(expr, at) is None:
         # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors
@@ -394,6 +474,27 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
         return bool(values) and all(_made_on_host(ctx, a, at, depth + 1) for a in values)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         _made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth: int) -> bool:
+    """``call`` runs functions of this file whose every ``return`` hands back a host tensor (element ``index`` of
+    the tuple when one is unpacked)."""
+    funcs = ctx.semantic.resolve(call) if depth < 12 else []
+    if not funcs:
+        return False
+    for func in funcs:
+        returns = [n for n in ctx.semantic.body(func) if isinstance(n, ast.Return) and n.value is not None]
+        if not returns:
+            return False
+        for ret in returns:
+            value = ret.value
+            if index is not None:
+                if not (isinstance(value, ast.Tuple) and index < len(value.elts)):
+                    return False
+                value = value.elts[index]
+            if not _made_on_host(ctx, value, ret, depth + 2):
+                return False
+    return True
 
 
 def _sync_site(ctx: Context, node: ast.Call) -> str | None:
@@ -440,7 +541,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
         _report_for_base_loop(ctx, node, what)
         return
-    if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop):
+    if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or _few_in_range(ctx, loop):
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
             and (_host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
