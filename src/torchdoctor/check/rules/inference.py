@@ -11,7 +11,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import construction
+from torchdoctor.check.semantic.models import calls_a_frozen_model, construction
 
 
 # a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
@@ -277,6 +277,8 @@ def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bo
 
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
+    if calls_a_frozen_model(ctx.semantic, call):
+        return  # every parameter was set ``requires_grad = False``: no graph is recorded
     name = ctx.name(call.func)
     ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
                fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")

@@ -9,7 +9,7 @@ from torchdoctor.check.astutil import call_argument, dotted, keyword, method_nam
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import first_input_device, has_dropout_or_bn
+from torchdoctor.check.semantic.models import calls_a_frozen_model, first_input_device, has_dropout_or_bn
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -39,7 +39,7 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
     """Evaluation forward pass with autograd on."""
     forwards = _eval_forwards(ctx, loop)
     for node in forwards:
-        if ctx.semantic.under_no_grad(node):
+        if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node):
             continue
         name = ctx.name(node.func)
         ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",

@@ -119,7 +119,7 @@ class Guards:
             mode = self.grad_call(dec)
             if mode is not None:
                 return mode
-        if self._disabled_before(func, node):
+        if self._disabled_before(func, node) or self._disabled_by_init(func):
             return "off"
         return self.callers_mode(func)
 
@@ -139,16 +139,32 @@ class Guards:
         return mode
 
     def _disabled_before(self, scope: ast.AST, node: ast.AST) -> bool:
-        """A statement ``torch.set_grad_enabled(False)`` earlier in the same body."""
-        here = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-        for stmt in getattr(scope, "body", []):
-            if (stmt.lineno, stmt.col_offset) >= here:
-                break
+        """The last statement ``torch.set_grad_enabled(...)`` that runs before ``node`` in its body, or in the blocks
+        around it (``if __name__ == "__main__":``), turned autograd off."""
+        last: tuple[tuple[int, int], str | None] | None = None
+        for stmt in self.index.earlier_statements(node, scope if not isinstance(scope, ast.Module) else None):
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-                    (self.names.call_name(stmt.value) or "").endswith("set_grad_enabled") and \
-                    self.grad_call(stmt.value) == "off":
-                return True
-        return False
+                    (self.names.call_name(stmt.value) or "").endswith("set_grad_enabled"):
+                at = (stmt.lineno, stmt.col_offset)
+                if last is None or at > last[0]:
+                    last = (at, self.grad_call(stmt.value))
+        return last is not None and last[1] == "off"
+
+    def _disabled_by_init(self, func: ast.AST) -> bool:
+        """A method of a class whose ``__init__`` turns autograd off for the process (``torch.set_grad_enabled(False)``
+        as a statement of its body), and which turns it on nowhere."""
+        frame = self.index.frame.get(func)
+        cls = frame.node if frame is not None and frame.kind == CLASS else None
+        if cls is None or func.name == "__init__":  # type: ignore[attr-defined]
+            return False
+        toggles = [self.grad_call(n) for n in self.index.subtree(cls) if isinstance(n, ast.Call)
+                   and (self.names.call_name(n) or "").endswith("set_grad_enabled")]
+        if "off" not in toggles or any(t != "off" for t in toggles):
+            return False
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+        return init is not None and any(isinstance(st, ast.Expr) and isinstance(st.value, ast.Call)
+                                        and (self.names.call_name(st.value) or "").endswith("set_grad_enabled")
+                                        for st in init.body)
 
     # ---- step guards -----------------------------------------------------------------------------------
     def _test_memo(self, test: ast.AST, key: str, compute: Callable[[], bool]) -> bool:

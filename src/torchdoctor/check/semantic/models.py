@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import call_argument, dotted, method_name
+from torchdoctor.check.astutil import call_argument, dotted, is_false, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
-           "STATELESS_LAYERS", "model_is_stateless", "moved_to_host_before"]
+           "STATELESS_LAYERS", "model_is_stateless", "moved_to_host_before", "calls_a_frozen_model"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -528,3 +528,50 @@ def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
         return True
 
     return sem.cached(("cpu_only_loop", loop), compute)  # type: ignore[no-any-return]
+
+
+def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
+    """``model(x)`` (or ``model.predict(x)``) after every parameter of ``model`` was frozen in this file
+    (``for _, v in model.named_parameters(): v.requires_grad = False``, ``model.requires_grad_(False)``): with no
+    leaf that requires grad, autograd records nothing."""
+    func = call.func
+    target = func.value if isinstance(func, ast.Attribute) and func.attr in ("predict", "inference", "infer", "forward") \
+        else func
+    key = dotted(target)
+    if not key:
+        return False
+    here = (call.lineno, call.col_offset)
+
+    def model_binding(at: ast.AST) -> object | None:  # through ``model = model.to(device)``: the same module
+        b = sem.binding_at(key, at)
+        for _ in range(4):
+            value = b.value if b is not None and not b.is_param else None
+            while isinstance(value, ast.Call) and method_name(value) in ("to", "cuda", "eval", "half", "float"):
+                value = value.func.value  # type: ignore[attr-defined]
+            if not (isinstance(value, ast.Name) and value.id == key):
+                break
+            b = sem.binding_at(key, value)
+        return b
+
+    bound = model_binding(call)
+
+    def same_model(at: ast.AST) -> bool:  # the same binding of ``key`` (or, for ``self.net``, the same function)
+        return model_binding(at) is bound if bound is not None else sem.function_of(at) is sem.function_of(call)
+
+    for n in sem.calls_named("requires_grad_"):
+        if isinstance(n.func, ast.Attribute) and dotted(n.func.value) == key and n.args and is_false(n.args[0]) \
+                and (n.lineno, n.col_offset) < here and same_model(n):
+            return True
+    for loop in sem.of_type(ast.For):
+        it = loop.iter  # type: ignore[attr-defined]
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("parameters",
+                "named_parameters") and dotted(it.func.value) == key and (loop.lineno, 0) < here  # type: ignore[attr-defined]
+                and same_model(loop)):
+            continue
+        target_var = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target  # type: ignore[attr-defined]
+        var = target_var.id if isinstance(target_var, ast.Name) else None
+        if var and any(isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)
+                       and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var
+                       and is_false(st.value) for st in loop.body):  # type: ignore[attr-defined]
+            return True
+    return False
