@@ -1651,6 +1651,81 @@ def test_a_program_on_the_projects_own_cuda_extension_needs_a_gpu_anyway(project
     assert codes(results, "plain.py") == [(4, "TD101"), (4, "TD101")]
 
 
+@pytest.mark.parametrize("together", [True, False])
+def test_a_model_on_a_kernel_compiled_when_its_module_is_imported_needs_a_gpu_anyway(project: Path, together: bool) -> None:
+    write(project, {
+        "video/__init__.py": "",
+        "video/ops/__init__.py": "",
+        "video/ops/shift.py": """\
+            import os
+            from torch.utils.cpp_extension import load
+
+            here = os.path.dirname(__file__)
+            shift_ext = load("shift_ext", sources=[os.path.join(here, "shift.cpp"), os.path.join(here, "shift_kernel.cu")])
+
+            def shift(x, offsets):
+                return shift_ext.forward(x, offsets)
+            """,
+        "video/ops/maybe.py": """\
+            from torch.utils.cpp_extension import load
+
+            try:
+                fused = load("fused", sources=["fused.cpp", "fused_kernel.cu"])
+            except Exception:
+                fused = None
+            """,
+        "video/net.py": """\
+            import torch
+            import torch.nn as nn
+            from .ops.shift import shift
+
+            class Shifter(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.offsets = nn.Conv2d(4, 2, 3, padding=1)
+
+                def forward(self, frames, keep_on_host):
+                    out = torch.zeros_like(frames[0]).cuda() if keep_on_host else torch.zeros_like(frames[0])
+                    for f in frames:
+                        out = out + shift(f, self.offsets(f))
+                    return out
+            """,
+        "video/optional.py": """\
+            import torch
+            from .ops.maybe import fused
+
+            def run(frames):
+                return [f.cuda() for f in frames]
+            """,
+        "video/sparse.py": """\
+            def attend(q, k):
+                from xformers.ops import memory_efficient_attention
+                return memory_efficient_attention(q, k, k)
+            """,
+        "demo.py": """\
+            import torch
+            from video.net import Shifter
+
+            device = "cuda"
+            print(Shifter().to(device)([torch.rand(1, 4, 8, 8, device=device)], False).shape)
+            """,
+        "bench.py": """\
+            import torch
+            from video.sparse import attend
+
+            device = "cuda"
+            print(attend(torch.rand(1, 4, 8, device=device), torch.rand(1, 4, 8, device=device)).shape)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD101",))
+    files = ["video/net.py", "video/optional.py", "demo.py", "bench.py"]
+    results = check_files(files, settings) if together else [check_file(f, settings) for f in files]
+    assert codes(results, "net.py") == []  # the kernel runs on CUDA only: no CPU fallback to write
+    assert codes(results, "demo.py") == []  # nor in a program on that model (two imports away from the kernel)
+    assert codes(results, "optional.py") == [(5, "TD101")]  # the kernel is optional there: the program runs without it
+    assert codes(results, "bench.py") == [(4, "TD101")]  # the GPU-only library is imported only if ``attend`` runs
+
+
 def test_cuda_of_a_project_class_that_is_no_module_is_its_own_method(project: Path) -> None:
     write(project, {
         "kit/__init__.py": "",

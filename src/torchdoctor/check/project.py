@@ -576,17 +576,26 @@ class Project:
         return roots
 
     def imports_gpu_only_module(self, sem: SemanticModel) -> bool:
-        """A module of the project that ``sem`` imports needs a GPU-only library or the project's own CUDA
-        extension (``import gnn_reranking``, which imports the kernels ``setup.py`` builds): so does ``sem``."""
-        here = sem.path
-        targets = [(0, q) for q in sem.names.imports.values()] + [
-            (level, module) for level, module, _ in sem.names.from_imports.values()]
-        for level, module in targets:
-            path = self._module_file(here, level, module) if module or level else None
-            if path is not None and os.path.abspath(path) != os.path.abspath(here):
-                summary = self.summary(path)
-                if summary is not None and summary.gpu_only:
-                    return True
+        """A module of the project that ``sem`` imports, or one it imports in turn (three imports deep at most), needs
+        a GPU-only library or the project's own CUDA kernels (``import gnn_reranking``, which imports the kernels
+        ``setup.py`` builds): so does ``sem``."""
+        seen = {os.path.abspath(sem.path)}
+        frontier = [(sem.path, sem.names.imports, sem.names.from_imports)]
+        for _ in range(3):  # (``train.py`` imports ``op``, whose ``__init__`` imports the module that builds kernels)
+            following = []
+            for here, imports, from_imports in frontier:
+                targets = [(0, q) for q in imports.values()] + [(level, module) for level, module, _ in from_imports.values()]
+                for level, module in targets:
+                    path = self._module_file(here, level, module) if module or level else None
+                    if path is None or os.path.abspath(path) in seen:
+                        continue
+                    seen.add(os.path.abspath(path))
+                    summary = self.summary(path)
+                    if summary is not None and summary.gpu_only:
+                        return True
+                    if summary is not None:
+                        following.append((path, summary.imports, summary.from_imports))
+            frontier = following
         return False
 
     def summary(self, path: str) -> ModuleSummary | None:

@@ -18,9 +18,30 @@ __all__ = ["imports_gpu_only", "in_gpu_only_branch", "uses_gpu_only_library"]
 
 
 def imports_gpu_only(sem: SemanticModel) -> bool:
-    """The module itself imports a GPU-only library or one of the project's own CUDA extensions, not as an
-    optional import (what a module that imports it inherits: ``Project.imports_gpu_only_module``)."""
-    return any(not _optional_import(sem, imp) for imp in _gpu_only_imports(sem)) or _imports_own_extension(sem)
+    """The module itself imports a GPU-only library or one of the project's own CUDA extensions when it is imported
+    (not in a function, which may never run; not as an optional import): what a module that imports it inherits
+    (``Project.imports_gpu_only_module``)."""
+    return any(not _optional_import(sem, imp) and sem.function_of(imp) is None for imp in _gpu_only_imports(sem)) \
+        or _imports_own_extension(sem) or _compiles_kernel_on_import(sem)
+
+
+def _compiles_kernel_on_import(sem: SemanticModel) -> bool:
+    """``ext = load("warp", sources=[..., "warp_kernel.cu"])`` (``torch.utils.cpp_extension``) at module level, not
+    in a ``try`` that goes on without it: importing the module compiles a CUDA kernel, which needs the CUDA
+    toolkit, and the model built on it runs on an NVIDIA GPU only."""
+    if "cpp_extension" not in sem.text.source:
+        return False
+    for call in sem.calls_named("load", "load_inline"):
+        name = sem.call_name(call) or ""
+        if not name.startswith("torch.utils.cpp_extension.") or sem.function_of(call) is not None:
+            continue
+        if not (any(k.arg == "cuda_sources" for k in call.keywords) or any(
+                (text := string_value(n)) is not None and text.endswith((".cu", ".cuh")) for n in sem.subtree(call))):
+            continue
+        if not any(isinstance(a, ast.Try) and any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in a.handlers)
+                   for a in sem.ancestors(call)):
+            return True
+    return False
 
 
 def _imports_own_extension(sem: SemanticModel) -> bool:
