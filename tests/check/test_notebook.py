@@ -225,6 +225,27 @@ def test_a_line_named_in_a_message_is_given_as_its_cell_and_line(tmp_path: Path)
     assert "the loop at cell 2, line 4" in found[0].message
 
 
+_DDP_BRANCH = ("import torch\nimport torch.nn as nn\n",
+               "def build(distributed, rank):\n    model = nn.Linear(4, 2).to(torch.device('cuda', rank))\n"
+               "    if distributed:\n        model = nn.parallel.DistributedDataParallel(model, device_ids=[rank])\n"
+               "    return model\n")
+
+
+@pytest.mark.parametrize("launch, written", [
+    ("net = build(distributed=False, rank=0)\n", []),
+    ("import torch.multiprocessing as mp\nmp.spawn(build, args=(True,), nprocs=2)\n", [(3, 2), (3, 3)]),
+])
+def test_a_notebooks_files_are_written_by_one_process_unless_it_launches_more(tmp_path: Path, launch: str,
+                                                                           written: list) -> None:
+    """A demo notebook keeping a DDP branch it never takes runs in one kernel, one process: its writes race with
+    nothing. One that spawns processes runs the DDP branch on each."""
+    p = tmp_path / "demo.ipynb"
+    p.write_bytes(nb(*_DDP_BRANCH, "base = nn.Linear(4, 2)\ntorch.save(base.state_dict(), 'base.pth')\n"
+                     "with open('gt.json', 'w') as fh:\n    fh.write('{}')\n", launch))
+    found = [f for f in check_file(str(p)).findings if f.code == "TD703"]
+    assert [(f.location.cell, f.location.line) for f in found] == written
+
+
 @pytest.mark.parametrize("data, needle", [
     (b"", "invalid JSON"), (b"{not json", "invalid JSON at line 1"), (b"[1, 2]", "not an object"),
     (b'{"cells": 3}', "no 'cells' list"), (b"\xff\xfe{", "not valid UTF-8"),

@@ -260,11 +260,23 @@ def _in_memory(ctx: Context, call: ast.Call) -> bool:
     return isinstance(target, ast.Call) and (ctx.call_name(target) or dotted(target.func) or "").endswith("BytesIO")
 
 
+_LAUNCHERS = ("spawn", "start_processes", "notebook_launcher", "Process", "run", "Popen", "call", "check_call", "system")
+
+
+def _launches(ctx: Context, call: ast.Call) -> bool:
+    """``mp.spawn(...)``, ``notebook_launcher(...)``, ``subprocess.run(["torchrun", ...])``: processes started."""
+    name = ctx.call_name(call) or ""
+    return name.startswith(("torch.multiprocessing.", "multiprocessing.", "subprocess.", "accelerate.")) \
+        or name in ("os.system", "torch.distributed.run")
+
+
 def _multi_process(ctx: Context, node: ast.AST) -> bool:
     """A DDP program, or an Accelerate training script whose ``Accelerator()`` is made in the function that
     writes (``accelerate launch`` runs it once per GPU; its evaluation scripts, and programs that only try
     Accelerate in one of their functions, mostly run as one process)."""
     sem = ctx.semantic
+    if sem.path.endswith(".ipynb") and not any(_launches(ctx, c) for c in sem.calls_named(*_LAUNCHERS)):
+        return False  # a notebook's kernel is one process: only one it launches runs more (mp.spawn, notebook_launcher)
     if program.is_ddp_program(sem):
         inits = sem.calls_named("init_process_group")
         return not inits or not all(_one_process_group(c) for c in inits)
