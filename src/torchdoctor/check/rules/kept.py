@@ -88,6 +88,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if node.func.attr == "item" or sem.loop_kind(loop) == "train":  # type: ignore[attr-defined]
         return False  # (a loop that neither trains nor is named for evaluation, edm's sampling loop, keeps them too)
+    if _copied_for_host_processing(ctx, node, loop):
+        return True
     if not sem.contains(loop, node) and _returned_copy(ctx, node):
         return True  # in a helper the evaluation loop calls, which hands the copy back
     cur: ast.AST = node
@@ -137,6 +139,84 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return all(isinstance(t, ast.Subscript) for t in up.targets)  # ``preds[i] = out.cpu()``
         return False
     return False
+
+
+_LOSS_NAME = lazy(r"(?i)loss|criterion|crit$")
+_REDUCTIONS = frozenset({"mean", "sum", "max", "min", "argmax", "argmin", "median", "std", "var", "prod", "norm",
+                         "amax", "amin", "any", "all", "nanmean", "nansum"})
+_SCALAR_SINKS = frozenset({"float", "int", "round", "bool", "print", "str", "repr", "len"})
+
+
+def _copied_for_host_processing(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """``boxes = boxes.cpu().numpy()``, ``flow = padder.unpad(pred[0]).cpu()`` in a loop that does not train: an
+    output copied once and bound to a name for host work (decoding, non-max suppression, metrics, files): some
+    read of it goes on as an array. Not when every read only makes a number of it that the device could have
+    made (``float(arr.mean())``, ``.item()``, a loss, a printed or summed value)."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(node)
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return False
+    cur: ast.AST = node
+    while cur is not stmt.value:
+        up = sem.parent(cur)
+        if up is None or isinstance(up, (ast.JoinedStr, ast.Compare, ast.BoolOp, ast.Tuple)) or \
+                isinstance(up, ast.Attribute) and (up.attr == "item" or up.attr in _REDUCTIONS):
+            return False  # (one name for the copy, not a number made of it)
+        cur = up
+    name = _bound_name(stmt)
+    region = loop if sem.contains(loop, stmt) else sem.function_of(stmt)
+    if name is None or region is None:
+        return False
+    return _goes_on_as_array(ctx, name, stmt, region, 0)
+
+
+def _goes_on_as_array(ctx: Context, name: str, stmt: ast.AST, region: ast.AST, depth: int) -> bool:
+    return any(_read_as_array(ctx, r, region, depth) for r in _reads_after(ctx, name, stmt, region))
+
+
+def _read_as_array(ctx: Context, n: ast.AST, region: ast.AST, depth: int) -> bool:
+    """The host array read at ``n`` is used as an array (stored, handed on, transformed and kept), not only
+    turned into a number."""
+    sem = ctx.semantic
+    up = sem.parent(n)
+    while True:  # through reductions, arithmetic and slicing: what comes out of them is what counts
+        if isinstance(up, ast.Attribute) and up.attr == "item" or isinstance(up, ast.Attribute) and up.attr in _METADATA:
+            return False
+        if isinstance(up, ast.Attribute) and up.attr in _REDUCTIONS and isinstance(call := sem.parent(up), ast.Call) \
+                and call.func is up:
+            n, up = call, sem.parent(call)
+            continue
+        if isinstance(up, ast.Call) and n in up.args and (q := ctx.call_name(up) or "").startswith(("numpy.", "torch.")) \
+                and q.rsplit(".", 1)[-1] in _REDUCTIONS:
+            n, up = up, sem.parent(up)
+            continue
+        if isinstance(up, (ast.BinOp, ast.UnaryOp)) or isinstance(up, ast.Subscript) and up.value is n:
+            n, up = up, sem.parent(up)
+            continue
+        break
+    if isinstance(up, (ast.FormattedValue, ast.JoinedStr, ast.Compare, ast.BoolOp, ast.If, ast.While, ast.AugAssign)):
+        return False  # printed, tested or summed: a number
+    if isinstance(up, ast.Call) and n in up.args:
+        callee = dotted(up.func) or ""
+        if callee in _SCALAR_SINKS or _LOSS_NAME.search(callee) or sem.expr_kind(up.func, up) == "loss_fn" \
+                or callee.startswith(("logging.", "logger.", "log.")):
+            return False
+        funcs = sem.resolve(up)
+        if funcs and all(_returns_number(sem, f) for f in funcs):
+            return False  # ``dice(probs, target)`` that returns ``(...).item()``
+        return True
+    if isinstance(up, ast.Assign) and up.value is n and depth < 2 and (other := _bound_name(up)) is not None:
+        return _goes_on_as_array(ctx, other, up, region, depth + 1)  # ``image = image.mean()``, ``peek = shown``
+    if isinstance(up, ast.For) and up.iter is n and isinstance(up.target, ast.Name) and depth < 2:
+        return _goes_on_as_array(ctx, up.target.id, up.target, up, depth + 1)  # ``for value in values: ...``
+    return not isinstance(up, ast.Expr)
+
+
+def _returns_number(sem: object, func: ast.AST) -> bool:
+    returns = [r for r in sem.body(func) if isinstance(r, ast.Return) and r.value is not None]  # type: ignore[attr-defined]
+    return bool(returns) and all(
+        isinstance(v := r.value, ast.Call) and (isinstance(v.func, ast.Attribute) and v.func.attr == "item"
+                                                or dotted(v.func) in ("float", "int")) for r in returns)
 
 
 def _bound_name(stmt: ast.AST | None) -> str | None:
