@@ -8,7 +8,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.astutil import dotted, method_name, param_default
 from torchdoctor.check.patterns import lazy
 
 if TYPE_CHECKING:
@@ -157,12 +157,14 @@ def _copied_for_host_processing(ctx: Context, node: ast.Call, loop: ast.AST) -> 
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
         return False
     cur: ast.AST = node
-    while cur is not stmt.value:
+    while cur is not stmt.value:  # ``.cpu().numpy()[:, 1]``, ``.cpu() * scale``: the copy itself, bound to the name
         up = sem.parent(cur)
-        if up is None or isinstance(up, (ast.JoinedStr, ast.Compare, ast.BoolOp, ast.Tuple)) or \
-                isinstance(up, ast.Attribute) and (up.attr == "item" or up.attr in _REDUCTIONS):
-            return False  # (one name for the copy, not a number made of it)
-        cur = up
+        if isinstance(up, ast.Attribute) and up.attr != "item" and up.attr not in _REDUCTIONS \
+                or isinstance(up, ast.Call) and up.func is cur or isinstance(up, ast.Subscript) and up.value is cur \
+                or isinstance(up, ast.BinOp) or isinstance(up, ast.Call) and cur in up.args and not _makes_a_number(ctx, up):
+            cur = up  # (``torch.sum((flow.cpu() - gt) ** 2, dim=0)``, ``clamp(boxes.cpu(), w, h)``: host work on it)
+            continue
+        return False  # (read as a number, formatted, compared: not the copy kept under a name)
     name = _bound_name(stmt)
     region = loop if sem.contains(loop, stmt) else sem.function_of(stmt)
     if name is None or region is None:
@@ -197,14 +199,7 @@ def _read_as_array(ctx: Context, n: ast.AST, region: ast.AST, depth: int) -> boo
     if isinstance(up, (ast.FormattedValue, ast.JoinedStr, ast.Compare, ast.BoolOp, ast.If, ast.While, ast.AugAssign)):
         return False  # printed, tested or summed: a number
     if isinstance(up, ast.Call) and n in up.args:
-        callee = dotted(up.func) or ""
-        if callee in _SCALAR_SINKS or _LOSS_NAME.search(callee) or sem.expr_kind(up.func, up) == "loss_fn" \
-                or callee.startswith(("logging.", "logger.", "log.")):
-            return False
-        funcs = sem.resolve(up)
-        if funcs and all(_returns_number(sem, f) for f in funcs):
-            return False  # ``dice(probs, target)`` that returns ``(...).item()``
-        return True
+        return not _makes_a_number(ctx, up)
     if isinstance(up, ast.Assign) and up.value is n and depth < 2 and (other := _bound_name(up)) is not None:
         return _goes_on_as_array(ctx, other, up, region, depth + 1)  # ``image = image.mean()``, ``peek = shown``
     if isinstance(up, ast.For) and up.iter is n and isinstance(up.target, ast.Name) and depth < 2:
@@ -212,11 +207,42 @@ def _read_as_array(ctx: Context, n: ast.AST, region: ast.AST, depth: int) -> boo
     return not isinstance(up, ast.Expr)
 
 
+def _makes_a_number(ctx: Context, call: ast.Call) -> bool:
+    """A call that turns what it is given into a number: ``float()``, a loss, a logger, a helper of this file whose
+    every return is one (``dice(probs, target)`` returning ``(...).item()``)."""
+    sem = ctx.semantic
+    callee = dotted(call.func) or ""
+    if callee in _SCALAR_SINKS or _LOSS_NAME.search(callee) or sem.expr_kind(call.func, call) == "loss_fn" \
+            or callee.startswith(("logging.", "logger.", "log.")):
+        return True
+    funcs = sem.resolve(call)
+    return bool(funcs) and all(_returns_number(sem, f) for f in funcs)
+
+
 def _returns_number(sem: object, func: ast.AST) -> bool:
+    """Every ``return`` of ``func`` hands back one number: ``(...).item()``, ``float(...)``, a reduction
+    (``(2 * inter + eps) / (p.sum() + t.sum() + eps)`` with ``inter = (p * t).sum()``)."""
     returns = [r for r in sem.body(func) if isinstance(r, ast.Return) and r.value is not None]  # type: ignore[attr-defined]
-    return bool(returns) and all(
-        isinstance(v := r.value, ast.Call) and (isinstance(v.func, ast.Attribute) and v.func.attr == "item"
-                                                or dotted(v.func) in ("float", "int")) for r in returns)
+    return bool(returns) and all(_a_number(sem, r.value, r, 0) for r in returns)
+
+
+def _a_number(sem: object, v: ast.AST, at: ast.AST, depth: int) -> bool:
+    if isinstance(v, ast.Constant):
+        return isinstance(v.value, (int, float))
+    if isinstance(v, ast.Call):
+        return isinstance(v.func, ast.Attribute) and (v.func.attr == "item" or v.func.attr in _REDUCTIONS
+                                                      and not v.args and not v.keywords) \
+            or dotted(v.func) in ("float", "int")
+    if isinstance(v, ast.BinOp):
+        return _a_number(sem, v.left, at, depth) and _a_number(sem, v.right, at, depth) and not (
+            isinstance(v.left, ast.Constant) and isinstance(v.right, ast.Constant))
+    if isinstance(v, ast.Name) and depth < 2:
+        b = sem.binding_at(v.id, at)  # type: ignore[attr-defined]
+        if b is not None and b.is_param:  # ``eps=1e-7``
+            default = param_default(b.node, v.id) if isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+            return isinstance(default, ast.Constant) and isinstance(default.value, (int, float))
+        return b is not None and b.value is not None and _a_number(sem, b.value, b.node, depth + 1)
+    return False
 
 
 def _bound_name(stmt: ast.AST | None) -> str | None:
