@@ -326,9 +326,10 @@ def _host_arithmetic(ctx: Context, expr: ast.BinOp, at: ast.AST, depth: int) -> 
         elif isinstance(leaf, ast.UnaryOp):
             leaves.append(leaf.operand)
         elif isinstance(leaf, ast.Name):
-            if ctx.semantic.kind_of(leaf.id, at) == "tensor":
+            if _host_number(ctx, leaf, at, depth):  # (first: ``k`` of ``enumerate(batch.unbind(0))`` counts, an int)
+                host = True
+            elif ctx.semantic.kind_of(leaf.id, at) == "tensor":
                 return False
-            host = host or _host_number(ctx, leaf, at, depth)
         elif _host_leaf(leaf):
             host = True
         elif not isinstance(leaf, (ast.Attribute, ast.Subscript)):

@@ -643,10 +643,17 @@ class Guards:
         while frame is not None and frame.node is not stop:
             if frame.kind == IF and isinstance(frame.node, ast.If):
                 block = frame.node.body if frame.branch == "body" else frame.node.orelse
-                if block and self._leaves(block[-1]):
+                if block and (self._leaves(block[-1]) or self._skips_on_error(block)):
                     return True
             frame = frame.parent
         return False
+
+    def _skips_on_error(self, block: list[ast.stmt]) -> bool:
+        """``logger.error(f"... {ids}"); continue``: a branch that reports bad data and skips the step (a batch with
+        empty targets), not the path every step takes."""
+        return isinstance(block[-1], ast.Continue) and any(
+            isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and isinstance(st.value.func, ast.Attribute)
+            and st.value.func.attr in ("error", "warning", "warn", "exception", "critical") for st in block[:-1])
 
     def _leaves(self, stmt: ast.stmt) -> bool:
         if isinstance(stmt, (ast.Raise, ast.Return, ast.Break)):
