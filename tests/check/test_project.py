@@ -1832,3 +1832,45 @@ def test_a_model_whose_parts_of_other_modules_move_themselves_is_not_td201(proje
     results = check_files(["train.py"], Settings(root=str(project), select=("TD201",)))
     # the one with a part that keeps an unmoved parameter; not the one whose parts all move themselves
     assert codes(results, "train.py") == [(8, "TD201")]
+
+
+def test_a_loss_of_another_module_keeping_a_list_of_numbers_has_nothing_to_move(project: Path) -> None:
+    write(project, {
+        "layers/__init__.py": "from .box_loss import *\n",
+        "layers/box_loss.py": """\
+            import torch.nn as nn
+
+            class BoxLoss(nn.Module):
+                def __init__(self, n_classes, overlap):
+                    super().__init__()
+                    self.n_classes, self.overlap = n_classes, overlap
+                    self.variance = [0.1, 0.2]
+
+                def forward(self, pred, target):
+                    return (pred - target).abs().mean() * self.variance[0]
+
+            class AnchoredLoss(nn.Module):
+                def __init__(self, anchors):
+                    super().__init__()
+                    self.anchors = [anchors, anchors * 2]
+
+                def forward(self, pred, target):
+                    return (pred - target - self.anchors[0]).abs().mean()
+            """,
+        "train.py": """\
+            import torch
+            from layers import BoxLoss, AnchoredLoss
+
+            def train(model, loader, optimizer, anchors):
+                criterion = BoxLoss(2, 0.35)
+                anchored = AnchoredLoss(anchors)
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    loss = criterion(model(x), y) + anchored(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["train.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(6, "TD201")]  # a list of tensors may be state; a list of numbers is not

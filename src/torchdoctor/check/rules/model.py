@@ -36,7 +36,8 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # a submodule moves with its parent
         if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
             continue
-        if last_name(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key) or _rebound_moved(ctx, key, stmt):
+        if last_name(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) \
+                or _parts_moved(ctx, key, stmt):
             continue
         if _returned(ctx, key, stmt):
             continue  # a builder function: its caller decides where the model goes
@@ -70,6 +71,22 @@ def _rebound_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
             continue
         if sem.value_is_moved(other.value) and any(  # type: ignore[attr-defined]
                 dotted(n) == key for n in sem.subtree(other.value) if isinstance(n, (ast.Name, ast.Attribute))):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def _parts_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
+    """``loss.vgg = self.model_to_device(loss.vgg)``, ``loss.head = loss.head.to(device)`` in the same function:
+    the model is moved part by part (``model_to_device``: a project's helper, by its name)."""
+    sem = ctx.semantic
+    scope = sem.scope_of(stmt)
+    for other in sem.of_type(ast.Assign):
+        target = dotted(other.targets[0]) if len(other.targets) == 1 else None  # type: ignore[attr-defined]
+        if not target or not target.startswith(key + ".") or sem.scope_of(other) is not scope:
+            continue
+        value = other.value  # type: ignore[attr-defined]
+        if sem.value_is_moved(value) or isinstance(value, ast.Call) and "device" in (dotted(value.func) or "").lower() \
+                and any(dotted(a) == target for a in value.args):
             return True
     return False
 

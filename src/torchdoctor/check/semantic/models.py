@@ -374,6 +374,8 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor; or a torch
     layer that holds nothing either (``self.act = nn.Softplus()``)."""
+    if isinstance(value, (ast.List, ast.Tuple)):  # ``self.variance = [0.1, 0.2]``
+        return all(isinstance(e, ast.Constant) for e in value.elts)
     if isinstance(value, ast.Name):
         b = sem.binding_at(value.id, at)
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
