@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default
+from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -308,8 +308,8 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
-            or _moved_at_every_use(ctx, cls, target.attr):
-        return
+            or _moved_at_every_use(ctx, cls, target.attr) or _default_device_set(ctx):
+        return  # (``torch.set_default_device(device)`` first: the tensor is made on the device)
     if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
         return  # a 0-dim CPU tensor combines with tensors of any device: ``y * self.scale`` runs on the GPU
     call = ctx.segment(node.value)
@@ -323,14 +323,37 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                edits=edits)
 
 
+def _default_device_set(ctx: Context) -> bool:
+    """``torch.set_default_device(device)`` at module level, to something other than the CPU."""
+    sem = ctx.semantic
+    return any((ctx.call_name(c) or "") == "torch.set_default_device" and sem.function_of(c) is None and c.args
+               and (string_value(c.args[0]) or "cuda") != "cpu" for c in sem.calls_named("set_default_device"))
+
+
 def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     """Every read of ``self.attr`` outside ``__init__`` moves it first: ``self.validation_z.type_as(weight)``,
     ``self.mean.to(x.device)``."""
     sem = ctx.semantic
     reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
              and (f := sem.function_of(r)) is not None and f.name != "__init__"]
-    return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in ("to", "type_as", "cuda")
-                               and isinstance(sem.parent(p), ast.Call) or _copy_moved(ctx, r) for r in reads)
+    return bool(reads) and all(_moved_after_reshapes(sem, r) or _copy_moved(ctx, r) for r in reads)
+
+
+_RESHAPED = frozenset({"repeat", "view", "reshape", "expand", "unsqueeze", "squeeze", "permute", "transpose", "float",
+                       "long", "int", "clone", "detach", "contiguous", "flatten"})
+
+
+def _moved_after_reshapes(sem: object, read: ast.AST) -> bool:
+    """``self.mean.to(x.device)``, ``self.slots.repeat(b, 1).to(x.device)``: moved as it is read."""
+    cur = read
+    while isinstance(p := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(p), ast.Call) \
+            and call.func is p:  # type: ignore[attr-defined]
+        if p.attr in ("to", "type_as", "cuda"):
+            return True
+        if p.attr not in _RESHAPED:
+            return False
+        cur = call
+    return False
 
 
 def _copy_moved(ctx: Context, read: ast.AST) -> bool:
