@@ -66,6 +66,7 @@ class Guards:
         self._counted: set[str] | None = None
         self._refused: set[str] | None = None
         self._one_process: set[ast.AST] | None = None
+        self._grad_toggles: list[ast.AST] | None = None
 
     def frame(self, node: ast.AST) -> Frame | None:
         return self.index.frame.get(node)
@@ -138,9 +139,18 @@ class Guards:
         self._mode_memo[func] = mode
         return mode
 
+    def _toggles(self) -> list[ast.AST]:
+        """The file's ``set_grad_enabled(...)`` calls (most files have none: one look at the calls, once)."""
+        if self._grad_toggles is None:
+            self._grad_toggles = [n for n in self.index.by_type.get(ast.Call, ()) if "set_grad_enabled" in (
+                getattr(n.func, "attr", None), getattr(n.func, "id", None))]  # type: ignore[attr-defined]
+        return self._grad_toggles
+
     def _disabled_before(self, scope: ast.AST, node: ast.AST) -> bool:
         """The last statement ``torch.set_grad_enabled(...)`` that runs before ``node`` in its body, or in the blocks
         around it (``if __name__ == "__main__":``), turned autograd off."""
+        if not self._toggles():
+            return False
         last: tuple[tuple[int, int], str | None] | None = None
         for stmt in self.index.earlier_statements(node, scope if not isinstance(scope, ast.Module) else None):
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
@@ -153,12 +163,13 @@ class Guards:
     def _disabled_by_init(self, func: ast.AST) -> bool:
         """A method of a class whose ``__init__`` turns autograd off for the process (``torch.set_grad_enabled(False)``
         as a statement of its body), and which turns it on nowhere."""
+        if not self._toggles():
+            return False
         frame = self.index.frame.get(func)
         cls = frame.node if frame is not None and frame.kind == CLASS else None
         if cls is None or func.name == "__init__":  # type: ignore[attr-defined]
             return False
-        toggles = [self.grad_call(n) for n in self.index.subtree(cls) if isinstance(n, ast.Call)
-                   and (self.names.call_name(n) or "").endswith("set_grad_enabled")]
+        toggles = [self.grad_call(n) for n in self._toggles() if self.index.contains(cls, n)]
         if "off" not in toggles or any(t != "off" for t in toggles):
             return False
         init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
