@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, root_name, \
-    string_value, strip_methods
+from torchdoctor.check.astutil import argument, call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, \
+    root_name, string_value, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -283,7 +283,16 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
             and (program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node))
             and not _dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) and loaders.feeds_device(sem, node)
-            and not _collates_onto_device(ctx, node))
+            and not _collates_onto_device(ctx, node) and not _index_loader(ctx, node))
+
+
+def _index_loader(ctx: Context, call: ast.Call) -> bool:
+    """``for perm in DataLoader(range(n), batch_size, shuffle=True)``: batches of indices into tensors already on
+    the device (full-graph GNN training); a few bytes a step, nothing to pin or to load in workers."""
+    data = argument(call, "dataset", 0)
+    if isinstance(data, ast.Call) and dotted(data.func) in ("list", "tuple") and len(data.args) == 1:
+        data = data.args[0]
+    return isinstance(data, ast.Call) and (dotted(data.func) == "range" or ctx.call_name(data) == "torch.arange")
 
 
 def _collates_onto_device(ctx: Context, call: ast.Call) -> bool:

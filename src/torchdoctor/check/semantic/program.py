@@ -240,11 +240,32 @@ def _own_cuda_class(sem: SemanticModel, receiver: ast.Name) -> str | None:
 
 
 # ---- what the program is ---------------------------------------------------------------------------
+_GPU_INDEX = lazy(r"(?i)(^|_)gpus?(_ids?|_index|_num)?$")
+
+
+def _gpu_index_test(sem: SemanticModel) -> bool:
+    """``if self.gpu >= 0:``, ``torch.device("cpu") if gpu < 0 else ...``: a GPU index where -1 means the CPU,
+    the program's own fallback (dgl-ke's ``gpu=-1``)."""
+    for node in sem.of_type(ast.Compare):
+        left, ops, right = node.left, node.ops, node.comparators  # type: ignore[attr-defined]
+        if len(ops) != 1 or not isinstance(ops[0], (ast.Lt, ast.GtE, ast.Eq, ast.NotEq, ast.Gt, ast.LtE)):
+            continue
+        name = (dotted(left) or "").rsplit(".", 1)[-1]
+        bound = right[0]
+        value = bound.value if isinstance(bound, ast.Constant) else -bound.operand.value if isinstance(  # type: ignore[attr-defined]
+            bound, ast.UnaryOp) and isinstance(bound.op, ast.USub) and isinstance(bound.operand, ast.Constant) else None
+        if name and _GPU_INDEX.search(name) and value in (0, -1) and type(value) is int:
+            return True
+    return False
+
+
 def has_cuda_check(sem: SemanticModel) -> bool:
     """The file asks whether a GPU exists somewhere (``is_available()``, ``device_count()``, ``torch.accelerator``)."""
 
     def compute() -> bool:
         source = sem.text.source
+        if "gpu" in source and _gpu_index_test(sem):
+            return True
         if "is_available" not in source and "device_count" not in source and "accelerator" not in source:
             return False
         for node in sem.of_type(ast.Attribute):
