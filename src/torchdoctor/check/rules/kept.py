@@ -130,7 +130,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer) \
                 or _grown_on_host(ctx, up, outer)
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
-            return method_name(cur) == "tolist"  # ``preds += out.argmax(-1).tolist()``
+            # ``preds += out.argmax(-1).tolist()``; ``probs += prob.cpu()`` into ``probs = torch.zeros(n, c, h, w)``
+            return method_name(cur) == "tolist" or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up)
         if isinstance(up, ast.Assign) and up.value is cur:
             if (name := _bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
                 # (in a helper the loop calls: its reads in the helper's own body)
@@ -302,7 +303,11 @@ def _into_host_buffer(ctx: Context, call: ast.Call) -> bool:
     ``torch.zeros_like`` of one): the result is put together on the host, where it fits."""
     if not (isinstance(call.func, ast.Attribute) and call.func.attr in _IN_PLACE_INTO):
         return False
-    target = call.func.value
+    return _host_buffer(ctx, call.func.value, call)
+
+
+def _host_buffer(ctx: Context, target: ast.AST, call: ast.AST) -> bool:
+    """``canvas`` (or ``canvas[..., a:b]``) made by ``torch.zeros(...)`` without a device, or a ``*_like`` of one."""
     while isinstance(target, ast.Subscript):
         target = target.value
     for _ in range(3):

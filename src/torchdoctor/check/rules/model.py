@@ -520,6 +520,10 @@ def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
             return not holds
         if sem.segment(test) in wraps_under:  # ``if MANY: enc = nn.DataParallel(enc)`` ... ``else: save(enc...)``
             return not holds
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr" \
+                and len(test.args) == 2 and dotted(test.args[0]) == key and string_value(test.args[1]) in (
+                    "module", "_orig_mod"):  # ``net.module.state_dict() if hasattr(net, "module") else net.state_dict()``
+            return not holds
     return False
 
 

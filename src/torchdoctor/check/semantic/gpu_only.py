@@ -111,8 +111,7 @@ def _subfolders(folder: str) -> list[str]:
 
 
 _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "triton", "cupy", "pycuda",
-             "tensorrt", "torch_tensorrt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm")
-_GPU_ONLY_BRANCH = (*_GPU_ONLY, "torch2trt")  # (imported in one branch of a program that also runs on the CPU)
+             "tensorrt", "torch_tensorrt", "torch2trt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm")
 
 
 def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:
@@ -130,7 +129,7 @@ def _imported_names(stmt: ast.Import | ast.ImportFrom) -> list[str]:
     return [a.name for a in stmt.names]
 
 
-def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom, libs: tuple[str, ...] = _GPU_ONLY_BRANCH) -> bool:
+def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom, libs: tuple[str, ...] = _GPU_ONLY) -> bool:
     return any(n == lib or n.startswith(lib + ".") for n in _imported_names(stmt) for lib in libs)
 
 

@@ -578,17 +578,19 @@ class Guards:
                                    and isinstance(b.node, ast.Assign) for b in bound)
 
     def branch_tests(self, node: ast.AST) -> Iterator[tuple[ast.AST, bool]]:
-        """The tests of the ``if`` blocks around ``node`` in its function, innermost first, a ``not`` taken off each,
+        """The tests of the ``if`` blocks (and ``a if test else b``) around ``node`` in its function, innermost first, a
+        ``not`` taken off each,
         with whether ``node`` runs where that test is true (``if not flag:`` body, or ``else`` of ``if flag:``: no)."""
         child = node
         for parent in self.index.ancestors(node):
             if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 return
-            if isinstance(parent, ast.If) and child is not parent.test:
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
                 test, negated = parent.test, False
                 if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
                     test, negated = test.operand, True
-                yield test, any(child is s for s in parent.body) != negated
+                in_body = any(child is s for s in parent.body) if isinstance(parent, ast.If) else child is parent.body
+                yield test, in_body != negated
             child = parent
 
     def on_cpu_branch(self, node: ast.AST) -> bool:
