@@ -68,6 +68,9 @@ def _appended(ctx: Context, name: str, at: ast.AST) -> list[ast.AST]:
             and len(n.args) == 1 and sem.scope_of(n) is scope]
 
 
+_INTEGER_FIELDS = frozenset({"labels", "classes", "class_ids", "indices", "idx", "ids"})  # detector outputs, ids
+
+
 def _or(*flags: tuple[bool, bool]) -> tuple[bool, bool]:
     return (any(f[0] for f in flags), any(f[1] for f in flags))
 
@@ -93,6 +96,8 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
     if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value == 1 \
             and _with_indices(ctx, expr.value):
         return (_flags(ctx, expr.value, depth + 1)[0], False)  # ``q.max(1)[1]``: the indices
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value in _INTEGER_FIELDS:
+        return (_flags(ctx, expr.value, depth + 1)[0], False)  # ``pred[0]["labels"]`` of a detector: class ids
     if isinstance(expr, (ast.Subscript, ast.Starred)):
         return _flags(ctx, expr.value, depth + 1)
     if isinstance(expr, ast.BinOp):
@@ -130,6 +135,9 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
             return (_flags(ctx, recv, depth + 1)[0], False)
         if meth == "cpu":
             return (False, _flags(ctx, recv, depth + 1)[1])
+        if meth == "type" and call.args and (q := sem.qualname(call.args[0]) or "").startswith("torch.") \
+                and q.endswith("Tensor"):  # ``action.type(torch.FloatTensor)``: a host tensor of that type
+            return (".cuda." in q, _flags(ctx, recv, depth + 1)[1])
         if meth in ("cuda", "to") and sem.is_device_move(call):
             target = (sem.move_device(call) or "").strip("'\"")
             on_host = target == "cpu" or "torch.device('cpu')" in target or 'torch.device("cpu")' in target

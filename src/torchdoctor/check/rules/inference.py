@@ -107,8 +107,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     if any(isinstance(n, ast.Call) and sem.mode_call(n) == "eval" for n in nodes):
         return  # (its forwards after the ``.eval()`` are reported as such)
     sites = sem.call_sites(func)
-    if sites and all(sem.under_no_grad(c) for c in sites):
-        return
+    if sites and all(sem.under_no_grad(c) for c in sites) or any(sem.feeds_backward(c) for c in sites):
+        return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
     if not sites and sem.project is not None and sem.project.callers_grad_mode(sem, func) == "off":
         return  # every caller in another module runs it under no_grad (facenet's MTCNN.detect -> detect_face)
     for call in nodes:
