@@ -42,6 +42,10 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
     while isinstance(parent, ast.Call) and child in parent.args and \
             (dotted(parent.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter", "zip", "cycle", "islice"):
         child, parent = parent, sem.parent(parent)  # a wrapper around the loader: follow the wrapper
+    if isinstance(parent, ast.Call) and dotted(parent.func) == "next" and isinstance(child, ast.Call) \
+            and dotted(child.func) == "iter" and not any(isinstance(a, (ast.For, ast.AsyncFor, ast.While))
+                                                         for a in sem.ancestors(parent)):
+        return False  # ``xb, yb = next(iter(loader))``: one batch to look at, not a stream of steps
     if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
         return _loop_feeds(sem, parent, depth)
     if isinstance(parent, ast.comprehension) and child is parent.iter:
@@ -144,6 +148,11 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
     batch = set(info.batch_vars)
     if batch and _generates(sem, loop, batch) or cpu_only_loop(sem, loop):
         return False
+    func = sem.function_of(loop)
+    if func is not None and any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in sem.body(loop)):
+        # ``def infiniteloop(dl): while True: for x, y in iter(dl): yield x``: its batches go where the generator goes
+        sites = sem.call_sites(func)
+        return not sites or any(_feeds_value(sem, site, depth + 1) for site in sites)
     moded: set[str] | None = None
     for node in sem.body(loop):
         if not isinstance(node, ast.Call):

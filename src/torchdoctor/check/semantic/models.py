@@ -451,7 +451,7 @@ def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
 _MOVES = frozenset({"to", "cuda", "apply", "_apply", "half", "type"})
 
 
-def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None) -> bool:
+def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: int | None = None) -> bool:
     """``up = nn.ConvTranspose2d(3, 3, 4, 2, 1)`` made here (every binding of ``key`` a model construction with no
     move in its chain) and only ever called or given weights afterwards: nothing moves it, and nothing is handed it
     (``accelerator.prepare(model)``, ``train(model)`` may move it), so it and its outputs stay on the CPU."""
@@ -463,6 +463,9 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None) -> bool
         value = b.value
         if b.is_param or not isinstance(value, ast.Call) or sem.call_kind(value, b.node) != "model":
             return False
+        if any(isinstance(a, (ast.Name, ast.Attribute)) and sem.expr_kind(a, b.node) in ("model", "wrapper")
+               for a in [*value.args, *(k.value for k in value.keywords)]):
+            return False  # ``AutoregressiveWrapper(model)``: it holds a model made before, which may well be moved
         node: ast.AST = value
         while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             if node.func.attr in _MOVES:
@@ -471,6 +474,8 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None) -> bool
     reads = sem.reads_of(key)
     if reaching is not None:  # (``model`` made again, and moved, cells later: only this binding's reads count)
         reads = [r for r in reads if sem.binding_at(key, r) is reaching]
+    if upto is not None:  # (a script's loop: what happens to the model after it does not change its steps)
+        reads = [r for r in reads if sem.index.pos.get(r, upto) < upto]
     return _stays(sem, key, reads, 0)
 
 
@@ -509,8 +514,13 @@ def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
     def compute() -> bool:
         func = sem.function_of(loop)
         body = sem.body(loop)
-        if func is None or any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
+        if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
             return False
+        if func is None:  # a script's (a notebook's) loop: the models as they are when it runs
+            end = sem.index.end(loop)
+            calls = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
+            return bool(calls) and all(isinstance(c.func, ast.Name) and never_moved(sem, c.func.id, c, end)
+                                       for c in calls)
         models = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
         if not models:
             return False
