@@ -76,6 +76,9 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     info = sem.loop_info(node)
     if not info.is_batch or not info.batch_vars or program.is_rpc_program(sem):
         return
+    loader = _loader_construction(ctx, info.loader, node)
+    if loader is not None and _dataset_on_device(ctx, loader):
+        return  # ``DataLoader(TensorDataset(u, i, r))`` of tensors already on the device: its batches are there
     body = ctx.semantic.body(node)
     batch = set(info.batch_vars)
     moves = [n for n in body if isinstance(n, ast.Call) and sem.is_device_move(n) and _moves_batch(ctx, n, batch)
@@ -111,6 +114,20 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         why = f"({moved_what} moved)" if partial else f"(the model is on `{device}`)"
         ctx.report("TD302", use, f"batch element `{element}` is used by `{callee}(...)` without being moved to `{device}` {why}",
                    fix=f"move it with the others: `{element}.to({device})`")
+
+
+def _loader_construction(ctx: Context, loader: ast.AST | None, at: ast.AST) -> ast.Call | None:
+    """The ``DataLoader(...)`` call a loop's loader expression is (or a name bound to one)."""
+    sem = ctx.semantic
+    for _ in range(3):
+        if isinstance(loader, ast.Call):
+            return loader if (ctx.call_name(loader) or "").rsplit(".", 1)[-1] == "DataLoader" else None
+        key = dotted(loader) if loader is not None else None
+        b = sem.binding_at(key, at) if key else None
+        if b is None or b.value is None or b.is_param:
+            return None
+        loader, at = b.value, b.node
+    return None
 
 
 def _scatters_inputs(ctx: Context, call: ast.Call) -> bool:
@@ -413,14 +430,37 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
         if loaders.dataset_yields_device_tensors(ctx.semantic, arg):
             return True
         if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors, or of a model's outputs
-            return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call))
-                       for a in arg.args)
+            return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call)
+                                                    or _returned_moved(ctx, a, call)) for a in arg.args)
         key = dotted(arg)
         b = ctx.semantic.binding_at(key, call) if key else None
         if b is None or b.value is None:
             return False
         arg = b.value
     return False
+
+
+def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """``u, i, r = to_tensors(users, items, ratings, device)`` whose every return moves what it hands back (element
+    by element, for a tuple unpacked)."""
+    sem = ctx.semantic
+    b = sem.binding_at(name.id, at)
+    value = b.value if b is not None and not b.is_param else None
+    funcs = sem.resolve(value) if isinstance(value, ast.Call) else []
+    if not funcs:
+        return False
+    for func in funcs:
+        returns = [r.value for r in sem.body(func) if isinstance(r, ast.Return) and r.value is not None]
+        if not returns:
+            return False
+        for ret in returns:
+            if b.index is not None:  # type: ignore[union-attr]
+                if not (isinstance(ret, ast.Tuple) and b.index < len(ret.elts)):  # type: ignore[union-attr]
+                    return False
+                ret = ret.elts[b.index]  # type: ignore[union-attr]
+            if not sem.value_is_moved(ret):
+                return False
+    return True
 
 
 def _model_outputs(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
@@ -540,10 +580,9 @@ def _loader_call(ctx: Context, loop: ast.AST) -> ast.Call | None:
     loader = sem.loader_of(loop)
     key = dotted(loader) if loader is not None else None
     b = sem.binding_at(key, loop) if key else None
-    if b is not None and isinstance(b.value, ast.Call) and is_torch_dataloader(ctx, b.value):
-        return b.value
     if b is not None and b.value is not None:
-        return None
+        found = _loader_construction(ctx, loader, loop)
+        return found if found is not None and is_torch_dataloader(ctx, found) else None
     calls = [n for n in ctx.semantic.calls_named("DataLoader") if is_torch_dataloader(ctx, n)]
     unpinned = [c for c in calls if keyword(c, "pin_memory") is None and not has_kwargs(c)]
     return unpinned[0] if calls and len(unpinned) == len(calls) else None
