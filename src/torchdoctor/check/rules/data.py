@@ -328,7 +328,21 @@ def _collates_onto_device(ctx: Context, call: ast.Call) -> bool:
     if isinstance(value, ast.Lambda):
         return any(isinstance(n, ast.Call) and _moves_off_cpu(ctx, n) for n in sem.subtree(value.body))
     funcs = sem.bindings.functions.get(value.id, []) if isinstance(value, ast.Name) else []
-    return any(isinstance(n, ast.Call) and _moves_off_cpu(ctx, n) for f in funcs for n in sem.local_nodes(f))
+    return any(isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
+               for f in funcs for n in sem.local_nodes(f))
+
+
+def _builds_on_device(ctx: Context, call: ast.Call) -> bool:
+    """``collate_batch(batch, ..., device, max_padding=128)``: a helper of this file handed the device, whose tensors
+    it makes there (``torch.tensor(ids, device=device)``)."""
+    sem = ctx.semantic
+    funcs = sem.resolve(call)
+    handed = [a for a in [*call.args, *(k.value for k in call.keywords)]
+              if "device" in (dotted(a) or "").lower() or sem.expr_kind(a, call) == "device"]
+    return bool(funcs and handed) and any(
+        isinstance(n, ast.Call) and (keyword(n, "device") is not None and string_value(keyword(n, "device").value) != "cpu"
+                                     or _moves_off_cpu(ctx, n))
+        for f in funcs for n in sem.local_nodes(f))
 
 
 def _moves_off_cpu(ctx: Context, call: ast.Call) -> bool:
