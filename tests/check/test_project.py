@@ -1874,3 +1874,43 @@ def test_a_loss_of_another_module_keeping_a_list_of_numbers_has_nothing_to_move(
     })
     results = check_files(["train.py"], Settings(root=str(project), select=("TD201",)))
     assert codes(results, "train.py") == [(6, "TD201")]  # a list of tensors may be state; a list of numbers is not
+
+
+def test_an_evaluation_loop_whose_callers_in_other_modules_hold_no_grad(project: Path) -> None:
+    write(project, {
+        "utils/__init__.py": "",
+        "utils/validation.py": """\
+            import torch
+
+            def validate(generator, loader, device):
+                generator.eval()
+                total = 0.0
+                for mel, audio in loader:
+                    fake = generator(mel.to(device))
+                    total += (fake - audio.to(device)).abs().mean()
+                generator.train()
+                return total
+
+            def validate_loosely(generator, loader, device):
+                generator.eval()
+                for mel, audio in loader:
+                    fake = generator(mel.to(device))
+                generator.train()
+            """,
+        "trainer.py": """\
+            import torch
+            from utils.validation import validate, validate_loosely
+
+            def train(generator, loader, valloader, optimizer, device):
+                for mel, audio in loader:
+                    loss = (generator(mel.to(device)) - audio.to(device)).abs().mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                with torch.no_grad():
+                    validate(generator, valloader, device)
+                validate_loosely(generator, valloader, device)
+            """,
+    })
+    results = check_files(["utils/validation.py", "trainer.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "validation.py") == [(15, "TD401")]

@@ -38,6 +38,8 @@ def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
 def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
     """Evaluation forward pass with autograd on."""
     forwards = _eval_forwards(ctx, loop)
+    if forwards and _callers_elsewhere_without_grad(ctx, loop):
+        return
     for node in forwards:
         if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node):
             continue
@@ -49,6 +51,15 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
             ctx.report("TD401", call, f"evaluation forward through `{ctx.name(call.func)}(...)` (which calls the model in "
                        f"`{helper}`) runs with autograd on: it builds a graph it never uses",
                        fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _callers_elsewhere_without_grad(ctx: Context, loop: ast.AST) -> bool:
+    """The loop's function is called from other modules only, each time under ``torch.no_grad()``
+    (``with torch.no_grad(): validate(hp, generator, loader)`` in the trainer)."""
+    sem = ctx.semantic
+    func = sem.function_of(loop)
+    return func is not None and sem.project is not None and not sem.call_sites(func) \
+        and sem.project.callers_grad_mode(sem, func) == "off"  # type: ignore[attr-defined]
 
 
 def _eval_helper_forwards(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, str]]:
