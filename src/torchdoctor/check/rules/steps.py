@@ -93,12 +93,31 @@ def _few_iterations(ctx: Context, loop: ast.AST) -> bool:
 
 
 def _few_in_range(ctx: Context, loop: ast.AST) -> bool:
-    """``for i in range(1, rows * cols + 1)`` with ``rows = cols = 2``, in a loop that does not train: a few images
-    shown, not steps of a run (TD611 still counts a demo's few steps: its copies are what the demo shows)."""
-    if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "range"
-            and 1 <= len(loop.iter.args) <= 2 and not loop.iter.keywords) or ctx.semantic.loop_kind(loop) == "train":
+    """``for i in range(1, rows * cols + 1)`` with ``rows = cols = 2``, or over a few constants (``for seq_len in
+    (256, 512, 1024)``), in a loop that does not train: a few images shown, a few lengths tried, not steps of a run
+    (TD611 still counts a demo's few steps: its copies are what the demo shows)."""
+    if not isinstance(loop, ast.For) or ctx.semantic.loop_kind(loop) == "train":
         return False  # (a loop that trains runs steps, however few a short example shows)
-    bounds = [_small_int(ctx, a, loop) for a in loop.iter.args]
+    items, at = loop.iter, loop
+    for _ in range(4):  # ``for n in LENGTHS``, ``for n, dl in loaders.items()`` of ``{n: make(n) for n in LENGTHS}``
+        if isinstance(items, ast.Name):
+            b = ctx.semantic.binding_at(items.id, at)
+            if b is None or b.is_param or b.value is None:
+                break
+            items, at = b.value, b.node
+        elif isinstance(items, ast.Call) and isinstance(items.func, ast.Attribute) and not items.args \
+                and items.func.attr in ("items", "keys", "values"):
+            items = items.func.value
+        elif isinstance(items, (ast.DictComp, ast.ListComp)) and len(items.generators) == 1:
+            items = items.generators[0].iter
+        else:
+            break
+    if isinstance(items, (ast.Tuple, ast.List)):
+        return len(items.elts) <= _FEW and all(isinstance(e, ast.Constant) for e in items.elts)
+    if not (isinstance(items, ast.Call) and dotted(items.func) == "range" and 1 <= len(items.args) <= 2
+            and not items.keywords):
+        return False
+    bounds = [_small_int(ctx, a, loop) for a in items.args]
     return None not in bounds and bounds[-1] - (bounds[0] if len(bounds) == 2 else 0) <= _FEW  # type: ignore[operator]
 
 
