@@ -269,8 +269,8 @@ def _returned_copy(ctx: Context, node: ast.Call) -> bool:
     while isinstance(up, ast.Attribute) and up.attr in _ON_HOST and isinstance(call := sem.parent(up), ast.Call) \
             and call.func is up:
         cur, up = call, sem.parent(call)
-    if isinstance(up, ast.Return):
-        return True
+    if isinstance(up, ast.Return) or isinstance(up, ast.Tuple) and isinstance(sem.parent(up), ast.Return):
+        return True  # (``return probs, probs.argmax(1).cpu().numpy()``: one element of what it hands back)
     func, name = sem.function_of(node), _bound_name(up)
     if func is None or name is None:
         return False

@@ -476,7 +476,7 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
         first = expr.args[0]  # a reduction of a host tensor stays on the host
         return _made_on_host(ctx, first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else first,
                              at, depth + 1)
-    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "cpu" and not expr.args:
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("cpu", "numpy") and not expr.args:
         return True  # ``out.detach().cpu()``: copied to the host (that copy is the sync, reported where it is)
     if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to" and ctx.semantic.is_device_move(expr) \
             and (ctx.semantic.move_device(expr) or "").strip("'\"") == "cpu":
