@@ -9,10 +9,11 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, param_default, root_name, strip_methods, \
+from torchdoctor.check.astutil import FACTORIES, dotted, root_name, strip_methods, \
     target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, retry_loop, while_few_kept
 from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
@@ -33,8 +34,8 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
-                or _first_pass_only(ctx, node, loop) or _retry_loop(ctx, node, loop) or _few_iterations(ctx, loop) \
-                or _while_few_kept(ctx, node, loop):
+                or first_pass_only(ctx, node, loop) or retry_loop(ctx, node, loop) or few_iterations(ctx, loop) \
+                or while_few_kept(ctx, node, loop):
             return None
         return loop
     func = sem.function_of(node)
@@ -71,148 +72,6 @@ def _handed_on(ctx: Context, func: ast.AST) -> list[ast.Call]:
     scope = sem.scope_of(func)
     return [p for r in sem.reads_of(func.name) if isinstance(p := sem.parent(r), ast.Call)  # type: ignore[attr-defined]
             and r in p.args and sem.scope_of(p) is scope]
-
-
-_FEW = 16  # iterations: a loop that stops after this many shows a few examples, it does not run steps
-
-
-def _few_iterations(ctx: Context, loop: ast.AST) -> bool:
-    """``count += 1 ... if count == num_examples: break`` (or ``return``) with ``num_examples=2``: a look at a few
-    batches."""
-    sem = ctx.semantic
-    for stmt in sem.body(loop):
-        if not (isinstance(stmt, ast.If) and any(isinstance(s, (ast.Break, ast.Return)) for s in stmt.body)):
-            continue
-        test = stmt.test
-        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))
-                and isinstance(test.left, ast.Name) and test.left.id in sem.guards.counters()):
-            continue
-        if _small_bound(ctx, test.comparators[0], stmt):
-            return True
-    return False
-
-
-def _few_in_range(ctx: Context, loop: ast.AST) -> bool:
-    """``for i in range(1, rows * cols + 1)`` with ``rows = cols = 2``, or over a few constants (``for seq_len in
-    (256, 512, 1024)``), in a loop that does not train: a few images shown, a few lengths tried, not steps of a run
-    (TD611 still counts a demo's few steps: its copies are what the demo shows)."""
-    if not isinstance(loop, ast.For) or ctx.semantic.loop_kind(loop) == "train":
-        return False  # (a loop that trains runs steps, however few a short example shows)
-    items, at = loop.iter, loop
-    for _ in range(4):  # ``for n in LENGTHS``, ``for n, dl in loaders.items()`` of ``{n: make(n) for n in LENGTHS}``
-        if isinstance(items, ast.Name):
-            b = ctx.semantic.binding_at(items.id, at)
-            if b is None or b.is_param or b.value is None:
-                break
-            items, at = b.value, b.node
-        elif isinstance(items, ast.Call) and isinstance(items.func, ast.Attribute) and not items.args \
-                and items.func.attr in ("items", "keys", "values"):
-            items = items.func.value
-        elif isinstance(items, (ast.DictComp, ast.ListComp)) and len(items.generators) == 1:
-            items = items.generators[0].iter
-        else:
-            break
-    if isinstance(items, (ast.Tuple, ast.List)):
-        return len(items.elts) <= _FEW and all(isinstance(e, ast.Constant) for e in items.elts)
-    if not (isinstance(items, ast.Call) and dotted(items.func) == "range" and 1 <= len(items.args) <= 2
-            and not items.keywords):
-        return False
-    bounds = [_small_int(ctx, a, loop) for a in items.args]
-    return None not in bounds and bounds[-1] - (bounds[0] if len(bounds) == 2 else 0) <= _FEW  # type: ignore[operator]
-
-
-def _small_int(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> int | None:
-    """The value of an int expression made of literals and names bound to such where it is read (``rows * cols + 1``
-    with ``rows = 2``), when it is at most a few thousand; else None."""
-    if isinstance(expr, ast.Constant):
-        return expr.value if type(expr.value) is int and abs(expr.value) < 4096 else None
-    if isinstance(expr, ast.Name) and depth < 4:
-        b = ctx.semantic.binding_at(expr.id, at)
-        if b is None or b.value is None or b.is_param or b.index is not None:
-            return None
-        return _small_int(ctx, b.value, b.node, depth + 1)
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult)) and depth < 4:
-        left, right = _small_int(ctx, expr.left, at, depth + 1), _small_int(ctx, expr.right, at, depth + 1)
-        if left is None or right is None:
-            return None
-        value = left + right if isinstance(expr.op, ast.Add) else left - right if isinstance(expr.op, ast.Sub) \
-            else left * right
-        return value if abs(value) < 4096 else None
-    return None
-
-
-def _while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
-    """``if len(adv_examples) < 5: adv_examples.append((p.item(), x.cpu()))``: a branch that runs until a list it
-    fills holds a few items, then never again."""
-    sem = ctx.semantic
-    child = node
-    for parent in sem.ancestors(node):
-        if parent is loop:
-            return False
-        if isinstance(parent, ast.If) and child in parent.body:
-            test = parent.test
-            tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
-            if any(_caps_a_list(ctx, t, parent) for t in tests):
-                return True
-        child = parent
-    return False
-
-
-def _caps_a_list(ctx: Context, test: ast.AST, branch: ast.If) -> bool:
-    """``len(kept) < 5`` where ``branch`` appends to ``kept``."""
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))
-            and isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and len(test.left.args) == 1):
-        return False
-    kept = dotted(test.left.args[0])
-    return bool(kept) and _small_bound(ctx, test.comparators[0], branch) and any(
-        isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("append", "extend", "add")
-        and dotted(c.func.value) == kept for st in branch.body for c in ctx.semantic.subtree(st))
-
-
-def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
-    """A literal of at most _FEW, or a parameter whose default is one (``num_examples=2``)."""
-    if isinstance(expr, ast.Constant):
-        return type(expr.value) is int and expr.value <= _FEW
-    if not isinstance(expr, ast.Name):
-        return False
-    b = ctx.semantic.binding_at(expr.id, at)
-    func = ctx.semantic.function_of(at)
-    if b is None or not b.is_param or func is None or b.node is not func:
-        return False
-    default = param_default(func, expr.id)  # type: ignore[arg-type]
-    return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= _FEW
-
-
-def _retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
-    """``while batch_size: try: ... return bench.run() except RuntimeError: batch_size //= 2``: the loop
-    goes round again only when its ``try`` fails (a batch-size retry), so ``node`` in that ``try`` runs once."""
-    if not isinstance(loop, ast.While):
-        return False
-    for stmt in loop.body:
-        if isinstance(stmt, ast.Try) and stmt.handlers and ctx.semantic.index.contains(stmt, node) and \
-                any(isinstance(s, (ast.Return, ast.Break)) for s in stmt.body):
-            return True
-    return False
-
-
-def _first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
-    """``if len(all_preds) == 0: all_preds.append(...)`` (else: ``np.append``): a branch for the loop's first
-    pass, while a list the loop fills is still empty."""
-    sem = ctx.semantic
-    child = node
-    for parent in sem.ancestors(node):
-        if parent is loop:
-            return False
-        if isinstance(parent, ast.If) and child in parent.body:
-            test = parent.test
-            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
-                    isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
-                    isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
-                filled = dotted(test.left.args[0])
-                return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
-                           and dotted(n.func.value) == filled for n in sem.body(loop))
-        child = parent
-    return False
 
 
 @rule("TD602", calls=("empty_cache",))
@@ -561,7 +420,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
         _report_for_base_loop(ctx, node, what)
         return
-    if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or _few_in_range(ctx, loop):
+    if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or few_in_range(ctx, loop):
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in _SYNC_METHODS \
             and (_host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)

@@ -1,0 +1,211 @@
+"""Stage 2 rules, module state: a plain tensor attribute of an ``nn.Module`` (TD203), which ``model.to(device)``
+leaves behind and ``state_dict()`` leaves out."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default, string_value
+from torchdoctor.check.context import Context
+from torchdoctor.check.registry import rule
+
+
+# ---- TD203 --------------------------------------------------------------------------------
+@rule("TD203", ast.Assign)
+def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
+    """Plain tensor attribute set in an nn.Module's __init__: it stays behind on model.to(device)."""
+    assert isinstance(node, ast.Assign)
+    if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Attribute):
+        return
+    target = node.targets[0]
+    value = node.value
+    if isinstance(value, ast.IfExp):  # ``self.mean = torch.tensor(mean).view(-1, 1, 1) if mean else None``
+        value = value.body if isinstance(value.body, ast.Call) else value.orelse
+    if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(value, ast.Call)):
+        return
+    sem = ctx.semantic
+    func, cls = sem.function_of(node), sem.class_of(node)
+    if func is None or func.name != "__init__" or cls is None or cls.name not in sem.module_classes:
+        return
+    if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value):
+        return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
+    if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
+            or _moved_at_every_use(ctx, cls, target.attr) or _default_device_set(ctx):
+        return  # (``torch.set_default_device(device)`` first: the tensor is made on the device)
+    if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
+        return  # a 0-dim CPU tensor combines with tensors of any device: ``y * self.scale`` runs on the GPU
+    call = ctx.segment(node.value)
+    edits = ()
+    if value is node.value and keyword(value, "requires_grad") is None and _after_super_init(ctx, func, node):
+        edits = (ctx.replace_edit(node, f'self.register_buffer("{target.attr}", {call}, persistent=False)'),)
+    ctx.report("TD203", node,
+               f"`self.{target.attr}` in `{cls.name}.__init__` is a plain tensor: `model.to(device)` leaves it on the CPU",
+               fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(value, 50)})` '
+                   "(or wrap a learned value in nn.Parameter)",
+               edits=edits)
+
+
+def _default_device_set(ctx: Context) -> bool:
+    """``torch.set_default_device(device)`` at module level, to something other than the CPU."""
+    sem = ctx.semantic
+    return any((ctx.call_name(c) or "") == "torch.set_default_device" and sem.function_of(c) is None and c.args
+               and (string_value(c.args[0]) or "cuda") != "cpu" for c in sem.calls_named("set_default_device"))
+
+
+def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` moves it first: ``self.validation_z.type_as(weight)``,
+    ``self.mean.to(x.device)``."""
+    sem = ctx.semantic
+    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
+             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    return bool(reads) and all(_moved_after_reshapes(sem, r) or _copy_moved(ctx, r) for r in reads)
+
+
+_RESHAPED = frozenset({"repeat", "view", "reshape", "expand", "unsqueeze", "squeeze", "permute", "transpose", "float",
+                       "long", "int", "clone", "detach", "contiguous", "flatten"})
+
+
+def _moved_after_reshapes(sem: object, read: ast.AST) -> bool:
+    """``self.mean.to(x.device)``, ``self.slots.repeat(b, 1).to(x.device)``: moved as it is read."""
+    cur = read
+    while isinstance(p := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(p), ast.Call) \
+            and call.func is p:  # type: ignore[attr-defined]
+        if p.attr in ("to", "type_as", "cuda"):
+            return True
+        if p.attr not in _RESHAPED:
+            return False
+        cur = call
+    return False
+
+
+def _copy_moved(ctx: Context, read: ast.AST) -> bool:
+    """``batchgrid[i] = self.grid`` (or ``g = self.grid.expand(...)``), then ``batchgrid = batchgrid.cuda()`` in the
+    same method: what meets the input is a copy moved to its device."""
+    sem = ctx.semantic
+    up = sem.parent(read)
+    if isinstance(up, ast.Attribute) and up.attr in ("size", "shape", "dim", "numel", "dtype", "ndim"):
+        return True  # ``self.grid.size()``: its shape, wherever it lives
+    stmt = sem.statement_of(read)
+    func = sem.function_of(read)
+    if not isinstance(stmt, ast.Assign) or func is None:
+        return False
+    names = {dotted(t.value if isinstance(t, ast.Subscript) else t) for t in stmt.targets} - {None}
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cuda", "to", "type_as")
+               and dotted(n.func.value) in names and n.lineno > stmt.lineno for n in sem.local_nodes(func))
+
+
+_SCALAR_FACTORIES = ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor")
+
+
+def _zero_dim(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
+    """``torch.tensor(<a number>)``: a 0-dim tensor (``torch.tensor(0.5)``, ``torch.tensor(d ** -0.5)``,
+    ``torch.tensor(temperature)`` of a parameter whose default is a number)."""
+    return isinstance(value, ast.Call) and (ctx.call_name(value) or "") in _SCALAR_FACTORIES \
+        and len(value.args) == 1 and _number(ctx, value.args[0], at)
+
+
+def _number(ctx: Context, expr: ast.AST, at: ast.AST, literal: bool = True) -> bool:
+    """A Python number: a literal, ``float()``/``int()``/``math.*()``, arithmetic of those with at least one
+    literal among names, or (``literal=False``) a name; a parameter with a number default counts alone."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, (int, float)) and not isinstance(expr.value, bool)
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        return _number(ctx, expr.operand, at, literal)
+    if isinstance(expr, ast.BinOp) and not isinstance(expr.op, ast.MatMult):
+        sides = (expr.left, expr.right)
+        return all(_number(ctx, e, at, False) for e in sides) and any(_number(ctx, e, at) for e in sides)
+    if isinstance(expr, ast.Call):
+        q = ctx.call_name(expr) or ""
+        return q in ("float", "int") or q.startswith("math.")
+    if isinstance(expr, ast.Name):
+        if not literal:
+            return True
+        b = ctx.semantic.binding_at(expr.id, at)
+        if b is None or not b.is_param or isinstance(b.node, ast.Lambda):
+            return False
+        default = param_default(b.node, expr.id)  # type: ignore[arg-type]
+        return default is not None and _number(ctx, default, at)
+    return False
+
+
+def _only_in_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` is an operand of arithmetic or a comparison
+    (``y * self.scale``, ``y /= self.t``), where a 0-dim CPU tensor meets a device tensor as a scalar; not an
+    argument of a call, a receiver of a method, an index or an element of a list (``torch.stack``)."""
+    sem = ctx.semantic
+    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
+             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    return bool(reads) and all(isinstance(sem.parent(r), (ast.BinOp, ast.Compare))
+                               or isinstance(p := sem.parent(r), ast.AugAssign) and p.value is r for r in reads)
+
+
+# Attributes that frameworks read themselves and move as they need (Lightning's model summary input).
+_FRAMEWORK_ATTRS = {"example_input_array"}
+
+
+def _used_later(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """``self.attr`` is read by a method other than ``__init__`` (forward, a helper): a tensor only
+    ``__init__`` uses, or one a framework reads, never meets the moved weights."""
+    if attr in _FRAMEWORK_ATTRS:
+        return False
+    sem = ctx.semantic
+    for b in sem.bindings.in_scope(cls, f"self.{attr}"):
+        func = sem.function_of(b.node)
+        if func is not None and func.name != "__init__":
+            return False  # reassigned as the object runs (an environment's state): data, not module state
+    for read in sem.reads_of(f"self.{attr}"):
+        func = sem.function_of(read)
+        if sem.class_of(read) is cls and func is not None and func.name != "__init__":
+            return True
+    return False
+
+
+def _new_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int) -> bool:
+    """A fresh plain tensor: ``torch.ones(...)``, ``torch.tril(torch.ones(...))``, ``pe.unsqueeze(0)`` of a local one."""
+    if depth > 4:
+        return False
+    if isinstance(value, ast.Call):
+        q = ctx.call_name(value) or ""
+        if q.startswith("torch.") and q.count(".") == 1:  # torch.nn.Parameter, torch.nn.init.* are not plain
+            if q.split(".")[1] in FACTORIES or q.endswith(("Tensor", "from_numpy")):
+                return True
+            return any(_new_tensor(ctx, a, at, depth + 1) for a in value.args)
+        recv = value.func.value if isinstance(value.func, ast.Attribute) else None
+        if recv is None or (isinstance(recv, ast.Name) and recv.id in ctx.imports):
+            return False
+        return _new_tensor(ctx, recv, at, depth + 1)  # pe.unsqueeze(0), mask.float()
+    if isinstance(value, ast.Name):
+        b = ctx.semantic.binding_at(value.id, at)
+        if b is None or b.value is None or b.index is not None or b.is_param:
+            return False
+        return _new_tensor(ctx, b.value, b.node, depth + 1)
+    return False
+
+
+def _registered(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    sem = ctx.semantic
+    for node in sem.calls_named("register_buffer", "register_parameter"):
+        if node.args and sem.contains(cls, node):
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and first.value == attr:
+                return True
+    return False
+
+
+def _moved_by_own_to(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """The class overrides ``to``/``cuda``/``_apply`` and moves ``self.attr`` there itself."""
+    for func in cls.body:
+        if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) and func.name in ("to", "cuda", "_apply"):
+            for node in ctx.semantic.subtree(func):
+                if isinstance(node, ast.Assign) and any(dotted(t) == f"self.{attr}" for t in node.targets):
+                    return True
+    return False
+
+
+def _after_super_init(ctx: Context, func: ast.AST, node: ast.AST) -> bool:
+    for stmt in ctx.semantic.local_nodes(func):
+        if getattr(stmt, "lineno", 10**9) >= node.lineno:  # type: ignore[attr-defined]
+            break
+        if isinstance(stmt, ast.Call) and method_name(stmt) == "__init__":
+            return True
+    return False

@@ -1,0 +1,156 @@
+"""Reads that run a few times, not on every step: a loop that stops after a few examples, a loop over a few
+constants that does not train, a branch capped by ``len(kept) < 5``, a batch-size retry, a first pass only.
+TD603 (and TD602, through ``per_step_loop``) ask."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import dotted, param_default
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+__all__ = ["few_iterations", "few_in_range", "while_few_kept", "retry_loop", "first_pass_only"]
+
+_FEW = 16  # iterations: a loop that stops after this many shows a few examples, it does not run steps
+
+
+def few_iterations(ctx: Context, loop: ast.AST) -> bool:
+    """``count += 1 ... if count == num_examples: break`` (or ``return``) with ``num_examples=2``: a look at a few
+    batches."""
+    sem = ctx.semantic
+    for stmt in sem.body(loop):
+        if not (isinstance(stmt, ast.If) and any(isinstance(s, (ast.Break, ast.Return)) for s in stmt.body)):
+            continue
+        test = stmt.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))
+                and isinstance(test.left, ast.Name) and test.left.id in sem.guards.counters()):
+            continue
+        if _small_bound(ctx, test.comparators[0], stmt):
+            return True
+    return False
+
+
+def few_in_range(ctx: Context, loop: ast.AST) -> bool:
+    """``for i in range(1, rows * cols + 1)`` with ``rows = cols = 2``, or over a few constants (``for seq_len in
+    (256, 512, 1024)``), in a loop that does not train: a few images shown, a few lengths tried, not steps of a run
+    (TD611 still counts a demo's few steps: its copies are what the demo shows)."""
+    if not isinstance(loop, ast.For) or ctx.semantic.loop_kind(loop) == "train":
+        return False  # (a loop that trains runs steps, however few a short example shows)
+    items, at = loop.iter, loop
+    for _ in range(4):  # ``for n in LENGTHS``, ``for n, dl in loaders.items()`` of ``{n: make(n) for n in LENGTHS}``
+        if isinstance(items, ast.Name):
+            b = ctx.semantic.binding_at(items.id, at)
+            if b is None or b.is_param or b.value is None:
+                break
+            items, at = b.value, b.node
+        elif isinstance(items, ast.Call) and isinstance(items.func, ast.Attribute) and not items.args \
+                and items.func.attr in ("items", "keys", "values"):
+            items = items.func.value
+        elif isinstance(items, (ast.DictComp, ast.ListComp)) and len(items.generators) == 1:
+            items = items.generators[0].iter
+        else:
+            break
+    if isinstance(items, (ast.Tuple, ast.List)):
+        return len(items.elts) <= _FEW and all(isinstance(e, ast.Constant) for e in items.elts)
+    if not (isinstance(items, ast.Call) and dotted(items.func) == "range" and 1 <= len(items.args) <= 2
+            and not items.keywords):
+        return False
+    bounds = [_small_int(ctx, a, loop) for a in items.args]
+    return None not in bounds and bounds[-1] - (bounds[0] if len(bounds) == 2 else 0) <= _FEW  # type: ignore[operator]
+
+
+def _small_int(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> int | None:
+    """The value of an int expression made of literals and names bound to such where it is read (``rows * cols + 1``
+    with ``rows = 2``), when it is at most a few thousand; else None."""
+    if isinstance(expr, ast.Constant):
+        return expr.value if type(expr.value) is int and abs(expr.value) < 4096 else None
+    if isinstance(expr, ast.Name) and depth < 4:
+        b = ctx.semantic.binding_at(expr.id, at)
+        if b is None or b.value is None or b.is_param or b.index is not None:
+            return None
+        return _small_int(ctx, b.value, b.node, depth + 1)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult)) and depth < 4:
+        left, right = _small_int(ctx, expr.left, at, depth + 1), _small_int(ctx, expr.right, at, depth + 1)
+        if left is None or right is None:
+            return None
+        value = left + right if isinstance(expr.op, ast.Add) else left - right if isinstance(expr.op, ast.Sub) \
+            else left * right
+        return value if abs(value) < 4096 else None
+    return None
+
+
+def while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``if len(adv_examples) < 5: adv_examples.append((p.item(), x.cpu()))``: a branch that runs until a list it
+    fills holds a few items, then never again."""
+    sem = ctx.semantic
+    child = node
+    for parent in sem.ancestors(node):
+        if parent is loop:
+            return False
+        if isinstance(parent, ast.If) and child in parent.body:
+            test = parent.test
+            tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+            if any(_caps_a_list(ctx, t, parent) for t in tests):
+                return True
+        child = parent
+    return False
+
+
+def _caps_a_list(ctx: Context, test: ast.AST, branch: ast.If) -> bool:
+    """``len(kept) < 5`` where ``branch`` appends to ``kept``."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))
+            and isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and len(test.left.args) == 1):
+        return False
+    kept = dotted(test.left.args[0])
+    return bool(kept) and _small_bound(ctx, test.comparators[0], branch) and any(
+        isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("append", "extend", "add")
+        and dotted(c.func.value) == kept for st in branch.body for c in ctx.semantic.subtree(st))
+
+
+def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """A literal of at most _FEW, or a parameter whose default is one (``num_examples=2``)."""
+    if isinstance(expr, ast.Constant):
+        return type(expr.value) is int and expr.value <= _FEW
+    if not isinstance(expr, ast.Name):
+        return False
+    b = ctx.semantic.binding_at(expr.id, at)
+    func = ctx.semantic.function_of(at)
+    if b is None or not b.is_param or func is None or b.node is not func:
+        return False
+    default = param_default(func, expr.id)  # type: ignore[arg-type]
+    return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= _FEW
+
+
+def retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``while batch_size: try: ... return bench.run() except RuntimeError: batch_size //= 2``: the loop
+    goes round again only when its ``try`` fails (a batch-size retry), so ``node`` in that ``try`` runs once."""
+    if not isinstance(loop, ast.While):
+        return False
+    for stmt in loop.body:
+        if isinstance(stmt, ast.Try) and stmt.handlers and ctx.semantic.index.contains(stmt, node) and \
+                any(isinstance(s, (ast.Return, ast.Break)) for s in stmt.body):
+            return True
+    return False
+
+
+def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``if len(all_preds) == 0: all_preds.append(...)`` (else: ``np.append``): a branch for the loop's first
+    pass, while a list the loop fills is still empty."""
+    sem = ctx.semantic
+    child = node
+    for parent in sem.ancestors(node):
+        if parent is loop:
+            return False
+        if isinstance(parent, ast.If) and child in parent.body:
+            test = parent.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
+                    isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
+                    isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
+                filled = dotted(test.left.args[0])
+                return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
+                           and dotted(n.func.value) == filled for n in sem.body(loop))
+        child = parent
+    return False
