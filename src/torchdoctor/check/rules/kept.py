@@ -166,11 +166,12 @@ def _copied_for_host_processing(ctx: Context, node: ast.Call, loop: ast.AST) -> 
             cur = up  # (``torch.sum((flow.cpu() - gt) ** 2, dim=0)``, ``clamp(boxes.cpu(), w, h)``: host work on it)
             continue
         return False  # (read as a number, formatted, compared: not the copy kept under a name)
-    name = _bound_name(stmt)
+    target = stmt.targets[0]
+    names = [e.id for e in (target.elts if isinstance(target, ast.Tuple) else [target]) if isinstance(e, ast.Name)]
     region = loop if sem.contains(loop, stmt) else sem.function_of(stmt)
-    if name is None or region is None:
+    if not names or region is None:  # (``preds, maxvals = decode(out.cpu().numpy(), c, s)``: what it makes of it)
         return False
-    return _goes_on_as_array(ctx, name, stmt, region, 0)
+    return any(_goes_on_as_array(ctx, name, stmt, region, 0) for name in names)
 
 
 def _goes_on_as_array(ctx: Context, name: str, stmt: ast.AST, region: ast.AST, depth: int) -> bool:
