@@ -44,6 +44,10 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     take its next step without it; the results the call hands back are what makes it an environment's step, not an
     optimizer's or a scheduler's (``scheduler.step(val_loss.item())`` hands back nothing)."""
     sem = ctx.semantic
+    if not sem.contains(loop, node):  # ``def select_action(...): return q.argmax().cpu().numpy()``, whose calls in
+        func = sem.function_of(node)  # the loop hand the action to ``env.step``
+        sites = [c for c in sem.call_sites(func) if sem.contains(loop, c)] if func is not None else []
+        return bool(sites) and _reaches_return(ctx, node) and all(env_action(ctx, c, loop) for c in sites)
     stmt = sem.statement_of(node)
     bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \
         if isinstance(stmt, ast.Assign) else set()
@@ -259,6 +263,18 @@ def _reads_after(ctx: Context, name: str, stmt: ast.AST, region: ast.AST) -> lis
     sem = ctx.semantic
     after = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)  # type: ignore[attr-defined]
     return [n for n in sem.reads_of(name) if sem.contains(region, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
+
+
+def _reaches_return(ctx: Context, node: ast.Call) -> bool:
+    """The copy is what its function hands back: returned, or bound to a name that is returned (``action =
+    q.argmax().cpu().numpy(); self.transition = [state, action]; return action``)."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(node)
+    if isinstance(stmt, ast.Return):
+        return True
+    name, func = _bound_name(stmt), sem.function_of(node)
+    return name is not None and func is not None and any(
+        isinstance(sem.statement_of(r), ast.Return) for r in _reads_after(ctx, name, stmt, func))  # type: ignore[arg-type]
 
 
 def _returned_copy(ctx: Context, node: ast.Call) -> bool:
