@@ -445,13 +445,23 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
             return True
         if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors, or of a model's outputs
             return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call)
-                                                    or _returned_moved(ctx, a, call)) for a in arg.args)
+                                                    or _returned_moved(ctx, a, call) or _made_on_device(ctx, a, call))
+                       for a in arg.args)
         key = dotted(arg)
         b = ctx.semantic.binding_at(key, call) if key else None
         if b is None or b.value is None:
             return False
         arg = b.value
     return False
+
+
+def _made_on_device(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """``feats = torch.tensor(rows, device=dev)``: a tensor made on a device other than the CPU."""
+    b = ctx.semantic.binding_at(name.id, at)
+    value = b.value if b is not None and not b.is_param else None
+    dev = keyword(value, "device") if isinstance(value, ast.Call) else None
+    return dev is not None and (string_value(dev.value) or "cuda") != "cpu" and \
+        (ctx.call_name(value) or "").startswith("torch.")
 
 
 def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
