@@ -326,6 +326,19 @@ def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     return False
 
 
+def _unwrap_chosen(ctx: Context, node: ast.Call) -> bool:
+    """``model.module.state_dict() if is_parallel(model) else model.state_dict()``: the two branches save the model
+    with and without its wrapper, chosen by a test of the program's own: it handles the prefix itself."""
+    up = ctx.semantic.parent(node)
+    if not isinstance(up, ast.IfExp) or node not in (up.body, up.orelse):
+        return False
+    other = up.orelse if node is up.body else up.body
+    if not (isinstance(other, ast.Call) and isinstance(other.func, ast.Attribute) and other.func.attr == "state_dict"):
+        return False
+    mine, theirs = dotted(node.func.value) or "", dotted(other.func.value) or ""  # type: ignore[attr-defined]
+    return bool(mine and theirs) and (mine == theirs + ".module" or theirs == mine + ".module")
+
+
 def _wrapping_tests(ctx: Context, key: str) -> frozenset[str]:
     """The tests (as written) of the ``if`` blocks that hold every wrapping of ``key`` (``if MANY: enc =
     nn.DataParallel(enc)``): where that test is false, ``key`` is no wrapper. Empty when one wrap is unconditional."""
@@ -355,7 +368,7 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
     if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
         prefix = "module."
-    if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node):
+    if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node):
         return
     if prefix == "module." and (SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
                                 else sem.project.selects_wrapped_keys(sem)):
