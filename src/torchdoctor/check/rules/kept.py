@@ -309,7 +309,7 @@ def _returned_copy(ctx: Context, node: ast.Call) -> bool:
 
 
 # a metric object's per-batch update with host arrays: ``metrics.update(targets, preds)``, ``evaluator.add_batch``
-_METRIC_UPDATES = frozenset({"update", "add_batch", "process", "accumulate"})
+_METRIC_UPDATES = frozenset({"update", "add_batch", "addBatch", "process", "accumulate"})
 
 
 _IN_PLACE_INTO = ("add_", "copy_", "index_add_", "index_copy_")
