@@ -71,6 +71,20 @@ def _appended(ctx: Context, name: str, at: ast.AST) -> list[ast.AST]:
 _INTEGER_FIELDS = frozenset({"labels", "classes", "class_ids", "indices", "idx", "ids"})  # detector outputs, ids
 
 
+def _returned_element(ctx: Context, expr: ast.AST, index: int, at: ast.AST) -> list[ast.AST] | None:
+    """``losses = self.update_model(x)`` then ``losses[0]``: element ``index`` of every tuple the functions of this
+    file that the call runs hand back (None when a return is no tuple that long, or nothing resolves)."""
+    sem = ctx.semantic
+    if isinstance(expr, ast.Name):
+        b = sem.binding_at(expr.id, at)
+        expr = b.value if b is not None and not b.is_param and b.index is None and b.value is not None else expr
+    funcs = sem.resolve(expr) if isinstance(expr, ast.Call) else []
+    values = [r.value for f in funcs for r in sem.body(f) if isinstance(r, ast.Return) and r.value is not None]
+    if not funcs or not values or not all(isinstance(v, ast.Tuple) and index < len(v.elts) for v in values):
+        return None
+    return [v.elts[index] for v in values]  # type: ignore[attr-defined]
+
+
 def _or(*flags: tuple[bool, bool]) -> tuple[bool, bool]:
     return (any(f[0] for f in flags), any(f[1] for f in flags))
 
@@ -96,6 +110,9 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
     if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value == 1 \
             and _with_indices(ctx, expr.value):
         return (_flags(ctx, expr.value, depth + 1)[0], False)  # ``q.max(1)[1]``: the indices
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and type(expr.slice.value) is int \
+            and (returned := _returned_element(ctx, expr.value, expr.slice.value, expr)) is not None:
+        return _or(*(_flags(ctx, r, depth + 1) for r in returned))  # ``losses[0]`` of ``return pi.data, q.data``
     if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) and expr.slice.value in _INTEGER_FIELDS:
         return (_flags(ctx, expr.value, depth + 1)[0], False)  # ``pred[0]["labels"]`` of a detector: class ids
     if isinstance(expr, (ast.Subscript, ast.Starred)):

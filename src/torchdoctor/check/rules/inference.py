@@ -138,8 +138,18 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
         key = dotted(node.func.value) or _assigned_name(sem, node)
         for call in _forwards_after_eval(ctx, node, key) if key else []:
             _report_inference(ctx, call, f" (after `{key}.eval()`)")
-    elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node):
+    elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node) \
+            and not _estimator(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
+
+
+def _estimator(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``model.fit(x_train.numpy(), y_train.numpy())`` in the same function: a scikit-learn-style estimator
+    (CatBoost, XGBoost...), whose ``predict`` is no torch forward."""
+    sem = ctx.semantic
+    key, func = dotted(recv), sem.function_of(at)
+    return bool(key) and any(isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key
+                             and sem.function_of(c) is func for c in sem.calls_named("fit"))
 
 
 _AS_MOVED = frozenset({"to", "cuda", "half", "float", "requires_grad_"})

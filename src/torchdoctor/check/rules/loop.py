@@ -315,8 +315,19 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
     if sem.under_no_grad(b.node):
         return False  # computed under no_grad: no graph to keep alive
     if b.index is not None:  # logits, loss = model(x, y)
+        if isinstance(b.value, ast.Call) and _returns_numbers_at(ctx, b.value, b.index):
+            return False  # ``pi_loss, v_loss = self.update_model(obs)`` that returns ``pi_loss.item(), v_loss.item()``
         return "loss" in expr.id.lower() and isinstance(b.value, ast.Call) and flow.consumer_kind(sem, b.value) == "model"
     return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
+
+
+def _returns_numbers_at(ctx: Context, call: ast.Call, index: int) -> bool:
+    """Every ``return`` of the functions ``call`` runs hands back a Python number at ``index`` of its tuple."""
+    funcs = ctx.semantic.resolve(call)
+    returns = [r.value for f in funcs for r in ctx.semantic.body(f) if isinstance(r, ast.Return) and r.value is not None]
+    return bool(funcs and returns) and all(
+        isinstance(v, ast.Tuple) and index < len(v.elts) and isinstance(e := v.elts[index], ast.Call)
+        and (method_name(e) == "item" or dotted(e.func) in ("float", "int")) for v in returns)
 
 
 def _detached(expr: ast.AST) -> bool:
