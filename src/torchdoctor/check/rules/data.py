@@ -455,13 +455,27 @@ def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
     return False
 
 
-def _made_on_device(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
-    """``feats = torch.tensor(rows, device=dev)``: a tensor made on a device other than the CPU."""
-    b = ctx.semantic.binding_at(name.id, at)
-    value = b.value if b is not None and not b.is_param else None
-    dev = keyword(value, "device") if isinstance(value, ast.Call) else None
+def _made_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """``feats = torch.tensor(rows, device=dev)``: a tensor made on a device other than the CPU, or a slice or a
+    reshape of one (``x_train, x_test = x[train_idx], x[test_idx]``)."""
+    sem = ctx.semantic
+    if depth > 4:
+        return False
+    if isinstance(expr, ast.Name):
+        b = sem.binding_at(expr.id, at)
+        value = b.value if b is not None and not b.is_param else None
+        if value is not None and b.index is not None:  # type: ignore[union-attr]
+            value = value.elts[b.index] if isinstance(value, ast.Tuple) and b.index < len(value.elts) else None  # type: ignore[union-attr]
+        return value is not None and _made_on_device(ctx, value, b.node, depth + 1)  # type: ignore[union-attr]
+    if isinstance(expr, ast.Subscript):
+        return _made_on_device(ctx, expr.value, at, depth + 1)
+    if not isinstance(expr, ast.Call):
+        return False
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("view", "reshape", "float", "long", "unsqueeze"):
+        return _made_on_device(ctx, expr.func.value, at, depth + 1)
+    dev = keyword(expr, "device")
     return dev is not None and (string_value(dev.value) or "cuda") != "cpu" and \
-        (ctx.call_name(value) or "").startswith("torch.")
+        (ctx.call_name(expr) or "").startswith("torch.")
 
 
 def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
