@@ -85,18 +85,24 @@ def _small_int(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> int 
 def while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``if len(adv_examples) < 5: adv_examples.append((p.item(), x.cpu()))``: a branch that runs until a list it
     fills holds a few items, then never again."""
-    sem = ctx.semantic
-    child = node
-    for parent in sem.ancestors(node):
-        if parent is loop:
-            return False
-        if isinstance(parent, ast.If) and child in parent.body:
-            test = parent.test
-            tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
-            if any(_caps_a_list(ctx, t, parent) for t in tests):
-                return True
-        child = parent
+    for branch in _branches_around(ctx, node, loop):
+        test = branch.test
+        tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        if any(_caps_a_list(ctx, t, branch) for t in tests):
+            return True
     return False
+
+
+def _branches_around(ctx: Context, node: ast.AST, loop: ast.AST) -> list[ast.If]:
+    """The ``if`` blocks between ``node`` and ``loop`` whose body (not ``else``) holds ``node``, innermost first."""
+    out, child = [], node
+    for parent in ctx.semantic.ancestors(node):
+        if parent is loop:
+            break
+        if isinstance(parent, ast.If) and child in parent.body:
+            out.append(parent)
+        child = parent
+    return out
 
 
 def _caps_a_list(ctx: Context, test: ast.AST, branch: ast.If) -> bool:
@@ -140,17 +146,12 @@ def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``if len(all_preds) == 0: all_preds.append(...)`` (else: ``np.append``): a branch for the loop's first
     pass, while a list the loop fills is still empty."""
     sem = ctx.semantic
-    child = node
-    for parent in sem.ancestors(node):
-        if parent is loop:
-            return False
-        if isinstance(parent, ast.If) and child in parent.body:
-            test = parent.test
-            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
-                    isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
-                    isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
-                filled = dotted(test.left.args[0])
-                return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
-                           and dotted(n.func.value) == filled for n in sem.body(loop))
-        child = parent
+    for branch in _branches_around(ctx, node, loop):
+        test = branch.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
+                isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
+                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
+            filled = dotted(test.left.args[0])
+            return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
+                       and dotted(n.func.value) == filled for n in sem.body(loop))
     return False

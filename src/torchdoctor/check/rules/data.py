@@ -485,20 +485,8 @@ def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
     b = sem.binding_at(name.id, at)
     value = b.value if b is not None and not b.is_param else None
     funcs = sem.resolve(value) if isinstance(value, ast.Call) else []
-    if not funcs:
-        return False
-    for func in funcs:
-        returns = [r.value for r in sem.body(func) if isinstance(r, ast.Return) and r.value is not None]
-        if not returns:
-            return False
-        for ret in returns:
-            if b.index is not None:  # type: ignore[union-attr]
-                if not (isinstance(ret, ast.Tuple) and b.index < len(ret.elts)):  # type: ignore[union-attr]
-                    return False
-                ret = ret.elts[b.index]  # type: ignore[union-attr]
-            if not sem.value_is_moved(ret):
-                return False
-    return True
+    values = [sem.kinds.returned_values(f, b.index) for f in funcs]  # type: ignore[union-attr]
+    return bool(funcs) and all(v is not None and all(sem.value_is_moved(x) for x in v) for v in values)
 
 
 def _model_outputs(ctx: Context, name: ast.Name, at: ast.AST) -> bool:

@@ -79,10 +79,10 @@ def _returned_element(ctx: Context, expr: ast.AST, index: int, at: ast.AST) -> l
         b = sem.binding_at(expr.id, at)
         expr = b.value if b is not None and not b.is_param and b.index is None and b.value is not None else expr
     funcs = sem.resolve(expr) if isinstance(expr, ast.Call) else []
-    values = [r.value for f in funcs for r in sem.body(f) if isinstance(r, ast.Return) and r.value is not None]
-    if not funcs or not values or not all(isinstance(v, ast.Tuple) and index < len(v.elts) for v in values):
+    values = [sem.kinds.returned_values(f, index) for f in funcs]
+    if not funcs or any(v is None for v in values):
         return None
-    return [v.elts[index] for v in values]  # type: ignore[attr-defined]
+    return [x for v in values for x in v]  # type: ignore[union-attr]
 
 
 def _or(*flags: tuple[bool, bool]) -> tuple[bool, bool]:

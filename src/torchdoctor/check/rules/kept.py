@@ -228,8 +228,8 @@ def _makes_a_number(ctx: Context, call: ast.Call) -> bool:
 def _returns_number(sem: object, func: ast.AST) -> bool:
     """Every ``return`` of ``func`` hands back one number: ``(...).item()``, ``float(...)``, a reduction
     (``(2 * inter + eps) / (p.sum() + t.sum() + eps)`` with ``inter = (p * t).sum()``)."""
-    returns = [r for r in sem.body(func) if isinstance(r, ast.Return) and r.value is not None]  # type: ignore[attr-defined]
-    return bool(returns) and all(_a_number(sem, r.value, r, 0) for r in returns)
+    values = sem.kinds.returned_values(func)  # type: ignore[attr-defined]
+    return values is not None and all(_a_number(sem, v, v, 0) for v in values)
 
 
 def _a_number(sem: object, v: ast.AST, at: ast.AST, depth: int) -> bool:

@@ -324,10 +324,10 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
 def _returns_numbers_at(ctx: Context, call: ast.Call, index: int) -> bool:
     """Every ``return`` of the functions ``call`` runs hands back a Python number at ``index`` of its tuple."""
     funcs = ctx.semantic.resolve(call)
-    returns = [r.value for f in funcs for r in ctx.semantic.body(f) if isinstance(r, ast.Return) and r.value is not None]
-    return bool(funcs and returns) and all(
-        isinstance(v, ast.Tuple) and index < len(v.elts) and isinstance(e := v.elts[index], ast.Call)
-        and (method_name(e) == "item" or dotted(e.func) in ("float", "int")) for v in returns)
+    values = [ctx.semantic.kinds.returned_values(f, index) for f in funcs]
+    return bool(funcs) and all(v is not None and all(
+        isinstance(e, ast.Call) and (method_name(e) == "item" or dotted(e.func) in ("float", "int")) for e in v)
+        for v in values)
 
 
 def _detached(expr: ast.AST) -> bool:

@@ -153,20 +153,10 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> b
 def _returns_host(ctx: Context, func: ast.AST, index: int | None) -> bool:
     """Every ``return`` of the in-file function ``func`` hands back host numbers (element ``index`` of the tuple
     when one is unpacked): ``return losses.avg, accs.avg`` of meters fed ``loss.item()``, ``return total / n``."""
-    sem = ctx.semantic
-    returns = [n for n in sem.body(func) if isinstance(n, ast.Return) and n.value is not None]
-    if not returns:
-        return False
-    for ret in returns:
-        value = ret.value
-        if index is not None:
-            if not (isinstance(value, ast.Tuple) and index < len(value.elts)):
-                return False
-            value = value.elts[index]
-        if not (_host_leaf(value) or isinstance(value, ast.Name) and _host_number(ctx, value, ret, 3)
-                or _meter_reading(ctx, value, func)):
-            return False
-    return True
+    values = ctx.semantic.kinds.returned_values(func, index)
+    return values is not None and all(
+        _host_leaf(value) or isinstance(value, ast.Name) and _host_number(ctx, value, value, 3)
+        or _meter_reading(ctx, value, func) for value in values)
 
 
 def _meter_reading(ctx: Context, value: ast.AST, func: ast.AST) -> bool:
@@ -359,21 +349,8 @@ def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth:
     """``call`` runs functions of this file whose every ``return`` hands back a host tensor (element ``index`` of
     the tuple when one is unpacked)."""
     funcs = ctx.semantic.resolve(call) if depth < 12 else []
-    if not funcs:
-        return False
-    for func in funcs:
-        returns = [n for n in ctx.semantic.body(func) if isinstance(n, ast.Return) and n.value is not None]
-        if not returns:
-            return False
-        for ret in returns:
-            value = ret.value
-            if index is not None:
-                if not (isinstance(value, ast.Tuple) and index < len(value.elts)):
-                    return False
-                value = value.elts[index]
-            if not _made_on_host(ctx, value, ret, depth + 2):
-                return False
-    return True
+    values = [ctx.semantic.kinds.returned_values(f, index) for f in funcs]
+    return bool(funcs) and all(v is not None and all(_made_on_host(ctx, x, x, depth + 2) for x in v) for v in values)
 
 
 def _sync_site(ctx: Context, node: ast.Call) -> str | None:

@@ -417,6 +417,19 @@ class Kinds:
         return [n for n in self.index.below(func)
                 if isinstance(n, ast.Return) and n.value is not None and frames[n].unit is func]  # type: ignore[misc]
 
+    def returned_values(self, func: ast.AST, index: int | None = None) -> list[ast.AST] | None:
+        """What every ``return`` of ``func`` hands back (element ``index`` of its tuple, when one is unpacked);
+        None when ``func`` returns nothing, or some return is no tuple that long."""
+        values: list[ast.AST] = []
+        for ret in self.returns_of(func):
+            value = ret.value
+            if index is not None:
+                if not (isinstance(value, ast.Tuple) and index < len(value.elts)):
+                    return None
+                value = value.elts[index]
+            values.append(value)  # type: ignore[arg-type]
+        return values or None
+
     def is_model_constructor(self, call: ast.Call, q: str, last: str) -> bool:
         if q.startswith("torch.nn.") and last[:1].isupper() and last != "Parameter":
             return True
