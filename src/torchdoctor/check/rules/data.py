@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import ast
-import os
 
-from torchdoctor.check.astutil import argument, call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, \
-    root_name, string_value, strip_methods
+from torchdoctor.check.astutil import call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, \
+    root_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import flow, loaders, program
+from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
+from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import moved_keys
 from torchdoctor.findings import Severity
 
@@ -77,7 +77,7 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     if not info.is_batch or not info.batch_vars or program.is_rpc_program(sem):
         return
     loader = _loader_construction(ctx, info.loader, node)
-    if loader is not None and _dataset_on_device(ctx, loader):
+    if loader is not None and dataset_on_device(ctx, loader):
         return  # ``DataLoader(TensorDataset(u, i, r))`` of tensors already on the device: its batches are there
     body = ctx.semantic.body(node)
     batch = set(info.batch_vars)
@@ -293,214 +293,6 @@ def _model_device(ctx: Context) -> str | None:
     return ctx.semantic.move_device(min(moves, key=lambda n: (n.lineno, n.col_offset))) if moves else None
 
 
-# ---- TD304 / TD305 -----------------------------------------------------------------------
-def _judged_loader(ctx: Context, node: ast.AST) -> bool:
-    """A DataLoader of a program that runs on an accelerator, whose batches reach a model or a device."""
-    sem = ctx.semantic
-    return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
-            and (program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node))
-            and not _dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) and loaders.feeds_device(sem, node)
-            and not _collates_onto_device(ctx, node) and not _index_loader(ctx, node))
-
-
-def _index_loader(ctx: Context, call: ast.Call) -> bool:
-    """``for perm in DataLoader(range(n), batch_size, shuffle=True)``: batches of indices into tensors already on
-    the device (full-graph GNN training); a few bytes a step, nothing to pin or to load in workers."""
-    data = argument(call, "dataset", 0)
-    if isinstance(data, ast.Call) and dotted(data.func) in ("list", "tuple") and len(data.args) == 1:
-        data = data.args[0]
-    return isinstance(data, ast.Call) and (dotted(data.func) == "range" or ctx.call_name(data) == "torch.arange")
-
-
-def _collates_onto_device(ctx: Context, call: ast.Call) -> bool:
-    """``collate_fn=partial(collate, device=device)`` or a collate function that moves its batch: the loader
-    yields device tensors (pinning them raises; workers cannot make them)."""
-    sem = ctx.semantic
-    fn = keyword(call, "collate_fn")
-    value = fn.value if fn is not None else None
-    if isinstance(value, ast.Name):
-        b = sem.binding_at(value.id, call)
-        value = b.value if b is not None and b.value is not None and not b.is_param else value
-    if isinstance(value, ast.Call) and (sem.call_name(value) or "").endswith("partial") and value.args:
-        if any(k.arg == "device" and string_value(k.value) != "cpu" for k in value.keywords):
-            return True
-        value = value.args[0]
-    if isinstance(value, ast.Lambda):
-        return any(isinstance(n, ast.Call) and _moves_off_cpu(ctx, n) for n in sem.subtree(value.body))
-    funcs = sem.bindings.functions.get(value.id, []) if isinstance(value, ast.Name) else []
-    return any(isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
-               for f in funcs for n in sem.local_nodes(f))
-
-
-def _builds_on_device(ctx: Context, call: ast.Call) -> bool:
-    """``collate_batch(batch, ..., device, max_padding=128)``: a helper of this file handed the device, whose tensors
-    it makes there (``torch.tensor(ids, device=device)``)."""
-    sem = ctx.semantic
-    funcs = sem.resolve(call)
-    handed = [a for a in [*call.args, *(k.value for k in call.keywords)]
-              if "device" in (dotted(a) or "").lower() or sem.expr_kind(a, call) == "device"]
-    return bool(funcs and handed) and any(
-        isinstance(n, ast.Call) and (keyword(n, "device") is not None and string_value(keyword(n, "device").value) != "cpu"
-                                     or _moves_off_cpu(ctx, n))
-        for f in funcs for n in sem.local_nodes(f))
-
-
-def _moves_off_cpu(ctx: Context, call: ast.Call) -> bool:
-    return ctx.semantic.is_device_move(call) and (ctx.semantic.move_device(call) or "").strip("'\"") != "cpu"
-
-
-def _dataset_of_text(ctx: Context, call: ast.Call) -> bool:
-    """The dataset's items are strings (``NameDataset()`` indexing names read from a CSV file): the loader
-    yields lists of strings, and the tensors are made after it."""
-    sem = ctx.semantic
-    arg = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
-    if isinstance(arg, ast.Name):
-        b = sem.binding_at(arg.id, call)
-        arg = b.value if b is not None and not b.is_param else None
-    if not isinstance(arg, ast.Call):
-        return False
-    written = dotted(arg.func) or ""
-    cls = sem.calls_index.classes.get(written)
-    if cls is not None:
-        return loaders.class_yields_text(sem, cls)
-    return sem.project is not None and bool(written) and sem.project.class_yields_text(sem, written)  # type: ignore[attr-defined]
-
-
-def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:
-    """A data module that builds and returns loaders (``def train_dataloader(self): return DataLoader(...)``,
-    ``def get_loader(...)``), imported by a module of the project that runs on an accelerator."""
-    sem = ctx.semantic
-    if sem.project is None or sem.function_of(node) is None or program.in_test(sem, node):
-        return False
-    parent = sem.parent(node)
-    names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
-    func = sem.function_of(node)
-    yields = any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in sem.local_nodes(func))
-    returned = isinstance(parent, ast.Return) or any(_hands_out(r, names) and (yields or not isinstance(r, ast.For))
-                                                     for r in sem.local_nodes(func))
-    cls = sem.class_of(func)
-    maker = cls.name if cls is not None else func.name  # what an importer must take to reach this loader
-    return returned and sem.project.accelerated_importer(sem, maker) is not None  # type: ignore[attr-defined]
-
-
-def _hands_out(node: ast.AST, names: set[str | None]) -> bool:
-    """``return loader``, ``yield from loader``, ``yield batch`` in a loop over it."""
-    if isinstance(node, (ast.Return, ast.YieldFrom)):
-        return isinstance(node.value, ast.Name) and node.value.id in names
-    return isinstance(node, (ast.For, ast.AsyncFor)) and dotted(node.iter) in names
-
-
-@rule("TD304", calls=loaders.LOADER_NAMES)
-def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
-    """A DataLoader in a CUDA program without pin_memory=True."""
-    if not _judged_loader(ctx, node):
-        return
-    if program.is_rpc_program(ctx.semantic):
-        return  # RPC serialises every batch it sends: pinned memory buys nothing there
-    pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
-    if pin is None or is_false(pin.value):
-        where = ""
-        if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
-            func = ctx.semantic.function_of(node)
-            cls = ctx.semantic.class_of(node)
-            maker = cls.name if cls is not None else func.name if func is not None else None
-            user = ctx.semantic.project.accelerated_importer(ctx.semantic, maker)  # type: ignore[union-attr]
-            where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)"
-        ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
-                   fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
-
-
-@rule("TD305", calls=loaders.LOADER_NAMES)
-def loader_without_workers(node: ast.AST, ctx: Context) -> None:
-    """A DataLoader with num_workers=0 in a CUDA training script."""
-    if not _judged_loader(ctx, node) or not ctx.semantic.trains:
-        return
-    workers = keyword(node, "num_workers")  # type: ignore[arg-type]
-    if workers is None or (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
-        what = "`num_workers=0`" if workers else "no `num_workers` (0)"
-        ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
-                   fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
-
-
-def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
-    """torch's DataLoader, or torchdata's StatefulDataLoader (a drop-in with the same pipeline arguments); not a
-    project's own class of that name brought in by ``from captioning.data.dataloader import *``."""
-    q = ctx.call_name(call) or ""
-    if q == "DataLoader" and ctx.semantic.project is not None and ctx.semantic.names.star \
-            and ctx.semantic.project.defines_class(ctx.semantic, "DataLoader"):  # type: ignore[attr-defined]
-        return False
-    return q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader",
-                 "StatefulDataLoader") or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader")
-
-
-def _dataset_on_device(ctx: Context, call: ast.Call) -> bool:
-    """The dataset already holds device tensors (pinning would fail; workers cannot share them)."""
-    arg = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
-    for _ in range(3):
-        if arg is None:
-            return False
-        if any(isinstance(n, ast.Call) and ctx.semantic.is_device_move(n) for n in ctx.semantic.subtree(arg)):
-            return True
-        if loaders.dataset_yields_device_tensors(ctx.semantic, arg):
-            return True
-        if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors, or of a model's outputs
-            return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call)
-                                                    or _returned_moved(ctx, a, call) or _made_on_device(ctx, a, call))
-                       for a in arg.args)
-        key = dotted(arg)
-        b = ctx.semantic.binding_at(key, call) if key else None
-        if b is None or b.value is None:
-            return False
-        arg = b.value
-    return False
-
-
-def _made_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
-    """``feats = torch.tensor(rows, device=dev)``: a tensor made on a device other than the CPU, or a slice or a
-    reshape of one (``x_train, x_test = x[train_idx], x[test_idx]``)."""
-    sem = ctx.semantic
-    if depth > 4:
-        return False
-    if isinstance(expr, ast.Name):
-        b = sem.binding_at(expr.id, at)
-        value = b.value if b is not None and not b.is_param else None
-        if value is not None and b.index is not None:  # type: ignore[union-attr]
-            value = value.elts[b.index] if isinstance(value, ast.Tuple) and b.index < len(value.elts) else None  # type: ignore[union-attr]
-        return value is not None and _made_on_device(ctx, value, b.node, depth + 1)  # type: ignore[union-attr]
-    if isinstance(expr, ast.Subscript):
-        return _made_on_device(ctx, expr.value, at, depth + 1)
-    if not isinstance(expr, ast.Call):
-        return False
-    if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("view", "reshape", "float", "long", "unsqueeze"):
-        return _made_on_device(ctx, expr.func.value, at, depth + 1)
-    dev = keyword(expr, "device")
-    return dev is not None and (string_value(dev.value) or "cuda") != "cpu" and \
-        (ctx.call_name(expr) or "").startswith("torch.")
-
-
-def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
-    """``u, i, r = to_tensors(users, items, ratings, device)`` whose every return moves what it hands back (element
-    by element, for a tuple unpacked)."""
-    sem = ctx.semantic
-    b = sem.binding_at(name.id, at)
-    value = b.value if b is not None and not b.is_param else None
-    funcs = sem.resolve(value) if isinstance(value, ast.Call) else []
-    values = [sem.kinds.returned_values(f, b.index) for f in funcs]  # type: ignore[union-attr]
-    return bool(funcs) and all(v is not None and all(sem.value_is_moved(x) for x in v) for v in values)
-
-
-def _model_outputs(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
-    """``feats, labels = extract_features(model, dataset)``: tensors a model computed (features gathered
-    for a probe), which may already live on the device its forward ran on."""
-    sem = ctx.semantic
-    b = sem.binding_at(name.id, at)
-    value = b.value if b is not None and not b.is_param else None
-    if not isinstance(value, ast.Call):
-        return False
-    return any(sem.expr_kind(a, value) in ("model", "wrapper") for a in [*value.args, *(k.value for k in value.keywords)]
-               if isinstance(a, (ast.Name, ast.Attribute)))
-
-
 # ---- TD306 ----------------------------------------------------------------------------------
 @rule("TD306", keywords=("non_blocking",))
 def non_blocking_misuse(node: ast.AST, ctx: Context) -> None:
@@ -593,7 +385,7 @@ def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
     if loop is None or root_name(recv) not in set(sem.batch_vars(loop)):
         return
     loader = _loader_call(ctx, loop)
-    if loader is None or has_kwargs(loader) or _dataset_on_device(ctx, loader):
+    if loader is None or has_kwargs(loader) or dataset_on_device(ctx, loader):
         return
     pin = keyword(loader, "pin_memory")
     if pin is None or is_false(pin.value):
