@@ -64,6 +64,14 @@ def receiver(call: ast.Call) -> ast.AST | None:
     return call.func.value if isinstance(call.func, ast.Attribute) else None
 
 
+def int_literal(expr: ast.AST) -> int | None:
+    """The integer a literal says (``0``, ``-1``), else None (``True`` is no integer here)."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        inner = int_literal(expr.operand)
+        return None if inner is None else -inner
+    return expr.value if isinstance(expr, ast.Constant) and type(expr.value) is int else None
+
+
 def keyword(call: ast.Call, name: str) -> ast.keyword | None:
     for kw in call.keywords:
         if kw.arg == name:

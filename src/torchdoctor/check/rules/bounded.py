@@ -8,13 +8,13 @@ import ast
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, param_default
+from torchdoctor.check.semantic.counts import FEW, few_passes
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
 __all__ = ["few_iterations", "few_in_range", "while_few_kept", "retry_loop", "first_pass_only"]
 
-_FEW = 16  # iterations: a loop that stops after this many shows a few examples, it does not run steps
 
 
 def few_iterations(ctx: Context, loop: ast.AST) -> bool:
@@ -37,49 +37,7 @@ def few_in_range(ctx: Context, loop: ast.AST) -> bool:
     """``for i in range(1, rows * cols + 1)`` with ``rows = cols = 2``, or over a few constants (``for seq_len in
     (256, 512, 1024)``), in a loop that does not train: a few images shown, a few lengths tried, not steps of a run
     (TD611 still counts a demo's few steps: its copies are what the demo shows)."""
-    if not isinstance(loop, ast.For) or ctx.semantic.loop_kind(loop) == "train":
-        return False  # (a loop that trains runs steps, however few a short example shows)
-    items, at = loop.iter, loop
-    for _ in range(4):  # ``for n in LENGTHS``, ``for n, dl in loaders.items()`` of ``{n: make(n) for n in LENGTHS}``
-        if isinstance(items, ast.Name):
-            b = ctx.semantic.binding_at(items.id, at)
-            if b is None or b.is_param or b.value is None:
-                break
-            items, at = b.value, b.node
-        elif isinstance(items, ast.Call) and isinstance(items.func, ast.Attribute) and not items.args \
-                and items.func.attr in ("items", "keys", "values"):
-            items = items.func.value
-        elif isinstance(items, (ast.DictComp, ast.ListComp)) and len(items.generators) == 1:
-            items = items.generators[0].iter
-        else:
-            break
-    if isinstance(items, (ast.Tuple, ast.List)):
-        return len(items.elts) <= _FEW and all(isinstance(e, ast.Constant) for e in items.elts)
-    if not (isinstance(items, ast.Call) and dotted(items.func) == "range" and 1 <= len(items.args) <= 2
-            and not items.keywords):
-        return False
-    bounds = [_small_int(ctx, a, loop) for a in items.args]
-    return None not in bounds and bounds[-1] - (bounds[0] if len(bounds) == 2 else 0) <= _FEW  # type: ignore[operator]
-
-
-def _small_int(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> int | None:
-    """The value of an int expression made of literals and names bound to such where it is read (``rows * cols + 1``
-    with ``rows = 2``), when it is at most a few thousand; else None."""
-    if isinstance(expr, ast.Constant):
-        return expr.value if type(expr.value) is int and abs(expr.value) < 4096 else None
-    if isinstance(expr, ast.Name) and depth < 4:
-        b = ctx.semantic.binding_at(expr.id, at)
-        if b is None or b.value is None or b.is_param or b.index is not None:
-            return None
-        return _small_int(ctx, b.value, b.node, depth + 1)
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub, ast.Mult)) and depth < 4:
-        left, right = _small_int(ctx, expr.left, at, depth + 1), _small_int(ctx, expr.right, at, depth + 1)
-        if left is None or right is None:
-            return None
-        value = left + right if isinstance(expr.op, ast.Add) else left - right if isinstance(expr.op, ast.Sub) \
-            else left * right
-        return value if abs(value) < 4096 else None
-    return None
+    return ctx.semantic.loop_kind(loop) != "train" and few_passes(ctx.semantic, loop)  # (a loop that trains runs steps)
 
 
 def while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
@@ -117,9 +75,9 @@ def _caps_a_list(ctx: Context, test: ast.AST, branch: ast.If) -> bool:
 
 
 def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
-    """A literal of at most _FEW, or a parameter whose default is one (``num_examples=2``)."""
+    """A literal of at most FEW, or a parameter whose default is one (``num_examples=2``)."""
     if isinstance(expr, ast.Constant):
-        return type(expr.value) is int and expr.value <= _FEW
+        return type(expr.value) is int and expr.value <= FEW
     if not isinstance(expr, ast.Name):
         return False
     b = ctx.semantic.binding_at(expr.id, at)
@@ -127,7 +85,7 @@ def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     if b is None or not b.is_param or func is None or b.node is not func:
         return False
     default = param_default(func, expr.id)  # type: ignore[arg-type]
-    return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= _FEW
+    return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= FEW
 
 
 def retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

@@ -6,7 +6,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import argument, dotted, is_true, keyword, method_name, string_value
+from torchdoctor.check.astutil import argument, dotted, is_true, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -160,24 +160,6 @@ def _starts_processes(ctx: Context) -> bool:
     return any(string_value(n) in ("LOCAL_RANK", "RANK", "WORLD_SIZE") for n in sem.of_type(ast.Constant))
 
 
-def _world_of_one(ctx: Context) -> bool:
-    """The file makes its process group a world of one (``os.environ["WORLD_SIZE"] = "1"``, or
-    ``init_process_group(..., world_size=1)``) and spawns nothing: one process, whose GPU is GPU 0."""
-    sem = ctx.semantic
-    if sem.calls_named("spawn", "start_processes"):
-        return False
-    for call in sem.calls_named("init_process_group"):
-        size = keyword(call, "world_size")
-        if size is not None and isinstance(size.value, ast.Constant) and size.value.value == 1:
-            return True
-    for n in sem.of_type(ast.Assign):
-        target = n.targets[0] if len(n.targets) == 1 else None  # type: ignore[attr-defined]
-        if isinstance(target, ast.Subscript) and (dotted(target.value) or "").endswith("environ") \
-                and string_value(target.slice) == "WORLD_SIZE" and string_value(n.value) == "1":  # type: ignore[attr-defined]
-            return True
-    return False
-
-
 def _has_indexed_device(ctx: Context) -> bool:
     """The program places work on a per-rank GPU somewhere (`torch.device("cuda", rank)`, `.to(local_rank)`)."""
 
@@ -209,7 +191,7 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if not program.is_ddp_program(sem) or _sets_rank_device(ctx) or _has_indexed_device(ctx) \
             or program.accelerator_api(sem) or program.sets_device_through_helper(sem) or not _starts_processes(ctx) \
-            or _world_of_one(ctx):
+            or program.single_process_world(sem):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     for site in program.cuda_sites(sem):
         if site.indexed or _single_process_branch(ctx, site.node):

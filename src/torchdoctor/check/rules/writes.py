@@ -8,7 +8,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import argument, call_argument, dotted, keyword, param_default, string_value
+from torchdoctor.check.astutil import argument, call_argument, dotted, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -278,8 +278,7 @@ def _multi_process(ctx: Context, node: ast.AST) -> bool:
     if sem.path.endswith(".ipynb") and not any(_launches(ctx, c) for c in sem.calls_named(*_LAUNCHERS)):
         return False  # a notebook's kernel is one process: only one it launches runs more (mp.spawn, notebook_launcher)
     if program.is_ddp_program(sem):
-        inits = sem.calls_named("init_process_group")
-        return not inits or not all(_one_process_group(c) for c in inits)
+        return not program.single_process_world(sem)
     here = sem.function_of(node)
     return sem.trains and any((ctx.call_name(c) or "").startswith("accelerate.") and sem.function_of(c) is here
                               for c in sem.calls_named("Accelerator"))
@@ -298,12 +297,6 @@ def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
 
 def _short_path(path: str) -> str:
     return os.path.relpath(path) if os.path.isabs(path) and not os.path.relpath(path).startswith("..") else path
-
-
-def _one_process_group(call: ast.Call) -> bool:
-    """``init_process_group("gloo", world_size=1, rank=0, store=HashStore())``: a group of one process."""
-    size = keyword(call, "world_size")
-    return size is not None and isinstance(size.value, ast.Constant) and size.value.value == 1
 
 
 def _other_format_of(ctx: Context, call: ast.Call) -> bool:

@@ -7,7 +7,7 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 
-from torchdoctor.check.astutil import dotted, string_value
+from torchdoctor.check.astutil import dotted, int_literal, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.bindings import Bindings
 from torchdoctor.check.semantic.grad import GradModes
@@ -36,14 +36,6 @@ _RANK_CALLS = {"int", "str", "get_rank", "get_local_rank", "getenv", "get", "get
 
 
 _WORLD_SIZE = lazy(r"(?i)(world_size|num_processes)")
-
-
-def _number(expr: ast.AST) -> int | None:
-    """The integer a literal says: ``0``, ``-1``."""
-    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
-        inner = _number(expr.operand)
-        return None if inner is None else -inner
-    return expr.value if isinstance(expr, ast.Constant) and type(expr.value) is int else None
 
 
 _GPU_FLAG = lazy(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
@@ -334,10 +326,10 @@ class Guards(GradModes):
         if not isinstance(test, ast.Compare) or len(test.ops) != 1:
             return False
         op, left, right = test.ops[0], test.left, test.comparators[0]
-        if _number(left) is not None:  # ``-1 == opt.local_rank``, ``1 >= world_size``
+        if int_literal(left) is not None:  # ``-1 == opt.local_rank``, ``1 >= world_size``
             left, right = right, left
             op = {ast.Lt: ast.Gt(), ast.LtE: ast.GtE(), ast.Gt: ast.Lt(), ast.GtE: ast.LtE()}.get(type(op), op)
-        values = [_number(e) for e in right.elts] if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [_number(right)]
+        values = [int_literal(e) for e in right.elts] if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [int_literal(right)]
         if not values or None in values:
             return False
         sized = bool(_WORLD_SIZE.search(self.segment(left)))

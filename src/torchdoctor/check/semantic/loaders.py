@@ -15,6 +15,7 @@ import ast
 from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
+from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.models import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
@@ -43,7 +44,7 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
             (dotted(parent.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter", "zip", "cycle", "islice"):
         child, parent = parent, sem.parent(parent)  # a wrapper around the loader: follow the wrapper
     if isinstance(parent, ast.Call) and dotted(parent.func) == "next" and isinstance(child, ast.Call) \
-            and dotted(child.func) == "iter" and all(_a_few_times(a) for a in sem.ancestors(parent)
+            and dotted(child.func) == "iter" and all(few_passes(sem, a) for a in sem.ancestors(parent)
                                                      if isinstance(a, (ast.For, ast.AsyncFor, ast.While))):
         return False  # ``xb, yb = next(iter(loader))``: one batch to look at (or three, to plot), not a stream of steps
     if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
@@ -67,13 +68,6 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
         sites = sem.call_sites(func)
         return not sites or any(_feeds_value(sem, site, depth + 1) for site in sites)
     return True  # returned from code no caller here shows, stored in a container, given to a keyword: not followed
-
-
-def _a_few_times(loop: ast.AST) -> bool:
-    """``for k in range(3)``: a loop over a literal range of a few numbers."""
-    it = getattr(loop, "iter", None)
-    return isinstance(it, ast.Call) and dotted(it.func) == "range" and len(it.args) == 1 \
-        and isinstance(it.args[0], ast.Constant) and type(it.args[0].value) is int and it.args[0].value <= 16
 
 
 def _key_feeds(sem: SemanticModel, key: str, bound: ast.AST, depth: int) -> bool:

@@ -7,16 +7,18 @@ import ast
 import functools
 import os
 
-from torchdoctor.check.astutil import call_argument, dotted, method_name, string_value
+from torchdoctor.check.astutil import call_argument, dotted, int_literal, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
 from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program, names_process_group, \
+    single_process_world
 from torchdoctor.record import FrozenRecord
 
 __all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
            "QUIET_IN_TESTS", "uses_gpu_only_library", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
-           "sets_device_through_helper", "imports_gpu_only"]
+           "sets_device_through_helper", "imports_gpu_only", "single_process_world"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
@@ -251,10 +253,7 @@ def _gpu_index_test(sem: SemanticModel) -> bool:
         if len(ops) != 1 or not isinstance(ops[0], (ast.Lt, ast.GtE, ast.Eq, ast.NotEq, ast.Gt, ast.LtE)):
             continue
         name = (dotted(left) or "").rsplit(".", 1)[-1]
-        bound = right[0]
-        value = bound.value if isinstance(bound, ast.Constant) else -bound.operand.value if isinstance(  # type: ignore[attr-defined]
-            bound, ast.UnaryOp) and isinstance(bound.op, ast.USub) and isinstance(bound.operand, ast.Constant) else None
-        if name and _GPU_INDEX.search(name) and value in (0, -1) and type(value) is int:
+        if name and _GPU_INDEX.search(name) and int_literal(right[0]) in (0, -1):
             return True
     return False
 
@@ -280,46 +279,6 @@ def has_cuda_check(sem: SemanticModel) -> bool:
         return False
 
     return sem.cached("has_cuda_check", compute)  # type: ignore[no-any-return]
-
-
-_PROCESS_GROUP_WORDS = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP", "RANK", "WORLD_SIZE")
-
-
-def names_process_group(source: str) -> bool:
-    """A cheap text test that a file may be a DDP program (``is_ddp_program`` looks closer): substring tests
-    (a regex alternation of the words scanned the text 6x slower)."""
-    return any(word in source for word in _PROCESS_GROUP_WORDS)
-
-
-def is_ddp_program(sem: SemanticModel) -> bool:
-    """DDP, ``init_process_group``, ``DistributedSampler`` or torchrun's environment variables."""
-
-    def compute() -> bool:
-        words = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP")
-        source = sem.text.source
-        if not names_process_group(source):
-            return False
-        if is_rpc_program(sem) and "DistributedDataParallel" not in source and "DDP(" not in source:
-            return False  # an RPC program (parameter server, pipeline) starts processes, but trains no DDP
-        for node in sem.of_type(ast.Attribute):
-            if node.attr in words:  # type: ignore[attr-defined]
-                return True
-        for node in sem.of_type(ast.Name):
-            if (sem.qualname(node) or "").rsplit(".", 1)[-1] in words:
-                return True
-        return any(string_value(n) in ("LOCAL_RANK", "WORLD_SIZE", "RANK") for n in sem.of_type(ast.Constant))
-
-    return sem.cached("is_ddp", compute)  # type: ignore[no-any-return]
-
-
-def is_rpc_program(sem: SemanticModel) -> bool:
-    """The program trains through ``torch.distributed.rpc`` / ``dist_autograd``: tensors cross processes
-    by serialisation and each step's autograd context is fresh."""
-
-    def compute() -> bool:
-        return any(q.startswith(("torch.distributed.rpc", "torch.distributed.autograd")) for q in sem.imports.values())
-
-    return sem.cached("is_rpc", compute)  # type: ignore[no-any-return]
 
 
 def _mentions_cuda(sem: SemanticModel) -> bool:

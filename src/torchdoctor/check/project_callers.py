@@ -1,0 +1,386 @@
+"""The project index's reverse questions: how do the other modules of the program call this function (under
+``no_grad``, behind a rank guard, on every step, given a GPU)? who imports this module? and what do the files of the
+project save and read back? ``Project`` answers them through this mixin, from the call records of the files checked
+together, or, in a single-file run, of the ``.py`` files near it."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.patterns import lazy
+from torchdoctor.check.project_files import State, import_statements
+from torchdoctor.check.semantic import SemanticModel, program
+
+if TYPE_CHECKING:
+    from torchdoctor.check.semantic.summary import CallRecord, ModuleSummary
+
+__all__ = ["Callers", "MAX_NEAR", "SELECTS_WRAPPED"]
+
+MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
+
+
+class Callers:
+    """Needs ``files``, ``root``, ``state``, ``summary()``, ``_module_file()``, ``_model()`` and ``_done_with()``
+    (``Project`` has them)."""
+
+    files: Sequence[str]
+    root: str
+    state: State
+
+    def callers_effect(self, sem: SemanticModel, func: ast.AST, effect: str) -> bool:
+        """Some caller in another module sets eval mode before calling ``func`` (``effect`` == "eval")."""
+        return any(r.eval_before for r in self._callers(sem, func)) if effect == "eval" else False
+
+    def callers_rank_guarded(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """``func`` is called from other modules, and every caller that runs on many ranks (a DDP
+        program) calls it under a rank guard (an inference script calling it runs once)."""
+        records = self._callers(sem, func)
+        return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
+
+    def has_callers(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """Some other module of the project calls ``func``."""
+        return bool(self._callers(sem, func))
+
+    def uncalled_helper(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """``func``, a module-level function of ``sem``'s module, is a helper no run takes: other modules of the
+        project import the module, which is no script itself (no ``if __name__ == "__main__":``), and none of them
+        names ``func`` (``from utils.datasets import *; autosplit(...)`` would). The module itself does not
+        either (asked before)."""
+        here, name = os.path.abspath(sem.path), func.name  # type: ignore[attr-defined]
+        key = (here, name, "uncalled")
+        memo = self.state.mentions
+        if key not in memo:
+            pattern = re.compile(rf"\b{re.escape(name)}\b")
+            importers = [] if "__main__" in sem.text.source or self._package_reexports(here, name) else \
+                self._module_importers(here)
+            memo[key] = bool(importers) and not any(pattern.search(self.state.text(path) or "") for path in importers)
+        return memo[key]
+
+    def _module_importers(self, here: str) -> list[str]:
+        """The modules of the project whose import statements lead to the module ``here`` (memoised per module)."""
+        memo = self.state.module_importers
+        if here not in memo:
+            stem = os.path.splitext(os.path.basename(here))[0]
+            if stem == "__init__":
+                stem = os.path.basename(os.path.dirname(here))
+            memo[here] = [other for other in self._importing(here, {stem}) if self._imports_module(other, here)]
+        return memo[here]
+
+    def _imports_module(self, path: str, target: str) -> bool:
+        """An import statement of ``path`` (read from its import lines, not its tree) names the module ``target``."""
+        for line in import_statements(self.state.text(path) or ""):
+            try:
+                stmt = ast.parse(line.strip()).body[0]
+            except (SyntaxError, ValueError, IndexError):
+                continue
+            if isinstance(stmt, ast.ImportFrom):
+                module = stmt.module or ""
+                if self._module_file(path, stmt.level, module) == target or \
+                        any(self._module_file(path, stmt.level, f"{module}.{a.name}" if module else a.name) == target
+                            for a in stmt.names):
+                    return True
+            elif isinstance(stmt, ast.Import) and any(self._module_file(path, 0, a.name) == target for a in stmt.names):
+                return True
+        return False
+
+    def made_on_rank_zero(self, sem: SemanticModel, init: ast.AST) -> bool | None:
+        """Whether every module that makes an object of ``init``'s class makes it on the main process only
+        (``Logger(...) if rank == 0 else None``); None when no other module makes one. (A caller that is no DDP
+        program is not excused: an ``accelerate launch`` script runs on every process too.)"""
+        records = self._callers(sem, init)
+        return all(r.rank_zero_only for r in records) if records else None
+
+    def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
+        """A call of ``func`` from the epoch or batch loop of a DDP program in another module that runs on every
+        rank (no rank guard)."""
+        return next((r for r in self._callers(sem, func, ddp_only=True) if r.ddp and r.in_loop and not r.rank_guarded),
+                    None)
+
+    def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str]) -> bool:
+        """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``)."""
+        state = self.state
+        key = (os.path.abspath(sem.path), func.name, pattern.pattern)  # type: ignore[attr-defined]
+        if key not in state.mentions:  # (texts are read afresh, not kept: once per question)
+            state.mentions[key] = any(pattern.search(state.text(path) or "")
+                                      for path in {r.path for r in self._callers(sem, func)})
+        return state.mentions[key]
+
+    def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
+        modes = {r.grad_mode for r in self._callers(sem, func)}
+        return modes.pop() if len(modes) == 1 else None
+
+    def step_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
+        """The calls of ``func`` from other modules that run on every step of their batch loop, on an accelerator,
+        in the order the modules were read."""
+        return [r for r in self._callers(sem, func) if r.per_step]
+
+    def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
+        """A caller in another module passes an accelerator device for ``param`` of ``func``."""
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+        slot = f"#{params.index(param)}" if param in params else None
+        return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
+                   for r in self._callers(sem, func))
+
+    def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False) -> list[CallRecord]:
+        """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process
+        group (the others are not read: a question about DDP callers parses no single-process script)."""
+        name = func.name  # type: ignore[attr-defined]
+        cls = sem.class_of(func)
+        if name == "__init__" and cls is not None:
+            name = cls.name  # ``Trainer(model, device=device)`` calls ``Trainer.__init__``
+        here = os.path.abspath(sem.path)
+        key = (here, name)
+        memo = self.state.callers
+        if key in memo:
+            return memo[key]
+        if ddp_only and (here, name, "ddp") in memo:
+            return memo[(here, name, "ddp")]
+        stem = os.path.splitext(os.path.basename(here))[0]
+        package = os.path.basename(os.path.dirname(here))
+        if stem == "__init__":
+            stem = package
+        # A DDP caller may import a save helper through its package (``from pkg import save``); for the other
+        # questions the module's own name is enough (reading every importer of a package cost ~40 parses on 620 files).
+        words = {stem, package} if ddp_only and self._package_reexports(here, name) else {stem}
+        pattern = re.compile(rf"\b{re.escape(name)}\b")
+        out: list[CallRecord] = []
+        for other in self._importing(here, words):
+            if package in words and stem not in self.state.import_words(other) and \
+                    name not in self.state.import_words(other):
+                continue  # (imports the package, but not this function from it)
+            text = self.state.text(other)
+            if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
+                continue
+            if ddp_only and not program.names_process_group(text):
+                continue
+            known = self.state.imports_of.get(other)  # checked already: its imports say if it can call ``func``
+            if known is not None and other not in self.state.records and \
+                    not any(self._imports_function(other, known, head, here, name) for head in (*known[0], *known[1])):
+                continue
+            names, records = self._records(other)
+            for head, found in records.items():
+                if self._imports_function(other, names, head, here, name):
+                    out += [r for r in found if r.written.rsplit(".", 1)[-1] == name or r.written == head]
+        memo[(here, name, "ddp") if ddp_only else key] = out
+        return out
+
+    def _package_reexports(self, here: str, name: str) -> bool:
+        """``pkg/__init__.py`` imports ``name`` from ``here`` (``from .handler import save``): importers may
+        write ``from pkg import save``, naming the package, not the module."""
+        init = os.path.join(os.path.dirname(here), "__init__.py")
+        if init == here or not os.path.isfile(init):
+            return False
+        summary = self.summary(init)
+        return summary is not None and (name in summary.from_imports or bool(summary.star))
+
+    def _records(self, path: str) -> tuple[tuple[dict, dict], dict[str, list[CallRecord]]]:
+        """A module's imports, and its calls of imported names grouped by the local name they start with."""
+        memo = self.state.records
+        if path not in memo:
+            grouped: dict[str, list[CallRecord]] = {}
+            names: tuple[dict, dict] = ({}, {})
+            sem = self._model(path)
+            if sem is not None:
+                from torchdoctor.check.semantic.summary import call_records
+
+                names = (dict(sem.names.from_imports), dict(sem.names.imports))
+                heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
+                         if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)
+                accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self)
+                for r in call_records(sem, heads, accelerated):
+                    grouped.setdefault(r.written.split(".")[0], []).append(r)
+                self._done_with(path, sem)
+            memo[path] = (names, grouped)
+        return memo[path]
+
+    def _from_project(self, path: str, names, head: str) -> bool:  # type: ignore[no-untyped-def]
+        """The local name ``head`` of module ``path`` comes from a module of the project (a file on disk)."""
+        if head in names.from_imports:
+            level, module, imported = names.from_imports[head]
+            return self._module_file(path, level, module) is not None or \
+                self._module_file(path, level, f"{module}.{imported}" if module else imported) is not None
+        module = names.imports.get(head, head)
+        parts = module.split(".")
+        return any(self._module_file(path, 0, ".".join(parts[:n])) is not None for n in range(len(parts), 0, -1))
+
+    def _imports_function(self, path: str, names: tuple[dict, dict], head: str, target: str, name: str) -> bool:
+        """In module ``path``, the local name ``head`` leads to function ``name`` of module ``target``."""
+        from_imports, imports = names
+        if head in from_imports:
+            level, module, imported = from_imports[head]
+            found = self._module_file(path, level, module)
+            if imported == name and (found == target or found is not None and self._reexports(found, name, target)):
+                return True
+            return self._module_file(path, level, f"{module}.{imported}" if module else imported) == target
+        if head in imports:
+            return self._module_file(path, 0, imports[head]) == target
+        return False
+
+    def accelerated_importer(self, sem: SemanticModel, maker: str | None = None) -> str | None:
+        """A module of the project that imports this one (directly or through its package) and runs on an
+        accelerator itself: where the batches of a loader made here go (``data/alpaca.py`` for ``finetune.py``).
+        ``maker``: the function or class that builds the loader; a ``from m import Model`` that leaves it
+        behind does not count."""
+        here = os.path.abspath(sem.path)
+        memo = self.state.importers
+        key = (here, maker)
+        if key not in memo:
+            memo[key] = None
+            stem = os.path.splitext(os.path.basename(here))[0]
+            targets, words = {here}, {stem}
+            init = os.path.join(os.path.dirname(here), "__init__.py")
+            if init != here and os.path.isfile(init) and stem in self.state.import_words(init):
+                targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
+                words.add(os.path.basename(os.path.dirname(here)))
+            for other in self._importing(here, words):
+                if other in targets:
+                    continue
+                summary = self.summary(other)
+                if summary is not None and summary.accelerated and self._imports_any(other, summary, targets, maker):
+                    memo[key] = other
+                    break
+        return memo[key]
+
+    def _imports_any(self, path: str, summary: ModuleSummary, targets: set[str], maker: str | None = None) -> bool:
+        for level, module, name in summary.from_imports.values():
+            if self._module_file(path, level, module) in targets and (maker is None or name == maker) or \
+                    self._module_file(path, level, f"{module}.{name}" if module else name) in targets:
+                return True
+        return any(self._module_file(path, 0, m) in targets for m in summary.imports.values()) or \
+            any(self._module_file(path, level, m) in targets for level, m in summary.star)
+
+    def _reexports(self, init: str, name: str, target: str) -> bool:
+        """The package ``__init__`` brings ``name`` in from ``target``: ``from .trainer import *`` / ``import Trainer``."""
+        if not init.endswith("__init__.py"):
+            return False
+        summary = self.summary(init)
+        if summary is None:
+            return False
+        if name in summary.from_imports:
+            level, module, _ = summary.from_imports[name]
+            return self._module_file(init, level, module) == target
+        return any(self._module_file(init, level, module) == target for level, module in summary.star)
+
+    def _importing(self, here: str, words: set[str]) -> list[str]:
+        """The candidates (see ``_candidates``) with one of ``words`` on an import line, in their order."""
+        candidates = self._candidates(here)
+        if len(self.files) <= 1:
+            return [f for f in candidates if not words.isdisjoint(self.state.import_words(f))]
+        index = self.state.by_word
+        if index is None:  # every checked file's import words, once per run: a question is then a lookup
+            index = self.state.by_word = {}
+            for n, f in enumerate(self.files):
+                for w in self.state.import_words(f):
+                    index.setdefault(w, []).append(n)
+        hits = sorted({n for w in words for n in index.get(w, ())})
+        return [self.files[n] for n in hits if self.files[n] != here]
+
+    def _candidates(self, here: str) -> list[str]:
+        if len(self.files) > 1:
+            return [f for f in self.files if f != here]
+        memo = self.state.near
+        if here not in memo:
+            found: list[str] = []
+            top = self.root if here.startswith(self.root + os.sep) else os.path.dirname(here)
+            for dirpath, dirnames, filenames in os.walk(top):
+                dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in ("venv", ".venv", "build",
+                                                                                          "dist", "__pycache__")]
+                found += [os.path.join(dirpath, f) for f in filenames if f.endswith(".py")]
+                if len(found) > MAX_NEAR:
+                    break
+            memo[here] = [f for f in found[:MAX_NEAR] if f != here]
+        return memo[here]
+
+    def saves_objects(self, sem: SemanticModel) -> bool:
+        """Some module of the project pickles a whole model or a config object with ``torch.save``
+        (a text scan of the project's files, bounded, once per process)."""
+        state = self.state
+        if state.saves_objects is None:
+            found = helper = entry = False
+            for path in self._candidates(os.path.abspath(sem.path)) + [os.path.abspath(sem.path)]:
+                text = state.text(path)
+                if not text:
+                    continue
+                if "torch.save(" in text and _pickles_objects(text):
+                    found = True
+                    break
+                # torch.save(*args, **kwargs) in a save helper, and somewhere the dict handed to it holds a config
+                # object under its own name (mae: save_on_master(to_save, path), to_save = {..., 'args': args})
+                helper = helper or _SAVE_HELPER.search(text) is not None
+                entry = entry or _OBJECT_ENTRY.search(text) is not None
+                if helper and entry:
+                    found = True
+                    break
+            state.saves_objects = found
+        return state.saves_objects
+
+    def selects_wrapped_keys(self, sem: SemanticModel) -> bool:
+        """A module beside ``sem`` (its folder: the pretraining script's linear evaluation, as in moco and simsiam)
+        picks a checkpoint's keys by the DDP prefix (``k.startswith("module.encoder")``): the prefix is the format
+        the program's own readers expect (a text scan of the folder's files, once per folder). The reader's own saves
+        are not its business (vicreg's evaluate.py reads main_vicreg.py's checkpoint by the prefix and saves its own
+        wrapped classifier, which only its resume reads)."""
+        here = os.path.abspath(sem.path)
+        folder = os.path.dirname(here)
+        memo = self.state.wrapped_keys
+        if folder not in memo:
+            memo[folder] = {os.path.abspath(path) for path in self._candidates(here) + [here]
+                            if os.path.dirname(os.path.abspath(path)) == folder and (text := self.state.text(path))
+                            and SELECTS_WRAPPED.search(text)}
+        return bool(memo[folder] - {here})
+
+_MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
+_OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
+# a dict entry holding such an object under its own name ('args': args), built apart from the save and handed to a
+# helper that calls torch.save (mae's save_model: to_save = {..., 'args': args}; save_on_master(to_save, path))
+_SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
+# a reader that picks a checkpoint's keys by the DDP prefix: ``k.startswith("module.encoder")``
+SELECTS_WRAPPED = lazy(r"""(startswith|replace)\(\s*(f?["'])module\.\w""")  # picks (or renames) ``module.encoder.*``
+_OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)["']\s*:\s*(self\.)?"""
+                     r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
+
+
+def _built_with_objects(text: str, name: str) -> bool:
+    """``checkpoint = {'epoch': e, 'settings': opt, 'model': model.state_dict()}`` somewhere in ``text``, then
+    ``torch.save(checkpoint, path)``: the dict saved under that name holds a config object."""
+    for m in re.finditer(rf"(?m)^[ \t]*{re.escape(name)}[ \t]*=[ \t]*(\{{|dict\()", text):
+        depth, i, end = 0, m.end() - 1, min(len(text), m.end() + 2000)
+        while i < end:
+            depth += text[i] in "([{"
+            depth -= text[i] in ")]}"
+            i += 1
+            if depth == 0:
+                break
+        if _OBJECT_VALUE.search(text[m.end() - 1:i]):
+            return True
+    return False
+
+
+def _pickles_objects(text: str) -> bool:
+    """Does some ``torch.save(...)`` in ``text`` save a bare model name, or a dict holding ``args``/``config``
+    objects or a whole model?"""
+    start = 0
+    while True:
+        at = text.find("torch.save(", start)
+        if at < 0:
+            return False
+        depth, i = 0, at + len("torch.save")
+        end = min(len(text), i + 2000)
+        while i < end:
+            ch = text[i]
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+            i += 1
+            if depth == 0:
+                break
+        args = text[at + len("torch.save("):i - 1]
+        first = args.split(",", 1)[0].strip()
+        if _MODELISH.match(first) or _OBJECT_VALUE.search(args):
+            return True
+        if first.isidentifier() and _built_with_objects(text, first):
+            return True
+        start = i
