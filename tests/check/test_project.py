@@ -1914,3 +1914,46 @@ def test_an_evaluation_loop_whose_callers_in_other_modules_hold_no_grad(project:
     })
     results = check_files(["utils/validation.py", "trainer.py"], Settings(root=str(project), select=("TD401",)))
     assert codes(results, "validation.py") == [(15, "TD401")]
+
+
+def test_a_feature_module_of_another_module_that_keeps_buffers_only_records_no_graph(project: Path) -> None:
+    write(project, {
+        "modules.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Audio2Mel(nn.Module):
+                def __init__(self, n_fft=1024):
+                    super().__init__()
+                    self.register_buffer("window", torch.hann_window(n_fft).float())
+                    self.n_fft = n_fft
+
+                def forward(self, audio):
+                    return torch.stft(audio, self.n_fft, window=self.window, return_complex=True).abs()
+
+            class Generator(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("window", torch.hann_window(16))
+                    self.up = nn.ConvTranspose1d(80, 1, 16)
+
+                def forward(self, mel):
+                    return self.up(mel)
+            """,
+        "train.py": """\
+            import torch
+            from modules import Audio2Mel, Generator
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            fft = Audio2Mel().to(device)
+            netG = Generator().to(device)
+
+            def dump(test_loader):
+                netG.eval()
+                for x_t in test_loader:
+                    s_t = fft(x_t.to(device))
+                    out = netG(s_t)
+            """,
+    })
+    results = check_files(["modules.py", "train.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "train.py") == [(12, "TD401")]  # the generator's forward; the buffer-only front end is quiet

@@ -143,6 +143,10 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.is_module and cls.stateless  # type: ignore[attr-defined]
 
+    def class_paramless(self, sem: SemanticModel, written: str) -> bool:
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.is_module and cls.paramless  # type: ignore[attr-defined]
+
     def function_for(self, sem: SemanticModel, call: ast.Call) -> FunctionSummary | None:
         written = dotted(call.func)
         if written is None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default, string_value
+from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import program
 
 
 # ---- TD203 --------------------------------------------------------------------------------
@@ -30,7 +31,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
-            or _moved_at_every_use(ctx, cls, target.attr) or _default_device_set(ctx):
+            or _moved_at_every_use(ctx, cls, target.attr) or program.default_device_set(ctx.semantic):
         return  # (``torch.set_default_device(device)`` first: the tensor is made on the device)
     if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
         return  # a 0-dim CPU tensor combines with tensors of any device: ``y * self.scale`` runs on the GPU
@@ -43,13 +44,6 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
-
-
-def _default_device_set(ctx: Context) -> bool:
-    """``torch.set_default_device(device)`` at module level, to something other than the CPU."""
-    sem = ctx.semantic
-    return any((ctx.call_name(c) or "") == "torch.set_default_device" and sem.function_of(c) is None and c.args
-               and (string_value(c.args[0]) or "cuda") != "cpu" for c in sem.calls_named("set_default_device"))
 
 
 def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:

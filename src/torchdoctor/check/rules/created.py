@@ -10,6 +10,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.steps import batch_on_device, per_step_loop
 from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic.models import cpu_only_loop
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -27,8 +28,8 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
             or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     region = _region(ctx, node)
-    if region is None:
-        return
+    if region is None or isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
+        return  # (every model of the loop is one nothing moves: an ensemble's torch member next to scikit-learn's)
     parent = sem.parent(node)
     if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory") \
             or _moved_at_once(ctx, node) is not None:

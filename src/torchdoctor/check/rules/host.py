@@ -137,7 +137,8 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
             return _or(_HOST, *(_flags(ctx, a, depth + 1) for a in call.args))
         key = dotted(call.func)
         on_gpu = program.runs_on_accelerator(sem) and not (key and models.moved_to_host_before(sem, key, call)) \
-            and not (isinstance(call.func, ast.Name) and models.never_moved(sem, call.func.id))
+            and not (isinstance(call.func, ast.Name) and (models.never_moved(sem, call.func.id)
+                                                         or models.never_moved(sem, call.func.id, call)))
         return (on_gpu, not sem.under_no_grad(call))
     from torchdoctor.check.astutil import root_name
 

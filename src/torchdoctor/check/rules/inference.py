@@ -101,6 +101,9 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
         return
     if any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
         return
+    outer = next((a for a in sem.ancestors(func) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if outer is not None and not _INFERENCE_FUNC.match(outer.name):
+        return  # ``def inference(model, ...)`` nested in NeRF's ``render_rays``: a step of that function, which trains
     nodes = sem.local_nodes(func)
     if "backward" in sem.region_effects(nodes) or "step" in sem.region_effects(nodes):
         return

@@ -9,7 +9,8 @@ from torchdoctor.check.astutil import call_argument, dotted, keyword, method_nam
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import calls_a_frozen_model, first_input_device, has_dropout_or_bn
+from torchdoctor.check.semantic.models import calls_a_frozen_model, first_input_device, has_dropout_or_bn, \
+    model_has_no_parameters
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -41,8 +42,9 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
     if forwards and _callers_elsewhere_without_grad(ctx, loop):
         return
     for node in forwards:
-        if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node):
-            continue
+        if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node) \
+                or model_has_no_parameters(ctx.semantic, node.func, node):
+            continue  # (a module with buffers only, ``Audio2Mel``: no parameter, no graph)
         name = ctx.name(node.func)
         ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",
                    fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
@@ -80,9 +82,26 @@ def _eval_helper_forwards(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, s
         if cls is not None and cls.name in sem.module_classes:
             continue  # a model's own method: its calls are submodules
         if any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" and not sem.under_no_grad(n)
-               for n in sem.local_nodes(helper)):
+               and not _training_branch(sem, n, helper) for n in sem.local_nodes(helper)):
             out.append((node, helper.name))  # type: ignore[attr-defined]
     return out
+
+
+def _training_branch(sem, node: ast.AST, func: ast.AST) -> bool:
+    """``if model.training: out = model(x)`` (``else: with torch.no_grad(): out = model(x)``): the forward with
+    autograd on runs only while the model trains."""
+    child = node
+    for up in sem.ancestors(node):
+        if up is func:
+            return False
+        if isinstance(up, ast.If):
+            test, negated = up.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            if isinstance(test, ast.Attribute) and test.attr == "training":
+                return any(child is s for s in (up.orelse if negated else up.body))
+        child = up
+    return False
 
 
 @rule("TD402", *_LOOPS)
@@ -174,7 +193,8 @@ def eval_never_undone(node: ast.AST, ctx: Context) -> None:
     if has_dropout_or_bn(sem, recv, node) is not True:
         return
     loops = _training_loops_around(ctx, node)
-    if not loops or any("train" in _loop_effects(ctx, loop, deep=True) for loop in loops) or _given_a_fresh_copy(ctx, recv, node):
+    if not loops or any("train" in _loop_effects(ctx, loop, deep=True) or _on_last_pass(ctx, loop, site)
+                        for loop, site in loops) or _given_a_fresh_copy(ctx, recv, node):
         return
     name = ctx.name(recv)
     ctx.report("TD403", node, f"`{name}.eval()` is never undone: the next training pass runs in eval mode "
@@ -209,16 +229,43 @@ def _given_a_fresh_copy(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     return bool(sites)
 
 
-def _training_loops_around(ctx: Context, node: ast.AST) -> list[ast.AST]:
-    """The innermost loops that train and run ``node`` (directly, or through the function holding it)."""
+def _on_last_pass(ctx: Context, loop: ast.AST, site: ast.AST) -> bool:
+    """``if i == len(steps) - 1: model.eval(); validate(...)`` (or a branch that ends with ``break``) inside a
+    step loop whose enclosing epoch loop calls ``.train()`` again: no training step follows the evaluation."""
     sem = ctx.semantic
-    out: list[ast.AST] = []
+    outer = [a for a in sem.loops_around(loop) if a is not loop]
+    if not any("train" in _loop_effects(ctx, a, deep=True) for a in outer):
+        return False
+    targets = {n.id for n in sem.subtree(loop.target) if isinstance(n, ast.Name)} \
+        if isinstance(loop, (ast.For, ast.AsyncFor)) else set()
+    for branch in sem.ancestors(site):
+        if branch is loop:
+            return False
+        if not isinstance(branch, ast.If) or not sem.contains(loop, branch):
+            continue
+        if isinstance(branch.body[-1], ast.Break) and any(sem.contains(s, site) for s in branch.body):
+            return True
+        test = branch.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            sides = [test.left, test.comparators[0]]
+            names = {n.id for side in sides for n in ast.walk(side) if isinstance(n, ast.Name)}
+            if names & targets and any(isinstance(n, ast.Call) and dotted(n.func) == "len"
+                                       for side in sides for n in ast.walk(side)):
+                return True  # ``i == len(steps) - 1``, ``i + 1 == len(loader)``
+    return False
+
+
+def _training_loops_around(ctx: Context, node: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """The innermost loops that train and run ``node`` (directly, or through the function holding it), each with
+    the statement in it that runs ``node`` (``node`` itself, or a call of its function)."""
+    sem = ctx.semantic
+    out: list[tuple[ast.AST, ast.AST]] = []
     todo: list[tuple[ast.AST, int]] = [(node, 0)]
     while todo:
         site, depth = todo.pop()
         loop = next((a for a in sem.loops_around(site) if "backward" in _loop_effects(ctx, a)), None)
         if loop is not None:
-            out.append(loop)
+            out.append((loop, site))
             continue
         func = sem.function_of(site)
         if func is not None and depth < 3:
@@ -282,7 +329,8 @@ def _loss_graph_kept(ctx: Context, node: ast.AST, acc: ast.AST, value: ast.AST) 
             or not _is_loss_tensor(ctx, value, node, 0):
         return
     acc_key = dotted(acc.value if isinstance(acc, ast.Subscript) else acc)
-    if acc_key is None or _bound_in(ctx, acc_key, loop, node) or _backpropagated(ctx, acc_key, node):
+    if acc_key is None or _bound_in(ctx, acc_key, loop, node) or _backpropagated(ctx, acc_key, node) \
+            or _one_steps_micro_batches(ctx, acc_key, loop):
         return
     text = ctx.name(value)
     ctx.report("TD405", node, f"`{ctx.name(acc)}` accumulates the loss tensor `{text}`: every step's graph stays alive",
@@ -349,6 +397,31 @@ def _bound_in(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
             if any(dotted(t) == key for t in targets) and not sem.under_step_guard(n, loop):
                 return True
     return False
+
+
+def _one_steps_micro_batches(ctx: Context, key: str, loop: ast.AST) -> bool:
+    """``forward_outputs = []`` then ``for sub in chunks: out = loss_fn(sub); forward_outputs.append(out);
+    loss.backward()`` and the optimizer step after the loop, in the same block, over parts this function cut
+    (``chunks = split(data, n)``): the loop runs the micro-batches of one step and the list, made afresh before
+    it, holds that step's outputs only."""
+    sem = ctx.semantic
+    block = sem.parent(loop)
+    body = getattr(block, "body", None)
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or "step" in _loop_effects(ctx, loop) \
+            or not isinstance(body, list) or loop not in body:
+        return False
+    it = loop.iter.args[0] if isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "enumerate" \
+        and loop.iter.args else loop.iter  # type: ignore[attr-defined]
+    bound = [b for b in sem.bindings_of(it.id) if sem.scope_of(b.node) is sem.scope_of(loop)] \
+        if isinstance(it, ast.Name) else []
+    if not bound or any(b.is_param or b.value is None or isinstance(b.value, ast.Call)
+                        and "loader" in (dotted(b.value.func) or "").lower() for b in bound):
+        return False  # (a loader, or what the caller hands over: batches, not one batch's parts)
+    at = body.index(loop)
+    made = any(isinstance(s, ast.Assign) and any(dotted(t) == key for t in s.targets)
+               and isinstance(s.value, (ast.List, ast.Dict)) and not getattr(s.value, "elts", getattr(s.value, "keys", []))
+               for s in body[:at])
+    return made and any(isinstance(n, ast.Call) and sem.is_optimizer_step(n) for s in body[at + 1:] for n in sem.subtree(s))
 
 
 def _backpropagated(ctx: Context, key: str, node: ast.AST) -> bool:

@@ -8,6 +8,7 @@ from torchdoctor.check.astutil import dotted, keyword, method_name, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
 from torchdoctor.check.project import SELECTS_WRAPPED
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_no_state, class_moves_itself, class_parts, \
@@ -241,14 +242,39 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
     for n in nodes:
         if isinstance(n, ast.Call) and (sem.is_device_move(n) or keyword(n, "device") is not None):
             return True
+    called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     names = [n for n in nodes if isinstance(n, ast.Name) and n.id not in ctx.imports]
     for name in names:
         b = sem.binding_at(name.id, at)
+        if b is None and id(name) in called and _makes_host_data(ctx, name.id):
+            continue  # ``create_noise(n, z)``: an in-file function that puts nothing on a device
+        if b is not None and b.index is not None and isinstance(b.value, ast.Call) and _host_batch(ctx, b.value):
+            continue  # ``x, y = next(iter(loader))``
         if b is None or b.value is None or b.index is not None or depth > 4:
             return True  # a parameter, a loop target, an unpacked value: unknown
         if _may_be_on_device(ctx, b.value, b.node, depth + 1):
             return True
     return False
+
+
+def _makes_host_data(ctx: Context, name: str) -> bool:
+    """Every in-file function ``name`` is moves nothing and names no device."""
+    sem = ctx.semantic
+    funcs = sem.bindings.functions.get(name)
+    return bool(funcs) and not any(
+        isinstance(n, ast.Call) and (sem.is_device_move(n) or keyword(n, "device") is not None or sem.resolve(n))
+        or isinstance(n, ast.arg) and "device" in n.arg for f in funcs for n in sem.local_nodes(f))
+
+
+def _host_batch(ctx: Context, value: ast.Call) -> bool:
+    """``next(iter(loader))`` of a DataLoader whose dataset is not already on the device."""
+    sem = ctx.semantic
+    if dotted(value.func) != "next" or len(value.args) != 1 or not isinstance(it := value.args[0], ast.Call) \
+            or dotted(it.func) != "iter" or len(it.args) != 1 or not isinstance(it.args[0], ast.Name):
+        return False
+    b = sem.binding_at(it.args[0].id, value)
+    loader = b.value if b is not None and b.index is None else None
+    return isinstance(loader, ast.Call) and is_torch_dataloader(ctx, loader) and not dataset_on_device(ctx, loader)
 
 
 def _used_as_model(ctx: Context, key: str) -> bool:

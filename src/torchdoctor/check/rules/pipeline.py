@@ -201,14 +201,18 @@ def _made_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) ->
 
 
 def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
-    """``u, i, r = to_tensors(users, items, ratings, device)`` whose every return moves what it hands back (element
-    by element, for a tuple unpacked)."""
+    """``u, i, r = to_tensors(users, items, ratings, device)`` whose every return moves what it hands back, or makes
+    it on the device (element by element, for a tuple unpacked); ``x, y = map(lambda t: t.to(device), (x, y))``."""
     sem = ctx.semantic
     b = sem.binding_at(name.id, at)
     value = b.value if b is not None and not b.is_param else None
     funcs = sem.resolve(value) if isinstance(value, ast.Call) else []
+    if isinstance(value, ast.Call) and dotted(value.func) == "map" and value.args \
+            and isinstance(value.args[0], ast.Lambda):  # ``x, y = map(lambda t: t.to(device), (x, y))``
+        return sem.value_is_moved(value.args[0].body)
     values = [sem.kinds.returned_values(f, b.index) for f in funcs]  # type: ignore[union-attr]
-    return bool(funcs) and all(v is not None and all(sem.value_is_moved(x) for x in v) for v in values)
+    return bool(funcs) and all(v is not None and all(sem.value_is_moved(x) or _made_on_device(ctx, x, x) for x in v)
+                               for v in values)
 
 
 def _model_outputs(ctx: Context, name: ast.Name, at: ast.AST) -> bool:

@@ -482,7 +482,7 @@ def tensor_formatted_every_step(node: ast.AST, ctx: Context) -> None:
     if tensor is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
         return
     loop = per_step_loop(ctx, node)
-    if loop is not None:
+    if loop is not None and not cpu_only_loop(sem, loop) and not few_in_range(ctx, loop):
         _report_sync(ctx, node, f"formatting tensor `{ctx.name(tensor)}` in an f-string", loop)
 
 

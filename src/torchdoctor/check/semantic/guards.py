@@ -120,6 +120,22 @@ class Guards(GradModes):
 
         return self._test_memo(test, "one_off", compute)
 
+    def _own_counter_fixed(self, test: ast.AST, loop: ast.AST | None) -> bool:
+        """``if epoch == 0:`` in ``for epoch in range(201):``: the test fixes the counter of ``loop`` itself,
+        whatever it is called, so what it holds runs on one pass."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)) or not isinstance(it := loop.iter, ast.Call):
+            return False
+        target = loop.target
+        if dotted(it.func) == "enumerate" and isinstance(target, ast.Tuple) and target.elts:
+            target = target.elts[0]  # ``for i, batch in enumerate(loader)``: the index, not the batch
+        elif dotted(it.func) != "range":
+            return False
+        own = {target.id} if isinstance(target, ast.Name) else set()
+        return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq)
+                   and any(isinstance(s, ast.Name) and s.id in own for s in (n.left, n.comparators[0]))
+                   and any(isinstance(s, ast.Constant) for s in (n.left, n.comparators[0]))
+                   for n in self.index.subtree(test))
+
     def _chosen_steps(self, test: ast.AST) -> bool:
         """``if step in np.linspace(0, total, 10, dtype=int):``, ``if i in report_at:``: a counter tested for
         membership in a set of chosen steps."""
@@ -163,7 +179,8 @@ class Guards(GradModes):
                 return False
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
-                if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._chosen_steps(test)))) and \
+                if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._chosen_steps(test)
+                                                                         or self._own_counter_fixed(test, loop)))) and \
                         not (loop is not None and self._tests_outer_counter(test, loop)) and \
                         not self._accumulation_boundary(frame.node):
                     return True

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import call_argument, dotted, is_false, method_name
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, method_name
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.semantic import flow
+from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic.bindings import Binding
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
@@ -292,6 +293,7 @@ def _wrapped_argument(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int
 
 _STATE_CALLS = ("register_buffer", "register_parameter", "Parameter", "ParameterList", "ParameterDict")
 _MODULE_BASES = ("nn.Module", "torch.nn.Module", "Module")
+_PARAMETER_CALLS = ("register_parameter", "Parameter", "ParameterList", "ParameterDict")
 
 
 def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
@@ -309,6 +311,50 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
             if any((dotted(t) or "").startswith("self.") for t in targets) and not _plain_setting(sem, n.value, n):
                 return False
     return True
+
+
+def class_has_no_parameters(sem: SemanticModel, cls: ast.AST) -> bool:
+    """An ``nn.Module`` subclass that may keep buffers and tensors but no parameter and no layer that has one
+    (``Audio2Mel`` registering a window and a mel basis): its forward records no graph unless its input
+    requires grad."""
+    if not cls.bases or not all((dotted(b) or "") in _MODULE_BASES for b in cls.bases):  # type: ignore[attr-defined]
+        return False
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
+                in _PARAMETER_CALLS:
+            return False
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, (ast.Call, ast.ListComp, ast.List, ast.Dict,
+                                                                               ast.Name, ast.Attribute)):
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any((dotted(t) or "").startswith("self.") for t in targets) and not _plain_setting(sem, n.value, n) \
+                    and not _plain_tensor(sem, n.value):
+                return False
+    return True
+
+
+def _plain_tensor(sem: SemanticModel, value: ast.AST) -> bool:
+    """``torch.hann_window(n)``, ``torch.from_numpy(basis).float()``: a tensor made by torch, no layer."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
+            "float", "double", "half", "long", "contiguous", "clone", "detach", "t", "view", "reshape", "unsqueeze"):
+        value = value.func.value
+    q = sem.call_name(value) or "" if isinstance(value, ast.Call) else ""
+    return q.startswith("torch.") and q.count(".") == 1 and q[6:7].islower()
+
+
+def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
+    """The model ``expr`` evaluates to has no parameter (a class of this file or of another module of the project
+    that keeps only buffers, a stateless torch layer)."""
+    if model_is_stateless(sem, expr, at):
+        return True
+    value = construction(sem, expr, at)
+    if value is None:
+        return False
+    q = sem.call_name(value) or ""
+    cls = sem.calls_index.classes.get(q)
+    if cls is not None:
+        return q in sem.module_classes and class_has_no_parameters(sem, cls)
+    written = dotted(value.func)
+    return bool(sem.project is not None and written and sem.project.class_paramless(sem, written))  # type: ignore[attr-defined]
 
 
 def _init_of(cls: ast.AST) -> ast.AST | None:
@@ -374,8 +420,9 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor; or a torch
     layer that holds nothing either (``self.act = nn.Softplus()``)."""
-    if isinstance(value, (ast.List, ast.Tuple)):  # ``self.variance = [0.1, 0.2]``
-        return all(isinstance(e, ast.Constant) for e in value.elts)
+    if isinstance(value, (ast.List, ast.Tuple)):  # ``self.variance = [0.1, 0.2]``, ``self.funcs = [torch.sin, torch.cos]``
+        return all(isinstance(e, ast.Constant) or isinstance(e, ast.Attribute) and (sem.qualname(e) or "").startswith(
+            "torch.") and not (sem.qualname(e) or "").startswith("torch.nn.") for e in value.elts)
     if isinstance(value, ast.Name):
         b = sem.binding_at(value.id, at)
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
@@ -385,6 +432,8 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         if q.startswith("torch.nn.") and last.endswith("Loss"):  # ``nn.MSELoss(reduction="none")``; a class weight
             return not value.args and not any(k.arg in ("weight", "pos_weight") or k.arg is None  # is a buffer
                                               for k in value.keywords)
+        if q.startswith("torch.") and q.count(".") == 1 and last in FACTORIES:
+            return True  # ``self.freq_bands = torch.linspace(...)``: a plain attribute, which ``.to()`` leaves alone
         return q.startswith("torch.nn.") and last in STATELESS_LAYERS
     return False
 
@@ -449,6 +498,7 @@ def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
 
 
 _MOVES = frozenset({"to", "cuda", "apply", "_apply", "half", "type"})
+_LOOKS = frozenset({"isinstance", "print", "type", "str", "repr", "id", "hasattr", "getattr"})
 
 
 def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: int | None = None) -> bool:
@@ -457,20 +507,18 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: i
     (``accelerator.prepare(model)``, ``train(model)`` may move it), so it and its outputs stay on the CPU."""
     reaching = sem.binding_at(key, at) if at is not None else None
     bound = [reaching] if reaching is not None else [] if at is not None else sem.bindings_of(key)
-    if not bound:
+    if not bound or program.default_device_set(sem):
         return False
     for b in bound:
         value = b.value
+        if value is None and not b.is_param and (made := _listed_models(sem, b)) is not None:
+            if not all(_unmoved_construction(sem, v, b.node) for v in made):
+                return False
+            continue
         if b.is_param or not isinstance(value, ast.Call) or sem.call_kind(value, b.node) != "model":
             return False
-        if any(isinstance(a, (ast.Name, ast.Attribute)) and sem.expr_kind(a, b.node) in ("model", "wrapper")
-               for a in [*value.args, *(k.value for k in value.keywords)]):
-            return False  # ``AutoregressiveWrapper(model)``: it holds a model made before, which may well be moved
-        node: ast.AST = value
-        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            if node.func.attr in _MOVES:
-                return False
-            node = node.func.value
+        if not _unmoved_construction(sem, value, b.node):
+            return False
     reads = sem.reads_of(key)
     if reaching is not None:  # (``model`` made again, and moved, cells later: only this binding's reads count)
         reads = [r for r in reads if sem.binding_at(key, r) is reaching]
@@ -479,13 +527,52 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: i
     return _stays(sem, key, reads, 0)
 
 
+def _unmoved_construction(sem: SemanticModel, value: ast.Call, at: ast.AST) -> bool:
+    """A model construction with no move in its chain that holds no model made before."""
+    if any(isinstance(a, (ast.Name, ast.Attribute)) and sem.expr_kind(a, at) in ("model", "wrapper")
+           for a in [*value.args, *(k.value for k in value.keywords)]):
+        return False  # ``AutoregressiveWrapper(model)``: it holds a model made before, which may well be moved
+    node: ast.AST = value
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        if node.func.attr in _MOVES:
+            return False
+        node = node.func.value
+    return True
+
+
+def _listed_models(sem: SemanticModel, b: Binding) -> list[ast.Call] | None:
+    """``for j, model in enumerate(models)`` over ``models = [build_ann(...), KNeighborsClassifier(...)]``: the
+    torch models the list builds (other elements, a scikit-learn estimator, are no torch module), else None."""
+    loop = sem.parent(b.node)
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.target is not b.node:
+        return None
+    it = loop.iter
+    if isinstance(loop.target, ast.Tuple):
+        if not (len(loop.target.elts) == 2 and isinstance(e := loop.target.elts[1], ast.Name) and e.id == b.key
+                and isinstance(it, ast.Call) and dotted(it.func) == "enumerate" and it.args):
+            return None
+        it = it.args[0]
+    elif not isinstance(loop.target, ast.Name):
+        return None
+    if isinstance(it, ast.Name):
+        bound = sem.binding_at(it.id, loop)
+        it = bound.value if bound is not None and bound.index is None and not bound.is_param else None
+    if not isinstance(it, (ast.List, ast.Tuple)) or not all(isinstance(e, ast.Call) for e in it.elts):
+        return None
+    made = [e for e in it.elts if sem.call_kind(e, loop) == "model"]  # type: ignore[arg-type]
+    rest = [e for e in it.elts if sem.call_kind(e, loop) != "model"]  # type: ignore[arg-type]
+    if not made or any((sem.call_name(e) or "").startswith("torch.") for e in rest):
+        return None
+    return made  # type: ignore[return-value]
+
+
 def _stays(sem: SemanticModel, key: str, reads: list[ast.AST], depth: int) -> bool:
     """Every read is a forward, a parameter read or set, or an argument of a function of this file that does the
     same with it (``fit(cpu_net, loader, ...)`` whose ``net`` is only called)."""
     for read in reads:
         up = sem.parent(read)
-        if isinstance(up, ast.Call) and up.func is read:
-            continue  # a forward
+        if isinstance(up, ast.Call) and (up.func is read or dotted(up.func) in _LOOKS):
+            continue  # a forward; ``isinstance(model, nn.Module)``, ``print(model)``
         if isinstance(up, ast.Attribute) and up.attr not in _MOVES \
                 and not (isinstance(call := sem.parent(up), ast.Call) and call.func is up and up.attr in _MOVES):
             continue  # ``up.weight.data = ...``, ``lin.parameters()``: read or set, not moved

@@ -314,6 +314,13 @@ def _places_work(sem: SemanticModel) -> bool:
                for c in sem.calls_named("set_device", "pick_device"))
 
 
+def default_device_set(sem: SemanticModel) -> bool:
+    """``torch.set_default_device(device)`` at module level, to something other than the CPU: modules and
+    tensors are made on that device, moved or not."""
+    return any((sem.call_name(c) or "") == "torch.set_default_device" and sem.function_of(c) is None and c.args
+               and (string_value(c.args[0]) or "cuda") != "cpu" for c in sem.calls_named("set_default_device"))
+
+
 def places_cuda_work(sem: SemanticModel) -> bool:
     """The file itself names CUDA as a device and puts work on a device (the catalog's "CUDA program")."""
     return sem.cached("places_cuda_work", lambda: _mentions_cuda(sem) and _places_work(sem))  # type: ignore[no-any-return]

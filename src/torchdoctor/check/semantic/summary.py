@@ -14,8 +14,8 @@ from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.loaders import class_yields_text
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
-from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_holds_no_state, class_moves_itself, \
-    class_parts
+from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
+    class_moves_itself, class_parts
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
@@ -25,7 +25,8 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 
 class ClassSummary(FrozenRecord):
-    __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts")
+    __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
+                 "paramless")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -35,11 +36,12 @@ class ClassSummary(FrozenRecord):
     step_calls: frozenset[str]  # ``self.m(...)`` its methods call on every step of a batch loop (a subclass's m runs)
     moves_self: bool  # its ``__init__`` moves itself or its parts to a device
     parts: tuple[str, ...] | None  # its submodules' classes, as written, when it keeps no layer or tensor of its own
+    paramless: bool  # buffers and tensors at most: no parameter, no layer that has one
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
-                 moves_self: bool = False, parts: tuple[str, ...] | None = None) -> None:
-        self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts)
+                 moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False) -> None:
+        self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless)
 
 
 class FunctionSummary(FrozenRecord):
@@ -118,7 +120,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          tuple(b for b in map(dotted, cls.bases) if b),  # type: ignore[attr-defined]
                                          frozenset(step_calls.get(cls, ())),
                                          is_module and class_moves_itself(sem, cls),
-                                         class_parts(sem, cls) if is_module else None)
+                                         class_parts(sem, cls) if is_module else None,
+                                         is_module and class_has_no_parameters(sem, cls))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
