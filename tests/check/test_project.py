@@ -1957,3 +1957,143 @@ def test_a_feature_module_of_another_module_that_keeps_buffers_only_records_no_g
     })
     results = check_files(["modules.py", "train.py"], Settings(root=str(project), select=("TD401",)))
     assert codes(results, "train.py") == [(12, "TD401")]  # the generator's forward; the buffer-only front end is quiet
+
+
+def test_modules_of_another_module_with_nothing_to_move_need_no_move(project: Path) -> None:
+    write(project, {
+        "losses.py": """\
+            import torch
+            from torch import nn
+
+            class SoftTargetCE(nn.Module):
+                def __init__(self, classes, smooth):
+                    super().__init__()
+                    self.classes, self.smooth = classes, smooth
+                    self.logp = nn.LogSoftmax(dim=1)
+
+                def forward(self, logits, target):
+                    soft = torch.zeros_like(logits).scatter_(1, target.unsqueeze(1), 1)
+                    return (-soft * self.logp(logits)).sum(1).mean()
+
+            class MixedCE(nn.Module):
+                def __init__(self, classes, smooth):
+                    super().__init__()
+                    self.inner = SoftTargetCE(classes, smooth)
+
+                def forward(self, logits, a, b, lam):
+                    return lam * self.inner(logits, a) + (1 - lam) * self.inner(logits, b)
+
+            class Gain(nn.Module):
+                def __init__(self, low=0.5, high=1.5):
+                    super().__init__()
+                    self.low, self.high = low, high
+
+                def forward(self, x):
+                    return x * torch.empty(x.shape[0], 1, device=x.device).uniform_(self.low, self.high)
+
+            class Learned(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.scale = nn.Linear(1, 1)
+
+                def forward(self, x):
+                    return self.scale(x)
+            """,
+        "train.py": """\
+            import torch
+            from torch import nn
+            from losses import Gain, Learned, MixedCE
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(8, 4).to(device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            crit = MixedCE(4, 0.1)
+
+            def fit(loader, use_gain, learned):
+                augment = []
+                if use_gain:
+                    augment.append(Gain())
+                aug = nn.Sequential(*augment)
+                parts = []
+                if learned:
+                    parts.append(Learned())
+                trained = nn.Sequential(*parts)
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    loss = crit(net(aug(x)), y, y.flip(0), 0.7) + trained(x).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["losses.py", "train.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(18, "TD201")]  # only the Sequential of a module with a layer
+
+
+def test_a_loader_factory_that_returns_the_dataset_with_the_loader(project: Path) -> None:
+    write(project, {
+        "data_factory.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            def data_provider(args, flag):
+                data_set = TensorDataset(torch.randn(256, 12), torch.randn(256, 1))
+                data_loader = DataLoader(data_set, batch_size=args.batch_size, shuffle=flag == "train",
+                                         num_workers=args.num_workers, drop_last=True)
+                return data_set, data_loader
+
+            def sizes(args):
+                data_set = TensorDataset(torch.randn(256, 12))
+                counted = DataLoader(data_set, batch_size=args.batch_size)
+                return len(data_set), len(counted)
+            """,
+        "exp_main.py": """\
+            import torch
+            from data_factory import data_provider
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def train(args, model, optimizer):
+                _, train_loader = data_provider(args, "train")
+                for x, y in train_loader:
+                    loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["data_factory.py", "exp_main.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "data_factory.py") == [(6, "TD304")]  # not the loader only counted
+
+
+def test_a_helper_that_hands_its_callers_host_arrays_is_no_sync_to_report(project: Path) -> None:
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def remove_pad(inputs, lengths):
+                results = []
+                for item, length in zip(inputs, lengths):
+                    results.append(item[:length].view(-1).cpu().numpy())
+                return results
+
+            def scalar(loss):
+                return loss.item()
+            """,
+        "evaluate.py": """\
+            import torch
+            from utils import remove_pad, scalar
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def evaluate(model, loader):
+                model.eval()
+                with torch.no_grad():
+                    for mixture, lengths in loader:
+                        estimate = model(mixture.to(device))
+                        kept = remove_pad(estimate, lengths)
+                        print(scalar(estimate.mean()), len(kept))
+            """,
+    })
+    results = check_files(["utils.py", "evaluate.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "utils.py") == [(10, "TD603")]  # the .item(); not the copies handed back as arrays

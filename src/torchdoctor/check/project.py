@@ -140,8 +140,10 @@ class Project(Callers):
         return cls is not None and cls.is_module  # type: ignore[attr-defined]
 
     def class_stateless(self, sem: SemanticModel, written: str) -> bool:
-        cls = self._lookup(sem, written, "class")
-        return cls is not None and cls.is_module and cls.stateless  # type: ignore[attr-defined]
+        """The module class ``written`` (imported here) holds nothing to move: no parameter, buffer or tensor, and
+        its submodules (maybe of classes in yet other modules) hold nothing either."""
+        cls = self._lookup(sem, written, "stateless_class")
+        return cls is not None and cls.is_module  # type: ignore[attr-defined]
 
     def class_paramless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")
@@ -214,6 +216,18 @@ class Project(Callers):
                 if found is not None:
                     return found
             return None
+        if what == "stateless_class" and attr in summary.classes:
+            cls = summary.classes[attr]
+            if cls.stateless:
+                return cls
+            if not cls.is_module or not cls.parts:
+                return None
+            for part in cls.parts:
+                found = self._in_module(target, part, what, depth + 1) if part in summary.classes else \
+                    self._find(target, summary.from_imports, summary.imports, part, what, depth + 1, summary.star)
+                if found is None:
+                    return None
+            return cls
         if what == "moved_class" and attr in summary.classes:
             cls = summary.classes[attr]
             if not cls.is_module or cls.moves_self:

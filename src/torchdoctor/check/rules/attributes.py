@@ -31,10 +31,13 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
-            or _moved_at_every_use(ctx, cls, target.attr) or program.default_device_set(ctx.semantic):
+            or _moved_at_every_use(ctx, cls, target.attr) or _host_bookkeeping(ctx, cls, target.attr) \
+            or program.default_device_set(ctx.semantic):
         return  # (``torch.set_default_device(device)`` first: the tensor is made on the device)
     if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
         return  # a 0-dim CPU tensor combines with tensors of any device: ``y * self.scale`` runs on the GPU
+    if _only_read_as_a_number(ctx, cls, target.attr):
+        return  # ``float(self.n - 1)``, ``steps=self.n``: a count kept as a tensor, turned into a number where read
     call = ctx.segment(node.value)
     edits = ()
     if value is node.value and keyword(value, "requires_grad") is None and _after_super_init(ctx, func, node):
@@ -53,6 +56,40 @@ def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
              and (f := sem.function_of(r)) is not None and f.name != "__init__"]
     return bool(reads) and all(_moved_after_reshapes(sem, r) or _copy_moved(ctx, r) for r in reads)
+
+
+def _host_bookkeeping(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` steers Python control flow: iterated (``for i, plain in
+    enumerate(self.continuous_idx)``), or an element tested (``if self.continuous_idx[i] == 1:``); it never meets
+    the inputs, so the CPU is the right place for it (tabnet's column mask)."""
+    sem = ctx.semantic
+    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
+             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    if not reads:
+        return False
+    for read in reads:
+        up = sem.parent(read)
+        counted = isinstance(up, ast.Call) and dotted(up.func) == "enumerate"
+        if isinstance(up, ast.Call) and dotted(up.func) in ("enumerate", "zip") and read in up.args:
+            up = sem.parent(up)
+        if isinstance(up, ast.For) and read in sem.subtree(up.iter) and _items_only_tested(sem, up, counted):
+            continue
+        if isinstance(up, ast.Subscript) and up.value is read and isinstance(test := sem.parent(up), ast.Compare) \
+                and isinstance(sem.parent(test), (ast.If, ast.IfExp)) and sem.parent(test).test is test:
+            continue
+        return False
+    return True
+
+
+def _items_only_tested(sem: object, loop: ast.For, counted: bool) -> bool:
+    """The items a loop takes only steer branches (``if is_continuous:``); an enumerate's counter aside."""
+    target = loop.target.elts[1] if counted and isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2 \
+        else loop.target
+    names = {n.id for n in sem.subtree(target) if isinstance(n, ast.Name)}  # type: ignore[attr-defined]
+    uses = [n for stmt in loop.body for n in sem.subtree(stmt)  # type: ignore[attr-defined]
+            if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)]
+    return bool(uses) and all(isinstance(p := sem.parent(n), (ast.If, ast.IfExp)) and p.test is n  # type: ignore[attr-defined]
+                              for n in uses)
 
 
 _RESHAPED = frozenset({"repeat", "view", "reshape", "expand", "unsqueeze", "squeeze", "permute", "transpose", "float",
@@ -130,7 +167,25 @@ def _only_in_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
              and (f := sem.function_of(r)) is not None and f.name != "__init__"]
     return bool(reads) and all(isinstance(sem.parent(r), (ast.BinOp, ast.Compare))
-                               or isinstance(p := sem.parent(r), ast.AugAssign) and p.value is r for r in reads)
+                               or isinstance(p := sem.parent(r), ast.AugAssign) and p.value is r
+                               or _read_as_a_number(sem, r) for r in reads)
+
+
+def _only_read_as_a_number(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    sem = ctx.semantic
+    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
+             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    return bool(reads) and all(_read_as_a_number(sem, r) for r in reads)
+
+
+def _read_as_a_number(sem: object, read: ast.AST) -> bool:
+    """``float(self.n - 1)``, ``int(self.n)``, ``steps=self.n``: the 0-dim tensor is turned into a Python number."""
+    cur = read
+    while isinstance(up := sem.parent(cur), ast.BinOp):  # type: ignore[attr-defined]
+        cur = up
+    if isinstance(up, ast.Call) and dotted(up.func) in ("float", "int", "round") and cur in up.args:
+        return True
+    return isinstance(up, ast.keyword) and up.arg in ("steps", "num_samples", "n") and cur is read
 
 
 # Attributes that frameworks read themselves and move as they need (Lightning's model summary input).

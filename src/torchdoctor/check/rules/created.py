@@ -77,14 +77,24 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(device.rsplit(".", 1)[-1]) \
             or _device_of_host_batch(ctx, move):
         return
+    if isinstance(region, _LOOPS) and sem.under_step_guard(node, region):
+        # (``if i % GENERATE_EVERY == 0:``: a copy every N steps costs nothing worth telling, unless a sampling loop
+        # inside that guard makes one per pass: ``for _ in range(gen_i): g(torch.randn(n, k).cuda())``)
+        inner = _model_loop(ctx, node)
+        if inner is None or inner is region or not sem.contains(region, inner) or sem.under_step_guard(node, inner):
+            return
+        region = inner
     if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) or _made_once(ctx, node, region):
         return
-    if method_name(move) != "cuda" and not program.runs_on_accelerator(sem):
-        return
+    if method_name(move) != "cuda" and not program.runs_on_accelerator(sem) and not (
+            caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and device.endswith(".device") and not device.startswith("self.")):
+        return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too)
     made = ctx.name(node, 60)
     there = f"`{ctx.name(node.func)}(..., device={device})`" if method_name(move) == "to" else \
         f"`{ctx.name(node.func)}(..., device=...)` with the device `.cuda()` moves it to"
-    where = "the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None else \
+    where = "the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None and region.name == "forward" \
+        else f"`{region.name}()`, which forward() calls" if caller is None else \
         f"the loop at line {caller.lineno}, through `{region.name}`"  # type: ignore[attr-defined]
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
@@ -147,21 +157,23 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
                                                         isinstance(n.ctx, ast.Load) for n in sem.subtree(stmt.value)):
                     continue  # ``x, z = x.cuda(), z.cuda()``: the value, read first, comes next
                 return None  # rebound before any use
-            up = sem.parent(use)
-            call = sem.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda") else None
-            return call if isinstance(call, ast.Call) and call.func is up and sem.is_device_move(call) else None
+            return _move_through_methods(sem, use)
     return None
 
 
 def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     """The ``.to(device)`` / ``.cuda()`` applied to the factory's result in the same expression: directly,
-    after a cast (``.float()``) or a reshape (``.view(-1, 1)``), or through ``Variable(...)``."""
+    after a cast (``.float()``, ``.type_as(x)``), a reshape (``.view(-1, 1)``) or a scaling by a number, or through
+    ``Variable(...)``."""
     sem = ctx.semantic
     cur: ast.AST = node
-    for _ in range(4):
+    for _ in range(8):
         up = sem.parent(cur)
         if isinstance(up, ast.Call) and cur in up.args[:1] and (dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable":
             cur = up
+            continue
+        if isinstance(up, ast.BinOp) and isinstance(up.right if up.left is cur else up.left, (ast.Name, ast.Constant)):
+            cur = up  # ``(torch.ones(b, l) / l).to(x.device)``: scaled by a number on the host first
             continue
         if not isinstance(up, ast.Attribute):
             return None
@@ -170,7 +182,7 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
             return None
         if up.attr in ("to", "cuda"):
             return call if sem.is_device_move(call) else None
-        if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES):
+        if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr == "type_as"):
             return None
         cur = call
     return None
@@ -194,9 +206,24 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
         return loop
     func = sem.function_of(node)
     cls = sem.class_of(node)
-    if func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes:
+    if func is not None and cls is not None and cls.name in sem.module_classes and \
+            (func.name == "forward" or _reached_from_forward(ctx, func, cls)):
         return func
     return None
+
+
+def _reached_from_forward(ctx: Context, func: ast.AST, cls: ast.AST, depth: int = 0) -> bool:
+    """A method of a module class that only its ``forward`` calls (``self._lag_index(x)``, maybe through another
+    such method): it runs on every forward too."""
+    sem = ctx.semantic
+    name = func.name  # type: ignore[attr-defined]
+    if depth > 2 or name.startswith("__"):
+        return False
+    calls = [c for c in sem.calls_named(name) if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+             and c.func.value.id == "self" and sem.class_of(c) is cls]
+    callers = {sem.function_of(c) for c in calls}
+    return bool(callers) and all(f is not None and f is not func and (f.name == "forward" or _reached_from_forward(  # type: ignore[attr-defined]
+        ctx, f, cls, depth + 1)) for f in callers)
 
 
 def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
@@ -251,14 +278,30 @@ def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) 
         name = targets[0].id
         for use in ctx.semantic.body(region):
             if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load) and use.lineno >= node.lineno:
-                up = sem.parent(use)
-                if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda"):
-                    return None
+                if _moved_through_methods(sem, use):
+                    return None  # ``z = z.view(4, 16).to(dev)``: moved before it meets anything (TD611's case)
                 partner = _meets(ctx, use, hot - {name})
                 if partner:
                     return partner
         return None
     return _meets(ctx, node, hot)
+
+
+def _moved_through_methods(sem, use: ast.AST) -> bool:
+    return _move_through_methods(sem, use) is not None
+
+
+def _move_through_methods(sem, use: ast.AST) -> ast.Call | None:
+    """The move ending a chain of methods on ``use``: ``z.to(dev)``, ``z.view(4, 16).float().to(dev)``."""
+    cur = use
+    while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
+            and call.func is up:
+        if up.attr in ("to", "cuda"):
+            return call if sem.is_device_move(call) else None
+        if up.attr not in _CASTS and up.attr not in _RESHAPES:
+            return None
+        cur = call
+    return None
 
 
 def _scatters(ctx: Context, call: ast.Call) -> bool:

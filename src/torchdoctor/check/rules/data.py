@@ -197,6 +197,8 @@ def _unmoved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, batch: set[str
     if b is None or depth > 6:
         return False
     if b.value is None:  # the loop's own target (a comprehension's: under its ``for`` clause)
+        if ctx.semantic.elements_moved(name, at):
+            return False  # ``for i in range(len(batch)): batch[i] = batch[i].cuda()`` before ``at``
         parent = ctx.semantic.parent(b.node)
         return parent is loop or b.node is getattr(loop, "target", None) or \
             (isinstance(parent, ast.comprehension) and ctx.semantic.parent(parent) is loop)

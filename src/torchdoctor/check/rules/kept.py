@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, method_name, param_default
 from torchdoctor.check.patterns import lazy
+from torchdoctor.check.semantic import flow
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -94,7 +95,7 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         return False  # (a loop that neither trains nor is named for evaluation, edm's sampling loop, keeps them too)
     if _copied_for_host_processing(ctx, node, loop):
         return True
-    if not sem.contains(loop, node) and _returned_copy(ctx, node):
+    if not sem.contains(loop, node) and returned_copy(ctx, node):
         return True  # in a helper the evaluation loop calls, which hands the copy back
     cur: ast.AST = node
     as_array = False
@@ -126,6 +127,11 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             if (each := _element_reads(sem, cur)) is not None:  # ``for k, prob in zip(idx, p[:, 1].tolist()):``
                 return bool(each[1]) and all(_kept_directly(sem, r) for r in each[1])
             outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
+            if isinstance(outer, (ast.List, ast.Tuple)) and not (ctx.call_name(up) or "").startswith("torch.") \
+                    and flow.consumer_kind(sem, up) is None:  # ``shown.extend([to_pil(img.cpu()), ...])``: kept
+                keeper = sem.parent(outer)  # (as images for a grid written after the loop)
+                return isinstance(keeper, ast.AugAssign) or isinstance(keeper, ast.Call) and outer in keeper.args \
+                    and _keeps(keeper)
             return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
         if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur:
             return True  # ``[model(x).cpu().numpy() for x, _ in loader]``: the comprehension collects them
@@ -277,7 +283,7 @@ def _reaches_return(ctx: Context, node: ast.Call) -> bool:
         isinstance(sem.statement_of(r), ast.Return) for r in _reads_after(ctx, name, stmt, func))  # type: ignore[arg-type]
 
 
-def _returned_copy(ctx: Context, node: ast.Call) -> bool:
+def returned_copy(ctx: Context, node: ast.Call) -> bool:
     """A helper of an evaluation loop that returns its output copied to the host: ``y = y.data.cpu().numpy();
     return y.transpose(1, 2, 0)`` (a sliding-window predictor whose caller sums the maps with NumPy and saves them)."""
     sem = ctx.semantic
@@ -289,6 +295,13 @@ def _returned_copy(ctx: Context, node: ast.Call) -> bool:
     if isinstance(up, ast.Return) or isinstance(up, ast.Tuple) and isinstance(sem.parent(up), ast.Return):
         return True  # (``return probs, probs.argmax(1).cpu().numpy()``: one element of what it hands back)
     func, name = sem.function_of(node), _bound_name(up)
+    if func is not None and isinstance(up, ast.Call) and method_name(up) == "append" and cur in up.args \
+            and isinstance(kept := up.func.value, ast.Name):  # type: ignore[attr-defined]
+        made = sem.binding_at(kept.id, up)  # ``results.append(x[:n].cpu().numpy())`` ... ``return results``
+        return made is not None and isinstance(made.value, ast.List) and not made.value.elts \
+            and sem.scope_of(made.node) is func and any(
+                isinstance(r, ast.Return) and isinstance(r.value, ast.Name) and r.value.id == kept.id
+                for r in sem.local_nodes(func))
     if func is None or name is None:
         return False
     uses = _reads_after(ctx, name, up, func)  # type: ignore[arg-type]
@@ -424,8 +437,12 @@ _METRIC_FUNC = lazy(r"(?i)metric|score|accuracy|(^|_)acc($|_)|iou|confusion|hist
 
 
 def _host_function(ctx: Context, call: ast.Call) -> bool:
-    """A metric by its name, or a function of this file (not torch's): what it is handed as NumPy stays there."""
+    """A metric by its name, a function of this file (not torch's), or a SciPy sparse product: what it is handed as
+    NumPy stays there."""
     name = getattr(call.func, "id", "") or getattr(call.func, "attr", "")
+    if (ctx.call_name(call) or "").startswith("scipy.sparse."):
+        return True  # ``csc_matrix.dot(mask.cpu().numpy(), reducing)``: a sparse product, an array on the host
+        # (not ``np.mean(dice.cpu().numpy())``: a number, which the copy only served to read)
     return bool(_METRIC_FUNC.search(name)) or bool(ctx.semantic.resolve(call)) and \
         not (ctx.call_name(call) or "").startswith("torch.")
 

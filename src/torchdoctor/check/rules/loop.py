@@ -194,7 +194,7 @@ def eval_never_undone(node: ast.AST, ctx: Context) -> None:
         return
     loops = _training_loops_around(ctx, node)
     if not loops or any("train" in _loop_effects(ctx, loop, deep=True) or _on_last_pass(ctx, loop, site)
-                        for loop, site in loops) or _given_a_fresh_copy(ctx, recv, node):
+                        or _optimises_inputs_only(ctx, loop) for loop, site in loops) or _given_a_fresh_copy(ctx, recv, node):
         return
     name = ctx.name(recv)
     ctx.report("TD403", node, f"`{name}.eval()` is never undone: the next training pass runs in eval mode "
@@ -227,6 +227,25 @@ def _given_a_fresh_copy(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
                 and ctx.call_name(made.value) != "copy.deepcopy":
             return False
     return bool(sites)
+
+
+def _optimises_inputs_only(ctx: Context, loop: ast.AST) -> bool:
+    """Every optimizer the loop steps was built on tensors, not on a model's parameters (``opt =
+    torch.optim.SGD([delta], lr=0.1)``: an adversarial patch, a style-transfer image): the models stay frozen,
+    in eval mode on purpose."""
+    sem = ctx.semantic
+    steps = [n for n in sem.body(loop) if isinstance(n, ast.Call) and sem.is_optimizer_step(n)]
+    if not steps:
+        return False
+    for step in steps:
+        recv = step.func.value if isinstance(step.func, ast.Attribute) else None
+        b = sem.binding_at(recv.id, step) if isinstance(recv, ast.Name) else None
+        made = b.value if b is not None and not b.is_param else None
+        first = made.args[0] if isinstance(made, ast.Call) and made.args else None
+        if not (isinstance(first, (ast.List, ast.Tuple)) and first.elts
+                and all(isinstance(e, ast.Name) and sem.expr_kind(e, made) not in ("model", "wrapper") for e in first.elts)):
+            return False
+    return True
 
 
 def _on_last_pass(ctx: Context, loop: ast.AST, site: ast.AST) -> bool:

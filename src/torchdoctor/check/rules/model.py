@@ -11,8 +11,8 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
 from torchdoctor.check.project import SELECTS_WRAPPED
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_no_state, class_moves_itself, class_parts, \
-    first_input_device, last_name, moved_keys, wrapper_prefix
+from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_nothing, class_moves_itself, class_parts, \
+    first_input_device, last_name, model_is_stateless, moved_keys, wrapper_prefix
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
 
@@ -31,14 +31,15 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue
         key = dotted(stmt.targets[0])  # type: ignore[attr-defined]
         call = stmt.value  # type: ignore[attr-defined]
-        if key is None or not _constructs_model(ctx, call, stmt) or sem.value_is_moved(call):
+        if key is None or last_name(key) in moved or not _used_as_model(ctx, key):
+            continue  # (cheap questions first: whether a call makes a model may read other modules)
+        if not _constructs_model(ctx, call, stmt) or sem.value_is_moved(call):
             continue
         if _submodule(ctx, stmt, key):
             continue  # a submodule moves with its parent
         if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
             continue
-        if last_name(key) in moved or not _used_as_model(ctx, key) or _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) \
-                or _parts_moved(ctx, key, stmt):
+        if _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) or _parts_moved(ctx, key, stmt):
             continue
         if _returned(ctx, key, stmt):
             continue  # a builder function: its caller decides where the model goes
@@ -153,15 +154,36 @@ def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
     q = ctx.call_name(call) or ""
     if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in STATELESS_LAYERS:
         return False  # ``nn.Upsample(...)``, ``nn.ReLU()``: no parameters or buffers, nothing to move
+    if q in ("torch.nn.Sequential", "torch.nn.ModuleList") and _of_stateless_parts(ctx, call):
+        return False
     if sem.kinds.is_model_constructor(call, q, q.rsplit(".", 1)[-1]):
         cls = sem.calls_index.classes.get(q)
         if cls is None:  # a class of another module of the project, or of a library
             written = dotted(call.func)
             return not (sem.project is not None and written and (sem.project.class_stateless(sem, written)  # type: ignore[attr-defined]
                                                                  or sem.project.class_moves_itself(sem, written)))  # type: ignore[attr-defined]
-        return not (_moves_itself(ctx, cls) or class_holds_no_state(sem, cls))
+        return not (_moves_itself(ctx, cls) or class_holds_nothing(sem, cls))
     builders = sem.resolve(call)
     return bool(builders) and not any(_returns_moved(ctx, f) for f in builders)
+
+
+def _of_stateless_parts(ctx: Context, call: ast.Call) -> bool:
+    """``nn.Sequential(*augment)`` of a list filled with ``augment.append(Flip())``, ``augment.append(Shift(4))``
+    (or listed in the call) whose every module holds nothing to move (here, or in another module of the project)."""
+    sem = ctx.semantic
+    made: list[ast.AST] = []
+    for arg in call.args:
+        if isinstance(arg, ast.Starred) and isinstance(arg.value, ast.Name):
+            b = sem.binding_at(arg.value.id, call)
+            if b is None or not isinstance(b.value, ast.List) or b.index is not None:
+                return False
+            made += b.value.elts
+            for n in sem.calls_named("append"):
+                if dotted(n.func.value) == arg.value.id and sem.scope_of(n) is sem.scope_of(call) and n.args:  # type: ignore[attr-defined]
+                    made.append(n.args[0])
+        else:
+            made.append(arg)
+    return bool(made) and all(isinstance(m, ast.Call) and model_is_stateless(sem, m, call) for m in made)
 
 
 def _moves_itself(ctx: Context, cls: ast.AST, depth: int = 0) -> bool:
@@ -184,11 +206,16 @@ def _moves_itself(ctx: Context, cls: ast.AST, depth: int = 0) -> bool:
 
 
 def _returns_moved(ctx: Context, func: ast.AST) -> bool:
-    """A builder that moves what it returns (``return Net().to(args.device)``, or a moved name)."""
+    """A builder that moves what it returns (``return Net().to(args.device)``, or a moved name), or hands it to a
+    trainer's ``fit`` first (a Lightning ``Trainer`` puts it on its accelerator)."""
     sem = ctx.semantic
     for ret in sem.kinds.returns_of(func):
         value = ret.value
         if value is not None and (sem.value_is_moved(value) or isinstance(value, ast.Name) and sem.is_moved(value.id, ret)):
+            return True
+        if isinstance(value, ast.Name) and any(  # ``trainer.fit(model, loader)`` first: Lightning moves it
+                isinstance(c, ast.Call) and method_name(c) == "fit" and any(dotted(a) == value.id for a in c.args)
+                for c in sem.local_nodes(func)):
             return True
     return False
 
@@ -289,7 +316,7 @@ def _names_used_as_models(ctx: Context) -> set[str]:
         key = dotted(node.func)
         if key and (not method_name(node) or key.startswith("self.")):
             out.add(last_name(key))
-        if sem.resolve(node):
+        if node.args and any(isinstance(a, (ast.Name, ast.Attribute)) for a in node.args) and sem.resolve(node):
             out |= {last_name(dotted(a) or "") for a in node.args}
     return out
 

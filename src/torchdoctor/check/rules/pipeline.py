@@ -106,9 +106,10 @@ def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:
 
 
 def _hands_out(node: ast.AST, names: set[str | None]) -> bool:
-    """``return loader``, ``yield from loader``, ``yield batch`` in a loop over it."""
-    if isinstance(node, (ast.Return, ast.YieldFrom)):
-        return isinstance(node.value, ast.Name) and node.value.id in names
+    """``return loader`` (or ``return dataset, loader``), ``yield from loader``, ``yield batch`` in a loop over it."""
+    if isinstance(node, (ast.Return, ast.YieldFrom)):  # (``return data_set, data_loader`` too)
+        values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+        return any(isinstance(v, ast.Name) and v.id in names for v in values)
     return isinstance(node, (ast.For, ast.AsyncFor)) and dotted(node.iter) in names
 
 

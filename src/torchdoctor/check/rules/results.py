@@ -434,7 +434,7 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
         return True
     if _NOT_MODEL.search(last):
         return False
-    if _container_value(ctx, expr) is not None:
+    if _container_value(ctx, expr) is not None or _keyed_by_strings(ctx, expr):
         return False  # ``model_to_save = {"model": weights}``, ``new_model = dict()``: named like a model, a dict
     if ctx.semantic.expr_kind(expr, expr) in ("model", "wrapper"):
         return True
@@ -443,6 +443,21 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if isinstance(expr, ast.Name) and _plain_value(ctx, expr):
         return False  # ``base_model: str``, ``model = "gpt2"``: a name or path, not a module
     return bool(_MODEL_NAME.match(last))
+
+
+def _keyed_by_strings(ctx: Context, expr: ast.AST) -> bool:
+    """``model = package["model"]; model["state"] = best_state``: the same binding gets an entry stored under a
+    string key, which a module never does: a dict (a serialised package), whatever it is called."""
+    if not isinstance(expr, ast.Name):
+        return False
+    sem = ctx.semantic
+    b = sem.binding_at(expr.id, expr)
+    if b is None:
+        return False
+    return any(isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == expr.id
+        and isinstance(t.slice, ast.Constant) and isinstance(t.slice.value, str) for t in n.targets)
+        and sem.binding_at(expr.id, n) is b for n in sem.of_type(ast.Assign))
 
 
 _PLAIN_TYPES = ("str", "int", "float", "bool", "dict", "list", "Path", "PathLike")

@@ -9,12 +9,12 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, root_name, strip_methods, \
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name, strip_methods, \
     target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, retry_loop, while_few_kept
-from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, stop_signal
+from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
 from torchdoctor.check.semantic.models import cpu_only_loop
@@ -121,6 +121,9 @@ def _inner_sync(node: ast.Call) -> bool:
 
 
 def _tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    if isinstance(expr, ast.Compare):  # ``float((pred == label).long().sum())``: an elementwise comparison
+        return ctx.semantic.expr_kind(expr, at) == "tensor" and not any(
+            isinstance(side, ast.Name) and _host_number(ctx, side, at) for side in (expr.left, *expr.comparators))
     if isinstance(expr, ast.Attribute):
         return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
     if isinstance(expr, ast.Name):
@@ -406,6 +409,28 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     _report_sync(ctx, node, what, loop)
 
 
+def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
+    """The copied value comes from a parameter of ``func`` (``item`` of ``for item, n in zip(inputs, lengths)``),
+    not from a tensor the helper made on the device itself."""
+    sem = ctx.semantic
+    name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    at: ast.AST = node
+    for _ in range(4):
+        b = sem.binding_at(name, at) if name else None
+        if b is None:
+            return False
+        if b.is_param:
+            return b.node is func
+        if b.value is None:  # a loop target: what the loop takes its items from
+            loop = sem.parent(b.node)
+            iters = loop.iter.args if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) \
+                and dotted(loop.iter.func) in ("zip", "enumerate") else [getattr(loop, "iter", None)]
+            name, at = next((n.id for n in iters if isinstance(n, ast.Name)), None), loop
+            continue
+        name, at = root_name(b.value), b.node
+    return False
+
+
 def _report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
     if not isinstance(loop, str) and after_timing_sync(ctx, node, loop):
         return
@@ -457,6 +482,9 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
             at = b.node
         if b is not None and b.is_param and b.node is func:
             return  # ``image.cpu()`` of an input: the caller may well hand it a host batch
+    if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy") and returned_copy(ctx, node) \
+            and _of_an_input(ctx, node, func):
+        return  # ``remove_pad`` handing its callers host arrays of what they gave it: they keep them on the host
     callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
     if not callers:
         return

@@ -29,6 +29,7 @@ _DISTRIBUTED_WRAPPERS = {"FSDP", "FullyShardedDataParallel", "DDP", "Distributed
 # (a CPU flag too: ``if not args.cpu:``, ``use_cpu``, ``cpu_only``; not ``os.cpu_count()``)
 _DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat|(^|_)cpu($|_only$)", re.IGNORECASE)
 _EXITS = ("sys.exit", "exit", "quit", "os._exit")
+_DEVICE_NAMES = frozenset({"gpu", "cpu", "cuda", "mps", "xpu"})
 # Rank 0 runs the block first while the others wait, then they find its result (a cache) in place.
 _FIRST_CONTEXT = lazy(r"(?i)(zero_first|main_process_first|local_main_process_first|rank_zero_first)")
 _VERSION_TEST = lazy(r"(?i)(version|TORCH_\w*(GREATER|LESS|GE|LT|_\d)|torch_\d|is_torch_\w+|hasattr\(\s*torch)")
@@ -466,9 +467,20 @@ class Guards(GradModes):
                 word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else string_value(n)
                 if word and _DEVICE_WORDS.search(word) and not self._constant_flag(n):
                     return True
+                if isinstance(n, ast.Name) and self._flag_of_device_choice(n):
+                    return True
             return False
 
         return self._test_memo(test, "device", compute)
+
+    def _flag_of_device_choice(self, name: ast.Name) -> bool:
+        """``FAST_MODE = True if opts.run_on == "GPU" else False`` (or ``= opts.run_on == "GPU"``), bound once at
+        module level: a flag whose value a device choice made, whatever it is called."""
+        bound = self.bindings.by_key.get(name.id, [])
+        return len(bound) == 1 and (b := bound[0]).value is not None and not b.is_param \
+            and isinstance(b.value, (ast.IfExp, ast.Compare, ast.BoolOp)) and any(  # (a device named in a string)
+                isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.lower().split(":")[0] in _DEVICE_NAMES
+                for c in self.index.subtree(b.value))
 
     def _constant_flag(self, n: ast.AST) -> bool:
         """``use_gpu = True`` at the top of the script, never bound again: ``if use_gpu:`` always takes the CUDA

@@ -158,8 +158,17 @@ class Kinds:
         if kind is None and key in self.bindings.param_receivers:
             return "model"
         if kind is None and (b is None or b.value is None or isinstance(b.value, ast.Call)):
+            if b is None and key.startswith("self.") and self._own_method(key[5:], at):
+                return None  # ``self.pick_network(width)``: a method of the class, named like a model
             kind = kind_from_name(key)
         return kind
+
+    def _own_method(self, name: str, at: ast.AST) -> bool:
+        frame = self.index.frame.get(at)
+        cls = frame.cls if frame is not None else None
+        return cls is not None and any(  # (a ``@property`` hands back a value: ``self.model`` may well be one)
+            isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == name and not any(
+                (dotted(d) or "").endswith("property") for d in f.decorator_list) for f in cls.body)  # type: ignore[attr-defined]
 
     def _other_branch(self, b: Binding) -> Binding | None:
         """The binding of the same name in the other branch of the ``if`` that holds ``b`` (``b`` is in ``else``)."""
@@ -217,6 +226,11 @@ class Kinds:
         if not any(self.is_loader_expr(i) for i in iters):
             return self._item_kind(loop, b)
         target = loop.target
+        if isinstance(loop.iter, ast.Call) and method_name(loop.iter) in ("items", "keys", "values"):
+            # ``for phase, loader in loaders.items()``: a name (a string key) and a loader, not batches
+            values = target.elts[1] if method_name(loop.iter) == "items" and isinstance(target, ast.Tuple) \
+                and len(target.elts) == 2 else target if method_name(loop.iter) == "values" else None
+            return "loader" if values is not None and b.key in target_names(values) else None
         if not counter and isinstance(loop.iter, ast.Name):
             counter = self._counts(loop.iter, loop)
         if counter and isinstance(target, ast.Tuple) and target.elts and b.key in target_names(target.elts[0]):

@@ -89,6 +89,9 @@ def _same_binding(sem: SemanticModel, key: str, bound: ast.AST, at: ast.AST) -> 
     if b is not None and b.is_param and b.node is not bound:
         return False  # another function's parameter of the same name (``def training_loop(..., train_loader)``)
     # the binding that reaches the use, or one in the other branch of an ``if`` (``dl = ...`` in both)
+    if b is not None and b.node is not bound and isinstance(sem.scope_of(bound), ast.Module) and not b.is_param \
+            and b.value is not None and sem.scope_of(b.node) is sem.scope_of(at) is not sem.scope_of(bound):
+        return False  # a function's own ``loader = DataLoader(...)``, shadowing the script's loader of that name
     return b is None or b.node is bound or b.scope is not sem.scope_of(bound) or sem.in_other_branch(b.node, bound)
 
 

@@ -278,12 +278,15 @@ class Loops:
                         return
 
     def _backward_helper(self, call: ast.Call) -> bool:
-        """``backward(loss, scaler)``: a function of this file that backpropagates once (no loop of its own)."""
-        if not isinstance(call.func, ast.Name):
+        """``backward(loss, scaler)``, ``self._train_batch(X, y)``: a function (or a method of the class) of this
+        file that backpropagates once (no loop of its own)."""
+        if not (isinstance(call.func, ast.Name) or isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"):
             return False
         funcs = self.calls.resolve(call)
-        return bool(funcs) and all("backward" in self.calls.effects(f) and not any(
-            isinstance(n, _LOOPS) for n in self.calls.local_nodes(f)) for f in funcs)
+        return bool(funcs) and all("backward" in self.calls.effects(f) and not any(  # (``for p in params: p.grad
+            isinstance(n, _LOOPS) and self.info[n].has_backward for n in self.calls.local_nodes(f))  # = None`` is fine)
+            for f in funcs)
 
     def _loops_backward(self, func: ast.AST) -> bool:
         """Some loop in ``func`` (or the functions it calls) backpropagates: ``func`` runs many steps."""

@@ -46,6 +46,8 @@ from torchdoctor.check.semantic.walk import COMP, FUNCTION, LAMBDA, LOOP, Frame,
 
 __all__ = ["SemanticModel"]
 
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
 
 class SemanticModel:
     def __init__(self, tree: ast.Module, source: str, path: str = "<stdin>", project: object | None = None,
@@ -346,8 +348,10 @@ class SemanticModel:
                     continue
             if isinstance(node, ast.Name) and depth < 2:
                 b = self.binding_at(node.id, node)
-                return b is not None and b.value is not None and not b.is_param and b.node is not value and \
-                    self.value_is_moved(b.value, depth + 1)
+                if b is not None and b.value is not None and not b.is_param and b.node is not value and \
+                        self.value_is_moved(b.value, depth + 1):
+                    return True
+                return self.elements_moved(node.id, node)
             if isinstance(node, (ast.Subscript, ast.Starred)):
                 node = node.value
                 continue
@@ -358,6 +362,34 @@ class SemanticModel:
                 node = node.elt
                 continue
             return False
+
+    def elements_moved(self, key: str, at: ast.AST) -> bool:
+        """``for i in range(len(batch)): batch[i] = batch[i].cuda()`` (or ``batch[k] = batch[k].to(d)`` over its
+        keys) before ``at`` in the same scope, on the same binding of ``batch``: every element is on the device."""
+        moves = self.cached("element_moves", self._element_moves).get(key)  # type: ignore[union-attr]
+        if not moves:
+            return False
+        here = (getattr(at, "lineno", 0), getattr(at, "col_offset", 0))
+        bound = self.binding_at(key, at)
+        return any((m.lineno, m.col_offset) < here and self.scope_of(m) is self.scope_of(at)  # type: ignore[attr-defined]
+                   and self.binding_at(key, m) is bound for m in moves)
+
+    def _element_moves(self) -> dict[str, list[ast.AST]]:
+        out: dict[str, list[ast.AST]] = {}
+        for stmt in self.of_type(ast.Assign):
+            target = stmt.targets[0] if len(stmt.targets) == 1 else None  # type: ignore[attr-defined]
+            if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
+                continue
+            value = stmt.value  # type: ignore[attr-defined]
+            if not (isinstance(value, ast.Call) and self.is_device_move(value) and isinstance(value.func, ast.Attribute)
+                    and isinstance(recv := value.func.value, ast.Subscript) and self.segment(recv) == self.segment(target)):
+                continue
+            index = target.slice  # (the loop around it, through ``try:`` / ``if``: ``try: data[i] = data[i].cuda()``)
+            loop = next((a for a in self.ancestors(stmt) if isinstance(a, (ast.For, ast.AsyncFor, *_SCOPES))), None)
+            if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(index, ast.Name) \
+                    and isinstance(loop.target, ast.Name) and loop.target.id == index.id:
+                out.setdefault(target.value.id, []).append(stmt)
+        return out
 
     # ---- memo -------------------------------------------------------------------------------------------------
     def cached(self, key: object, compute: Callable[[], object]):  # type: ignore[no-untyped-def]

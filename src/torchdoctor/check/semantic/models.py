@@ -313,6 +313,24 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
     return True
 
 
+def class_holds_nothing(sem: SemanticModel, cls: ast.AST, depth: int = 0) -> bool:
+    """``class_holds_no_state``, or every submodule ``__init__`` builds is of such a class (of this file, or of
+    another module of the project): ``self.pick = SoftTopK(k, 0.5)`` keeping two numbers."""
+    if class_holds_no_state(sem, cls):
+        return True
+    parts = class_parts(sem, cls) if depth < 3 else None
+    if not parts:
+        return False
+    for written in parts:
+        inner = sem.calls_index.classes.get(written)
+        if inner is not None:
+            if written not in sem.module_classes or not class_holds_nothing(sem, inner, depth + 1):
+                return False
+        elif not (sem.project is not None and sem.project.class_stateless(sem, written)):  # type: ignore[attr-defined]
+            return False
+    return True
+
+
 def class_has_no_parameters(sem: SemanticModel, cls: ast.AST) -> bool:
     """An ``nn.Module`` subclass that may keep buffers and tensors but no parameter and no layer that has one
     (``Audio2Mel`` registering a window and a mel basis): its forward records no graph unless its input
@@ -450,7 +468,7 @@ def model_is_stateless(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
         return q.rsplit(".", 1)[-1] in STATELESS_LAYERS
     cls = sem.calls_index.classes.get(q)
     if cls is not None:
-        return q in sem.module_classes and class_holds_no_state(sem, cls)
+        return q in sem.module_classes and class_holds_nothing(sem, cls)
     written = dotted(value.func)
     return bool(sem.project is not None and written and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
 

@@ -502,7 +502,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
         if sem.project is None:
             return False
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
-            config_module_device(sem, sem.project)
+            config_module_device(sem, sem.project) or _device_from_project_helper(sem)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
 
@@ -512,6 +512,24 @@ def _lightning_on_cpu(sem: SemanticModel) -> bool:
     made = [c for c in sem.calls_named("Trainer", "Fabric") if (sem.call_name(c) or "") in _LAUNCHERS]
     return bool(made) and all(any(k.arg == "accelerator" and string_value(k.value) == "cpu" for k in c.keywords)
                               for c in made)
+
+
+def _device_from_project_helper(sem: SemanticModel) -> bool:
+    """Work moved to a device that a function of another module of the project picks, and that function may
+    return CUDA: ``self.device = torch.device(define_device(device_name))`` then ``.to(self.device)``."""
+    for call in sem.calls_named(*_MOVE_CALLS):
+        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        key = dotted(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        if not key or not sem.is_device_move(call):
+            continue
+        for b in sem.bindings_of(key):
+            value = b.value
+            if isinstance(value, ast.Call) and (sem.call_name(value) or "") == "torch.device" and value.args:
+                value = value.args[0]
+            found = sem.project.function_for(sem, value) if isinstance(value, ast.Call) else None  # type: ignore[union-attr]
+            if found is not None and getattr(found, "returns", None) == "device":
+                return True
+    return False
 
 
 def config_module_device(sem: SemanticModel, project: object) -> bool:

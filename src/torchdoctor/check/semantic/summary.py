@@ -50,7 +50,7 @@ class FunctionSummary(FrozenRecord):
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
     params: tuple[str, ...]
-    returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper
+    returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper; "device": it may return CUDA
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
                  returns: str | None = None) -> None:
@@ -139,10 +139,26 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             effects = sem.effects(func)  # this module's own code: a summary never reads further modules
             has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
                 isinstance(n, _LOOPS) for n in sem.local_nodes(func))
-            returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else None
+            returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else \
+                "device" if "cuda" in source and _returns_cuda_choice(sem, func) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
             out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns)
     return out
+
+
+def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
+    """``return "cuda" if torch.cuda.is_available() else "cpu"``, ``return torch.device("cuda:0")``, ``device =
+    "cuda"; ... return device``: the function hands back a device that may be a GPU (tabnet's ``define_device``)."""
+    for n in sem.local_nodes(func):
+        if isinstance(n, ast.Return) and n.value is not None:
+            values = [n.value]
+            if isinstance(n.value, ast.Name):
+                values += [b.value for b in sem.bindings_of(n.value.id) if b.value is not None and not b.is_param
+                           and sem.scope_of(b.node) is func]
+            if any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.split(":")[0] == "cuda"
+                   for v in values for c in sem.subtree(v)):
+                return True
+    return False
 
 
 def _cuda_settings(sem: SemanticModel) -> frozenset[str]:
