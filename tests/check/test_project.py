@@ -2097,3 +2097,38 @@ def test_a_helper_that_hands_its_callers_host_arrays_is_no_sync_to_report(projec
     })
     results = check_files(["utils.py", "evaluate.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "utils.py") == [(10, "TD603")]  # the .item(); not the copies handed back as arrays
+
+
+def test_a_reduced_loss_from_a_helper_module_is_a_tensor_where_the_loss_is(project: Path) -> None:
+    write(project, {
+        "util.py": """\
+            import torch.distributed as dist
+
+            def reduce_mean(tensor, nprocs):
+                rt = tensor.clone()
+                dist.all_reduce(rt, op=dist.ReduceOp.SUM)
+                rt /= nprocs
+                return rt
+
+            def world_name(nprocs):
+                return "world-%d" % nprocs
+            """,
+        "train.py": """\
+            import torch
+            from util import reduce_mean, world_name
+
+            def train(model, loader, optimizer, criterion, local_rank, nprocs):
+                for step, (images, labels) in enumerate(loader):
+                    images, labels = images.cuda(local_rank), labels.cuda(local_rank)
+                    loss = criterion(model(images), labels)
+                    reduced_loss = reduce_mean(loss, nprocs)
+                    name = world_name(nprocs)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    if local_rank == 0:
+                        print("{} loss {:0.4f}".format(name, reduced_loss))
+            """,
+    })
+    results = check_files(["util.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == [(14, "TD603")]

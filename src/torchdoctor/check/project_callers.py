@@ -237,8 +237,10 @@ class Callers:
                 targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
                 words.add(os.path.basename(os.path.dirname(here)))
             for other in self._importing(here, words):
-                if other in targets:
-                    continue
+                text = self.state.text(other) or ""
+                if other in targets or maker is not None and maker not in text or not _ACCELERATOR_WORDS.search(text):
+                    continue  # (one that never names the maker cannot take it; one that names no device, GPU or
+                    # accelerator runs on none: neither is parsed)
                 summary = self.summary(other)
                 if summary is not None and summary.accelerated and self._imports_any(other, summary, targets, maker):
                     memo[key] = other
@@ -333,6 +335,7 @@ class Callers:
                             and SELECTS_WRAPPED.search(text)}
         return bool(memo[folder] - {here})
 
+_ACCELERATOR_WORDS = lazy(r"(?i)cuda|device|accelerat|rank|gpu|fabric|\.to\(\s*\d")
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
 _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")
 # a dict entry holding such an object under its own name ('args': args), built apart from the save and handed to a

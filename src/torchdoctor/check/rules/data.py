@@ -116,6 +116,45 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
                    fix=f"move it with the others: `{element}.to({device})`")
 
 
+@rule("TD302", ast.Module)
+def peeked_batch_not_moved(node: ast.AST, ctx: Context) -> None:
+    """``_, (sample_x, sample_y) = next(enumerate(loader))`` (or ``next(iter(loader))``) peeks at a host batch;
+    handed as it is to a model that was moved to the device, the forward fails."""
+    sem = ctx.semantic
+    for stmt in sem.of_type(ast.Assign):
+        value = stmt.value  # type: ignore[attr-defined]
+        if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "next"):
+            continue
+        loader = _peeked_loader(ctx, value)
+        if loader is None or not program.runs_on_accelerator(sem):
+            continue
+        names = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)}  # type: ignore[attr-defined]
+        for key in sorted(names):
+            for use in sem.reads_of(key):
+                b = sem.binding_at(key, use)
+                if b is None or b.node is not stmt:
+                    continue
+                consumer, moved = flow.path_to_consumer(sem, use, stmt)
+                if consumer is None or moved or flow.consumer_kind(sem, consumer) != "model" \
+                        or not isinstance(consumer.func, ast.Name) or not sem.is_moved(consumer.func.id, consumer):
+                    continue
+                ctx.report("TD302", use, f"`{key}`, peeked from `{ctx.name(loader)}` on the host, is used by "
+                           f"`{consumer.func.id}(...)`, which was moved to the device",
+                           fix=f"move it first: `{key}.to(device)`")
+                break
+
+
+def _peeked_loader(ctx: Context, value: ast.AST) -> ast.AST | None:
+    """The loader of ``next(iter(loader))`` / ``next(enumerate(loader))``, when it is a DataLoader of host data."""
+    if not (isinstance(value, ast.Call) and dotted(value.func) == "next" and len(value.args) == 1
+            and isinstance(inner := value.args[0], ast.Call) and dotted(inner.func) in ("iter", "enumerate")
+            and len(inner.args) == 1):
+        return None
+    loader = inner.args[0]
+    made = _loader_construction(ctx, loader, value)
+    return loader if made is not None and is_torch_dataloader(ctx, made) and not dataset_on_device(ctx, made) else None
+
+
 def _loader_construction(ctx: Context, loader: ast.AST | None, at: ast.AST) -> ast.Call | None:
     """The ``DataLoader(...)`` call a loop's loader expression is (or a name bound to one)."""
     sem = ctx.semantic

@@ -42,6 +42,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             "it crashes on a machine without a GPU",
             fix='pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
             if site.text.startswith("accelerator=") else
+            'make it with a factory on the device of the data it meets: `torch.empty(..., device=x.device)` (or '
+            '`torch.zeros`, `torch.rand`)' if site.text.startswith("torch.cuda.") else
             'fall back to the CPU: `init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", ...)` '
             '(with the gloo backend)' if site.text.startswith("init_device_mesh(") else
             ('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '

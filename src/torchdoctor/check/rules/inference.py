@@ -295,3 +295,99 @@ def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
     name = ctx.name(call.func)
     ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
                fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+# ---- TD401: a shared step function told not to train ---------------------------------------------------
+@rule("TD401", ast.Module)
+def pass_told_not_to_train(node: ast.AST, ctx: Context) -> None:
+    """``def one_pass(loader, optimizer): ... if optimizer is not None: loss.backward()`` called as
+    ``one_pass(val_loader, None)`` (or ``validate=True``) outside ``no_grad``: the pass evaluates, and every
+    forward in it records a graph nobody uses."""
+    sem = ctx.semantic
+    switches = {}  # the functions of this file whose backward hangs on a parameter, by name
+    for func in {sem.function_of(c) for c in sem.calls_named("backward")}:  # (not every function's effects: costly)
+        if func is not None and (flag := _training_switch(ctx, func)) is not None:
+            switches[func.name] = (func, flag)  # type: ignore[attr-defined]
+    if not switches:
+        return
+    for site in sem.calls:
+        name = site.func.id if isinstance(site.func, ast.Name) else site.func.attr \
+            if isinstance(site.func, ast.Attribute) else None
+        if name not in switches or sem.resolve(site) != [switches[name][0]]:
+            continue
+        func, flag = switches[name]
+        if sem.under_no_grad(site) or program.in_test(sem, site) or _callers_turn_grad_off(ctx, site):
+            continue
+        param, trains_when = flag
+        value = _value_given(site, func, param)
+        if not isinstance(value, ast.Constant) or trains_when(value.value) is not False:
+            continue
+        ctx.report("TD401", site, f"evaluation through `{ctx.name(site.func)}(...)` with `{param}={ctx.name(value)}` (so it "
+                   "does not backpropagate) runs with autograd on: it builds a graph it never uses",
+                   fix="call it under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _callers_turn_grad_off(ctx: Context, site: ast.Call) -> bool:
+    """``def val(self, ...): return self.run_epoch("val", ...)``, called only from other modules, each time under
+    ``torch.no_grad()``."""
+    sem = ctx.semantic
+    holder = sem.function_of(site)
+    return holder is not None and sem.project is not None and not sem.call_sites(holder) \
+        and sem.project.callers_grad_mode(sem, holder) == "off"  # type: ignore[attr-defined]
+
+
+def _value_given(site: ast.Call, func: ast.AST, param: str) -> ast.AST | None:
+    """What ``site`` passes for ``param`` of ``func`` (by keyword, by position past ``self``, or its default)."""
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    found = next((k.value for k in site.keywords if k.arg == param), None)
+    if found is not None:
+        return found
+    shift = 1 if params[:1] == ["self"] and isinstance(site.func, ast.Attribute) else 0
+    if param in params and not any(isinstance(a, ast.Starred) for a in site.args) \
+            and 0 <= params.index(param) - shift < len(site.args):
+        return site.args[params.index(param) - shift]
+    defaults = dict(zip(params[len(params) - len(func.args.defaults):], func.args.defaults))  # type: ignore[attr-defined]
+    return defaults.get(param)
+
+
+def _training_switch(ctx: Context, func: ast.AST):  # type: ignore[no-untyped-def]
+    """The parameter whose value decides whether ``func`` backpropagates, with the test as a function of a
+    constant (True: trains, False: does not, None: cannot tell); None when every backward does not hang on one."""
+    sem = ctx.semantic
+    nodes = sem.local_nodes(func)
+    backwards = [n for n in nodes if isinstance(n, ast.Call) and sem.is_backward_call(n)]
+    if not backwards or not any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" for n in nodes):
+        return None
+    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
+    found = None
+    for call in backwards:
+        switch = None
+        for test, runs_if_true in sem.guards.branch_tests(call):
+            switch = _switch(test, runs_if_true, params)
+            if switch is not None:
+                break
+        if switch is None or found is not None and switch[0] != found[0]:
+            return None
+        found = switch
+    return found
+
+
+def _switch(test: ast.AST, runs_if_true: bool, params: set[str]):  # type: ignore[no-untyped-def]
+    """``optimizer is not None``, ``optimizer``, ``not validate``, ``mode == "train"`` on a parameter."""
+    def yes(v: object) -> bool:
+        return bool(v) == runs_if_true
+
+    if isinstance(test, ast.Name) and test.id in params:
+        return test.id, yes
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+            and test.left.id in params and isinstance(test.comparators[0], ast.Constant):
+        op, other = test.ops[0], test.comparators[0].value
+        if isinstance(op, ast.IsNot) and other is None:
+            return test.left.id, lambda v: (v is not None) == runs_if_true
+        if isinstance(op, ast.Is) and other is None:
+            return test.left.id, lambda v: (v is None) == runs_if_true
+        if isinstance(op, ast.Eq):
+            return test.left.id, lambda v: (v == other) == runs_if_true
+        if isinstance(op, ast.NotEq):
+            return test.left.id, lambda v: (v != other) == runs_if_true
+    return None

@@ -384,8 +384,39 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
     if b.index is not None:  # logits, loss = model(x, y)
         if isinstance(b.value, ast.Call) and _returns_numbers_at(ctx, b.value, b.index):
             return False  # ``pi_loss, v_loss = self.update_model(obs)`` that returns ``pi_loss.item(), v_loss.item()``
-        return "loss" in expr.id.lower() and isinstance(b.value, ast.Call) and flow.consumer_kind(sem, b.value) == "model"
+        return "loss" in expr.id.lower() and isinstance(b.value, ast.Call) and (
+            flow.consumer_kind(sem, b.value) == "model" or _sibling_backpropagated(ctx, b.node)
+            and (_returns_graph_at(ctx, b.value, b.index) or _made_loss_module(ctx, b.value)))
     return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
+
+
+def _returns_graph_at(ctx: Context, call: ast.Call, index: int) -> bool:
+    """``call`` runs functions of this file whose every ``return`` hands back, at ``index``, a value not cut from the
+    graph (not ``sloss.data * norm``, ``loss.item()``, ``loss.detach()``): unknown callees do not count."""
+    funcs = ctx.semantic.resolve(call)
+    values = [ctx.semantic.kinds.returned_values(f, index) for f in funcs]
+    return bool(funcs) and all(v is not None and not any(
+        _detached(e) or isinstance(e, ast.Call) and method_name(e) == "item" for e in v) for v in values)
+
+
+def _made_loss_module(ctx: Context, call: ast.Call) -> bool:
+    """``loss = SSDLoss(...)`` made here, then ``loss(cls_preds, ...)``: a criterion module whose outputs are losses
+    (not a parameter of unknown kind: ``loss_compute`` may hand back ``sloss.data``)."""
+    sem = ctx.semantic
+    b = sem.binding_at(call.func.id, call) if isinstance(call.func, ast.Name) else None
+    return b is not None and not b.is_param and isinstance(b.value, ast.Call) and flow.consumer_kind(sem, call) == "loss"
+
+
+def _sibling_backpropagated(ctx: Context, stmt: ast.AST) -> bool:
+    """``batch_loss, loc_loss, class_loss = loss(...)`` then ``batch_loss.backward()``: the parts unpacked next to
+    a loss that is backpropagated carry the same graph."""
+    sem = ctx.semantic
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    names = {n.id for t in targets for n in sem.subtree(t) if isinstance(n, ast.Name)}
+    return any(sem.is_backward_call(n) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+               and n.func.value.id in names and sem.binding_at(n.func.value.id, n) is not None
+               and sem.binding_at(n.func.value.id, n).node is stmt
+               for n in sem.local_nodes(sem.scope_of(stmt)) if isinstance(n, ast.Call))
 
 
 def _returns_numbers_at(ctx: Context, call: ast.Call, index: int) -> bool:

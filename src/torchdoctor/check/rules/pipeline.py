@@ -116,33 +116,35 @@ def _hands_out(node: ast.AST, names: set[str | None]) -> bool:
 @rule("TD304", calls=loaders.LOADER_NAMES)
 def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     """A DataLoader in a CUDA program without pin_memory=True."""
+    pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
+    if pin is not None and not is_false(pin.value):
+        return  # (first: whether the loader is judged may read the modules that import this one)
     if not _judged_loader(ctx, node):
         return
     if program.is_rpc_program(ctx.semantic):
         return  # RPC serialises every batch it sends: pinned memory buys nothing there
-    pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
-    if pin is None or is_false(pin.value):
-        where = ""
-        if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
-            func = ctx.semantic.function_of(node)
-            cls = ctx.semantic.class_of(node)
-            maker = cls.name if cls is not None else func.name if func is not None else None
-            user = ctx.semantic.project.accelerated_importer(ctx.semantic, maker)  # type: ignore[union-attr]
-            where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)"
-        ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
-                   fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
+    where = ""
+    if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
+        func = ctx.semantic.function_of(node)
+        cls = ctx.semantic.class_of(node)
+        maker = cls.name if cls is not None else func.name if func is not None else None
+        user = ctx.semantic.project.accelerated_importer(ctx.semantic, maker)  # type: ignore[union-attr]
+        where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)"
+    ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
+               fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
 
 @rule("TD305", calls=loaders.LOADER_NAMES)
 def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     """A DataLoader with num_workers=0 in a CUDA training script."""
-    if not _judged_loader(ctx, node) or not ctx.semantic.trains:
-        return
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
-    if workers is None or (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
-        what = "`num_workers=0`" if workers else "no `num_workers` (0)"
-        ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
-                   fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
+    if workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
+        return
+    if not ctx.semantic.trains or not _judged_loader(ctx, node):
+        return
+    what = "`num_workers=0`" if workers else "no `num_workers` (0)"
+    ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
+               fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
 
 
 def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:

@@ -365,12 +365,15 @@ def _sync_site(ctx: Context, node: ast.Call) -> str | None:
         if _made_on_host(ctx, recv, node):
             return None  # a host tensor: reading it waits for no GPU
         return None if _inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
-    if isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool") and len(node.args) == 1:
-        arg = node.args[0]  # ``float(loss)``, ``bool(loss == 0)``
+    number = isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool")
+    if (number or not isinstance(node.func, ast.Attribute) or isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "math") and len(node.args) == 1 and (number or (ctx.call_name(node) or "")
+                                                                          .startswith("math.")):
+        arg = node.args[0]  # ``float(loss)``, ``bool(loss == 0)``, ``10 * log10(1 / mse)``
         parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
             [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
         tensor = any(_tensor_value(ctx, strip_methods(p, _SAME_PLACE), node) for p in parts)  # float(loss.detach())
-        return f"`{node.func.id}({ctx.name(arg)})`" if tensor else None
+        return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
             if not isinstance(arg, ast.JoinedStr) and _tensor_value(ctx, arg, node):
@@ -378,7 +381,8 @@ def _sync_site(ctx: Context, node: ast.Call) -> str | None:
     return None
 
 
-@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "print"))
+@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
+                    "isinf", "isfinite", "floor", "ceil"))
 def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """Host-device synchronisation every step.
 
@@ -390,11 +394,9 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     Use instead: accumulate on the device (`total += loss.detach()`) and read it
     every N steps or once per epoch.
     """
-    if program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node):
+    what = _sync_site(ctx, node)  # (first: most calls of these names are no sync at all: ``torch.log(x)``)
+    if what is None or program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node):
         return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors)
-    what = _sync_site(ctx, node)
-    if what is None:
-        return
     loop = per_step_loop(ctx, node)
     if loop is None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)

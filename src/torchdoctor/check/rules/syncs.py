@@ -57,7 +57,7 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         loop = sem.enclosing_loop(at, "batch")
         if loop is not None and expr.id in sem.batch_vars(loop):  # batch data is on the host until it is moved
             return expr.id if batch_on_device(ctx, expr.id, at, loop) else None
-        if sem.kind_of(expr.id, at) != "tensor":
+        if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at):
             return None
         return None if _host_number(ctx, expr, at) or _made_on_host(ctx, expr, at) else expr.id
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"):
@@ -66,6 +66,20 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
             and _device_tensor_name(ctx, expr.value, at) and ctx.semantic.kind_of(expr.value.id, at) == "tensor":
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
     return None
+
+
+def _derived_in_another_module(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """``reduced_loss = reduce_mean(loss, n)`` where ``utils.reduce_mean`` is tensor arithmetic on its parameters
+    (``rt = t.clone(); dist.all_reduce(rt); rt /= n; return rt``): a tensor where ``loss`` is. (Asked only here, of
+    names a sync reads: the project's summaries are not read for every call.)"""
+    sem = ctx.semantic
+    b = sem.binding_at(name.id, at)
+    call = b.value if b is not None and not b.is_param and b.index is None else None
+    head = (dotted(call.func) or "").split(".")[0] if isinstance(call, ast.Call) else ""
+    if sem.project is None or not head or head not in sem.names.imports and head not in sem.names.relative \
+            or not any(sem.expr_kind(a, call) == "tensor" for a in call.args if isinstance(a, (ast.Name, ast.Attribute))):
+        return False
+    return getattr(sem.project.function_for(sem, call), "returns", None) == "derived"  # type: ignore[attr-defined]
 
 
 def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:

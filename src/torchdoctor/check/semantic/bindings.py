@@ -82,6 +82,10 @@ class Bindings:
                     key = dotted(elt)
                     if isinstance(elt, ast.Name) or key.startswith("self."):  # type: ignore[union-attr]
                         self._add(key, stmt, value, stmt, index=i)  # type: ignore[arg-type]
+                elif isinstance(elt, (ast.Tuple, ast.List, ast.Starred)):
+                    # ``_, (x, y) = next(enumerate(loader))``: bound here, to a part of the value not followed
+                    for name in target_names(elt):
+                        self._add(name, stmt, None, stmt)
 
     def _collect(self) -> None:
         get = self.index.by_type.get

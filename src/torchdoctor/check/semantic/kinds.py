@@ -105,7 +105,7 @@ class Kinds:
         self.bindings = bindings
         self.segment = segment
         self.project_class = project_class
-        self._memo: dict[int, str | None] = {}
+        self._memo: dict[object, str | bool | None] = {}
         self._busy: set[int] = set()
         self.module_classes = self._module_classes()
 
@@ -400,12 +400,52 @@ class Kinds:
                                                                 or last in ("cat", "stack", "from_numpy", "where", "matmul")):
             return "tensor"
         if isinstance(call.func, ast.Name) and call.func.id in self.bindings.functions:
-            return self._return_kind(self.bindings.functions[call.func.id])
+            funcs = self.bindings.functions[call.func.id]
+            kind = self._return_kind(funcs)
+            if kind is None and self.computes_on_params(funcs) and any(
+                    self.expr_kind(a, at) == "tensor" for a in call.args if isinstance(a, (ast.Name, ast.Attribute))):
+                return "tensor"  # ``similarity(out, high)`` returning ``(a * b).mean(dim=1)``: computed from its tensors
+            return kind
         if isinstance(call.func, (ast.Name, ast.Attribute)) and dotted(call.func):
             callee = self.expr_kind(call.func, at)
             if callee in ("model", "wrapper", "loss_fn"):
                 return "tensor"
         return None
+
+    def computes_on_params(self, funcs: list[ast.AST]) -> bool:
+        """Every ``return`` of each function is tensor arithmetic or tensor methods on its own parameters
+        (``return (a * b).mean(dim=(1, 2, 3))``, ``rt = t.clone(); ...; return rt``): its result lives with its
+        inputs."""
+        for func in funcs:
+            key = ("pure", id(func))
+            if key not in self._memo:
+                params = {a.arg for a in func.args.posonlyargs + func.args.args}  # type: ignore[attr-defined]
+                values = [r.value for r in self.returns_of(func)]
+                self._memo[key] = bool(values) and all(  # type: ignore[index]
+                    v is not None and not isinstance(v, ast.Constant) and not (isinstance(v, ast.Name) and v.id in params)
+                    and self._pure(v, params, func, 0) for v in values)
+            if not self._memo[key]:  # type: ignore[index]
+                return False
+        return True
+
+    def _pure(self, expr: ast.AST, params: set[str], func: ast.AST, depth: int) -> bool:
+        """(A method, not a closure: a recursive closure is a reference cycle that keeps the tree alive.)"""
+        if isinstance(expr, ast.Name):
+            if expr.id in params:
+                return True
+            bound = [b for b in self.bindings.by_key.get(expr.id, []) if b.scope is func]  # ``rt = t.clone()``
+            return depth < 2 and len(bound) == 1 and bound[0].value is not None and bound[0].index is None \
+                and not bound[0].is_param and self._pure(bound[0].value, params, func, depth + 1)
+        if isinstance(expr, ast.Constant):
+            return isinstance(expr.value, (int, float))
+        if isinstance(expr, ast.BinOp):
+            return self._pure(expr.left, params, func, depth) and self._pure(expr.right, params, func, depth)
+        if isinstance(expr, ast.UnaryOp):
+            return self._pure(expr.operand, params, func, depth)
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+            return expr.func.attr in _TENSOR_METHODS_ONLY | {"clone", "float", "double", "half"} \
+                and self._pure(expr.func.value, params, func, depth)
+        return False
 
     def return_kind(self, func: ast.AST) -> str | None:
         """What ``func`` returns, when every ``return`` agrees (for the project index)."""

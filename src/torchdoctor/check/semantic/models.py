@@ -305,12 +305,29 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
         if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
                 in _STATE_CALLS:
             return False
-        if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, (ast.Call, ast.ListComp, ast.List, ast.Dict,
-                                                                               ast.Name, ast.Attribute)):
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            if any((dotted(t) or "").startswith("self.") for t in targets) and not _plain_setting(sem, n.value, n):
+        for _, value in _self_assignments(n):
+            if isinstance(value, _HELD) and not _plain_setting(sem, value, n):
                 return False
     return True
+
+
+_HELD = (ast.Call, ast.ListComp, ast.List, ast.Dict, ast.Name, ast.Attribute)
+
+
+def _self_assignments(n: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
+    """(target, value) pairs of ``self.x = ...`` in the statement ``n``, unpacking ``self.enc, self.dec =
+    nn.Linear(4, 8), nn.Linear(8, 4)`` element by element."""
+    if not (isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None):
+        return []
+    out = []
+    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+        if isinstance(t, (ast.Tuple, ast.List)):
+            same = isinstance(n.value, (ast.Tuple, ast.List)) and len(n.value.elts) == len(t.elts)
+            out += [(e, n.value.elts[i] if same else n.value) for i, e in enumerate(t.elts)  # type: ignore[union-attr]
+                    if (dotted(e) or "").startswith("self.")]
+        elif (dotted(t) or "").startswith("self."):
+            out.append((t, n.value))
+    return out
 
 
 def class_holds_nothing(sem: SemanticModel, cls: ast.AST, depth: int = 0) -> bool:
@@ -341,11 +358,8 @@ def class_has_no_parameters(sem: SemanticModel, cls: ast.AST) -> bool:
         if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
                 in _PARAMETER_CALLS:
             return False
-        if isinstance(n, (ast.Assign, ast.AnnAssign)) and isinstance(n.value, (ast.Call, ast.ListComp, ast.List, ast.Dict,
-                                                                               ast.Name, ast.Attribute)):
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            if any((dotted(t) or "").startswith("self.") for t in targets) and not _plain_setting(sem, n.value, n) \
-                    and not _plain_tensor(sem, n.value):
+        for _, value in _self_assignments(n):
+            if isinstance(value, _HELD) and not _plain_setting(sem, value, n) and not _plain_tensor(sem, value):
                 return False
     return True
 
@@ -411,13 +425,7 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
     if init is None or len(cls.bases) != 1 or (dotted(cls.bases[0]) or "") not in _MODULE_BASES:  # type: ignore[attr-defined]
         return None
     parts: list[str] = []
-    for n in sem.local_nodes(init):
-        if not (isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None):
-            continue
-        targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-        if not any((dotted(t) or "").startswith("self.") for t in targets):
-            continue
-        value = n.value
+    for n, value in [(n, v) for n in sem.local_nodes(init) for _, v in _self_assignments(n)]:
         if isinstance(value, ast.Call):
             q = sem.call_name(value) or ""
             written = dotted(value.func) or ""

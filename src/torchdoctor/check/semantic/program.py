@@ -101,9 +101,15 @@ def _device_target(node: ast.Assign | ast.AnnAssign) -> bool:
     return False
 
 
+_LEGACY_TYPES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
+                 "CharTensor", "ByteTensor", "BoolTensor")
+
+
 def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
     name = sem.call_name(call)
     func = call.func
+    if name and name.startswith("torch.cuda.") and name[11:] in _LEGACY_TYPES:  # ``torch.cuda.FloatTensor(n, c)``
+        return CudaSite(call, f"{sem.segment(func)}(...)" if call.args else f"{sem.segment(func)}()", False)
     if name == "torch.device":
         first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "type"), None)
         is_cuda, indexed = cuda_string(first)
@@ -149,7 +155,8 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
     """Every hard-coded CUDA device of the file, in source order."""
 
     def compute() -> list[CudaSite]:
-        candidates = set(sem.calls_named("device", "cuda", "to", "init_device_mesh")) | set(sem.calls_with_keyword("device")) \
+        candidates = set(sem.calls_named("device", "cuda", "to", "init_device_mesh", *_LEGACY_TYPES)) \
+            | set(sem.calls_with_keyword("device")) \
             | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator")) \
             | set(sem.calls_with_keyword("device_map"))
         nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]

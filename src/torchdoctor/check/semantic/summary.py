@@ -50,7 +50,8 @@ class FunctionSummary(FrozenRecord):
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
     params: tuple[str, ...]
-    returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper; "device": it may return CUDA
+    returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper; "device": it may return CUDA;
+    # "derived": tensor arithmetic on its parameters (a tensor where they are)
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
                  returns: str | None = None) -> None:
@@ -140,7 +141,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
                 isinstance(n, _LOOPS) for n in sem.local_nodes(func))
             returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else \
-                "device" if "cuda" in source and _returns_cuda_choice(sem, func) else None
+                "device" if "cuda" in source and _returns_cuda_choice(sem, func) else \
+                "derived" if sem.kinds.computes_on_params([func]) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
             out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns)
     return out
