@@ -219,6 +219,8 @@ def _new_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int) -> bool:
             if q.split(".")[1] in FACTORIES or q.endswith(("Tensor", "from_numpy")):
                 return True
             return any(_new_tensor(ctx, a, at, depth + 1) for a in value.args)
+        if q == "torch.autograd.Variable" and value.args:  # the legacy wrapper: still a plain tensor, unregistered
+            return _new_tensor(ctx, value.args[0], at, depth + 1)
         recv = value.func.value if isinstance(value.func, ast.Attribute) else None
         if recv is None or (isinstance(recv, ast.Name) and recv.id in ctx.imports):
             return False

@@ -186,12 +186,14 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
     if "backward" in sem.region_effects(region) or "step" in sem.region_effects(region) or _differentiates(ctx, region):
         return []  # its eval-mode forwards may feed training
     out = []
+    keys = {key} | {n.targets[0].id for n in nodes if isinstance(n, ast.Assign) and len(n.targets) == 1  # ``full = model``
+                    and isinstance(n.targets[0], ast.Name) and dotted(n.value) == key}  # type: ignore[attr-defined]
     for call in region:
         if not isinstance(call, ast.Call):
             continue
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
-        if dotted(target) == key and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call):
+        if dotted(target) in keys and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call):
             out.append(call)
         elif isinstance(func, ast.Attribute) and dotted(func.value) == key and _submodule(ctx, key, func.attr, call) \
                 and not sem.under_no_grad(call) and not sem.feeds_backward(call) \
@@ -233,8 +235,12 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
             sem.enclosing_loop(call, "eval") is not None:
         return False
     cls = sem.class_of(call)
+    target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
     if cls is not None and cls.name in sem.module_classes:  # type: ignore[attr-defined]
-        return False  # a module's own method runs in its caller's grad mode: the caller's call is judged
+        # a module's own method runs in its caller's grad mode (the caller's call is judged), unless it puts itself
+        # in eval mode to serve a prediction: ``def infer(self, feats): self.eval(); ... self.forward(x)``
+        return evaluated and isinstance(target, ast.Name) and target.id == "self" \
+            and sem.function_of(call) is not None and sem.function_of(call).name != "forward"  # type: ignore[union-attr]
     if isinstance(call.func, ast.Attribute) and call.func.attr != "forward":
         for funcs in [sem.functions.get(call.func.attr, [])]:
             for f in funcs:

@@ -9,7 +9,7 @@ from torchdoctor.check.astutil import call_argument, dotted, keyword, method_nam
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import calls_a_frozen_model, first_input_device, has_dropout_or_bn, \
+from torchdoctor.check.semantic.models import calls_a_frozen_model, construction, first_input_device, has_dropout_or_bn, \
     model_has_no_parameters
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -23,7 +23,7 @@ def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
         return []
     out = []
     for node in sem.body(loop):
-        if not isinstance(node, ast.Call) or flow.consumer_kind(sem, node) != "model":
+        if not isinstance(node, ast.Call) or flow.consumer_kind(sem, node) != "model" and not _runs_the_network(ctx, node):
             continue
         func = node.func
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
@@ -33,6 +33,27 @@ def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
         if sem.enclosing_loop(node, "eval") is loop:
             out.append(node)
     return out
+
+
+def _runs_the_network(ctx: Context, call: ast.Call) -> bool:
+    """``model.attribution(x)`` where the model's class (of this file) defines ``attribution`` to run its layers
+    (``return self.body(x).softmax(-1)``): a forward by another name."""
+    sem = ctx.semantic
+    if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, (ast.Name, ast.Attribute))) \
+            or call.func.attr in ("forward", "train", "eval", "to", "cuda", "cpu", "parameters", "state_dict", "apply",
+                                  "zero_grad", "load_state_dict", "named_parameters", "modules", "children"):
+        return False
+    if sem.expr_kind(call.func.value, call) not in ("model", "wrapper"):
+        return False
+    made = construction(sem, call.func.value, call)
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    method = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == call.func.attr),
+                  None)
+    return method is not None and any(  # ``self.body(x)``, ``self(x)``, ``self.forward(x)``
+        isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                                     and n.func.value.id == "self" and (n.func.attr == "forward" or sem.kinds.kind_of(
+                                         f"self.{n.func.attr}", n) == "model") or isinstance(n.func, ast.Name)
+                                     and n.func.id == "self") for n in sem.local_nodes(method))
 
 
 @rule("TD401", *_LOOPS)
@@ -112,7 +133,8 @@ def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
     if not forwards or _eval_mode_set(ctx, loop):
         return
     for node in forwards:
-        func = node.func.value if method_name(node) == "forward" else node.func  # type: ignore[union-attr]
+        func = node.func.value if method_name(node) == "forward" or _runs_the_network(ctx, node) \
+            else node.func  # type: ignore[union-attr]
         if has_dropout_or_bn(sem, func, node) is not True or _loaded_in_eval_mode(ctx, func, loop) \
                 or sem.guards.on_cpu_branch(node) or _eval_just_before(ctx, loop, node, func):
             continue

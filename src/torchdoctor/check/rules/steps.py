@@ -212,7 +212,24 @@ def batch_on_device(ctx: Context, name: str, at: ast.AST, loop: ast.AST) -> bool
     """A batch value of ``loop`` is on the device at ``at``: moved there, or delivered there by Accelerate /
     Fabric (their prepared loaders, in a loop that trains or evaluates). Else it is still host data."""
     sem = ctx.semantic
-    return sem.is_moved(name, at) or program.accelerator_api(sem) and sem.loop_kind(loop) in ("train", "eval")
+    if sem.is_moved(name, at) or sem.elements_moved(name, at) or program.accelerator_api(sem) \
+            and sem.loop_kind(loop) in ("train", "eval"):
+        return True
+    return _computed_from_moved(ctx, name, at, loop, 0)
+
+
+def _computed_from_moved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, depth: int) -> bool:
+    """``pos_total = (label != 0).long().sum()`` with ``label`` taken from a batch moved in place (``data[i] =
+    data[i].cuda()``) or moved itself: computed on the device."""
+    sem = ctx.semantic
+    b = sem.binding_at(name, at)
+    if depth > 3 or b is None or b.value is None or b.is_param:
+        return False
+    if sem.elements_moved(root_name(b.value) or "", b.node):
+        return True
+    names = {n.id for n in sem.subtree(b.value) if isinstance(n, ast.Name) and n.id != name}
+    return any(sem.is_moved(n, b.node) or _computed_from_moved(ctx, n, b.node, loop, depth + 1) for n in names
+               if n in sem.batch_vars(loop))
 
 
 def _host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:

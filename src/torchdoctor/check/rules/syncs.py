@@ -30,7 +30,8 @@ _REDUCTIONS = frozenset({"min", "max", "all", "any", "sum", "mean", "norm", "ama
 _TORCH_TESTS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.any", "torch.all", "torch.equal",
                           "torch.allclose", "torch.is_nonzero"})
 _LOSSISH_CALL = lazy(r"(?i)(loss|cross_entropy|criterion|nll|mse)")
-_HOST_TENSORS = ("torch.zeros", "torch.ones", "torch.empty", "torch.full")
+_HOST_TENSORS = ("torch.zeros", "torch.ones", "torch.empty", "torch.full", "numpy.zeros", "numpy.ones", "numpy.empty",
+                 "numpy.full")
 
 
 def _accelerated(ctx: Context) -> bool:
@@ -125,7 +126,7 @@ def _reduced_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
 
 def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
     """The device tensor under elementwise work: ``(y.int() < 0)``, ``(a - b).abs()``, ``x.float()``."""
-    if depth > 4:
+    if depth > 8:
         return None
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE:
         return _tensor_operand(ctx, expr.func.value, at, depth + 1)
@@ -163,7 +164,10 @@ def _device_value(ctx: Context, value: ast.AST, at: ast.AST) -> str | None:
         if ctx.semantic.is_model_call(value):
             return f"{ctx.name(value.func)}(...)"
         callee = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
-        return f"{callee}(...)" if _LOSSISH_CALL.search(callee or "") else None
+        if _LOSSISH_CALL.search(callee or ""):
+            return f"{callee}(...)"
+    if isinstance(value, (ast.Call, ast.BinOp, ast.Compare)):  # ``100 - 100 * (pred.argmax(1) == y).float().mean()``
+        return _tensor_operand(ctx, value, at)
     return _device_tensor_name(ctx, value, at)
 
 
@@ -175,7 +179,7 @@ def device_value_into_host_tensor(node: ast.AST, ctx: Context) -> None:
     host = _host_tensor(ctx, node.targets[0], node) if len(node.targets) == 1 else None
     what = _device_value(ctx, node.value, node) if host else None
     if what is not None:
-        _report(ctx, node, f"writing `{what}` into host tensor `{host}` (made without a device)")
+        _report(ctx, node, f"writing `{what}` into host array `{host}` (made without a device)")
 
 
 _SCALER_NAME = lazy(r"(^|\.|_)scaler$", re.IGNORECASE)  # ``loss_scaler``: timm's and Swin's NativeScaler wrappers

@@ -217,6 +217,12 @@ class Loops:
                     recv = recv.value
                 if isinstance(recv, ast.Name) and recv.id in names:
                     return True
+            # ``seq, target = map(lambda t: t.to(device), batch)``: every element moved through a lambda
+            if isinstance(n, ast.Call) and dotted(n.func) == "map" and len(n.args) == 2 \
+                    and isinstance(n.args[0], ast.Lambda) and isinstance(n.args[1], ast.Name) and n.args[1].id in names \
+                    and any(isinstance(c, ast.Call) and method_name(c) in ("to", "cuda")
+                            for c in self.index.subtree(n.args[0].body)):
+                return True
         return False
 
     def _calls_model(self, loop: ast.AST) -> bool:
