@@ -2132,3 +2132,50 @@ def test_a_reduced_loss_from_a_helper_module_is_a_tensor_where_the_loss_is(proje
     })
     results = check_files(["util.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "train.py") == [(14, "TD603")]
+
+
+def test_a_trainer_handed_a_model_its_caller_moved_to_the_gpu_runs_there(project: Path) -> None:
+    write(project, {
+        "solver.py": """\
+            import torch.nn.functional as F
+
+            class Solver:
+                def __init__(self, model, optimizer, args):
+                    self.model = model
+                    self.optimizer = optimizer
+                    self.device = args.device
+
+                def epoch(self, loader):
+                    total = 0.0
+                    for noisy, clean in loader:
+                        noisy, clean = noisy.to(self.device), clean.to(self.device)
+                        loss = F.l1_loss(self.model(noisy), clean)
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+                        total += loss.item()
+                    return total
+            """,
+        "train.py": """\
+            import torch
+
+            def run(args, model, loader):
+                from solver import Solver
+                if torch.cuda.is_available():
+                    model.cuda()
+                optimizer = torch.optim.Adam(model.parameters())
+                Solver(model, optimizer, args).epoch(loader)
+            """,
+        "cpu_train.py": """\
+            import torch
+            from solver import Solver
+
+            def run(args, model, loader):
+                Solver(model, torch.optim.Adam(model.parameters()), args).epoch(loader)
+            """,
+    })
+    results = check_files(["solver.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "solver.py") == [(17, "TD603")]
+    (project / "train.py").unlink()  # only a caller that moves nothing: no GPU in sight
+    results = check_files(["solver.py", "cpu_train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "solver.py") == []

@@ -125,6 +125,16 @@ class Callers:
         return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
                    for r in self._callers(sem, func))
 
+    def passes_moved_model(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
+        """A caller in another module hands ``param`` of ``func`` a model it moved to an accelerator (``Runner(model,
+        opt, cfg)`` after ``model.cuda()``; a method's ``self`` takes no argument slot)."""
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+        if params[:1] == ["self"]:
+            params = params[1:]
+        slot = f"#{params.index(param)}" if param in params else None
+        return any(param in r.moved_models or (slot is not None and slot in r.moved_models)
+                   for r in self._callers(sem, func))
+
     def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False) -> list[CallRecord]:
         """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process
         group (the others are not read: a question about DDP callers parses no single-process script)."""

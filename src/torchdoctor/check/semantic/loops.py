@@ -20,6 +20,7 @@ EVALISH = lazy(r"(?i)(val|valid|test|eval|dev\b|holdout)")
 EVAL_FUNC = lazy(r"(?i)(eval|valid|test|predict|infer|score)")
 # ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
 _GETS_BATCH = lazy(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
+_GETS_FRAME = lazy(r"(?i)^(next|read|get|grab)_?frames?$")  # ``frame = src.next_frame()``: a video, frame by frame
 _ITERATOR_NAME = lazy(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
 _ITEM_GETTER = lazy(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|example|anno)?$")
 _DATASET_NAME = lazy(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
@@ -137,7 +138,7 @@ class Loops:
                 continue
             if isinstance(node.value, ast.Call):
                 name = (dotted(node.value.func) or "").rsplit(".", 1)[-1]
-                fetched = name == "next" or bool(_GETS_BATCH.search(name))
+                fetched = name == "next" or bool(_GETS_BATCH.search(name)) or bool(_GETS_FRAME.search(name))
                 func = node.value.func  # ``img = dataset.pull_item(i)``: an item of the dataset, by index
                 fetched = fetched or isinstance(func, ast.Attribute) and bool(_ITEM_GETTER.match(func.attr)) and \
                     bool(_DATASET_NAME.search((dotted(func.value) or "").rsplit(".", 1)[-1]))

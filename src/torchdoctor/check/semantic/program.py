@@ -509,7 +509,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
         if sem.project is None:
             return False
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
-            config_module_device(sem, sem.project) or _device_from_project_helper(sem)
+            config_module_device(sem, sem.project) or _device_from_project_helper(sem) or _runs_a_moved_model(sem)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
 
@@ -519,6 +519,34 @@ def _lightning_on_cpu(sem: SemanticModel) -> bool:
     made = [c for c in sem.calls_named("Trainer", "Fabric") if (sem.call_name(c) or "") in _LAUNCHERS]
     return bool(made) and all(any(k.arg == "accelerator" and string_value(k.value) == "cpu" for k in c.keywords)
                               for c in made)
+
+
+def _runs_a_moved_model(sem: SemanticModel) -> bool:
+    """A trainer class of this file keeps the model its constructor is given (``self.model = model``) and moves
+    batches to a device it reads from a config (``.to(self.device)``), and a caller in another module hands it a
+    model it moved to the GPU: the batches go there too."""
+    if not sem.calls_named("to", "cuda"):
+        return False
+    for cls in sem.of_type(ast.ClassDef):
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+        if init is None:
+            continue
+        params = {a.arg for a in init.args.args[1:]}
+        kept = {t.attr: v.id for n in sem.local_nodes(init) if isinstance(n, ast.Assign)  # (``self.dmodel =
+                for t in n.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)  # wrap(model)`` too)
+                and t.value.id == "self" and isinstance(v := n.value.args[0] if isinstance(n.value, ast.Call)
+                                                        and n.value.args else n.value, ast.Name) and v.id in params}
+        if not kept:  # (``self.model, self.opt = model, opt`` is a tuple: bound element by element below)
+            kept = {t.attr: v.id for n in sem.local_nodes(init) if isinstance(n, ast.Assign)
+                    for tt in n.targets if isinstance(tt, ast.Tuple) and isinstance(n.value, ast.Tuple)
+                    for t, v in zip(tt.elts, n.value.elts) if isinstance(t, ast.Attribute) and isinstance(v, ast.Name)
+                    and dotted(t.value) == "self" and v.id in params}
+        run = {c.func.attr for c in sem.calls if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == "self"
+               and sem.class_of(c) is cls}
+        for attr, param in kept.items():
+            if attr in run and sem.project.passes_moved_model(sem, init, param):  # type: ignore[union-attr]
+                return True
+    return False
 
 
 def _device_from_project_helper(sem: SemanticModel) -> bool:

@@ -15,7 +15,7 @@ from torchdoctor.check.semantic.loaders import class_yields_text
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_moves_itself, class_parts
+    class_moves_itself, class_parts, moved_keys
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
@@ -83,7 +83,7 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop", "rank_zero_only")
+                 "line", "in_loop", "rank_zero_only", "moved_models")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -95,12 +95,14 @@ class CallRecord(FrozenRecord):
     line: int
     in_loop: bool  # inside the caller's epoch or batch loop (a training run's checkpoint, not a library's API)
     rank_zero_only: bool  # only the main process makes the call (``Logger(...) if rank == 0 else None``)
+    moved_models: frozenset[str]  # parameters (by name, or "#i" by position) given a model moved to an accelerator
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
-                 line: int = 0, in_loop: bool = False, rank_zero_only: bool = False) -> None:
+                 line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
+                 moved_models: frozenset[str] = frozenset()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only)
+                   rank_zero_only, moved_models)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -189,6 +191,13 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         eval_before = any(sem.mode_call(n) == "eval" and sem.scope_of(n) is scope and n.lineno < call.lineno
                           for n in sem.calls_named("eval"))
         given: set[str] = set()
+        models: set[str] = set()
+        if accelerator:  # ``Runner(model, opt, cfg)`` after ``model.cuda()``: the model it trains is on the GPU
+            moved = moved_keys(sem)
+            models |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in moved
+                       and sem.expr_kind(arg, call) in ("model", "wrapper")}
+            models |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
+                       and kw.value.id in moved and sem.expr_kind(kw.value, call) in ("model", "wrapper")}
         if not accelerator and (carriers := _cuda_carriers(sem)):  # ``args.device = torch.device('cuda')``
             given |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
                       and kw.value.id in carriers}
@@ -207,7 +216,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         in_loop = sem.enclosing_loop(call, "epoch") is not None or sem.enclosing_loop(call, "batch") is not None
         out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
                               accelerator and _per_step(sem, call), sem.path, call.lineno, in_loop,
-                              guarded and sem.guards.only_on_rank_zero(call)))
+                              guarded and sem.guards.only_on_rank_zero(call), frozenset(models)))
     return out
 
 
