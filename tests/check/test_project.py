@@ -2179,3 +2179,45 @@ def test_a_trainer_handed_a_model_its_caller_moved_to_the_gpu_runs_there(project
     (project / "train.py").unlink()  # only a caller that moves nothing: no GPU in sight
     results = check_files(["solver.py", "cpu_train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "solver.py") == []
+
+
+def test_each_rank_bound_to_its_gpu_by_a_helper_of_another_module(project: Path) -> None:
+    write(project, {
+        "dist_helpers.py": """\
+            import torch
+            import torch.distributed as dist
+
+            def start_group(rank, world):
+                torch.cuda.set_device(rank % torch.cuda.device_count())
+                dist.init_process_group("nccl", rank=rank, world_size=world)
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from dist_helpers import start_group
+
+            def run(rank, world, batches):
+                if world > 1:
+                    start_group(rank, world)
+                model = nn.Linear(8, 1).cuda()
+                for x in batches:
+                    model(x.cuda()).mean().backward()
+
+            if __name__ == "__main__":
+                import os
+                run(int(os.getenv("RANK", "0")), int(os.getenv("WORLD_SIZE", "1")), [torch.randn(4, 8)])
+            """,
+        "bare.py": """\
+            import torch
+            import torch.nn as nn
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            dist.init_process_group("nccl")
+            model = DDP(nn.Linear(8, 1).cuda())
+            """,
+    })
+    results = check_files(["dist_helpers.py", "train.py", "bare.py"], Settings(root=str(project), select=("TD705",)))
+    assert codes(results, "train.py") == []
+    assert codes(results, "bare.py") == [(7, "TD705")]

@@ -30,6 +30,10 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
         return
     if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
+    if any(b.node is not node and b.pos > (node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[operator]
+           and sem.function_of(b.node) is func and not sem.in_other_branch(b.node, node)
+           for b in sem.bindings.in_scope(cls, f"self.{target.attr}")):
+        return  # ``self.proj = torch.randn(m, d)`` then ``self.proj = nn.Parameter(...)``: a draft, rebound at once
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
             or _moved_at_every_use(ctx, cls, target.attr) or _host_bookkeeping(ctx, cls, target.attr) \
             or program.default_device_set(ctx.semantic):

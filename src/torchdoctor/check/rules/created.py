@@ -10,7 +10,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.steps import batch_on_device, per_step_loop
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import cpu_only_loop
+from torchdoctor.check.semantic.models import cpu_only_loop, model_is_stateless
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -169,8 +169,9 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     cur: ast.AST = node
     for _ in range(8):
         up = sem.parent(cur)
-        if isinstance(up, ast.Call) and cur in up.args[:1] and (dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable":
-            cur = up
+        if isinstance(up, ast.Call) and cur in up.args[:1] and ((dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable"
+                                                                 or model_is_stateless(sem, up.func, up)):
+            cur = up  # ``Variable(...)``; ``drop(torch.ones(x.shape))`` through a module that holds nothing
             continue
         if isinstance(up, ast.BinOp) and isinstance(up.right if up.left is cur else up.left, (ast.Name, ast.Constant)):
             cur = up  # ``(torch.ones(b, l) / l).to(x.device)``: scaled by a number on the host first

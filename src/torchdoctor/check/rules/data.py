@@ -9,9 +9,9 @@ from torchdoctor.check.astutil import call_argument, dotted, has_kwargs, is_fals
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
+from torchdoctor.check.rules.pipeline import collates_onto_device, dataset_on_device, is_torch_dataloader
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import moved_keys
+from torchdoctor.check.semantic.models import moved_keys, never_moved
 from torchdoctor.findings import Severity
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -77,7 +77,7 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     if not info.is_batch or not info.batch_vars or program.is_rpc_program(sem):
         return
     loader = _loader_construction(ctx, info.loader, node)
-    if loader is not None and dataset_on_device(ctx, loader):
+    if loader is not None and (dataset_on_device(ctx, loader) or collates_onto_device(ctx, loader)):
         return  # ``DataLoader(TensorDataset(u, i, r))`` of tensors already on the device: its batches are there
     body = ctx.semantic.body(node)
     batch = set(info.batch_vars)
@@ -102,8 +102,9 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         consumer, moved = flow.path_to_consumer(ctx.semantic, use, node)
         if consumer is None and not moved:
             consumer = flow.combined_in_helper(ctx.semantic, use, node)
-        if consumer is None or moved or _scatters_inputs(ctx, consumer):
-            continue
+        if consumer is None or moved or _scatters_inputs(ctx, consumer) or isinstance(consumer.func, ast.Name) \
+                and flow.consumer_kind(sem, consumer) == "model" and never_moved(sem, consumer.func.id, consumer):
+            continue  # (``table(ent)`` of a lookup table kept on the host on purpose: host ids, host table)
         element = _element_text(ctx, use)
         if element in seen or flow.is_cpu_name(element.split("[")[-1].strip("'\"]")):
             continue
@@ -152,7 +153,8 @@ def _peeked_loader(ctx: Context, value: ast.AST) -> ast.AST | None:
         return None
     loader = inner.args[0]
     made = _loader_construction(ctx, loader, value)
-    return loader if made is not None and is_torch_dataloader(ctx, made) and not dataset_on_device(ctx, made) else None
+    return loader if made is not None and is_torch_dataloader(ctx, made) and not dataset_on_device(ctx, made) \
+        and not collates_onto_device(ctx, made) else None
 
 
 def _loader_construction(ctx: Context, loader: ast.AST | None, at: ast.AST) -> ast.Call | None:

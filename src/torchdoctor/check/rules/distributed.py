@@ -143,11 +143,22 @@ def _sets_rank_device(ctx: Context) -> bool:
         if any((ctx.call_name(n) or "").endswith(("set_device", "set_device_index", "init_device_mesh"))
                for n in sem.calls_named("set_device", "set_device_index", "init_device_mesh")):
             return True
+
         # os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank): "cuda" is then this rank's GPU
         return any(string_value(n) == "CUDA_VISIBLE_DEVICES" and any(
             isinstance(a, ast.Assign) for a in list(sem.ancestors(n))[:3]) for n in sem.of_type(ast.Constant))
 
     return ctx.semantic.cached("sets_rank_device", compute)  # type: ignore[no-any-return]
+
+
+def _helper_sets_device(ctx: Context) -> bool:
+    """``start_group(rank, world)``, a function of another module of the project, calls ``torch.cuda.set_device``."""
+    sem = ctx.semantic
+    return sem.project is not None and any(
+        "set_device" in getattr(sem.external(c), "effects", ()) for c in sem.calls
+        if isinstance(c.func, (ast.Name, ast.Attribute)) and (dotted(c.func) or "").split(".")[0]
+        in sem.names.from_imports or isinstance(c.func, ast.Attribute)
+        and (dotted(c.func) or "").split(".")[0] in sem.names.imports)
 
 
 def _starts_processes(ctx: Context) -> bool:
@@ -193,9 +204,10 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             or program.accelerator_api(sem) or program.sets_device_through_helper(sem) or not _starts_processes(ctx) \
             or program.single_process_world(sem):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
-    for site in program.cuda_sites(sem):
-        if site.indexed or _single_process_branch(ctx, site.node):
-            continue
+    sites = [site for site in program.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)]
+    if sites and _helper_sets_device(ctx):
+        return  # (asked last: it reads the modules the file calls into)
+    for site in sites:
         ctx.report(
             "TD705",
             site.node,

@@ -11,7 +11,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import calls_a_frozen_model, construction
+from torchdoctor.check.semantic.models import calls_a_frozen_model, construction, model_has_no_parameters
 
 
 # a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
@@ -193,13 +193,32 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
             continue
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
-        if dotted(target) in keys and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call):
+        if dotted(target) in keys and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call) \
+                and not _rebound_since(ctx, dotted(target) or "", eval_call, call):
             out.append(call)
         elif isinstance(func, ast.Attribute) and dotted(func.value) == key and _submodule(ctx, key, func.attr, call) \
                 and not sem.under_no_grad(call) and not sem.feeds_backward(call) \
                 and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None:
             out.append(call)  # ``drawn = model.decoder(noise)``: a submodule of the model put in eval mode
     return out
+
+
+def _rebound_since(ctx: Context, key: str, eval_call: ast.AST, call: ast.AST) -> bool:
+    """``enc.eval(); ...; enc = nn.Sequential(...)``: the name holds a fresh module, in training mode, by ``call``."""
+    sem = ctx.semantic
+    if "." in key:
+        return False
+    b = sem.binding_at(key, call)
+    for _ in range(4):  # (``encoder = encoder.to(device)``: the same module, moved)
+        value = b.value if b is not None and not b.is_param else None
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _AS_MOVED | {
+                "eval", "train", "float", "half"}:
+            value = value.func.value
+        if not (isinstance(value, ast.Name) and value.id == key):
+            break
+        b = sem.binding_at(key, value)
+    return b is not None and b is not sem.binding_at(key, eval_call) and not sem.contains(b.node, eval_call) \
+        and b.pos > (eval_call.lineno, eval_call.col_offset)  # type: ignore[attr-defined]
 
 
 def _submodule(ctx: Context, key: str, attr: str, at: ast.AST) -> bool:
@@ -235,7 +254,8 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
             sem.enclosing_loop(call, "eval") is not None:
         return False
     cls = sem.class_of(call)
-    target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
+    target = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in _INFERENCE_METHODS \
+        else call.func  # (``model.predict(x)``: the model; ``self.model(x)``: the attribute called)
     if cls is not None and cls.name in sem.module_classes:  # type: ignore[attr-defined]
         # a module's own method runs in its caller's grad mode (the caller's call is judged), unless it puts itself
         # in eval mode to serve a prediction: ``def infer(self, feats): self.eval(); ... self.forward(x)``
@@ -248,8 +268,8 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
                     return False
         if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
             return False  # a library's sampling method (often under no_grad itself): not judged
-    target = call.func.value if isinstance(call.func, ast.Attribute) else call.func
-    if evaluated and (_loaded_module(ctx, target, call) or _built_evaluated_and_moved(ctx, target, call)):
+    if evaluated and (_loaded_module(ctx, target, call) or _built_evaluated_and_moved(ctx, target, call)
+                      or _kept_moved(ctx, target, call)):
         return True
     if sem.expr_kind(target, call) not in ("model", "wrapper"):
         return False
@@ -282,6 +302,15 @@ def _loaded_module(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
     return False
 
 
+def _kept_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
+    """``self.model = model.to(self.device)`` in a trainer's ``__init__``, put in eval mode by the method that runs
+    it: a torch module (a Keras model has ``predict`` too, but no ``.to(device)``)."""
+    b = ctx.semantic.binding_at(dotted(target) or "", at)
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    return isinstance(value, ast.Call) and method_name(value) in ("to", "cuda") and ctx.semantic.is_device_move(value) \
+        and ctx.semantic.expr_kind(value.func.value, b.node) in ("model", "wrapper")  # type: ignore[attr-defined, union-attr]
+
+
 def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
     """``resnet = InceptionResnetV1(pretrained="vggface2").eval().to(device)``: a class of a model library, made, put
     in eval mode and moved in one expression: a module, though its class is not in sight."""
@@ -296,8 +325,8 @@ def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bo
 
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
-    if calls_a_frozen_model(ctx.semantic, call):
-        return  # every parameter was set ``requires_grad = False``: no graph is recorded
+    if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, call.func, call):
+        return  # every parameter was set ``requires_grad = False``, or there is none: no graph is recorded
     name = ctx.name(call.func)
     ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
                fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")

@@ -303,8 +303,9 @@ def _training_loops_around(ctx: Context, node: ast.AST) -> list[tuple[ast.AST, a
     out: list[tuple[ast.AST, ast.AST]] = []
     todo: list[tuple[ast.AST, int]] = [(node, 0)]
     while todo:
-        site, depth = todo.pop()
-        loop = next((a for a in sem.loops_around(site) if "backward" in _loop_effects(ctx, a)), None)
+        site, depth = todo.pop()  # (a loop that backpropagates but steps no optimizer reads gradients: a saliency map)
+        loop = next((a for a in sem.loops_around(site) if {"backward", "step"} <= _loop_effects(ctx, a, deep=True)),
+                    None)
         if loop is not None:
             out.append((loop, site))
             continue

@@ -10,9 +10,9 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
 from torchdoctor.check.project import SELECTS_WRAPPED
-from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_nothing, class_moves_itself, class_parts, \
-    first_input_device, last_name, model_is_stateless, moved_keys, wrapper_prefix
+    first_input_device, last_name, model_is_stateless, moved_keys, never_moved, wrapper_prefix
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
 
@@ -258,8 +258,38 @@ def _inputs_stay_on_host(ctx: Context, key: str, stmt: ast.Assign) -> bool:
     body = sem.scope_of(stmt)
     calls = [n for n in sem.body(body) if isinstance(n, ast.Call) and dotted(n.func) == key
              and getattr(n, "lineno", 0) > stmt.lineno and sem.binding_at(key, n) is binding]
+    if "." not in key and not isinstance(body, ast.Module):  # (and in functions nested here: a collate function)
+        calls += [c for r in sem.reads_of(key) if isinstance(c := sem.parent(r), ast.Call) and c.func is r
+                  and c not in calls and sem.contains(body, c) and sem.binding_at(key, r) is binding]
+    if not calls:  # built to show its ``state_dict()`` (or its parameters), and never run: nothing meets a device
+        reads = [r for r in sem.reads_of(key) if sem.binding_at(key, r) is binding]
+        return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in (
+            "state_dict", "parameters", "named_parameters", "weight", "bias", "load_state_dict", "modules",
+            "children", "named_modules", "eval", "train") or isinstance(p, ast.Expr)
+            or isinstance(p, ast.Call) and dotted(p.func) == "print" for r in reads)
+    if all(_output_moved(ctx, c) for c in calls):
+        return True  # ``input_ent = embed(input_ent + 1)`` then ``input_ent = input_ent.to(device)``: a table kept
+        # on the host on purpose, whose lookups go to the device
     args = [(a, c) for c in calls for a in [*c.args, *(k.value for k in c.keywords)]]
-    return bool(calls) and not any(_may_be_on_device(ctx, a, c, 0) for a, c in args)
+    return not any(_may_be_on_device(ctx, a, c, 0) for a, c in args)
+
+
+def _output_moved(ctx: Context, call: ast.Call) -> bool:
+    """The call's result is moved to a device: at once (``table(ids).to(dev)``), or through the name it is bound to,
+    before any other use (``x = table(ids)``, ..., ``x = x.to(dev)``)."""
+    sem = ctx.semantic
+    up = sem.parent(call)
+    if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda") and isinstance(sem.parent(up), ast.Call) \
+            and sem.is_device_move(sem.parent(up)):
+        return True
+    if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+        return False
+    name = up.targets[0].id
+    mine = [r for r in sem.reads_of(name) if (r.lineno, r.col_offset) > (up.lineno, up.col_offset)
+            and (b := sem.binding_at(name, r)) is not None and b.node is up]
+    first = min(mine, key=lambda r: (r.lineno, r.col_offset)) if mine else None
+    return first is not None and isinstance(p := sem.parent(first), ast.Attribute) and p.attr in ("to", "cuda") \
+        and isinstance(sem.parent(p), ast.Call) and sem.is_device_move(sem.parent(p))
 
 
 def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
@@ -272,16 +302,42 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
     called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
     names = [n for n in nodes if isinstance(n, ast.Name) and n.id not in ctx.imports]
     for name in names:
-        b = sem.binding_at(name.id, at)
+        b = sem.binding_at(name.id, at) or sem.binding_at(name.id, name)  # (a comprehension's own target)
         if b is None and id(name) in called and _makes_host_data(ctx, name.id):
             continue  # ``create_noise(n, z)``: an in-file function that puts nothing on a device
-        if b is not None and b.index is not None and isinstance(b.value, ast.Call) and _host_batch(ctx, b.value):
-            continue  # ``x, y = next(iter(loader))``
-        if b is None or b.value is None or b.index is not None or depth > 4:
+        if depth > 7:
+            return True
+        if b is not None and b.index is not None and isinstance(b.value, ast.Call) and (_host_batch(ctx, b.value) or (
+                _host_model_call(ctx, b.value) or flow.consumer_kind(sem, b.value) is None)
+                and not _may_be_on_device(ctx, b.value, b.node, depth + 1)):
+            continue  # ``x, y = next(iter(loader))``; ``points, directions = generate_sequences(n=128, seed=13)``
+        if b is not None and b.value is None and not b.is_param and _iterates_host_values(ctx, b, depth):
+            continue  # ``for i in range(n)``; ``[torch.as_tensor(seq) for seq in all_seqs]``
+        if b is None or b.value is None or b.index is not None:
             return True  # a parameter, a loop target, an unpacked value: unknown
-        if _may_be_on_device(ctx, b.value, b.node, depth + 1):
+        if _may_be_on_device(ctx, b.value, b.node, depth + 1) and not (
+                isinstance(b.value, ast.Call) and _host_model_call(ctx, b.value)
+                and not _may_be_on_device(ctx, b.value, b.node, depth + 1)):
             return True
     return False
+
+
+def _host_model_call(ctx: Context, call: ast.Call) -> bool:
+    """``out0, h0 = rnn_layer0(x)`` of a demo model nothing moves: its output lives where its input does."""
+    return isinstance(call.func, ast.Name) and flow.consumer_kind(ctx.semantic, call) == "model" \
+        and never_moved(ctx.semantic, call.func.id, call)
+
+
+def _iterates_host_values(ctx: Context, b, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    """A loop (or comprehension) target over ``range(...)``, or over values that are no device tensors."""
+    sem = ctx.semantic
+    loop = sem.parent(b.node)
+    it = getattr(loop, "iter", None) if isinstance(loop, (ast.For, ast.comprehension)) else None
+    if it is None:
+        return False
+    if isinstance(it, ast.Call) and dotted(it.func) == "range":
+        return True  # (a counter, whatever bounds it)
+    return not _may_be_on_device(ctx, it, loop, depth + 1)
 
 
 def _makes_host_data(ctx: Context, name: str) -> bool:

@@ -22,7 +22,7 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
             and (program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node))
             and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) and loaders.feeds_device(sem, node)
-            and not _collates_onto_device(ctx, node) and not _index_loader(ctx, node))
+            and not collates_onto_device(ctx, node) and not _index_loader(ctx, node))
 
 
 def _index_loader(ctx: Context, call: ast.Call) -> bool:
@@ -34,7 +34,7 @@ def _index_loader(ctx: Context, call: ast.Call) -> bool:
     return isinstance(data, ast.Call) and (dotted(data.func) == "range" or ctx.call_name(data) == "torch.arange")
 
 
-def _collates_onto_device(ctx: Context, call: ast.Call) -> bool:
+def collates_onto_device(ctx: Context, call: ast.Call) -> bool:
     """``collate_fn=partial(collate, device=device)`` or a collate function that moves its batch: the loader
     yields device tensors (pinning them raises; workers cannot make them)."""
     sem = ctx.semantic
@@ -50,6 +50,11 @@ def _collates_onto_device(ctx: Context, call: ast.Call) -> bool:
     if isinstance(value, ast.Lambda):
         return any(isinstance(n, ast.Call) and _moves_off_cpu(ctx, n) for n in sem.subtree(value.body))
     funcs = sem.bindings.functions.get(value.id, []) if isinstance(value, ast.Name) else []
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):  # ``collate_fn=ds.collate_fn``
+        b = sem.binding_at(value.value.id, call)
+        cls = sem.calls_index.classes.get(sem.call_name(b.value) or "") \
+            if b is not None and isinstance(b.value, ast.Call) else None
+        funcs = [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == value.attr]
     return any(isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
                for f in funcs for n in sem.local_nodes(f))
 
@@ -154,8 +159,68 @@ def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
     if q == "DataLoader" and ctx.semantic.project is not None and ctx.semantic.names.star \
             and ctx.semantic.project.defines_class(ctx.semantic, "DataLoader"):  # type: ignore[attr-defined]
         return False
-    return q in ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader",
-                 "StatefulDataLoader") or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader")
+    return q in _TORCH_LOADERS or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader") \
+        or q in _PYG_LOADERS or _loader_subclass(ctx, call, q)
+
+
+_TORCH_LOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader",
+                  "StatefulDataLoader")
+# PyTorch Geometric's loaders subclass torch's and take its pipeline arguments (pin_memory, num_workers)
+_PYG_LOADERS = ("torch_geometric.loader.DataLoader", "torch_geometric.data.DataLoader", "torch_geometric.loader.DataListLoader",
+                "torch_geometric.data.DataListLoader", "torch_geometric.loader.DenseDataLoader",
+                "torch_geometric.data.DenseDataLoader", "torch_geometric.loader.NeighborLoader",
+                "torch_geometric.loader.LinkNeighborLoader")
+
+
+def _loader_subclass(ctx: Context, call: ast.Call, q: str) -> bool:
+    """``PairLoader(items, batch_size=64)`` of ``class PairLoader(torch.utils.data.DataLoader)`` in this file or
+    another module of the project, passing what it is given on to torch's (``**kwargs``)."""
+    sem = ctx.semantic
+    cls = sem.calls_index.classes.get(q)
+    if cls is not None:
+        bases = [sem.qualname(b) or "" for b in cls.bases]  # type: ignore[attr-defined]
+        return any(b in _TORCH_LOADERS[:2] or b in _PYG_LOADERS for b in bases) and loaders.builds_a_loader(sem, cls)
+    written = dotted(call.func)
+    if not any(k.arg in ("batch_size", "num_workers", "shuffle", "sampler") for k in call.keywords):
+        return False  # (how a loader is built: asked before the other module is read)
+    if sem.project is None or not written or not written.rsplit(".", 1)[-1][:1].isupper() \
+            or written.split(".")[0] not in sem.names.imports and written.split(".")[0] not in sem.names.from_imports:
+        return False
+    return bool(sem.project.class_builds_loader(sem, written))  # type: ignore[attr-defined]
+
+
+@rule("TD304", ast.Module)
+def renamed_loaders_not_pinned(node: ast.AST, ctx: Context) -> None:
+    """The loaders ``calls=`` does not see by name: an alias (``from torch_geometric.loader import DataLoader as
+    GeoLoader``), a subclass of torch's (``class PairLoader(torch.utils.data.DataLoader)``)."""
+    for call in _renamed_loaders(ctx):
+        loader_not_pinned(call, ctx)
+
+
+@rule("TD305", ast.Module)
+def renamed_loaders_without_workers(node: ast.AST, ctx: Context) -> None:
+    for call in _renamed_loaders(ctx):
+        loader_without_workers(call, ctx)
+
+
+def _renamed_loaders(ctx: Context) -> list[ast.Call]:
+    sem = ctx.semantic
+
+    def compute() -> list[ast.Call]:
+        out: list[ast.Call] = []
+        if not program.runs_on_accelerator(sem):
+            return out  # (a factory of renamed loaders for another module's GPU: not followed)
+        for call in sem.calls:
+            name = call.func.id if isinstance(call.func, ast.Name) else call.func.attr \
+                if isinstance(call.func, ast.Attribute) else ""
+            imported = sem.names.from_imports.get(name)
+            if not name[:1].isupper() or name in loaders.LOADER_NAMES or "Loader" not in name and \
+                    name not in sem.calls_index.classes and not (imported and imported[2].endswith("Loader")):
+                continue  # (a class call whose name is a loader's, or an alias of one: ``DataLoader as GeoLoader``)
+            if is_torch_dataloader(ctx, call):
+                out.append(call)
+        return out
+    return sem.cached("renamed_loaders", compute)  # type: ignore[no-any-return]
 
 
 def dataset_on_device(ctx: Context, call: ast.Call) -> bool:

@@ -17,7 +17,8 @@ __all__ = ["Calls", "EFFECTS", "SAVERS"]
 
 # What code may do, as far as rules care.
 # ("sync": reads a tensor back to the host; "read": a scalar read, ``.item()``, the kind that a device total avoids)
-EFFECTS = ("backward", "step", "zero_grad", "set_epoch", "eval", "train", "save", "empty_cache", "sync", "read")
+EFFECTS = ("backward", "step", "zero_grad", "set_epoch", "eval", "train", "save", "empty_cache", "sync", "read",
+           "set_device")  # ("set_device": binds this process to its GPU, ``torch.cuda.set_device(rank)``)
 _TRAIN_METHODS = {"train", "eval", "to", "cuda", "step", "zero_grad", "backward", "parameters", "forward"}
 _ELSEWHERE = object()  # the elements are instances of a class this file does not define
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -26,6 +27,7 @@ SAVERS = ("torch.save", "torch_xla.core.xla_model.save", "xm.save", "safetensors
 
 # The last word of every call ``node_effects`` may report (method or function name, SAVERS' included).
 _EFFECT_WORDS = frozenset({"backward", "step", "zero_grad", "zero_grad_", "zero_", "fill_", "detach_", "set_epoch",
+                           "set_device",
                            "train", "eval", "empty_cache", "item", "tolist", "cpu", "save_pretrained", "save_state",
                            "save_model", *(s.rsplit(".", 1)[-1] for s in SAVERS)})
 
@@ -347,6 +349,8 @@ class Calls:
                 yield mode
         elif meth == "empty_cache":
             yield "empty_cache"
+        elif meth == "set_device" and (self.names.call_name(node) or "").endswith("cuda.set_device"):
+            yield "set_device"
         elif meth in ("item", "tolist", "cpu") and not node.args:
             yield "sync"  # reads a tensor back to the host (a sync when it lives on a GPU)
             if meth == "item":

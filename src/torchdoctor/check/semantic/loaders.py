@@ -19,7 +19,7 @@ from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.models import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text"]
+__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text", "builds_a_loader"]
 
 LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
 _WRAPPING = {"prepare", "setup_dataloaders", "prepare_data_loader", "DeviceLoader", "skip_first_batches",
@@ -43,10 +43,11 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
     while isinstance(parent, ast.Call) and child in parent.args and \
             (dotted(parent.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter", "zip", "cycle", "islice"):
         child, parent = parent, sem.parent(parent)  # a wrapper around the loader: follow the wrapper
-    if isinstance(parent, ast.Call) and dotted(parent.func) == "next" and isinstance(child, ast.Call) \
-            and dotted(child.func) == "iter" and all(few_passes(sem, a) for a in sem.ancestors(parent)
-                                                     if isinstance(a, (ast.For, ast.AsyncFor, ast.While))):
-        return False  # ``xb, yb = next(iter(loader))``: one batch to look at (or three, to plot), not a stream of steps
+    if isinstance(parent, ast.Call) and dotted(parent.func) == "next" and (
+            isinstance(child, ast.Call) and dotted(child.func) == "iter" or isinstance(child, ast.Name) and depth > 0) \
+            and all(few_passes(sem, a) for a in sem.ancestors(parent) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))):
+        return False  # ``xb, yb = next(iter(loader))`` (or ``it = iter(loader); first = next(it)``): one batch to look
+        # at (or three, to plot), not a stream of steps
     if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
         return _loop_feeds(sem, parent, depth)
     if isinstance(parent, ast.comprehension) and child is parent.iter:
@@ -222,16 +223,64 @@ def dataset_yields_device_tensors(sem: SemanticModel, dataset: ast.AST) -> bool:
     moved to a device itself (``return seq.cuda()``): pinning would fail, workers cannot share them."""
     if not isinstance(dataset, ast.Call):
         return False
+    if _transform_moves(sem, dataset):
+        return True
     cls = sem.calls_index.classes.get(dotted(dataset.func) or "")
     if cls is None:
         return False
-    for item in cls.body:  # type: ignore[attr-defined]
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in ("__getitem__", "__iter__",
-                                                                                    "__getitems__"):
-            for node in sem.local_nodes(item):
-                if isinstance(node, ast.Call) and sem.is_device_move(node) and \
-                        (sem.move_device(node) or "").strip("'\"") != "cpu":
-                    return True
+    methods = {f.name: f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}  # type: ignore[attr-defined]
+    todo = [methods[n] for n in ("__getitem__", "__iter__", "__getitems__") if n in methods]
+    seen: set[int] = set()
+    read: set[str] = set()
+    while todo and len(seen) < 12:  # the item methods, and what they call here: ``self.preprocess_input(img)``,
+        item = todo.pop()  # ``preprocess_image(img)`` (a function of the file)
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        for node in sem.local_nodes(item):
+            if isinstance(node, ast.Call) and _moves_off_cpu(sem, node):
+                return True
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                todo += [f for f in sem.resolve(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                read.add(node.attr)
+                if node.attr in methods:
+                    todo.append(methods[node.attr])
+    init = methods.get("__init__")  # ``self.x = torch.tensor(x).float().to(device)``, read by ``__getitem__``
+    return init is not None and any(
+        isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and dotted(t.value) == "self" and t.attr in read
+                                          for t in n.targets)
+        and sem.value_is_moved(n.value) for n in sem.local_nodes(init))
+
+
+def builds_a_loader(sem: SemanticModel, cls: ast.AST) -> bool:
+    """A subclass of a DataLoader whose ``__init__`` builds torch's (``super().__init__(dataset, ...)``) and that
+    does not iterate its own way (no ``__iter__``: not a wrapper that moves each batch to a device)."""
+    if not any((dotted(b) or "").rsplit(".", 1)[-1] == "DataLoader" for b in cls.bases):  # type: ignore[attr-defined]
+        return False
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}  # type: ignore[attr-defined]
+    init = methods.get("__init__")
+    return "__iter__" not in methods and (init is None or any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
+        for n in sem.local_nodes(init)))
+
+
+def _moves_off_cpu(sem: SemanticModel, node: ast.Call) -> bool:
+    return sem.is_device_move(node) and (sem.move_device(node) or "").strip("'\"") != "cpu"
+
+
+def _transform_moves(sem: SemanticModel, dataset: ast.Call) -> bool:
+    """``datasets.MNIST(..., transform=img_transform)`` whose transform ends with ``transforms.Lambda(lambda x:
+    x.to(device))``: every item comes out on the device."""
+    for kw in dataset.keywords:
+        if kw.arg not in ("transform", "transforms"):
+            continue
+        value = kw.value
+        if isinstance(value, ast.Name):
+            b = sem.binding_at(value.id, dataset)
+            value = b.value if b is not None and b.value is not None and not b.is_param else value
+        if any(isinstance(n, ast.Call) and _moves_off_cpu(sem, n) for n in sem.subtree(value)):
+            return True
     return False
 
 

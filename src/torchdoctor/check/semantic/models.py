@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, method_name
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, is_true, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.bindings import Binding
@@ -270,6 +270,10 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
         return wrapper_prefix(sem, inner[0], inner[1], depth + 1) if inner is not None else None
     key = dotted(expr)
     b = sem.binding_at(key, at) if key else None
+    if b is not None and sem.in_other_branch(b.node, at):  # ``if ddp: model = DDP(model)`` / ``elif ...:
+        earlier = [o for o in sem.bindings_of(key) if o.scope is b.scope and o.pos < b.pos  # model = DP(model)``
+                   and not sem.in_other_branch(o.node, at)]
+        b = max(earlier, key=lambda o: o.pos) if earlier else None
     if b is None or b.value is None or b.index is not None or b.is_param:
         return None
     return wrapper_prefix(sem, b.value, b.node, depth + 1)
@@ -375,13 +379,17 @@ def _plain_tensor(sem: SemanticModel, value: ast.AST) -> bool:
 
 def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
     """The model ``expr`` evaluates to has no parameter (a class of this file or of another module of the project
-    that keeps only buffers, a stateless torch layer)."""
+    that keeps only buffers, a stateless torch layer, a norm layer told ``affine=False``)."""
     if model_is_stateless(sem, expr, at):
         return True
     value = construction(sem, expr, at)
     if value is None:
         return False
     q = sem.call_name(value) or ""
+    last = q.rsplit(".", 1)[-1]
+    if q.startswith("torch.nn.") and (last.startswith(("BatchNorm", "InstanceNorm")) or last == "LayerNorm"):
+        flag = next((k.value for k in value.keywords if k.arg in ("affine", "elementwise_affine")), None)
+        return is_false(flag) if flag is not None else last.startswith("InstanceNorm")  # (InstanceNorm: off)
     cls = sem.calls_index.classes.get(q)
     if cls is not None:
         return q in sem.module_classes and class_has_no_parameters(sem, cls)
@@ -524,6 +532,7 @@ def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
 
 
 _MOVES = frozenset({"to", "cuda", "apply", "_apply", "half", "type"})
+_FROZEN_BY_DEFAULT = ("torch.nn.Embedding.from_pretrained", "torch.nn.EmbeddingBag.from_pretrained")
 _LOOKS = frozenset({"isinstance", "print", "type", "str", "repr", "id", "hasattr", "getattr"})
 
 
@@ -665,6 +674,10 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
     key = dotted(target)
     if not key:
         return False
+    made = construction(sem, target, call)
+    if made is not None and (sem.call_name(made) or "") in _FROZEN_BY_DEFAULT and not any(
+            k.arg == "freeze" and not is_true(k.value) for k in made.keywords):
+        return True  # ``nn.Embedding.from_pretrained(vectors)``: ``freeze=True`` unless told otherwise
     here = (call.lineno, call.col_offset)
 
     def model_binding(at: ast.AST) -> object | None:  # through ``model = model.to(device)``: the same module

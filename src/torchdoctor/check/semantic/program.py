@@ -525,10 +525,12 @@ def _runs_a_moved_model(sem: SemanticModel) -> bool:
     """A trainer class of this file keeps the model its constructor is given (``self.model = model``) and moves
     batches to a device it reads from a config (``.to(self.device)``), and a caller in another module hands it a
     model it moved to the GPU: the batches go there too."""
-    if not sem.calls_named("to", "cuda"):
+    moves = sem.calls_named("to", "cuda")
+    if not moves:
         return False
-    for cls in sem.of_type(ast.ClassDef):
-        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+    trainers = {sem.class_of(c) for c in sem.calls_named("backward") if sem.is_backward_call(c)} & {sem.class_of(c) for c in moves}
+    for cls in trainers:  # (a class that moves batches and backpropagates: cheap questions first)
+        init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
         if init is None:
             continue
         params = {a.arg for a in init.args.args[1:]}

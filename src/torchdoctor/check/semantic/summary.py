@@ -11,7 +11,7 @@ import ast
 from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.loaders import class_yields_text
+from torchdoctor.check.semantic.loaders import builds_a_loader, class_yields_text
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
@@ -26,7 +26,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
-                 "paramless")
+                 "paramless", "builds_loader")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -37,11 +37,14 @@ class ClassSummary(FrozenRecord):
     moves_self: bool  # its ``__init__`` moves itself or its parts to a device
     parts: tuple[str, ...] | None  # its submodules' classes, as written, when it keeps no layer or tensor of its own
     paramless: bool  # buffers and tensors at most: no parameter, no layer that has one
+    builds_loader: bool  # a DataLoader subclass whose ``__init__`` builds torch's (``super().__init__(...)``)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
-                 moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False) -> None:
-        self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless)
+                 moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False,
+                 builds_loader: bool = False) -> None:
+        self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
+                   builds_loader)
 
 
 class FunctionSummary(FrozenRecord):
@@ -124,7 +127,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          frozenset(step_calls.get(cls, ())),
                                          is_module and class_moves_itself(sem, cls),
                                          class_parts(sem, cls) if is_module else None,
-                                         is_module and class_has_no_parameters(sem, cls))
+                                         is_module and class_has_no_parameters(sem, cls),
+                                         not is_module and builds_a_loader(sem, cls))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
