@@ -188,3 +188,27 @@ def test_self_attributes_in_plain_functions_never_crash_a_rule() -> None:
     result = check_file("split.py", Settings(), Mode(gate=False), data=SPLIT_CLASS.encode(), stdin=True)
     assert result.errors == [], result.errors
     assert {f.code for f in result.findings} >= {"TD201", "TD404", "TD406"}
+
+
+def test_a_name_rebound_to_a_call_of_itself_resolves_without_recursing() -> None:
+    """``vocab = vocab(ordered_dict)`` (torchtext's factory, then the object it builds): resolving what a call of
+    ``vocab`` runs asks what ``vocab`` is bound to, a call of ``vocab`` itself."""
+    import ast
+
+    from torchdoctor.check.engine import analyse
+    from torchdoctor.config import Settings
+
+    source = (
+        "import torch\n"
+        "from torchtext.vocab import vocab\n"
+        "vocab = vocab({'a': 1})\n"
+        "def run(model, loader, device):\n"
+        "    for x, y in loader:\n"
+        "        ids = torch.tensor(vocab(['a'])).to(device)\n"
+        "        loss = model(ids.to(device)).sum()\n"
+        "        loss.backward()\n"
+        "        print(loss.item())\n"
+    )
+    errors: list = []
+    analyse(source, "nb.py", tree=ast.parse(source), settings=Settings(), errors=errors)
+    assert errors == []

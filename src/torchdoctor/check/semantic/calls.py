@@ -87,8 +87,30 @@ class Calls:
         ``Trainer(...)`` -> ``Trainer.__init__``."""
         hit = self._resolved.get(call)
         if hit is None:
+            self._resolved[call] = []  # (while it is being found: ``model = model(x)`` asks about itself)
             hit = self._resolved[call] = self._resolve(call)
         return hit
+
+    def _closures(self, value: ast.AST | None, depth: int = 0) -> list[ast.AST]:
+        """``train_step_fn = make_train_step_fn(model, loss_fn, opt)``: the functions nested in the factory that its
+        every ``return`` hands back (``return perform_train_step_fn``); also through an alias of such a name
+        (``step_fn = self.train_step_fn``)."""
+        if isinstance(value, (ast.Name, ast.Attribute)) and depth < 2 and (key := dotted(value)):
+            bound = self.bindings.at(key, value)
+            return self._closures(bound.value, depth + 1) if bound is not None and bound.index is None \
+                and not bound.is_param else []
+        if not isinstance(value, ast.Call):
+            return []
+        out: list[ast.AST] = []
+        for factory in self.resolve(value):
+            nested = {f.name: f for f in self.index.below(factory) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                      and self.index.frame[f].function is factory}
+            returns = [n for n in self.kinds.returns_of(factory)]
+            if not nested or not returns or not all(isinstance(r.value, ast.Name) and r.value.id in nested  # type: ignore[attr-defined]
+                                                    for r in returns):
+                return []
+            out += [nested[r.value.id] for r in returns]  # type: ignore[attr-defined]
+        return out
 
     def _resolve(self, call: ast.Call) -> list[ast.AST]:
         func = call.func
@@ -100,7 +122,8 @@ class Calls:
                 if isinstance(value, ast.Call) and value.args and (dotted(value.func) or "").rsplit(".", 1)[-1] == \
                         "partial" and isinstance(value.args[0], ast.Name) and value.args[0].id != func.id:
                     return [f for f in self.functions.get(value.args[0].id, []) if not self._is_method(f)]
-                return []  # a local value shadows nothing we know
+                return self._closures(value) if not bound.is_param and bound.index is None else []
+                # (a local value shadows nothing else we know)
             if func.id in self.classes:
                 return self._methods(self.classes[func.id], "__init__")
             found = [f for f in self.functions.get(func.id, []) if not self._is_method(f)]
@@ -109,6 +132,9 @@ class Calls:
                 above = [f for f in found if f.lineno < call.lineno and self.index.frame[f].function is None]  # type: ignore[attr-defined]
                 return above[-1:] or found
             return found
+        if isinstance(func, ast.Attribute) and func.attr not in self.functions and (dotted(func) or "").startswith("self.") \
+                and (bound := self.bindings.at(dotted(func) or "", call)) is not None and bound.index is None:
+            return self._closures(bound.value)  # ``self.step = self._build_step()``, then ``self.step(x, y)``
         if not isinstance(func, ast.Attribute) or func.attr not in self.functions:
             return []  # (what a method call may run is a def of its name: most calls have none in the file)
         receiver = func.value
