@@ -221,23 +221,12 @@ class Project(Callers):
                 if found is not None:
                     return found
             return None
-        if what == "stateless_class" and attr in summary.classes:
+        if what in ("stateless_class", "moved_class") and attr in summary.classes:
+            # a class that holds nothing (moves itself), or whose every part, maybe in other modules, does
             cls = summary.classes[attr]
-            if cls.stateless:
+            if cls.stateless if what == "stateless_class" else not cls.is_module or cls.moves_self:
                 return cls
             if not cls.is_module or not cls.parts:
-                return None
-            for part in cls.parts:
-                found = self._in_module(target, part, what, depth + 1) if part in summary.classes else \
-                    self._find(target, summary.from_imports, summary.imports, part, what, depth + 1, summary.star)
-                if found is None:
-                    return None
-            return cls
-        if what == "moved_class" and attr in summary.classes:
-            cls = summary.classes[attr]
-            if not cls.is_module or cls.moves_self:
-                return cls
-            if not cls.parts:
                 return None
             for part in cls.parts:
                 found = self._in_module(target, part, what, depth + 1) if part in summary.classes else \
