@@ -10,7 +10,8 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.steps import batch_on_device, per_step_loop
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import cpu_only_loop, model_is_stateless
+from torchdoctor.check.semantic.models import model_is_stateless
+from torchdoctor.check.semantic.placement import cpu_only_loop
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 

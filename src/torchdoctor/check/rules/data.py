@@ -11,7 +11,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import collates_onto_device, dataset_on_device, is_torch_dataloader
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import moved_keys, never_moved
+from torchdoctor.check.semantic.models import moved_keys
+from torchdoctor.check.semantic.placement import never_moved
 from torchdoctor.findings import Severity
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)

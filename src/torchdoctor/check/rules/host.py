@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import models, program
+from torchdoctor.check.semantic import models, placement, program
 from torchdoctor.findings import Edit
 
 if TYPE_CHECKING:
@@ -136,9 +136,9 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         if models.model_is_stateless(sem, call.func, call):  # an activation class: the output follows its inputs
             return _or(_HOST, *(_flags(ctx, a, depth + 1) for a in call.args))
         key = dotted(call.func)
-        on_gpu = program.runs_on_accelerator(sem) and not (key and models.moved_to_host_before(sem, key, call)) \
-            and not (isinstance(call.func, ast.Name) and (models.never_moved(sem, call.func.id)
-                                                         or models.never_moved(sem, call.func.id, call)))
+        on_gpu = program.runs_on_accelerator(sem) and not (key and placement.moved_to_host_before(sem, key, call)) \
+            and not (isinstance(call.func, ast.Name) and (placement.never_moved(sem, call.func.id)
+                                                         or placement.never_moved(sem, call.func.id, call)))
         return (on_gpu, not sem.under_no_grad(call))
     from torchdoctor.check.astutil import root_name
 

@@ -12,7 +12,8 @@ from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloa
 from torchdoctor.check.project import SELECTS_WRAPPED
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_nothing, class_moves_itself, class_parts, \
-    first_input_device, last_name, model_is_stateless, moved_keys, never_moved, wrapper_prefix
+    first_input_device, last_name, model_is_stateless, moved_keys, wrapper_prefix
+from torchdoctor.check.semantic.placement import never_moved
 
 _NOT_MOVING_CALLS = ("torch.", "print", "len", "isinstance", "type", "id", "str", "repr", "sum", "getattr", "hasattr")
 

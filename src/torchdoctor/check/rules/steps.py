@@ -17,7 +17,7 @@ from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_
 from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
-from torchdoctor.check.semantic.models import cpu_only_loop
+from torchdoctor.check.semantic.placement import cpu_only_loop
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context

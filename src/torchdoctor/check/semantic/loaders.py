@@ -16,7 +16,7 @@ from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.counts import few_passes
-from torchdoctor.check.semantic.models import cpu_only_loop
+from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text", "builds_a_loader"]

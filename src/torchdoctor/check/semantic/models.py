@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, is_true, method_name
+from torchdoctor.check.astutil import FACTORIES, dotted, is_false, is_true, method_name
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.bindings import Binding
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
-           "STATELESS_LAYERS", "model_is_stateless", "moved_to_host_before", "calls_a_frozen_model"]
+           "STATELESS_LAYERS", "model_is_stateless", "calls_a_frozen_model", "class_holds_nothing",
+           "class_has_no_parameters", "model_has_no_parameters"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -489,179 +488,7 @@ def model_is_stateless(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
     return bool(sem.project is not None and written and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
 
 
-def _host_target(sem: SemanticModel, call: ast.Call) -> bool:
-    if method_name(call) == "cpu" and not call.args:
-        return True
-    target = (sem.move_device(call) or "").strip("'\"").replace(" ", "")
-    return target == "cpu" or target in ("torch.device('cpu')", 'torch.device("cpu")')
-
-
-def _module_moves(sem: SemanticModel, key: str, scope: ast.AST) -> list[tuple[ast.stmt, ast.Call]]:
-    """``key.to(d)`` / ``key.cuda()`` / ``key.cpu()`` written as a statement (a module moves in place), or
-    rebinding ``key`` (``key = key.to(d)``), in ``scope``, in source order."""
-    out = []
-    for c in sem.calls_named("to", "cuda", "cpu"):
-        if not (isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key and sem.scope_of(c) is scope):
-            continue
-        if not (method_name(c) == "cpu" or sem.is_device_move(c)):
-            continue
-        stmt = sem.parent(c)
-        if isinstance(stmt, ast.Expr) or (isinstance(stmt, ast.Assign) and stmt.value is c
-                                          and [dotted(t) for t in stmt.targets] == [key]):
-            out.append((stmt, c))
-    return sorted(out, key=lambda sc: (sc[0].lineno, sc[0].col_offset))
-
-
-def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
-    """The module ``key`` was last moved to the CPU before ``at`` (``model.to("cpu")``, ``model.cpu()``), by a
-    statement of a block that holds ``at``, in the same scope; no other move of it comes between, nor
-    later in a loop around ``at`` (the next turn would meet it moved)."""
-    moves = _module_moves(sem, key, sem.scope_of(at))
-    if not moves:
-        return False
-    pos = (at.lineno, at.col_offset)  # type: ignore[attr-defined]
-    before = [(s, c) for s, c in moves if (s.lineno, s.col_offset) < pos]
-    if not before:
-        return False
-    stmt, call = before[-1]
-    if not (_host_target(sem, call) and any(a is sem.parent(stmt) for a in sem.ancestors(at))) \
-            or sem.in_other_branch(stmt, at):
-        return False
-    loops = [a for a in sem.ancestors(at) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))]
-    return not any(sem.contains(loop, s) and not _host_target(sem, c) for s, c in moves for loop in loops)
-
-
-_MOVES = frozenset({"to", "cuda", "apply", "_apply", "half", "type"})
 _FROZEN_BY_DEFAULT = ("torch.nn.Embedding.from_pretrained", "torch.nn.EmbeddingBag.from_pretrained")
-_LOOKS = frozenset({"isinstance", "print", "type", "str", "repr", "id", "hasattr", "getattr"})
-
-
-def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: int | None = None) -> bool:
-    """``up = nn.ConvTranspose2d(3, 3, 4, 2, 1)`` made here (every binding of ``key`` a model construction with no
-    move in its chain) and only ever called or given weights afterwards: nothing moves it, and nothing is handed it
-    (``accelerator.prepare(model)``, ``train(model)`` may move it), so it and its outputs stay on the CPU."""
-    reaching = sem.binding_at(key, at) if at is not None else None
-    bound = [reaching] if reaching is not None else [] if at is not None else sem.bindings_of(key)
-    if not bound or program.default_device_set(sem):
-        return False
-    for b in bound:
-        value = b.value
-        if value is None and not b.is_param and (made := _listed_models(sem, b)) is not None:
-            if not all(_unmoved_construction(sem, v, b.node) for v in made):
-                return False
-            continue
-        if b.is_param or not isinstance(value, ast.Call) or sem.call_kind(value, b.node) != "model":
-            return False
-        if not _unmoved_construction(sem, value, b.node):
-            return False
-    reads = sem.reads_of(key)
-    if reaching is not None:  # (``model`` made again, and moved, cells later: only this binding's reads count)
-        reads = [r for r in reads if sem.binding_at(key, r) is reaching]
-    if upto is not None:  # (a script's loop: what happens to the model after it does not change its steps)
-        reads = [r for r in reads if sem.index.pos.get(r, upto) < upto]
-    return _stays(sem, key, reads, 0)
-
-
-def _unmoved_construction(sem: SemanticModel, value: ast.Call, at: ast.AST) -> bool:
-    """A model construction with no move in its chain that holds no model made before."""
-    if any(isinstance(a, (ast.Name, ast.Attribute)) and sem.expr_kind(a, at) in ("model", "wrapper")
-           for a in [*value.args, *(k.value for k in value.keywords)]):
-        return False  # ``AutoregressiveWrapper(model)``: it holds a model made before, which may well be moved
-    node: ast.AST = value
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        if node.func.attr in _MOVES:
-            return False
-        node = node.func.value
-    return True
-
-
-def _listed_models(sem: SemanticModel, b: Binding) -> list[ast.Call] | None:
-    """``for j, model in enumerate(models)`` over ``models = [build_ann(...), KNeighborsClassifier(...)]``: the
-    torch models the list builds (other elements, a scikit-learn estimator, are no torch module), else None."""
-    loop = sem.parent(b.node)
-    if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.target is not b.node:
-        return None
-    it = loop.iter
-    if isinstance(loop.target, ast.Tuple):
-        if not (len(loop.target.elts) == 2 and isinstance(e := loop.target.elts[1], ast.Name) and e.id == b.key
-                and isinstance(it, ast.Call) and dotted(it.func) == "enumerate" and it.args):
-            return None
-        it = it.args[0]
-    elif not isinstance(loop.target, ast.Name):
-        return None
-    if isinstance(it, ast.Name):
-        bound = sem.binding_at(it.id, loop)
-        it = bound.value if bound is not None and bound.index is None and not bound.is_param else None
-    if not isinstance(it, (ast.List, ast.Tuple)) or not all(isinstance(e, ast.Call) for e in it.elts):
-        return None
-    made = [e for e in it.elts if sem.call_kind(e, loop) == "model"]  # type: ignore[arg-type]
-    rest = [e for e in it.elts if sem.call_kind(e, loop) != "model"]  # type: ignore[arg-type]
-    if not made or any((sem.call_name(e) or "").startswith("torch.") for e in rest):
-        return None
-    return made  # type: ignore[return-value]
-
-
-def _stays(sem: SemanticModel, key: str, reads: list[ast.AST], depth: int) -> bool:
-    """Every read is a forward, a parameter read or set, or an argument of a function of this file that does the
-    same with it (``fit(cpu_net, loader, ...)`` whose ``net`` is only called)."""
-    for read in reads:
-        up = sem.parent(read)
-        if isinstance(up, ast.Call) and (up.func is read or dotted(up.func) in _LOOKS):
-            continue  # a forward; ``isinstance(model, nn.Module)``, ``print(model)``
-        if isinstance(up, ast.Attribute) and up.attr not in _MOVES \
-                and not (isinstance(call := sem.parent(up), ast.Call) and call.func is up and up.attr in _MOVES):
-            continue  # ``up.weight.data = ...``, ``lin.parameters()``: read or set, not moved
-        keyword = up.arg if isinstance(up, ast.keyword) else None  # ``training_loop(model=model, ...)``
-        call = sem.parent(up) if keyword is not None else up
-        if isinstance(call, ast.Call) and (keyword is not None or read in call.args) and depth < 2 \
-                and (funcs := sem.resolve(call)):
-            for func in funcs:
-                params = [a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs]  # type: ignore[attr-defined]
-                param = keyword if keyword is not None else \
-                    params[call.args.index(read)] if call.args.index(read) < len(params) else None  # type: ignore[arg-type]
-                if param not in params:
-                    return False
-                inner = [r for r in sem.reads_of(param) if sem.function_of(r) is func]  # type: ignore[arg-type]
-                if not _stays(sem, param, inner, depth + 1):  # type: ignore[arg-type]
-                    return False
-            continue
-        return False
-    return True
-
-
-def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
-    """A loop that moves nothing and whose every model is a module nothing moves (``never_moved``): made here, or a
-    parameter of the loop's function that every call passes such a module (a tutorial's CPU phase: ``fit(cpu_net,
-    cpu_loader, ...)`` before it picks a device and defines ``fit`` again for the GPU)."""
-    def compute() -> bool:
-        func = sem.function_of(loop)
-        body = sem.body(loop)
-        if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
-            return False
-        if func is None:  # a script's (a notebook's) loop: the models as they are when it runs
-            end = sem.index.end(loop)
-            calls = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
-            return bool(calls) and all(isinstance(c.func, ast.Name) and never_moved(sem, c.func.id, c, end)
-                                       for c in calls)
-        models = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
-        if not models:
-            return False
-        for call in models:
-            key = dotted(call.func)
-            b = sem.binding_at(key, call) if key and "." not in key else None
-            if b is None:
-                return False
-            if b.is_param and b.node is func:
-                sites = sem.call_sites(func)
-                args = [call_argument(site, func, key) for site in sites]  # type: ignore[arg-type]
-                if not sites or not all(isinstance(a, ast.Name) and never_moved(sem, a.id, site)
-                                        for a, site in zip(args, sites)):
-                    return False
-            elif sem.scope_of(b.node) is not func or not never_moved(sem, key, call):  # type: ignore[arg-type]
-                return False
-        return True
-
-    return sem.cached(("cpu_only_loop", loop), compute)  # type: ignore[no-any-return]
 
 
 def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:

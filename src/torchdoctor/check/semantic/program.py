@@ -11,6 +11,7 @@ from torchdoctor.check.astutil import call_argument, dotted, int_literal, method
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
 from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, runs_a_moved_model
 from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program, names_process_group, \
     single_process_world
 from torchdoctor.record import FrozenRecord
@@ -38,7 +39,7 @@ _QUIET_DEVICE_KW = lazy(
 _RANK_DEVICE = lazy(r"(?i)(^|[._])(local_rank|rank|gpu|gpu_id|gpus|device_id|local_gpu|cuda_device)$")
 _DEVICE_PARAM = lazy(r"(?i)^(device|dev|.*_device)$")
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
-_MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
+_MOVE_CALLS = MOVE_CALLS
 
 
 _CUDA_TEMPLATES = ("cuda:{}", "cuda:{0}", "cuda:%d")  # an indexed CUDA device filled in by .format() or %
@@ -509,7 +510,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
         if sem.project is None:
             return False
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
-            config_module_device(sem, sem.project) or _device_from_project_helper(sem) or _runs_a_moved_model(sem)
+            config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
 
@@ -519,54 +520,6 @@ def _lightning_on_cpu(sem: SemanticModel) -> bool:
     made = [c for c in sem.calls_named("Trainer", "Fabric") if (sem.call_name(c) or "") in _LAUNCHERS]
     return bool(made) and all(any(k.arg == "accelerator" and string_value(k.value) == "cpu" for k in c.keywords)
                               for c in made)
-
-
-def _runs_a_moved_model(sem: SemanticModel) -> bool:
-    """A trainer class of this file keeps the model its constructor is given (``self.model = model``) and moves
-    batches to a device it reads from a config (``.to(self.device)``), and a caller in another module hands it a
-    model it moved to the GPU: the batches go there too."""
-    moves = sem.calls_named("to", "cuda")
-    if not moves:
-        return False
-    trainers = {sem.class_of(c) for c in sem.calls_named("backward") if sem.is_backward_call(c)} & {sem.class_of(c) for c in moves}
-    for cls in trainers:  # (a class that moves batches and backpropagates: cheap questions first)
-        init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
-        if init is None:
-            continue
-        params = {a.arg for a in init.args.args[1:]}
-        kept = {t.attr: v.id for n in sem.local_nodes(init) if isinstance(n, ast.Assign)  # (``self.dmodel =
-                for t in n.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)  # wrap(model)`` too)
-                and t.value.id == "self" and isinstance(v := n.value.args[0] if isinstance(n.value, ast.Call)
-                                                        and n.value.args else n.value, ast.Name) and v.id in params}
-        if not kept:  # (``self.model, self.opt = model, opt`` is a tuple: bound element by element below)
-            kept = {t.attr: v.id for n in sem.local_nodes(init) if isinstance(n, ast.Assign)
-                    for tt in n.targets if isinstance(tt, ast.Tuple) and isinstance(n.value, ast.Tuple)
-                    for t, v in zip(tt.elts, n.value.elts) if isinstance(t, ast.Attribute) and isinstance(v, ast.Name)
-                    and dotted(t.value) == "self" and v.id in params}
-        run = {c.func.attr for c in sem.calls if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == "self"
-               and sem.class_of(c) is cls}
-        for attr, param in kept.items():
-            if attr in run and sem.project.passes_moved_model(sem, init, param):  # type: ignore[union-attr]
-                return True
-    return False
-
-
-def _device_from_project_helper(sem: SemanticModel) -> bool:
-    """Work moved to a device that a function of another module of the project picks, and that function may
-    return CUDA: ``self.device = torch.device(define_device(device_name))`` then ``.to(self.device)``."""
-    for call in sem.calls_named(*_MOVE_CALLS):
-        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
-        key = dotted(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
-        if not key or not sem.is_device_move(call):
-            continue
-        for b in sem.bindings_of(key):
-            value = b.value
-            if isinstance(value, ast.Call) and (sem.call_name(value) or "") == "torch.device" and value.args:
-                value = value.args[0]
-            found = sem.project.function_for(sem, value) if isinstance(value, ast.Call) else None  # type: ignore[union-attr]
-            if found is not None and getattr(found, "returns", None) == "device":
-                return True
-    return False
 
 
 def config_module_device(sem: SemanticModel, project: object) -> bool:

@@ -1,0 +1,196 @@
+"""Stage 4 rules, loss handling: a loss tensor kept across steps with its graph (TD405)."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.context import Context
+from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.loop import loop_effects
+from torchdoctor.check.semantic import flow
+
+
+# ---- TD405 -----------------------------------------------------------------------------------
+@rule("TD405", ast.AugAssign)
+def loss_accumulated(node: ast.AST, ctx: Context) -> None:
+    """A loss tensor summed across steps without .item()/.detach()."""
+    assert isinstance(node, ast.AugAssign)
+    if isinstance(node.op, ast.Add):
+        _loss_graph_kept(ctx, node, node.target, node.value)
+
+
+@rule("TD405", calls=("append", "extend"))
+def loss_collected(node: ast.AST, ctx: Context) -> None:
+    """A loss tensor appended to a list across steps without .item()/.detach()."""
+    assert isinstance(node, ast.Call)
+    if len(node.args) == 1 and isinstance(node.func, ast.Attribute):
+        _loss_graph_kept(ctx, node, node.func.value, node.args[0])
+
+
+def _loss_graph_kept(ctx: Context, node: ast.AST, acc: ast.AST, value: ast.AST) -> None:
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(node, "batch")
+    # a training or evaluation loop: its steps are optimizer steps or batches; a loop over one step's
+    # micro-batches that backpropagates once after it keeps only that step's graph
+    if loop is None or sem.loop_kind(loop) not in ("train", "eval") or sem.under_no_grad(node) \
+            or not _is_loss_tensor(ctx, value, node, 0):
+        return
+    acc_key = dotted(acc.value if isinstance(acc, ast.Subscript) else acc)
+    if acc_key is None or _bound_in(ctx, acc_key, loop, node) or _backpropagated(ctx, acc_key, node) \
+            or _one_steps_micro_batches(ctx, acc_key, loop):
+        return
+    text = ctx.name(value)
+    ctx.report("TD405", node, f"`{ctx.name(acc)}` accumulates the loss tensor `{text}`: every step's graph stays alive",
+               fix=f"accumulate `{text}.item()` (or `{text}.detach()`)")
+
+
+def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+    sem = ctx.semantic
+    if depth > 5:
+        return False
+    if isinstance(expr, ast.BinOp):
+        return _is_loss_tensor(ctx, expr.left, at, depth + 1) or _is_loss_tensor(ctx, expr.right, at, depth + 1)
+    if isinstance(expr, ast.Call):
+        if method_name(expr) in ("mean", "sum", "cpu", "clone") and not expr.args:
+            return _is_loss_tensor(ctx, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
+        # ``criterion(pred.detach().cpu(), true.detach().cpu())``: a loss of detached copies has no graph
+        return flow.consumer_kind(sem, expr) == "loss" and not (expr.args and all(_detached(a) for a in expr.args))
+    if isinstance(expr, ast.Attribute):
+        if expr.attr != "loss":
+            return False
+        base = sem.binding_at(expr.value.id, at) if isinstance(expr.value, ast.Name) else None
+        return base is None or not sem.under_no_grad(base.node)  # ``outputs.loss`` of a no_grad forward: no graph
+    if isinstance(expr, ast.Subscript):
+        return isinstance(expr.slice, ast.Constant) and expr.slice.value == "loss"
+    if not isinstance(expr, ast.Name):
+        return False
+    b = sem.binding_at(expr.id, at)
+    if b is None or b.value is None or b.is_param:
+        return False
+    if sem.under_no_grad(b.node):
+        return False  # computed under no_grad: no graph to keep alive
+    if b.index is not None:  # logits, loss = model(x, y)
+        if isinstance(b.value, ast.Call) and _returns_numbers_at(ctx, b.value, b.index):
+            return False  # ``pi_loss, v_loss = self.update_model(obs)`` that returns ``pi_loss.item(), v_loss.item()``
+        return "loss" in expr.id.lower() and isinstance(b.value, ast.Call) and (
+            flow.consumer_kind(sem, b.value) == "model" or _sibling_backpropagated(ctx, b.node)
+            and (_returns_graph_at(ctx, b.value, b.index) or _made_loss_module(ctx, b.value)))
+    return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
+
+
+def _returns_graph_at(ctx: Context, call: ast.Call, index: int) -> bool:
+    """``call`` runs functions of this file whose every ``return`` hands back, at ``index``, a value not cut from the
+    graph (not ``sloss.data * norm``, ``loss.item()``, ``loss.detach()``): unknown callees do not count."""
+    funcs = ctx.semantic.resolve(call)
+    values = [ctx.semantic.kinds.returned_values(f, index) for f in funcs]
+    return bool(funcs) and all(v is not None and not any(
+        _detached(e) or isinstance(e, ast.Call) and method_name(e) == "item" for e in v) for v in values)
+
+
+def _made_loss_module(ctx: Context, call: ast.Call) -> bool:
+    """``loss = SSDLoss(...)`` made here, then ``loss(cls_preds, ...)``: a criterion module whose outputs are losses
+    (not a parameter of unknown kind: ``loss_compute`` may hand back ``sloss.data``)."""
+    sem = ctx.semantic
+    b = sem.binding_at(call.func.id, call) if isinstance(call.func, ast.Name) else None
+    return b is not None and not b.is_param and isinstance(b.value, ast.Call) and flow.consumer_kind(sem, call) == "loss"
+
+
+def _sibling_backpropagated(ctx: Context, stmt: ast.AST) -> bool:
+    """``batch_loss, loc_loss, class_loss = loss(...)`` then ``batch_loss.backward()``: the parts unpacked next to
+    a loss that is backpropagated carry the same graph."""
+    sem = ctx.semantic
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    names = {n.id for t in targets for n in sem.subtree(t) if isinstance(n, ast.Name)}
+    return any(sem.is_backward_call(n) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+               and n.func.value.id in names and sem.binding_at(n.func.value.id, n) is not None
+               and sem.binding_at(n.func.value.id, n).node is stmt
+               for n in sem.local_nodes(sem.scope_of(stmt)) if isinstance(n, ast.Call))
+
+
+def _returns_numbers_at(ctx: Context, call: ast.Call, index: int) -> bool:
+    """Every ``return`` of the functions ``call`` runs hands back a Python number at ``index`` of its tuple."""
+    funcs = ctx.semantic.resolve(call)
+    values = [ctx.semantic.kinds.returned_values(f, index) for f in funcs]
+    return bool(funcs) and all(v is not None and all(
+        isinstance(e, ast.Call) and (method_name(e) == "item" or dotted(e.func) in ("float", "int")) for e in v)
+        for v in values)
+
+
+def _detached(expr: ast.AST) -> bool:
+    """``pred.detach().cpu()``, ``out.data``: a value cut from the graph by a method or attribute of its chain."""
+    while isinstance(expr, (ast.Call, ast.Attribute, ast.Subscript)):
+        if isinstance(expr, ast.Attribute) and expr.attr in ("detach", "data"):
+            return True
+        expr = expr.func if isinstance(expr, ast.Call) else expr.value
+    return False
+
+
+def _bound_in(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
+    """The accumulator is (re)set inside the loop: it does not live across steps. A reset every N steps (``if i %
+    every == 0: print(running.item()); running = 0``) keeps N steps' graphs alive meanwhile: it does not count."""
+    sem = ctx.semantic
+    for n in sem.body(loop):
+        if isinstance(n, (ast.Assign, ast.AnnAssign)) and n is not node:
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+            if any(dotted(t) == key for t in targets) and not sem.under_step_guard(n, loop):
+                return True
+    return False
+
+
+def _one_steps_micro_batches(ctx: Context, key: str, loop: ast.AST) -> bool:
+    """``forward_outputs = []`` then ``for sub in chunks: out = loss_fn(sub); forward_outputs.append(out);
+    loss.backward()`` and the optimizer step after the loop, in the same block, over parts this function cut
+    (``chunks = split(data, n)``): the loop runs the micro-batches of one step and the list, made afresh before
+    it, holds that step's outputs only."""
+    sem = ctx.semantic
+    block = sem.parent(loop)
+    body = getattr(block, "body", None)
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or "step" in loop_effects(ctx, loop) \
+            or not isinstance(body, list) or loop not in body:
+        return False
+    it = loop.iter.args[0] if isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "enumerate" \
+        and loop.iter.args else loop.iter  # type: ignore[attr-defined]
+    bound = [b for b in sem.bindings_of(it.id) if sem.scope_of(b.node) is sem.scope_of(loop)] \
+        if isinstance(it, ast.Name) else []
+    if not bound or any(b.is_param or b.value is None or isinstance(b.value, ast.Call)
+                        and "loader" in (dotted(b.value.func) or "").lower() for b in bound):
+        return False  # (a loader, or what the caller hands over: batches, not one batch's parts)
+    at = body.index(loop)
+    made = any(isinstance(s, ast.Assign) and any(dotted(t) == key for t in s.targets)
+               and isinstance(s.value, (ast.List, ast.Dict)) and not getattr(s.value, "elts", getattr(s.value, "keys", []))
+               for s in body[:at])
+    return made and any(isinstance(n, ast.Call) and sem.is_optimizer_step(n) for s in body[at + 1:] for n in sem.subtree(s))
+
+
+def _backpropagated(ctx: Context, key: str, node: ast.AST) -> bool:
+    """``total = total + ...; total.backward()`` sums losses on purpose."""
+    sem = ctx.semantic
+    scope = sem.scope_of(node)
+    if isinstance(scope, ast.Lambda):
+        return False
+    keys = {key}
+    for n in sem.local_nodes(scope):  # ``loss = losses[i]`` / ``for loss in losses:``: the kept losses, one by one
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Subscript) and dotted(n.value.value) == key:
+            keys.update(d for t in n.targets if (d := dotted(t)))
+        elif isinstance(n, (ast.For, ast.AsyncFor)) and dotted(n.iter) == key and dotted(n.target):
+            keys.add(dotted(n.target))  # type: ignore[arg-type]
+    for n in sem.local_nodes(scope):
+        if sem.is_backward_call(n) and keys & {dotted(x) for x in sem.subtree(n)}:
+            return True  # (backpropagated later: the graphs are kept on purpose)
+        if isinstance(n, ast.Call) and (ctx.call_name(n) or "") in ("torch.stack", "torch.cat", "sum"):
+            if any(dotted(a) == key for a in n.args) and _feeds_backward(ctx, n):
+                return True
+    return False
+
+
+def _feeds_backward(ctx: Context, call: ast.Call) -> bool:
+    sem = ctx.semantic
+    for a in sem.ancestors(call):
+        if isinstance(a, ast.Call) and sem.is_backward_call(a):
+            return True
+        if isinstance(a, ast.stmt):
+            return isinstance(a, ast.Assign) and any(
+                sem.is_backward_call(n) and dotted(getattr(n.func, "value", None)) in {dotted(t) for t in a.targets}
+                for n in sem.calls_named("backward") if sem.scope_of(n) is sem.scope_of(a))
+    return False

@@ -1,0 +1,120 @@
+"""Which device a branch is for, as far as the program shows: a test about the device around a node (``if
+args.cuda:``, a flag a device choice sets), the branch that runs only on the CPU (the ``else`` of ``if
+torch.cuda.is_available():``). ``Guards`` answers these questions through this mixin."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+
+from torchdoctor.check.astutil import dotted, string_value
+from torchdoctor.check.patterns import lazy
+from torchdoctor.check.semantic.bindings import Bindings
+from torchdoctor.check.semantic.names import Names
+from torchdoctor.check.semantic.walk import CLASS, FUNCTION, IF, LAMBDA, LOOP, Index
+
+__all__ = ["DeviceChoices"]
+
+_DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat|(^|_)cpu($|_only$)", re.IGNORECASE)
+_DEVICE_NAMES = frozenset({"gpu", "cpu", "cuda", "mps", "xpu"})
+_GPU_FLAG = lazy(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
+
+
+class DeviceChoices:
+    """Needs ``index``, ``names``, ``bindings``, ``segment`` and ``_test_memo`` (``Guards`` has them)."""
+
+    index: Index
+    names: Names
+    bindings: Bindings
+    segment: Callable[[ast.AST], str]
+    _test_memo: Callable[[ast.AST, str, Callable[[], bool]], bool]
+
+    def chooses_device(self, node: ast.AST) -> bool:
+        """``node`` sits in a branch that a test about the device chose (``if args.cuda:``, ``x.cuda() if gpu else x``)."""
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            if frame.kind == IF and self._mentions_device(frame.node.test):  # type: ignore[attr-defined]
+                return True
+            if frame.kind == LOOP and isinstance(frame.node, ast.While) and self._mentions_device(frame.node.test):
+                return True
+            frame = frame.parent
+        return False
+
+    def _mentions_device(self, test: ast.AST) -> bool:
+        def compute() -> bool:
+            for n in self.index.subtree(test):
+                word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else string_value(n)
+                if word and _DEVICE_WORDS.search(word) and not self._constant_flag(n):
+                    return True
+                if isinstance(n, ast.Name) and self._flag_of_device_choice(n):
+                    return True
+            return False
+
+        return self._test_memo(test, "device", compute)
+
+    def _flag_of_device_choice(self, name: ast.Name) -> bool:
+        """``FAST_MODE = True if opts.run_on == "GPU" else False`` (or ``= opts.run_on == "GPU"``), bound once at
+        module level: a flag whose value a device choice made, whatever it is called."""
+        bound = self.bindings.by_key.get(name.id, [])
+        return len(bound) == 1 and (b := bound[0]).value is not None and not b.is_param \
+            and isinstance(b.value, (ast.IfExp, ast.Compare, ast.BoolOp)) and any(  # (a device named in a string)
+                isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.lower().split(":")[0] in _DEVICE_NAMES
+                for c in self.index.subtree(b.value))
+
+    def _constant_flag(self, n: ast.AST) -> bool:
+        """``use_gpu = True`` at the top of the script, never bound again: ``if use_gpu:`` always takes the CUDA
+        branch, so it chooses nothing (a command-line option or an availability test would)."""
+        if not isinstance(n, ast.Name):
+            return False
+        bound = self.bindings.by_key.get(n.id, [])
+        return bool(bound) and all(isinstance(b.value, ast.Constant) and b.value.value is True and not b.is_param
+                                   and self.index.frame[b.node].kind not in (FUNCTION, LAMBDA, CLASS)
+                                   and isinstance(b.node, ast.Assign) for b in bound)
+
+    def on_cpu_branch(self, node: ast.AST) -> bool:
+        """``node`` runs only where a test says the device is the CPU: ``if self.device == torch.device("cpu"):``,
+        ``if x.device.type == "cpu":``, or the ``else`` of ``if torch.cuda.is_available():`` / ``if x.is_cuda:`` /
+        ``if use_cuda:`` / ``if device == "cuda":``, or of ``if isinstance(net, nn.Module):`` (a hand-written function
+        model, in d2l's helpers)."""
+        child = node
+        for parent in self.index.ancestors(node):
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return False
+            if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
+                says = self._device_test(parent.test)
+                in_body = child in parent.body if isinstance(parent, ast.If) else child is parent.body
+                if says is not None and (says == "cpu") == in_body:
+                    return True
+            child = parent
+        return False
+
+    def _device_test(self, test: ast.AST) -> str | None:
+        """"cpu" or "gpu" for a test that tells which device runs, else None."""
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self._device_test(test.operand)
+            return None if inner is None else "gpu" if inner == "cpu" else "cpu"
+        if isinstance(test, ast.Call):
+            if (self.names.call_name(test) or "") == "isinstance" and len(test.args) == 2 \
+                    and (self.names.qualname(test.args[1]) or "") in ("torch.nn.Module", "torch.nn.modules.module.Module"):
+                return "gpu"  # d2l's ``if isinstance(net, nn.Module): ... else:`` a hand-written function model, on the CPU
+            return "gpu" if (self.names.call_name(test) or "") in ("torch.cuda.is_available",) else None
+        if isinstance(test, (ast.Name, ast.Attribute)):
+            last = (dotted(test) or "").rsplit(".", 1)[-1]
+            return "gpu" if _GPU_FLAG.match(last) else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
+            text = " ".join(self._spelled(x) for x in (test.left, test.comparators[0]))
+            kind = "cpu" if re.search(r"""["']cpu["']""", text) else \
+                "gpu" if re.search(r"""["']cuda(:\d+)?["']""", text) else None
+            if kind is None or "device" not in text and ".type" not in text:
+                return None
+            return kind if isinstance(test.ops[0], ast.Eq) else ("gpu" if kind == "cpu" else "cpu")
+        return None
+
+    def _spelled(self, expr: ast.AST) -> str:
+        """The expression's text, or for a name the text of the value it holds (``_CPU = torch.device("cpu")``)."""
+        if isinstance(expr, ast.Name):
+            b = self.bindings.at(expr.id, expr)
+            if b is not None and b.value is not None and not b.is_param:
+                return f"{expr.id} {self.segment(b.value)}"
+        return self.segment(expr)

@@ -1,0 +1,62 @@
+"""Where a program runs, asked of the other modules of the project: a device a project function may return as
+CUDA (``torch.device(define_device(name))``), a trainer handed a model its caller moved to the GPU. (Asked by
+``program.runs_on_accelerator`` after what the file itself shows.)"""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check.astutil import dotted
+from torchdoctor.check.semantic.model import SemanticModel
+
+__all__ = ["runs_a_moved_model", "device_from_project_helper", "MOVE_CALLS"]
+
+MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
+
+
+def runs_a_moved_model(sem: SemanticModel) -> bool:
+    """A trainer class of this file keeps the model its constructor is given (``self.model = model``) and moves
+    batches to a device it reads from a config (``.to(self.device)``), and a caller in another module hands it a
+    model it moved to the GPU: the batches go there too."""
+    moves = sem.calls_named("to", "cuda")
+    if not moves:
+        return False
+    trainers = {sem.class_of(c) for c in sem.calls_named("backward") if sem.is_backward_call(c)} & {sem.class_of(c) for c in moves}
+    for cls in trainers:  # (a class that moves batches and backpropagates: cheap questions first)
+        init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        if init is None:
+            continue
+        params = {a.arg for a in init.args.args[1:]}
+        kept = {t.attr: v.id for n in sem.local_nodes(init) if isinstance(n, ast.Assign)  # (``self.dmodel =
+                for t in n.targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)  # wrap(model)`` too)
+                and t.value.id == "self" and isinstance(v := n.value.args[0] if isinstance(n.value, ast.Call)
+                                                        and n.value.args else n.value, ast.Name) and v.id in params}
+        if not kept:  # (``self.model, self.opt = model, opt`` is a tuple: bound element by element below)
+            kept = {t.attr: v.id for n in sem.local_nodes(init) if isinstance(n, ast.Assign)
+                    for tt in n.targets if isinstance(tt, ast.Tuple) and isinstance(n.value, ast.Tuple)
+                    for t, v in zip(tt.elts, n.value.elts) if isinstance(t, ast.Attribute) and isinstance(v, ast.Name)
+                    and dotted(t.value) == "self" and v.id in params}
+        run = {c.func.attr for c in sem.calls if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == "self"
+               and sem.class_of(c) is cls}
+        for attr, param in kept.items():
+            if attr in run and sem.project.passes_moved_model(sem, init, param):  # type: ignore[union-attr]
+                return True
+    return False
+
+
+def device_from_project_helper(sem: SemanticModel) -> bool:
+    """Work moved to a device that a function of another module of the project picks, and that function may
+    return CUDA: ``self.device = torch.device(define_device(device_name))`` then ``.to(self.device)``."""
+    for call in sem.calls_named(*MOVE_CALLS):
+        arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        key = dotted(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        if not key or not sem.is_device_move(call):
+            continue
+        for b in sem.bindings_of(key):
+            value = b.value
+            if isinstance(value, ast.Call) and (sem.call_name(value) or "") == "torch.device" and value.args:
+                value = value.args[0]
+            found = sem.project.function_for(sem, value) if isinstance(value, ast.Call) else None  # type: ignore[union-attr]
+            if found is not None and getattr(found, "returns", None) == "device":
+                return True
+    return False
