@@ -164,6 +164,22 @@ def test_a_left_out_cells_findings_keep_their_cell_in_json_sarif_and_github(fake
     assert render([f], "github").startswith(f"::notice file={p},line={f.location.file_line},title=TD102::cell 3, line 2,")
 
 
+def test_an_exercise_cells_blanks_are_filled_so_the_rest_of_it_is_checked(tmp_path: Path) -> None:
+    """A course leaves ``<YOUR CODE HERE>`` blanks for the learner: the blanks are read as ``...`` (columns kept),
+    so the loop around them is checked (its ``.cuda()``) instead of the whole cell being left out. A cell that does
+    not parse for another reason is still left out and reported."""
+    book = read_notebook(nb("x = <YOUR CODE HERE>\ny = f(<your answer>, 2)\n"))
+    assert book.text == "x = ...             \ny = f(...          , 2)\n"
+    assert read_notebook(nb("if a <b> c:\n    pass\n")).text == "if a <b> c:\n    pass\n"  # (Python as it is)
+    p = tmp_path / "t.ipynb"
+    p.write_bytes(nb("import torch\nmodel = torch.nn.Linear(4, 2).cuda()\nloader = [(torch.ones(2, 4), torch.ones(2))]\n",
+                     "for x, y in loader:\n    <YOUR CODE HERE>\n    loss = <YOUR LOSS>\n    print(y.cuda())\n",
+                     "Epoch 3 | loss 0.25\n"))
+    result = check_file(str(p))
+    assert ("TD102", 2, 4) in [(f.code, f.location.cell, f.location.line) for f in result.findings]
+    assert len(result.errors) == 1 and "syntax error at cell 3" in result.errors[0]
+
+
 def bad_cell_notebook() -> bytes:
     """As Jupyter writes it, with code cell 2 pasted from a log (and a ``.cuda()`` inside it): outputs, metadata."""
     doc = {"cells": [

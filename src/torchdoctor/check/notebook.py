@@ -253,12 +253,34 @@ def _python_lines(source: str) -> list[str]:
             return ["" for _ in lines]  # another language: keep the numbering, check nothing
         lines[0] = ""
     if not any(_MAGIC_LINE.match(line) or _MAGIC_ASSIGN.match(line) for line in lines):
-        return lines
+        return _filled(lines)
     try:  # A line such as "    != b)" inside brackets is Python: mask only when needed.
         ast.parse("\n".join(lines))
         return lines
     except (SyntaxError, ValueError):
         pass
+    return _filled(_masked(lines))
+
+
+# An exercise's blank for the learner: ``all_phones = <YOUR CODE HERE>``, ``return <YOUR LOSS>``, ``<TODO>``.
+_PLACEHOLDER = re.compile(r"<\s*(?i:your|todo|fill|insert|code)\b[^<>\n]*>|<[A-Z][A-Z0-9_ ]{2,}>")
+
+
+def _filled(lines: list[str]) -> list[str]:
+    """An exercise cell with its blanks filled by ``...`` (padded to keep the columns), when the blanks are what
+    keeps it from parsing: the rest of the cell (a model class with one method left to write, the training loop
+    around one blank line) is checked, not left out."""
+    if not any("<" in line and _PLACEHOLDER.search(line) for line in lines):
+        return lines
+    try:
+        ast.parse("\n".join(lines))
+        return lines
+    except (SyntaxError, ValueError):
+        pass
+    return [_PLACEHOLDER.sub(lambda m: "..." + " " * (len(m.group(0)) - 3), line) if "<" in line else line for line in lines]
+
+
+def _masked(lines: list[str]) -> list[str]:
     out, continued = [], False
     for line in lines:
         if continued:  # ``!cmd \`` goes on over the next lines: they are the shell's too
