@@ -2221,3 +2221,54 @@ def test_each_rank_bound_to_its_gpu_by_a_helper_of_another_module(project: Path)
     results = check_files(["dist_helpers.py", "train.py", "bare.py"], Settings(root=str(project), select=("TD705",)))
     assert codes(results, "train.py") == []
     assert codes(results, "bare.py") == [(7, "TD705")]
+
+
+def test_a_feature_extractor_of_another_module_that_freezes_itself_records_no_graph(project: Path) -> None:
+    """An FID script's Inception network (``inception.py``) freezes every parameter in its ``__init__`` unless
+    built with ``requires_grad=True``: its evaluation forward needs no ``no_grad`` then. A classifier that does
+    not freeze itself is reported."""
+    write(project, {
+        "inception.py": """\
+            import torch.nn as nn
+
+            class InceptionV3(nn.Module):
+                def __init__(self, output_blocks=(3,), resize_input=True, requires_grad=False):
+                    super().__init__()
+                    self.blocks = nn.Sequential(nn.Conv2d(3, 8, 3), nn.AdaptiveAvgPool2d(1))
+                    for param in self.parameters():
+                        param.requires_grad = requires_grad
+
+                def forward(self, x):
+                    return [self.blocks(x)]
+
+            class Classifier(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(8, 2)
+
+                def forward(self, x):
+                    return self.fc(x)
+            """,
+        "fid.py": """\
+            import torch
+            from inception import Classifier, InceptionV3
+
+            def activations(model, images):
+                model.eval()
+                feats = []
+                for start in range(0, len(images), 50):
+                    feats.append(model(images[start:start + 50])[0].cpu())
+                return feats
+
+            test_images = torch.rand(100, 3, 32, 32)
+            frozen = activations(InceptionV3([3]), test_images)
+            tuned = InceptionV3([3], True, True)
+            tuned.eval()
+            tuned_out = tuned(test_images)
+            clf = Classifier()
+            clf.eval()
+            print(clf(torch.rand(4, 8)).sum(), tuned_out[0].sum())
+            """,
+    })
+    results = check_file("fid.py", Settings(root=str(project), select=("TD401",)))
+    assert codes([results], "fid.py") == [(15, "TD401"), (18, "TD401")]

@@ -99,7 +99,8 @@ class Context:
     ) -> None:
         """Record a finding at ``node``. ``unsafe`` marks edits that may change what the program does
         (applied only with ``--unsafe-fixes``)."""
-        if self.wants(code) and not (code in program.QUIET_IN_TESTS and program.in_test(self.semantic, node)):
+        if self.wants(code) and not (code in program.QUIET_IN_TESTS and program.in_test(self.semantic, node)) \
+                and not program.on_old_torch_branch(self.semantic, node):
             self.findings.append(Finding(code, message, self.location(node), fix, edits, severity,
                                          unsafe_fix=bool(edits) and unsafe))
             self.sites.append(node)

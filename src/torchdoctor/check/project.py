@@ -150,6 +150,14 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.builds_loader  # type: ignore[attr-defined]
 
+    def class_frozen(self, sem: SemanticModel, written: str) -> tuple[str, tuple[str, ...]] | None:
+        """The module class ``written`` (imported here) freezes its parameters as it is built: how (see
+        ``models.class_freezes_itself``) and its ``__init__``'s parameters; None when it does not."""
+        cls = self._lookup(sem, written, "class")
+        if cls is None or not cls.is_module or cls.frozen is None:  # type: ignore[attr-defined]
+            return None
+        return cls.frozen, cls.init_params  # type: ignore[attr-defined]
+
     def class_paramless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.is_module and cls.paramless  # type: ignore[attr-defined]

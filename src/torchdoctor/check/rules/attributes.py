@@ -101,8 +101,12 @@ _RESHAPED = frozenset({"repeat", "view", "reshape", "expand", "unsqueeze", "sque
 
 
 def _moved_after_reshapes(sem: object, read: ast.AST) -> bool:
-    """``self.mean.to(x.device)``, ``self.slots.repeat(b, 1).to(x.device)``: moved as it is read."""
+    """``self.mean.to(x.device)``, ``self.slots.repeat(b, 1).to(x.device)``, ``nn.Parameter(self.pe,
+    requires_grad=False).to(self.device)``: moved as it is read."""
     cur = read
+    if isinstance(wrap := sem.parent(read), ast.Call) and wrap.args and wrap.args[0] is read \
+            and (dotted(wrap.func) or "").rsplit(".", 1)[-1] in ("Parameter", "Variable"):  # type: ignore[attr-defined]
+        cur = wrap
     while isinstance(p := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(p), ast.Call) \
             and call.func is p:  # type: ignore[attr-defined]
         if p.attr in ("to", "type_as", "cuda"):

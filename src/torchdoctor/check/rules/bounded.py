@@ -18,19 +18,31 @@ __all__ = ["few_iterations", "few_in_range", "while_few_kept", "retry_loop", "fi
 
 
 def few_iterations(ctx: Context, loop: ast.AST) -> bool:
-    """``count += 1 ... if count == num_examples: break`` (or ``return``) with ``num_examples=2``: a look at a few
-    batches."""
+    """``count += 1 ... if count == num_examples: break`` (or ``return``) with ``num_examples=2``, or ``for ix, batch
+    in enumerate(loader): if ix == 3: break``: a look at a few batches."""
     sem = ctx.semantic
     for stmt in sem.body(loop):
         if not (isinstance(stmt, ast.If) and any(isinstance(s, (ast.Break, ast.Return)) for s in stmt.body)):
             continue
         test = stmt.test
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))
-                and isinstance(test.left, ast.Name) and test.left.id in sem.guards.counters()):
+                and isinstance(test.left, ast.Name) and (test.left.id in sem.guards.counters()
+                                                         or test.left.id == _enumerate_counter(loop))):
             continue
         if _small_bound(ctx, test.comparators[0], stmt):
             return True
     return False
+
+
+def _enumerate_counter(loop: ast.AST) -> str | None:
+    """``ix`` of ``for ix, batch in enumerate(loader)`` (counting from a constant): the loop's own pass counter."""
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Tuple) and loop.target.elts
+            and isinstance(loop.target.elts[0], ast.Name) and isinstance(loop.iter, ast.Call)
+            and dotted(loop.iter.func) == "enumerate"):
+        return None
+    start = loop.iter.args[1] if len(loop.iter.args) > 1 else next(
+        (k.value for k in loop.iter.keywords if k.arg == "start"), None)
+    return loop.target.elts[0].id if start is None or isinstance(start, ast.Constant) else None
 
 
 def few_in_range(ctx: Context, loop: ast.AST) -> bool:

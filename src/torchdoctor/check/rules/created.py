@@ -25,7 +25,8 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in FACTORIES:
         return
     sem = ctx.semantic
-    if keyword(node, "device") or has_kwargs(node) or not program.runs_on_accelerator(sem) or _scalar_tensor(node) \
+    if keyword(node, "device") or has_kwargs(node) or _follows_its_inputs(node, q) or not program.runs_on_accelerator(sem) \
+            or _scalar_tensor(node) \
             or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     region = _region(ctx, node)
@@ -100,6 +101,15 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+def _follows_its_inputs(call: ast.Call, name: str) -> bool:
+    """``torch.normal(mean=mu, std=sigma)`` without a size, ``torch.bernoulli(probs)``: drawn from tensors, on
+    their device (a mean made on the GPU gives GPU noise); only ``torch.normal(0.0, 1.0, size=...)`` makes its own.
+    (TD611 still tells ``torch.normal(mu, sigma).to(dev)``: a move written there says the draw is on the host.)"""
+    if name == "torch.bernoulli":
+        return True
+    return name == "torch.normal" and len(call.args) < 3 and keyword(call, "size") is None
 
 
 def _device_of_host_batch(ctx: Context, move: ast.Call) -> bool:

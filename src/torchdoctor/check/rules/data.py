@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check.astutil import call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, \
-    root_name, strip_methods
+    root_name, string_value, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -78,7 +78,8 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     if not info.is_batch or not info.batch_vars or program.is_rpc_program(sem):
         return
     loader = _loader_construction(ctx, info.loader, node)
-    if loader is not None and (dataset_on_device(ctx, loader) or collates_onto_device(ctx, loader)):
+    if loader is not None and (dataset_on_device(ctx, loader) or collates_onto_device(ctx, loader)) \
+            or _iterator_given_a_device(ctx, info.loader, node):
         return  # ``DataLoader(TensorDataset(u, i, r))`` of tensors already on the device: its batches are there
     body = ctx.semantic.body(node)
     batch = set(info.batch_vars)
@@ -156,6 +157,32 @@ def _peeked_loader(ctx: Context, value: ast.AST) -> ast.AST | None:
     made = _loader_construction(ctx, loader, value)
     return loader if made is not None and is_torch_dataloader(ctx, made) and not dataset_on_device(ctx, made) \
         and not collates_onto_device(ctx, made) else None
+
+
+def _iterator_given_a_device(ctx: Context, loader: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
+    """torchtext's ``BucketIterator(data, batch_size, device=DEVICE)`` (or ``BucketIterator.splits(...,
+    device=DEVICE)``) builds each batch on that device; followed through names and, for a parameter, the loaders
+    every caller of this file passes."""
+    sem = ctx.semantic
+    if depth > 3 or loader is None:
+        return False
+    if isinstance(loader, ast.Call) and isinstance(loader.func, ast.Name) and loader.func.id in ("enumerate", "iter") \
+            and loader.args:
+        return _iterator_given_a_device(ctx, loader.args[0], at, depth + 1)
+    if isinstance(loader, ast.Call):
+        name = (ctx.call_name(loader) or dotted(loader.func) or "").split(".")
+        device = keyword(loader, "device")
+        return any(part.endswith("Iterator") for part in name[-2:]) and device is not None \
+            and (string_value(device.value) or "cuda").split(":")[0] != "cpu"
+    key = dotted(loader)
+    b = sem.binding_at(key, at) if key else None
+    if b is None or b.value is None and not b.is_param:
+        return False
+    if b.is_param:
+        sites = sem.call_sites(b.node)
+        return bool(sites) and all(_iterator_given_a_device(ctx, call_argument(site, b.node, key), site, depth + 1)
+                                   for site in sites)
+    return _iterator_given_a_device(ctx, b.value, b.node, depth + 1)
 
 
 def _loader_construction(ctx: Context, loader: ast.AST | None, at: ast.AST) -> ast.Call | None:

@@ -63,8 +63,8 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
     if not isinstance(func, ast.Attribute):
         return
     sem = ctx.semantic
-    if sem.qualname(func.value) == "torch" or program.on_module(sem, func.value):
-        return
+    if sem.qualname(func.value) == "torch" or program.on_module(sem, func.value) or sem.resolve(node):
+        return  # (a ``def cuda`` of this file: the project's own helper, not torch's)
     own = sem.function_of(node)
     if own is not None and own.name in ("cuda", "to", "_apply"):
         return  # an override of Module.cuda: it passes the caller's choice on

@@ -41,7 +41,8 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
             continue
         if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
             continue
-        if sem.feeds_backward(call) or _untrained_instance(sem, call) or _synthetic_probe(sem, call):
+        if sem.feeds_backward(call) or _untrained_instance(sem, call) or _synthetic_probe(sem, call) \
+                or _model_of_plain_tensors(sem, call):
             continue
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
                    f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
@@ -68,6 +69,26 @@ def _untrained_instance(sem, call: ast.Call) -> bool:
             continue
         return False  # ``.parameters()``, ``.load_state_dict()``, ``train(test_rnn, ...)``: trained or loaded
     return True
+
+
+_GRAPH_WORDS = lazy(r"requires_grad|Parameter|\bnn\.|torch\.nn|autograd")
+
+
+def _model_of_plain_tensors(sem, call: ast.Call) -> bool:
+    """``model = Adaline1(2); ...; model.forward(X_test)`` where ``class Adaline1:`` (no ``nn.Module``) keeps its
+    weights as ``torch.zeros(...)`` and updates them by hand: nothing requires grad, no graph is recorded. The same
+    class with ``requires_grad=True`` weights (or any ``nn`` layer) records one."""
+    target = call.func.value if method_name(call) == "forward" else call.func  # type: ignore[attr-defined]
+    b = sem.binding_at(target.id, call) if isinstance(target, ast.Name) else None
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    name = sem.call_name(made) if isinstance(made, ast.Call) else None
+    cls = sem.calls_index.classes.get(name or "")
+    if cls is None or name in sem.module_classes or any(dotted(base) not in (None, "object") for base in cls.bases):
+        return False
+    if _GRAPH_WORDS.search(sem.segment(cls)):
+        return False
+    return not any(isinstance(n, ast.Attribute) and n.attr in ("requires_grad", "requires_grad_")
+                   and (dotted(n.value) or "").startswith(target.id + ".") for n in sem.of_type(ast.Attribute))
 
 
 _PROBES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like"})  # (random data may be a made-up test set)
@@ -129,7 +150,7 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
 _INFERENCE_METHODS = ("predict", "inference", "infer", "sample", "forward")
 
 
-@rule("TD401", calls=("eval", "predict", "inference", "infer"))
+@rule("TD401", calls=("eval", "train", "predict", "inference", "infer"))
 def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     """Forwards outside evaluation loops: after ``model.eval()`` in a function (or script) that trains
     nothing (``sample_images()``, an inference script), or through a model method named
@@ -139,8 +160,9 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
         return  # Python's own eval(...)
     if sem.mode_call(node) == "eval":
         key = dotted(node.func.value) or _assigned_name(sem, node)
+        said = "eval()" if node.func.attr == "eval" else "train(False)"
         for call in _forwards_after_eval(ctx, node, key) if key else []:
-            _report_inference(ctx, call, f" (after `{key}.eval()`)")
+            _report_inference(ctx, call, f" (after `{key}.{said}`)")
     elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node) \
             and not _estimator(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
@@ -194,13 +216,30 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
         if dotted(target) in keys and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call) \
-                and not _rebound_since(ctx, dotted(target) or "", eval_call, call):
+                and not _rebound_since(ctx, dotted(target) or "", eval_call, call) and not _shape_only(sem, call):
             out.append(call)
         elif isinstance(func, ast.Attribute) and dotted(func.value) == key and _submodule(ctx, key, func.attr, call) \
                 and not sem.under_no_grad(call) and not sem.feeds_backward(call) \
                 and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None:
             out.append(call)  # ``drawn = model.decoder(noise)``: a submodule of the model put in eval mode
     return out
+
+
+_SHAPES = frozenset({"shape", "size", "dtype", "ndim", "dim"})
+
+
+def _shape_only(sem, call: ast.Call) -> bool:
+    """``result = model(dummy_x); assert result.shape == (5, 1000)``: a forward run to look at the output's shape
+    (every read of what it gives is ``.shape``/``.size()``), not an inference whose values are used."""
+    up = sem.parent(call)
+    if isinstance(up, ast.Attribute):
+        return up.attr in _SHAPES
+    if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+        return False
+    name = up.targets[0].id
+    reads = [r for r in sem.reads_of(name) if sem.binding_at(name, r) is not None
+             and sem.binding_at(name, r).node is up]
+    return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in _SHAPES for r in reads)
 
 
 def _rebound_since(ctx: Context, key: str, eval_call: ast.AST, call: ast.AST) -> bool:

@@ -121,9 +121,13 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if isinstance(up, ast.Call) and cur in up.args and (ctx.call_name(up) or "") in _AS_ARRAY:
             as_array, cur = True, up  # ``np.asarray(f.cpu())``: a NumPy array of the copy
             continue
+        if as_array and isinstance(up, ast.Call) and cur in up.args and isinstance(up.func, ast.Name) \
+                and up.func.id in ("list", "tuple", "zip", "dict", "sorted"):
+            cur = up  # ``evaluator.add(dict(zip(ids, list(out.cpu().numpy()))))``: the arrays, repacked on the host
+            continue
         if isinstance(up, ast.Call) and cur in up.args:
-            if _keeps(up) or as_array and _host_function(ctx, up):
-                return True
+            if _keeps(up) or as_array and (_host_function(ctx, up) or method_name(up) == "add"):
+                return True  # (``evaluator.add(...)`` of host arrays: a metric object's update)
             if (each := _element_reads(sem, cur)) is not None:  # ``for k, prob in zip(idx, p[:, 1].tolist()):``
                 return bool(each[1]) and all(_kept_directly(sem, r) for r in each[1])
             outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform

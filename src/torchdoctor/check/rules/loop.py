@@ -191,7 +191,8 @@ def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
 
 def _mode_calls(ctx: Context, scope: ast.AST, mode: str) -> list[ast.Call]:
     sem = ctx.semantic
-    return [n for n in sem.calls_named(mode) if sem.scope_of(n) is scope and sem.mode_call(n) == mode]
+    return [n for n in sem.calls_named("eval", "train") if sem.scope_of(n) is scope and sem.mode_call(n) == mode]
+    # (``model.train(False)`` puts it in eval mode)
 
 
 def _reaches(ctx: Context, call: ast.AST, loop: ast.AST) -> bool:

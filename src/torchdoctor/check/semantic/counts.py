@@ -10,7 +10,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["FEW", "few_passes"]
 
-FEW = 16  # passes: a loop that stops after this many shows a few examples, it does not run steps
+FEW = 32  # passes: a loop that stops after this many shows a few examples, it does not run steps
 
 
 def few_passes(sem: SemanticModel, loop: ast.AST) -> bool:

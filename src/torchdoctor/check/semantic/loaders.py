@@ -27,7 +27,7 @@ _WRAPPING = {"prepare", "setup_dataloaders", "prepare_data_loader", "DeviceLoade
 _NOT_FEEDING = {"len", "print", "isinstance", "type", "id", "repr", "str", "hasattr", "getattr", "setattr",
                 "append", "extend", "add", "format", "log", "info", "debug", "warning"}
 _STEPISH = lazy(r"(?i)train|eval|valid|test|step|fit|forward|predict|infer|run|loop|epoch|backward")
-_MAX_DEPTH = 4
+_MAX_DEPTH = 6  # (two per function the loader is handed to: a helper calling a helper is followed)
 
 
 def feeds_device(sem: SemanticModel, call: ast.Call) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, is_false, is_true, method_name
+from torchdoctor.check.astutil import FACTORIES, dotted, is_false, is_true, method_name, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
@@ -75,6 +75,13 @@ def _construction(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int) ->
     b = sem.binding_at(key, at)
     if b is not None and b.value is not None and b.index is None and not b.is_param:
         return construction(sem, b.value, b.node, depth + 1)
+    if b is not None and b.index is not None and isinstance(b.value, ast.Call) and not b.is_param:
+        # ``model, loss_fn, opt = get_model()``: what the factory in effect there returns at that place
+        for func in sem.resolve(b.value):
+            for value in sem.kinds.returned_values(func, b.index) or ():
+                found = construction(sem, value, value, depth + 1)
+                if found is not None:
+                    return found
     if b is not None and b.is_param:
         for arg, site in _arguments_for(sem, b.node, key):
             found = construction(sem, arg, site, depth + 1)
@@ -122,10 +129,14 @@ def _arguments_for(sem: SemanticModel, func: ast.AST, param: str) -> list[tuple[
 def _class_in_effect(sem: SemanticModel, name: str, at: ast.AST) -> ast.AST | None:
     """The module-level ``class name`` that a call at ``at`` makes: the last one defined above it (a notebook that
     defines ``Classifier`` again, with dropout, cells later); None when there is one definition only, or none above."""
-    defs = [c for c in sem.of_type(ast.ClassDef) if c.name == name and sem.class_of(c) is None  # type: ignore[attr-defined]
-            and sem.function_of(c) is None]
+    defs = [c for c in sem.of_type(ast.ClassDef) if c.name == name and sem.class_of(c) is None]  # type: ignore[attr-defined]
     if len(defs) < 2:
         return None
+    here = sem.function_of(at)
+    local = [c for c in defs if here is not None and sem.function_of(c) is here]
+    if local:  # ``def get_model(): class Net(nn.Module): ...; return Net()``, the factory defined again cells later
+        return local[-1]
+    defs = [c for c in defs if sem.function_of(c) is None]
     above = [c for c in defs if c.lineno < at.lineno]  # type: ignore[attr-defined]
     return above[-1] if above else None
 
@@ -505,6 +516,8 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
     if made is not None and (sem.call_name(made) or "") in _FROZEN_BY_DEFAULT and not any(
             k.arg == "freeze" and not is_true(k.value) for k in made.keywords):
         return True  # ``nn.Embedding.from_pretrained(vectors)``: ``freeze=True`` unless told otherwise
+    if made is not None and _built_frozen(sem, made):
+        return True  # ``InceptionV3([block])`` whose ``__init__`` freezes every parameter unless told otherwise
     here = (call.lineno, call.col_offset)
 
     def model_binding(at: ast.AST) -> object | None:  # through ``model = model.to(device)``: the same module
@@ -540,3 +553,69 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
                        and is_false(st.value) for st in loop.body):  # type: ignore[attr-defined]
             return True
     return False
+
+
+def class_freezes_itself(sem: SemanticModel, cls: ast.AST) -> str | None:
+    """How the module class ``cls`` freezes every parameter in its own ``__init__`` (``for p in self.parameters():
+    p.requires_grad = False``, ``self.requires_grad_(False)``): "" always, or the name of the ``__init__``
+    parameter that decides, when its default is False (``def __init__(self, ..., requires_grad=False)``: an FID
+    feature extractor, a perceptual-loss VGG); None when it does not."""
+    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None:
+        return None
+
+    def frozen_by(value: ast.AST) -> str | None:
+        if is_false(value):
+            return ""
+        if isinstance(value, ast.Name) and is_false(param_default(init, value.id)) and not any(
+                isinstance(n, ast.Name) and n.id == value.id and isinstance(n.ctx, ast.Store) for n in sem.subtree(init)):
+            return value.id
+        return None
+
+    for node in sem.subtree(init):
+        if isinstance(node, ast.Call) and method_name(node) == "requires_grad_" and dotted(node.func.value) == "self" \
+                and node.args:  # type: ignore[attr-defined]
+            found = frozen_by(node.args[0])
+            if found is not None:
+                return found
+        if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and method_name(node.iter) in (
+                "parameters", "named_parameters") and dotted(node.iter.func.value) == "self"):  # type: ignore[attr-defined]
+            continue
+        target = node.target.elts[-1] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
+        var = target.id if isinstance(target, ast.Name) else None
+        for st in node.body:
+            if var and isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute) \
+                    and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var:
+                found = frozen_by(st.value)
+                if found is not None:
+                    return found
+    return None
+
+
+def frozen_as_built(how: str | None, made: ast.Call, init_params: list[str] | None = None) -> bool:
+    """A class that ``class_freezes_itself`` (``how``), built by ``made``: frozen unless the call passes the deciding
+    parameter (by keyword, or so many arguments by position that it may be among them)."""
+    if how is None:
+        return False
+    if how == "":
+        return True
+    if any(k.arg == how or k.arg is None for k in made.keywords):
+        return False
+    position = init_params.index(how) if init_params and how in init_params else None
+    return not any(isinstance(a, ast.Starred) for a in made.args) and (position is None and not made.args
+                                                                      or position is not None and len(made.args) <= position)
+
+
+def _built_frozen(sem: SemanticModel, made: ast.Call) -> bool:
+    """``made`` builds a module class (of this file, or of another module of the project) that freezes itself."""
+    name = sem.call_name(made) or ""
+    cls = sem.calls_index.classes.get(name) if name in sem.module_classes else None
+    if cls is not None:
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+        params = [a.arg for a in init.args.args[1:]] if init is not None else None
+        return frozen_as_built(class_freezes_itself(sem, cls), made, params)
+    written = dotted(made.func)
+    if sem.project is None or not written:
+        return False
+    how = sem.project.class_frozen(sem, written)  # type: ignore[attr-defined]
+    return how is not None and frozen_as_built(how[0], made, list(how[1]))

@@ -123,8 +123,8 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
         is_cuda, _ = cuda_string(first)
         return CudaSite(call, f"init_device_mesh({sem.segment(first)}, ...)", False) if is_cuda else None  # type: ignore[arg-type]
     if isinstance(func, ast.Attribute) and func.attr == "cuda":
-        if sem.qualname(func.value) == "torch" or on_module(sem, func.value):
-            return None
+        if sem.qualname(func.value) == "torch" or on_module(sem, func.value) or sem.resolve(call):
+            return None  # (``self.cuda(*items)`` of a class whose own ``def cuda`` moves to its configured device)
         args = "(...)" if call.args or call.keywords else "()"
         segment = sem.segment(call)  # a long chain is cut at its head: keep the .cuda() the finding is about
         text = segment if ("\n" not in segment and len(segment) <= 60) or (
@@ -574,3 +574,32 @@ def in_test(sem: SemanticModel, node: ast.AST) -> bool:
             if _TEST_CLASS.match(cls.name) or any((dotted(b) or "").endswith("TestCase") for b in cls.bases):  # type: ignore[attr-defined]
                 return True
     return False
+
+
+def on_old_torch_branch(sem: SemanticModel, node: ast.AST) -> bool:
+    """``node`` runs only on a torch older than 2.0: the body of ``if version.parse(torch.__version__) <
+    version.parse("1.2.0"):`` (or the ``else`` of a ``>=`` test), a fallback no supported torch takes."""
+    child = node
+    for parent in sem.ancestors(node):
+        if isinstance(parent, ast.If) and child is not parent.test:
+            older = _old_torch_test(sem, parent.test)
+            if older is not None and older == (child in parent.body):
+                return True
+        child = parent
+    return False
+
+
+def _old_torch_test(sem: SemanticModel, test: ast.AST) -> bool | None:
+    """True for ``torch.__version__ < "1.2"`` (through ``version.parse``/``LooseVersion``), False for ``>=``; None
+    for any other test, or a version of 2 or more."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE, ast.GtE, ast.Gt))):
+        return None
+    if not any(isinstance(n, ast.Attribute) and n.attr == "__version__" and dotted(n.value) == "torch"
+               for n in sem.subtree(test.left)):
+        return None
+    literal = next((n.value for n in sem.subtree(test.comparators[0]) if isinstance(n, ast.Constant)
+                    and isinstance(n.value, str)), None)
+    major = literal.split(".", 1)[0] if literal else ""
+    if not (major.isdigit() and int(major) < 2):
+        return None
+    return isinstance(test.ops[0], (ast.Lt, ast.LtE))

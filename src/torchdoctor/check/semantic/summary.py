@@ -15,7 +15,7 @@ from torchdoctor.check.semantic.loaders import builds_a_loader, class_yields_tex
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_moves_itself, class_parts, moved_keys
+    class_freezes_itself, class_moves_itself, class_parts, moved_keys
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
@@ -26,7 +26,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
-                 "paramless", "builds_loader")
+                 "paramless", "builds_loader", "frozen", "init_params")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -38,13 +38,15 @@ class ClassSummary(FrozenRecord):
     parts: tuple[str, ...] | None  # its submodules' classes, as written, when it keeps no layer or tensor of its own
     paramless: bool  # buffers and tensors at most: no parameter, no layer that has one
     builds_loader: bool  # a DataLoader subclass whose ``__init__`` builds torch's (``super().__init__(...)``)
+    frozen: str | None  # its ``__init__`` freezes every parameter: "" always, or unless this parameter is given
+    init_params: tuple[str, ...]  # its ``__init__``'s parameters after ``self``, in order
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
                  moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False,
-                 builds_loader: bool = False) -> None:
+                 builds_loader: bool = False, frozen: str | None = None, init_params: tuple[str, ...] = ()) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
-                   builds_loader)
+                   builds_loader, frozen, init_params)
 
 
 class FunctionSummary(FrozenRecord):
@@ -128,7 +130,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          is_module and class_moves_itself(sem, cls),
                                          class_parts(sem, cls) if is_module else None,
                                          is_module and class_has_no_parameters(sem, cls),
-                                         not is_module and builds_a_loader(sem, cls))
+                                         not is_module and builds_a_loader(sem, cls),
+                                         class_freezes_itself(sem, cls) if is_module else None,
+                                         _init_params(cls))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
@@ -193,7 +197,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         func = sem.function_of(call)
         scope = sem.scope_of(call)
         eval_before = any(sem.mode_call(n) == "eval" and sem.scope_of(n) is scope and n.lineno < call.lineno
-                          for n in sem.calls_named("eval"))
+                          for n in sem.calls_named("eval", "train"))
         given: set[str] = set()
         models: set[str] = set()
         if accelerator:  # ``Runner(model, opt, cfg)`` after ``model.cuda()``: the model it trains is on the GPU
@@ -258,3 +262,8 @@ def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
     last = name.rsplit(".", 1)[-1]
     return last in ("device", "dev", "local_rank", "gpu", "rank") or last.endswith("_device") or \
         (isinstance(arg, ast.Name) and sem.kind_of(arg.id, at) == "device")
+
+
+def _init_params(cls: ast.AST) -> tuple[str, ...]:
+    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    return tuple(a.arg for a in init.args.args[1:]) if init is not None else ()
