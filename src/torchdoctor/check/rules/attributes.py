@@ -22,7 +22,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     value = node.value
     if isinstance(value, ast.IfExp):  # ``self.mean = torch.tensor(mean).view(-1, 1, 1) if mean else None``
         value = value.body if isinstance(value.body, ast.Call) else value.orelse
-    if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(value, ast.Call)):
+    if not (isinstance(target.value, ast.Name) and target.value.id == "self" and isinstance(value, (ast.Call, ast.BinOp))):
         return
     sem = ctx.semantic
     func, cls = sem.function_of(node), sem.class_of(node)
@@ -44,7 +44,8 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
         return  # ``float(self.n - 1)``, ``steps=self.n``: a count kept as a tensor, turned into a number where read
     call = ctx.segment(node.value)
     edits = ()
-    if value is node.value and keyword(value, "requires_grad") is None and _after_super_init(ctx, func, node):
+    if value is node.value and (not isinstance(value, ast.Call) or keyword(value, "requires_grad") is None) \
+            and _after_super_init(ctx, func, node):
         edits = (ctx.replace_edit(node, f'self.register_buffer("{target.attr}", {call}, persistent=False)'),)
     ctx.report("TD203", node,
                f"`self.{target.attr}` in `{cls.name}.__init__` is a plain tensor: `model.to(device)` leaves it on the CPU",
@@ -217,8 +218,12 @@ def _used_later(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     return False
 
 
+_NOT_TENSORS = frozenset({"tolist", "item", "numpy", "size", "dim", "numel", "nelement", "element_size"})
+
+
 def _new_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int) -> bool:
-    """A fresh plain tensor: ``torch.ones(...)``, ``torch.tril(torch.ones(...))``, ``pe.unsqueeze(0)`` of a local one."""
+    """A fresh plain tensor: ``torch.ones(...)``, ``torch.tril(torch.ones(...))``, ``pe.unsqueeze(0)`` of a local one,
+    arithmetic with one (``betas * (1.0 - keep)``)."""
     if depth > 4:
         return False
     if isinstance(value, ast.Call):
@@ -230,14 +235,16 @@ def _new_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int) -> bool:
         if q == "torch.autograd.Variable" and value.args:  # the legacy wrapper: still a plain tensor, unregistered
             return _new_tensor(ctx, value.args[0], at, depth + 1)
         recv = value.func.value if isinstance(value.func, ast.Attribute) else None
-        if recv is None or (isinstance(recv, ast.Name) and recv.id in ctx.imports):
-            return False
+        if recv is None or (isinstance(recv, ast.Name) and recv.id in ctx.imports) or value.func.attr in _NOT_TENSORS:  # type: ignore[attr-defined]
+            return False  # (``.tolist()``, ``.item()``: Python values)
         return _new_tensor(ctx, recv, at, depth + 1)  # pe.unsqueeze(0), mask.float()
     if isinstance(value, ast.Name):
         b = ctx.semantic.binding_at(value.id, at)
         if b is None or b.value is None or b.index is not None or b.is_param:
             return False
         return _new_tensor(ctx, b.value, b.node, depth + 1)
+    if isinstance(value, ast.BinOp):  # ``betas * (1.0 - keep) / (2.0 - keep)`` of local tensors: a tensor too
+        return _new_tensor(ctx, value.left, at, depth + 1) or _new_tensor(ctx, value.right, at, depth + 1)
     return False
 
 

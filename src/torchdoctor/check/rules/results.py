@@ -425,6 +425,8 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
             called = ctx.call_name(expr) or ""
             return called in ctx.semantic.module_classes or bool(_MODEL_FACTORY.match(called)) and called != "torch.nn.Parameter"
         return False
+    if name == "self":
+        return _object_holding_modules(ctx, expr)
     last = name.rsplit(".", 1)[-1]
     b = ctx.semantic.binding_at(name, expr)
     value = b.value if b is not None and not b.is_param else None
@@ -443,6 +445,20 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if isinstance(expr, ast.Name) and _plain_value(ctx, expr):
         return False  # ``base_model: str``, ``model = "gpt2"``: a name or path, not a module
     return bool(_MODEL_NAME.match(last))
+
+
+def _object_holding_modules(ctx: Context, expr: ast.AST) -> bool:
+    """``torch.save(self, path)`` in a module class, or in a plain wrapper class that keeps modules in its attributes
+    (``self.gen = nn.Sequential(...)``): the object is pickled with the modules in it."""
+    sem = ctx.semantic
+    cls = sem.class_of(expr)
+    if cls is None:
+        return False
+    if cls.name in sem.module_classes:  # type: ignore[attr-defined]
+        return True
+    return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and any(
+        isinstance(t, ast.Attribute) and dotted(t.value) == "self" for t in n.targets)
+        and sem.call_kind(n.value, n) == "model" for n in sem.subtree(cls))
 
 
 def _keyed_by_strings(ctx: Context, expr: ast.AST) -> bool:
