@@ -36,6 +36,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
         return  # ``self.proj = torch.randn(m, d)`` then ``self.proj = nn.Parameter(...)``: a draft, rebound at once
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
             or _moved_at_every_use(ctx, cls, target.attr) or _host_bookkeeping(ctx, cls, target.attr) \
+            or _iterated_into_arithmetic(ctx, cls, target.attr) \
             or program.default_device_set(ctx.semantic):
         return  # (``torch.set_default_device(device)`` first: the tensor is made on the device)
     if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
@@ -83,6 +84,27 @@ def _host_bookkeeping(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
                 and isinstance(sem.parent(test), (ast.If, ast.IfExp)) and sem.parent(test).test is test:
             continue
         return False
+    return True
+
+
+def _iterated_into_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` iterates it, and its items only enter arithmetic (``for freq in
+    self.freq_bands: out += [func(freq * x)]``): each item is a 0-dim tensor, which combines with tensors of any
+    device."""
+    sem = ctx.semantic
+    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
+             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    if not reads:
+        return False
+    for read in reads:
+        loop = sem.parent(read)
+        if not (isinstance(loop, ast.For) and loop.iter is read and isinstance(loop.target, ast.Name)):
+            return False
+        item = loop.target.id
+        uses = [n for stmt in loop.body for n in sem.subtree(stmt)
+                if isinstance(n, ast.Name) and n.id == item and isinstance(n.ctx, ast.Load)]
+        if not uses or not all(isinstance(sem.parent(n), ast.BinOp) for n in uses):
+            return False
     return True
 
 

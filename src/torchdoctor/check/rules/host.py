@@ -149,6 +149,8 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
             return _HOST
         if meth in _NO_GRAD_METHODS:
             return (_flags(ctx, recv, depth + 1)[0], False)
+        if meth == "sample" and _distribution(ctx, recv):  # ``Normal(mean, std).sample()``: drawn without a graph
+            return (_or(_HOST, *(_flags(ctx, a, depth + 1) for a in _distribution(ctx, recv).args))[0], False)  # type: ignore[union-attr]
         if meth == "detach":
             return (_flags(ctx, recv, depth + 1)[0], False)
         if meth == "cpu":
@@ -171,6 +173,15 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         args = [a for arg in call.args for a in (arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg])]
         return _or(*(_flags(ctx, a, depth + 1) for a in args)) if args else _HOST
     return _HOST
+
+
+def _distribution(ctx: Context, expr: ast.AST) -> ast.Call | None:
+    """The ``torch.distributions`` constructor call ``expr`` is (or a name bound to one)."""
+    if isinstance(expr, ast.Name):
+        b = ctx.semantic.binding_at(expr.id, expr)
+        expr = b.value if b is not None and not b.is_param and b.index is None and b.value is not None else expr
+    return expr if isinstance(expr, ast.Call) and (ctx.call_name(expr) or "").startswith("torch.distributions.") \
+        else None
 
 
 def _chain_methods(expr: ast.AST) -> list[str]:

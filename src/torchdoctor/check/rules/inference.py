@@ -106,7 +106,8 @@ def _synthetic_probe(sem, call: ast.Call) -> bool:
     return name.startswith("torch.") and name.rsplit(".", 1)[-1] in _PROBES
 
 
-_INFERENCE_FUNC = lazy(r"(?i)^(predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)")
+_INFERENCE_FUNC = lazy(r"(?i)^((predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)"
+                       r"|test(_(env|model|agent|policy|net|network|epoch|episode|game)s?)?$)")  # (not ``test_split_fn``)
 
 
 @rule("TD401", ast.FunctionDef)

@@ -48,6 +48,12 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     if not sem.contains(loop, node):  # ``def select_action(...): return q.argmax().cpu().numpy()``, whose calls in
         func = sem.function_of(node)  # the loop hand the action to ``env.step``
         sites = [c for c in sem.call_sites(func) if sem.contains(loop, c)] if func is not None else []
+        if not sites and func is not None:  # ``out = self.policy.act(obs)`` in a runner's own rollout loop, which the
+            # step loop reaches through ``runner.collect()``: judged in the loop around each call
+            sites = sem.call_sites(func)
+            loops = [next(iter(sem.loops_around(c)), None) for c in sites]
+            return bool(sites) and None not in loops and _reaches_return(ctx, node) and \
+                all(env_action(ctx, c, around) for c, around in zip(sites, loops))  # type: ignore[arg-type]
         return bool(sites) and _reaches_return(ctx, node) and all(env_action(ctx, c, loop) for c in sites)
     stmt = sem.statement_of(node)
     bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \

@@ -148,7 +148,9 @@ def class_has_dropout_or_bn(sem: SemanticModel, name: str, seen: frozenset[str] 
         return False
     seen = seen | {name}
     nodes = sem.subtree(cls)
-    if any(DROPOUT_BN.search(word) for word in _code_words(nodes)):
+    tested = {id(t) for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "isinstance" and len(n.args) == 2
+              for t in sem.subtree(n.args[1])}  # ``if isinstance(m, nn.BatchNorm2d):`` in an init helper: no layer
+    if any(DROPOUT_BN.search(word) for word in _code_words([n for n in nodes if id(n) not in tested])):
         return True
     used = {dotted(n.func) for n in nodes if isinstance(n, ast.Call)}
     used |= {dotted(b) for b in cls.bases}  # type: ignore[attr-defined]
