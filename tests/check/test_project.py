@@ -2272,3 +2272,49 @@ def test_a_feature_extractor_of_another_module_that_freezes_itself_records_no_gr
     })
     results = check_file("fid.py", Settings(root=str(project), select=("TD401",)))
     assert codes([results], "fid.py") == [(15, "TD401"), (18, "TD401")]
+
+
+def test_a_loader_handed_to_a_training_function_of_another_module_is_judged_for_workers(project: Path) -> None:
+    """A GNN benchmark's main script builds its loaders and hands them to ``train_epoch`` of ``train/train_mol.py``,
+    which backpropagates: a training program, so the loader without workers is TD305 beside TD304. A script that
+    only evaluates through an imported function is not."""
+    write(project, {
+        "train/__init__.py": "",
+        "train/train_mol.py": """\
+            def train_epoch(model, optimizer, device, loader):
+                model.train()
+                for x, y in loader:
+                    loss = (model(x.to(device)) - y.to(device)).pow(2).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+
+            def evaluate(model, device, loader):
+                return sum(float((model(x.to(device)) - y.to(device)).abs().mean()) for x, y in loader)
+            """,
+        "main.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from train.train_mol import train_epoch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 1).to(device)
+            optimizer = torch.optim.Adam(model.parameters())
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+            for epoch in range(3):
+                train_epoch(model, optimizer, device, loader)
+            """,
+        "score.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from train.train_mol import evaluate
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 1).to(device)
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8)
+            print(evaluate(model, device, loader))
+            """,
+    })
+    results = check_files(["main.py", "score.py", "train/train_mol.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "main.py") == [(8, "TD304"), (8, "TD305")]
+    assert codes(results, "score.py") == [(7, "TD304")]

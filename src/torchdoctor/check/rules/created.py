@@ -304,8 +304,12 @@ def _moved_through_methods(sem, use: ast.AST) -> bool:
 
 
 def _move_through_methods(sem, use: ast.AST) -> ast.Call | None:
-    """The move ending a chain of methods on ``use``: ``z.to(dev)``, ``z.view(4, 16).float().to(dev)``."""
+    """The move ending a chain of methods on ``use``: ``z.to(dev)``, ``z.view(4, 16).float().to(dev)``, also through
+    the legacy wrapper: ``Variable(z, requires_grad=False).to(dev)``."""
     cur = use
+    if isinstance(wrap := sem.parent(use), ast.Call) and wrap.args[:1] == [use] \
+            and (dotted(wrap.func) or "").rsplit(".", 1)[-1] == "Variable":
+        cur = wrap
     while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
             and call.func is up:
         if up.attr in ("to", "cuda"):

@@ -11,6 +11,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.rules.loop import training_branch
 from torchdoctor.check.semantic.models import calls_a_frozen_model, construction, model_has_no_parameters
 
 
@@ -164,9 +165,29 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
         said = "eval()" if node.func.attr == "eval" else "train(False)"
         for call in _forwards_after_eval(ctx, node, key) if key else []:
             _report_inference(ctx, call, f" (after `{key}.{said}`)")
+        for site, name in _handed_back_in_eval_mode(ctx, node, key) if key else []:
+            for call in _forwards_after_eval(ctx, site, name):
+                _report_inference(ctx, call, f" (`{ctx.name(site.func)}()` put it in eval mode)")
     elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node) \
             and not _estimator(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
+
+
+def _handed_back_in_eval_mode(ctx: Context, eval_call: ast.Call, key: str) -> list[tuple[ast.Call, str]]:
+    """``def build_classifier(path): clf = ...; clf.eval(); return clf`` and ``classifier = build_classifier(p)``: the
+    calls of this file that bind the model a loader helper put in eval mode, with the name they bind it to."""
+    sem = ctx.semantic
+    func = sem.function_of(eval_call)
+    if func is None or "." in key or sem.class_of(func) is not None or not any(
+            isinstance(r.value, ast.Name) and r.value.id == key for r in sem.kinds.returns_of(func)):
+        return []
+    out = []
+    for site in sem.call_sites(func):
+        stmt = sem.parent(site)
+        if isinstance(stmt, ast.Assign) and stmt.value is site and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], ast.Name):
+            out.append((site, stmt.targets[0].id))
+    return out
 
 
 def _estimator(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
@@ -219,6 +240,10 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
         if dotted(target) in keys and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call) \
                 and not _rebound_since(ctx, dotted(target) or "", eval_call, call) and not _shape_only(sem, call):
             out.append(call)
+        elif funcs := _helpers_run_only_here(ctx, call, region):  # ``out, y = self.score_part(k)`` after ``self.net.eval()``
+            out += [n for f in funcs for n in sem.local_nodes(f) if isinstance(n, ast.Call) and dotted(n.func) in keys
+                    and _inference_call(ctx, n, evaluated=True) and not sem.feeds_backward(n)
+                    and not training_branch(sem, n, f)]
         elif isinstance(func, ast.Attribute) and dotted(func.value) == key and _submodule(ctx, key, func.attr, call) \
                 and not sem.under_no_grad(call) and not sem.feeds_backward(call) \
                 and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None:
@@ -235,12 +260,32 @@ def _shape_only(sem, call: ast.Call) -> bool:
     up = sem.parent(call)
     if isinstance(up, ast.Attribute):
         return up.attr in _SHAPES
-    if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+    if not (isinstance(up, ast.Assign) and len(up.targets) == 1):
         return False
-    name = up.targets[0].id
-    reads = [r for r in sem.reads_of(name) if sem.binding_at(name, r) is not None
-             and sem.binding_at(name, r).node is up]
+    target = up.targets[0]  # (``out, out16, out32 = net(x); print(out.shape)``: each element, the same)
+    names = [target] if isinstance(target, ast.Name) else target.elts if isinstance(target, ast.Tuple) else []
+    if not names or not all(isinstance(n, ast.Name) for n in names):
+        return False
+    reads = [r for n in names for r in sem.reads_of(n.id) if sem.binding_at(n.id, r) is not None  # type: ignore[attr-defined]
+             and sem.binding_at(n.id, r).node is up]  # type: ignore[attr-defined]
     return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in _SHAPES for r in reads)
+
+
+def _helpers_run_only_here(ctx: Context, call: ast.Call, region: list[ast.AST]) -> list[ast.AST]:
+    """The functions of this file ``call`` runs (a trainer's ``score_part``) when every call of them is in ``region``
+    (after the ``.eval()``, before anything backpropagates) and they neither backpropagate nor step: their forwards
+    of the evaluated model are inferences too. A helper training shares is judged by the loop rule at its call."""
+    sem = ctx.semantic
+    funcs = sem.resolve(call)
+    inside = {id(n) for n in region}
+    if not funcs or any(f.name == "__init__" for f in funcs) or any(  # type: ignore[attr-defined]
+            sem.guards.grad_call(d) in ("off", "maybe") for f in funcs for d in f.decorator_list):  # type: ignore[attr-defined]
+        return []
+    for f in funcs:
+        effects = sem.region_effects(sem.local_nodes(f))
+        if "backward" in effects or "step" in effects or not all(id(site) in inside for site in sem.call_sites(f)):
+            return []
+    return funcs
 
 
 def _rebound_since(ctx: Context, key: str, eval_call: ast.AST, call: ast.AST) -> bool:

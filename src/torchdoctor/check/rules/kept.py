@@ -150,8 +150,11 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer) \
                 or _grown_on_host(ctx, up, outer)
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
-            # ``preds += out.argmax(-1).tolist()``; ``probs += prob.cpu()`` into ``probs = torch.zeros(n, c, h, w)``
-            return method_name(cur) == "tolist" or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up)
+            # ``preds += out.argmax(-1).tolist()``, ``preds += list(labels.cpu().numpy())``; ``probs += prob.cpu()``
+            # into ``probs = torch.zeros(n, c, h, w)``
+            return method_name(cur) == "tolist" or as_array and isinstance(cur, ast.Call) \
+                and isinstance(cur.func, ast.Name) and cur.func.id in ("list", "tuple") \
+                or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up)
         if isinstance(up, ast.Assign) and up.value is cur:
             if (name := _bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
                 # (in a helper the loop calls: its reads in the helper's own body)
@@ -300,8 +303,9 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
     cur: ast.AST = node
     up = sem.parent(cur)
     while isinstance(up, ast.Attribute) and up.attr in _ON_HOST and isinstance(call := sem.parent(up), ast.Call) \
-            and call.func is up:
-        cur, up = call, sem.parent(call)
+            and call.func is up or isinstance(up, ast.Subscript) and up.value is cur and method_name(cur) == "numpy":
+        cur = up if isinstance(up, ast.Subscript) else sem.parent(up)  # (``.cpu().numpy()[:, 0]``: a slice of the array)
+        up = sem.parent(cur)
     if isinstance(up, ast.Return) or isinstance(up, ast.Tuple) and isinstance(sem.parent(up), ast.Return):
         return True  # (``return probs, probs.argmax(1).cpu().numpy()``: one element of what it hands back)
     func, name = sem.function_of(node), _bound_name(up)
@@ -458,9 +462,11 @@ def _host_function(ctx: Context, call: ast.Call) -> bool:
 
 
 def _grown_on_host(ctx: Context, seq: ast.AST, outer: ast.AST | None) -> bool:
-    """``bank = torch.cat((bank, net(x).cpu()), 0)``: a feature bank grown on the host, batch after batch."""
+    """``bank = torch.cat((bank, net(x).cpu()), 0)`` (or ``np.concatenate([bank, out.cpu().numpy()])``): a feature bank
+    grown on the host, batch after batch."""
     sem = ctx.semantic
-    if not (isinstance(outer, ast.Call) and seq in outer.args and ctx.call_name(outer) in ("torch.cat", "torch.stack")):
+    if not (isinstance(outer, ast.Call) and seq in outer.args and ctx.call_name(outer) in (
+            "torch.cat", "torch.stack", "numpy.concatenate", "numpy.vstack", "numpy.hstack", "numpy.append")):
         return False
     stmt = sem.parent(outer)
     name = _bound_name(stmt) if isinstance(stmt, ast.Assign) and stmt.value is outer else None

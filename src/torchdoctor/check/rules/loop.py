@@ -103,12 +103,12 @@ def _eval_helper_forwards(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, s
         if cls is not None and cls.name in sem.module_classes:
             continue  # a model's own method: its calls are submodules
         if any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" and not sem.under_no_grad(n)
-               and not _training_branch(sem, n, helper) for n in sem.local_nodes(helper)):
+               and not training_branch(sem, n, helper) for n in sem.local_nodes(helper)):
             out.append((node, helper.name))  # type: ignore[attr-defined]
     return out
 
 
-def _training_branch(sem, node: ast.AST, func: ast.AST) -> bool:
+def training_branch(sem, node: ast.AST, func: ast.AST) -> bool:
     """``if model.training: out = model(x)`` (``else: with torch.no_grad(): out = model(x)``): the forward with
     autograd on runs only while the model trains."""
     child = node

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, keyword, method_name, string_value
+from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -257,14 +257,16 @@ def _inputs_stay_on_host(ctx: Context, key: str, stmt: ast.Assign) -> bool:
     if binding is None:
         return False
     body = sem.scope_of(stmt)
-    calls = [n for n in sem.body(body) if isinstance(n, ast.Call) and dotted(n.func) == key
+    runs = {key, f"{key}.generate", f"{key}.forward"}  # (``model.generate(input_ids, ...)``: its forwards, on those ids)
+    calls = [n for n in sem.body(body) if isinstance(n, ast.Call) and dotted(n.func) in runs
              and getattr(n, "lineno", 0) > stmt.lineno and sem.binding_at(key, n) is binding]
-    if "." not in key and not isinstance(body, ast.Module):  # (and in functions nested here: a collate function)
+    if "." not in key:  # (and in functions nested here: a collate function, a script's lookup helper)
         calls += [c for r in sem.reads_of(key) if isinstance(c := sem.parent(r), ast.Call) and c.func is r
                   and c not in calls and sem.contains(body, c) and sem.binding_at(key, r) is binding]
     if not calls:  # built to show its ``state_dict()`` (or its parameters), and never run: nothing meets a device
         reads = [r for r in sem.reads_of(key) if sem.binding_at(key, r) is binding]
-        return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in (
+        # (none at all: rebound before any use, ``model = AutoModel...`` then ``model = AutoModelForCausalLM...``)
+        return not reads or all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in (
             "state_dict", "parameters", "named_parameters", "weight", "bias", "load_state_dict", "modules",
             "children", "named_modules", "eval", "train") or isinstance(p, ast.Expr)
             or isinstance(p, ast.Call) and dotted(p.func) == "print" for r in reads)
@@ -297,6 +299,9 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
     """``expr`` may hold a device tensor: moved, created with ``device=``, or of unknown origin."""
     sem = ctx.semantic
     nodes = sem.subtree(expr)
+    plain = {id(a) for n in nodes if isinstance(n, ast.Call) and _host_maker(ctx, n) for a in sem.subtree(n) if a is not n}
+    if plain:  # ``combinations_with_replacement(range(0, n + 1), k)``: numbers and lists, whatever they are made of
+        nodes = [n for n in nodes if id(n) not in plain]
     for n in nodes:
         if isinstance(n, ast.Call) and (sem.is_device_move(n) or keyword(n, "device") is not None):
             return True
@@ -314,6 +319,8 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
             continue  # ``x, y = next(iter(loader))``; ``points, directions = generate_sequences(n=128, seed=13)``
         if b is not None and b.value is None and not b.is_param and _iterates_host_values(ctx, b, depth):
             continue  # ``for i in range(n)``; ``[torch.as_tensor(seq) for seq in all_seqs]``
+        if b is not None and b.is_param and _given_host_values(ctx, b, name.id, depth):
+            continue  # ``words_to_vec([[1, 2, 3], [4, 5]])``: every call of the function passes lists of numbers
         if b is None or b.value is None or b.index is not None:
             return True  # a parameter, a loop target, an unpacked value: unknown
         if _may_be_on_device(ctx, b.value, b.node, depth + 1) and not (
@@ -327,6 +334,29 @@ def _host_model_call(ctx: Context, call: ast.Call) -> bool:
     """``out0, h0 = rnn_layer0(x)`` of a demo model nothing moves: its output lives where its input does."""
     return isinstance(call.func, ast.Name) and flow.consumer_kind(ctx.semantic, call) == "model" \
         and never_moved(ctx.semantic, call.func.id, call)
+
+
+_HOST_MAKERS = ("range", "len", "int", "float", "str", "round", "itertools.", "math.", "random.", "numpy.", "os.")
+
+
+def _host_maker(ctx: Context, call: ast.Call) -> bool:
+    """A call whose result is no device tensor, whatever its arguments: ``range(...)``, ``len(...)``, itertools, NumPy;
+    ``torch.tensor(e.ids)`` and ``torch.from_numpy(a)`` without a device (a new host tensor from host values)."""
+    name = ctx.call_name(call) or ""
+    if name in ("torch.tensor", "torch.LongTensor", "torch.FloatTensor", "torch.from_numpy"):
+        return keyword(call, "device") is None
+    return name in _HOST_MAKERS or name.startswith(tuple(p for p in _HOST_MAKERS if p.endswith(".")))
+
+
+def _given_host_values(ctx: Context, b, param: str, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    """Every call of this file's function passes the parameter a value that is no device tensor."""
+    sem = ctx.semantic
+    func = b.node
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or depth > 5:
+        return False
+    sites = sem.call_sites(func)
+    given = [(call_argument(site, func, param), site) for site in sites]
+    return bool(sites) and all(arg is not None and not _may_be_on_device(ctx, arg, site, depth + 1) for arg, site in given)
 
 
 def _iterates_host_values(ctx: Context, b, depth: int) -> bool:  # type: ignore[no-untyped-def]

@@ -168,6 +168,8 @@ def _autocast_trains(ctx: Context, node: ast.Call) -> bool:
     body = sem.body(with_node) if isinstance(with_node, (ast.With, ast.AsyncWith)) else []
     if "backward" in sem.region_effects(body):
         return True
+    if body:  # a later backward counts when it backpropagates something computed in the region (not a shape check
+        return any(isinstance(n, ast.Call) and sem.feeds_backward(n) for n in body)  # under float16, then another block)
     scope = sem.scope_of(node)
     nodes = sem.local_nodes(scope) if not isinstance(scope, ast.Module) else sem.body(scope)
     return any(sem.is_backward_call(n) and n.lineno >= node.lineno for n in nodes)  # type: ignore[attr-defined]

@@ -145,11 +145,32 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     if workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
         return
-    if not ctx.semantic.trains or not _judged_loader(ctx, node):
+    if not _trains(ctx) or not _judged_loader(ctx, node):
         return
     what = "`num_workers=0`" if workers else "no `num_workers` (0)"
     ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
                fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
+
+
+def _trains(ctx: Context) -> bool:
+    """The program backpropagates: here, or in a function of another module of the project that this file calls
+    (``train_epoch(model, optimizer, device, train_loader)`` from ``train/train_molecules.py``)."""
+    sem = ctx.semantic
+
+    def compute() -> bool:
+        if sem.trains:
+            return True
+        if sem.project is None:
+            return False
+        for call in sem.calls:
+            head = (dotted(call.func) or "").split(".")[0]
+            if head and (head in sem.names.from_imports or head in sem.names.imports):
+                found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
+                if found is not None and "backward" in found.effects:
+                    return True
+        return False
+
+    return sem.cached("trains_through_project", compute)  # type: ignore[no-any-return]
 
 
 def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:

@@ -384,7 +384,7 @@ class Kinds:
             return "optimizer"
         if (last.endswith("Loss") or last.endswith("Loss2d")) and (q.startswith("torch.nn.") or "." not in q):
             return "loss_fn"  # (``nn.NLLLoss2d``: the old 2-D alias of NLLLoss)
-        if self.is_model_constructor(call, q, last) or self._model_class_param(call):
+        if self.is_model_constructor(call, q, last) or self._model_class_param(call) or self._model_registry_call(call):
             return "model"
         if last in ("tqdm", "trange", "track", "iter", "enumerate") and call.args:
             return "loader" if self.expr_kind(call.args[0], at) == "loader" else None
@@ -483,6 +483,12 @@ class Kinds:
                 value = value.elts[index]
             values.append(value)  # type: ignore[arg-type]
         return values or None
+
+    def _model_registry_call(self, call: ast.Call) -> bool:
+        """``models.__dict__[args.arch](num_classes=365)``: torchvision's model builders looked up by name."""
+        func = call.func
+        return isinstance(func, ast.Subscript) and isinstance(func.value, ast.Attribute) and func.value.attr == "__dict__" \
+            and (self.names.qualname(func.value.value) or "") == "torchvision.models"
 
     def is_model_constructor(self, call: ast.Call, q: str, last: str) -> bool:
         if q.startswith("torch.nn.") and last[:1].isupper() and last != "Parameter":

@@ -310,16 +310,34 @@ def _places_work(sem: SemanticModel) -> bool:
     """Something is put on a device: a move, a ``device=`` argument, a default device.
     A file that only defines ``device`` and never uses it (a tutorial's last cell) runs on the CPU."""
     for call in sem.calls_named(*_MOVE_CALLS):
-        if sem.is_device_move(call) and (sem.move_device(call) or "").strip("'\"") != "cpu":
+        target = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
+        if sem.is_device_move(call) and (sem.move_device(call) or "").strip("'\"") != "cpu" \
+                and not (method_name(call) == "to" and _cpu_name(sem, target)):  # (``.cuda(dev)`` is CUDA, whatever dev)
             return True
     for arg in ("device", "device_ids", "map_location"):
         for call in sem.calls_with_keyword(arg):
-            if any(k.arg == arg and string_value(k.value) != "cpu" for k in call.keywords):
+            if any(k.arg == arg and string_value(k.value) != "cpu" and not _cpu_name(sem, k.value) for k in call.keywords):
                 return True
     if sem.calls_named("set_default_device", "prepare", "setup"):
         return True
     return any((sem.call_name(c) or "").endswith(("set_device", "pick_device"))
                for c in sem.calls_named("set_device", "pick_device"))
+
+
+def _cpu_name(sem: SemanticModel, arg: ast.AST | None) -> bool:
+    """``net.to(dev)``, ``torch.randn(2, 3, device=dev)`` where every binding of ``dev`` is the CPU (``dev =
+    torch.device('cpu')``: a notebook pinned to the CPU on purpose)."""
+    if not isinstance(arg, ast.Name):
+        return False
+    values = [b.value for b in sem.bindings_of(arg.id)]
+    if not values or any(v is None for v in values):
+        return False
+    for value in values:
+        if isinstance(value, ast.Call) and sem.call_name(value) == "torch.device" and value.args:
+            value = value.args[0]
+        if string_value(value) != "cpu":
+            return False
+    return True
 
 
 def default_device_set(sem: SemanticModel) -> bool:
