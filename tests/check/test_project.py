@@ -2318,3 +2318,59 @@ def test_a_loader_handed_to_a_training_function_of_another_module_is_judged_for_
     results = check_files(["main.py", "score.py", "train/train_mol.py"], Settings(root=str(project), select=("TD304", "TD305")))
     assert codes(results, "main.py") == [(8, "TD304"), (8, "TD305")]
     assert codes(results, "score.py") == [(7, "TD304")]
+
+
+def test_a_dataset_of_another_module_that_moves_its_items_gives_device_batches(project: Path) -> None:
+    """A news classifier's ``Rows`` dataset (``dataset_utils.py``) moves each item to CUDA under the flag that moves
+    the model: the batches are on the GPU already (no TD302 for them unmoved, nothing to pin). A dataset that keeps its
+    items on the host is told."""
+    write(project, {
+        "rows.py": """\
+            import torch
+            from torch.utils.data import Dataset
+
+            class Rows(Dataset):
+                def __init__(self, rows, on_gpu):
+                    self.rows, self.on_gpu = rows, on_gpu
+
+                def __getitem__(self, i):
+                    feats, label = torch.tensor(self.rows[i][0]), torch.tensor(self.rows[i][1])
+                    if self.on_gpu:
+                        feats, label = feats.cuda(), label.cuda()
+                    return feats, label
+
+                def __len__(self):
+                    return len(self.rows)
+
+            class HostRows(Rows):
+                def __getitem__(self, i):
+                    return torch.tensor(self.rows[i][0]), torch.tensor(self.rows[i][1])
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn as nn
+            from torch.utils.data import DataLoader
+            from rows import HostRows, Rows
+
+            use_gpu = torch.cuda.is_available()
+            rows = [([0.0, 1.0], 1), ([1.0, 0.0], 0)]
+            loader = DataLoader(Rows(rows, use_gpu), batch_size=2)
+            host_loader = DataLoader(HostRows(rows, use_gpu), batch_size=2)
+            net = nn.Linear(2, 2)
+            if use_gpu:
+                net = net.cuda()
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for feats, label in loader:
+                loss = nn.functional.cross_entropy(net(feats), label)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            for feats, label in host_loader:
+                loss = nn.functional.cross_entropy(net(feats.cuda()), label)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_file("train.py", Settings(root=str(project), select=("TD302", "TD304")))
+    assert codes([results], "train.py") == [(9, "TD304"), (20, "TD302")]

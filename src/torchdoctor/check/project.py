@@ -145,6 +145,11 @@ class Project(Callers):
         cls = self._lookup(sem, written, "stateless_class")
         return cls is not None and cls.is_module  # type: ignore[attr-defined]
 
+    def class_yields_device(self, sem: SemanticModel, written: str) -> bool:
+        """``written`` (imported here) is a Dataset class whose items it moves to a device itself."""
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.yields_device  # type: ignore[attr-defined]
+
     def class_builds_loader(self, sem: SemanticModel, written: str) -> bool:
         """``written`` (imported here) is a DataLoader subclass that builds torch's loader from what it is given."""
         cls = self._lookup(sem, written, "class")

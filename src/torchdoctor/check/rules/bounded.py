@@ -13,7 +13,7 @@ from torchdoctor.check.semantic.counts import FEW, few_passes
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
-__all__ = ["few_iterations", "few_in_range", "while_few_kept", "retry_loop", "first_pass_only"]
+__all__ = ["few_iterations", "few_in_range", "while_few_kept", "retry_loop", "first_pass_only", "last_pass_only"]
 
 
 
@@ -125,3 +125,49 @@ def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
                        and dotted(n.func.value) == filled for n in sem.body(loop))
     return False
+
+
+def last_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``if i == len(loader) - 1: summary = acc.item()`` (or the ``else`` of ``if i != len(loader) - 1:``, or
+    ``i + 1 == len(loader)``) on the loop's own ``enumerate`` counter: a read on the last pass, once an epoch."""
+    counter = _enumerate_counter(loop)
+    if counter is None:
+        return False
+    child = node
+    for parent in ctx.semantic.ancestors(node):
+        if parent is loop:
+            return False
+        if isinstance(parent, ast.If) and child is not parent.test and _tests_last_pass(parent.test, counter) is not None:
+            on_last = _tests_last_pass(parent.test, counter)
+            if (child in parent.body) == on_last:
+                return True
+        child = parent
+    return False
+
+
+def _tests_last_pass(test: ast.AST, counter: str) -> bool | None:
+    """True for ``i == len(x) - 1`` / ``i + 1 == len(x)``, False for ``!=``; None for any other test."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    sides = [test.left, test.comparators[0]]
+
+    def is_len(e: ast.AST, minus: int) -> bool:  # ``len(x) - 1`` (minus 1) or ``len(x)`` (minus 0)
+        if minus and isinstance(e, ast.BinOp) and isinstance(e.op, ast.Sub) and isinstance(e.right, ast.Constant) \
+                and e.right.value == 1:
+            e = e.left
+        elif minus:
+            return False
+        return isinstance(e, ast.Call) and dotted(e.func) == "len"
+
+    def is_counter(e: ast.AST, plus: int) -> bool:
+        if plus and isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add) and isinstance(e.right, ast.Constant) \
+                and e.right.value == 1:
+            e = e.left
+        elif plus:
+            return False
+        return isinstance(e, ast.Name) and e.id == counter
+
+    for a, b in (sides, sides[::-1]):
+        if is_counter(a, 0) and is_len(b, 1) or is_counter(a, 1) and is_len(b, 0):
+            return isinstance(test.ops[0], ast.Eq)
+    return None

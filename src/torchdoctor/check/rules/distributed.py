@@ -405,7 +405,9 @@ def _flag_only_set_epoch(ctx: Context, set_epochs: list[ast.Call], samplers: lis
     shuffling sampler's construction (built ``if True:`` or always): the flag that leaves it out."""
     flags = None
     for call in set_epochs:
-        found = _flag_guards(ctx, call)
+        func = ctx.semantic.function_of(call)  # (``def _run_epoch(self, epoch, loader, train=True): if train:
+        params = {a.arg for a in func.args.args + func.args.kwonlyargs} if func is not None else set()  # type: ignore[attr-defined]
+        found = _flag_guards(ctx, call) - params  # set_epoch``: each caller says, the training one passes True)
         flags = found if flags is None else flags & found
         if not flags:
             return None

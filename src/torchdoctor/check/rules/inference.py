@@ -410,7 +410,8 @@ def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bo
 
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
-    if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, call.func, call):
+    model = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in _INFERENCE_METHODS else call.func
+    if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, model, call):
         return  # every parameter was set ``requires_grad = False``, or there is none: no graph is recorded
     name = ctx.name(call.func)
     ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
@@ -479,6 +480,9 @@ def _training_switch(ctx: Context, func: ast.AST):  # type: ignore[no-untyped-de
     if not backwards or not any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" for n in nodes):
         return None
     params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
+    if any(isinstance(n, ast.Call) and sem.call_name(n) == "torch.set_grad_enabled" and n.args
+           and isinstance(n.args[0], ast.Name) and n.args[0].id in params for n in nodes):
+        return None  # ``with torch.set_grad_enabled(train):``: autograd follows the same switch
     found = None
     for call in backwards:
         switch = None

@@ -29,8 +29,15 @@ def _index_loader(ctx: Context, call: ast.Call) -> bool:
     """``for perm in DataLoader(range(n), batch_size, shuffle=True)``: batches of indices into tensors already on
     the device (full-graph GNN training); a few bytes a step, nothing to pin or to load in workers."""
     data = argument(call, "dataset", 0)
-    if isinstance(data, ast.Call) and dotted(data.func) in ("list", "tuple") and len(data.args) == 1:
-        data = data.args[0]
+    for _ in range(4):  # ``order = torch.LongTensor(list(range(n)))``, ``DataLoader(dataset=order, ...)``
+        if isinstance(data, ast.Name) and (b := ctx.semantic.binding_at(data.id, call)) is not None \
+                and not b.is_param and b.index is None and b.value is not None:
+            data = b.value
+        elif isinstance(data, ast.Call) and len(data.args) == 1 and (dotted(data.func) in ("list", "tuple") or ctx.call_name(
+                data) in ("torch.LongTensor", "torch.tensor", "torch.as_tensor", "torch.IntTensor")):
+            data = data.args[0]
+        else:
+            break
     return isinstance(data, ast.Call) and (dotted(data.func) == "range" or ctx.call_name(data) == "torch.arange")
 
 

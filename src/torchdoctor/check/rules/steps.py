@@ -13,7 +13,8 @@ from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name,
     target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, retry_loop, while_few_kept
+from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
+    while_few_kept
 from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
@@ -34,7 +35,8 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
-                or first_pass_only(ctx, node, loop) or retry_loop(ctx, node, loop) or few_iterations(ctx, loop) \
+                or first_pass_only(ctx, node, loop) or last_pass_only(ctx, node, loop) or retry_loop(ctx, node, loop) \
+                or few_iterations(ctx, loop) \
                 or while_few_kept(ctx, node, loop):
             return None
         return loop
@@ -127,7 +129,9 @@ def _tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     if isinstance(expr, ast.Attribute):
         return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
     if isinstance(expr, ast.Name):
-        return (ctx.semantic.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))) \
+        b = ctx.semantic.binding_at(expr.id, at)
+        return (ctx.semantic.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))
+                or b is not None and b.value is not None and _grown_by_tensors(ctx, expr.id, b)) \
             and not _host_number(ctx, expr, at)
     return False
 
@@ -140,6 +144,8 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> b
         loop = ctx.semantic.parent(b.node) if b is not None else None
         if not isinstance(loop, (ast.For, ast.AsyncFor)):
             return False
+        if isinstance(loop.iter, ast.Call) and (dotted(loop.iter.func) or "").rsplit(".", 1)[-1] in ("trange", "tnrange"):
+            return True  # ``for i in tqdm.trange(n)``: ints
         iters, counter = unwrap_iter(loop.iter)  # ``for i in tqdm(range(n))``: ints
         if counter and isinstance(loop.target, ast.Tuple) and loop.target.elts and b.node is loop.target \
                 and name.id in target_names(loop.target.elts[0]):
@@ -150,7 +156,18 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> b
         return _host_arithmetic(ctx, value, b.node, depth + 1)
     if isinstance(value, ast.Call) and depth < 3 and (funcs := ctx.semantic.resolve(value)):
         return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
-    return _host_leaf(value)
+    return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b)
+
+
+def _grown_by_tensors(ctx: Context, name: str, b: object) -> bool:
+    """``part = 0`` then ``part += crit(o, y)`` in the same function: the number becomes a tensor."""
+    sem = ctx.semantic
+    scope = sem.scope_of(b.node)  # type: ignore[attr-defined]
+    return any(isinstance(aug.target, ast.Name) and aug.target.id == name and sem.scope_of(aug) is scope
+               and isinstance(aug.value, ast.Call) and not _host_leaf(aug.value)
+               and (sem.expr_kind(aug.value, aug) == "tensor" or sem.call_kind(aug.value, aug) == "loss_fn"
+                    or sem.expr_kind(aug.value.func, aug) in ("loss_fn", "model"))
+               for aug in sem.of_type(ast.AugAssign))
 
 
 def _returns_host(ctx: Context, func: ast.AST, index: int | None) -> bool:

@@ -19,7 +19,8 @@ from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_text", "builds_a_loader"]
+__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
+           "builds_a_loader"]
 
 LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
 _WRAPPING = {"prepare", "setup_dataloaders", "prepare_data_loader", "DeviceLoader", "skip_first_batches",
@@ -226,8 +227,15 @@ def dataset_yields_device_tensors(sem: SemanticModel, dataset: ast.AST) -> bool:
     if _transform_moves(sem, dataset):
         return True
     cls = sem.calls_index.classes.get(dotted(dataset.func) or "")
-    if cls is None:
-        return False
+    if cls is None:  # a Dataset class of another module of the project (``from rows import Rows``)
+        written = dotted(dataset.func)
+        return bool(written) and sem.project is not None and sem.project.class_yields_device(sem, written)  # type: ignore[attr-defined]
+    return class_yields_device_tensors(sem, cls)
+
+
+def class_yields_device_tensors(sem: SemanticModel, cls: ast.AST) -> bool:
+    """The dataset class ``cls``'s items are tensors it moved to a device itself (see
+    ``dataset_yields_device_tensors``)."""
     methods = {f.name: f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}  # type: ignore[attr-defined]
     todo = [methods[n] for n in ("__getitem__", "__iter__", "__getitems__") if n in methods]
     seen: set[int] = set()

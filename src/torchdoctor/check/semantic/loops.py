@@ -17,7 +17,7 @@ __all__ = ["LoopInfo", "Loops", "EVALISH", "EVAL_FUNC"]
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 EVALISH = lazy(r"(?i)(val|valid|test|eval|dev\b|holdout)")
-EVAL_FUNC = lazy(r"(?i)(eval|valid|test|predict|infer|score)")
+EVAL_FUNC = lazy(r"(?i)(eval|valid|test|predict|infer|score|accuracy|(^|_)acc($|_))")  # (``compute_accuracy(model, loader)``)
 # ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
 _GETS_BATCH = lazy(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
 _GETS_FRAME = lazy(r"(?i)^(next|read|get|grab)_?frames?$")  # ``frame = src.next_frame()``: a video, frame by frame
@@ -291,17 +291,22 @@ class Loops:
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"):
             return False
         funcs = self.calls.resolve(call)
-        return bool(funcs) and all("backward" in self.calls.effects(f) and not any(  # (``for p in params: p.grad
-            isinstance(n, _LOOPS) and self.info[n].has_backward for n in self.calls.local_nodes(f))  # = None`` is fine)
-            for f in funcs)
+        return bool(funcs) and all("backward" in self.calls.effects(f) and not self._loops_backward(f)  # (``for p in
+                                   for f in funcs)  # params: p.grad = None`` is fine)
 
     def _loops_backward(self, func: ast.AST) -> bool:
-        """Some loop in ``func`` (or the functions it calls) backpropagates: ``func`` runs many steps."""
+        """Some loop in ``func`` (or the functions it calls) backpropagates, itself or through a function of this file
+        it calls on each pass (``for ep in range(300): fit_step(net, opt, x, y)``): ``func`` runs many steps."""
         for f in self.calls.reachable(func):
             for n in self.calls.local_nodes(f):
-                if isinstance(n, _LOOPS) and self.info[n].has_backward:
+                if isinstance(n, _LOOPS) and (self.info[n].has_backward or any(
+                        isinstance(c, ast.Call) and "backward" in self._called_effects(c) for c in self.index.body(n))):
                     return True
         return False
+
+    def _called_effects(self, call: ast.Call) -> frozenset[str]:
+        funcs = self.calls.resolve(call)
+        return frozenset().union(*(self.calls.effects(f) for f in funcs)) if funcs else frozenset()
 
     def _classify_comp(self, comp: ast.AST) -> None:
         """Train when its result is backpropagated, else evaluation by the same signs as a loop."""

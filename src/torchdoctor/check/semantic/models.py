@@ -322,9 +322,14 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
                 in _STATE_CALLS:
             return False
         for _, value in _self_assignments(n):
-            if isinstance(value, _HELD) and not _plain_setting(sem, value, n):
+            if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) for v in _held_parts(value)):
                 return False
     return True
+
+
+def _held_parts(value: ast.AST) -> list[ast.AST]:
+    """What an attribute is given: ``self.layers + [Layer(d, d2).to(device)]`` gives the list it appends."""
+    return [value.left, value.right] if isinstance(value, ast.BinOp) else [value]
 
 
 _HELD = (ast.Call, ast.ListComp, ast.List, ast.Dict, ast.Name, ast.Attribute)
@@ -333,6 +338,8 @@ _HELD = (ast.Call, ast.ListComp, ast.List, ast.Dict, ast.Name, ast.Attribute)
 def _self_assignments(n: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
     """(target, value) pairs of ``self.x = ...`` in the statement ``n``, unpacking ``self.enc, self.dec =
     nn.Linear(4, 8), nn.Linear(8, 4)`` element by element."""
+    if isinstance(n, ast.AugAssign) and (dotted(n.target) or "").startswith("self."):
+        return [(n.target, n.value)]  # ``self.layers += [Layer(d, d2).cuda()]``: a list it fills with layers
     if not (isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None):
         return []
     out = []
@@ -375,7 +382,8 @@ def class_has_no_parameters(sem: SemanticModel, cls: ast.AST) -> bool:
                 in _PARAMETER_CALLS:
             return False
         for _, value in _self_assignments(n):
-            if isinstance(value, _HELD) and not _plain_setting(sem, value, n) and not _plain_tensor(sem, value):
+            if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) and not _plain_tensor(sem, v)
+                   for v in _held_parts(value)):
                 return False
     return True
 
