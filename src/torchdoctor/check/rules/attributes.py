@@ -59,9 +59,14 @@ def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     """Every read of ``self.attr`` outside ``__init__`` moves it first: ``self.validation_z.type_as(weight)``,
     ``self.mean.to(x.device)``."""
     sem = ctx.semantic
-    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
-             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    reads = _reads_after_init(sem, cls, attr)
     return bool(reads) and all(_moved_after_reshapes(sem, r) or _copy_moved(ctx, r) for r in reads)
+
+
+def _reads_after_init(sem: object, cls: ast.ClassDef, attr: str) -> list[ast.AST]:
+    """The reads of ``self.attr`` in the methods of ``cls`` other than ``__init__``."""
+    return [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls  # type: ignore[attr-defined]
+            and (f := sem.function_of(r)) is not None and f.name != "__init__"]  # type: ignore[attr-defined]
 
 
 def _host_bookkeeping(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
@@ -69,8 +74,7 @@ def _host_bookkeeping(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     enumerate(self.continuous_idx)``), or an element tested (``if self.continuous_idx[i] == 1:``); it never meets
     the inputs, so the CPU is the right place for it (tabnet's column mask)."""
     sem = ctx.semantic
-    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
-             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    reads = _reads_after_init(sem, cls, attr)
     if not reads:
         return False
     for read in reads:
@@ -92,8 +96,7 @@ def _iterated_into_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> boo
     self.freq_bands: out += [func(freq * x)]``): each item is a 0-dim tensor, which combines with tensors of any
     device."""
     sem = ctx.semantic
-    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
-             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    reads = _reads_after_init(sem, cls, attr)
     if not reads:
         return False
     for read in reads:
@@ -195,8 +198,7 @@ def _only_in_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     (``y * self.scale``, ``y /= self.t``), where a 0-dim CPU tensor meets a device tensor as a scalar; not an
     argument of a call, a receiver of a method, an index or an element of a list (``torch.stack``)."""
     sem = ctx.semantic
-    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
-             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    reads = _reads_after_init(sem, cls, attr)
     return bool(reads) and all(isinstance(sem.parent(r), (ast.BinOp, ast.Compare))
                                or isinstance(p := sem.parent(r), ast.AugAssign) and p.value is r
                                or _read_as_a_number(sem, r) for r in reads)
@@ -204,8 +206,7 @@ def _only_in_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
 
 def _only_read_as_a_number(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     sem = ctx.semantic
-    reads = [r for r in sem.reads_of(f"self.{attr}") if sem.class_of(r) is cls
-             and (f := sem.function_of(r)) is not None and f.name != "__init__"]
+    reads = _reads_after_init(sem, cls, attr)
     return bool(reads) and all(_read_as_a_number(sem, r) for r in reads)
 
 

@@ -232,6 +232,7 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
     out = []
     keys = {key} | {n.targets[0].id for n in nodes if isinstance(n, ast.Assign) and len(n.targets) == 1  # ``full = model``
                     and isinstance(n.targets[0], ast.Name) and dotted(n.value) == key}  # type: ignore[attr-defined]
+    inside = {id(n) for n in region}
     for call in region:
         if not isinstance(call, ast.Call):
             continue
@@ -240,7 +241,7 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
         if dotted(target) in keys and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call) \
                 and not _rebound_since(ctx, dotted(target) or "", eval_call, call) and not _shape_only(sem, call):
             out.append(call)
-        elif funcs := _helpers_run_only_here(ctx, call, region):  # ``out, y = self.score_part(k)`` after ``self.net.eval()``
+        elif funcs := _helpers_run_only_here(ctx, call, inside):  # ``out, y = self.score_part(k)`` after ``self.net.eval()``
             out += [n for f in funcs for n in sem.local_nodes(f) if isinstance(n, ast.Call) and dotted(n.func) in keys
                     and _inference_call(ctx, n, evaluated=True) and not sem.feeds_backward(n)
                     and not training_branch(sem, n, f)]
@@ -271,19 +272,19 @@ def _shape_only(sem, call: ast.Call) -> bool:
     return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in _SHAPES for r in reads)
 
 
-def _helpers_run_only_here(ctx: Context, call: ast.Call, region: list[ast.AST]) -> list[ast.AST]:
+def _helpers_run_only_here(ctx: Context, call: ast.Call, inside: set[int]) -> list[ast.AST]:
     """The functions of this file ``call`` runs (a trainer's ``score_part``) when every call of them is in ``region``
     (after the ``.eval()``, before anything backpropagates) and they neither backpropagate nor step: their forwards
     of the evaluated model are inferences too. A helper training shares is judged by the loop rule at its call."""
     sem = ctx.semantic
     funcs = sem.resolve(call)
-    inside = {id(n) for n in region}
-    if not funcs or any(f.name == "__init__" for f in funcs) or any(  # type: ignore[attr-defined]
+    if not funcs or any(f.name == "__init__" or not all(id(site) in inside for site in sem.call_sites(f))  # type: ignore[attr-defined]
+                        for f in funcs) or any(
             sem.guards.grad_call(d) in ("off", "maybe") for f in funcs for d in f.decorator_list):  # type: ignore[attr-defined]
         return []
     for f in funcs:
         effects = sem.region_effects(sem.local_nodes(f))
-        if "backward" in effects or "step" in effects or not all(id(site) in inside for site in sem.call_sites(f)):
+        if "backward" in effects or "step" in effects:
             return []
     return funcs
 

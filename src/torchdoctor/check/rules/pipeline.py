@@ -152,7 +152,7 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     if workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
         return
-    if not _trains(ctx) or not _judged_loader(ctx, node):
+    if not _judged_loader(ctx, node) or not _trains(ctx):
         return
     what = "`num_workers=0`" if workers else "no `num_workers` (0)"
     ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
@@ -171,7 +171,8 @@ def _trains(ctx: Context) -> bool:
             return False
         for call in sem.calls:
             head = (dotted(call.func) or "").split(".")[0]
-            if head and (head in sem.names.from_imports or head in sem.names.imports):
+            if head and (head in sem.names.from_imports or head in sem.names.imports) and any(
+                    isinstance(a, ast.Name) and sem.expr_kind(a, call) == "loader" for a in call.args):  # (handed a loader)
                 found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
                 if found is not None and "backward" in found.effects:
                     return True

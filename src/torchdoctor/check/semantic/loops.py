@@ -297,6 +297,12 @@ class Loops:
     def _loops_backward(self, func: ast.AST) -> bool:
         """Some loop in ``func`` (or the functions it calls) backpropagates, itself or through a function of this file
         it calls on each pass (``for ep in range(300): fit_step(net, opt, x, y)``): ``func`` runs many steps."""
+        memo = self.__dict__.setdefault("_loops_backward_memo", {})
+        if func not in memo:
+            memo[func] = self._find_loop_backward(func)
+        return memo[func]  # type: ignore[no-any-return]
+
+    def _find_loop_backward(self, func: ast.AST) -> bool:
         for f in self.calls.reachable(func):
             for n in self.calls.local_nodes(f):
                 if isinstance(n, _LOOPS) and (self.info[n].has_backward or any(
