@@ -27,21 +27,28 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
         test = stmt.test
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.GtE, ast.Gt))
                 and isinstance(test.left, ast.Name) and (test.left.id in sem.guards.counters()
-                                                         or test.left.id == _enumerate_counter(loop))):
+                                                         or test.left.id == _enumerate_counter(loop, sem))):
             continue
         if _small_bound(ctx, test.comparators[0], stmt):
             return True
     return False
 
 
-def _enumerate_counter(loop: ast.AST) -> str | None:
-    """``ix`` of ``for ix, batch in enumerate(loader)`` (counting from a constant): the loop's own pass counter."""
+def _enumerate_counter(loop: ast.AST, sem: object = None) -> str | None:
+    """``ix`` of ``for ix, batch in enumerate(loader)`` (counting from a constant; also through a progress bar:
+    ``loop = tqdm(enumerate(dl), total=len(dl))``, ``for i, batch in loop:``): the loop's own pass counter."""
     if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Tuple) and loop.target.elts
-            and isinstance(loop.target.elts[0], ast.Name) and isinstance(loop.iter, ast.Call)
-            and dotted(loop.iter.func) == "enumerate"):
+            and isinstance(loop.target.elts[0], ast.Name)):
         return None
-    start = loop.iter.args[1] if len(loop.iter.args) > 1 else next(
-        (k.value for k in loop.iter.keywords if k.arg == "start"), None)
+    it = loop.iter
+    if isinstance(it, ast.Name) and sem is not None and (b := sem.binding_at(it.id, loop)) is not None \
+            and not b.is_param and b.index is None and b.value is not None:  # type: ignore[attr-defined]
+        it = b.value
+    if isinstance(it, ast.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] in ("tqdm", "track") and it.args:
+        it = it.args[0]
+    if not (isinstance(it, ast.Call) and dotted(it.func) == "enumerate"):
+        return None
+    start = it.args[1] if len(it.args) > 1 else next((k.value for k in it.keywords if k.arg == "start"), None)
     return loop.target.elts[0].id if start is None or isinstance(start, ast.Constant) else None
 
 
@@ -130,7 +137,7 @@ def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
 def last_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``if i == len(loader) - 1: summary = acc.item()`` (or the ``else`` of ``if i != len(loader) - 1:``, or
     ``i + 1 == len(loader)``) on the loop's own ``enumerate`` counter: a read on the last pass, once an epoch."""
-    counter = _enumerate_counter(loop)
+    counter = _enumerate_counter(loop, ctx.semantic)
     if counter is None:
         return False
     child = node
