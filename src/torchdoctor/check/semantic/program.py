@@ -57,8 +57,9 @@ def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
             return (head in ("cuda", "cuda:"), len(node.values) > 1)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
             and string_value(node.func.value) in _CUDA_TEMPLATES and node.args \
-            or isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and string_value(node.left) in _CUDA_TEMPLATES:
-        return (True, True)  # ``torch.device("cuda:{}".format(gpu_ids[0]))``, ``"cuda:%d" % rank``
+            or isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and string_value(node.left) in _CUDA_TEMPLATES \
+            or isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and string_value(node.left) == "cuda:":
+        return (True, True)  # ``torch.device("cuda:{}".format(gpu_ids[0]))``, ``"cuda:%d" % rank``, ``"cuda:" + str(i)``
     return (False, False)
 
 
@@ -113,6 +114,9 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
         return CudaSite(call, f"{sem.segment(func)}(...)" if call.args else f"{sem.segment(func)}()", False)
     if name == "torch.device":
         first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "type"), None)
+        if isinstance(first, ast.Name) and (b := sem.binding_at(first.id, call)) is not None and not b.is_param \
+                and b.index is None and isinstance(b.value, ast.BinOp):
+            first = b.value  # ``cudaid = "cuda:" + str(args.dev)``, then ``torch.device(cudaid)``
         is_cuda, indexed = cuda_string(first)
         if is_cuda:
             return CudaSite(call, _short(sem, call), indexed or len(call.args) > 1
