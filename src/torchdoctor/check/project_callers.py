@@ -353,6 +353,9 @@ _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperpa
 _SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
 # a reader that picks a checkpoint's keys by the DDP prefix: ``k.startswith("module.encoder")``
 SELECTS_WRAPPED = lazy(r"""(startswith|replace)\(\s*(f?["'])module\.\w""")  # picks (or renames) ``module.encoder.*``
+# the saving file's own reader strips the prefix by a slice: ``{k[7:]: v for k, v in sd.items()}`` (asked of that file
+# only: a helper elsewhere that strips it when present, ``k[7:] if k.startswith('module') else k``, tolerates both)
+STRIPS_WRAPPED = lazy(r"""\b(k|key|name|n)\[\s*(7|len\(\s*["']module\.["']\s*\))\s*:\s*\]""")
 _OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)["']\s*:\s*(self\.)?"""
                      r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
 

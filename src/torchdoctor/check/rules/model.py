@@ -9,7 +9,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
-from torchdoctor.check.project import SELECTS_WRAPPED
+from torchdoctor.check.project import SELECTS_WRAPPED, STRIPS_WRAPPED
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_nothing, class_moves_itself, class_parts, \
     first_input_device, last_name, model_is_stateless, moved_keys, wrapper_prefix
@@ -511,8 +511,8 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node):
         return
     if prefix == "module." and (SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
-                                else sem.project.selects_wrapped_keys(sem)):
-        return  # the project's own readers pick keys by ``module.encoder``: the prefix is its format
+                                else sem.project.selects_wrapped_keys(sem) or STRIPS_WRAPPED.search(sem.text.source)):
+        return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
     inner = _unwrapped_alias(ctx, recv, attr) or f"{name}.{attr}"

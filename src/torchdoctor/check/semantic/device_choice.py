@@ -102,6 +102,8 @@ class DeviceChoices:
         if isinstance(test, (ast.Name, ast.Attribute)):
             last = (dotted(test) or "").rsplit(".", 1)[-1]
             return "gpu" if _GPU_FLAG.match(last) else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and (index := self._gpu_index_test(test)) is not None:
+            return index  # ``if gpu_id >= 0:`` (else: the CPU, ``gpu_id = -1``)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
             text = " ".join(self._spelled(x) for x in (test.left, test.comparators[0]))
             kind = "cpu" if re.search(r"""["']cpu["']""", text) else \
@@ -109,6 +111,25 @@ class DeviceChoices:
             if kind is None or "device" not in text and ".type" not in text:
                 return None
             return kind if isinstance(test.ops[0], ast.Eq) else ("gpu" if kind == "cpu" else "cpu")
+        return None
+
+    @staticmethod
+    def _gpu_index_test(test: ast.Compare) -> str | None:
+        """"gpu" for ``gpu_id >= 0`` / ``gpu > -1`` / ``gpu != -1``, "cpu" for ``gpu_id < 0`` / ``== -1``, on a name
+        that says GPU; None for any other test."""
+        name = (dotted(test.left) or "").rsplit(".", 1)[-1].lower()
+        right = test.comparators[0]
+        value = right.value if isinstance(right, ast.Constant) else -right.operand.value \
+            if isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and isinstance(right.operand, ast.Constant) \
+            else None
+        if "gpu" not in name or type(value) is not int:
+            return None
+        op = test.ops[0]
+        if isinstance(op, ast.GtE) and value == 0 or isinstance(op, ast.Gt) and value == -1 or isinstance(op, ast.NotEq) \
+                and value == -1:
+            return "gpu"
+        if isinstance(op, ast.Lt) and value == 0 or isinstance(op, ast.Eq) and value == -1:
+            return "cpu"
         return None
 
     def _spelled(self, expr: ast.AST) -> str:
