@@ -510,8 +510,8 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         prefix = "module."
     if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node):
         return
-    if prefix == "module." and (SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
-                                else sem.project.selects_wrapped_keys(sem) or STRIPS_WRAPPED.search(sem.text.source)):
+    if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
+                                 else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)):
         return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
