@@ -99,7 +99,7 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         if not (isinstance(use, ast.Name) and isinstance(use.ctx, ast.Load)):
             continue
         if flow.is_cpu_name(use.id) or use.id in in_place or not _unmoved(ctx, use.id, use, node, batch) \
-                or sem.guards.on_cpu_branch(use):
+                or sem.guards.on_cpu_branch(use) or _unmoved_on_the_cpu_branch_only(ctx, use):
             continue  # (``else: out = model(batch["img"])`` of ``if torch.cuda.is_available():`` runs on the CPU)
         consumer, moved = flow.path_to_consumer(ctx.semantic, use, node)
         if consumer is None and not moved:
@@ -157,6 +157,18 @@ def _peeked_loader(ctx: Context, value: ast.AST) -> ast.AST | None:
     made = _loader_construction(ctx, loader, value)
     return loader if made is not None and is_torch_dataloader(ctx, made) and not dataset_on_device(ctx, made) \
         and not collates_onto_device(ctx, made) else None
+
+
+def _unmoved_on_the_cpu_branch_only(ctx: Context, use: ast.Name) -> bool:
+    """``if torch.cuda.is_available(): toks = b.words.cuda()`` / ``else: toks = b.words``, then ``net(toks)``: the
+    binding that leaves the element on the host is the CPU branch's, where the model stays on the host too."""
+    sem = ctx.semantic
+    b = sem.binding_at(use.id, use)
+    if b is None or b.is_param or b.value is None or not sem.guards.on_cpu_branch(b.node):
+        return False
+    return any(other is not b and sem.in_other_branch(other.node, b.node) and other.value is not None
+               and any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in sem.subtree(other.value))
+               for other in sem.bindings_of(use.id))
 
 
 def _iterator_given_a_device(ctx: Context, loader: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
