@@ -188,6 +188,17 @@ def _has_indexed_device(ctx: Context) -> bool:
     return ctx.semantic.cached("indexed_device", compute)  # type: ignore[no-any-return]
 
 
+_HF_TRAINERS = ("Trainer", "Seq2SeqTrainer", "SFTTrainer", "DPOTrainer", "RewardTrainer", "GRPOTrainer")
+
+
+def _hf_trainer(ctx: Context) -> bool:
+    """A Hugging Face ``Trainer`` (or a TRL one) runs the program: under torchrun it binds each process to
+    ``cuda:LOCAL_RANK`` itself (``TrainingArguments`` sets the device)."""
+    sem = ctx.semantic
+    return any((q := sem.call_name(c) or "").startswith(("transformers.", "trl.")) and q.rsplit(".", 1)[-1] in _HF_TRAINERS
+               for c in sem.calls_named(*_HF_TRAINERS))
+
+
 @rule("TD705", ast.Module)
 def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     """Every rank on GPU 0: an un-indexed CUDA device in a DDP program.
@@ -202,7 +213,7 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if not program.is_ddp_program(sem) or _sets_rank_device(ctx) or _has_indexed_device(ctx) \
             or program.accelerator_api(sem) or program.sets_device_through_helper(sem) or not _starts_processes(ctx) \
-            or program.single_process_world(sem):
+            or program.single_process_world(sem) or _hf_trainer(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     sites = [site for site in program.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)]
     if sites and _helper_sets_device(ctx):
