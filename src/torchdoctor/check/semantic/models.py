@@ -31,7 +31,7 @@ def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | 
     """Whether the model ``expr`` evaluates to uses dropout or batch-norm (None: unknown)."""
     value = construction(sem, expr, at)
     if value is None:
-        return None
+        return _handed_self(sem, expr, at)
     q = sem.call_name(value) or ""
     if q in sem.module_classes:
         return class_has_dropout_or_bn(sem, q, cls=_class_in_effect(sem, q, value))
@@ -43,6 +43,21 @@ def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | 
     if sem.project is not None and written:  # a class of another module of the project
         return sem.project.class_dropout_bn(sem, written)  # type: ignore[attr-defined]
     return None
+
+
+def _handed_self(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | None:
+    """``def accuracy_of(net, batches)`` called as ``accuracy_of(self, val_it)`` from a method of a module class of
+    this file: whether that class uses dropout or batch-norm (None: not that shape)."""
+    b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
+    if b is None or not b.is_param:
+        return None
+    found = None
+    for arg, site in _arguments_for(sem, b.node, expr.id):  # type: ignore[attr-defined]
+        cls = sem.class_of(site)
+        if not (isinstance(arg, ast.Name) and arg.id == "self" and cls is not None and cls.name in sem.module_classes):  # type: ignore[attr-defined]
+            return None
+        found = bool(found) or class_has_dropout_or_bn(sem, cls.name, cls=cls)  # type: ignore[attr-defined]
+    return found
 
 
 def construction(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 0) -> ast.Call | None:
