@@ -62,7 +62,7 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
         base = sem.binding_at(expr.value.id, at) if isinstance(expr.value, ast.Name) else None
         return base is None or not sem.under_no_grad(base.node)  # ``outputs.loss`` of a no_grad forward: no graph
     if isinstance(expr, ast.Subscript):
-        return isinstance(expr.slice, ast.Constant) and expr.slice.value == "loss"
+        return isinstance(expr.slice, ast.Constant) and expr.slice.value == "loss" and not _numbers_stored_as_loss(ctx, expr, at)
     if not isinstance(expr, ast.Name):
         return False
     b = sem.binding_at(expr.id, at)
@@ -77,6 +77,18 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
             flow.consumer_kind(sem, b.value) == "model" or _sibling_backpropagated(ctx, b.node)
             and (_returns_graph_at(ctx, b.value, b.index) or _made_loss_module(ctx, b.value)))
     return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
+
+
+def _numbers_stored_as_loss(ctx: Context, expr: ast.Subscript, at: ast.AST) -> bool:
+    """``record = self.one_batch(xb, yb)`` then ``record["loss"]``, where ``one_batch`` stores ``record["loss"] =
+    loss.item()``: a Python number under that key."""
+    sem = ctx.semantic
+    b = sem.binding_at(expr.value.id, at) if isinstance(expr.value, ast.Name) else None
+    funcs = sem.resolve(b.value) if b is not None and not b.is_param and isinstance(b.value, ast.Call) else []
+    stored = [n.value for f in funcs for n in sem.local_nodes(f) if isinstance(n, ast.Assign) and any(
+        isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "loss" for t in n.targets)]
+    return bool(stored) and all(isinstance(v, ast.Call) and (method_name(v) in ("item", "tolist") or dotted(v.func) == "float")
+                                for v in stored)
 
 
 def _returns_graph_at(ctx: Context, call: ast.Call, index: int) -> bool:
