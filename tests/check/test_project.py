@@ -2374,3 +2374,78 @@ def test_a_dataset_of_another_module_that_moves_its_items_gives_device_batches(p
     })
     results = check_file("train.py", Settings(root=str(project), select=("TD302", "TD304")))
     assert codes([results], "train.py") == [(9, "TD304"), (20, "TD302")]
+
+
+def test_modules_handed_in_a_list_to_a_moving_helper_of_another_module_are_moved(project: Path) -> None:
+    write(project, {
+        "gpu.py": """\
+            import torch
+
+            def cuda(objs):
+                if not torch.cuda.is_available():
+                    return objs
+                if isinstance(objs, (list, tuple)):
+                    return [o.cuda() for o in objs]
+                return objs.cuda()
+            """,
+        "gan.py": """\
+            import torch
+            import torch.nn as nn
+            import gpu
+
+            class Judge(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.layers = nn.Sequential(nn.Linear(6, 12), nn.LayerNorm(12), nn.Linear(12, 1))
+
+                def forward(self, x):
+                    return self.layers(x)
+
+            judge, painter = Judge(), nn.Linear(3, 6)
+            gpu.cuda([judge, painter])
+            forgotten = Judge()
+            opt = torch.optim.Adam(list(judge.parameters()) + list(painter.parameters()))
+            for _ in range(10):
+                z, real = gpu.cuda((torch.randn(2, 3), torch.randn(2, 6)))
+                loss = judge(painter(z)).mean() - judge(real).mean() + forgotten(real).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["gan.py", "gpu.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "gan.py") == [(15, "TD201")]  # the one module no helper was handed
+    [finding] = [f for r in results if r.path.endswith("gan.py") for f in r.findings]
+    assert finding.fix.endswith("`forgotten = gpu.cuda(forgotten)`")  # the project's helper, not a method call
+
+
+def test_a_module_level_helper_named_cuda_is_judged_like_any_code_and_its_callers_are_not(project: Path) -> None:
+    write(project, {
+        "dev.py": """\
+            import torch
+
+            def cuda(x):
+                if not torch.cuda.is_available():
+                    return x
+                return x.cuda()
+
+            class Mover:
+                def __init__(self, device):
+                    self.device = device
+
+                def cuda(self, *xs):
+                    return [x.to(self.device) for x in xs]
+
+                def batch(self, a, b):
+                    return self.cuda(a, b)
+            """,
+        "main.py": """\
+            import torch.nn as nn
+            import dev
+
+            net = dev.cuda(nn.Linear(2, 2))
+            """,
+    })
+    results = check_files(["main.py", "dev.py"], Settings(root=str(project), select=("TD102",)))
+    assert codes(results, "dev.py") == [(6, "TD102")]  # guarded by nothing that names a device: its own .cuda()
+    assert codes(results, "main.py") == []  # a call of the project's helper, not torch's Tensor.cuda

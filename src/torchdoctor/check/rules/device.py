@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
+from torchdoctor.check.astutil import dotted
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 
@@ -63,11 +64,12 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
     if not isinstance(func, ast.Attribute):
         return
     sem = ctx.semantic
-    if sem.qualname(func.value) == "torch" or program.on_module(sem, func.value) or sem.resolve(node):
-        return  # (a ``def cuda`` of this file: the project's own helper, not torch's)
+    if sem.qualname(func.value) == "torch" or program.on_module(sem, func.value) or dotted(func.value) == "self" \
+            and sem.resolve(node):
+        return  # (``self.cuda(*items)`` of a class's own ``def cuda``: the project's helper, not torch's)
     own = sem.function_of(node)
-    if own is not None and own.name in ("cuda", "to", "_apply"):
-        return  # an override of Module.cuda: it passes the caller's choice on
+    if own is not None and own.name in ("cuda", "to", "_apply") and sem.class_of(own) is not None:
+        return  # an override of Module.cuda: it passes the caller's choice on (not a module-level helper ``def cuda``)
     receiver = ctx.name(func.value)
     if len(receiver) > 40:
         receiver = "x"

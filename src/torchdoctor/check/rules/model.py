@@ -55,15 +55,18 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
         name = ctx.name(call.func)
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{device}`",
-                   fix=f"move it once after construction: `{key} = {key}{_same_move(ctx, move)}`")
+                   fix=f"move it once after construction: `{key} = {_same_move(ctx, move, key)}`")
 
 
-def _same_move(ctx: Context, move: ast.Call) -> str:
-    """The move of the data, as code for the model: ``.cuda()``, ``.to(device)``, ``.to("cuda:0")``."""
+def _same_move(ctx: Context, move: ast.Call, key: str) -> str:
+    """The move of the data, as code for the model: ``model.cuda()``, ``model.to(device)``, ``utils.cuda(model)``
+    (a project's helper named ``cuda``, not the tensor method)."""
     if isinstance(move.func, ast.Attribute) and move.func.attr in ("cuda", "to"):
+        if program.on_module(ctx.semantic, move.func.value):
+            return f"{ctx.semantic.segment(move.func)}({key})"
         args = ", ".join(ctx.semantic.segment(a) for a in [*move.args, *move.keywords][:1] if ctx.semantic.segment(a))
-        return f".{move.func.attr}({args})"
-    return f".to({ctx.semantic.move_device(move)})"
+        return f"{key}.{move.func.attr}({args})"
+    return f"{key}.to({ctx.semantic.move_device(move)})"
 
 
 def _rebound_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
@@ -423,8 +426,9 @@ def _names_escaping(ctx: Context) -> set[str]:
         if q.startswith(_NOT_MOVING_CALLS) or q.rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel", "DDP", "compile"):
             continue
         for a in list(node.args) + [k.value for k in node.keywords]:
-            if isinstance(a, (ast.Name, ast.Attribute)) and dotted(a):
-                out.add(last_name(dotted(a) or ""))
+            for e in a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]:  # (``utils.cuda([D, G])``: each one)
+                if isinstance(e, (ast.Name, ast.Attribute)) and dotted(e):
+                    out.add(last_name(dotted(e) or ""))
     return out
 
 
@@ -443,6 +447,18 @@ def data_parallel(node: ast.AST, ctx: Context) -> None:
 
 
 # ---- TD205 --------------------------------------------------------------------------------
+def _wrapped_by_fsdp(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
+    """``model = FSDP(model, ...)``: FSDP's ``state_dict()`` hands back the model's own names (its hooks strip the
+    wrapper's), under ``FSDP.state_dict_type(model, FULL_STATE_DICT, ...)`` or not."""
+    sem = ctx.semantic
+    key = dotted(recv)
+    for b in (sem.bindings_of(key) if key else []):
+        value = b.value if not b.is_param else None
+        if isinstance(value, ast.Call) and (sem.call_name(value) or "").rsplit(".", 1)[-1] in ("FullyShardedDataParallel", "FSDP"):
+            return True
+    return False
+
+
 _WRAPPER_CLASSES = ("DataParallel", "DistributedDataParallel", "DDP", "OptimizedModule", "FullyShardedDataParallel")
 
 
@@ -504,7 +520,7 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     recv = node.func.value
     prefix = wrapper_prefix(sem, recv, node)
-    if prefix is None and sem.expr_kind(recv, node) == "wrapper":
+    if prefix is None and sem.expr_kind(recv, node) == "wrapper" and not _wrapped_by_fsdp(ctx, recv, node):
         prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
     if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
         prefix = "module."

@@ -101,8 +101,9 @@ def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         # ``if any(not torch.isfinite(p.grad).all() for p in params):``: one truth value read per element
         return _tested_tensor(ctx, expr.args[0].elt, at)
     if isinstance(expr, ast.Compare):
-        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops):
-            return None  # ``x is None``, ``k in batch``: no tensor is read
+        if any(isinstance(op, (ast.Is, ast.IsNot, ast.In, ast.NotIn)) for op in expr.ops) or any(
+                isinstance(v, ast.Constant) and v.value is None for v in expr.comparators):
+            return None  # ``x is None``, ``k in batch``, ``x == None`` (a tensor compared to None is plain False)
         return next((t for v in (expr.left, *expr.comparators) if (t := _reduced_tensor(ctx, v, at)
                                                                       or _device_tensor_name(ctx, v, at))), None)
     return _reduced_tensor(ctx, expr, at) or _device_tensor_name(ctx, expr, at)

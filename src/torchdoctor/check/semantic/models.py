@@ -266,6 +266,7 @@ def _passed_to(sem: SemanticModel, func: ast.AST) -> set[str]:
 
 # ---- wrappers ---------------------------------------------------------------------------------
 _PARALLEL = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
+_FSDP = {"FullyShardedDataParallel", "FSDP"}
 _SAME_MODULE = ("to", "cuda", "train", "eval", "half", "float", "bfloat16", "requires_grad_")
 
 
@@ -280,8 +281,8 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
         return None
     if isinstance(expr, ast.Call):
         q = sem.call_name(expr) or ""
-        if q.rsplit(".", 1)[-1] in _PARALLEL:
-            return "module."
+        if q.rsplit(".", 1)[-1] in _PARALLEL - _FSDP:
+            return "module."  # (FSDP's ``state_dict()`` hands back the model's own names: its hooks strip the wrapper's)
         if q == "torch.compile":
             return "_orig_mod."
         if method_name(expr) in _SAME_MODULE:

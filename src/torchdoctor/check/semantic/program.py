@@ -127,7 +127,8 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
         is_cuda, _ = cuda_string(first)
         return CudaSite(call, f"init_device_mesh({sem.segment(first)}, ...)", False) if is_cuda else None  # type: ignore[arg-type]
     if isinstance(func, ast.Attribute) and func.attr == "cuda":
-        if sem.qualname(func.value) == "torch" or on_module(sem, func.value) or sem.resolve(call):
+        if sem.qualname(func.value) == "torch" or on_module(sem, func.value) or dotted(func.value) == "self" \
+                and sem.resolve(call):
             return None  # (``self.cuda(*items)`` of a class whose own ``def cuda`` moves to its configured device)
         args = "(...)" if call.args or call.keywords else "()"
         segment = sem.segment(call)  # a long chain is cut at its head: keep the .cuda() the finding is about
