@@ -2449,3 +2449,54 @@ def test_a_module_level_helper_named_cuda_is_judged_like_any_code_and_its_caller
     results = check_files(["main.py", "dev.py"], Settings(root=str(project), select=("TD102",)))
     assert codes(results, "dev.py") == [(6, "TD102")]  # guarded by nothing that names a device: its own .cuda()
     assert codes(results, "main.py") == []  # a call of the project's helper, not torch's Tensor.cuda
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_a_helper_module_whose_importer_binds_each_process_to_its_gpu_is_not_td705(project: Path, alone: bool) -> None:
+    helper = """\
+        import pickle
+        import torch
+        import torch.distributed as dist
+
+        def start(rank, world):
+            dist.init_process_group("nccl", rank=rank, world_size=world)
+
+        def gather_objects(obj, world):
+            blob = torch.cuda.ByteTensor(list(pickle.dumps(obj)))
+            out = [torch.cuda.ByteTensor(blob.numel()) for _ in range(world)]
+            dist.all_gather(out, blob)
+            return [pickle.loads(bytes(o.tolist())) for o in out]
+        """
+    write(project, {
+        "comm.py": helper,
+        "main.py": """\
+            import torch
+            import torch.multiprocessing as mp
+            import comm
+
+            def worker(gpu, world):
+                torch.cuda.set_device(gpu)
+                comm.start(gpu, world)
+                print(comm.gather_objects({"gpu": gpu}, world))
+
+            if __name__ == "__main__":
+                mp.spawn(worker, args=(2,), nprocs=2)
+            """,
+        "other/comm.py": helper,
+        "other/main.py": """\
+            import torch.multiprocessing as mp
+            import comm
+
+            def worker(gpu, world):
+                comm.start(gpu, world)
+                print(comm.gather_objects({"gpu": gpu}, world))
+
+            if __name__ == "__main__":
+                mp.spawn(worker, args=(2,), nprocs=2)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD705",))
+    files = ["comm.py", "main.py", "other/comm.py", "other/main.py"]
+    results = [check_file(f, settings) for f in files] if alone else check_files(files, settings)
+    assert codes(results[:1], "comm.py") == []  # main.py calls torch.cuda.set_device(gpu) before it calls in
+    assert codes(results[2:3], "comm.py") == [(9, "TD705"), (10, "TD705")]  # no importer binds a GPU: all on GPU 0

@@ -70,6 +70,13 @@ class Callers:
             memo[here] = [other for other in self._importing(here, {stem}) if self._imports_module(other, here)]
         return memo[here]
 
+    def importer_sets_device(self, sem: SemanticModel) -> bool:
+        """A module of the project that imports this helper module (no script itself) binds its process to a GPU
+        (``torch.cuda.set_device(device_id)`` in ``train.py``, which starts the processes that call in here)."""
+        if "__main__" in sem.text.source:
+            return False
+        return any(_SETS_DEVICE.search(self.state.text(path) or "") for path in self._module_importers(os.path.abspath(sem.path)))
+
     def _imports_module(self, path: str, target: str) -> bool:
         """An import statement of ``path`` (read from its import lines, not its tree) names the module ``target``."""
         for line in import_statements(self.state.text(path) or ""):
@@ -345,6 +352,7 @@ class Callers:
                             and SELECTS_WRAPPED.search(text)}
         return bool(memo[folder] - {here})
 
+_SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
 _ACCELERATOR_WORDS = lazy(r"(?i)cuda|device|accelerat|rank|gpu|fabric|\.to\(\s*\d")
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
 _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")

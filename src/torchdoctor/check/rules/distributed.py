@@ -216,8 +216,8 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             or program.single_process_world(sem) or _hf_trainer(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     sites = [site for site in program.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)]
-    if sites and _helper_sets_device(ctx):
-        return  # (asked last: it reads the modules the file calls into)
+    if sites and (_helper_sets_device(ctx) or sem.project is not None and sem.project.importer_sets_device(sem)):
+        return  # (asked last: it reads the modules the file calls into, or those that import it)
     for site in sites:
         ctx.report(
             "TD705",
