@@ -9,8 +9,8 @@ from torchdoctor.check.astutil import call_argument, dotted, keyword, method_nam
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import calls_a_frozen_model, construction, first_input_device, has_dropout_or_bn, \
-    model_has_no_parameters
+from torchdoctor.check.semantic.models import DROPOUT_BN, calls_a_frozen_model, class_has_dropout_or_bn, class_in_effect, \
+    construction, first_input_device, has_dropout_or_bn, model_has_no_parameters
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -136,11 +136,60 @@ def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
         func = node.func.value if method_name(node) == "forward" or _runs_the_network(ctx, node) \
             else node.func  # type: ignore[union-attr]
         if has_dropout_or_bn(sem, func, node) is not True or _loaded_in_eval_mode(ctx, func, loop) \
-                or sem.guards.on_cpu_branch(node) or _eval_just_before(ctx, loop, node, func):
+                or sem.guards.on_cpu_branch(node) or _eval_just_before(ctx, loop, node, func) \
+                or _dropout_left_off(ctx, func, node):
             continue
         name = ctx.name(func)
         ctx.report("TD402", node, f"`{name}` evaluates in training mode: dropout/batch-norm stay active (no `{name}.eval()`)",
                    fix=f"call `{name}.eval()` before the evaluation loop (and `{name}.train()` before training again)")
+
+
+def _dropout_left_off(ctx: Context, func: ast.AST, call: ast.Call) -> bool:
+    """``def forward(self, x, is_training=False): ... if is_training: h = self.dropout(h)``, called as ``model(x)``: the
+    class of this file applies its dropout only when the caller asks for it, and this call does not (it holds no
+    batch-norm, whose statistics follow the mode whatever the call says)."""
+    sem = ctx.semantic
+    value = construction(sem, func, call)
+    name = (sem.call_name(value) or "") if value is not None else ""
+    cls = (class_in_effect(sem, name, value) or sem.calls_index.classes.get(name)) if name in sem.module_classes else None
+    forward = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+    if cls is None or forward is None:
+        return False
+    positional = [*forward.args.posonlyargs, *forward.args.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(forward.args.defaults):]], forward.args.defaults))
+    defaults.update((a.arg, d) for a, d in zip(forward.args.kwonlyargs, forward.args.kw_defaults) if d is not None)
+    flags = {a for a, d in defaults.items() if isinstance(d, ast.Constant) and d.value in (False, None)}
+    if not flags or any(dotted(b) in sem.module_classes for b in cls.bases):  # type: ignore[attr-defined]
+        return False  # (a base class of the file may hold and apply dropout of its own)
+    held = {t.attr for n in sem.subtree(cls) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+            and DROPOUT_BN.search(dotted(n.value.func) or "") for t in n.targets if isinstance(t, ast.Attribute)}
+    for n in sem.subtree(cls):
+        word = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else ""
+        if not word or not DROPOUT_BN.search(word) and word not in held:
+            continue
+        method = sem.function_of(n)
+        if "orm" in word or method is None or method.name not in ("__init__", "forward"):  # type: ignore[attr-defined]
+            return False  # batch-norm, or dropout used by another method
+        if method is forward and not _under_flag(sem, n, flags):
+            return False  # dropout the forward always applies
+    if any(u != name and u in sem.module_classes and class_has_dropout_or_bn(sem, u)
+           for u in (dotted(c.func) for c in sem.subtree(cls) if isinstance(c, ast.Call))):
+        return False  # a submodule of the file that has dropout of its own
+    index = {a.arg: i - 1 for i, a in enumerate(positional)}  # (``self`` is not passed)
+    asked = [k.value for k in call.keywords if k.arg in flags] + \
+        [a for f in flags if f in index and 0 <= index[f] < len(call.args) for a in [call.args[index[f]]]]
+    return not any(k.arg is None for k in call.keywords) and not any(isinstance(a, ast.Starred) for a in call.args) \
+        and all(isinstance(a, ast.Constant) and a.value in (False, None) for a in asked)
+
+
+def _under_flag(sem, node: ast.AST, flags: set[str]) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` runs only in the body of an ``if flag:`` (``flag`` one of the forward's off-by-default parameters)."""
+    child = node
+    for up in sem.ancestors(node):
+        if isinstance(up, ast.If) and isinstance(up.test, ast.Name) and up.test.id in flags and any(child is s for s in up.body):
+            return True
+        child = up
+    return False
 
 
 def _eval_just_before(ctx: Context, loop: ast.AST, forward: ast.AST, model: ast.AST) -> bool:

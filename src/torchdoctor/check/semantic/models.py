@@ -34,7 +34,7 @@ def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | 
         return _handed_self(sem, expr, at)
     q = sem.call_name(value) or ""
     if q in sem.module_classes:
-        return class_has_dropout_or_bn(sem, q, cls=_class_in_effect(sem, q, value))
+        return class_has_dropout_or_bn(sem, q, cls=class_in_effect(sem, q, value))
     if q.startswith(_LIBRARY_MODELS) or q.endswith("from_pretrained"):
         return True
     if q.startswith("torch.nn."):
@@ -141,7 +141,7 @@ def _arguments_for(sem: SemanticModel, func: ast.AST, param: str) -> list[tuple[
     return out
 
 
-def _class_in_effect(sem: SemanticModel, name: str, at: ast.AST) -> ast.AST | None:
+def class_in_effect(sem: SemanticModel, name: str, at: ast.AST) -> ast.AST | None:
     """The module-level ``class name`` that a call at ``at`` makes: the last one defined above it (a notebook that
     defines ``Classifier`` again, with dropout, cells later); None when there is one definition only, or none above."""
     defs = [c for c in sem.of_type(ast.ClassDef) if c.name == name and sem.class_of(c) is None]  # type: ignore[attr-defined]
