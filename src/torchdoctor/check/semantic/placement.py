@@ -58,6 +58,7 @@ def moved_to_host_before(sem: SemanticModel, key: str, at: ast.AST) -> bool:
 
 _MOVES = frozenset({"to", "cuda", "apply", "_apply", "half", "type"})
 _LOOKS = frozenset({"isinstance", "print", "type", "str", "repr", "id", "hasattr", "getattr"})
+_LOOKING_METHODS = frozenset({"add_graph", "watch"})  # ``writer.add_graph(model, images)``, ``wandb.watch(model)``
 
 
 def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: int | None = None) -> bool:
@@ -130,8 +131,9 @@ def _stays(sem: SemanticModel, key: str, reads: list[ast.AST], depth: int) -> bo
     same with it (``fit(cpu_net, loader, ...)`` whose ``net`` is only called)."""
     for read in reads:
         up = sem.parent(read)
-        if isinstance(up, ast.Call) and (up.func is read or dotted(up.func) in _LOOKS):
-            continue  # a forward; ``isinstance(model, nn.Module)``, ``print(model)``
+        if isinstance(up, ast.Call) and (up.func is read or dotted(up.func) in _LOOKS or isinstance(up.func, ast.Attribute)
+                                         and up.func.attr in _LOOKING_METHODS):
+            continue  # a forward; ``isinstance(model, nn.Module)``, ``print(model)``, a graph traced for TensorBoard
         if isinstance(up, ast.Attribute) and up.attr not in _MOVES \
                 and not (isinstance(call := sem.parent(up), ast.Call) and call.func is up and up.attr in _MOVES):
             continue  # ``up.weight.data = ...``, ``lin.parameters()``: read or set, not moved
