@@ -410,9 +410,20 @@ def _sync_site(ctx: Context, node: ast.Call) -> str | None:
         return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
-            if not isinstance(arg, ast.JoinedStr) and _tensor_value(ctx, arg, node):
+            if not isinstance(arg, ast.JoinedStr) and _tensor_value(ctx, arg, node) and not _loader_batch_on_host(ctx, arg, node):
                 return f"`print` of tensor `{ctx.name(arg)}`"
     return None
+
+
+def _loader_batch_on_host(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``for feats, tags in loader: print(tags)``: a batch as the loader gives it, never moved: a host tensor."""
+    sem = ctx.semantic
+    b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
+    loop = sem.parent(b.node) if b is not None and b.value is None and not b.is_param else None
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.target is not b.node or not sem.contains(loop, at):  # type: ignore[union-attr]
+        return False
+    return any(sem.kinds.is_loader_expr(i) for i in unwrap_iter(loop.iter)[0]) and \
+        not batch_on_device(ctx, expr.id, at, loop)  # type: ignore[attr-defined]
 
 
 @rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
