@@ -419,6 +419,20 @@ def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
                fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
 
 
+def _grad_mode_follows(ctx: Context, func: ast.AST, param: str) -> bool:
+    """The pass sets autograd by the same parameter: ``with torch.set_grad_enabled(phase == "train"):``, or
+    ``torch.set_grad_enabled(True) if phase == "train" else torch.set_grad_enabled(False)``."""
+    sem = ctx.semantic
+    for call in sem.calls_named("set_grad_enabled"):
+        if sem.function_of(call) is not func:
+            continue
+        up = sem.parent(call)
+        decides = [*call.args, *(k.value for k in call.keywords)] + ([up.test] if isinstance(up, ast.IfExp) else [])
+        if any(isinstance(n, ast.Name) and n.id == param for d in decides for n in sem.subtree(d)):
+            return True
+    return False
+
+
 # ---- TD401: a shared step function told not to train ---------------------------------------------------
 @rule("TD401", ast.Module)
 def pass_told_not_to_train(node: ast.AST, ctx: Context) -> None:
@@ -438,9 +452,10 @@ def pass_told_not_to_train(node: ast.AST, ctx: Context) -> None:
         if name not in switches or sem.resolve(site) != [switches[name][0]]:
             continue
         func, flag = switches[name]
-        if sem.under_no_grad(site) or program.in_test(sem, site) or _callers_turn_grad_off(ctx, site):
-            continue
         param, trains_when = flag
+        if sem.under_no_grad(site) or program.in_test(sem, site) or _callers_turn_grad_off(ctx, site) \
+                or _grad_mode_follows(ctx, func, param):
+            continue
         value = _value_given(site, func, param)
         if not isinstance(value, ast.Constant) or trains_when(value.value) is not False:
             continue

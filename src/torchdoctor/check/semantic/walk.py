@@ -93,7 +93,7 @@ class Frame:
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_BLOCKS = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, *_FUNCTIONS)
+_BLOCKS = (ast.Module, ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.ExceptHandler, *_FUNCTIONS)
 
 
 class _Frames(dict):
