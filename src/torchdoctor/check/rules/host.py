@@ -158,6 +158,9 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         if meth == "type" and call.args and (q := sem.qualname(call.args[0]) or "").startswith("torch.") \
                 and q.endswith("Tensor"):  # ``action.type(torch.FloatTensor)``: a host tensor of that type
             return (".cuda." in q, _flags(ctx, recv, depth + 1)[1])
+        if meth == "type" and call.args and isinstance(t := call.args[0], ast.Constant) and isinstance(t.value, str) \
+                and t.value.startswith("torch.") and t.value.endswith("Tensor"):  # ``ids.type("torch.FloatTensor")``
+            return (".cuda." in t.value, _flags(ctx, recv, depth + 1)[1])
         if meth in ("cuda", "to") and sem.is_device_move(call):
             target = (sem.move_device(call) or "").strip("'\"")
             on_host = target == "cpu" or "torch.device('cpu')" in target or 'torch.device("cpu")' in target
