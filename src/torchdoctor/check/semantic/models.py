@@ -487,6 +487,9 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
     return tuple(parts)
 
 
+_NUMBER_CALLS = frozenset({"max", "min", "abs", "float", "int", "round", "pow", "len", "bool"})
+
+
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor; or a torch
     layer that holds nothing either (``self.act = nn.Softplus()``)."""
@@ -499,6 +502,8 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     if isinstance(value, ast.Call):
         q = sem.call_name(value) or ""
         last = q.rsplit(".", 1)[-1]
+        if q in _NUMBER_CALLS or q.startswith("math."):
+            return True  # ``self.lamb = max(self.floor, self.base / (1 + 0.1 * self.it))``: a Python number
         if q.startswith("torch.nn.") and last.endswith("Loss"):  # ``nn.MSELoss(reduction="none")``; a class weight
             return not value.args and not any(k.arg in ("weight", "pos_weight") or k.arg is None  # is a buffer
                                               for k in value.keywords)
