@@ -300,7 +300,7 @@ class Calls:
             return False
         if method_name(node) == "backward":
             return True
-        return (self.names.call_name(node) or "") in ("torch.autograd.backward",)
+        return (self.names.call_name(node) or "") in ("torch.autograd.backward", "torch.autograd.grad")
 
     def mode_call(self, call: ast.AST) -> str | None:
         """"train" | "eval" | None for ``m.train()``/``m.eval()``/``m.train(False)`` on a model."""
