@@ -78,7 +78,21 @@ def _rebound_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
         if sem.value_is_moved(other.value) and any(  # type: ignore[attr-defined]
                 dotted(n) == key for n in sem.subtree(other.value) if isinstance(n, (ast.Name, ast.Attribute))):  # type: ignore[attr-defined]
             return True
+        if sem.value_is_moved(other.value) and _class_takes_global(ctx, other.value, key):  # type: ignore[attr-defined]
+            return True
     return False
+
+
+def _class_takes_global(ctx: Context, value: ast.AST, key: str) -> bool:
+    """``backbone = Trunk().cuda()`` where ``Trunk.__init__`` builds itself from ``list(backbone.children())``, the
+    global model it replaces: the parts it takes move with it."""
+    sem = ctx.semantic
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        value = value.func.value
+    cls = sem.calls_index.classes.get(sem.call_name(value) or "") if isinstance(value, ast.Call) else None
+    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    return init is not None and "." not in key and any(
+        isinstance(n, ast.Name) and n.id == key and isinstance(n.ctx, ast.Load) for n in sem.subtree(init))
 
 
 def _parts_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
