@@ -2500,3 +2500,38 @@ def test_a_helper_module_whose_importer_binds_each_process_to_its_gpu_is_not_td7
     results = [check_file(f, settings) for f in files] if alone else check_files(files, settings)
     assert codes(results[:1], "comm.py") == []  # main.py calls torch.cuda.set_device(gpu) before it calls in
     assert codes(results[2:3], "comm.py") == [(9, "TD705"), (10, "TD705")]  # no importer binds a GPU: all on GPU 0
+
+
+def test_a_loader_subclass_of_another_module_that_passes_its_workers_on_is_not_td305(project: Path) -> None:
+    write(project, {
+        "loaders.py": """\
+            from torch.utils.data import DataLoader
+
+            class MelLoader(DataLoader):
+                def __init__(self, dataset, batch_size, num_workers=8):
+                    super().__init__(dataset, batch_size=batch_size, num_workers=num_workers, shuffle=True)
+
+            class SerialLoader(DataLoader):
+                def __init__(self, dataset, batch_size):
+                    super().__init__(dataset, batch_size=batch_size, num_workers=0, shuffle=True)
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn as nn
+            from loaders import MelLoader, SerialLoader
+
+            data = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+            mels = MelLoader(data, batch_size=8)
+            serial = SerialLoader(data, batch_size=8)
+            net = nn.Linear(4, 1).cuda()
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for source in (mels, serial):
+                for x, y in source:
+                    loss = nn.functional.mse_loss(net(x.cuda()), y.cuda())
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["train.py", "loaders.py"], Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "train.py") == [(7, "TD305")]  # the subclass that hands torch's num_workers=0

@@ -155,6 +155,11 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.builds_loader  # type: ignore[attr-defined]
 
+    def loader_passes(self, sem: SemanticModel, written: str) -> frozenset[str]:
+        """The pipeline arguments the DataLoader subclass ``written`` (imported here) turns on in its ``__init__``."""
+        cls = self._lookup(sem, written, "class")
+        return cls.loader_passes if cls is not None and cls.builds_loader else frozenset()  # type: ignore[attr-defined]
+
     def class_frozen(self, sem: SemanticModel, written: str) -> tuple[str, tuple[str, ...]] | None:
         """The module class ``written`` (imported here) freezes its parameters as it is built: how (see
         ``models.class_freezes_itself``) and its ``__init__``'s parameters; None when it does not."""

@@ -131,7 +131,7 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
     if pin is not None and not is_false(pin.value):
         return  # (first: whether the loader is judged may read the modules that import this one)
-    if not _judged_loader(ctx, node):
+    if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _subclass_passes(ctx, node):
         return
     if program.is_rpc_program(ctx.semantic):
         return  # RPC serialises every batch it sends: pinned memory buys nothing there
@@ -152,7 +152,7 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     if workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
         return
-    if not _judged_loader(ctx, node) or not _trains(ctx):
+    if not _judged_loader(ctx, node) or not _trains(ctx) or workers is None and "num_workers" in _subclass_passes(ctx, node):
         return
     what = "`num_workers=0`" if workers else "no `num_workers` (0)"
     ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
@@ -190,6 +190,19 @@ def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
         return False
     return q in _TORCH_LOADERS or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader") \
         or q in _PYG_LOADERS or _loader_subclass(ctx, call, q)
+
+
+def _subclass_passes(ctx: Context, call: ast.Call) -> frozenset[str]:
+    """``ClipLoader(ds, batch_size=16)`` of a DataLoader subclass (of this file or another module of the project)
+    whose ``__init__`` passes ``num_workers=workers`` on to torch's: what it turns on when not given."""
+    sem = ctx.semantic
+    written = dotted(call.func) or ""
+    cls = sem.calls_index.classes.get(written)
+    if cls is not None:
+        return loaders.loader_init_passes(sem, cls) if loaders.builds_a_loader(sem, cls) else frozenset()
+    if sem.project is None or not written[:1].isupper() and "." not in written:
+        return frozenset()
+    return sem.project.loader_passes(sem, written)  # type: ignore[attr-defined, no-any-return]
 
 
 _TORCH_LOADERS = ("torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader", "DataLoader",

@@ -20,7 +20,7 @@ from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
-           "builds_a_loader"]
+           "builds_a_loader", "loader_init_passes"]
 
 LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
 _WRAPPING = {"prepare", "setup_dataloaders", "prepare_data_loader", "DeviceLoader", "skip_first_batches",
@@ -271,6 +271,18 @@ def builds_a_loader(sem: SemanticModel, cls: ast.AST) -> bool:
     return "__iter__" not in methods and (init is None or any(
         isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__"
         for n in sem.local_nodes(init)))
+
+
+def loader_init_passes(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
+    """The pipeline arguments a DataLoader subclass's ``__init__`` hands torch's with a value that turns them on
+    (``super().__init__(ds, num_workers=num_workers, pin_memory=True)``; not ``num_workers=0``)."""
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+    out = set()
+    for n in sem.local_nodes(init) if init is not None else ():
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "__init__":
+            out |= {k.arg for k in n.keywords if k.arg in ("num_workers", "pin_memory") and not (
+                isinstance(k.value, ast.Constant) and k.value.value in (0, False, None))}
+    return frozenset(out)  # type: ignore[arg-type]
 
 
 def _moves_off_cpu(sem: SemanticModel, node: ast.Call) -> bool:

@@ -11,7 +11,8 @@ import ast
 from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.loaders import builds_a_loader, class_yields_device_tensors, class_yields_text
+from torchdoctor.check.semantic.loaders import builds_a_loader, class_yields_device_tensors, class_yields_text, \
+    loader_init_passes
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
@@ -26,7 +27,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
-                 "paramless", "builds_loader", "frozen", "init_params", "yields_device")
+                 "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -41,14 +42,15 @@ class ClassSummary(FrozenRecord):
     frozen: str | None  # its ``__init__`` freezes every parameter: "" always, or unless this parameter is given
     init_params: tuple[str, ...]  # its ``__init__``'s parameters after ``self``, in order
     yields_device: bool  # a Dataset whose items it moves to a device itself (``return x.cuda(), y.cuda()``)
+    loader_passes: frozenset[str]  # a DataLoader subclass: the pipeline arguments its ``__init__`` turns on
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
                  moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False,
                  builds_loader: bool = False, frozen: str | None = None, init_params: tuple[str, ...] = (),
-                 yields_device: bool = False) -> None:
+                 yields_device: bool = False, loader_passes: frozenset[str] = frozenset()) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
-                   builds_loader, frozen, init_params, yields_device)
+                   builds_loader, frozen, init_params, yields_device, loader_passes)
 
 
 class FunctionSummary(FrozenRecord):
@@ -135,7 +137,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          not is_module and builds_a_loader(sem, cls),
                                          class_freezes_itself(sem, cls) if is_module else None,
                                          _init_params(cls),
-                                         not is_module and class_yields_device_tensors(sem, cls))
+                                         not is_module and class_yields_device_tensors(sem, cls),
+                                         loader_init_passes(sem, cls) if not is_module and builds_a_loader(sem, cls)
+                                         else frozenset())
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
