@@ -56,7 +56,18 @@ def few_in_range(ctx: Context, loop: ast.AST) -> bool:
     """``for i in range(1, rows * cols + 1)`` with ``rows = cols = 2``, or over a few constants (``for seq_len in
     (256, 512, 1024)``), in a loop that does not train: a few images shown, a few lengths tried, not steps of a run
     (TD611 still counts a demo's few steps: its copies are what the demo shows)."""
-    return ctx.semantic.loop_kind(loop) != "train" and few_passes(ctx.semantic, loop)  # (a loop that trains runs steps)
+    sem = ctx.semantic
+    return (sem.loop_kind(loop) != "train" or _gradients_only(ctx, loop)) and few_passes(sem, loop)
+    # (a loop that trains runs steps; one that only asks ``torch.autograd.grad`` checks gradients a few times)
+
+
+def _gradients_only(ctx: Context, loop: ast.AST) -> bool:
+    """Every backward of the loop is ``torch.autograd.grad`` and nothing takes an optimizer step: a gradient
+    check, not steps of a run."""
+    calls = [n for n in ctx.semantic.body(loop) if isinstance(n, ast.Call)]
+    grads = [c for c in calls if ctx.call_name(c) == "torch.autograd.grad"]
+    return bool(grads) and not any(isinstance(c.func, ast.Attribute) and c.func.attr in ("backward", "step")
+                                   for c in calls)
 
 
 def while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
