@@ -183,8 +183,9 @@ def _backpropagated(ctx: Context, key: str, node: ast.AST) -> bool:
         return False
     keys = {key}
     for n in sem.local_nodes(scope):  # ``loss = losses[i]`` / ``for loss in losses:``: the kept losses, one by one
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Subscript) and dotted(n.value.value) == key:
-            keys.update(d for t in n.targets if (d := dotted(t)))
+        if isinstance(n, ast.Assign) and any(isinstance(s, ast.Subscript) and dotted(s.value) == key
+                                             for s in ([n.value.left] if isinstance(n.value, ast.BinOp) else [n.value])):
+            keys.update(d for t in n.targets if (d := dotted(t)))  # (``loss_q = losses_q[-1] / task_num`` too)
         elif isinstance(n, (ast.For, ast.AsyncFor)) and dotted(n.iter) == key and dotted(n.target):
             keys.add(dotted(n.target))  # type: ignore[arg-type]
     for n in sem.local_nodes(scope):
