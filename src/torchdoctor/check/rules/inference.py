@@ -531,3 +531,71 @@ def _switch(test: ast.AST, runs_if_true: bool, params: set[str]):  # type: ignor
         if isinstance(op, ast.NotEq):
             return test.left.id, lambda v: (v != other) == runs_if_true
     return None
+
+
+# ---- TD401: a loop over phases that backpropagates in one of them only ------------------------------------
+_TRAIN_PHASE = lazy(r"(?i)^train")
+_HELD_PHASE = lazy(r"(?i)^(val|valid|validation|test|eval|dev)")
+
+
+@rule("TD401", ast.For)
+def phase_loop_with_autograd(node: ast.AST, ctx: Context) -> None:
+    """``for phase in ["train", "val"]:`` whose backward runs only ``if phase == "train":`` while the forward runs in
+    every phase with autograd on: the ``val`` pass records a graph it never uses (the transfer-learning tutorial's
+    older shape; the current one wraps the pass in ``torch.set_grad_enabled(phase == "train")``)."""
+    sem = ctx.semantic
+    phase = node.target.id if isinstance(node.target, ast.Name) else None  # type: ignore[attr-defined]
+    names = _phase_names(sem, node.iter)  # type: ignore[attr-defined]
+    held = [n for n in names if _HELD_PHASE.match(n)]
+    if phase is None or not held or not any(_TRAIN_PHASE.match(n) for n in names) or program.in_test(sem, node):
+        return
+    body = sem.body(node)
+    backwards = [n for n in body if isinstance(n, ast.Call) and sem.is_backward_call(n)]
+    if not backwards or not all(_under_phase_test(sem, b, node, phase) for b in backwards):
+        return  # (every phase backpropagates, or nothing does)
+    forwards = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
+    if any(sem.under_no_grad(f) or _under_phase_test(sem, f, node, phase) for f in forwards):
+        return  # (``if phase == "val": with torch.no_grad(): out = model(x)``: the phases are told apart already)
+    for call in forwards:
+        if sem.guards.grad_mode(call) != "on" or any(_mentions(sem, w, phase) for w in _with_items_around(sem, call, node)):
+            continue
+        name = ctx.name(call.func)
+        ctx.report("TD401", call, f"`{name}(...)` runs with autograd on in the `{held[0]}` pass of `for {phase} in ...` "
+                   f"(only the training pass backpropagates): it builds a graph it never uses",
+                   fix=f'run the pass under `with torch.set_grad_enabled({phase} == "{next(n for n in names if _TRAIN_PHASE.match(n))}"):`')
+        return  # (one finding a loop: the first forward says it)
+
+
+def _phase_names(sem, it: ast.AST) -> list[str]:  # type: ignore[no-untyped-def]
+    """The string constants ``for phase in ["train", "val"]`` (or a name bound to such a list) goes over."""
+    if isinstance(it, ast.Name):
+        b = sem.binding_at(it.id, it)
+        it = b.value if b is not None and not b.is_param and b.index is None and b.value is not None else it
+    if not isinstance(it, (ast.List, ast.Tuple)) or not all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                                                           for e in it.elts):
+        return []
+    return [e.value for e in it.elts]  # type: ignore[attr-defined]
+
+
+def _mentions(sem, expr: ast.AST, name: str) -> bool:  # type: ignore[no-untyped-def]
+    return any(isinstance(n, ast.Name) and n.id == name for n in sem.subtree(expr))
+
+
+def _under_phase_test(sem, node: ast.AST, loop: ast.AST, phase: str) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` runs only under an ``if`` (or a conditional expression) of the loop that tests ``phase``."""
+    for up in sem.ancestors(node):
+        if up is loop:
+            return False
+        if isinstance(up, (ast.If, ast.IfExp)) and _mentions(sem, up.test, phase):
+            return True
+    return False
+
+
+def _with_items_around(sem, node: ast.AST, loop: ast.AST) -> list[ast.AST]:  # type: ignore[no-untyped-def]
+    out: list[ast.AST] = []
+    for up in sem.ancestors(node):
+        if up is loop:
+            break
+        if isinstance(up, (ast.With, ast.AsyncWith)):
+            out += [i.context_expr for i in up.items]
+    return out
