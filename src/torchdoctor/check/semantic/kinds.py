@@ -396,6 +396,8 @@ class Kinds:
             if meth in _TENSOR_METHODS_ONLY and inner != "tensor":
                 return None
             return inner
+        if q in ("torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.get_total_norm"):
+            return "tensor"  # the total norm, where the gradients are
         if q.startswith("torch.") and last[:1].islower() and (last in FACTORIES or q.startswith("torch.nn.functional.")
                                                                 or last in ("cat", "stack", "from_numpy", "where", "matmul")):
             return "tensor"
