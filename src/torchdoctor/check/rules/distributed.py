@@ -381,8 +381,9 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
                        f"is only called `if {flag}`: when it is false, every epoch sees the same order",
                        fix=f"call `set_epoch(epoch)` whenever the sampler is a DistributedSampler, not only `if {flag}`")
         return
-    if "set_epoch" in sem.region_effects(sem.body(node), deep=True):
-        return
+    effects = sem.region_effects(sem.body(node), deep=True)
+    if "set_epoch" in effects or not {"backward", "step"} & set(effects) and not _counts_epochs(node):
+        return  # (``for checkpoint in checkpoints: evaluate(model)``: no training pass to reshuffle)
     ctx.report(
         "TD701",
         node,
@@ -390,6 +391,14 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
         "every epoch sees the same order",
         fix="call `sampler.set_epoch(epoch)` at the start of each epoch",
     )
+
+
+def _counts_epochs(loop: ast.For) -> bool:
+    """``for epoch in range(n)``, ``for epoch in trange(...)``: a loop over epochs by its own look."""
+    target = dotted(loop.target) or ""
+    it = loop.iter
+    name = (dotted(it.func) or "").rsplit(".", 1)[-1] if isinstance(it, ast.Call) else ""
+    return "epoch" in target.lower() or name in ("range", "trange", "tqdm", "tnrange")
 
 
 def _flag_guards(ctx: Context, node: ast.AST) -> set[str]:
