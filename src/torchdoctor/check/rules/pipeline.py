@@ -41,6 +41,44 @@ def _index_loader(ctx: Context, call: ast.Call) -> bool:
     return isinstance(data, ast.Call) and (dotted(data.func) == "range" or ctx.call_name(data) == "torch.arange")
 
 
+def _collates_raw_items(ctx: Context, call: ast.Call) -> bool:
+    """``collate_fn=collate_fn`` with ``def collate_fn(batch): data, label = zip(*batch); return data, label``: the
+    batches are the dataset's own items regrouped, not tensors torch made, and the items of a dataset whose class
+    this file does not show making tensors are taken for plain rows (NumPy arrays, lists): nothing to pin."""
+    sem = ctx.semantic
+    fn = keyword(call, "collate_fn")
+    funcs = sem.bindings.functions.get(fn.value.id, []) if fn is not None and isinstance(fn.value, ast.Name) else []
+    if not funcs or not all(_only_regroups(sem, f) for f in funcs):
+        return False
+    data = argument(call, "dataset", 0)
+    b = sem.binding_at(data.id, call) if isinstance(data, ast.Name) else None
+    made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    return cls is None or not any(isinstance(n, ast.Call) and (sem.call_name(n) or "").startswith("torch.")
+                                  for n in sem.subtree(cls))
+
+
+def _only_regroups(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """The collate function's every statement is ``a, b = zip(*batch)`` (or a docstring) and its return hands back
+    those names or the batch itself: no call but ``zip`` (``tokenizer.pad(..., return_tensors="pt")`` makes tensors)."""
+    params = {a.arg for a in func.args.args}  # type: ignore[attr-defined]
+    names = set(params)
+    for stmt in func.body:  # type: ignore[attr-defined]
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue
+        if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and dotted(stmt.value.func) == "zip" \
+                and all(isinstance(a, ast.Starred) and isinstance(a.value, ast.Name) and a.value.id in params
+                        for a in stmt.value.args):
+            names |= {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)}
+            continue
+        if isinstance(stmt, ast.Return) and stmt.value is not None and all(
+                isinstance(v, ast.Name) and v.id in names
+                for v in (stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value])):
+            continue
+        return False
+    return True
+
+
 def collates_onto_device(ctx: Context, call: ast.Call) -> bool:
     """``collate_fn=partial(collate, device=device)`` or a collate function that moves its batch: the loader
     yields device tensors (pinning them raises; workers cannot make them)."""
@@ -62,6 +100,9 @@ def collates_onto_device(ctx: Context, call: ast.Call) -> bool:
         cls = sem.calls_index.classes.get(sem.call_name(b.value) or "") \
             if b is not None and isinstance(b.value, ast.Call) else None
         funcs = [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == value.attr]
+    if isinstance(value, ast.Call):  # ``collate_fn=ToDevice(device)``: an object of this file whose ``__call__`` moves
+        cls = sem.calls_index.classes.get(sem.call_name(value) or "")
+        funcs = [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__call__"]
     return any(isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
                for f in funcs for n in sem.local_nodes(f))
 
@@ -131,7 +172,8 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
     if pin is not None and not is_false(pin.value):
         return  # (first: whether the loader is judged may read the modules that import this one)
-    if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _subclass_passes(ctx, node):
+    if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _subclass_passes(ctx, node) \
+            or _collates_raw_items(ctx, node):
         return
     if program.is_rpc_program(ctx.semantic):
         return  # RPC serialises every batch it sends: pinned memory buys nothing there
