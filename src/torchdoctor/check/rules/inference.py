@@ -348,9 +348,15 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
         return evaluated and isinstance(target, ast.Name) and target.id == "self" \
             and sem.function_of(call) is not None and sem.function_of(call).name != "forward"  # type: ignore[union-attr]
     if isinstance(call.func, ast.Attribute) and call.func.attr != "forward":
-        for funcs in [sem.functions.get(call.func.attr, [])]:
+        funcs = sem.functions.get(call.func.attr, [])
+        made = construction(sem, target, call) if len(funcs) > 1 else None
+        cls_of_target = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+        if cls_of_target is not None:  # (``plain.predict(x)`` of ``plain = Plain()``: Plain's own method only)
+            funcs = [f for f in funcs if sem.class_of(f) is cls_of_target] or funcs
+        for funcs in [funcs]:
             for f in funcs:
-                if sem.class_of(f) is not None and any(sem.guards.grad_call(d) in ("off", "maybe") for d in f.decorator_list):  # type: ignore[attr-defined]
+                if sem.class_of(f) is not None and (any(sem.guards.grad_call(d) in ("off", "maybe") for d in f.decorator_list)  # type: ignore[attr-defined]
+                                                    or _forwards_under_no_grad(sem, f)):
                     return False
         if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
             return False  # a library's sampling method (often under no_grad itself): not judged
@@ -365,6 +371,19 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
         return True
     b = sem.binding_at(dotted(target) or "", call)  # a parameter annotated with a module class
     return b is not None and b.is_param and b.value is not None and sem.kinds.binding_kind(b) == "model"
+
+
+_NOT_FORWARDS = frozenset({"eval", "train", "parameters", "named_parameters", "modules", "children", "to", "cuda", "cpu",
+                           "state_dict", "zero_grad", "register_buffer", "apply", "half", "float", "requires_grad_"})
+
+
+def _forwards_under_no_grad(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``def predict(self, ids): ... with torch.no_grad(): logits = self.forward(x)``: every call the method makes of
+    the module or its parts (``self(...)``, ``self.forward(...)``, ``self.decoder(...)``) runs with autograd off."""
+    calls = [n for n in sem.local_nodes(func) if isinstance(n, ast.Call) and (
+        isinstance(n.func, ast.Name) and n.func.id == "self" or isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name) and n.func.value.id == "self" and n.func.attr not in _NOT_FORWARDS)]
+    return bool(calls) and all(sem.under_no_grad(n) for n in calls)
 
 
 def _loaded_module(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
