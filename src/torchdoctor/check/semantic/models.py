@@ -23,7 +23,8 @@ STATELESS_LAYERS = frozenset(
     "AlphaDropout Identity Flatten Unflatten MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d "
     "AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d AdaptiveMaxPool3d "
     "PixelShuffle PixelUnshuffle ZeroPad2d ConstantPad1d ConstantPad2d ConstantPad3d ReflectionPad1d ReflectionPad2d "
-    "ReplicationPad1d ReplicationPad2d ReplicationPad3d CosineSimilarity PairwiseDistance ChannelShuffle".split())
+    "ReplicationPad1d ReplicationPad2d ReplicationPad3d CosineSimilarity PairwiseDistance ChannelShuffle "
+    "LogSigmoid Softmin Softsign Tanhshrink Threshold SELU CELU GLU Hardshrink Softshrink RReLU SiLU".split())
 
 
 # ---- model constructions ----------------------------------------------------------------
