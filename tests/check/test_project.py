@@ -2535,3 +2535,50 @@ def test_a_loader_subclass_of_another_module_that_passes_its_workers_on_is_not_t
     })
     results = check_files(["train.py", "loaders.py"], Settings(root=str(project), select=("TD305",)))
     assert codes(results, "train.py") == [(7, "TD305")]  # the subclass that hands torch's num_workers=0
+
+
+def test_a_decoding_helper_that_evaluation_loops_call_copies_their_outputs_to_the_host(project: Path) -> None:
+    """``spans = decode_spans(start_logits, end_logits)`` in evaluation loops (``model.eval()`` first): the helper's
+    ``torch.argmax(...).cpu().numpy()`` is the evaluation's outputs reaching the host, not a per-step sync. The same
+    copy in a helper a training loop calls every step is one."""
+    decode = """\
+        import torch
+
+        def decode_spans(start_logits, end_logits):
+            starts = torch.argmax(start_logits, -1).cpu().numpy()[0]
+            ends = torch.argmax(end_logits, -1).cpu().numpy()[0]
+            return [(s, e) for s, e in zip(starts, ends) if s and e]
+        """
+    write(project, {
+        "decode.py": decode,
+        "train_decode.py": decode,
+        "run.py": """\
+            import torch
+            from decode import decode_spans
+            from train_decode import decode_spans as spans_while_training
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def evaluate(model, loader):
+                model.eval()
+                found = []
+                for ids, _ in loader:
+                    with torch.no_grad():
+                        start_logits, end_logits = model(ids.to(device))
+                    found += decode_spans(start_logits, end_logits)
+                return found
+
+            def train(model, loader, opt):
+                model.train()
+                for ids, target in loader:
+                    start_logits, end_logits = model(ids.to(device))
+                    loss = (start_logits - target.to(device)).pow(2).mean() + end_logits.mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    print(spans_while_training(start_logits, end_logits))
+            """,
+    })
+    results = check_files(["decode.py", "train_decode.py", "run.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "decode.py") == []
+    assert codes(results, "train_decode.py") == [(4, "TD603"), (5, "TD603")]  # each copy, every training step
