@@ -456,6 +456,14 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     _report_sync(ctx, node, what, loop)
 
 
+def _copies_a_parameter(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
+    """``torch.argmax(start_logits, -1).cpu()``: what is copied is computed from a parameter of ``func`` (what the
+    caller handed it), not from a tensor the helper made on the device itself."""
+    sem = ctx.semantic
+    return any(isinstance(n, ast.Name) and (b := sem.binding_at(n.id, n)) is not None and b.is_param and b.node is func
+               for n in sem.subtree(node.func.value))  # type: ignore[attr-defined]
+
+
 def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
     """The copied value comes from a parameter of ``func`` (``item`` of ``for item, n in zip(inputs, lengths)``),
     not from a tensor the helper made on the device itself."""
@@ -535,7 +543,8 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
     if not callers:
         return
-    if isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") and all(c.eval_before for c in callers):
+    if isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") and all(c.eval_before for c in callers) \
+            and _copies_a_parameter(ctx, node, func):
         return  # (``bert_extract_item(start_logits, end_logits)`` decoding an evaluation's outputs on the host)
     here = os.path.dirname(os.path.abspath(sem.path))
     sites = sorted({f"{os.path.relpath(c.path, here)}:{c.line}" for c in callers})
