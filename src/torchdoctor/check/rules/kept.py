@@ -39,7 +39,7 @@ def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
 _NOT_ENVIRONMENTS = frozenset({"optimizer", "scheduler", "scaler", "model", "wrapper", "loader", "sampler"})
 
 
-def env_action(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> bool:
     """``actions = q.argmax(1).cpu().numpy()`` then ``obs, reward, done, info = envs.step(actions)`` (or the copy
     written in the call): the action a simulator on the host needs to go on. A reinforcement-learning rollout cannot
     take its next step without it; the results the call hands back are what makes it an environment's step, not an
@@ -52,9 +52,16 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             # step loop reaches through ``runner.collect()``: judged in the loop around each call
             sites = sem.call_sites(func)
             loops = [next(iter(sem.loops_around(c)), None) for c in sites]
-            return bool(sites) and None not in loops and _reaches_return(ctx, node) and \
-                all(env_action(ctx, c, around) for c, around in zip(sites, loops))  # type: ignore[arg-type]
-        return bool(sites) and _reaches_return(ctx, node) and all(env_action(ctx, c, loop) for c in sites)
+            if not sites or not _reaches_return(ctx, node):
+                return False
+            if None not in loops:
+                return all(env_action(ctx, c, around, depth + 1) for c, around in zip(sites, loops))  # type: ignore[arg-type]
+            # a helper of a helper: ``return self._pick(values)`` in ``_act``, whose result the loop hands to env.step
+            return depth < 3 and all(env_action(ctx, c, loop, depth + 1) for c in sites)
+        acting = [c for c in sites if env_action(ctx, c, loop, depth + 1)]
+        # (``if done: self._forward(obs)`` once an episode ends, its action dropped: no step of the loop)
+        return bool(acting) and _reaches_return(ctx, node) and all(
+            c in acting or _dropped_once_in_a_while(ctx, c, loop) for c in sites)
     stmt = sem.statement_of(node)
     bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \
         if isinstance(stmt, ast.Assign) else set()
@@ -71,6 +78,20 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return True
         if bound and (call.lineno, call.col_offset) > (node.lineno, node.col_offset) and \
                 any(isinstance(n, ast.Name) and n.id in bound for a in args for n in sem.subtree(a)):
+            return True
+    return False
+
+
+def _dropped_once_in_a_while(ctx: Context, call: ast.Call, loop: ast.AST) -> bool:
+    """``self._forward(obs)`` as a statement of its own (its result dropped) under an ``if`` of the loop."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(call)
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call):
+        return False
+    for up in sem.ancestors(call):
+        if up is loop:
+            return False
+        if isinstance(up, ast.If):
             return True
     return False
 
