@@ -7,6 +7,7 @@ import ast
 
 from torchdoctor.check.astutil import FACTORIES, dotted, is_false, is_true, method_name, param_default
 from torchdoctor.check.patterns import lazy
+from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
@@ -220,8 +221,9 @@ def _find_input_device(sem: SemanticModel) -> str | None:
         dev = sem.move_device(node) or ""
         recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
         kind = sem.expr_kind(recv, node) if recv is not None else None
-        if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu":
-            continue
+        if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu" or method_name(node) == "to" \
+                and node.args and program.cpu_name(sem, node.args[0]):
+            continue  # (``x.to(device)`` with ``device = torch.device("cpu")``: no move off the host)
         if isinstance(recv, ast.Call) and sem.call_kind(recv, recv) in ("model", "wrapper"):
             continue
         return dev

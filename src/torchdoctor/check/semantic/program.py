@@ -317,11 +317,11 @@ def _places_work(sem: SemanticModel) -> bool:
     for call in sem.calls_named(*_MOVE_CALLS):
         target = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device"), None)
         if sem.is_device_move(call) and (sem.move_device(call) or "").strip("'\"") != "cpu" \
-                and not (method_name(call) == "to" and _cpu_name(sem, target)):  # (``.cuda(dev)`` is CUDA, whatever dev)
+                and not (method_name(call) == "to" and cpu_name(sem, target)):  # (``.cuda(dev)`` is CUDA, whatever dev)
             return True
     for arg in ("device", "device_ids", "map_location"):
         for call in sem.calls_with_keyword(arg):
-            if any(k.arg == arg and string_value(k.value) != "cpu" and not _cpu_name(sem, k.value) for k in call.keywords):
+            if any(k.arg == arg and string_value(k.value) != "cpu" and not cpu_name(sem, k.value) for k in call.keywords):
                 return True
     if sem.calls_named("set_default_device", "prepare", "setup"):
         return True
@@ -329,12 +329,19 @@ def _places_work(sem: SemanticModel) -> bool:
                for c in sem.calls_named("set_device", "pick_device"))
 
 
-def _cpu_name(sem: SemanticModel, arg: ast.AST | None) -> bool:
+def cpu_name(sem: SemanticModel, arg: ast.AST | None, depth: int = 0) -> bool:
     """``net.to(dev)``, ``torch.randn(2, 3, device=dev)`` where every binding of ``dev`` is the CPU (``dev =
-    torch.device('cpu')``: a notebook pinned to the CPU on purpose)."""
+    torch.device('cpu')``: a notebook pinned to the CPU on purpose); or ``X.to(device)`` in ``def train(model,
+    device, ...)`` whose every call passes such a name."""
     if not isinstance(arg, ast.Name):
         return False
-    values = [b.value for b in sem.bindings_of(arg.id)]
+    here = sem.binding_at(arg.id, arg)
+    if here is not None and here.is_param and isinstance(here.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        sites = sem.call_sites(here.node) if depth < 3 else []
+        given = [call_argument(s, here.node, arg.id) for s in sites]
+        return bool(sites) and all(g is not None and (string_value(g) == "cpu" or cpu_name(sem, g, depth + 1))
+                                   for g in given)
+    values = [b.value for b in sem.bindings_of(arg.id) if not b.is_param]  # (a parameter of the name: its callers')
     if not values or any(v is None for v in values):
         return False
     for value in values:
