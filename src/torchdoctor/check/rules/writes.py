@@ -211,6 +211,8 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     entries = [sem.parent(r) for r in refs if _entry_point(ctx, r)]
     if entries and len(entries) == len(refs):  # ``fire.Fire(train)``: the command line calls it, on every rank
         return all(_rank_guarded(ctx, c, depth + 1) for c in entries)  # type: ignore[arg-type]
+    if any(_spawned(ctx, r) for r in refs):
+        return False  # ``mp.spawn(self.worker, nprocs=world)``: the target runs on every rank
     if refs:
         return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
     if sem.project is None or cls is not None:
@@ -295,6 +297,52 @@ def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
     return sem.project.unguarded_ddp_caller(sem, func)  # type: ignore[attr-defined]
 
 
+def _spawned(ctx: Context, ref: ast.AST) -> bool:
+    """``ref`` is the function ``mp.spawn(ref, ...)`` starts on every rank."""
+    call = ctx.semantic.parent(ref)
+    if isinstance(call, ast.keyword) and call.arg == "fn":
+        call = ctx.semantic.parent(call)
+    elif not (isinstance(call, ast.Call) and call.args and call.args[0] is ref):
+        return False
+    return isinstance(call, ast.Call) and (ctx.call_name(call) or "").endswith(
+        ("multiprocessing.spawn", "multiprocessing.start_processes"))
+
+
+def _in_spawning_parent(ctx: Context, node: ast.AST) -> bool:
+    """``mp.spawn(self._worker, nprocs=world)`` starts the ranks: a write no spawned target reaches (the parent's
+    cache before it, its summary after) runs in the one parent process. (A program torchrun starts is no parent.)"""
+    sem = ctx.semantic
+    spawns = [c for c in sem.calls_named("spawn", "start_processes")
+              if (ctx.call_name(c) or "").endswith(("multiprocessing.spawn", "multiprocessing.start_processes"))]
+    if not spawns or any(string_value(n) in ("LOCAL_RANK", "RANK") for n in sem.of_type(ast.Constant)):
+        return False
+    targets = []
+    for call in spawns:
+        fn = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "fn"), None)
+        key = dotted(fn) if fn is not None else None
+        found = [f for f in sem.functions.get(key.rsplit(".", 1)[-1], [])] if key else []
+        if not found:
+            return False  # (a target this file does not define: it may run anything)
+        targets += found
+    reached = {id(g) for f in targets for g in [f, *sem.reachable(f)]}
+    if not sem.path.endswith(".ipynb"):  # a child started by "spawn" imports the script again: its top-level code
+        top = [s for s in sem.tree.body if not _main_guard(s)]  # outside ``if __name__ == "__main__":`` runs there too
+        if sem.function_of(node) is None and any(sem.contains(s, node) for s in top):
+            return False
+        for call in (n for s in top for n in sem.subtree(s) if isinstance(n, ast.Call) and sem.function_of(n) is None):
+            reached |= {id(g) for f in sem.resolve(call) for g in [f, *sem.reachable(f)]}
+    here = sem.function_of(node)
+    while here is not None and id(here) not in reached:
+        here = sem.function_of(here)  # (a nested function runs where the one around it does)
+    return here is None
+
+
+def _main_guard(stmt: ast.AST) -> bool:
+    test = stmt.test if isinstance(stmt, ast.If) else None
+    return isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__" \
+        and any(string_value(c) == "__main__" for c in test.comparators)
+
+
 def _short_path(path: str) -> str:
     return os.path.relpath(path) if os.path.isabs(path) and not os.path.relpath(path).startswith("..") else path
 
@@ -325,7 +373,7 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
             or _other_format_of(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
-    if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node):
+    if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node) or _in_spawning_parent(ctx, node):
         return
     kind = "DDP" if caller is not None or program.is_ddp_program(ctx.semantic) else "multi-process (Accelerate)"
     where = f"of this {kind} program" if caller is None else \
