@@ -586,6 +586,10 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
                        and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var
                        and is_false(st.value) for st in loop.body):  # type: ignore[attr-defined]
             return True
+        if var and any(isinstance(st, ast.Expr) and isinstance(c := st.value, ast.Call) and method_name(c) == "requires_grad_"
+                       and dotted(c.func.value) == var and c.args and is_false(c.args[0])  # type: ignore[attr-defined]
+                       for st in loop.body):  # type: ignore[attr-defined]
+            return True  # ``for p in model.parameters(): p.requires_grad_(False)``
     return False
 
 
