@@ -62,6 +62,20 @@ def _lightning_eval_hook(sem, call: ast.Call) -> bool:  # type: ignore[no-untype
         "Lightning" in (dotted(b) or "") for b in cls.bases)  # type: ignore[attr-defined]
 
 
+def _graph_drawn(ctx: Context, call: ast.Call) -> bool:
+    """``out = net(probe); make_dot(out.mean(), params=...)``: torchviz draws the recorded graph, which is the point."""
+    sem = ctx.semantic
+    stmt = sem.parent(call)
+    names = {t.id for t in stmt.targets if isinstance(t, ast.Name)} if isinstance(stmt, ast.Assign) and stmt.value is call \
+        else set()
+    for draw in sem.calls_named("make_dot", "make_dot_from_trace"):
+        if any(isinstance(n, ast.Name) and n.id in names and sem.binding_at(n.id, n) is not None
+               and sem.binding_at(n.id, n).node is stmt for n in sem.subtree(draw)) or any(  # type: ignore[union-attr]
+                a is call or sem.contains(a, call) for a in draw.args):
+            return True
+    return False
+
+
 def _untrained_instance(sem, call: ast.Call) -> bool:
     """``test_rnn = RNN(1, 10, 2); out, h = test_rnn(test_input, None); print(out.size())``: a model made only to look
     at its output shapes (a tutorial's first cell); nothing trains or loads it, nothing else is handed it, so there is
@@ -445,6 +459,8 @@ def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
     model = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in _INFERENCE_METHODS else call.func
     if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, model, call):
         return  # every parameter was set ``requires_grad = False``, or there is none: no graph is recorded
+    if _graph_drawn(ctx, call):
+        return
     name = ctx.name(call.func)
     ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
                fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
