@@ -21,18 +21,23 @@ def _host_target(sem: SemanticModel, call: ast.Call) -> bool:
     return target == "cpu" or target in ("torch.device('cpu')", 'torch.device("cpu")')
 
 
+_SAME_MODULE = frozenset({"eval", "train", "float", "half", "double", "requires_grad_"})
+
+
 def _module_moves(sem: SemanticModel, key: str, scope: ast.AST) -> list[tuple[ast.stmt, ast.Call]]:
     """``key.to(d)`` / ``key.cuda()`` / ``key.cpu()`` written as a statement (a module moves in place), or
     rebinding ``key`` (``key = key.to(d)``), in ``scope``, in source order."""
     out = []
     for c in sem.calls_named("to", "cuda", "cpu"):
-        if not (isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key and sem.scope_of(c) is scope):
+        if not isinstance(c.func, ast.Attribute) or sem.scope_of(c) is not scope:
             continue
-        if not (method_name(c) == "cpu" or sem.is_device_move(c)):
+        base = c.func.value  # (``model.eval().cpu()``: eval() hands back the module itself)
+        while isinstance(base, ast.Call) and method_name(base) in _SAME_MODULE and isinstance(base.func, ast.Attribute):
+            base = base.func.value
+        if dotted(base) != key or not (method_name(c) == "cpu" or sem.is_device_move(c)):
             continue
-        stmt = sem.parent(c)
-        if isinstance(stmt, ast.Expr) or (isinstance(stmt, ast.Assign) and stmt.value is c
-                                          and [dotted(t) for t in stmt.targets] == [key]):
+        stmt = sem.parent(c)  # (a module moves in place: ``cpu_net = learner.model.eval().cpu()`` moves it too)
+        if isinstance(stmt, ast.Expr) or isinstance(stmt, ast.Assign) and stmt.value is c:
             out.append((stmt, c))
     return sorted(out, key=lambda sc: (sc[0].lineno, sc[0].col_offset))
 
