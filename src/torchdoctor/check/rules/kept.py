@@ -175,7 +175,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             # into ``probs = torch.zeros(n, c, h, w)``
             return method_name(cur) == "tolist" or as_array and isinstance(cur, ast.Call) \
                 and isinstance(cur.func, ast.Name) and cur.func.id in ("list", "tuple") \
-                or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up)
+                or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up) \
+                or as_array and isinstance(up.target, ast.Subscript)  # ``scr[i] += out.cpu().numpy()``: a host array
         if isinstance(up, ast.Assign) and up.value is cur:
             if (name := _bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
                 # (in a helper the loop calls: its reads in the helper's own body)
