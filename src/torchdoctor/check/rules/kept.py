@@ -138,7 +138,14 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 as_array = as_array or up.attr in ("numpy", "tolist")
                 cur = call  # after ``.numpy()`` every method is NumPy's: ``.argmax(axis=1)``, ``.astype(np.uint8)``
                 continue
+            if as_array and up.attr == "T":
+                cur = up  # ``out.cpu().numpy().T``: the host array, transposed
+                continue
             return False
+        if as_array and isinstance(up, ast.comprehension) and up.iter is cur:
+            comp, outer = sem.parent(up), sem.parent(sem.parent(up))  # ``texts.extend([decode(x) for x in ids.cpu().numpy()])``
+            return isinstance(comp, ast.ListComp) and (isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call)
+                                                       and comp in outer.args and _keeps(outer))
         if as_array and (isinstance(up, ast.BinOp) or isinstance(up, ast.Subscript) and up.value is cur):
             cur = up  # ``(mask.cpu().numpy() * 255)``: arithmetic on the host array
             continue
