@@ -212,3 +212,22 @@ def test_a_name_rebound_to_a_call_of_itself_resolves_without_recursing() -> None
     errors: list = []
     analyse(source, "nb.py", tree=ast.parse(source), settings=Settings(), errors=errors)
     assert errors == []
+
+
+def test_code_written_for_torch_before_0_4_with_cuda_async_is_checked_and_quoted_as_written(tmp_path: Path) -> None:
+    """``.cuda(async=True)`` (torch 0.3's spelling of non_blocking) is a syntax error since Python 3.7: the file is
+    read with the keyword renamed in place (same columns), and findings quote the user's own text. A file broken
+    otherwise is still a per-file error."""
+    old = tmp_path / "train.py"
+    old.write_text("import torch\n"
+                   "model = torch.nn.Linear(4, 2).cuda()\n"
+                   "for x, y in [(torch.randn(2, 4), torch.zeros(2))]:\n"
+                   "    x, target = x.cuda(), y.cuda(async=True)\n"
+                   "    print(model(x).sum(), target)\n")
+    result = check_file(str(old), Settings(root=str(tmp_path), select=("TD101",)))
+    assert not result.errors
+    [f] = [f for f in result.findings if f.location.line == 4 and f.location.column == 27]
+    assert "`y.cuda(async=True)`" in f.message
+    broken = tmp_path / "broken.py"
+    broken.write_text("import torch\nprint 'epoch', torch.zeros(1).cuda(async=True)\n")
+    assert check_file(str(broken), Settings(root=str(tmp_path))).errors

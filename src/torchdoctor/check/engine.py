@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from torchdoctor.check.context import Context
 from torchdoctor.check.noqa import filter_noqa
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import REGISTRY, RegisteredRule
 from torchdoctor.findings import Finding, sort_findings
 
@@ -77,10 +78,20 @@ def other_framework(tree: ast.Module) -> bool:
 
 
 def parse(source: str | bytes, path: str) -> ast.Module:
-    """ast.parse without the SyntaxWarnings ("invalid escape sequence") that CPython prints."""
+    """ast.parse without the SyntaxWarnings ("invalid escape sequence") that CPython prints. Code written for torch
+    before 0.4 passes ``.cuda(async=True)``, a syntax error since Python 3.7: such a keyword is read as ``asyn_``
+    (same length, so every column and the source text the findings quote stay the user's)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ast.parse(source, filename=path)
+        try:
+            return ast.parse(source, filename=path)
+        except SyntaxError:
+            if not isinstance(source, str) or "async" not in source or not _ASYNC_KEYWORD.search(source):
+                raise
+            return ast.parse(_ASYNC_KEYWORD.sub("asyn_", source), filename=path)
+
+
+_ASYNC_KEYWORD = lazy(r"(?<=[(,\s])async(?=\s*=(?!=))")
 
 
 def enabled_codes(path: str, enabled: Iterable[str] | None, settings: object | None) -> set[str] | None:

@@ -588,8 +588,22 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
             return True
         if var and any(isinstance(st, ast.Expr) and isinstance(c := st.value, ast.Call) and method_name(c) == "requires_grad_"
                        and dotted(c.func.value) == var and c.args and is_false(c.args[0])  # type: ignore[attr-defined]
-                       for st in loop.body):  # type: ignore[attr-defined]
+                       for st in loop.body) and not _unfrozen_between(sem, key, loop, here):  # type: ignore[attr-defined]
             return True  # ``for p in model.parameters(): p.requires_grad_(False)``
+    return False
+
+
+def _unfrozen_between(sem: SemanticModel, key: str, start: ast.AST, here: tuple[int, int]) -> bool:
+    """``for p in model.layer4.parameters(): p.requires_grad_(True)`` after the model was frozen whole: fine-tuning
+    a part, whose forwards record a graph again."""
+    begin = (start.lineno, start.col_offset)  # type: ignore[attr-defined]
+    for n in sem.calls_named("requires_grad_"):
+        if begin < (n.lineno, n.col_offset) < here and n.args and not is_false(n.args[0]):
+            return True
+    for st in sem.of_type(ast.Assign):
+        if begin < (st.lineno, st.col_offset) < here and any(  # type: ignore[attr-defined]
+                isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in st.targets) and is_true(st.value):  # type: ignore[attr-defined]
+            return True
     return False
 
 
