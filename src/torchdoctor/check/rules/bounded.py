@@ -21,6 +21,8 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
     """``count += 1 ... if count == num_examples: break`` (or ``return``) with ``num_examples=2``, or ``for ix, batch
     in enumerate(loader): if ix == 3: break``: a look at a few batches."""
     sem = ctx.semantic
+    if getattr(loop, "body", None) and isinstance(loop.body[-1], (ast.Break, ast.Return)):  # type: ignore[attr-defined]
+        return True  # ``for x, y in loader: ...; break``: one pass, a smoke test of the first batch
     for stmt in sem.body(loop):
         if not (isinstance(stmt, ast.If) and any(isinstance(s, (ast.Break, ast.Return)) for s in stmt.body)):
             continue

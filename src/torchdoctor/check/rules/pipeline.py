@@ -92,8 +92,11 @@ def collates_onto_device(ctx: Context, call: ast.Call) -> bool:
         if any(k.arg == "device" and string_value(k.value) != "cpu" for k in value.keywords):
             return True
         value = value.args[0]
-    if isinstance(value, ast.Lambda):
-        return any(isinstance(n, ast.Call) and _moves_off_cpu(ctx, n) for n in sem.subtree(value.body))
+    if isinstance(value, ast.Lambda):  # ``lambda b: build_batch(b, 0.5)`` whose helper returns ``xs.to(device)``
+        calls = [n for n in sem.subtree(value.body) if isinstance(n, ast.Call)]
+        return any(_moves_off_cpu(ctx, n) for n in calls) or any(
+            isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
+            for c in calls for f in sem.resolve(c) for n in sem.local_nodes(f))
     funcs = sem.bindings.functions.get(value.id, []) if isinstance(value, ast.Name) else []
     if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):  # ``collate_fn=ds.collate_fn``
         b = sem.binding_at(value.value.id, call)
