@@ -2582,3 +2582,42 @@ def test_a_decoding_helper_that_evaluation_loops_call_copies_their_outputs_to_th
     results = check_files(["decode.py", "train_decode.py", "run.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "decode.py") == []
     assert codes(results, "train_decode.py") == [(4, "TD603"), (5, "TD603")]  # each copy, every training step
+
+
+def test_a_volume_scoring_helper_copies_predictions_it_computes_from_the_model_it_is_handed(project: Path) -> None:
+    """TransUNet's ``test_single_volume(image, label, net)``: each slice's ``out = torch.argmax(net(x), 1)`` copied
+    with ``out.cpu().numpy()`` for SciPy resizing and the metrics, called once per volume by an evaluation loop of
+    another module after ``model.eval()``: the evaluation's outputs reaching the host, not a per-step sync."""
+    write(project, {
+        "metrics.py": """\
+            import numpy as np
+            import torch
+
+            def score_volume(image, label, net, classes):
+                image, label = image.squeeze(0).cpu().numpy(), label.squeeze(0).cpu().numpy()
+                prediction = np.zeros_like(label)
+                for k in range(image.shape[0]):
+                    x = torch.from_numpy(image[k]).unsqueeze(0).unsqueeze(0).float().cuda()
+                    with torch.no_grad():
+                        outputs = net(x)
+                        out = torch.argmax(torch.softmax(outputs, dim=1), dim=1).squeeze(0)
+                        prediction[k] = out.cpu().numpy()
+                return [float((prediction == c).mean()) for c in range(1, classes)]
+            """,
+        "test.py": """\
+            import torch
+            from metrics import score_volume
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def inference(model, loader):
+                model.to(device)
+                model.eval()
+                scores = []
+                for batch in loader:
+                    scores.append(score_volume(batch["image"], batch["label"], model, classes=9))
+                return scores
+            """,
+    })
+    results = check_files(["metrics.py", "test.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "metrics.py") == []

@@ -462,8 +462,26 @@ def _copies_a_parameter(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
     """``torch.argmax(start_logits, -1).cpu()``: what is copied is computed from a parameter of ``func`` (what the
     caller handed it), not from a tensor the helper made on the device itself."""
     sem = ctx.semantic
-    return any(isinstance(n, ast.Name) and (b := sem.binding_at(n.id, n)) is not None and b.is_param and b.node is func
-               for n in sem.subtree(node.func.value))  # type: ignore[attr-defined]
+    todo, seen = [node.func.value], set()  # type: ignore[attr-defined]
+    while todo and len(seen) < 12:  # (``outputs = net(input); out = torch.argmax(outputs, 1); out.cpu()``: a few hops)
+        expr = todo.pop()
+        for n in sem.subtree(expr):
+            if not isinstance(n, ast.Name) or (n.id, id(expr)) in seen or _sizes_a_new_tensor(ctx, n):
+                continue
+            seen.add((n.id, id(expr)))
+            b = sem.binding_at(n.id, n)
+            if b is not None and b.is_param and b.node is func:
+                return True
+            if b is not None and not b.is_param and b.value is not None and sem.function_of(b.node) is func:
+                todo.append(b.value)
+    return False
+
+
+def _sizes_a_new_tensor(ctx: Context, name: ast.Name) -> bool:
+    """``torch.randn(size, device="cuda")``: the name only sizes a tensor the helper makes itself."""
+    up = ctx.semantic.parent(name)
+    return isinstance(up, ast.Call) and name in up.args and (ctx.call_name(up) or "").startswith("torch.") \
+        and (ctx.call_name(up) or "").rsplit(".", 1)[-1] in FACTORIES
 
 
 def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
