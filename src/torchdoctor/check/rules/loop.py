@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name
+from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, param_default
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
@@ -485,6 +485,49 @@ def _owner_moved(ctx: Context, cls: ast.AST, depth: int = 0) -> bool:
 def backward_under_no_grad(node: ast.AST, ctx: Context) -> None:
     """backward() inside a no_grad()/inference_mode() block."""
     sem = ctx.semantic
-    if sem.is_backward_call(node) and sem.under_no_grad(node, strict=True):
+    if sem.is_backward_call(node) and sem.under_no_grad(node, strict=True) and not _no_grad_callers_pass_no_optimizer(ctx, node):
         ctx.report("TD407", node, f"`{ctx.name(node)}` runs under no_grad/inference_mode: the loss has no graph "
                    "and backward() raises", fix="move the forward pass and backward() out of the no_grad block")
+
+
+def _no_grad_callers_pass_no_optimizer(ctx: Context, node: ast.AST) -> bool:
+    """``def batch_step(out, y, opt=None): ... if opt is not None: loss.backward()``, whose every call under
+    ``no_grad`` (through ``run_pass(model, val_batches)``, whose own ``opt=None`` it hands on) passes no optimizer:
+    the backward never runs there."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    flag = next((_none_test(sem, up, func) for up in sem.ancestors(node) if isinstance(up, ast.If)
+                 and _none_test(sem, up, func) and any(sem.contains(s, node) for s in up.body)), None)
+    return flag is not None and _none_at_no_grad_calls(ctx, func, flag, 0)
+
+
+def _none_test(sem, branch: ast.If, func: ast.AST | None) -> str | None:  # type: ignore[no-untyped-def]
+    """``if opt is not None:`` / ``if opt:`` on a parameter of ``func`` that defaults to None: its name."""
+    test = branch.test
+    name = test.left.id if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1 \
+        and isinstance(test.ops[0], ast.IsNot) and isinstance(test.comparators[0], ast.Constant) \
+        and test.comparators[0].value is None else test.id if isinstance(test, ast.Name) else None
+    if name is None or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    default = param_default(func, name)
+    return name if isinstance(default, ast.Constant) and default.value is None else None
+
+
+def _none_at_no_grad_calls(ctx: Context, func: ast.AST, param: str, depth: int) -> bool:
+    sem = ctx.semantic
+    sites = sem.call_sites(func)
+    if not sites or depth > 3:
+        return False
+    for site in sites:
+        if not sem.under_no_grad(site, strict=True):
+            continue  # (a training call: its backward runs with autograd on)
+        given = call_argument(site, func, param)  # type: ignore[arg-type]
+        if given is None or isinstance(given, ast.Constant) and given.value is None:
+            continue
+        caller = sem.function_of(site)
+        b = sem.binding_at(given.id, site) if isinstance(given, ast.Name) else None
+        default = param_default(caller, given.id) if b is not None and b.is_param and caller is not None else None  # type: ignore[union-attr, arg-type]
+        if not (isinstance(default, ast.Constant) and default.value is None
+                and _none_at_no_grad_calls(ctx, caller, given.id, depth + 1)):  # type: ignore[arg-type, union-attr]
+            return False
+    return True
