@@ -2621,3 +2621,52 @@ def test_a_volume_scoring_helper_copies_predictions_it_computes_from_the_model_i
     })
     results = check_files(["metrics.py", "test.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "metrics.py") == []
+
+
+def test_a_loss_class_of_another_module_whose_parameters_are_made_on_the_device_it_is_given(project: Path) -> None:
+    """A speaker-verification loss keeps ``self.w = nn.Parameter(torch.tensor(10.0).to(device))``: built with the
+    device, it is on it already. A loss keeping a layer it never moves is not."""
+    write(project, {
+        "losses.py": """\
+            import torch
+            import torch.nn as nn
+
+            class ScaledCosine(nn.Module):
+                def __init__(self, device):
+                    super().__init__()
+                    self.w = nn.Parameter(torch.tensor(10.0).to(device), requires_grad=True)
+                    self.b = nn.Parameter(torch.tensor(-5.0).to(device), requires_grad=True)
+
+                def forward(self, a, b):
+                    return (self.w * (a * b).sum(-1) + self.b).mean()
+
+            class Projected(nn.Module):
+                def __init__(self, device):
+                    super().__init__()
+                    self.proj = nn.Linear(8, 8)
+                    self.device = device
+
+                def forward(self, a, b):
+                    return (self.proj(a) * b).sum(-1).mean()
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn as nn
+            from losses import Projected, ScaledCosine
+
+            def fit(loader):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                enc = nn.Linear(8, 8).to(device)
+                crit = ScaledCosine(device)
+                proj = Projected(device)
+                opt = torch.optim.SGD([*enc.parameters(), *crit.parameters(), *proj.parameters()], lr=0.1)
+                for x in loader:
+                    x = x.to(device)
+                    loss = crit(enc(x), enc(x.flip(0))) + proj(enc(x), x)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["train.py", "losses.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(9, "TD201")]

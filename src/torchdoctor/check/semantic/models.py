@@ -453,6 +453,9 @@ def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
             if (dotted(n.func.value) or "").split(".")[0] == "self":
                 return True
             stmt = sem.parent(n)
+            if isinstance(stmt, ast.Call) and (sem.call_name(stmt) or "").endswith("nn.Parameter") and stmt.args \
+                    and stmt.args[0] is n:  # ``self.scale = nn.Parameter(torch.tensor(5.0).to(dev))``
+                stmt = sem.parent(stmt)
             if isinstance(stmt, ast.Assign):
                 targets = [dotted(t) or "" for t in stmt.targets]
                 if any(t.startswith("self.") for t in targets):
