@@ -20,6 +20,22 @@ def loss_accumulated(node: ast.AST, ctx: Context) -> None:
         _loss_graph_kept(ctx, node, node.target, node.value)
 
 
+@rule("TD405", ast.Assign)
+def loss_summed_by_reassignment(node: ast.AST, ctx: Context) -> None:
+    """``running = running + loss``: the spelled-out ``+=``."""
+    assert isinstance(node, ast.Assign)
+    value = node.value
+    if len(node.targets) != 1 or not isinstance(value, ast.BinOp) or not isinstance(value.op, ast.Add):
+        return
+    key = dotted(node.targets[0])
+    if key is None:
+        return
+    if dotted(value.left) == key:
+        _loss_graph_kept(ctx, node, node.targets[0], value.right)
+    elif dotted(value.right) == key:
+        _loss_graph_kept(ctx, node, node.targets[0], value.left)
+
+
 @rule("TD405", calls=("append", "extend"))
 def loss_collected(node: ast.AST, ctx: Context) -> None:
     """A loss tensor appended to a list across steps without .item()/.detach()."""
