@@ -487,18 +487,19 @@ def pass_told_not_to_train(node: ast.AST, ctx: Context) -> None:
     ``one_pass(val_loader, None)`` (or ``validate=True``) outside ``no_grad``: the pass evaluates, and every
     forward in it records a graph nobody uses."""
     sem = ctx.semantic
-    switches = {}  # the functions of this file whose backward hangs on a parameter, by name
+    switches = {}  # the functions of this file whose backward hangs on a parameter (a notebook may define one twice)
     for func in {sem.function_of(c) for c in sem.calls_named("backward")}:  # (not every function's effects: costly)
         if func is not None and (flag := _training_switch(ctx, func)) is not None:
-            switches[func.name] = (func, flag)  # type: ignore[attr-defined]
+            switches[id(func)] = (func, flag)
     if not switches:
         return
+    names = {f.name for f, _ in switches.values()}  # type: ignore[attr-defined]
     for site in sem.calls:
         name = site.func.id if isinstance(site.func, ast.Name) else site.func.attr \
             if isinstance(site.func, ast.Attribute) else None
-        if name not in switches or sem.resolve(site) != [switches[name][0]]:
+        if name not in names or len(resolved := sem.resolve(site)) != 1 or id(resolved[0]) not in switches:
             continue
-        func, flag = switches[name]
+        func, flag = switches[id(resolved[0])]
         param, trains_when = flag
         if sem.under_no_grad(site) or program.in_test(sem, site) or _callers_turn_grad_off(ctx, site) \
                 or _grad_mode_follows(ctx, func, param):

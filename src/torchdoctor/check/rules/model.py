@@ -137,7 +137,8 @@ def _input_device_near(ctx: Context, key: str, stmt: ast.AST) -> tuple[str, ast.
             for f in sem.resolve(call):
                 regions += [g for g in sem.reachable(f) if g not in regions]
     if scope is ctx.tree:
-        regions += [f for f in {sem.function_of(r) for r in sem.reads_of(key)} if f is not None and f not in regions]
+        regions += [f for f in dict.fromkeys(sem.function_of(r) for r in sem.reads_of(key))  # (in source order: the
+                    if f is not None and f not in regions]  # device the message names must not depend on hashing)
     for region in regions:
         nodes = sem.subtree(region) if isinstance(region, ast.ClassDef) else \
             sem.local_nodes(region) if not isinstance(region, ast.Module) else sem.body(region)

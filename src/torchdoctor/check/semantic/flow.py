@@ -87,12 +87,21 @@ def _device_names(sem: SemanticModel, region: ast.AST, seeds: set[str]) -> set[s
         value_nodes = sem.subtree(node.value)
         hot = any(isinstance(n, ast.Call) and (sem.is_device_move(n) or consumer_kind(sem, n) or _self_call(n))
                   for n in value_nodes)
-        hot = hot or any(isinstance(n, ast.Name) and n.id in out for n in value_nodes)
+        hot = hot or any(isinstance(n, ast.Name) and n.id in out and not _metadata_read(sem, n) for n in value_nodes)
         if hot:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 out.update(n.id for n in sem.subtree(t) if isinstance(n, ast.Name))
     return out
+
+
+_METADATA = frozenset({"shape", "size", "dtype", "device", "ndim", "dim", "numel"})
+
+
+def _metadata_read(sem: SemanticModel, name: ast.Name) -> bool:
+    """``b, c, w = x.shape``, ``n = x.size(0)``: Python numbers (or a dtype) read off a device tensor, not a tensor."""
+    up = sem.parent(name)
+    return isinstance(up, ast.Attribute) and up.value is name and up.attr in _METADATA
 
 
 def _self_call(call: ast.Call) -> bool:
