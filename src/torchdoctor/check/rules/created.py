@@ -243,8 +243,10 @@ def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
     ``for start in range(0, n, bs): noise = torch.randn(bs, k).to(dev); outs.append(g(noise).cpu())``)."""
     sem = ctx.semantic
     loop = next(iter(sem.loops_around(node)), None)
-    if loop is None or sem.function_of(loop) is not sem.function_of(node):
-        return None
+    if loop is None or sem.function_of(loop) is not sem.function_of(node) or sem.loop_kind(loop) == "epoch" \
+            and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():
+        return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
+        # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
     return loop if any(isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model" for c in sem.body(loop)) \
         else None
 
