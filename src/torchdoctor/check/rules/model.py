@@ -117,6 +117,9 @@ def _wraps_or_is_wrapped(ctx: Context, key: str, call: ast.Call) -> bool:
     sem = ctx.semantic
     if any(sem.expr_kind(a, call) in ("model", "wrapper") for a in [*call.args, *(k.value for k in call.keywords)]):
         return True
+    if any(isinstance(n, ast.Call) and method_name(n) in ("children", "modules") and isinstance(n.func, ast.Attribute)
+           and sem.expr_kind(n.func.value, call) in ("model", "wrapper") for a in call.args for n in sem.subtree(a)):
+        return True  # ``nn.Sequential(*list(resnet.children())[:-1])``: the parts of a model, where that model is
     for other in sem.calls:  # (DataParallel/DDP/compile are wrappers of another kind: they move nothing)
         if other is call or sem.call_kind(other, other) != "model":
             continue
