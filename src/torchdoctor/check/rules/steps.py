@@ -337,6 +337,8 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
         return bool(sides) and all(_made_on_host(ctx, x, at, depth + 1) for x in sides)
     if isinstance(expr, ast.Attribute) and expr.attr == "data":  # ``out.data`` of a host tensor
         return _made_on_host(ctx, expr.value, at, depth)  # (syntax only, bounded by the tree: no hop counted)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return _host_attribute(ctx, expr, depth)
     if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
         return _made_on_host(ctx, expr.value, at, depth)
     if isinstance(expr, ast.ListComp):  # ``[x.detach().cpu() for x in outputs]``
@@ -382,6 +384,19 @@ def _made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> b
         return bool(values) and all(_made_on_host(ctx, a, at, depth + 1) for a in values)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         _made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _host_attribute(ctx: Context, expr: ast.Attribute, depth: int) -> bool:
+    """``self.cursor`` of a class whose every assignment of it makes a host tensor (``self.cursor =
+    torch.zeros(n).long()`` in ``__init__``; ``self.cursor[b] += 16`` keeps it there), never moved."""
+    sem = ctx.semantic
+    cls = sem.class_of(expr)
+    if cls is None or depth > 8:
+        return False
+    values = [n.value for n in sem.subtree(cls) if isinstance(n, ast.Assign)  # type: ignore[attr-defined]
+              and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                      and t.attr == expr.attr for t in n.targets)]  # type: ignore[attr-defined]
+    return bool(values) and all(_made_on_host(ctx, v, v, depth + 1) for v in values)
 
 
 def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth: int) -> bool:
