@@ -2670,3 +2670,49 @@ def test_a_loss_class_of_another_module_whose_parameters_are_made_on_the_device_
     })
     results = check_files(["train.py", "losses.py"], Settings(root=str(project), select=("TD201",)))
     assert codes(results, "train.py") == [(9, "TD201")]
+
+
+@pytest.mark.parametrize("alone", [False, True])
+def test_modules_on_the_path_an_init_paths_script_adds_are_the_projects(project: Path, alone: bool) -> None:
+    """HRNet's layout: ``tools/train.py`` runs ``import _init_paths`` (which puts ``../lib`` on ``sys.path``) and then
+    ``from core.function import train``: the training function of ``lib/core/function.py`` is called with a model
+    wrapped in DataParallel, which scatters its unmoved inputs itself (TD302 stays quiet there)."""
+    write(project, {
+        "tools/_init_paths.py": """\
+            import os.path as osp
+            import sys
+
+            def add_path(path):
+                if path not in sys.path:
+                    sys.path.insert(0, path)
+
+            this_dir = osp.dirname(__file__)
+            add_path(osp.join(this_dir, '..', 'lib'))
+            """,
+        "tools/train.py": """\
+            import torch
+            import torch.nn as nn
+            import _init_paths
+            from core.function import train
+
+            model = nn.DataParallel(nn.Linear(4, 2)).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            train([(torch.randn(2, 4), torch.zeros(2, dtype=torch.long))], model, opt)
+            """,
+        "lib/core/__init__.py": "",
+        "lib/core/function.py": """\
+            import torch.nn.functional as F
+
+            def train(loader, model, optimizer):
+                for i, (input, target) in enumerate(loader):
+                    target = target.cuda(non_blocking=True)
+                    loss = F.cross_entropy(model(input), target)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD302",))
+    files = ["tools/train.py", "lib/core/function.py", "tools/_init_paths.py"]
+    results = [check_file("lib/core/function.py", settings)] if alone else check_files(files, settings)
+    assert codes(results, "function.py") == []

@@ -18,12 +18,14 @@ files checked together, or, for a single-file run, the ``.py`` files near it.
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_callers import SELECTS_WRAPPED, STRIPS_WRAPPED, Callers
 from torchdoctor.check.project_files import State, file_of, guess_root
 from torchdoctor.check.semantic import SemanticModel
@@ -298,7 +300,7 @@ class Project(Callers):
             roots.append(cur)
         if self.root not in roots:
             roots.append(self.root)
-        return roots
+        return roots + [p for p in _init_paths(directory) if p not in roots]
 
     def imports_gpu_only_module(self, sem: SemanticModel) -> bool:
         """A module of the project that ``sem`` imports, or one it imports in turn (three imports deep at most), needs
@@ -363,3 +365,27 @@ class Project(Callers):
         if path in self._checked and path not in state.finished and len(state.pending) < MAX_PENDING:
             state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
         return sem
+
+
+_JOINED = lazy(r"""join\(\s*(?:this_dir|osp\.dirname\(__file__\)|os\.path\.dirname\(__file__\))\s*((?:,\s*['"][^'"]+['"]\s*)+)\)""")
+
+
+@functools.lru_cache(maxsize=256)
+def _init_paths(directory: str) -> tuple[str, ...]:
+    """The folders a script's ``_init_paths.py`` puts on ``sys.path`` (``lib_path = osp.join(this_dir, '..', 'lib');
+    add_path(lib_path)``, the convention of HRNet and its kin): ``import core.function`` finds ``lib/core/function.py``."""
+    path = os.path.join(directory, "_init_paths.py")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(20000)
+    except OSError:
+        return ()
+    if "sys.path" not in text:
+        return ()
+    out = []
+    for m in _JOINED.finditer(text):
+        parts = [p.strip().strip("'\"") for p in m.group(1).split(",") if p.strip()]
+        folder = os.path.normpath(os.path.join(directory, *parts))
+        if os.path.isdir(folder):
+            out.append(folder)
+    return tuple(out)
