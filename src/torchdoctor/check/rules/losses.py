@@ -20,20 +20,21 @@ def loss_accumulated(node: ast.AST, ctx: Context) -> None:
         _loss_graph_kept(ctx, node, node.target, node.value)
 
 
-@rule("TD405", ast.Assign)
-def loss_summed_by_reassignment(node: ast.AST, ctx: Context) -> None:
-    """``running = running + loss``: the spelled-out ``+=``."""
-    assert isinstance(node, ast.Assign)
-    value = node.value
-    if len(node.targets) != 1 or not isinstance(value, ast.BinOp) or not isinstance(value.op, ast.Add):
-        return
-    key = dotted(node.targets[0])
-    if key is None:
-        return
-    if dotted(value.left) == key:
-        _loss_graph_kept(ctx, node, node.targets[0], value.right)
-    elif dotted(value.right) == key:
-        _loss_graph_kept(ctx, node, node.targets[0], value.left)
+@rule("TD405", ast.Module)
+def loss_summed_by_reassignment(module: ast.AST, ctx: Context) -> None:
+    """``running = running + loss``: the spelled-out ``+=`` (one pass over the file's assignments: a rule called
+    per assignment would cost a call for each of them)."""
+    for node in ctx.semantic.of_type(ast.Assign):
+        value = node.value  # type: ignore[attr-defined]
+        if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add)) or len(node.targets) != 1:  # type: ignore[attr-defined]
+            continue
+        key = dotted(node.targets[0])  # type: ignore[attr-defined]
+        if key is None:
+            continue
+        if dotted(value.left) == key:
+            _loss_graph_kept(ctx, node, node.targets[0], value.right)  # type: ignore[attr-defined]
+        elif dotted(value.right) == key:
+            _loss_graph_kept(ctx, node, node.targets[0], value.left)  # type: ignore[attr-defined]
 
 
 @rule("TD405", calls=("append", "extend"))
