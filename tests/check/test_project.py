@@ -2716,3 +2716,68 @@ def test_modules_on_the_path_an_init_paths_script_adds_are_the_projects(project:
     files = ["tools/train.py", "lib/core/function.py", "tools/_init_paths.py"]
     results = [check_file("lib/core/function.py", settings)] if alone else check_files(files, settings)
     assert codes(results, "function.py") == []
+
+
+def test_a_dataset_of_another_module_whose_collate_method_pads_numpy_arrays_has_nothing_to_pin(project: Path) -> None:
+    """FastSpeech2's layout: ``Dataset.collate_fn`` regroups and pads NumPy arrays (``pad_2D`` of the project's
+    utils), and the training loop makes tensors of them after the loader: ``pin_memory`` pins tensors only. A
+    dataset whose collate makes tensors (``torch.from_numpy``) feeds pageable host tensors."""
+    write(project, {
+        "utils.py": """\
+            import numpy as np
+
+            def pad_2D(rows):
+                width = max(r.shape[0] for r in rows)
+                return np.stack([np.pad(r, (0, width - r.shape[0])) for r in rows])
+            """,
+        "dataset.py": """\
+            import numpy as np
+            import torch
+            from utils import pad_2D
+
+            class MelDataset(torch.utils.data.Dataset):
+                def __init__(self, rows):
+                    self.rows = rows
+
+                def __getitem__(self, i):
+                    return self.rows[i]
+
+                def __len__(self):
+                    return len(self.rows)
+
+                def reprocess(self, batch):
+                    return pad_2D([b for b in batch]), np.array([len(b) for b in batch])
+
+                def collate_fn(self, batch):
+                    return self.reprocess(batch)
+
+            class TensorMelDataset(MelDataset):
+                def collate_fn(self, batch):
+                    mels, lens = self.reprocess(batch)
+                    return torch.from_numpy(mels), torch.from_numpy(lens)
+            """,
+        "train.py": """\
+            import numpy as np
+            import torch
+            from torch.utils.data import DataLoader
+            from dataset import MelDataset, TensorMelDataset
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = torch.nn.Linear(8, 8).to(device)
+            opt = torch.optim.Adam(net.parameters())
+            rows = [np.random.rand(8) for _ in range(32)]
+            dataset = MelDataset(rows)
+            loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=dataset.collate_fn)
+            tensors = TensorMelDataset(rows)
+            tensor_loader = DataLoader(tensors, batch_size=4, num_workers=2, collate_fn=tensors.collate_fn)
+            for source in (loader, tensor_loader):
+                for mels, lens in source:
+                    mels = torch.as_tensor(mels, dtype=torch.float32).to(device)
+                    loss = net(mels).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["train.py", "dataset.py", "utils.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == [(13, "TD304")]

@@ -157,6 +157,11 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.builds_loader  # type: ignore[attr-defined]
 
+    def class_collates_arrays(self, sem: SemanticModel, written: str) -> bool:
+        """``written`` (imported here) is a Dataset whose ``collate_fn`` method makes no torch tensor."""
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.collates_arrays  # type: ignore[attr-defined]
+
     def loader_passes(self, sem: SemanticModel, written: str) -> frozenset[str]:
         """The pipeline arguments the DataLoader subclass ``written`` (imported here) turns on in its ``__init__``."""
         cls = self._lookup(sem, written, "class")

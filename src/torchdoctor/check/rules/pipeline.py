@@ -58,6 +58,25 @@ def _collates_raw_items(ctx: Context, call: ast.Call) -> bool:
                                   for n in sem.subtree(cls))
 
 
+def _collates_arrays(ctx: Context, call: ast.Call) -> bool:
+    """``collate_fn=dataset.collate_fn`` of a Dataset class (this file's or another module's) whose collate method
+    makes no torch tensor: the batches are NumPy arrays, made into tensors after the loader; nothing to pin."""
+    sem = ctx.semantic
+    fn = keyword(call, "collate_fn")
+    value = fn.value if fn is not None else None
+    if not (isinstance(value, ast.Attribute) and value.attr == "collate_fn" and isinstance(value.value, ast.Name)):
+        return False
+    b = sem.binding_at(value.value.id, call)
+    made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
+    written = dotted(made.func) if made is not None else None
+    if not written:
+        return False
+    cls = sem.calls_index.classes.get(written)
+    if cls is not None:
+        return loaders.class_collates_arrays(sem, cls)
+    return sem.project is not None and bool(sem.project.class_collates_arrays(sem, written))  # type: ignore[attr-defined]
+
+
 def _only_regroups(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     """The collate function's every statement is ``a, b = zip(*batch)`` (or a docstring) and its return hands back
     those names or the batch itself: no call but ``zip`` (``tokenizer.pad(..., return_tensors="pt")`` makes tensors)."""
@@ -176,7 +195,7 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     if pin is not None and not is_false(pin.value):
         return  # (first: whether the loader is judged may read the modules that import this one)
     if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _subclass_passes(ctx, node) \
-            or _collates_raw_items(ctx, node):
+            or _collates_raw_items(ctx, node) or _collates_arrays(ctx, node):
         return
     if program.is_rpc_program(ctx.semantic):
         return  # RPC serialises every batch it sends: pinned memory buys nothing there

@@ -233,6 +233,35 @@ def dataset_yields_device_tensors(sem: SemanticModel, dataset: ast.AST) -> bool:
     return class_yields_device_tensors(sem, cls)
 
 
+def class_collates_arrays(sem: SemanticModel, cls: ast.AST) -> bool:
+    """The dataset class's ``collate_fn`` method (with the methods of the class it calls) makes no torch tensor:
+    FastSpeech2's ``reprocess`` pads NumPy arrays, which the training loop turns into tensors after the loader.
+    ``pin_memory`` pins tensors only: such batches have nothing to pin."""
+    methods = {f.name: f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}  # type: ignore[attr-defined]
+    todo, seen = [methods["collate_fn"]] if "collate_fn" in methods else [], set()
+    while todo:
+        func = todo.pop()
+        if id(func) in seen:
+            continue
+        seen.add(id(func))
+        for n in sem.local_nodes(func):
+            if isinstance(n, ast.Name) and n.id == "torch" or isinstance(n, ast.Attribute) and n.attr in (
+                    "to", "cuda", "from_numpy", "tensor", "as_tensor", "stack", "cat", "default_collate"):
+                return False  # (``torch.``, a move, or a tensor made by whatever name)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                    and n.func.value.id == "self" and n.func.attr in methods:
+                todo.append(methods[n.func.attr])
+            elif isinstance(n, ast.Call) and not isinstance(n.func, ast.Attribute) and dotted(n.func) not in _PLAIN_CALLS:
+                if (sem.call_name(n) or "").startswith("torch") or "tensor" in (dotted(n.func) or "").lower() or \
+                        not sem.resolve(n) and dotted(n.func) not in sem.names.from_imports:
+                    return False  # (``pad_sequence``, ``to_tensor(...)``, or a call it cannot follow: may make tensors)
+    return bool(seen)
+
+
+_PLAIN_CALLS = frozenset({"len", "list", "tuple", "dict", "range", "zip", "enumerate", "max", "min", "sorted", "int",
+                          "float", "str", "isinstance"})
+
+
 def class_yields_device_tensors(sem: SemanticModel, cls: ast.AST) -> bool:
     """The dataset class ``cls``'s items are tensors it moved to a device itself (see
     ``dataset_yields_device_tensors``)."""

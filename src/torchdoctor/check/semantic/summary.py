@@ -11,8 +11,8 @@ import ast
 from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.loaders import builds_a_loader, class_yields_device_tensors, class_yields_text, \
-    loader_init_passes
+from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
+    class_yields_text, loader_init_passes
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
@@ -27,7 +27,8 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
-                 "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes")
+                 "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
+                 "collates_arrays")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -43,14 +44,16 @@ class ClassSummary(FrozenRecord):
     init_params: tuple[str, ...]  # its ``__init__``'s parameters after ``self``, in order
     yields_device: bool  # a Dataset whose items it moves to a device itself (``return x.cuda(), y.cuda()``)
     loader_passes: frozenset[str]  # a DataLoader subclass: the pipeline arguments its ``__init__`` turns on
+    collates_arrays: bool  # a Dataset whose ``collate_fn`` method makes no torch tensor (NumPy batches: nothing to pin)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
                  moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False,
                  builds_loader: bool = False, frozen: str | None = None, init_params: tuple[str, ...] = (),
-                 yields_device: bool = False, loader_passes: frozenset[str] = frozenset()) -> None:
+                 yields_device: bool = False, loader_passes: frozenset[str] = frozenset(),
+                 collates_arrays: bool = False) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
-                   builds_loader, frozen, init_params, yields_device, loader_passes)
+                   builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays)
 
 
 class FunctionSummary(FrozenRecord):
@@ -139,7 +142,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          _init_params(cls),
                                          not is_module and class_yields_device_tensors(sem, cls),
                                          loader_init_passes(sem, cls) if not is_module and builds_a_loader(sem, cls)
-                                         else frozenset())
+                                         else frozenset(),
+                                         not is_module and class_collates_arrays(sem, cls))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
