@@ -43,23 +43,11 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
         if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
             continue
         if sem.feeds_backward(call) or _untrained_instance(sem, call) or _synthetic_probe(sem, call) \
-                or _model_of_plain_tensors(sem, call) or _lightning_eval_hook(sem, call):
+                or _model_of_plain_tensors(sem, call):
             continue
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
                    f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
                    fix="run the evaluation under `with torch.no_grad():` (or `torch.inference_mode()`)")
-
-
-_LIGHTNING_EVAL_HOOKS = frozenset({"validation_step", "test_step", "predict_step"})
-
-
-def _lightning_eval_hook(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
-    """``def validation_step(self, batch, batch_idx): val_x, val_y = batch; out = self(val_x)`` of a LightningModule:
-    Lightning runs its evaluation hooks in eval mode under ``torch.no_grad()``."""
-    func = sem.function_of(call)
-    cls = sem.class_of(func) if func is not None else None
-    return cls is not None and func.name in _LIGHTNING_EVAL_HOOKS and any(  # type: ignore[attr-defined]
-        "Lightning" in (dotted(b) or "") for b in cls.bases)  # type: ignore[attr-defined]
 
 
 def _graph_drawn(ctx: Context, call: ast.Call) -> bool:

@@ -156,9 +156,8 @@ def _dropout_left_off(ctx: Context, func: ast.AST, call: ast.Call) -> bool:
     if cls is None or forward is None:
         return False
     positional = [*forward.args.posonlyargs, *forward.args.args]
-    defaults = dict(zip([a.arg for a in positional[len(positional) - len(forward.args.defaults):]], forward.args.defaults))
-    defaults.update((a.arg, d) for a, d in zip(forward.args.kwonlyargs, forward.args.kw_defaults) if d is not None)
-    flags = {a for a, d in defaults.items() if isinstance(d, ast.Constant) and d.value in (False, None)}
+    flags = {a.arg for a in [*positional, *forward.args.kwonlyargs]
+             if isinstance(d := param_default(forward, a.arg), ast.Constant) and d.value in (False, None)}
     if not flags or any(dotted(b) in sem.module_classes for b in cls.bases):  # type: ignore[attr-defined]
         return False  # (a base class of the file may hold and apply dropout of its own)
     held = {t.attr for n in sem.subtree(cls) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)

@@ -159,16 +159,12 @@ def _input_move_device(ctx: Context, node: ast.Call) -> str | None:
     dev = sem.move_device(node) or ""
     recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
     kind = sem.expr_kind(recv, node) if recv is not None else None
-    if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu" or _to_cpu_name(sem, node):
+    if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu" or program.moves_to_cpu_name(sem, node):
         return None
     if isinstance(recv, ast.Call) and sem.call_kind(recv, recv) in ("model", "wrapper"):
         return None
     return dev
 
-
-def _to_cpu_name(sem, node: ast.Call) -> bool:  # type: ignore[no-untyped-def]
-    """``X.to(device)`` with every binding of ``device`` the CPU (``device = torch.device("cpu")``)."""
-    return method_name(node) == "to" and bool(node.args) and program.cpu_name(sem, node.args[0])
 
 
 

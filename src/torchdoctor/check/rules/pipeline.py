@@ -50,9 +50,7 @@ def _collates_raw_items(ctx: Context, call: ast.Call) -> bool:
     funcs = sem.bindings.functions.get(fn.value.id, []) if fn is not None and isinstance(fn.value, ast.Name) else []
     if not funcs or not all(_only_regroups(sem, f) for f in funcs):
         return False
-    data = argument(call, "dataset", 0)
-    b = sem.binding_at(data.id, call) if isinstance(data, ast.Name) else None
-    made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
+    made = _bound_call(sem, argument(call, "dataset", 0), call)
     cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
     return cls is None or not any(isinstance(n, ast.Call) and (sem.call_name(n) or "").startswith("torch.")
                                   for n in sem.subtree(cls))
@@ -64,10 +62,9 @@ def _collates_arrays(ctx: Context, call: ast.Call) -> bool:
     sem = ctx.semantic
     fn = keyword(call, "collate_fn")
     value = fn.value if fn is not None else None
-    if not (isinstance(value, ast.Attribute) and value.attr == "collate_fn" and isinstance(value.value, ast.Name)):
+    if not (isinstance(value, ast.Attribute) and value.attr == "collate_fn"):
         return False
-    b = sem.binding_at(value.value.id, call)
-    made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
+    made = _bound_call(sem, value.value, call)
     written = dotted(made.func) if made is not None else None
     if not written:
         return False
@@ -75,6 +72,18 @@ def _collates_arrays(ctx: Context, call: ast.Call) -> bool:
     if cls is not None:
         return loaders.class_collates_arrays(sem, cls)
     return sem.project is not None and bool(sem.project.class_collates_arrays(sem, written))  # type: ignore[attr-defined]
+
+
+def _bound_call(sem, expr: ast.AST | None, at: ast.AST) -> ast.Call | None:  # type: ignore[no-untyped-def]
+    """The call a plain name was last bound to before ``at`` (``dataset = MelDataset(rows)``), if any."""
+    b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
+    return b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
+
+
+def _methods(sem, made: ast.Call | None, name: str) -> list[ast.FunctionDef]:  # type: ignore[no-untyped-def]
+    """The methods called ``name`` of the class of this file that ``made`` constructs."""
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    return [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == name]
 
 
 def _only_regroups(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
@@ -117,14 +126,10 @@ def collates_onto_device(ctx: Context, call: ast.Call) -> bool:
             isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
             for c in calls for f in sem.resolve(c) for n in sem.local_nodes(f))
     funcs = sem.bindings.functions.get(value.id, []) if isinstance(value, ast.Name) else []
-    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name):  # ``collate_fn=ds.collate_fn``
-        b = sem.binding_at(value.value.id, call)
-        cls = sem.calls_index.classes.get(sem.call_name(b.value) or "") \
-            if b is not None and isinstance(b.value, ast.Call) else None
-        funcs = [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == value.attr]
+    if isinstance(value, ast.Attribute):  # ``collate_fn=ds.collate_fn``
+        funcs = _methods(sem, _bound_call(sem, value.value, call), value.attr)
     if isinstance(value, ast.Call):  # ``collate_fn=ToDevice(device)``: an object of this file whose ``__call__`` moves
-        cls = sem.calls_index.classes.get(sem.call_name(value) or "")
-        funcs = [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__call__"]
+        funcs = _methods(sem, value, "__call__")
     return any(isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
                for f in funcs for n in sem.local_nodes(f))
 

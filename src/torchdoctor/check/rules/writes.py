@@ -297,6 +297,10 @@ def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
     return sem.project.unguarded_ddp_caller(sem, func)  # type: ignore[attr-defined]
 
 
+def _is_spawn(ctx: Context, call: ast.Call) -> bool:
+    return (ctx.call_name(call) or "").endswith(("multiprocessing.spawn", "multiprocessing.start_processes"))
+
+
 def _spawned(ctx: Context, ref: ast.AST) -> bool:
     """``ref`` is the function ``mp.spawn(ref, ...)`` starts on every rank."""
     call = ctx.semantic.parent(ref)
@@ -304,16 +308,14 @@ def _spawned(ctx: Context, ref: ast.AST) -> bool:
         call = ctx.semantic.parent(call)
     elif not (isinstance(call, ast.Call) and call.args and call.args[0] is ref):
         return False
-    return isinstance(call, ast.Call) and (ctx.call_name(call) or "").endswith(
-        ("multiprocessing.spawn", "multiprocessing.start_processes"))
+    return isinstance(call, ast.Call) and _is_spawn(ctx, call)
 
 
 def _in_spawning_parent(ctx: Context, node: ast.AST) -> bool:
     """``mp.spawn(self._worker, nprocs=world)`` starts the ranks: a write no spawned target reaches (the parent's
     cache before it, its summary after) runs in the one parent process. (A program torchrun starts is no parent.)"""
     sem = ctx.semantic
-    spawns = [c for c in sem.calls_named("spawn", "start_processes")
-              if (ctx.call_name(c) or "").endswith(("multiprocessing.spawn", "multiprocessing.start_processes"))]
+    spawns = [c for c in sem.calls_named("spawn", "start_processes") if _is_spawn(ctx, c)]
     if not spawns or any(string_value(n) in ("LOCAL_RANK", "RANK") for n in sem.of_type(ast.Constant)):
         return False
     targets = []

@@ -15,6 +15,7 @@ from torchdoctor.check.semantic.walk import CLASS, FUNCTION, LAMBDA, WITH, Frame
 
 __all__ = ["GradModes"]
 
+_LIGHTNING_EVAL_HOOKS = frozenset({"validation_step", "test_step", "predict_step"})
 _OFF_WRAPPER = lazy(r"(?i)^\w*(inference_mode|no_grad)\w*$")
 
 
@@ -77,9 +78,16 @@ class GradModes:
             mode = self.grad_call(dec)
             if mode is not None:
                 return mode
+        if func.name in _LIGHTNING_EVAL_HOOKS and self._in_lightning_module(func):  # type: ignore[attr-defined]
+            return "off"  # Lightning runs ``validation_step``/``test_step``/``predict_step`` under no_grad
         if self._disabled_before(func, node) or self._disabled_by_init(func):
             return "off"
         return self.callers_mode(func)
+
+    def _in_lightning_module(self, func: ast.AST) -> bool:
+        frame = self.index.frame.get(func)
+        cls = frame.node if frame is not None and frame.kind == CLASS else None
+        return cls is not None and any("Lightning" in (self.names.qualname(b) or "") for b in cls.bases)  # type: ignore[attr-defined]
 
     def callers_mode(self, func: ast.AST) -> str:
         """A function runs in the grad mode of its call sites when every one of them agrees."""

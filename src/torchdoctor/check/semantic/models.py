@@ -221,8 +221,7 @@ def _find_input_device(sem: SemanticModel) -> str | None:
         dev = sem.move_device(node) or ""
         recv = node.func.value if isinstance(node.func, ast.Attribute) else (node.args[0] if node.args else None)
         kind = sem.expr_kind(recv, node) if recv is not None else None
-        if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu" or method_name(node) == "to" \
-                and node.args and program.cpu_name(sem, node.args[0]):
+        if kind in ("model", "wrapper", "loss_fn") or dev.strip("'\"") == "cpu" or program.moves_to_cpu_name(sem, node):
             continue  # (``x.to(device)`` with ``device = torch.device("cpu")``: no move off the host)
         if isinstance(recv, ast.Call) and sem.call_kind(recv, recv) in ("model", "wrapper"):
             continue
@@ -270,7 +269,8 @@ def _passed_to(sem: SemanticModel, func: ast.AST) -> set[str]:
 # ---- wrappers ---------------------------------------------------------------------------------
 _PARALLEL = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
 _FSDP = {"FullyShardedDataParallel", "FSDP"}
-_SAME_MODULE = ("to", "cuda", "train", "eval", "half", "float", "bfloat16", "requires_grad_")
+RETURNS_SELF = frozenset({"train", "eval", "half", "float", "double", "bfloat16", "requires_grad_"})  # a module's own
+_SAME_MODULE = frozenset({"to", "cuda"}) | RETURNS_SELF  # methods that hand back the module (moved or not)
 
 
 def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:

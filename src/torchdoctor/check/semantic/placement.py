@@ -10,6 +10,7 @@ from torchdoctor.check.astutil import call_argument, dotted, method_name
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.bindings import Binding
 from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.check.semantic.models import RETURNS_SELF
 
 __all__ = ["moved_to_host_before", "never_moved", "cpu_only_loop"]
 
@@ -21,7 +22,6 @@ def _host_target(sem: SemanticModel, call: ast.Call) -> bool:
     return target == "cpu" or target in ("torch.device('cpu')", 'torch.device("cpu")')
 
 
-_SAME_MODULE = frozenset({"eval", "train", "float", "half", "double", "requires_grad_"})
 
 
 def _module_moves(sem: SemanticModel, key: str, scope: ast.AST) -> list[tuple[ast.stmt, ast.Call]]:
@@ -32,7 +32,7 @@ def _module_moves(sem: SemanticModel, key: str, scope: ast.AST) -> list[tuple[as
         if not isinstance(c.func, ast.Attribute) or sem.scope_of(c) is not scope:
             continue
         base = c.func.value  # (``model.eval().cpu()``: eval() hands back the module itself)
-        while isinstance(base, ast.Call) and method_name(base) in _SAME_MODULE and isinstance(base.func, ast.Attribute):
+        while isinstance(base, ast.Call) and method_name(base) in RETURNS_SELF and isinstance(base.func, ast.Attribute):
             base = base.func.value
         if dotted(base) != key or not (method_name(c) == "cpu" or sem.is_device_move(c)):
             continue

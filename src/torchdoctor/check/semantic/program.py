@@ -329,6 +329,11 @@ def _places_work(sem: SemanticModel) -> bool:
                for c in sem.calls_named("set_device", "pick_device"))
 
 
+def moves_to_cpu_name(sem: SemanticModel, call: ast.AST) -> bool:
+    """``x.to(device)`` with ``device`` the CPU wherever it is bound (see ``cpu_name``)."""
+    return isinstance(call, ast.Call) and method_name(call) == "to" and bool(call.args) and cpu_name(sem, call.args[0])
+
+
 def cpu_name(sem: SemanticModel, arg: ast.AST | None, depth: int = 0) -> bool:
     """``net.to(dev)``, ``torch.randn(2, 3, device=dev)`` where every binding of ``dev`` is the CPU (``dev =
     torch.device('cpu')``: a notebook pinned to the CPU on purpose); or ``X.to(device)`` in ``def train(model,
