@@ -145,3 +145,23 @@ def test_steps_passed_through_share_their_stretchs_time_and_every_step_has_one()
     assert len(set(late)) < len(late) // 5
     total = sum(r["total"] for r in rows)  # from the timeline's start to the watch's end: no time lost or counted twice
     assert looped - started <= total <= after - before
+
+
+def test_a_run_past_the_cap_keeps_every_other_step_and_stretches_stay_one_row_each(monkeypatch):
+    """Past ``MAX_STEPS`` steps kept, one in two is kept, then one in four: a stretch of steps passed through is one
+    row whatever its length (``Timeline.close_stretch``), expanded into the multiples of the stride when read."""
+    from torchdoctor.runtime import timeline
+
+    monkeypatch.setattr(timeline, "MAX_STEPS", 300)
+    s = _train(2000)
+    tl = s.timeline
+    stretches = [row for row in tl._rows if len(row) == 3]
+    assert stretches and all(last - first >= 20 for first, _, last in stretches)  # one row for many steps
+    assert len(tl._rows) < 300
+    rows = s.stats["timeline"]
+    indices = [r["index"] for r in rows]
+    assert s.stats["steps"] == 2000 and indices == sorted(set(indices))
+    assert tl._stride >= 4 and 300 // 4 <= len(rows) <= 300 + tl._stride * 8  # thinned, twice at least
+    passed = {i for first, _, last in stretches for i in range(first, last + 1)}
+    assert all(i % tl._stride == 0 for i in indices if i in passed)  # a stretch's steps kept: multiples of the stride
+    assert sum(1 for r in rows if r["timed"]) >= 10  # the audited steps' phases are still there for the shares

@@ -40,7 +40,7 @@ from time import perf_counter
 from typing import Any
 
 from torchdoctor.runtime.checks.keepers import frame_hint
-from torchdoctor.runtime.timeline import BACKWARD, DATA, FOLLOW_WAIT, FORWARD, MAX_STEPS, OPTIMIZER, OTHER
+from torchdoctor.runtime.timeline import BACKWARD, DATA, FOLLOW_WAIT, FORWARD, OPTIMIZER, OTHER
 
 _NEW = type("_New", (), {"segment": None})()  # what an unseen root's mode record reads as: no segment, so not passed
 
@@ -255,7 +255,7 @@ def step_post(session: Any) -> Any:
             tl._rows.append((count, now - tl._start, sums[0], sums[1], sums[2], sums[3], memory, rss))
             tl.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # a new list costs less than zeroing this one in place
             tl.timed = tl.next_timed(count, sums[0] > FOLLOW_WAIT * (now - tl._start))
-            if len(tl._rows) >= MAX_STEPS:  # looked at on timed steps only: a few rows more at most
+            if tl.full():  # looked at on timed steps only: a few rows more at most
                 tl.thin()
         else:  # a step not timed (sampling): its total only; its phase stayed OTHER
             if tl._stride == 1 or count % tl._stride == 0:

@@ -7,7 +7,8 @@ running. Forward runs from the first module call after another phase to the
 next mark (the loss and what is computed before ``backward()`` belong to
 it); what runs outside any watched call is "other". A step ends at each
 step of the first optimizer seen (``hot.step_post`` does ``end_step`` in place). Long runs keep every step up to a cap,
-then every n-th.
+then every n-th. A stretch of steps passed through is kept as one row (its first and last step and their mean time,
+``close_stretch``), expanded into steps when they are read (``steps``).
 
 Phases are timed (``timed``) at each of the first ``TIMED_FIRST`` steps, then at
 the audit steps (``audit``: the next one), which come ``AUDIT_GAPS`` steps apart in
@@ -73,11 +74,13 @@ class Step:
 
 class Timeline:
     __slots__ = ("_rows", "count", "batches", "forwards", "backwards", "_stride", "_start", "_mark", "sums", "phase",
-                 "timed", "audit", "_gaps", "fast_until", "primary", "stretch")
+                 "timed", "audit", "_gaps", "fast_until", "primary", "stretch", "_stretched")
 
     def __init__(self) -> None:
-        # Step fields as plain tuples, built every step, so kept cheap: (index, total) for a step with no more
+        # Step fields as plain tuples, built every step, so kept cheap; a stretch of steps passed through is one row
+        # (first, mean, last) (``close_stretch``), which ``steps`` expands
         self._rows: list[tuple[Any, ...]] = []
+        self._stretched = 0  # the steps kept in stretch rows beyond one a row (``full``)
         self.count = 0
         self.batches = 0
         self.forwards = 0
@@ -95,7 +98,18 @@ class Timeline:
 
     @property
     def steps(self) -> list[Step]:
-        return [Step(*row) for row in self._rows]
+        stride, out = self._stride, []
+        for row in self._rows:
+            if len(row) == 3:  # a stretch: the steps kept of it (one in ``_stride``), each at their mean
+                first, mean, last = row
+                out.extend(Step(index, mean) for index in range(first, last + 1) if stride == 1 or index % stride == 0)
+            else:
+                out.append(Step(*row))
+        return out
+
+    def full(self) -> bool:
+        """Whether the steps kept reached ``MAX_STEPS`` (looked at on timed steps: ``thin``)."""
+        return len(self._rows) + self._stretched >= MAX_STEPS
 
     def enter(self, phase: int, now: float) -> None:
         """``phase`` begins at ``now``: the time since the last mark goes to the phase that ran until now."""
@@ -114,7 +128,7 @@ class Timeline:
             self.timed = self.next_timed(count, sums[0] > FOLLOW_WAIT * (now - self._start))
             self._mark = now
             self.phase = OTHER
-            if len(self._rows) >= MAX_STEPS:  # looked at on timed steps only: a few rows more at most
+            if self.full():  # looked at on timed steps only: a few rows more at most
                 self.thin()
             self._rows.append(row)
         else:  # no phase changes on a step not timed: it stays OTHER, and the mark is needed only before a timed one
@@ -132,8 +146,9 @@ class Timeline:
         self.stretch = self.count
 
     def close_stretch(self, now: float, ends_step: bool) -> int:
-        """The stretch of steps passed through ends at ``now``: each of its steps gets their mean time (kept as any
-        step's total, one in ``_stride``). ``ends_step``: ``now`` ends the step after them too (``hot.step_post``),
+        """The stretch of steps passed through ends at ``now``: each of its steps gets their mean time, kept in one
+        row (first, mean, last) whatever its length, so that ending it costs the same for 10 steps or 1000 (``steps``
+        expands it: one in ``_stride``). ``ends_step``: ``now`` ends the step after them too (``hot.step_post``),
         which gets the mean as well; otherwise (a watch that ends, something new in the middle of a step) ``now``
         is a little after the last one's end and is where the step running now starts. How many were passed."""
         first, passed = self.stretch + 1, self.count - self.stretch
@@ -141,10 +156,8 @@ class Timeline:
         if passed <= 0:
             return 0
         mean = (now - self._start) / (passed + ends_step)
-        stride, rows = self._stride, self._rows
-        for index in range(first, self.count + 1):
-            if stride == 1 or index % stride == 0:
-                rows.append((index, mean))
+        self._rows.append((first, mean, self.count))
+        self._stretched += self.count // self._stride - (first - 1) // self._stride - 1  # its steps kept, one a row
         self._start = self._mark = now - mean if ends_step else now
         return passed
 
@@ -157,10 +170,13 @@ class Timeline:
         return count < TIMED_FIRST or count + 1 == self.audit or waited
 
     def thin(self) -> None:
-        """Keep every other step from now on (``MAX_STEPS`` kept): the steps not timed kept are multiples of the
-        stride; a timed step's row is always kept (its phases are the shares)."""
-        self._rows = self._rows[1::2]
-        self._stride *= 2
+        """Keep every other step from now on (``MAX_STEPS`` kept): every other row of a step, and of a stretch of
+        steps passed through the multiples of the doubled stride (``steps``)."""
+        stride = self._stride = self._stride * 2
+        singles = [row for row in self._rows if len(row) != 3][1::2]
+        kept = {id(row) for row in singles}
+        self._rows = [row for row in self._rows if len(row) == 3 or id(row) in kept]
+        self._stretched = sum(row[2] // stride - (row[0] - 1) // stride - 1 for row in self._rows if len(row) == 3)
 
     def stats(self) -> dict[str, Any]:
         steps = self.steps
