@@ -2781,3 +2781,149 @@ def test_a_dataset_of_another_module_whose_collate_method_pads_numpy_arrays_has_
     })
     results = check_files(["train.py", "dataset.py", "utils.py"], Settings(root=str(project), select=("TD304",)))
     assert codes(results, "train.py") == [(13, "TD304")]
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_module_that_calls_a_kernel_builder_of_another_module_on_import_needs_a_gpu(project: Path, together: bool) -> None:
+    """``act = build.compile_ops()`` at module level, where ``compile_ops`` hands ``.cu`` sources to
+    ``cpp_extension.load`` through a nested helper: importing that module compiles a CUDA kernel, so its tests and
+    the programs that import it cannot run without a GPU. Calling the builder only inside a function, or only in a
+    ``__main__`` block, does not make an importer GPU-only."""
+    write(project, {
+        "fused/__init__.py": "",
+        "fused/build.py": """\
+            import pathlib
+            from torch.utils import cpp_extension
+
+            def compile_ops():
+                folder = pathlib.Path(__file__).parent
+
+                def _go(name, files):
+                    return cpp_extension.load(name=name, sources=files)
+
+                return _go("fused_ops", [folder / "ops.cpp", folder / "ops_kernel.cu"])
+
+            def describe():
+                return "ops"
+            """,
+        "fused/act.py": """\
+            import torch
+            from fused import build
+
+            ops = build.compile_ops()
+
+            class FusedAct(torch.nn.Module):
+                def forward(self, x):
+                    return ops.forward(x)
+            """,
+        "fused/lazy.py": """\
+            from fused import build
+
+            info = build.describe()
+
+            def get_ops():
+                return build.compile_ops()
+            """,
+        "check_act.py": """\
+            import torch
+            from fused import act
+
+            x = torch.rand(2, 8, device="cuda")
+            print(act.FusedAct().cuda()(x))
+            """,
+        "check_lazy.py": """\
+            import torch
+            from fused import lazy
+
+            x = torch.rand(2, 8, device="cuda")
+            print(lazy.info, x)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD101",))
+    files = ["check_act.py", "check_lazy.py"]
+    results = check_files(files, settings) if together else [check_file(f, settings) for f in files]
+    assert codes(results, "check_act.py") == []  # importing act compiles the kernel: a GPU is needed anyway
+    assert codes(results, "check_lazy.py") == [(4, "TD101")]  # lazy builds it only when asked: a CPU run is possible
+
+
+def test_a_test_script_named_for_cuda_needs_no_cpu_fallback(project: Path) -> None:
+    """``tests/test_cuda_vs_eager.py``, a script comparing a CUDA build with the eager model, is GPU-only by its
+    name; ``tests/test_export.py`` with the same code is not."""
+    script = """\
+        import torch
+
+        if __name__ == "__main__":
+            ref = torch.nn.Linear(8, 8).to("cuda")
+            x = torch.rand(4, 8, device="cuda")
+            print((ref(x) - ref(x)).abs().max())
+        """
+    write(project, {"tests/test_cuda_vs_eager.py": script, "tests/test_export.py": script})
+    settings = Settings(root=str(project), select=("TD101",))
+    assert [f.code for f in check_file("tests/test_cuda_vs_eager.py", settings).findings] == []
+    assert [f.code for f in check_file("tests/test_export.py", settings).findings] == ["TD101", "TD101"]
+
+
+def test_a_decoding_helper_of_another_module_that_returns_records_of_host_arrays_is_quiet(project: Path) -> None:
+    """A detector's post-processing helper hands back, per image, a dict of NumPy arrays made from what its caller
+    gave it (through ``refine``/``clip`` calls): the evaluation keeps them on the host. A helper that reads a count
+    with ``.item()`` is still a sync on every step of the loop that calls it."""
+    write(project, {
+        "post.py": """\
+            import numpy as np
+            import torch
+
+
+            def decode(anchors, deltas, scores, threshold):
+                boxes = refine(anchors, deltas)
+                boxes = clip(boxes)
+                out = []
+                for i in range(scores.shape[0]):
+                    keep = scores[i] > threshold
+                    kept = boxes[i, keep]
+                    if kept.shape[0] == 0:
+                        out.append({"boxes": np.zeros((0, 4)), "scores": np.zeros(0)})
+                        continue
+                    out.append({"boxes": kept.cpu().numpy(), "scores": scores[i, keep].cpu().numpy()})
+                return out
+
+
+            def refine(anchors, deltas):
+                return anchors + deltas
+
+
+            def clip(boxes):
+                return boxes.clamp(0, 1)
+
+
+            def count_hits(scores, threshold):
+                return (scores > threshold).sum().item()
+            """,
+        "evaluate.py": """\
+            import torch
+            import torch.nn as nn
+            from post import count_hits, decode
+
+            use_gpu = torch.cuda.is_available()
+            head = nn.Linear(4, 5)
+            head.eval()
+            if use_gpu:
+                head.cuda()
+
+
+            def evaluate(ids):
+                results, hits = [], 0
+                for i in ids:
+                    x = torch.randn(10, 4)
+                    if use_gpu:
+                        x = x.cuda()
+                    out = head(x)
+                    results += decode(out[:, :4], out[:, :4], out[:, 4], 0.5)
+                    hits += count_hits(out[:, 4], 0.5)
+                return results, hits
+
+
+            evaluate(range(3))
+            """,
+    })
+    results = check_files(["evaluate.py", "post.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "post.py") == [(28, "TD603")]  # the count; not the records of arrays (line 15)

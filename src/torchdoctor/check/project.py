@@ -29,6 +29,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_callers import SELECTS_WRAPPED, STRIPS_WRAPPED, Callers
 from torchdoctor.check.project_files import State, file_of, guess_root
 from torchdoctor.check.semantic import SemanticModel
+from torchdoctor.check.semantic.gpu_only import kernel_calls
 
 if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
     from torchdoctor.check.semantic.summary import FunctionSummary, ModuleSummary
@@ -312,22 +313,35 @@ class Project(Callers):
         a GPU-only library or the project's own CUDA kernels (``import gnn_reranking``, which imports the kernels
         ``setup.py`` builds): so does ``sem``."""
         seen = {os.path.abspath(sem.path)}
+        if "(" in sem.text.source and self._calls_kernel_builder(sem.path, kernel_calls(sem)):
+            return True
         frontier = [(sem.path, sem.names.imports, sem.names.from_imports)]
         for _ in range(3):  # (``train.py`` imports ``op``, whose ``__init__`` imports the module that builds kernels)
             following = []
             for here, imports, from_imports in frontier:
                 targets = [(0, q) for q in imports.values()] + [(level, module) for level, module, _ in from_imports.values()]
+                targets += [(level, f"{module}.{name}" if module else name) for level, module, name in from_imports.values()]
                 for level, module in targets:
                     path = self._module_file(here, level, module) if module or level else None
                     if path is None or os.path.abspath(path) in seen:
                         continue
                     seen.add(os.path.abspath(path))
                     summary = self.summary(path)
-                    if summary is not None and summary.gpu_only:
+                    if summary is not None and (summary.gpu_only or self._calls_kernel_builder(path, summary.kernel_calls)):
                         return True
                     if summary is not None:
                         following.append((path, summary.imports, summary.from_imports))
             frontier = following
+        return False
+
+    def _calls_kernel_builder(self, path: str, calls: tuple[tuple[int, str, str], ...]) -> bool:
+        """The module at ``path`` calls, when imported, a function of another module that compiles a CUDA kernel
+        (``anti_alias = load.load()``, whose ``load`` builds ``.cu`` sources with ``cpp_extension.load``)."""
+        for level, module, name in calls:
+            target = self._module_file(path, level, module)
+            other = self.summary(target) if target is not None else None
+            if other is not None and name in other.kernel_builders:
+                return True
         return False
 
     def summary(self, path: str) -> ModuleSummary | None:

@@ -28,7 +28,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     for site in program.cuda_sites(sem):
         if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
-                or program.in_gpu_only_branch(sem, site.node):
+                or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -54,6 +54,14 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
              'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
+
+
+def _in_data_parallel_subclass(sem, node: ast.AST) -> bool:
+    """A method of a ``DataParallel``/``DistributedDataParallel`` subclass (``scatter`` sending each chunk to
+    ``f"cuda:{i}"``): it runs only when the program wraps its model for several GPUs."""
+    cls = sem.class_of(node)
+    return cls is not None and any((dotted(b) or "").rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel")
+                                   for b in cls.bases)
 
 
 @rule("TD102", calls=("cuda",))

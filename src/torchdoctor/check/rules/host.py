@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import models, placement, program
 from torchdoctor.findings import Edit
@@ -130,6 +130,47 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
     return _HOST
 
 
+_HOST_FACTORIES = frozenset({"torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor",
+                             "torch.LongTensor"})
+_RESHAPES = frozenset({"float", "double", "long", "unsqueeze", "view", "reshape", "permute", "contiguous"})
+
+
+def _fed_a_host_tensor(ctx: Context, call: ast.Call) -> bool:
+    """The model is called on a tensor just made on the host (``net(torch.tensor(points))``, or a name bound to one in
+    the same scope): a model on a GPU would fail at that forward, so its output is on the host."""
+    if not call.args:
+        return False
+    arg = call.args[0]
+    if isinstance(arg, ast.Name):
+        b = ctx.semantic.binding_at(arg.id, call)
+        arg = b.value if b is not None and not b.is_param and b.index is None and b.value is not None \
+            and ctx.semantic.scope_of(b.node) is ctx.semantic.scope_of(call) else arg
+    while isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr in _RESHAPES:
+        arg = arg.func.value
+    return isinstance(arg, ast.Call) and (ctx.call_name(arg) or "") in _HOST_FACTORIES and keyword(arg, "device") is None
+
+
+def _callers_hand_a_host_model(ctx: Context, call: ast.Call) -> bool:
+    """``model(x)`` where ``model`` is a parameter of a plain function that every call in this file hands a model
+    moved to the host (``pred(net.cpu().eval(), img)``, or a name bound to one before the call)."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    if not isinstance(call.func, ast.Name) or func is None or sem.class_of(func) is not None:
+        return False
+    b = sem.binding_at(call.func.id, call)
+    sites = sem.call_sites(func) if b is not None and b.is_param and b.node is func else []
+    if not sites:
+        return False
+    for site in sites:
+        arg = call_argument(site, func, call.func.id)  # type: ignore[arg-type]
+        if isinstance(arg, ast.Name):
+            bound = sem.binding_at(arg.id, site)
+            arg = bound.value if bound is not None and not bound.is_param else None
+        if arg is None or "cpu" not in _chain_methods(arg):
+            return False
+    return True
+
+
 def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
     sem = ctx.semantic
     if sem.is_model_call(call):
@@ -138,7 +179,8 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         key = dotted(call.func)
         on_gpu = program.runs_on_accelerator(sem) and not (key and placement.moved_to_host_before(sem, key, call)) \
             and not (isinstance(call.func, ast.Name) and (placement.never_moved(sem, call.func.id)
-                                                         or placement.never_moved(sem, call.func.id, call)))
+                                                         or placement.never_moved(sem, call.func.id, call))) \
+            and not _fed_a_host_tensor(ctx, call) and not _callers_hand_a_host_model(ctx, call)
         return (on_gpu, not sem.under_no_grad(call))
     from torchdoctor.check.astutil import root_name
 

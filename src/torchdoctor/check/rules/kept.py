@@ -335,6 +335,8 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
             and call.func is up or isinstance(up, ast.Subscript) and up.value is cur and method_name(cur) == "numpy":
         cur = up if isinstance(up, ast.Subscript) else sem.parent(up)  # (``.cpu().numpy()[:, 0]``: a slice of the array)
         up = sem.parent(cur)
+    if isinstance(up, ast.Dict) and cur in up.values:  # ``{"rois": boxes.cpu().numpy(), ...}``: a record of arrays
+        cur, up = up, sem.parent(up)
     if isinstance(up, ast.Return) or isinstance(up, ast.Tuple) and isinstance(sem.parent(up), ast.Return):
         return True  # (``return probs, probs.argmax(1).cpu().numpy()``: one element of what it hands back)
     func, name = sem.function_of(node), _bound_name(up)

@@ -432,6 +432,8 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     value = b.value if b is not None and not b.is_param else None
     if isinstance(value, ast.Call) and ((ctx.call_name(value) or "") == "torch.load" or method_name(value) == "state_dict"):
         return False  # ``crt_net = model.state_dict()`` (keys edited), ``net = torch.load(path)``: a checkpoint's dict
+    if isinstance(expr, ast.Name) and _only_state_dicts(ctx, expr):
+        return False  # ``best_model = copy.deepcopy(model.state_dict())`` in the loop, ``None`` before it
     if name in _constructed_models(ctx):
         return True
     if _NOT_MODEL.search(last):
@@ -445,6 +447,26 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if isinstance(expr, ast.Name) and _plain_value(ctx, expr):
         return False  # ``base_model: str``, ``model = "gpt2"``: a name or path, not a module
     return bool(_MODEL_NAME.match(last))
+
+
+def _only_state_dicts(ctx: Context, expr: ast.Name) -> bool:
+    """Every binding of ``expr``'s name in its scope is ``None`` or a state dict (``m.state_dict()``, a
+    ``copy.deepcopy`` of one), one at least: what it holds when saved is a dict of tensors, whatever it is called."""
+    sem = ctx.semantic
+    scope = sem.scope_of(expr)
+    values = [b.value for b in sem.bindings_of(expr.id) if b.scope is scope]
+    if not values or any(v is None for v in values):
+        return False
+    found = False
+    for v in values:
+        if isinstance(v, ast.Constant) and v.value is None:
+            continue
+        if isinstance(v, ast.Call) and (ctx.call_name(v) or "") in ("copy.deepcopy", "deepcopy", "copy.copy") and v.args:
+            v = v.args[0]
+        if not (isinstance(v, ast.Call) and method_name(v) == "state_dict"):
+            return False
+        found = True
+    return found
 
 
 def _object_holding_modules(ctx: Context, expr: ast.AST) -> bool:

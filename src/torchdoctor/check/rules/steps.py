@@ -505,7 +505,7 @@ def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
     sem = ctx.semantic
     name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
     at: ast.AST = node
-    for _ in range(4):
+    for _ in range(6):
         b = sem.binding_at(name, at) if name else None
         if b is None:
             return False
@@ -517,7 +517,13 @@ def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
                 and dotted(loop.iter.func) in ("zip", "enumerate") else [getattr(loop, "iter", None)]
             name, at = next((n.id for n in iters if isinstance(n, ast.Name)), None), loop
             continue
-        name, at = root_name(b.value), b.node
+        value = b.value
+        if isinstance(value, ast.Call) and not isinstance(value.func, ast.Attribute):
+            # ``anchors = clip_boxes(regress(anchors, deltas), x)``: what a call makes of its first argument
+            value = next((a for a in value.args if not isinstance(a, ast.Constant)), value)
+            if isinstance(value, ast.Call) and not isinstance(value.func, ast.Attribute):
+                value = next((a for a in value.args if not isinstance(a, ast.Constant)), value)
+        name, at = root_name(value), b.node
     return False
 
 

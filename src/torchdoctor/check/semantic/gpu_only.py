@@ -14,7 +14,7 @@ from torchdoctor.check.astutil import string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["imports_gpu_only", "in_gpu_only_branch", "uses_gpu_only_library"]
+__all__ = ["imports_gpu_only", "in_gpu_only_branch", "uses_gpu_only_library", "kernel_builders", "kernel_calls"]
 
 
 def imports_gpu_only(sem: SemanticModel) -> bool:
@@ -22,7 +22,14 @@ def imports_gpu_only(sem: SemanticModel) -> bool:
     (not in a function, which may never run; not as an optional import): what a module that imports it inherits
     (``Project.imports_gpu_only_module``)."""
     return any(not _optional_import(sem, imp) and sem.function_of(imp) is None for imp in _gpu_only_imports(sem)) \
-        or _imports_own_extension(sem) or _compiles_kernel_on_import(sem)
+        or _imports_own_extension(sem) or _compiles_kernel_on_import(sem) or _calls_own_builder(sem)
+
+
+def _calls_own_builder(sem: SemanticModel) -> bool:
+    """A module-level call of one of the module's own kernel builders (``kernel_builders``)."""
+    builders = kernel_builders(sem)
+    return bool(builders) and any(isinstance(c.func, ast.Name) and c.func.id in builders
+                                  and not _main_block_or_optional(sem, c) for c in _module_level_calls(sem.tree))
 
 
 def _compiles_kernel_on_import(sem: SemanticModel) -> bool:
@@ -40,6 +47,74 @@ def _compiles_kernel_on_import(sem: SemanticModel) -> bool:
             continue
         if not any(isinstance(a, ast.Try) and any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in a.handlers)
                    for a in sem.ancestors(call)):
+            return True
+    return False
+
+
+def kernel_builders(sem: SemanticModel) -> frozenset[str]:
+    """The module's functions that compile a CUDA kernel when called: a ``torch.utils.cpp_extension.load`` in them (in
+    a helper nested inside too) and ``.cu`` sources named in them (``srcpath / "act_cuda.cu"``), not in a ``try``
+    that goes on without it. A module that calls one when it is imported needs the CUDA toolkit and a GPU
+    (``kernel_calls``, ``Project.imports_gpu_only_module``)."""
+    if "cpp_extension" not in sem.text.source:
+        return frozenset()
+    out = set()
+    for call in sem.calls_named("load", "load_inline"):
+        if not (sem.call_name(call) or "").startswith("torch.utils.cpp_extension."):
+            continue
+        if any(isinstance(a, ast.Try) and any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in a.handlers)
+               for a in sem.ancestors(call)):
+            continue
+        outer = [a for a in sem.ancestors(call) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)]
+        if outer and sem.function_of(outer[-1]) is None and isinstance(sem.parent(outer[-1]), ast.Module) and (
+                any(k.arg == "cuda_sources" for k in call.keywords) or any(
+                (text := string_value(n)) is not None and text.endswith((".cu", ".cuh")) for n in sem.subtree(outer[-1]))):
+            out.add(outer[-1].name)
+    return frozenset(out)
+
+
+def kernel_calls(sem: SemanticModel) -> tuple[tuple[int, str, str], ...]:
+    """The functions of other modules that the module calls when it is imported (at module level, outside a
+    ``__main__`` block and a ``try`` that goes on without them), as (level, module, function): ``load.load()`` after
+    ``from pkg.cuda import load`` is (0, "pkg.cuda.load", "load"). Asked about when the module itself names none of
+    the GPU-only things (``kernel_builders``)."""
+    out = []
+    for call in _module_level_calls(sem.tree):
+        func = call.func
+        target = None
+        if isinstance(func, ast.Name) and func.id in sem.names.from_imports:
+            target = sem.names.from_imports[func.id]
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            alias = func.value.id
+            if alias in sem.names.from_imports:  # ``from pkg.cuda import load``: a submodule
+                level, module, name = sem.names.from_imports[alias]
+                target = (level, f"{module}.{name}" if module else name, func.attr)
+            elif alias in sem.names.imports:
+                target = (0, sem.names.imports[alias], func.attr)
+        if target is None or _main_block_or_optional(sem, call):
+            continue
+        out.append(target)
+    return tuple(dict.fromkeys(out))
+
+
+def _module_level_calls(tree: ast.AST) -> list[ast.Call]:
+    """The calls a module makes when it runs: outside its functions, lambdas and classes."""
+    out, todo = [], list(ast.iter_child_nodes(tree))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
+            continue
+        if isinstance(node, ast.Call):
+            out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _main_block_or_optional(sem: SemanticModel, node: ast.AST) -> bool:
+    for a in sem.ancestors(node):
+        if isinstance(a, ast.If) and "__main__" in sem.segment(a.test):
+            return True
+        if isinstance(a, ast.Try) and any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in a.handlers):
             return True
     return False
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.astutil import call_argument, dotted, method_name, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.counts import few_passes
@@ -41,6 +41,8 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
     if depth > _MAX_DEPTH:
         return True
     child, parent = value, sem.parent(value)
+    if isinstance(parent, ast.keyword):  # ``fit(net, eval_loader=loader)``: the call it is given to
+        parent = sem.parent(parent)
     while isinstance(parent, ast.Call) and child in parent.args and \
             (dotted(parent.func) or "").rsplit(".", 1)[-1] in ("enumerate", "tqdm", "iter", "zip", "cycle", "islice"):
         child, parent = parent, sem.parent(parent)  # a wrapper around the loader: follow the wrapper
@@ -135,7 +137,22 @@ def _param_feeds(sem: SemanticModel, func: ast.AST, call: ast.Call, arg: ast.AST
                                       call.args.index(arg) < len(params) else None)  # type: ignore[arg-type]
     if name is None:
         return True
+    if _runs_on_its_cpu_default(func, call):
+        return False
     return _key_feeds(sem, name, func, depth + 1) or _stored(sem, func, name)
+
+
+def _runs_on_its_cpu_default(func: ast.AST, call: ast.Call) -> bool:
+    """``fit(net, loader)`` of ``def fit(net, loader, device="cpu")``: the call leaves the function on its CPU
+    default, so the loader's batches stay on the host there."""
+    for param in ("device", "dev"):
+        default = param_default(func, param)  # type: ignore[arg-type]
+        if default is not None and (string_value(default) == "cpu" or isinstance(default, ast.Call) and len(
+                default.args) == 1 and string_value(default.args[0]) == "cpu" and (dotted(default.func) or "").endswith(
+                "device")):
+            return call_argument(call, func, param) is None and not any(  # type: ignore[arg-type]
+                isinstance(a, ast.Starred) for a in call.args) and not any(k.arg is None for k in call.keywords)
+    return False
 
 
 def _stored(sem: SemanticModel, func: ast.AST, name: str) -> bool:

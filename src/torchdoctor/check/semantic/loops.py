@@ -175,6 +175,20 @@ class Loops:
                     model = True
         return moved and model
 
+    def _indexes_what_it_counts(self, it: ast.AST, loop: ast.AST) -> bool:
+        """``for i in range(len(val_loaders)):`` whose body reads ``val_loaders[i]``: named like a loader but indexed
+        item by item, so a list of loaders (a DataLoader takes no index), each handed on whole; whether the loop
+        meets batches is the body's to say (``_describe_while``)."""
+        if not (isinstance(it, ast.Call) and dotted(it.func) == "range" and len(it.args) == 1 and isinstance(
+                loop, ast.For) and isinstance(loop.target, ast.Name)):
+            return False
+        counted = it.args[0]
+        if not (isinstance(counted, ast.Call) and dotted(counted.func) == "len" and len(counted.args) == 1):
+            return False
+        seq, index = dotted(counted.args[0]), loop.target.id
+        return seq is not None and bool(LOADERISH.search(seq)) and any(isinstance(n, ast.Subscript) and dotted(n.value) == seq and isinstance(
+            n.slice, ast.Name) and n.slice.id == index for n in self.index.body(loop))
+
     def _mode_receivers(self) -> set[str]:
         """Names put in train or eval mode somewhere in the file (``detector.eval()``): modules, whatever their kind."""
         if self._modes is None:
@@ -185,6 +199,8 @@ class Loops:
     def _is_loader(self, it: ast.AST, loop: ast.AST) -> bool:
         if isinstance(it, (ast.List, ast.Tuple, ast.Set)) and all(isinstance(e, ast.Constant) for e in it.elts):
             return False  # ``for phase in ["train", "val"]``: phases, not batches
+        if self._indexes_what_it_counts(it, loop):
+            return False  # ``for i in range(len(val_loaders)): validate(val_loaders[i])``: a list's items
         key = dotted(it)
         if key and self.kinds.kind_of(key, loop) == "loader":
             return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, is_false, is_true, method_name, param_default
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, is_true, method_name, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
@@ -505,9 +505,15 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     if isinstance(value, ast.Name):
         b = sem.binding_at(value.id, at)
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
+    if isinstance(value, ast.ListComp):  # ``[Params(window=w, hop=w // 4) for w in sizes]``: records of settings
+        return _namedtuple_call(sem, value.elt, at)
     if isinstance(value, ast.Call):
+        if _namedtuple_call(sem, value, at):
+            return True
         q = sem.call_name(value) or ""
         last = q.rsplit(".", 1)[-1]
+        if q in ("list", "tuple", "sorted") and len(value.args) == 1 and isinstance(value.args[0], ast.Name):
+            return _plain_setting(sem, value.args[0], at)  # ``self.sizes = list(sizes)``: a copy of a setting
         if q in _NUMBER_CALLS or q.startswith("math."):
             return True  # ``self.lamb = max(self.floor, self.base / (1 + 0.1 * self.it))``: a Python number
         if q.startswith("torch.nn.") and last.endswith("Loss"):  # ``nn.MSELoss(reduction="none")``; a class weight
@@ -517,6 +523,14 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
             return True  # ``self.freq_bands = torch.linspace(...)``: a plain attribute, which ``.to()`` leaves alone
         return q.startswith("torch.nn.") and last in STATELESS_LAYERS
     return False
+
+
+def _namedtuple_call(sem: SemanticModel, node: ast.AST, at: ast.AST) -> bool:
+    """``Params(window=w)`` where ``Params = namedtuple("Params", [...])`` before it: a record of settings."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+        return False
+    b = sem.binding_at(node.func.id, at)
+    return b is not None and isinstance(b.value, ast.Call) and (sem.call_name(b.value) or "").endswith("namedtuple")
 
 
 def model_is_stateless(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
@@ -593,7 +607,28 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
                        and dotted(c.func.value) == var and c.args and is_false(c.args[0])  # type: ignore[attr-defined]
                        for st in loop.body) and not _unfrozen_between(sem, key, loop, here):  # type: ignore[attr-defined]
             return True  # ``for p in model.parameters(): p.requires_grad_(False)``
-    return False
+    return _frozen_by_every_caller(sem, call, key)
+
+
+def _frozen_by_every_caller(sem: SemanticModel, call: ast.Call, key: str) -> bool:
+    """``model`` is a parameter of a plain function whose every call in this file hands it a model frozen before
+    the call (``det.requires_grad_(False)`` ... ``evaluate(det, images)``)."""
+    func = sem.function_of(call)
+    b = sem.binding_at(key, call)
+    if func is None or b is None or not b.is_param or b.node is not func or sem.class_of(func) is not None:
+        return False
+    sites = sem.call_sites(func)
+    if not sites:
+        return False
+    for site in sites:
+        arg = call_argument(site, func, key) if not any(isinstance(a, ast.Starred) for a in site.args) else None  # type: ignore[arg-type]
+        name = dotted(arg) if arg is not None else None
+        if name is None or not any(
+                isinstance(n.func, ast.Attribute) and dotted(n.func.value) == name and n.args and is_false(n.args[0])
+                and (n.lineno, n.col_offset) < (site.lineno, site.col_offset) and sem.scope_of(n) is sem.scope_of(site)
+                for n in sem.calls_named("requires_grad_")):
+            return False
+    return True
 
 
 def _unfrozen_between(sem: SemanticModel, key: str, start: ast.AST, here: tuple[int, int]) -> bool:

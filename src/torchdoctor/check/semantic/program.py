@@ -189,7 +189,10 @@ def _default_or_override(sem: SemanticModel, node: ast.AST) -> bool:
 def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
     """Test code marked to run only with a GPU: a decorator of its function or class that names CUDA or GPUs
     (``@pytest.mark.skipif(not torch.cuda.is_available(), ...)``, ``@_RunIf(min_cuda_gpus=1)``,
-    ``@requires_cuda``)."""
+    ``@requires_cuda``), or a test file named for them (``test_cuda_vs_torch_model.py``, a script too)."""
+    name = os.path.basename(sem.path)
+    if _TEST_FILE.search(name) and _GPU_MARK.search(name):
+        return True
     if not in_test(sem, node):
         return False
     for a in sem.ancestors(node):  # (a device inside a decorator: ``pytest.param(cuda, marks=RunIf(...))``)
@@ -265,10 +268,21 @@ def _gpu_index_test(sem: SemanticModel) -> bool:
         left, ops, right = node.left, node.ops, node.comparators  # type: ignore[attr-defined]
         if len(ops) != 1 or not isinstance(ops[0], (ast.Lt, ast.GtE, ast.Eq, ast.NotEq, ast.Gt, ast.LtE)):
             continue
+        if int_literal(right[0]) not in (0, -1):
+            continue
         name = (dotted(left) or "").rsplit(".", 1)[-1]
-        if name and _GPU_INDEX.search(name) and int_literal(right[0]) in (0, -1):
+        if name and _GPU_INDEX.search(name) or _device_index(sem, left):
             return True
     return False
+
+
+def _device_index(sem: SemanticModel, node: ast.AST) -> bool:
+    """``t.get_device()`` (-1 for a CPU tensor), or a name assigned one (``idx = t.get_device()``)."""
+    if isinstance(node, ast.Name) and "get_device" in sem.text.source:
+        b = sem.binding_at(node.id, node)
+        node = b.value if b is not None and b.value is not None and b.index is None else node
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_device" \
+        and not node.args
 
 
 def has_cuda_check(sem: SemanticModel) -> bool:
@@ -276,7 +290,7 @@ def has_cuda_check(sem: SemanticModel) -> bool:
 
     def compute() -> bool:
         source = sem.text.source
-        if "gpu" in source and _gpu_index_test(sem):
+        if ("gpu" in source or "get_device" in source) and _gpu_index_test(sem):
             return True
         if "is_available" not in source and "device_count" not in source and "accelerator" not in source:
             return False

@@ -10,7 +10,7 @@ import ast
 
 from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
     class_yields_text, loader_init_passes
 from torchdoctor.check.semantic.loops import EVAL_FUNC
@@ -72,13 +72,14 @@ class FunctionSummary(FrozenRecord):
 
 class ModuleSummary(Record):
     __slots__ = ("path", "classes", "functions", "from_imports", "imports", "star", "accelerated", "cuda_names",
-                 "gpu_only")
+                 "gpu_only", "kernel_builders", "kernel_calls")
 
     def __init__(self, path: str, classes: dict[str, ClassSummary] | None = None,
                  functions: dict[str, FunctionSummary] | None = None,
                  from_imports: dict[str, tuple[int, str, str]] | None = None, imports: dict[str, str] | None = None,
                  star: list[tuple[int, str]] | None = None, accelerated: bool = False,
-                 cuda_names: frozenset[str] = frozenset(), gpu_only: bool = False) -> None:
+                 cuda_names: frozenset[str] = frozenset(), gpu_only: bool = False,
+                 kernel_builders: frozenset[str] = frozenset(), kernel_calls: tuple[tuple[int, str, str], ...] = ()) -> None:
         self.path = path
         self.classes: dict[str, ClassSummary] = {} if classes is None else classes
         self.functions: dict[str, FunctionSummary] = {} if functions is None else functions
@@ -89,6 +90,8 @@ class ModuleSummary(Record):
         self.accelerated = accelerated  # the module itself puts work on an accelerator (seen without other modules)
         self.cuda_names = cuda_names  # module-level settings naming CUDA (``device = torch.device("cuda" ...)``)
         self.gpu_only = gpu_only  # it imports a library that runs on NVIDIA GPUs only (program.imports_gpu_only)
+        self.kernel_builders = kernel_builders  # its functions that compile a CUDA kernel (gpu_only.kernel_builders)
+        self.kernel_calls = kernel_calls  # other modules' functions it calls on import (gpu_only.kernel_calls)
 
 
 class CallRecord(FrozenRecord):
@@ -120,7 +123,8 @@ class CallRecord(FrozenRecord):
 def summarize(sem: SemanticModel) -> ModuleSummary:
     out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
                         star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem),
-                        cuda_names=_cuda_settings(sem), gpu_only=program.imports_gpu_only(sem))
+                        cuda_names=_cuda_settings(sem), gpu_only=program.imports_gpu_only(sem),
+                        kernel_builders=gpu_only.kernel_builders(sem), kernel_calls=gpu_only.kernel_calls(sem))
     step_calls: dict[ast.AST, set[str]] = {}
     for call in sem.calls:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
