@@ -43,6 +43,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             "it crashes on a machine without a GPU",
             fix='pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
             if site.text.startswith("accelerator=") else
+            'ask for GPUs only when there are some: `gpus=1 if torch.cuda.is_available() else 0` (or, on Lightning '
+            '1.6 and later, `accelerator="auto", devices=1`)' if site.text.startswith("gpus=") else
             'make it with a factory on the device of the data it meets: `torch.empty(..., device=x.device)` (or '
             '`torch.zeros`, `torch.rand`)' if site.text.startswith("torch.cuda.") else
             'fall back to the CPU: `init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", ...)` '

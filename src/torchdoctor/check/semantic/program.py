@@ -146,6 +146,9 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
         acc = next((k.value for k in call.keywords if k.arg == "accelerator"), None)
         if isinstance(acc, ast.Constant) and acc.value in ("cuda", "gpu"):
             return CudaSite(acc, f"accelerator={sem.segment(acc)}", False)
+        gpus = next((k.value for k in call.keywords if k.arg == "gpus"), None)
+        if gpus is not None and _some_gpus(gpus):  # Lightning < 2.0: ``Trainer(gpus=1)``, ``gpus=[0]``, ``gpus="0,1"``
+            return CudaSite(gpus, f"gpus={sem.segment(gpus)}", False)
         return None
     if name and _QUIET_DEVICE_KW.search(name):
         return None
@@ -164,7 +167,7 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
         candidates = set(sem.calls_named("device", "cuda", "to", "init_device_mesh", *_LEGACY_TYPES)) \
             | set(sem.calls_with_keyword("device")) \
             | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator")) \
-            | set(sem.calls_with_keyword("device_map"))
+            | set(sem.calls_with_keyword("device_map")) | set(sem.calls_with_keyword("gpus"))
         nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
         nodes.sort(key=sem.index.pos.__getitem__)
         return [s for n in nodes if (s := cuda_site(sem, n)) is not None and not _default_or_override(sem, n)]
@@ -554,7 +557,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
         if _lightning_on_cpu(sem):
             return False
         if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
-                or _cuda_tensor_types(sem):
+                or _cuda_tensor_types(sem) or _lightning_on_gpu(sem):
             return True
         if sem.project is None:
             return False
@@ -562,6 +565,28 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
             config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
+
+
+def _some_gpus(value: ast.AST) -> bool:
+    """A ``gpus=`` setting that asks for GPUs: a positive number, a non-empty list of indices, a string of them."""
+    if isinstance(value, ast.Constant):
+        v = value.value
+        return type(v) is int and v > 0 or isinstance(v, str) and v.strip() not in ("", "0", "-1", "None")
+    return isinstance(value, ast.List | ast.Tuple) and bool(value.elts)
+
+
+def _lightning_on_gpu(sem: SemanticModel) -> bool:
+    """A Lightning ``Trainer``/``Fabric`` of the file is told to train on a GPU (``accelerator="gpu"``,
+    ``gpus=1``): Lightning moves the model and each batch there."""
+    if "Trainer" not in sem.text.source and "Fabric" not in sem.text.source:
+        return False
+    for call in sem.calls_named("Trainer", "Fabric"):
+        if (sem.call_name(call) or "") not in _LAUNCHERS:
+            continue
+        for k in call.keywords:
+            if k.arg == "accelerator" and string_value(k.value) in ("gpu", "cuda") or k.arg == "gpus" and _some_gpus(k.value):
+                return True
+    return False
 
 
 def _lightning_on_cpu(sem: SemanticModel) -> bool:
