@@ -17,7 +17,7 @@ from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_
     while_few_kept
 from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, stop_signal
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.kinds import unwrap_iter
+from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
 from torchdoctor.check.semantic.placement import cpu_only_loop
 
 if TYPE_CHECKING:
@@ -150,6 +150,10 @@ def _host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> b
         if counter and isinstance(loop.target, ast.Tuple) and loop.target.elts and b.node is loop.target \
                 and name.id in target_names(loop.target.elts[0]):
             return True
+        target = loop.target.elts[-1] if counter and isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2 \
+            else loop.target
+        if isinstance(target, ast.Tuple) and len(target.elts) == len(iters) > 1:  # ``zip(["train", "val"], loaders)``
+            return any(isinstance(t, ast.Name) and t.id == name.id and plain_values(it) for t, it in zip(target.elts, iters))
         return all(isinstance(i, ast.Call) and (dotted(i.func) or "") in ("range",) for i in iters)
     value = b.value
     if isinstance(value, ast.BinOp) and depth < 3:

@@ -87,6 +87,13 @@ def unwrap_iter(node: ast.AST) -> tuple[list[ast.AST], bool]:
 
 
 
+def plain_values(it: ast.AST) -> bool:
+    """An iterable of plain values zipped beside a loader: ``["train", "val"]``, ``range(n)``."""
+    if isinstance(it, ast.List | ast.Tuple):
+        return all(isinstance(e, ast.Constant) for e in it.elts)
+    return isinstance(it, ast.Call) and dotted(it.func) == "range"
+
+
 def _names_a_class(name: str) -> bool:
     """``Model``, ``QNetwork``: named as classes are (not ``DEVICE``, a constant)."""
     return name[:1].isupper() and not name.isupper()

@@ -9,7 +9,7 @@ from torchdoctor.check.astutil import dotted, method_name, names_in, root_name, 
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.calls import Calls
 from torchdoctor.check.semantic.guards import Guards
-from torchdoctor.check.semantic.kinds import LOADERISH, Kinds, unwrap_iter
+from torchdoctor.check.semantic.kinds import LOADERISH, Kinds, plain_values, unwrap_iter
 from torchdoctor.check.semantic.walk import COMP, FUNCTION, LAMBDA, LOOP, Index
 
 __all__ = ["LoopInfo", "Loops", "EVALISH", "EVAL_FUNC"]
@@ -112,6 +112,8 @@ class Loops:
         if counter and isinstance(target, ast.Tuple) and len(target.elts) == 2:
             info.index_var = target.elts[0].id if isinstance(target.elts[0], ast.Name) else None
             target = target.elts[1]
+        if isinstance(target, ast.Tuple) and len(target.elts) == len(iters) > 1:  # ``zip(["train", "val"], loaders)``:
+            target = ast.Tuple(elts=[t for t, it in zip(target.elts, iters) if not plain_values(it)])  # names, not batches
         info.batch_vars = [n for n in target_names(target) if n not in _NOT_BATCH_NAMES]
 
     def _describe_comp(self, comp: ast.AST) -> LoopInfo:

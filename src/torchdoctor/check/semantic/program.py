@@ -557,7 +557,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
         if _lightning_on_cpu(sem):
             return False
         if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
-                or _cuda_tensor_types(sem) or _lightning_on_gpu(sem):
+                or _cuda_tensor_types(sem) or _lightning_on_gpu(sem) or (_gpu_index_device(sem) and _places_work(sem)):
             return True
         if sem.project is None:
             return False
@@ -565,6 +565,23 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
             config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
+
+
+def _gpu_index_device(sem: SemanticModel) -> bool:
+    """``device = args.device if args.device >= 0 else "cpu"``: a GPU index chosen on the command line, -1 for the
+    CPU (torch takes a bare index for ``cuda:<index>``): the program runs on a GPU when given one."""
+    if "cpu" not in sem.text.source:
+        return False
+    for node in sem.of_type(ast.IfExp):
+        test = node.test  # type: ignore[attr-defined]
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and int_literal(test.comparators[0]) in (0, -1)):
+            continue
+        index = dotted(test.left)
+        for chosen, other in ((node.body, node.orelse), (node.orelse, node.body)):  # type: ignore[attr-defined]
+            if index and dotted(chosen) == index and (string_value(other) == "cpu" or isinstance(other, ast.Call)
+                                                       and other.args and string_value(other.args[0]) == "cpu"):
+                return True
+    return False
 
 
 def _some_gpus(value: ast.AST) -> bool:
