@@ -43,8 +43,8 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
         if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
             continue
         if sem.feeds_backward(call) or _untrained_instance(sem, call) or _synthetic_probe(sem, call) \
-                or _model_of_plain_tensors(sem, call):
-            continue
+                or _model_of_plain_tensors(sem, call) or _shape_only(sem, call):
+            continue  # (``out = model(test_input); print(out.shape)``: a demo of the output's shape)
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
                    f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
                    fix="run the evaluation under `with torch.no_grad():` (or `torch.inference_mode()`)")

@@ -101,6 +101,9 @@ _ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half
                       "view", "reshape"})
 
 
+_ALONG_AXIS = frozenset({"max", "min", "argmax", "argmin", "topk", "sort", "softmax", "log_softmax", "transpose",
+                         "permute"})  # on a host copy with a dimension given: still a tensor there, not a number
+
 _WRITES = lazy(r"(?i)(^|_)(save|imsave|imwrite|write|savefig|add_images?|log_images?|vis|visuali[sz]e|draw|plot|imshow)"
                r"(_|$)")
 
@@ -131,6 +134,12 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if isinstance(up, ast.Attribute) and up.attr == "data" and not (isinstance(sem.parent(up), ast.Call)
                                                                        and sem.parent(up).func is up):
             cur = up  # ``out.cpu().data``
+            continue
+        if isinstance(up, ast.Attribute) and up.attr in _ALONG_AXIS and not as_array \
+                and isinstance(call := sem.parent(up), ast.Call) and call.func is up and (call.args or call.keywords):
+            cur = call  # ``out.cpu().data.max(2)``: along an axis, a tensor (with ``[1]``, its indices) on the host
+            if isinstance(sem.parent(cur), ast.Subscript) and sem.parent(cur).value is cur:
+                cur = sem.parent(cur)
             continue
         if isinstance(up, ast.Attribute) and (up.attr in _ON_HOST or as_array):
             call = sem.parent(up)

@@ -364,6 +364,40 @@ def _writes_on_main_only(call: ast.Call) -> bool:
     return any(k.arg in ("is_main_process", "save_function") for k in call.keywords)
 
 
+def _is_none(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _disabled_unless_given(ctx: Context, call: ast.Call) -> bool:
+    """The method returns early when ``self.save_path is None`` (``if self.save_path is None: return``), and
+    ``__init__`` takes that path as a parameter that defaults to None: the code that builds the object decides which
+    processes save (a trainer given a path and a logger on rank 0 only)."""
+    sem = ctx.semantic
+    func, cls = sem.function_of(call), sem.class_of(call)
+    if func is None or cls is None:
+        return False
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+    if init is None:
+        return False
+    for stmt in func.body:  # type: ignore[attr-defined]
+        if sem.contains(stmt, call):
+            return False
+        if not (isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Return)):
+            continue
+        test = stmt.test
+        attr = test.left if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
+            and _is_none(test.comparators[0]) else test.operand if isinstance(test, ast.UnaryOp) \
+            and isinstance(test.op, ast.Not) else None
+        key = dotted(attr) if attr is not None else None
+        if not key or not key.startswith("self."):
+            continue
+        for n in ast.walk(init):
+            if isinstance(n, ast.Assign) and any(dotted(t) == key for t in n.targets) and isinstance(n.value, ast.Name) \
+                    and _is_none(param_default(init, n.value.id)):
+                return True
+    return False
+
+
 @rule("TD703", calls=_WRITERS)
 def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     """Checkpoint saving or file writing in a DDP program with no rank-0 guard (prints are not reported):
@@ -372,7 +406,7 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     what = _write_site(ctx, node)
     if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
             or _per_sample_file(ctx, node) or _rank_strided_file(ctx, node) or _no_caller_takes(ctx, node) \
-            or _other_format_of(ctx, node):
+            or _other_format_of(ctx, node) or _disabled_unless_given(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
     if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node) or _in_spawning_parent(ctx, node):

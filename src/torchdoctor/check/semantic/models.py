@@ -476,6 +476,18 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
         return None
     parts: list[str] = []
     for n, value in [(n, v) for n in sem.local_nodes(init) for _, v in _self_assignments(n)]:
+        if isinstance(value, ast.Call) and (sem.call_name(value) or "") in ("torch.nn.ModuleList", "torch.nn.Sequential"):
+            if value.keywords or len(value.args) > 1:
+                return None
+            value = value.args[0] if value.args else ast.List(elts=[])  # ``nn.ModuleList()``: filled below
+        if isinstance(value, ast.List | ast.ListComp):  # ``nn.ModuleList([Band(dev, n) for n in sizes])``, ``+= [...]``
+            made = value.elts if isinstance(value, ast.List) else [value.elt]
+            written_all = [dotted(e.func) or "" if isinstance(e, ast.Call) else "" for e in made]
+            if not all(w and w.rsplit(".", 1)[-1][:1].isupper() and not (sem.call_name(e) or "").startswith("torch")
+                       for w, e in zip(written_all, made)):
+                return None
+            parts.extend(written_all)
+            continue
         if isinstance(value, ast.Call):
             q = sem.call_name(value) or ""
             written = dotted(value.func) or ""
