@@ -245,15 +245,27 @@ def _scaler_names(ctx: Context) -> set[str]:
 
 def _scaler_handed_on(ctx: Context) -> bool:
     """``AcceleratedOptimizer(optimizer, scaler=self.scaler)``: the scaler is passed to other code."""
+    sem = ctx.semantic
     names = _scaler_names(ctx)
-    for c in ctx.semantic.calls:  # (loops, not generators: every call of the file)
-        if isinstance(c.func, ast.Attribute) and dotted(c.func.value) in names:
+    indexed = {n for n in names if "." not in n or n.startswith("self.") and n.count(".") == 1}
+    for key in indexed:  # (where the names are read, rather than every call of the file)
+        for r in sem.reads_of(key):
+            up = sem.parent(r)
+            if isinstance(up, ast.keyword):
+                up = sem.parent(up)
+            if isinstance(up, ast.Call) and r is not up.func and (r in up.args or any(k.value is r for k in up.keywords)):
+                return True
+    rest = names - indexed
+    if not rest:
+        return False
+    for c in sem.calls:  # (loops, not generators: every call of the file)
+        if isinstance(c.func, ast.Attribute) and dotted(c.func.value) in rest:
             continue  # (a scaler's own method call hands nothing on)
         for a in c.args:
-            if dotted(a) in names:
+            if dotted(a) in rest:
                 return True
         for k in c.keywords:
-            if dotted(k.value) in names:
+            if dotted(k.value) in rest:
                 return True
     return False
 

@@ -98,15 +98,19 @@ def kernel_calls(sem: SemanticModel) -> tuple[tuple[int, str, str], ...]:
 
 
 def _module_level_calls(tree: ast.AST) -> list[ast.Call]:
-    """The calls a module makes when it runs: outside its functions, lambdas and classes."""
-    out, todo = [], list(ast.iter_child_nodes(tree))
+    """The calls a module makes as statements of its own when it runs (``ext = load.load()``, ``build()``), in its
+    body and the blocks of its ``if``/``try``/``with`` statements: not in its functions and classes, nor nested in
+    other expressions (a kernel is built by a statement that keeps it, or calls the builder alone)."""
+    out, todo = [], list(getattr(tree, "body", ()))
     while todo:
-        node = todo.pop()
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda):
-            continue
-        if isinstance(node, ast.Call):
-            out.append(node)
-        todo.extend(ast.iter_child_nodes(node))
+        stmt = todo.pop()
+        if isinstance(stmt, ast.Assign | ast.AnnAssign | ast.Expr) and isinstance(stmt.value, ast.Call):
+            out.append(stmt.value)
+        elif isinstance(stmt, ast.If | ast.Try | ast.With):
+            todo.extend(stmt.body)
+            todo.extend(getattr(stmt, "orelse", ()))
+            for handler in getattr(stmt, "handlers", ()):
+                todo.extend(handler.body)
     return out
 
 
