@@ -2927,3 +2927,68 @@ def test_a_decoding_helper_of_another_module_that_returns_records_of_host_arrays
     })
     results = check_files(["evaluate.py", "post.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "post.py") == [(28, "TD603")]  # the count; not the records of arrays (line 15)
+
+
+def test_a_helper_of_another_module_that_picks_the_action_for_the_environment_is_quiet(project: Path) -> None:
+    """``act = epsilon_pick(q, eps)`` then ``env.step(act)``: the helper reads the Q-values back to choose the action,
+    which the environment needs on the host; a helper that reads a number for a running sum is a sync. A helper's
+    greedy branch (``if greedy:`` of a parameter that defaults to False) that the step loop never asks for is not
+    run there."""
+    write(project, {
+        "pick.py": """\
+            import random
+
+            import numpy as np
+            import torch
+            from torch.distributions import Categorical
+
+
+            def epsilon_pick(q_values, eps):
+                scores = q_values.cpu().numpy().squeeze()
+                if random.random() > eps:
+                    return int(np.argmax(scores))
+                return random.randrange(scores.shape[0])
+
+
+            def sample_or_argmax(probs, greedy=False):
+                if greedy:
+                    return torch.argmax(probs, dim=1).item()
+                return Categorical(probs).sample().unsqueeze(-1)
+
+
+            def peak(q_values):
+                return q_values.max().item()
+            """,
+        "train.py": """\
+            import numpy as np
+            import torch
+            from torch import nn
+            from pick import epsilon_pick, peak, sample_or_argmax
+
+
+            def train(env, steps, eps=0.1):
+                dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                qnet = nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 2)).to(dev)
+                opt = torch.optim.Adam(qnet.parameters())
+                obs = env.reset()
+                top_q = 0.0
+                for t in range(steps):
+                    with torch.no_grad():
+                        q = qnet(torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=dev).unsqueeze(0))
+                    act = epsilon_pick(q, eps)
+                    other = sample_or_argmax(q.softmax(-1))
+                    obs, reward, done, _ = env.step(act)
+                    top_q += peak(q)
+                    nxt = torch.as_tensor(np.asarray(obs), dtype=torch.float32, device=dev).unsqueeze(0)
+                    loss = (qnet(nxt).max(1)[0] - reward).pow(2).mean() + other.float().mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    if done:
+                        obs = env.reset()
+                return top_q
+            """,
+    })
+    results = check_files(["train.py", "pick.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "pick.py") == [(22, "TD603")]  # peak's read; not the action's copy (9), not greedy (17)
+    assert codes(results, "train.py") == [(19, "TD603")]  # the call of peak; not epsilon_pick's, whose action steps

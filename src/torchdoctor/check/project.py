@@ -176,6 +176,11 @@ class Project(Callers):
             return None
         return cls.frozen, cls.init_params  # type: ignore[attr-defined]
 
+    def class_quiet_forward(self, sem: SemanticModel, written: str) -> bool:
+        """The module class ``written`` (imported here) has a ``forward`` that turns autograd off itself."""
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.is_module and cls.quiet_forward  # type: ignore[attr-defined]
+
     def class_paramless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.is_module and cls.paramless  # type: ignore[attr-defined]

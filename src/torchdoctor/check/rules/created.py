@@ -10,7 +10,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.steps import batch_on_device, per_step_loop
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import model_is_stateless
+from torchdoctor.check.semantic.models import model_is_stateless, moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -260,7 +260,17 @@ def _step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     if _chosen_by_caller(ctx, node, func):
         return None
     loop = per_step_loop(ctx, node)
-    return (func, loop) if loop is not None else None
+    if loop is None:
+        return None
+    sem = ctx.semantic
+    if sem.loop_kind(loop) not in ("train", "eval") and not any(
+            isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or isinstance(c.func, ast.Attribute)
+                                         and (dotted(c.func.value) or "").rsplit(".", 1)[-1] in moved_keys(sem)
+                                         and sem.expr_kind(c.func.value, c) in ("model", "wrapper"))
+            for c in sem.body(loop)):
+        return None  # (a solver's data-generation loop draws its coefficients on the host: no model runs there; a
+        # moved model's method, ``model.encoding_fn(images)``, is the model running)
+    return func, loop
 
 
 def _chosen_by_caller(ctx: Context, node: ast.AST, func: ast.AST) -> bool:

@@ -12,7 +12,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.rules.loop import training_branch
-from torchdoctor.check.semantic.models import calls_a_frozen_model, construction, model_has_no_parameters
+from torchdoctor.check.semantic.models import calls_a_frozen_model, construction, model_forward_records_nothing, \
+    model_has_no_parameters
 
 
 # a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
@@ -445,8 +446,9 @@ def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bo
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
     model = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in _INFERENCE_METHODS else call.func
-    if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, model, call):
-        return  # every parameter was set ``requires_grad = False``, or there is none: no graph is recorded
+    if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, model, call) \
+            or model_forward_records_nothing(ctx.semantic, model, call):
+        return  # every parameter was set ``requires_grad = False``, or there is none, or forward turns autograd off
     if _graph_drawn(ctx, call):
         return
     name = ctx.name(call.func)

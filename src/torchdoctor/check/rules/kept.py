@@ -51,6 +51,9 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> b
         if not sites and func is not None:  # ``out = self.policy.act(obs)`` in a runner's own rollout loop, which the
             # step loop reaches through ``runner.collect()``: judged in the loop around each call
             sites = sem.call_sites(func)
+            if sites and _reaches_return(ctx, node) and all(  # ``self.env.step(self.strategy.select(net, s))`` in
+                    _stepped_with(ctx, c, _around(ctx, c)) for c in sites):
+                return True  # the agent's step method, which the loop calls: the environment needs the action
             loops = [next(iter(sem.loops_around(c)), None) for c in sites]
             if not sites or not _reaches_return(ctx, node):
                 return False
@@ -62,10 +65,27 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> b
         # (``if done: self._forward(obs)`` once an episode ends, its action dropped: no step of the loop)
         return bool(acting) and _reaches_return(ctx, node) and all(
             c in acting or _dropped_once_in_a_while(ctx, c, loop) for c in sites)
+    return _stepped_with(ctx, node, sem.body(loop))
+
+
+def _around(ctx: Context, call: ast.AST) -> list[ast.AST]:
+    """The nodes of the function around ``call``, or of the loop around it at module level."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    if func is not None:
+        return sem.local_nodes(func)
+    loop = next(iter(sem.loops_around(call)), None)
+    return sem.body(loop) if loop is not None else []
+
+
+def _stepped_with(ctx: Context, node: ast.AST, region: list[ast.AST]) -> bool:
+    """An environment's ``step`` in ``region`` is handed ``node`` (in its arguments, or through the name it is
+    bound to, after it)."""
+    sem = ctx.semantic
     stmt = sem.statement_of(node)
     bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \
         if isinstance(stmt, ast.Assign) else set()
-    for call in sem.body(loop):
+    for call in region:
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
                 and (call.args or call.keywords)):
             continue
@@ -168,9 +188,14 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 and up.func.id in ("list", "tuple", "zip", "dict", "sorted"):
             cur = up  # ``evaluator.add(dict(zip(ids, list(out.cpu().numpy()))))``: the arrays, repacked on the host
             continue
+        if isinstance(up, ast.Dict) and cur in up.values and isinstance(sem.parent(up), ast.Call) \
+                and up in sem.parent(up).args and _saves(sem.parent(up)):
+            return True  # ``np.save(path, {"coarse": heat.cpu(), ...})``: serialised to disk
         if isinstance(up, ast.Call) and cur in up.args:
             if _keeps(up) or as_array and (_host_function(ctx, up) or method_name(up) == "add"):
                 return True  # (``evaluator.add(...)`` of host arrays: a metric object's update)
+            if _saves(up) and (ctx.call_name(up) or "").startswith(("numpy.", "np.")):
+                return True  # ``np.save(path, out.cpu().numpy())``: written to disk
             if (each := _element_reads(sem, cur)) is not None:  # ``for k, prob in zip(idx, p[:, 1].tolist()):``
                 return bool(each[1]) and all(_kept_directly(sem, r) for r in each[1])
             outer = sem.parent(up)  # ``save_image(denorm(x.cpu()), path)``: written out after one host transform
@@ -180,7 +205,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 return isinstance(keeper, ast.AugAssign) or isinstance(keeper, ast.Call) and outer in keeper.args \
                     and _keeps(keeper)
             return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
-        if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur:
+        if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur or isinstance(up, ast.DictComp) \
+                and up.value is cur:
             return True  # ``[model(x).cpu().numpy() for x, _ in loader]``: the comprehension collects them
         if isinstance(up, (ast.List, ast.Tuple)):
             outer = sem.parent(up)  # ``preds += [out.cpu()]``, ``samples.append((img.cpu().numpy(), t, p))``
@@ -192,7 +218,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return method_name(cur) == "tolist" or as_array and isinstance(cur, ast.Call) \
                 and isinstance(cur.func, ast.Name) and cur.func.id in ("list", "tuple") \
                 or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up) \
-                or as_array and isinstance(up.target, ast.Subscript)  # ``scr[i] += out.cpu().numpy()``: a host array
+                or as_array and (isinstance(up.target, ast.Subscript)  # ``scr[i] += out.cpu().numpy()``: a host array
+                                 or _host_buffer(ctx, up.target, up))  # ``total += out.cpu().numpy()``, ``np.zeros``
         if isinstance(up, ast.Assign) and up.value is cur:
             if (name := _bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
                 # (in a helper the loop calls: its reads in the helper's own body)
@@ -330,8 +357,21 @@ def _reaches_return(ctx: Context, node: ast.Call) -> bool:
     if isinstance(stmt, ast.Return):
         return True
     name, func = _bound_name(stmt), sem.function_of(node)
-    return name is not None and func is not None and any(
-        isinstance(sem.statement_of(r), ast.Return) for r in _reads_after(ctx, name, stmt, func))  # type: ignore[arg-type]
+    if name is None or func is None:
+        return False
+    frontier, seen = [(name, stmt)], {name}
+    for _ in range(6):  # (``q = net(s).cpu().numpy(); action = np.argmax(q); return action``: through a few names)
+        following = []
+        for key, at in frontier:
+            for r in _reads_after(ctx, key, at, func):  # type: ignore[arg-type]
+                used = sem.statement_of(r)
+                if isinstance(used, ast.Return):
+                    return True
+                if isinstance(used, ast.Assign) and (bound := _bound_name(used)) is not None and bound not in seen:
+                    seen.add(bound)
+                    following.append((bound, used))
+        frontier = following
+    return False
 
 
 def returned_copy(ctx: Context, node: ast.Call) -> bool:
@@ -402,8 +442,9 @@ def _host_buffer(ctx: Context, target: ast.AST, call: ast.AST) -> bool:
         if not isinstance(value, ast.Call) or any(k.arg == "device" for k in value.keywords):
             return False
         name = ctx.call_name(value) or ""
-        if name in ("torch.zeros", "torch.ones", "torch.empty", "torch.full"):
-            return True
+        if name in ("torch.zeros", "torch.ones", "torch.empty", "torch.full", "numpy.zeros", "numpy.ones", "numpy.empty",
+                    "numpy.full"):
+            return True  # (a NumPy array: on the host whatever it is given)
         if name not in ("torch.zeros_like", "torch.ones_like", "torch.empty_like") or not value.args:
             return False
         target = value.args[0]

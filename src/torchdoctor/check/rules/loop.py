@@ -10,7 +10,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import DROPOUT_BN, calls_a_frozen_model, class_has_dropout_or_bn, class_in_effect, \
-    construction, first_input_device, has_dropout_or_bn, model_has_no_parameters
+    construction, first_input_device, has_dropout_or_bn, model_forward_records_nothing, model_has_no_parameters
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -63,9 +63,11 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
     if forwards and _callers_elsewhere_without_grad(ctx, loop):
         return
     for node in forwards:
+        model = node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr == "forward" else node.func
         if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node) \
-                or model_has_no_parameters(ctx.semantic, node.func, node):
-            continue  # (a module with buffers only, ``Audio2Mel``: no parameter, no graph)
+                or model_has_no_parameters(ctx.semantic, model, node) \
+                or model_forward_records_nothing(ctx.semantic, model, node):
+            continue  # (a module with buffers only, ``Audio2Mel``: no parameter, no graph; a forward under no_grad)
         name = ctx.name(node.func)
         ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",
                    fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")

@@ -9,7 +9,7 @@ import ast
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name, strip_methods, \
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name, strip_methods, \
     target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -585,7 +585,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy") and returned_copy(ctx, node) \
             and _of_an_input(ctx, node, func):
         return  # ``remove_pad`` handing its callers host arrays of what they gave it: they keep them on the host
-    callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
+    callers = [c for c in sem.project.step_callers(sem, func) if _may_take_branch(ctx, node, func, c)]  # type: ignore[attr-defined]
     if not callers:
         return
     if isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") and all(c.eval_before for c in callers) \
@@ -599,6 +599,30 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         more = f" and {len(sites) - 2} more" if len(sites) > 2 else ""
         loops = "loops that call" if len({c.path for c in callers}) > 1 else "loop that calls"  # (one file: one loop, mostly)
         _report_sync(ctx, node, what, f"the {loops} `{func.name}` at {sites[0]}, {sites[1]}{more}")
+
+
+def _may_take_branch(ctx: Context, node: ast.AST, func: ast.AST, caller: object) -> bool:
+    """``caller`` may run ``node``: not when ``node`` sits under ``if deterministic:`` of a parameter that defaults
+    to False (or None) and the caller leaves it out (``select_actions(pi)`` of ``def select_actions(pi,
+    deterministic=False)``)."""
+    passed = getattr(caller, "passed", frozenset())
+    if "*" in passed:
+        return True
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    for up in ctx.semantic.ancestors(node):
+        if up is func:
+            return True
+        if isinstance(up, ast.If) and isinstance(up.test, ast.Name) and up.test.id in params \
+                and _in_body(up.body, node, ctx):
+            default = param_default(func, up.test.id)  # type: ignore[arg-type]
+            if isinstance(default, ast.Constant) and default.value in (False, None) and up.test.id not in passed \
+                    and f"#{params.index(up.test.id)}" not in passed:
+                return False
+    return True
+
+
+def _in_body(body: list[ast.AST], node: ast.AST, ctx: Context) -> bool:
+    return any(s is node or ctx.semantic.contains(s, node) for s in body)
 
 
 @rule("TD603", ast.JoinedStr)
@@ -636,8 +660,8 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
             continue
         if "read" not in effects and sem.loop_kind(loop) == "eval":
             continue  # (an evaluation's outputs copied to the host by a post-processing helper: NMS, decoding)
-        if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node):
-            continue
+        if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node) or env_action(ctx, node, loop):
+            continue  # (``act = epsilon_pick(q, eps)`` handed to ``env.step``: the environment needs it)
         _report_sync(ctx, node, f"`{ctx.name(node.func)}(...)`, which reads tensors back in `{getattr(ext, 'name', '?')}`,",
                      loop)
 

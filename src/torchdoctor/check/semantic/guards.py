@@ -245,6 +245,9 @@ class Guards(GradModes, DeviceChoices):
         ``is_main = dist.get_rank() == 0``, ``master = is_main_process()``, ``self.can_save = self.is_main``."""
         if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.And):
             return any(self._rank_flag(v) for v in value.values)
+        if isinstance(value, ast.BoolOp) and isinstance(value.op, ast.Or):  # ``(not args.distributed) or rank == 0``
+            return any(self._rank_flag(v) for v in value.values) and all(
+                self._rank_flag(v) or _single_process_test(self.segment(v), v) for v in value.values)
         if isinstance(value, ast.IfExp):  # ``self.is_local_main if local_fs else self.is_main``
             return self._rank_flag(value.body) and self._rank_flag(value.orelse)
         if isinstance(value, (ast.Name, ast.Attribute)):
@@ -512,3 +515,15 @@ class Guards(GradModes, DeviceChoices):
                 return True
             fb = fb.parent
         return False
+
+
+_NOT_DISTRIBUTED = lazy(r"(?i)distributed|\bddp\b|is_initialized|multiprocessing_distributed")
+_ONE_PROCESS = lazy(r"(?i)(world_size|n_?gpus|num_gpus|n_procs|nprocs)\W*(==|<=)\s*1\b")
+
+
+def _single_process_test(text: str, node: ast.AST) -> bool:
+    """``not args.distributed``, ``not dist.is_initialized()``, ``world_size == 1``: true only when there is one
+    process, so ``... or rank == 0`` still lets one process through."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return bool(_NOT_DISTRIBUTED.search(text))
+    return isinstance(node, ast.Compare) and bool(_ONE_PROCESS.search(text))

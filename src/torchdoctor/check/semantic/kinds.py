@@ -74,6 +74,8 @@ def _kind_from_last(last: str) -> str | None:
 def unwrap_iter(node: ast.AST) -> tuple[list[ast.AST], bool]:
     """The iterables under enumerate/tqdm/zip wrappers, and whether an enumerate counter comes first."""
     counter = False
+    while isinstance(node, ast.IfExp):  # ``tqdm(enumerate(loader)) if verbose else enumerate(loader)``: one loader
+        node = node.orelse
     while isinstance(node, ast.Call) and node.args:
         name = (dotted(node.func) or "").rsplit(".", 1)[-1]
         if name not in _WRAPPER_CALLS:

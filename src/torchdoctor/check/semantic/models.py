@@ -13,7 +13,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
            "STATELESS_LAYERS", "model_is_stateless", "calls_a_frozen_model", "class_holds_nothing",
-           "class_has_no_parameters", "model_has_no_parameters"]
+           "class_has_no_parameters", "model_has_no_parameters", "forward_records_nothing", "model_forward_records_nothing"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -402,9 +402,15 @@ def class_has_no_parameters(sem: SemanticModel, cls: ast.AST) -> bool:
             return False
         for _, value in _self_assignments(n):
             if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) and not _plain_tensor(sem, v)
-                   for v in _held_parts(value)):
+                   and not _parameter_free_transform(sem, v) for v in _held_parts(value)):
                 return False
     return True
+
+
+def _parameter_free_transform(sem: SemanticModel, value: ast.AST) -> bool:
+    """``torchaudio.transforms.MelSpectrogram(...)``: a feature transform of torchaudio, which keeps buffers (a
+    window, a filter bank) and no parameter."""
+    return isinstance(value, ast.Call) and (sem.call_name(value) or "").startswith("torchaudio.transforms.")
 
 
 def _plain_tensor(sem: SemanticModel, value: ast.AST) -> bool:
@@ -426,6 +432,8 @@ def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> b
         return False
     q = sem.call_name(value) or ""
     last = q.rsplit(".", 1)[-1]
+    if _parameter_free_transform(sem, value):
+        return True
     if q.startswith("torch.nn.") and (last.startswith(("BatchNorm", "InstanceNorm")) or last == "LayerNorm"):
         flag = next((k.value for k in value.keywords if k.arg in ("affine", "elementwise_affine")), None)
         return is_false(flag) if flag is not None else last.startswith("InstanceNorm")  # (InstanceNorm: off)
@@ -434,6 +442,44 @@ def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> b
         return q in sem.module_classes and class_has_no_parameters(sem, cls)
     written = dotted(value.func)
     return bool(sem.project is not None and written and sem.project.class_paramless(sem, written))  # type: ignore[attr-defined]
+
+
+def forward_records_nothing(sem: SemanticModel, cls: ast.AST) -> bool:
+    """The module class's ``forward`` turns autograd off itself: decorated with ``torch.no_grad()`` (or
+    ``inference_mode``), its body one ``with torch.no_grad():``, or ``return self.sample(...)`` of a method that is
+    (a diffusion vocoder's forward that samples): calling the model records no graph."""
+    methods = {f.name: f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef)}
+    forward = methods.get("forward")
+    return forward is not None and _runs_without_grad(sem, forward, methods, 0)
+
+
+def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast.AST], depth: int) -> bool:
+    if any(sem.guards.grad_call(d) == "off" for d in func.decorator_list):  # type: ignore[attr-defined]
+        return True
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
+    if len(body) == 1 and isinstance(body[0], ast.With) and any(
+            isinstance(item.context_expr, ast.Call) and sem.guards.grad_call(item.context_expr) == "off"
+            for item in body[0].items):
+        return True
+    if depth == 0 and len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(call := body[0].value, ast.Call) \
+            and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self" \
+            and (inner := methods.get(call.func.attr)) is not None:
+        return _runs_without_grad(sem, inner, methods, depth + 1)
+    return False
+
+
+def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
+    """The model ``expr`` evaluates to is of a class (of this file or of another module of the project) whose
+    ``forward`` turns autograd off itself (``forward_records_nothing``)."""
+    value = construction(sem, expr, at)
+    if value is None:
+        return False
+    q = sem.call_name(value) or ""
+    cls = sem.calls_index.classes.get(q)
+    if cls is not None:
+        return q in sem.module_classes and forward_records_nothing(sem, cls)
+    written = dotted(value.func)
+    return bool(sem.project is not None and written and sem.project.class_quiet_forward(sem, written))  # type: ignore[attr-defined]
 
 
 def _init_of(cls: ast.AST) -> ast.AST | None:

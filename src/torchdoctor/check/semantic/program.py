@@ -554,7 +554,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
     that a caller elsewhere in the project passes an accelerator device."""
 
     def compute() -> bool:
-        if _lightning_on_cpu(sem):
+        if _lightning_on_cpu(sem) or _cuda_always_off(sem):
             return False
         if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
                 or _cuda_tensor_types(sem) or _lightning_on_gpu(sem) or (_gpu_index_device(sem) and _places_work(sem)):
@@ -603,6 +603,22 @@ def _lightning_on_gpu(sem: SemanticModel) -> bool:
         for k in call.keywords:
             if k.arg == "accelerator" and string_value(k.value) in ("gpu", "cuda") or k.arg == "gpus" and _some_gpus(k.value):
                 return True
+    return False
+
+
+_NO_CUDA_FLAG = lazy(r"^--?(no[-_]?(cuda|gpu)|disable[-_]cuda|cpu)$")
+
+
+def _cuda_always_off(sem: SemanticModel) -> bool:
+    """``add_argument("--no-cuda", action="store_true", default=True)``: the flag is set whatever the command line
+    says, so ``not args.no_cuda and torch.cuda.is_available()`` is always False: the program runs on the CPU."""
+    if "store_true" not in sem.text.source:
+        return False
+    for call in sem.calls_named("add_argument"):
+        if call.args and _NO_CUDA_FLAG.match(string_value(call.args[0]) or "") and any(
+                k.arg == "action" and string_value(k.value) == "store_true" for k in call.keywords) and any(
+                k.arg == "default" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords):
+            return True
     return False
 
 

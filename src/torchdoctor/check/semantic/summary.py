@@ -16,7 +16,7 @@ from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_a
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_freezes_itself, class_moves_itself, class_parts, moved_keys
+    class_freezes_itself, class_moves_itself, class_parts, forward_records_nothing, moved_keys
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
@@ -28,7 +28,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
-                 "collates_arrays")
+                 "collates_arrays", "quiet_forward")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -45,15 +45,16 @@ class ClassSummary(FrozenRecord):
     yields_device: bool  # a Dataset whose items it moves to a device itself (``return x.cuda(), y.cuda()``)
     loader_passes: frozenset[str]  # a DataLoader subclass: the pipeline arguments its ``__init__`` turns on
     collates_arrays: bool  # a Dataset whose ``collate_fn`` method makes no torch tensor (NumPy batches: nothing to pin)
+    quiet_forward: bool  # its ``forward`` runs under no_grad itself (models.forward_records_nothing)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
                  moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False,
                  builds_loader: bool = False, frozen: str | None = None, init_params: tuple[str, ...] = (),
                  yields_device: bool = False, loader_passes: frozenset[str] = frozenset(),
-                 collates_arrays: bool = False) -> None:
+                 collates_arrays: bool = False, quiet_forward: bool = False) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
-                   builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays)
+                   builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_forward)
 
 
 class FunctionSummary(FrozenRecord):
@@ -98,7 +99,7 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop", "rank_zero_only", "moved_models")
+                 "line", "in_loop", "rank_zero_only", "moved_models", "passed")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -111,13 +112,14 @@ class CallRecord(FrozenRecord):
     in_loop: bool  # inside the caller's epoch or batch loop (a training run's checkpoint, not a library's API)
     rank_zero_only: bool  # only the main process makes the call (``Logger(...) if rank == 0 else None``)
     moved_models: frozenset[str]  # parameters (by name, or "#i" by position) given a model moved to an accelerator
+    passed: frozenset[str]  # the arguments given, by keyword name or "#i" by position ("*": some unpacked)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
-                 moved_models: frozenset[str] = frozenset()) -> None:
+                 moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models)
+                   rank_zero_only, moved_models, passed)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -147,7 +149,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          not is_module and class_yields_device_tensors(sem, cls),
                                          loader_init_passes(sem, cls) if not is_module and builds_a_loader(sem, cls)
                                          else frozenset(),
-                                         not is_module and class_collates_arrays(sem, cls))
+                                         not is_module and class_collates_arrays(sem, cls),
+                                         is_module and forward_records_nothing(sem, cls))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
@@ -237,9 +240,12 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         guarded = sem.under_rank_guard(call) or (func is not None and bool(sem.call_sites(func)) and
                                                  all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
         in_loop = sem.enclosing_loop(call, "epoch") is not None or sem.enclosing_loop(call, "batch") is not None
+        passed = {f"#{i}" for i in range(len(call.args))} | {k.arg or "*" for k in call.keywords}
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            passed.add("*")
         out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
                               accelerator and _per_step(sem, call), sem.path, call.lineno, in_loop,
-                              guarded and sem.guards.only_on_rank_zero(call), frozenset(models)))
+                              guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed)))
     return out
 
 
