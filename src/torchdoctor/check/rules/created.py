@@ -33,9 +33,10 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     if region is None or isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
         return  # (every model of the loop is one nothing moves: an ensemble's torch member next to scikit-learn's)
     parent = sem.parent(node)
-    if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory") \
+    if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory", "type_as") \
             or _moved_at_once(ctx, node) is not None:
-        return  # (moved in the same expression, maybe after a reshape: TD611's case)
+        return  # (moved in the same expression, maybe after a reshape: TD611's case; ``.type_as(labels)`` casts it to
+        # the type of a tensor, its device included)
     seeds = _region_seeds(ctx, region)
     hot = flow.device_names(ctx.semantic, region, seeds)
     partner = _combined_with(ctx, node, hot, region)

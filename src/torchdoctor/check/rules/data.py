@@ -105,7 +105,8 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         if consumer is None and not moved:
             consumer = flow.combined_in_helper(ctx.semantic, use, node)
         if consumer is None or moved or _scatters_inputs(ctx, consumer) or isinstance(consumer.func, ast.Name) \
-                and flow.consumer_kind(sem, consumer) == "model" and never_moved(sem, consumer.func.id, consumer):
+                and flow.consumer_kind(sem, consumer) == "model" and never_moved(sem, consumer.func.id, consumer) \
+                or _meets_host_copies(ctx, consumer, use):
             continue  # (``table(ent)`` of a lookup table kept on the host on purpose: host ids, host table)
         element = _element_text(ctx, use)
         if element in seen or flow.is_cpu_name(element.split("[")[-1].strip("'\"]")):
@@ -117,6 +118,24 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         why = f"({moved_what} moved)" if partial else f"(the model is on `{device}`)"
         ctx.report("TD302", use, f"batch element `{element}` is used by `{callee}(...)` without being moved to `{device}` {why}",
                    fix=f"move it with the others: `{element}.to({device})`")
+
+
+def _meets_host_copies(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:
+    """``pred = model(x.to(dev)).cpu()`` then ``criterion(target, pred)``: the loss is computed on the host, where the
+    output was brought back; the target rightly stays there."""
+    sem = ctx.semantic
+    others = [a for a in (*consumer.args, *(k.value for k in consumer.keywords)) if not sem.contains(a, use)]
+    if not others:
+        return False
+    for arg in others:
+        if isinstance(arg, ast.Name):
+            b = sem.binding_at(arg.id, consumer)
+            arg = b.value if b is not None and not b.is_param and b.index is None and b.value is not None else arg
+        while isinstance(arg, ast.Call) and method_name(arg) in ("detach", "float", "double", "numpy", "squeeze"):
+            arg = arg.func.value  # type: ignore[attr-defined]
+        if not (isinstance(arg, ast.Call) and method_name(arg) == "cpu"):
+            return False
+    return True
 
 
 @rule("TD302", ast.Module)

@@ -28,7 +28,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     for site in program.cuda_sites(sem):
         if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
-                or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node):
+                or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
+                or _tried_with_a_fallback(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -56,6 +57,33 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
              'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
+
+
+def _tried_with_a_fallback(sem, node: ast.AST) -> bool:
+    """In the body of a ``try`` whose handler goes on without it (``except Exception: ... torch.sort(scores)`` on the
+    CPU): without a GPU the error is caught and the work done there."""
+    child = node
+    for up in sem.ancestors(node):
+        if isinstance(up, ast.Try) and any(sem.contains(s, child) for s in up.body):
+            tried = _called(sem, up.body)
+            return any((h.type is None or (dotted(h.type) or "").rsplit(".", 1)[-1] in ("Exception", "RuntimeError",
+                                                                                       "AssertionError", "BaseException"))
+                       and not any(isinstance(n, ast.Raise) for s in h.body for n in sem.subtree(s))
+                       and bool(tried & _called(sem, h.body)) for h in up.handlers)  # (the same work again, not a log)
+        if isinstance(up, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            return False
+        child = up
+    return False
+
+
+_NOT_WORK = frozenset({"print", "format", "warn", "warning", "info", "error", "exception", "debug", "print_exc", "str",
+                       "len", "cuda", "to", "cpu"})
+
+
+def _called(sem, stmts: list[ast.AST]) -> set[str]:
+    """The functions and methods the statements call, by their last name, but logging and moves."""
+    return {name for s in stmts for n in sem.subtree(s) if isinstance(n, ast.Call)
+            and (name := (dotted(n.func) or "").rsplit(".", 1)[-1]) and name not in _NOT_WORK}
 
 
 def _in_data_parallel_subclass(sem, node: ast.AST) -> bool:

@@ -95,6 +95,8 @@ def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         return None
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
         return _tested_tensor(ctx, expr.operand, at)
+    if isinstance(expr, ast.Attribute) and expr.attr == "data" and isinstance(expr.value, ast.Call):
+        return _tested_tensor(ctx, expr.value, at)  # ``if torch.isnan(loss).data:``: the same tensor, its data
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id in ("any", "all") \
             and len(expr.args) == 1 and isinstance(expr.args[0], (ast.GeneratorExp, ast.ListComp)) \
             and ctx.semantic.qualname(expr.func) in (None, "any", "all", "builtins.any", "builtins.all"):

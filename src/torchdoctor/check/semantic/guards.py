@@ -21,6 +21,7 @@ RANKISH = lazy(
     r"(?i)(rank|is_main|main_process|is_master|master_process|is_primary|is_global_zero|"
     r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0|process_index(\(\))?\s*==\s*0|\bis_root\b|is_root_worker|is_rank_zero)"
 )
+_DATA_NAME = lazy(r"(?i)loader|\bdl\b|_dl\b|batch|data|set\b|samples|examples")  # what a loop's passes run over
 _COUNTER = lazy(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_?(idx|id|i|num|index)?|"
                       r".*_(step|iter|idx))$")
 _DISTRIBUTED_FLAG = lazy(r"(?i)(^|\.)(distributed|is_distributed|use_distributed|ddp|use_ddp|enable_fsdp|fsdp|use_fsdp|"
@@ -130,10 +131,24 @@ class Guards(GradModes, DeviceChoices):
         elif dotted(it.func) != "range":
             return False
         own = {target.id} if isinstance(target, ast.Name) else set()
+        iterated = dotted(it.args[0]) if dotted(it.func) == "enumerate" and it.args else None
         return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq)
                    and any(isinstance(s, ast.Name) and s.id in own for s in (n.left, n.comparators[0]))
                    and any(isinstance(s, ast.Constant) for s in (n.left, n.comparators[0]))
-                   for n in self.index.subtree(test))
+                   or self._first_passes(n, own, iterated) for n in self.index.subtree(test))
+
+    @staticmethod
+    def _first_passes(n: ast.AST, own: set[str], iterated: str | None) -> bool:
+        """``if i < len(writers):`` on the loop's own counter: the first passes, one for each of a few things kept
+        beside the loop (a writer per image shown), not every pass (the loader itself is not one of them)."""
+        if not (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Lt | ast.LtE)
+                and isinstance(n.left, ast.Name) and n.left.id in own):
+            return False
+        bound = n.comparators[0]
+        if isinstance(bound, ast.Constant):
+            return type(bound.value) is int and bound.value <= 16
+        return isinstance(bound, ast.Call) and dotted(bound.func) == "len" and len(bound.args) == 1 \
+            and (name := dotted(bound.args[0])) is not None and name != iterated and not _DATA_NAME.search(name)
 
     def _chosen_steps(self, test: ast.AST) -> bool:
         """``if step in np.linspace(0, total, 10, dtype=int):``, ``if i in report_at:``: a counter tested for

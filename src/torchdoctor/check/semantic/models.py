@@ -526,8 +526,10 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
             if value.keywords or len(value.args) > 1:
                 return None
             value = value.args[0] if value.args else ast.List(elts=[])  # ``nn.ModuleList()``: filled below
-        if isinstance(value, ast.List | ast.ListComp):  # ``nn.ModuleList([Band(dev, n) for n in sizes])``, ``+= [...]``
-            made = value.elts if isinstance(value, ast.List) else [value.elt]
+        if isinstance(value, ast.List | ast.ListComp | ast.Dict):  # ``nn.ModuleList([Band(dev, n) for n in sizes])``,
+            # ``+= [...]``, ``{"dur": Cost()}``
+            made = value.elts if isinstance(value, ast.List) else value.values if isinstance(value, ast.Dict) \
+                else [value.elt]
             written_all = [dotted(e.func) or "" if isinstance(e, ast.Call) else "" for e in made]
             if not all(w and w.rsplit(".", 1)[-1][:1].isupper() and not (sem.call_name(e) or "").startswith("torch")
                        for w, e in zip(written_all, made)):

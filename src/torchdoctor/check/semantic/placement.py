@@ -10,7 +10,7 @@ from torchdoctor.check.astutil import call_argument, dotted, method_name
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.bindings import Binding
 from torchdoctor.check.semantic.model import SemanticModel
-from torchdoctor.check.semantic.models import RETURNS_SELF
+from torchdoctor.check.semantic.models import RETURNS_SELF, moved_keys
 
 __all__ = ["moved_to_host_before", "never_moved", "cpu_only_loop"]
 
@@ -160,6 +160,28 @@ def _stays(sem: SemanticModel, key: str, reads: list[ast.AST], depth: int) -> bo
     return True
 
 
+def _attribute_never_moved(sem: SemanticModel, func: ast.AST, attr: str) -> bool:
+    """``self.<attr>`` of the class around ``func`` is never moved: the class moves nothing (no ``self.to(...)``, no
+    ``nn.Linear(3, 1).to(dev)`` built in), no ``.<attr>`` and no instance of the class is moved anywhere in the
+    file, and ``__init__`` builds it there."""
+    cls = sem.class_of(func)
+    if cls is None:
+        return False
+    moved = moved_keys(sem)
+    if attr in moved:
+        return False
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+    if init is None or not any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call | ast.Tuple) and any(
+            f"self.{attr}" in {dotted(e) for e in (t.elts if isinstance(t, ast.Tuple) else [t])} for t in n.targets)
+            for n in sem.local_nodes(init)):
+        return False
+    if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in sem.subtree(cls)):
+        return False  # (``self.actor = nn.Linear(3, 1).to(dev)``: the class moves what it builds)
+    instances = {(dotted(t) or "").rsplit(".", 1)[-1] for n in sem.of_type(ast.Assign) if isinstance(n.value, ast.Call)
+                 and (dotted(n.value.func) or "").rsplit(".", 1)[-1] == cls.name for t in n.targets}  # type: ignore[attr-defined]
+    return not (instances & moved)
+
+
 def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
     """A loop that moves nothing and whose every model is a module nothing moves (``never_moved``): made here, or a
     parameter of the loop's function that every call passes such a module (a tutorial's CPU phase: ``fit(cpu_net,
@@ -179,6 +201,8 @@ def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
             return False
         for call in models:
             key = dotted(call.func)
+            if key and key.startswith("self.") and key.count(".") == 1 and _attribute_never_moved(sem, func, key[5:]):
+                continue  # ``self.disc(real)`` of a plain class whose parts nothing moves (a notebook's CPU GAN)
             b = sem.binding_at(key, call) if key and "." not in key else None
             if b is None:
                 return False
