@@ -2992,3 +2992,56 @@ def test_a_helper_of_another_module_that_picks_the_action_for_the_environment_is
     results = check_files(["train.py", "pick.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "pick.py") == [(22, "TD603")]  # peak's read; not the action's copy (9), not greedy (17)
     assert codes(results, "train.py") == [(19, "TD603")]  # the call of peak; not epsilon_pick's, whose action steps
+
+
+def test_a_method_of_a_model_class_of_another_module_that_runs_without_grad_is_quiet(project: Path) -> None:
+    """``lm.inference(seed)`` where ``TinyLM.inference`` (another module) is decorated with
+    ``torch.inference_mode()``, and ``den(x)`` whose ``forward`` samples under ``no_grad``: no graph is recorded.
+    The forward of a plain model is an inference with autograd on."""
+    write(project, {
+        "models.py": """\
+            import torch
+            from torch import nn
+
+
+            class TinyLM(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.out = nn.Linear(8, 30)
+
+                def forward(self, x):
+                    return self.out(x)
+
+                @torch.inference_mode()
+                def inference(self, x):
+                    return self.forward(x).argmax(-1)
+
+
+            class Denoiser(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.net = nn.Linear(8, 8)
+
+                def sample(self, x):
+                    with torch.no_grad():
+                        return self.net(x)
+
+                def forward(self, x):
+                    return self.sample(x)
+            """,
+        "demo.py": """\
+            import torch
+            from models import Denoiser, TinyLM
+
+            dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            lm, den = TinyLM().to(dev), Denoiser().to(dev)
+            lm.eval()
+            den.eval()
+            x = torch.load("clip.pt", map_location=dev, weights_only=True)
+            text = lm.inference(x)
+            clean = den(x)
+            logits = lm(x)
+            """,
+    })
+    results = check_files(["demo.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "demo.py") == [(11, "TD401")]

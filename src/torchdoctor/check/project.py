@@ -176,10 +176,10 @@ class Project(Callers):
             return None
         return cls.frozen, cls.init_params  # type: ignore[attr-defined]
 
-    def class_quiet_forward(self, sem: SemanticModel, written: str) -> bool:
-        """The module class ``written`` (imported here) has a ``forward`` that turns autograd off itself."""
+    def class_quiet_methods(self, sem: SemanticModel, written: str) -> frozenset[str]:
+        """The methods of the module class ``written`` (imported here) that turn autograd off themselves."""
         cls = self._lookup(sem, written, "class")
-        return cls is not None and cls.is_module and cls.quiet_forward  # type: ignore[attr-defined]
+        return cls.quiet_methods if cls is not None and cls.is_module else frozenset()  # type: ignore[attr-defined]
 
     def class_paramless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")

@@ -446,8 +446,9 @@ def _built_evaluated_and_moved(ctx: Context, target: ast.AST, at: ast.AST) -> bo
 
 def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
     model = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in _INFERENCE_METHODS else call.func
+    method = call.func.attr if model is not call.func else "forward"  # type: ignore[attr-defined]
     if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, model, call) \
-            or model_forward_records_nothing(ctx.semantic, model, call):
+            or model_forward_records_nothing(ctx.semantic, model, call, method):
         return  # every parameter was set ``requires_grad = False``, or there is none, or forward turns autograd off
     if _graph_drawn(ctx, call):
         return

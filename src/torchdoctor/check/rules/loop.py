@@ -63,10 +63,13 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
     if forwards and _callers_elsewhere_without_grad(ctx, loop):
         return
     for node in forwards:
-        model = node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr == "forward" else node.func
+        method = node.func.attr if isinstance(node.func, ast.Attribute) and ctx.semantic.expr_kind(
+            node.func.value, node) in ("model", "wrapper") else "forward"
+        model = node.func.value if method != "forward" or isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "forward" else node.func
         if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node) \
                 or model_has_no_parameters(ctx.semantic, model, node) \
-                or model_forward_records_nothing(ctx.semantic, model, node):
+                or model_forward_records_nothing(ctx.semantic, model, node, method):
             continue  # (a module with buffers only, ``Audio2Mel``: no parameter, no graph; a forward under no_grad)
         name = ctx.name(node.func)
         ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",

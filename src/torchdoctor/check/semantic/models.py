@@ -13,7 +13,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
            "STATELESS_LAYERS", "model_is_stateless", "calls_a_frozen_model", "class_holds_nothing",
-           "class_has_no_parameters", "model_has_no_parameters", "forward_records_nothing", "model_forward_records_nothing"]
+           "class_has_no_parameters", "model_has_no_parameters", "methods_without_grad", "model_forward_records_nothing"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -444,13 +444,13 @@ def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> b
     return bool(sem.project is not None and written and sem.project.class_paramless(sem, written))  # type: ignore[attr-defined]
 
 
-def forward_records_nothing(sem: SemanticModel, cls: ast.AST) -> bool:
-    """The module class's ``forward`` turns autograd off itself: decorated with ``torch.no_grad()`` (or
-    ``inference_mode``), its body one ``with torch.no_grad():``, or ``return self.sample(...)`` of a method that is
-    (a diffusion vocoder's forward that samples): calling the model records no graph."""
+def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
+    """The module class's methods that turn autograd off themselves: decorated with ``torch.no_grad()`` (or
+    ``inference_mode``), their body one ``with torch.no_grad():``, or ``return self.sample(...)`` of a method that is
+    (a diffusion vocoder's ``forward`` that samples; a language model's ``@torch.inference_mode() def generate``):
+    calling them records no graph."""
     methods = {f.name: f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef)}
-    forward = methods.get("forward")
-    return forward is not None and _runs_without_grad(sem, forward, methods, 0)
+    return frozenset(name for name, f in methods.items() if name != "__init__" and _runs_without_grad(sem, f, methods, 0))
 
 
 def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast.AST], depth: int) -> bool:
@@ -468,18 +468,18 @@ def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast
     return False
 
 
-def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
+def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST, method: str = "forward") -> bool:
     """The model ``expr`` evaluates to is of a class (of this file or of another module of the project) whose
-    ``forward`` turns autograd off itself (``forward_records_nothing``)."""
+    ``method`` (``forward``: calling the model) turns autograd off itself (``methods_without_grad``)."""
     value = construction(sem, expr, at)
     if value is None:
         return False
     q = sem.call_name(value) or ""
     cls = sem.calls_index.classes.get(q)
     if cls is not None:
-        return q in sem.module_classes and forward_records_nothing(sem, cls)
+        return q in sem.module_classes and method in methods_without_grad(sem, cls)
     written = dotted(value.func)
-    return bool(sem.project is not None and written and sem.project.class_quiet_forward(sem, written))  # type: ignore[attr-defined]
+    return bool(sem.project is not None and written and method in sem.project.class_quiet_methods(sem, written))  # type: ignore[attr-defined]
 
 
 def _init_of(cls: ast.AST) -> ast.AST | None:

@@ -16,7 +16,7 @@ from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_a
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_freezes_itself, class_moves_itself, class_parts, forward_records_nothing, moved_keys
+    class_freezes_itself, class_moves_itself, class_parts, methods_without_grad, moved_keys
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
@@ -28,7 +28,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
-                 "collates_arrays", "quiet_forward")
+                 "collates_arrays", "quiet_methods")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -45,16 +45,16 @@ class ClassSummary(FrozenRecord):
     yields_device: bool  # a Dataset whose items it moves to a device itself (``return x.cuda(), y.cuda()``)
     loader_passes: frozenset[str]  # a DataLoader subclass: the pipeline arguments its ``__init__`` turns on
     collates_arrays: bool  # a Dataset whose ``collate_fn`` method makes no torch tensor (NumPy batches: nothing to pin)
-    quiet_forward: bool  # its ``forward`` runs under no_grad itself (models.forward_records_nothing)
+    quiet_methods: frozenset[str]  # its methods that turn autograd off themselves (models.methods_without_grad)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
                  moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False,
                  builds_loader: bool = False, frozen: str | None = None, init_params: tuple[str, ...] = (),
                  yields_device: bool = False, loader_passes: frozenset[str] = frozenset(),
-                 collates_arrays: bool = False, quiet_forward: bool = False) -> None:
+                 collates_arrays: bool = False, quiet_methods: frozenset[str] = frozenset()) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
-                   builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_forward)
+                   builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods)
 
 
 class FunctionSummary(FrozenRecord):
@@ -150,7 +150,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          loader_init_passes(sem, cls) if not is_module and builds_a_loader(sem, cls)
                                          else frozenset(),
                                          not is_module and class_collates_arrays(sem, cls),
-                                         is_module and forward_records_nothing(sem, cls))
+                                         methods_without_grad(sem, cls) if is_module else frozenset())
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
