@@ -3045,3 +3045,58 @@ def test_a_method_of_a_model_class_of_another_module_that_runs_without_grad_is_q
     })
     results = check_files(["demo.py"], Settings(root=str(project), select=("TD401",)))
     assert codes(results, "demo.py") == [(11, "TD401")]
+
+
+def test_reads_in_the_methods_of_a_trainer_object_of_another_module_run_every_step(project: Path) -> None:
+    """``eng.fit_batch(x, y)`` on every batch, ``eng = Engine(net, lr, dev)`` imported from ``engine.py``: the
+    method's ``.item()`` reads run on every step there. Its copies handed back (an image made for the caller) and an
+    action read for the environment are not told; a method no step loop calls is not either."""
+    write(project, {
+        "engine.py": """\
+            import torch
+
+
+            class Engine:
+                def __init__(self, net, lr, device):
+                    self.net = net
+                    self.net.to(device)
+                    self.opt = torch.optim.Adam(self.net.parameters(), lr=lr)
+
+                def fit_batch(self, x, y):
+                    self.net.train()
+                    self.opt.zero_grad()
+                    err = (self.net(x) - y).abs().mean()
+                    err.backward()
+                    self.opt.step()
+                    return err.item()
+
+                def render(self, x):
+                    with torch.no_grad():
+                        return self.net(x).cpu().numpy()
+
+                def act(self, env, x):
+                    obs, reward, done, info = env.step(self.net(x).argmax().item())
+                    return obs
+
+                def summary(self, x):
+                    return self.net(x).mean().item()
+            """,
+        "run.py": """\
+            import torch
+            import torch.nn as nn
+            from engine import Engine
+
+            dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+            eng = Engine(net, 1e-3, dev)
+            train_loader = [(torch.randn(16, 4), torch.randn(16, 1)) for _ in range(10)]
+            for epoch in range(5):
+                for xb, yb in train_loader:
+                    eng.fit_batch(xb.to(dev), yb.to(dev))
+                    eng.render(xb.to(dev))
+                    eng.act(None, xb.to(dev))
+            print(eng.summary(torch.randn(2, 4, device=dev)))
+            """,
+    })
+    results = check_files(["run.py", "engine.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "engine.py") == [(16, "TD603")]

@@ -147,15 +147,18 @@ class Callers:
         group (the others are not read: a question about DDP callers parses no single-process script)."""
         name = func.name  # type: ignore[attr-defined]
         cls = sem.class_of(func)
+        method = None
         if name == "__init__" and cls is not None:
             name = cls.name  # ``Trainer(model, device=device)`` calls ``Trainer.__init__``
+        elif cls is not None and sem.function_of(func) is None:
+            method, name = name, cls.name  # ``eng.fit_batch(x, y)`` of ``eng = Engine(...)``: found by its class
         here = os.path.abspath(sem.path)
-        key = (here, name)
+        key = (here, f"{name}.{method}" if method else name)
         memo = self.state.callers
         if key in memo:
             return memo[key]
-        if ddp_only and (here, name, "ddp") in memo:
-            return memo[(here, name, "ddp")]
+        if ddp_only and (*key, "ddp") in memo:
+            return memo[(*key, "ddp")]
         stem = os.path.splitext(os.path.basename(here))[0]
         package = os.path.basename(os.path.dirname(here))
         if stem == "__init__":
@@ -180,9 +183,13 @@ class Callers:
                 continue
             names, records = self._records(other)
             for head, found in records.items():
-                if self._imports_function(other, names, head, here, name):
+                if not self._imports_function(other, names, head, here, name):
+                    continue
+                if method is None:
                     out += [r for r in found if r.written.rsplit(".", 1)[-1] == name or r.written == head]
-        memo[(here, name, "ddp") if ddp_only else key] = out
+                else:  # (the class's method, not a function of the same name: ``Engine.fit_batch``)
+                    out += [r for r in found if r.written.endswith(f"{name}.{method}")]
+        memo[(*key, "ddp") if ddp_only else key] = out
         return out
 
     def _package_reexports(self, here: str, name: str) -> bool:

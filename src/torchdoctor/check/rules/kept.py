@@ -52,7 +52,7 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> b
             # step loop reaches through ``runner.collect()``: judged in the loop around each call
             sites = sem.call_sites(func)
             if sites and _reaches_return(ctx, node) and all(  # ``self.env.step(self.strategy.select(net, s))`` in
-                    _stepped_with(ctx, c, _around(ctx, c)) for c in sites):
+                    stepped_with(ctx, c, _around(ctx, c)) for c in sites):
                 return True  # the agent's step method, which the loop calls: the environment needs the action
             loops = [next(iter(sem.loops_around(c)), None) for c in sites]
             if not sites or not _reaches_return(ctx, node):
@@ -65,7 +65,7 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> b
         # (``if done: self._forward(obs)`` once an episode ends, its action dropped: no step of the loop)
         return bool(acting) and _reaches_return(ctx, node) and all(
             c in acting or _dropped_once_in_a_while(ctx, c, loop) for c in sites)
-    return _stepped_with(ctx, node, sem.body(loop))
+    return stepped_with(ctx, node, sem.body(loop))
 
 
 def _around(ctx: Context, call: ast.AST) -> list[ast.AST]:
@@ -78,7 +78,7 @@ def _around(ctx: Context, call: ast.AST) -> list[ast.AST]:
     return sem.body(loop) if loop is not None else []
 
 
-def _stepped_with(ctx: Context, node: ast.AST, region: list[ast.AST]) -> bool:
+def stepped_with(ctx: Context, node: ast.AST, region: list[ast.AST]) -> bool:
     """An environment's ``step`` in ``region`` is handed ``node`` (in its arguments, or through the name it is
     bound to, after it)."""
     sem = ctx.semantic

@@ -15,7 +15,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
-from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, stop_signal
+from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, \
+    stepped_with, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
 from torchdoctor.check.semantic.placement import cpu_only_loop
@@ -570,9 +571,9 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     step because another module of the project calls it from its batch loop: reported here, at the sync."""
     sem = ctx.semantic
     func = sem.function_of(node)
-    if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
+    if func is None or sem.project is None or sem.call_sites(func) or sem.function_of(func) is not None \
             or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
-        return
+        return  # (a method counts: ``eng.fit_batch(x, y)`` of ``eng = Engine(...)`` in another module's loop)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cpu":
         name, at = root_name(node.func.value) or "", node
         for _ in range(4):  # through rebindings of itself: ``if range_norm: tensor = tensor.add(1.0).div(2.0)``
@@ -585,6 +586,10 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy") and returned_copy(ctx, node) \
             and _of_an_input(ctx, node, func):
         return  # ``remove_pad`` handing its callers host arrays of what they gave it: they keep them on the host
+    if sem.class_of(func) is not None and (isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy")
+                                           or stepped_with(ctx, node, sem.local_nodes(func))):
+        return  # a method of an object made in another module: its scalar reads are told (``return loss.item()``),
+        # not its copies (``upsampler.enhance(img)`` handing back the image it made), nor ``self.env.step(a.item())``
     callers = [c for c in sem.project.step_callers(sem, func) if _may_take_branch(ctx, node, func, c)]  # type: ignore[attr-defined]
     if not callers:
         return
@@ -609,6 +614,8 @@ def _may_take_branch(ctx: Context, node: ast.AST, func: ast.AST, caller: object)
     if "*" in passed:
         return True
     params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if ctx.semantic.class_of(func) is not None and params[:1] == ["self"]:
+        params = params[1:]  # (a method's call passes its self implicitly)
     for up in ctx.semantic.ancestors(node):
         if up is func:
             return True

@@ -208,10 +208,19 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     out = []
     accelerator = program.runs_on_accelerator(sem) if accelerator is None else accelerator
     ddp = program.is_ddp_program(sem)
+    made = {t.id for n in sem.of_type(ast.Assign) if isinstance(n.value, ast.Call)  # type: ignore[attr-defined]
+            and (dotted(n.value.func) or "").split(".")[0] in names for t in n.targets  # type: ignore[attr-defined]
+            if isinstance(t, ast.Name)}  # names given an object of a class of the project (``eng = Engine(...)``)
     for call in sem.calls:
         written = dotted(call.func)
-        if written is None or written.split(".")[0] not in names:
+        if written is None:
             continue
+        if written.split(".")[0] not in names:
+            if written.split(".")[0] not in made:
+                continue
+            written = _instance_method(sem, call, names)  # ``eng.fit_batch(x, y)`` of ``eng = Engine(...)``
+            if written is None:
+                continue
         func = sem.function_of(call)
         scope = sem.scope_of(call)
         eval_before = any(sem.mode_call(n) == "eval" and sem.scope_of(n) is scope and n.lineno < call.lineno
@@ -247,6 +256,20 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               accelerator and _per_step(sem, call), sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed)))
     return out
+
+
+def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str | None:
+    """``Engine.fit_batch`` for ``eng.fit_batch(x, y)`` where ``eng = Engine(net, lr, dev)`` and ``Engine`` (or the
+    module ``engine.Engine`` is written through) is imported from the project: the class's method, as written."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+        return None
+    b = sem.binding_at(func.value.id, call)
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    ctor = dotted(made.func) if isinstance(made, ast.Call) else None
+    if not ctor or ctor.split(".")[0] not in names or not ctor.rsplit(".", 1)[-1][:1].isalpha():
+        return None
+    return f"{ctor}.{func.attr}"
 
 
 def _per_step(sem: SemanticModel, call: ast.Call) -> bool:
