@@ -123,7 +123,7 @@ class Callers:
     def step_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
         """The calls of ``func`` from other modules that run on every step of their batch loop, on an accelerator,
         in the order the modules were read."""
-        return [r for r in self._callers(sem, func) if r.per_step]
+        return [r for r in self._callers(sem, func, by_class=True) if r.per_step]
 
     def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
         """A caller in another module passes an accelerator device for ``param`` of ``func``."""
@@ -142,7 +142,7 @@ class Callers:
         return any(param in r.moved_models or (slot is not None and slot in r.moved_models)
                    for r in self._callers(sem, func))
 
-    def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False) -> list[CallRecord]:
+    def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False) -> list[CallRecord]:
         """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process
         group (the others are not read: a question about DDP callers parses no single-process script)."""
         name = func.name  # type: ignore[attr-defined]
@@ -150,8 +150,9 @@ class Callers:
         method = None
         if name == "__init__" and cls is not None:
             name = cls.name  # ``Trainer(model, device=device)`` calls ``Trainer.__init__``
-        elif cls is not None and sem.function_of(func) is None:
+        elif by_class and cls is not None and sem.function_of(func) is None:
             method, name = name, cls.name  # ``eng.fit_batch(x, y)`` of ``eng = Engine(...)``: found by its class
+            # (asked about per-step calls only: reading every importer of a class for every method costs memory)
         here = os.path.abspath(sem.path)
         key = (here, f"{name}.{method}" if method else name)
         memo = self.state.callers
