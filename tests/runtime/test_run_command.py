@@ -156,3 +156,17 @@ def test_a_traceback_through_the_patches_shows_the_frames_python_shows(tmp_path)
     assert "torchdoctor" not in trace and "runpy" not in trace
     assert _frames(trace) == _frames(plain.stderr) and trace.rstrip().endswith("ValueError: wrapped")
     assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in trace
+
+
+def test_a_file_that_shadows_a_module_torch_imports_is_named_not_an_internal_error(tmp_path):
+    """``timeit.py`` beside the script comes first on the path (as for ``python script.py``), and torch imports
+    ``timeit``: the watch cannot start. The run says why, names the file, exits 1, and reports nothing else."""
+    (tmp_path / "timeit.py").write_text("import sys\nwhich = sys.argv[99]\n")
+    script = tmp_path / "prog.py"
+    script.write_text("import torch\nprint(torch.ones(2).sum())\n")
+    done = subprocess.run([sys.executable, "-m", "torchdoctor", "run", "--no-env", str(script)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "the watch could not start: IndexError" in done.stderr
+    assert f"{tmp_path / 'timeit.py'} shadows Python's own `timeit` module" in done.stderr
+    assert "internal error" not in done.stderr and done.stdout == ""

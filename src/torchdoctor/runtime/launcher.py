@@ -32,8 +32,10 @@ def run_program(target: str, argv: list[str], *, as_module: bool, session: Watch
     error: BaseException | None = None
     code = 0
     namespace: Any = None  # the script's globals, held until the session has judged (nothing freed before)
+    started = False
     try:
         with session:
+            started = True
             try:
                 if as_module:
                     namespace = runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -47,6 +49,14 @@ def run_program(target: str, argv: list[str], *, as_module: bool, session: Watch
         error, code = exc, 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
+    if not started:  # the watch could not start (torch failed to import): nothing was run, nothing to report
+        print(f"torchdoctor run: the watch could not start: {type(error).__name__}: {error}", file=sys.stderr)
+        hint = _shadowing_module(error, os.path.dirname(os.path.abspath(target)) if not as_module else os.getcwd())
+        if hint:
+            print(f"  {hint}", file=sys.stderr)
+        if error is not None:
+            traceback.print_exception(type(error), error, error.__traceback__)
+        return 1
     on_report(session, error)
     del namespace
     if error is not None and not isinstance(error, KeyboardInterrupt):
@@ -54,6 +64,21 @@ def run_program(target: str, argv: list[str], *, as_module: bool, session: Watch
     elif isinstance(error, KeyboardInterrupt):
         print("KeyboardInterrupt", file=sys.stderr)
     return code
+
+
+def _shadowing_module(error: BaseException | None, folder: str) -> str | None:
+    """A file of the script's folder that an import took for a module of Python's own library (``timeit.py``,
+    ``code.py``): the folder comes first on the path, as it does for ``python script.py``."""
+    tb = error.__traceback__ if error is not None else None
+    names = getattr(sys, "stdlib_module_names", frozenset())
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if os.path.dirname(os.path.abspath(path)) == folder and stem in names:
+            return (f"{path} shadows Python's own `{stem}` module, which torch imports: rename it (`python` on the "
+                    "script fails the same way)")
+        tb = tb.tb_next
+    return None
 
 
 def _exit_code(exc: SystemExit) -> int:
