@@ -98,6 +98,10 @@ def is_false(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value in (False, 0, None) and node.value is not True
 
 
+def is_none(node: ast.AST | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
 def is_true(node: ast.AST | None) -> bool:
     return isinstance(node, ast.Constant) and node.value is True
 

@@ -131,8 +131,7 @@ def _meets_host_copies(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:
         if isinstance(arg, ast.Name):
             b = sem.binding_at(arg.id, consumer)
             arg = b.value if b is not None and not b.is_param and b.index is None and b.value is not None else arg
-        while isinstance(arg, ast.Call) and method_name(arg) in ("detach", "float", "double", "numpy", "squeeze"):
-            arg = arg.func.value  # type: ignore[attr-defined]
+        arg = strip_methods(arg, ("detach", "float", "double", "numpy", "squeeze"), depth=8)
         if not (isinstance(arg, ast.Call) and method_name(arg) == "cpu"):
             return False
     return True

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name
+from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, strip_methods
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import models, placement, program
 from torchdoctor.findings import Edit
@@ -145,8 +145,7 @@ def _fed_a_host_tensor(ctx: Context, call: ast.Call) -> bool:
         b = ctx.semantic.binding_at(arg.id, call)
         arg = b.value if b is not None and not b.is_param and b.index is None and b.value is not None \
             and ctx.semantic.scope_of(b.node) is ctx.semantic.scope_of(call) else arg
-    while isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr in _RESHAPES:
-        arg = arg.func.value
+    arg = strip_methods(arg, _RESHAPES, depth=8)
     return isinstance(arg, ast.Call) and (ctx.call_name(arg) or "") in _HOST_FACTORIES and keyword(arg, "device") is None
 
 

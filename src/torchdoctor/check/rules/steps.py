@@ -620,16 +620,12 @@ def _may_take_branch(ctx: Context, node: ast.AST, func: ast.AST, caller: object)
         if up is func:
             return True
         if isinstance(up, ast.If) and isinstance(up.test, ast.Name) and up.test.id in params \
-                and _in_body(up.body, node, ctx):
+                and any(ctx.semantic.contains(s, node) for s in up.body):
             default = param_default(func, up.test.id)  # type: ignore[arg-type]
             if isinstance(default, ast.Constant) and default.value in (False, None) and up.test.id not in passed \
                     and f"#{params.index(up.test.id)}" not in passed:
                 return False
     return True
-
-
-def _in_body(body: list[ast.AST], node: ast.AST, ctx: Context) -> bool:
-    return any(s is node or ctx.semantic.contains(s, node) for s in body)
 
 
 @rule("TD603", ast.JoinedStr)

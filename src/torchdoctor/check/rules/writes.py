@@ -8,7 +8,7 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import argument, call_argument, dotted, param_default, string_value
+from torchdoctor.check.astutil import argument, call_argument, dotted, is_none, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -364,10 +364,6 @@ def _writes_on_main_only(call: ast.Call) -> bool:
     return any(k.arg in ("is_main_process", "save_function") for k in call.keywords)
 
 
-def _is_none(node: ast.AST | None) -> bool:
-    return isinstance(node, ast.Constant) and node.value is None
-
-
 def _disabled_unless_given(ctx: Context, call: ast.Call) -> bool:
     """The method returns early when ``self.save_path is None`` (``if self.save_path is None: return``), and
     ``__init__`` takes that path as a parameter that defaults to None: the code that builds the object decides which
@@ -386,14 +382,14 @@ def _disabled_unless_given(ctx: Context, call: ast.Call) -> bool:
             continue
         test = stmt.test
         attr = test.left if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
-            and _is_none(test.comparators[0]) else test.operand if isinstance(test, ast.UnaryOp) \
+            and is_none(test.comparators[0]) else test.operand if isinstance(test, ast.UnaryOp) \
             and isinstance(test.op, ast.Not) else None
         key = dotted(attr) if attr is not None else None
         if not key or not key.startswith("self."):
             continue
         for n in ast.walk(init):
             if isinstance(n, ast.Assign) and any(dotted(t) == key for t in n.targets) and isinstance(n.value, ast.Name) \
-                    and _is_none(param_default(init, n.value.id)):
+                    and is_none(param_default(init, n.value.id)):
                 return True
     return False
 

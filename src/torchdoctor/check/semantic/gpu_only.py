@@ -36,19 +36,7 @@ def _compiles_kernel_on_import(sem: SemanticModel) -> bool:
     """``ext = load("warp", sources=[..., "warp_kernel.cu"])`` (``torch.utils.cpp_extension``) at module level, not
     in a ``try`` that goes on without it: importing the module compiles a CUDA kernel, which needs the CUDA
     toolkit, and the model built on it runs on an NVIDIA GPU only."""
-    if "cpp_extension" not in sem.text.source:
-        return False
-    for call in sem.calls_named("load", "load_inline"):
-        name = sem.call_name(call) or ""
-        if not name.startswith("torch.utils.cpp_extension.") or sem.function_of(call) is not None:
-            continue
-        if not (any(k.arg == "cuda_sources" for k in call.keywords) or any(
-                (text := string_value(n)) is not None and text.endswith((".cu", ".cuh")) for n in sem.subtree(call))):
-            continue
-        if not any(isinstance(a, ast.Try) and any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in a.handlers)
-                   for a in sem.ancestors(call)):
-            return True
-    return False
+    return any(sem.function_of(call) is None and _builds_cuda(call, call, sem) for call in _kernel_loads(sem))
 
 
 def kernel_builders(sem: SemanticModel) -> frozenset[str]:
@@ -56,21 +44,34 @@ def kernel_builders(sem: SemanticModel) -> frozenset[str]:
     a helper nested inside too) and ``.cu`` sources named in them (``srcpath / "act_cuda.cu"``), not in a ``try``
     that goes on without it. A module that calls one when it is imported needs the CUDA toolkit and a GPU
     (``kernel_calls``, ``Project.imports_gpu_only_module``)."""
-    if "cpp_extension" not in sem.text.source:
-        return frozenset()
     out = set()
-    for call in sem.calls_named("load", "load_inline"):
-        if not (sem.call_name(call) or "").startswith("torch.utils.cpp_extension."):
-            continue
-        if any(isinstance(a, ast.Try) and any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in a.handlers)
-               for a in sem.ancestors(call)):
-            continue
+    for call in _kernel_loads(sem):
         outer = [a for a in sem.ancestors(call) if isinstance(a, ast.FunctionDef | ast.AsyncFunctionDef)]
-        if outer and sem.function_of(outer[-1]) is None and isinstance(sem.parent(outer[-1]), ast.Module) and (
-                any(k.arg == "cuda_sources" for k in call.keywords) or any(
-                (text := string_value(n)) is not None and text.endswith((".cu", ".cuh")) for n in sem.subtree(outer[-1]))):
+        if outer and isinstance(sem.parent(outer[-1]), ast.Module) and _builds_cuda(call, outer[-1], sem):
             out.add(outer[-1].name)
     return frozenset(out)
+
+
+def _kernel_loads(sem: SemanticModel) -> list[ast.Call]:
+    """``torch.utils.cpp_extension.load``/``load_inline`` calls of the module, but those in a ``try`` that goes on
+    without them."""
+    if "cpp_extension" not in sem.text.source:
+        return []
+    return [call for call in sem.calls_named("load", "load_inline")
+            if (sem.call_name(call) or "").startswith("torch.utils.cpp_extension.")
+            and not any(isinstance(a, ast.Try) and _goes_on_without(a) for a in sem.ancestors(call))]
+
+
+def _builds_cuda(call: ast.Call, where: ast.AST, sem: SemanticModel) -> bool:
+    """The load compiles CUDA: ``cuda_sources=``, or ``.cu`` sources named in ``where`` (the call, or the function
+    that holds it and builds the list of sources)."""
+    return any(k.arg == "cuda_sources" for k in call.keywords) or any(
+        (text := string_value(n)) is not None and text.endswith((".cu", ".cuh")) for n in sem.subtree(where))
+
+
+def _goes_on_without(node: ast.Try) -> bool:
+    """A handler of the ``try`` goes on (it does not end in ``raise``): the program runs without what the body does."""
+    return any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in node.handlers)
 
 
 def kernel_calls(sem: SemanticModel) -> tuple[tuple[int, str, str], ...]:
@@ -118,7 +119,7 @@ def _main_block_or_optional(sem: SemanticModel, node: ast.AST) -> bool:
     for a in sem.ancestors(node):
         if isinstance(a, ast.If) and "__main__" in sem.segment(a.test):
             return True
-        if isinstance(a, ast.Try) and any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in a.handlers):
+        if isinstance(a, ast.Try) and _goes_on_without(a):
             return True
     return False
 
@@ -138,8 +139,7 @@ def _imports_own_extension(sem: SemanticModel) -> bool:
 def _optional_import(sem: SemanticModel, imp: ast.AST) -> bool:
     """In a ``try:`` with a handler that goes on (no ``raise``): the program runs without the module."""
     parent = sem.parent(imp)
-    return isinstance(parent, ast.Try) and any(s is imp for s in parent.body) and any(
-        not (h.body and isinstance(h.body[-1], ast.Raise)) for h in parent.handlers)
+    return isinstance(parent, ast.Try) and any(s is imp for s in parent.body) and _goes_on_without(parent)
 
 
 # ``CUDAExtension("knn_cuda", ...)`` in a setup.py; ``create_extension('_ext.dcn_v2', ..., with_cuda=...)`` in the

@@ -595,15 +595,15 @@ def _some_gpus(value: ast.AST) -> bool:
 def _lightning_on_gpu(sem: SemanticModel) -> bool:
     """A Lightning ``Trainer``/``Fabric`` of the file is told to train on a GPU (``accelerator="gpu"``,
     ``gpus=1``): Lightning moves the model and each batch there."""
+    return any(k.arg == "accelerator" and string_value(k.value) in ("gpu", "cuda") or k.arg == "gpus" and _some_gpus(k.value)
+               for call in _lightning_launches(sem) for k in call.keywords)
+
+
+def _lightning_launches(sem: SemanticModel) -> list[ast.Call]:
+    """The file's Lightning ``Trainer(...)``/``Fabric(...)`` calls."""
     if "Trainer" not in sem.text.source and "Fabric" not in sem.text.source:
-        return False
-    for call in sem.calls_named("Trainer", "Fabric"):
-        if (sem.call_name(call) or "") not in _LAUNCHERS:
-            continue
-        for k in call.keywords:
-            if k.arg == "accelerator" and string_value(k.value) in ("gpu", "cuda") or k.arg == "gpus" and _some_gpus(k.value):
-                return True
-    return False
+        return []
+    return [c for c in sem.calls_named("Trainer", "Fabric") if (sem.call_name(c) or "") in _LAUNCHERS]
 
 
 _NO_CUDA_FLAG = lazy(r"^--?(no[-_]?(cuda|gpu)|disable[-_]cuda|cpu)$")
@@ -624,7 +624,7 @@ def _cuda_always_off(sem: SemanticModel) -> bool:
 
 def _lightning_on_cpu(sem: SemanticModel) -> bool:
     """Every Lightning ``Trainer``/``Fabric`` of the file is told ``accelerator="cpu"``: it trains on the CPU."""
-    made = [c for c in sem.calls_named("Trainer", "Fabric") if (sem.call_name(c) or "") in _LAUNCHERS]
+    made = _lightning_launches(sem)
     return bool(made) and all(any(k.arg == "accelerator" and string_value(k.value) == "cpu" for k in c.keywords)
                               for c in made)
 
