@@ -170,7 +170,7 @@ class Project(Callers):
 
     def class_frozen(self, sem: SemanticModel, written: str) -> tuple[str, tuple[str, ...]] | None:
         """The module class ``written`` (imported here) freezes its parameters as it is built: how (see
-        ``models.class_freezes_itself``) and its ``__init__``'s parameters; None when it does not."""
+        ``frozen.class_freezes_itself``) and its ``__init__``'s parameters; None when it does not."""
         cls = self._lookup(sem, written, "class")
         if cls is None or not cls.is_module or cls.frozen is None:  # type: ignore[attr-defined]
             return None

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic import cuda_sites, program
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -25,7 +25,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if program.has_cuda_check(sem):
         return
-    for site in program.cuda_sites(sem):
+    for site in cuda_sites.cuda_sites(sem):
         if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
@@ -102,7 +102,7 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
     if not isinstance(func, ast.Attribute):
         return
     sem = ctx.semantic
-    if sem.qualname(func.value) == "torch" or program.on_module(sem, func.value) or dotted(func.value) == "self" \
+    if sem.qualname(func.value) == "torch" or cuda_sites.on_module(sem, func.value) or dotted(func.value) == "self" \
             and sem.resolve(node):
         return  # (``self.cuda(*items)`` of a class's own ``def cuda``: the project's helper, not torch's)
     own = sem.function_of(node)
@@ -151,6 +151,6 @@ def _chosen_device(sem, node: ast.AST) -> str | None:
     for n in sem.subtree(cls):
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Attribute) \
                 and isinstance(n.targets[0].value, ast.Name) and n.targets[0].value.id == "self" \
-                and n.targets[0].attr.lstrip("_") == "device" and not program.cuda_string(n.value)[0]:
+                and n.targets[0].attr.lstrip("_") == "device" and not cuda_sites.cuda_string(n.value)[0]:
             return f"self.{n.targets[0].attr}"
     return None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import argument, dotted, is_true, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic import cuda_sites, program
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -175,7 +175,7 @@ def _has_indexed_device(ctx: Context) -> bool:
     """The program places work on a per-rank GPU somewhere (`torch.device("cuda", rank)`, `.to(local_rank)`)."""
 
     def compute() -> bool:
-        if any(site.indexed for site in program.cuda_sites(ctx.semantic)):
+        if any(site.indexed for site in cuda_sites.cuda_sites(ctx.semantic)):
             return True
         aliases = ctx.semantic.guards.rank_aliases()
         for call in ctx.semantic.calls_named("to"):
@@ -215,7 +215,7 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             or program.accelerator_api(sem) or program.sets_device_through_helper(sem) or not _starts_processes(ctx) \
             or program.single_process_world(sem) or _hf_trainer(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
-    sites = [site for site in program.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)]
+    sites = [site for site in cuda_sites.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)]
     if sites and (_helper_sets_device(ctx) or sem.project is not None and sem.project.importer_sets_device(sem)):
         return  # (asked last: it reads the modules the file calls into, or those that import it)
     for site in sites:
@@ -317,7 +317,7 @@ def _on_gpus(ctx: Context) -> bool:
 
     def compute() -> bool:
         sem = ctx.semantic
-        return bool(program.cuda_sites(sem)) or any(
+        return bool(cuda_sites.cuda_sites(sem)) or any(
             (string_value(n) or "").lower().startswith(("nccl", "cuda")) for n in sem.of_type(ast.Constant))
 
     return ctx.semantic.cached("on_gpus", compute)  # type: ignore[no-any-return]

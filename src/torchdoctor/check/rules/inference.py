@@ -12,8 +12,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.rules.loop import training_branch
-from torchdoctor.check.semantic.models import calls_a_frozen_model, construction, model_forward_records_nothing, \
-    model_has_no_parameters
+from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing
+from torchdoctor.check.semantic.models import construction, model_has_no_parameters
 
 
 # a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)

@@ -9,8 +9,9 @@ from torchdoctor.check.astutil import call_argument, dotted, keyword, method_nam
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import DROPOUT_BN, calls_a_frozen_model, class_has_dropout_or_bn, class_in_effect, \
-    construction, first_input_device, has_dropout_or_bn, model_forward_records_nothing, model_has_no_parameters
+from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing
+from torchdoctor.check.semantic.models import DROPOUT_BN, class_has_dropout_or_bn, class_in_effect, construction, \
+    first_input_device, has_dropout_or_bn, model_has_no_parameters
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 

@@ -10,7 +10,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
 from torchdoctor.check.project import SELECTS_WRAPPED, STRIPS_WRAPPED
-from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic import cuda_sites, flow, program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_nothing, class_moves_itself, class_parts, \
     first_input_device, last_name, model_is_stateless, moved_keys, wrapper_prefix
 from torchdoctor.check.semantic.placement import never_moved
@@ -62,7 +62,7 @@ def _same_move(ctx: Context, move: ast.Call, key: str) -> str:
     """The move of the data, as code for the model: ``model.cuda()``, ``model.to(device)``, ``utils.cuda(model)``
     (a project's helper named ``cuda``, not the tensor method)."""
     if isinstance(move.func, ast.Attribute) and move.func.attr in ("cuda", "to"):
-        if program.on_module(ctx.semantic, move.func.value):
+        if cuda_sites.on_module(ctx.semantic, move.func.value):
             return f"{ctx.semantic.segment(move.func)}({key})"
         args = ", ".join(ctx.semantic.segment(a) for a in [*move.args, *move.keywords][:1] if ctx.semantic.segment(a))
         return f"{key}.{move.func.attr}({args})"

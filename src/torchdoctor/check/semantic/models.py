@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, is_true, method_name, param_default
+from torchdoctor.check.astutil import FACTORIES, dotted, is_false, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
-           "STATELESS_LAYERS", "model_is_stateless", "calls_a_frozen_model", "class_holds_nothing",
-           "class_has_no_parameters", "model_has_no_parameters", "methods_without_grad", "model_forward_records_nothing"]
+           "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing",
+           "class_has_no_parameters", "model_has_no_parameters"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -444,44 +444,6 @@ def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> b
     return bool(sem.project is not None and written and sem.project.class_paramless(sem, written))  # type: ignore[attr-defined]
 
 
-def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
-    """The module class's methods that turn autograd off themselves: decorated with ``torch.no_grad()`` (or
-    ``inference_mode``), their body one ``with torch.no_grad():``, or ``return self.sample(...)`` of a method that is
-    (a diffusion vocoder's ``forward`` that samples; a language model's ``@torch.inference_mode() def generate``):
-    calling them records no graph."""
-    methods = {f.name: f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef)}
-    return frozenset(name for name, f in methods.items() if name != "__init__" and _runs_without_grad(sem, f, methods, 0))
-
-
-def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast.AST], depth: int) -> bool:
-    if any(sem.guards.grad_call(d) == "off" for d in func.decorator_list):  # type: ignore[attr-defined]
-        return True
-    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
-    if len(body) == 1 and isinstance(body[0], ast.With) and any(
-            isinstance(item.context_expr, ast.Call) and sem.guards.grad_call(item.context_expr) == "off"
-            for item in body[0].items):
-        return True
-    if depth == 0 and len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(call := body[0].value, ast.Call) \
-            and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self" \
-            and (inner := methods.get(call.func.attr)) is not None:
-        return _runs_without_grad(sem, inner, methods, depth + 1)
-    return False
-
-
-def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST, method: str = "forward") -> bool:
-    """The model ``expr`` evaluates to is of a class (of this file or of another module of the project) whose
-    ``method`` (``forward``: calling the model) turns autograd off itself (``methods_without_grad``)."""
-    value = construction(sem, expr, at)
-    if value is None:
-        return False
-    q = sem.call_name(value) or ""
-    cls = sem.calls_index.classes.get(q)
-    if cls is not None:
-        return q in sem.module_classes and method in methods_without_grad(sem, cls)
-    written = dotted(value.func)
-    return bool(sem.project is not None and written and method in sem.project.class_quiet_methods(sem, written))  # type: ignore[attr-defined]
-
-
 def _init_of(cls: ast.AST) -> ast.AST | None:
     return next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
 
@@ -608,164 +570,3 @@ def model_is_stateless(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
         return q in sem.module_classes and class_holds_nothing(sem, cls)
     written = dotted(value.func)
     return bool(sem.project is not None and written and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
-
-
-_FROZEN_BY_DEFAULT = ("torch.nn.Embedding.from_pretrained", "torch.nn.EmbeddingBag.from_pretrained")
-
-
-def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
-    """``model(x)`` (or ``model.predict(x)``) after every parameter of ``model`` was frozen in this file
-    (``for _, v in model.named_parameters(): v.requires_grad = False``, ``model.requires_grad_(False)``): with no
-    leaf that requires grad, autograd records nothing."""
-    func = call.func
-    target = func.value if isinstance(func, ast.Attribute) and func.attr in ("predict", "inference", "infer", "forward") \
-        else func
-    key = dotted(target)
-    if not key:
-        return False
-    made = construction(sem, target, call)
-    if made is not None and (sem.call_name(made) or "") in _FROZEN_BY_DEFAULT and not any(
-            k.arg == "freeze" and not is_true(k.value) for k in made.keywords):
-        return True  # ``nn.Embedding.from_pretrained(vectors)``: ``freeze=True`` unless told otherwise
-    if made is not None and _built_frozen(sem, made):
-        return True  # ``InceptionV3([block])`` whose ``__init__`` freezes every parameter unless told otherwise
-    here = (call.lineno, call.col_offset)
-
-    def model_binding(at: ast.AST) -> object | None:  # through ``model = model.to(device)``: the same module
-        b = sem.binding_at(key, at)
-        for _ in range(4):
-            value = b.value if b is not None and not b.is_param else None
-            while isinstance(value, ast.Call) and method_name(value) in ("to", "cuda", "eval", "half", "float"):
-                value = value.func.value  # type: ignore[attr-defined]
-            if not (isinstance(value, ast.Name) and value.id == key):
-                break
-            b = sem.binding_at(key, value)
-        return b
-
-    bound = model_binding(call)
-
-    def same_model(at: ast.AST) -> bool:  # the same binding of ``key`` (or, for ``self.net``, the same function)
-        return model_binding(at) is bound if bound is not None else sem.function_of(at) is sem.function_of(call)
-
-    for n in sem.calls_named("requires_grad_"):
-        if isinstance(n.func, ast.Attribute) and dotted(n.func.value) == key and n.args and is_false(n.args[0]) \
-                and (n.lineno, n.col_offset) < here and same_model(n):
-            return True
-    for loop in sem.of_type(ast.For):
-        it = loop.iter  # type: ignore[attr-defined]
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("parameters",
-                "named_parameters") and dotted(it.func.value) == key and (loop.lineno, 0) < here  # type: ignore[attr-defined]
-                and same_model(loop)):
-            continue
-        target_var = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target  # type: ignore[attr-defined]
-        var = target_var.id if isinstance(target_var, ast.Name) else None
-        if var and any(isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)
-                       and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var
-                       and is_false(st.value) for st in loop.body):  # type: ignore[attr-defined]
-            return True
-        if var and any(isinstance(st, ast.Expr) and isinstance(c := st.value, ast.Call) and method_name(c) == "requires_grad_"
-                       and dotted(c.func.value) == var and c.args and is_false(c.args[0])  # type: ignore[attr-defined]
-                       for st in loop.body) and not _unfrozen_between(sem, key, loop, here):  # type: ignore[attr-defined]
-            return True  # ``for p in model.parameters(): p.requires_grad_(False)``
-    return _frozen_by_every_caller(sem, call, key)
-
-
-def _frozen_by_every_caller(sem: SemanticModel, call: ast.Call, key: str) -> bool:
-    """``model`` is a parameter of a plain function whose every call in this file hands it a model frozen before
-    the call (``det.requires_grad_(False)`` ... ``evaluate(det, images)``)."""
-    func = sem.function_of(call)
-    b = sem.binding_at(key, call)
-    if func is None or b is None or not b.is_param or b.node is not func or sem.class_of(func) is not None:
-        return False
-    sites = sem.call_sites(func)
-    if not sites:
-        return False
-    for site in sites:
-        arg = call_argument(site, func, key) if not any(isinstance(a, ast.Starred) for a in site.args) else None  # type: ignore[arg-type]
-        name = dotted(arg) if arg is not None else None
-        if name is None or not any(
-                isinstance(n.func, ast.Attribute) and dotted(n.func.value) == name and n.args and is_false(n.args[0])
-                and (n.lineno, n.col_offset) < (site.lineno, site.col_offset) and sem.scope_of(n) is sem.scope_of(site)
-                for n in sem.calls_named("requires_grad_")):
-            return False
-    return True
-
-
-def _unfrozen_between(sem: SemanticModel, key: str, start: ast.AST, here: tuple[int, int]) -> bool:
-    """``for p in model.layer4.parameters(): p.requires_grad_(True)`` after the model was frozen whole: fine-tuning
-    a part, whose forwards record a graph again."""
-    begin = (start.lineno, start.col_offset)  # type: ignore[attr-defined]
-    for n in sem.calls_named("requires_grad_"):
-        if begin < (n.lineno, n.col_offset) < here and n.args and not is_false(n.args[0]):
-            return True
-    for st in sem.of_type(ast.Assign):
-        if begin < (st.lineno, st.col_offset) < here and any(  # type: ignore[attr-defined]
-                isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in st.targets) and is_true(st.value):  # type: ignore[attr-defined]
-            return True
-    return False
-
-
-def class_freezes_itself(sem: SemanticModel, cls: ast.AST) -> str | None:
-    """How the module class ``cls`` freezes every parameter in its own ``__init__`` (``for p in self.parameters():
-    p.requires_grad = False``, ``self.requires_grad_(False)``): "" always, or the name of the ``__init__``
-    parameter that decides, when its default is False (``def __init__(self, ..., requires_grad=False)``: an FID
-    feature extractor, a perceptual-loss VGG); None when it does not."""
-    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
-    if init is None:
-        return None
-
-    def frozen_by(value: ast.AST) -> str | None:
-        if is_false(value):
-            return ""
-        if isinstance(value, ast.Name) and is_false(param_default(init, value.id)) and not any(
-                isinstance(n, ast.Name) and n.id == value.id and isinstance(n.ctx, ast.Store) for n in sem.subtree(init)):
-            return value.id
-        return None
-
-    for node in sem.subtree(init):
-        if isinstance(node, ast.Call) and method_name(node) == "requires_grad_" and dotted(node.func.value) == "self" \
-                and node.args:  # type: ignore[attr-defined]
-            found = frozen_by(node.args[0])
-            if found is not None:
-                return found
-        if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and method_name(node.iter) in (
-                "parameters", "named_parameters") and dotted(node.iter.func.value) == "self"):  # type: ignore[attr-defined]
-            continue
-        target = node.target.elts[-1] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
-        var = target.id if isinstance(target, ast.Name) else None
-        for st in node.body:
-            if var and isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute) \
-                    and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var:
-                found = frozen_by(st.value)
-                if found is not None:
-                    return found
-    return None
-
-
-def frozen_as_built(how: str | None, made: ast.Call, init_params: list[str] | None = None) -> bool:
-    """A class that ``class_freezes_itself`` (``how``), built by ``made``: frozen unless the call passes the deciding
-    parameter (by keyword, or so many arguments by position that it may be among them)."""
-    if how is None:
-        return False
-    if how == "":
-        return True
-    if any(k.arg == how or k.arg is None for k in made.keywords):
-        return False
-    position = init_params.index(how) if init_params and how in init_params else None
-    return not any(isinstance(a, ast.Starred) for a in made.args) and (position is None and not made.args
-                                                                      or position is not None and len(made.args) <= position)
-
-
-def _built_frozen(sem: SemanticModel, made: ast.Call) -> bool:
-    """``made`` builds a module class (of this file, or of another module of the project) that freezes itself."""
-    name = sem.call_name(made) or ""
-    cls = sem.calls_index.classes.get(name) if name in sem.module_classes else None
-    if cls is not None:
-        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
-        params = [a.arg for a in init.args.args[1:]] if init is not None else None
-        return frozen_as_built(class_freezes_itself(sem, cls), made, params)
-    written = dotted(made.func)
-    if sem.project is None or not written:
-        return False
-    how = sem.project.class_frozen(sem, written)  # type: ignore[attr-defined]
-    return how is not None and frozen_as_built(how[0], made, list(how[1]))

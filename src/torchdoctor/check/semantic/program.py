@@ -9,15 +9,15 @@ import os
 
 from torchdoctor.check.astutil import call_argument, dotted, int_literal, method_name, string_value
 from torchdoctor.check.patterns import lazy
+from torchdoctor.check.semantic.cuda_sites import CUDA_DEVICE, CUDA_TEMPLATES, some_gpus
 from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, runs_a_moved_model
 from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program, names_process_group, \
     single_process_world
-from torchdoctor.record import FrozenRecord
 
-__all__ = ["CudaSite", "cuda_site", "cuda_sites", "cuda_string", "has_cuda_check", "is_ddp_program",
-           "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "on_module", "device_params", "in_test",
+__all__ = ["has_cuda_check", "is_ddp_program",
+           "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "device_params", "in_test",
            "QUIET_IN_TESTS", "uses_gpu_only_library", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
            "sets_device_through_helper", "imports_gpu_only", "single_process_world"]
 
@@ -29,164 +29,11 @@ QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306"
 _TESTS_DIR = lazy(r"(^|/)(tests?|testing|test_utils|unittests?)(/|$)")
 _TEST_FILE = lazy(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
 
-_CUDA = lazy(r"cuda(:\d+)?")
-# Calls that take `device=` but fall back by themselves (autocast, GradScaler warn and disable)
-# or hold configuration rather than placing anything.
-_QUIET_DEVICE_KW = lazy(
-    r"(^torch\.(cuda|amp|autocast|GradScaler|cpu)\b)|(^dict$)|(Config|Args|Arguments|Namespace|set_defaults|add_argument)$"
-)
 # A device given as a process's GPU index: `.to(local_rank)`, `.cuda(args.gpu)`, `torch.device(rank)`.
 _RANK_DEVICE = lazy(r"(?i)(^|[._])(local_rank|rank|gpu|gpu_id|gpus|device_id|local_gpu|cuda_device)$")
 _DEVICE_PARAM = lazy(r"(?i)^(device|dev|.*_device)$")
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _MOVE_CALLS = MOVE_CALLS
-
-
-_CUDA_TEMPLATES = ("cuda:{}", "cuda:{0}", "cuda:%d")  # an indexed CUDA device filled in by .format() or %
-
-
-def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
-    """(is a literal CUDA device string, names a device index) for ``"cuda"``, ``"cuda:1"``, ``f"cuda:{rank}"``."""
-    text = string_value(node)
-    if text is not None:
-        m = _CUDA.fullmatch(text.strip())
-        return (m is not None, bool(m and m.group(1)))
-    if isinstance(node, ast.JoinedStr) and node.values:
-        head = string_value(node.values[0])
-        if head is not None and head.startswith("cuda"):
-            return (head in ("cuda", "cuda:"), len(node.values) > 1)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
-            and string_value(node.func.value) in _CUDA_TEMPLATES and node.args \
-            or isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and string_value(node.left) in _CUDA_TEMPLATES \
-            or isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and string_value(node.left) == "cuda:":
-        return (True, True)  # ``torch.device("cuda:{}".format(gpu_ids[0]))``, ``"cuda:%d" % rank``, ``"cuda:" + str(i)``
-    return (False, False)
-
-
-# ---- hard-coded CUDA sites -----------------------------------------------------------------------
-class CudaSite(FrozenRecord):
-    """One place where a CUDA device is hard-coded."""
-
-    __slots__ = ("node", "text", "indexed")
-    node: ast.AST
-    text: str  # how the message names it: `torch.device("cuda")`, `model.cuda()`
-    indexed: bool  # names a device index (`"cuda:1"`, `.cuda(rank)`, `torch.device("cuda", rank)`)
-
-    def __init__(self, node: ast.AST, text: str, indexed: bool) -> None:
-        self._fill(node, text, indexed)
-
-
-def _short(sem: SemanticModel, node: ast.AST) -> str:
-    from torchdoctor.check.semantic.text import short
-
-    return short(sem.segment(node), 60)
-
-
-def cuda_site(sem: SemanticModel, node: ast.AST) -> CudaSite | None:
-    """The hard-coded CUDA device at ``node``, if ``node`` is such a site."""
-    if isinstance(node, ast.Call):
-        return _call_site(sem, node)
-    if isinstance(node, (ast.Assign, ast.AnnAssign)) and _device_target(node):
-        is_cuda, indexed = cuda_string(node.value)
-        if is_cuda and sem.frame(node).kind != "class":
-            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            return CudaSite(node.value, f"{_short(sem, target)} = {sem.segment(node.value)}", indexed)  # type: ignore[arg-type]
-    return None
-
-
-def _device_target(node: ast.Assign | ast.AnnAssign) -> bool:
-    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-    for t in targets:
-        name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) else ""
-        if "device" in name.lower() or name.lower() == "dev":
-            return True
-    return False
-
-
-_LEGACY_TYPES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
-                 "CharTensor", "ByteTensor", "BoolTensor")
-
-
-def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
-    name = sem.call_name(call)
-    func = call.func
-    if name and name.startswith("torch.cuda.") and name[11:] in _LEGACY_TYPES:  # ``torch.cuda.FloatTensor(n, c)``
-        return CudaSite(call, f"{sem.segment(func)}(...)" if call.args else f"{sem.segment(func)}()", False)
-    if name == "torch.device":
-        first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "type"), None)
-        if isinstance(first, ast.Name) and (b := sem.binding_at(first.id, call)) is not None and not b.is_param \
-                and b.index is None and isinstance(b.value, ast.BinOp):
-            first = b.value  # ``cudaid = "cuda:" + str(args.dev)``, then ``torch.device(cudaid)``
-        is_cuda, indexed = cuda_string(first)
-        if is_cuda:
-            return CudaSite(call, _short(sem, call), indexed or len(call.args) > 1
-                            or any(k.arg == "index" for k in call.keywords))
-        return None
-    if name and name.rsplit(".", 1)[-1] == "init_device_mesh":  # torch.distributed.device_mesh: its device type
-        first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "device_type"), None)
-        is_cuda, _ = cuda_string(first)
-        return CudaSite(call, f"init_device_mesh({sem.segment(first)}, ...)", False) if is_cuda else None  # type: ignore[arg-type]
-    if isinstance(func, ast.Attribute) and func.attr == "cuda":
-        if sem.qualname(func.value) == "torch" or on_module(sem, func.value) or dotted(func.value) == "self" \
-                and sem.resolve(call):
-            return None  # (``self.cuda(*items)`` of a class whose own ``def cuda`` moves to its configured device)
-        args = "(...)" if call.args or call.keywords else "()"
-        segment = sem.segment(call)  # a long chain is cut at its head: keep the .cuda() the finding is about
-        text = segment if ("\n" not in segment and len(segment) <= 60) or (
-            "\n" not in segment and not isinstance(func.value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript))) \
-            else f"{_short(sem, func.value)}.cuda{args}"
-        return CudaSite(call, text, bool(call.args) or any(k.arg == "device" for k in call.keywords))
-    if isinstance(func, ast.Attribute) and func.attr == "to":
-        for arg in list(call.args[:1]) + [k.value for k in call.keywords if k.arg == "device"]:
-            is_cuda, indexed = cuda_string(arg)
-            if is_cuda:
-                return CudaSite(call, _short(sem, call), indexed)
-        return None
-    if name and name.rsplit(".", 1)[-1] in ("Trainer", "Fabric"):  # Lightning: accelerator="gpu" fails without one
-        acc = next((k.value for k in call.keywords if k.arg == "accelerator"), None)
-        if isinstance(acc, ast.Constant) and acc.value in ("cuda", "gpu"):
-            return CudaSite(acc, f"accelerator={sem.segment(acc)}", False)
-        gpus = next((k.value for k in call.keywords if k.arg == "gpus"), None)
-        if gpus is not None and _some_gpus(gpus):  # Lightning < 2.0: ``Trainer(gpus=1)``, ``gpus=[0]``, ``gpus="0,1"``
-            return CudaSite(gpus, f"gpus={sem.segment(gpus)}", False)
-        return None
-    if name and _QUIET_DEVICE_KW.search(name):
-        return None
-    for kw in call.keywords:
-        if kw.arg in ("device", "map_location", "device_map"):  # (``device_map="cuda"``: Hugging Face loading)
-            is_cuda, indexed = cuda_string(kw.value)
-            if is_cuda:
-                return CudaSite(kw.value, f"{kw.arg}={sem.segment(kw.value)}", indexed)
-    return None
-
-
-def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
-    """Every hard-coded CUDA device of the file, in source order."""
-
-    def compute() -> list[CudaSite]:
-        candidates = set(sem.calls_named("device", "cuda", "to", "init_device_mesh", *_LEGACY_TYPES)) \
-            | set(sem.calls_with_keyword("device")) \
-            | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator")) \
-            | set(sem.calls_with_keyword("device_map")) | set(sem.calls_with_keyword("gpus"))
-        nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
-        nodes.sort(key=sem.index.pos.__getitem__)
-        return [s for n in nodes if (s := cuda_site(sem, n)) is not None and not _default_or_override(sem, n)]
-
-    return sem.cached("cuda_sites", compute)  # type: ignore[no-any-return]
-
-
-def _default_or_override(sem: SemanticModel, node: ast.AST) -> bool:
-    """A parameter default (``def f(device=torch.device("cuda"))``: the caller chooses), or code inside an
-    override of ``cuda``/``to``/``_apply`` (``def cuda(self, device=None): return super().cuda(device)``)."""
-    func = sem.function_of(node)
-    if func is not None and func.name in ("cuda", "to", "_apply", "cpu"):
-        return True
-    for a in sem.ancestors(node):
-        if isinstance(a, (ast.arguments, ast.Compare, ast.Assert)):
-            return True  # a default, or a comparison (``assert x.device == torch.device("cuda")``): no placement
-        if isinstance(a, ast.stmt):
-            return False
-    return False
 
 
 def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
@@ -219,48 +66,6 @@ def _beside_cuda_sources(folder: str) -> bool:
 _GPU_MARK = lazy(r"(?i)cuda|gpu")
 
 
-def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
-    """``tvm.cuda()``, ``cupy.cuda...``: a function of an imported module, not a tensor's method;
-    or ``settings.cuda()`` on an instance of a plain in-file class that defines its own ``cuda``, or of a class of
-    another module of the project that is no ``nn.Module`` (``predictor = Predictor(...)``: it has a ``cuda`` of its
-    own, or the call fails; its ``.to(device)`` may not exist)."""
-    node = receiver
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    if isinstance(node, ast.Name) and node.id in sem.names.modules:
-        b = sem.binding_at(node.id, receiver)  # ``import model`` then ``model = model.cifar10(...)``: a model now
-        return b is None or not isinstance(b.node, ast.Assign)
-    return isinstance(receiver, ast.Name) and (_own_cuda_class(sem, receiver) is not None
-                                               or _project_plain_class(sem, receiver))
-
-
-def _built_by(sem: SemanticModel, receiver: ast.Name) -> ast.Call | None:
-    """The call ``receiver`` was last bound to (``bundle = Bundle()``), if it was bound to one whole."""
-    b = sem.binding_at(receiver.id, receiver)
-    value = b.value if b is not None and b.index is None else None
-    return value if isinstance(value, ast.Call) else None
-
-
-def _project_plain_class(sem: SemanticModel, receiver: ast.Name) -> bool:
-    built, project = _built_by(sem, receiver), sem.project
-    written = dotted(built.func) if built is not None else None
-    return bool(written and written.rsplit(".", 1)[-1][:1].isupper()) and project is not None \
-        and project.defines_class(sem, written) and not project.inherits_module(sem, written)  # type: ignore[attr-defined,arg-type]
-
-
-def _own_cuda_class(sem: SemanticModel, receiver: ast.Name) -> str | None:
-    """The in-file non-module class ``receiver`` was built from, when that class defines ``cuda``."""
-    classes = sem.cached("own_cuda_classes", lambda: {
-        c.name for c in sem.of_type(ast.ClassDef) if c.name not in sem.module_classes  # type: ignore[attr-defined]
-        and any(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == "cuda" for f in c.body)})  # type: ignore[attr-defined]
-    if not classes:
-        return None
-    built = _built_by(sem, receiver)
-    name = sem.call_name(built) if built is not None else None
-    return name if name in classes else None
-
-
-# ---- what the program is ---------------------------------------------------------------------------
 _GPU_INDEX = lazy(r"(?i)(^|_)gpus?(_ids?|_index|_num)?$")
 
 
@@ -317,7 +122,7 @@ def _mentions_cuda(sem: SemanticModel) -> bool:
         return False
     for node in sem.of_type(ast.Constant):
         s = string_value(node)
-        if s is not None and (_CUDA.fullmatch(s.strip()) or s in _CUDA_TEMPLATES):
+        if s is not None and (CUDA_DEVICE.fullmatch(s.strip()) or s in CUDA_TEMPLATES):
             return True
     if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
         return True
@@ -584,18 +389,10 @@ def _gpu_index_device(sem: SemanticModel) -> bool:
     return False
 
 
-def _some_gpus(value: ast.AST) -> bool:
-    """A ``gpus=`` setting that asks for GPUs: a positive number, a non-empty list of indices, a string of them."""
-    if isinstance(value, ast.Constant):
-        v = value.value
-        return type(v) is int and v > 0 or isinstance(v, str) and v.strip() not in ("", "0", "-1", "None")
-    return isinstance(value, ast.List | ast.Tuple) and bool(value.elts)
-
-
 def _lightning_on_gpu(sem: SemanticModel) -> bool:
     """A Lightning ``Trainer``/``Fabric`` of the file is told to train on a GPU (``accelerator="gpu"``,
     ``gpus=1``): Lightning moves the model and each batch there."""
-    return any(k.arg == "accelerator" and string_value(k.value) in ("gpu", "cuda") or k.arg == "gpus" and _some_gpus(k.value)
+    return any(k.arg == "accelerator" and string_value(k.value) in ("gpu", "cuda") or k.arg == "gpus" and some_gpus(k.value)
                for call in _lightning_launches(sem) for k in call.keywords)
 
 

@@ -15,8 +15,9 @@ from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_a
     class_yields_text, loader_init_passes
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_freezes_itself, class_moves_itself, class_parts, methods_without_grad, moved_keys
+    class_moves_itself, class_parts, moved_keys
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
@@ -45,7 +46,7 @@ class ClassSummary(FrozenRecord):
     yields_device: bool  # a Dataset whose items it moves to a device itself (``return x.cuda(), y.cuda()``)
     loader_passes: frozenset[str]  # a DataLoader subclass: the pipeline arguments its ``__init__`` turns on
     collates_arrays: bool  # a Dataset whose ``collate_fn`` method makes no torch tensor (NumPy batches: nothing to pin)
-    quiet_methods: frozenset[str]  # its methods that turn autograd off themselves (models.methods_without_grad)
+    quiet_methods: frozenset[str]  # its methods that turn autograd off themselves (frozen.methods_without_grad)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
