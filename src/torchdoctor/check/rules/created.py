@@ -8,7 +8,8 @@ import ast
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.steps import batch_on_device, per_step_loop
+from torchdoctor.check.rules.host_values import batch_on_device
+from torchdoctor.check.rules.steps import per_step_loop
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import model_is_stateless, moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop

@@ -17,8 +17,9 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.kept import CLOCKS, SYNCHRONIZE, timer_call
-from torchdoctor.check.rules.steps import _SAME_PLACE, _host_number, _is_sync_call, _made_on_host, _report_sync, \
-    _tensor_value, batch_on_device, per_step_loop, report_sync_for_callers
+from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, host_number, is_sync_call, made_on_host, \
+    tensor_value
+from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def _report(ctx: Context, node: ast.AST, what: str) -> None:
     loop = per_step_loop(ctx, node)
     if loop is not None:
         if _accelerated(ctx):
-            _report_sync(ctx, node, what, loop)
+            report_sync(ctx, node, what, loop)
     elif not program.is_rpc_program(ctx.semantic):
         report_sync_for_callers(ctx, node, what)  # (callers that run on an accelerator only)
 
@@ -60,7 +61,7 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
             return expr.id if batch_on_device(ctx, expr.id, at, loop) else None
         if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at):
             return None
-        return None if _host_number(ctx, expr, at) or _made_on_host(ctx, expr, at) else expr.id
+        return None if host_number(ctx, expr, at) or made_on_host(ctx, expr, at) else expr.id
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"):
         return ctx.name(expr)  # (``p.grad``: a gradient lives where its parameter does)
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, (ast.Name, ast.Constant)) \
@@ -131,7 +132,7 @@ def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) ->
     """The device tensor under elementwise work: ``(y.int() < 0)``, ``(a - b).abs()``, ``x.float()``."""
     if depth > 8:
         return None
-    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SAME_PLACE:
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE:
         return _tensor_operand(ctx, expr.func.value, at, depth + 1)
     if isinstance(expr, (ast.Compare, ast.BinOp)):
         parts = [expr.left, *expr.comparators] if isinstance(expr, ast.Compare) else [expr.left, expr.right]
@@ -162,7 +163,7 @@ def _host_tensor(ctx: Context, target: ast.AST, at: ast.AST) -> str | None:
 def _device_value(ctx: Context, value: ast.AST, at: ast.AST) -> str | None:
     """The value written is a tensor of the step: a model output, a loss call, a device tensor name."""
     if isinstance(value, ast.Call):
-        if _is_sync_call(value):
+        if is_sync_call(value):
             return None  # ``losses[k] = loss.item()``: the ``.item()`` is reported where it is
         if ctx.semantic.is_model_call(value):
             return f"{ctx.name(value.func)}(...)"
@@ -218,7 +219,7 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
     if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _async_copy_to_host(n))
            for n in region) or _inside_a_timer(ctx, node):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
-    _report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
+    report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
 
 
 _TIMER_NAME = lazy(r"(?i)timer|stopwatch|timing|timeit|profil")
@@ -288,7 +289,7 @@ def tensor_str_format_every_step(node: ast.Call, ctx: Context) -> None:
     if not (isinstance(node.func, ast.Attribute) and _string_template(node.func.value)):
         return
     for v in [*node.args, *(k.value for k in node.keywords)]:
-        inner = strip_methods(v.value if isinstance(v, ast.Starred) else v, _SAME_PLACE)  # ``loss.detach()``
+        inner = strip_methods(v.value if isinstance(v, ast.Starred) else v, SAME_PLACE)  # ``loss.detach()``
         name = _device_tensor_name(ctx, inner, node) or (_tensor_operand(ctx, inner, node) if isinstance(inner, ast.BinOp)
                                                          else None)
         if name is not None:
@@ -304,7 +305,7 @@ def tensor_logged_every_step(node: ast.Call, ctx: Context) -> None:
         return
     value = node.args[1]
     name = _device_tensor_name(ctx, value, node) or _reduced_tensor(ctx, value, node)
-    if name is None and isinstance(value, (ast.Name, ast.Attribute)) and _tensor_value(ctx, value, node):
+    if name is None and isinstance(value, (ast.Name, ast.Attribute)) and tensor_value(ctx, value, node):
         name = ctx.name(value)
     if name is not None:
         _report(ctx, node, f"`{ctx.name(node.func)}` of tensor `{name}` (TensorBoard copies it to the host)")

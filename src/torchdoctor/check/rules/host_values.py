@@ -1,0 +1,368 @@
+"""What a step reads back, for TD603: whether a value is a tensor or a host number, whether a tensor was made or
+copied on the host (reading it waits for no GPU), whether a batch was moved to the device, and how a message
+names a sync (``.item()``, ``float(loss)``, ``print(t)``)."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import FACTORIES, dotted, root_name, strip_methods, target_names
+from torchdoctor.check.patterns import lazy
+from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+__all__ = ["SAME_PLACE", "SYNC_METHODS", "batch_on_device", "host_copy_of_cpu_data", "host_number", "inner_sync", "is_sync_call", "loader_batch_on_host",
+           "made_on_host", "sync_site", "tensor_value"]
+
+
+SYNC_METHODS = ("item", "cpu", "tolist")
+_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_.*|losses)$")
+
+
+def is_sync_call(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in SYNC_METHODS and not node.args and not node.keywords)
+
+
+def inner_sync(node: ast.Call) -> bool:
+    """Another sync deeper in the same chain (`x.cpu().numpy().tolist()`): that one is the site."""
+    cur = node.func.value if isinstance(node.func, ast.Attribute) else None
+    while cur is not None:
+        if is_sync_call(cur):
+            return True
+        if isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute):
+            cur = cur.func.value
+        elif isinstance(cur, (ast.Attribute, ast.Subscript)):
+            cur = cur.value
+        else:
+            cur = None
+    return False
+
+
+def tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    if isinstance(expr, ast.Compare):  # ``float((pred == label).long().sum())``: an elementwise comparison
+        return ctx.semantic.expr_kind(expr, at) == "tensor" and not any(
+            isinstance(side, ast.Name) and host_number(ctx, side, at) for side in (expr.left, *expr.comparators))
+    if isinstance(expr, ast.Attribute):
+        return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
+    if isinstance(expr, ast.Name):
+        b = ctx.semantic.binding_at(expr.id, at)
+        return (ctx.semantic.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))
+                or b is not None and b.value is not None and _grown_by_tensors(ctx, expr.id, b)) \
+            and not host_number(ctx, expr, at)
+    return False
+
+
+def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bool:
+    """``loss`` bound to a Python number (``loss = 0.0``, ``loss = loss.item()``, a ``range()`` counter, arithmetic
+    of such numbers: ``smooth = beta * smooth + (1 - beta) * loss_f``)."""
+    b = ctx.semantic.binding_at(name.id, at)
+    if b is None or b.value is None:
+        loop = ctx.semantic.parent(b.node) if b is not None else None
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return False
+        if isinstance(loop.iter, ast.Call) and (dotted(loop.iter.func) or "").rsplit(".", 1)[-1] in ("trange", "tnrange"):
+            return True  # ``for i in tqdm.trange(n)``: ints
+        iters, counter = unwrap_iter(loop.iter)  # ``for i in tqdm(range(n))``: ints
+        if counter and isinstance(loop.target, ast.Tuple) and loop.target.elts and b.node is loop.target \
+                and name.id in target_names(loop.target.elts[0]):
+            return True
+        target = loop.target.elts[-1] if counter and isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == 2 \
+            else loop.target
+        if isinstance(target, ast.Tuple) and len(target.elts) == len(iters) > 1:  # ``zip(["train", "val"], loaders)``
+            return any(isinstance(t, ast.Name) and t.id == name.id and plain_values(it) for t, it in zip(target.elts, iters))
+        return all(isinstance(i, ast.Call) and (dotted(i.func) or "") in ("range",) for i in iters)
+    value = b.value
+    if isinstance(value, ast.BinOp) and depth < 3:
+        return _host_arithmetic(ctx, value, b.node, depth + 1)
+    if isinstance(value, ast.Call) and depth < 3 and (funcs := ctx.semantic.resolve(value)):
+        return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
+    return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b)
+
+
+def _grown_by_tensors(ctx: Context, name: str, b: object) -> bool:
+    """``part = 0`` then ``part += crit(o, y)`` in the same function: the number becomes a tensor."""
+    sem = ctx.semantic
+    scope = sem.scope_of(b.node)  # type: ignore[attr-defined]
+    return any(isinstance(aug.target, ast.Name) and aug.target.id == name and sem.scope_of(aug) is scope
+               and isinstance(aug.value, ast.Call) and not _host_leaf(aug.value)
+               and (sem.expr_kind(aug.value, aug) == "tensor" or sem.call_kind(aug.value, aug) == "loss_fn"
+                    or sem.expr_kind(aug.value.func, aug) in ("loss_fn", "model"))
+               for aug in sem.of_type(ast.AugAssign))
+
+
+def _returns_host(ctx: Context, func: ast.AST, index: int | None) -> bool:
+    """Every ``return`` of the in-file function ``func`` hands back host numbers (element ``index`` of the tuple
+    when one is unpacked): ``return losses.avg, accs.avg`` of meters fed ``loss.item()``, ``return total / n``."""
+    values = ctx.semantic.kinds.returned_values(func, index)
+    return values is not None and all(
+        _host_leaf(value) or isinstance(value, ast.Name) and host_number(ctx, value, value, 3)
+        or _meter_reading(ctx, value, func) for value in values)
+
+
+def _meter_reading(ctx: Context, value: ast.AST, func: ast.AST) -> bool:
+    """``losses.avg`` of an object made in ``func`` (``losses = AverageMeter()``) whose every method call there is
+    given host numbers (``losses.update(loss.item(), n)``): what it averages is a host number too."""
+    if not (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name)):
+        return False
+    sem, name = ctx.semantic, value.value.id
+    b = sem.binding_at(name, value)
+    if b is None or not isinstance(b.value, ast.Call) or b.index is not None or sem.scope_of(b.node) is not func \
+            or sem.expr_kind(b.value.func, b.node) is not None:
+        return False
+    fed = [c for c in sem.body(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+           and isinstance(c.func.value, ast.Name) and c.func.value.id == name]
+    return bool(fed) and all(c.args and _host_leaf(c.args[0]) for c in fed)
+
+
+def _host_leaf(value: ast.AST) -> bool:
+    if isinstance(value, ast.Constant):
+        return value.value is not None  # (``x = None`` in an ``else``: the other branch says what ``x`` holds)
+    if isinstance(value, ast.Call) and dotted(value.func) == "getattr" and len(value.args) == 3:
+        return isinstance(value.args[2], ast.Constant)  # ``getattr(args, "loss_scale", "none")``: an option
+    return isinstance(value, ast.Call) and (isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist")
+                                            or dotted(value.func) in ("float", "int", "len", "sum", "round"))
+
+
+def _host_arithmetic(ctx: Context, expr: ast.BinOp, at: ast.AST, depth: int) -> bool:
+    """No operand is known to be a tensor, and some operand is a host number."""
+    leaves = [expr.left, expr.right]
+    host = False
+    while leaves:
+        leaf = leaves.pop()
+        if isinstance(leaf, ast.BinOp):
+            leaves += [leaf.left, leaf.right]
+        elif isinstance(leaf, ast.UnaryOp):
+            leaves.append(leaf.operand)
+        elif isinstance(leaf, ast.Name):
+            if host_number(ctx, leaf, at, depth):  # (first: ``k`` of ``enumerate(batch.unbind(0))`` counts, an int)
+                host = True
+            elif ctx.semantic.kind_of(leaf.id, at) == "tensor":
+                return False
+        elif _host_leaf(leaf):
+            host = True
+        elif not isinstance(leaf, (ast.Attribute, ast.Subscript)):
+            return False  # a call of unknown result
+    return host
+
+
+def batch_on_device(ctx: Context, name: str, at: ast.AST, loop: ast.AST) -> bool:
+    """A batch value of ``loop`` is on the device at ``at``: moved there, or delivered there by Accelerate /
+    Fabric (their prepared loaders, in a loop that trains or evaluates). Else it is still host data."""
+    sem = ctx.semantic
+    if sem.is_moved(name, at) or sem.elements_moved(name, at) or program.accelerator_api(sem) \
+            and sem.loop_kind(loop) in ("train", "eval"):
+        return True
+    return _computed_from_moved(ctx, name, at, loop, 0)
+
+
+def _computed_from_moved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, depth: int) -> bool:
+    """``pos_total = (label != 0).long().sum()`` with ``label`` taken from a batch moved in place (``data[i] =
+    data[i].cuda()``) or moved itself: computed on the device."""
+    sem = ctx.semantic
+    b = sem.binding_at(name, at)
+    if depth > 3 or b is None or b.value is None or b.is_param:
+        return False
+    if sem.elements_moved(root_name(b.value) or "", b.node):
+        return True
+    names = {n.id for n in sem.subtree(b.value) if isinstance(n, ast.Name) and n.id != name}
+    return any(sem.is_moved(n, b.node) or _computed_from_moved(ctx, n, b.node, loop, depth + 1) for n in names
+               if n in sem.batch_vars(loop))
+
+
+def host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """`.cpu()`/`.tolist()`/`.item()` on a batch element that is not on the device, or on an item of one
+    (``for out, i in zip(outputs, img_ids): i.item()``): no device copy at all."""
+    sem = ctx.semantic
+    name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
+    at: ast.AST = node
+    for _ in range(3):  # ``gold = batch[1]``, ``[g.item() for g in gold]``: an element of a batch value
+        if name is None or name in sem.batch_vars(loop):
+            break
+        b = sem.binding_at(name, at)
+        if b is not None and b.value is not None and not b.is_param and b.index is None \
+                and isinstance(b.value, (ast.Subscript, ast.Attribute)) and (root := root_name(b.value)) is not None:
+            name, at = root, b.node
+        else:
+            name = _zipped_from(ctx, name, at)
+    return name is not None and name in sem.batch_vars(loop) and not batch_on_device(ctx, name, at, loop)
+
+
+def _zipped_from(ctx: Context, name: str, at: ast.AST) -> str | None:
+    """The name whose items ``name`` takes: ``ids`` for ``i`` in ``for i in ids`` or ``for o, i in zip(outs, ids)``."""
+    b = ctx.semantic.binding_at(name, at)
+    source = _iterated(ctx, name, b.node) if b is not None and b.value is None else None
+    return source.id if isinstance(source, ast.Name) else None
+
+
+# (the legacy typed constructors make CPU tensors too: ``torch.LongTensor(lengths)``; ``torch.cuda.LongTensor`` does not)
+_HOST_MAKERS = ("torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor",
+                "torch.LongTensor", "torch.IntTensor", "torch.DoubleTensor", "torch.ByteTensor", "torch.BoolTensor",
+                "torch.HalfTensor", "torch.ShortTensor")
+_TO_HOST = lazy(r"^(to_cpu|tensor_to_cpu|to_numpy|tensor_to_numpy|to_host|cpu_tensor)$")
+SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double", "long", "int", "detach", "clone",
+               "view", "reshape", "flatten", "squeeze", "unsqueeze", "abs", "exp", "log", "sqrt", "norm", "any", "all",
+               "clamp", "clamp_", "round", "permute", "transpose", "contiguous", "pow", "sigmoid", "softmax", "byte",
+               "half", "bool", "prod", "std", "var", "median", "topk", "sort", "t", "narrow", "select", "mul", "add",
+               "sub", "div", "neg", "squeeze_", "unsqueeze_", "expand", "repeat", "numel", "type_as", "add_", "sub_",
+               "mul_", "div_")
+
+
+_NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})
+
+
+def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
+    """What a ``for`` loop whose target is ``target`` takes ``name`` from: its iterable (``for x in xs``), or
+    the matching argument of ``enumerate(xs)`` / ``zip(outs, ids)``."""
+    loop = ctx.semantic.parent(target)
+    if not isinstance(loop, (ast.For, ast.comprehension)) or loop.target is not target:
+        return None
+    if isinstance(target, ast.Name):
+        return loop.iter
+    it = loop.iter
+    if not (isinstance(target, ast.Tuple) and isinstance(it, ast.Call) and it.args and not it.keywords):
+        return None
+    at = next((i for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == name), None)
+    kind = dotted(it.func)
+    if kind == "enumerate" and len(target.elts) == 2 and at == 1:
+        return it.args[0]
+    inner, zipped = target.elts[-1], it.args[0]
+    if kind == "enumerate" and len(target.elts) == 2 and isinstance(inner, ast.Tuple) and isinstance(zipped, ast.Call) \
+            and dotted(zipped.func) == "zip" and len(inner.elts) == len(zipped.args):  # ``for i, (s, n) in enumerate(zip(a, b))``
+        return next((arg for e, arg in zip(inner.elts, zipped.args) if isinstance(e, ast.Name) and e.id == name), None)
+    if kind == "zip" and len(target.elts) == len(it.args) and at is not None:
+        return it.args[at]
+    return None
+
+
+def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """``expr`` is a tensor made on the host and never moved: ``torch.from_numpy(a)``, ``torch.tensor(xs)``
+    without a device, ``torch.empty_like(t)`` of such a tensor, or a name last bound to one."""
+    if depth > 16:
+        return False
+    if isinstance(expr, ast.Name):
+        b = ctx.semantic.bindings.at(expr.id, at)
+        if b is not None and b.value is None:  # ``for pred in host_list``, ``for i, pred in enumerate(host_list)``
+            loop = ctx.semantic.parent(b.node)
+            if loop is not None and loop is ctx.semantic.enclosing_loop(at, "batch") and \
+                    expr.id in ctx.semantic.batch_vars(loop):
+                return not batch_on_device(ctx, expr.id, at, loop)  # ``targets`` of the batch, never moved
+            source = _iterated(ctx, expr.id, b.node)
+            return source is not None and made_on_host(ctx, source, b.node, depth + 1)
+        if b is not None and b.index is not None and isinstance(b.value, ast.Call):
+            return _returns_host_tensor(ctx, b.value, b.index, depth)  # ``out, gt = run_one(...)``
+        return b is not None and b.value is not None and b.node is not expr and \
+            made_on_host(ctx, b.value, b.node, depth + 1)
+    if isinstance(expr, ast.IfExp):  # ``gt = batch["H"] if "H" in batch else None``
+        sides = [x for x in (expr.body, expr.orelse) if not (isinstance(x, ast.Constant) and x.value is None)]
+        return bool(sides) and all(made_on_host(ctx, x, at, depth + 1) for x in sides)
+    if isinstance(expr, ast.Attribute) and expr.attr == "data":  # ``out.data`` of a host tensor
+        return made_on_host(ctx, expr.value, at, depth)  # (syntax only, bounded by the tree: no hop counted)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
+        return _host_attribute(ctx, expr, depth)
+    if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
+        return made_on_host(ctx, expr.value, at, depth)
+    if isinstance(expr, ast.ListComp):  # ``[x.detach().cpu() for x in outputs]``
+        return made_on_host(ctx, expr.elt, expr, depth + 1)
+    if isinstance(expr, ast.BinOp):  # ``(flow - flow_gt) ** 2`` with ``flow`` copied to the host: a host result
+        sides = [x for x in (expr.left, expr.right) if not isinstance(x, ast.Constant) and not (  # (Python numbers
+            isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id in _NUMBERS)]  # place nothing)
+        return bool(sides) and any(made_on_host(ctx, x, at, depth + 1) for x in sides)
+    if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:  # ``pred[:, None] > iouv[None]``
+        sides = [expr.left, expr.comparators[0]]
+        return all(isinstance(x, ast.Constant) or made_on_host(ctx, x, at, depth + 1) for x in sides)
+    if isinstance(expr, ast.Call) and dotted(expr.func) in ("copy.deepcopy", "deepcopy") and expr.args:
+        return made_on_host(ctx, expr.args[0], at, depth + 1)
+    if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
+        return False
+    name = ctx.call_name(expr) or ""
+    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in FACTORIES and name not in _HOST_MAKERS:
+        return True  # ``iouv = torch.linspace(0.5, 0.95, 10)``: no device given
+    if _TO_HOST.search(name.rsplit(".", 1)[-1]):
+        return True  # ``to_cpu(loss)``, ``tensor_to_numpy(x)``: a helper that copies to the host
+    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("argmin", "argmax", "min", "max", "sum", "mean",
+                                                                "topk", "sort", "stack", "cat", "exp", "log", "sigmoid",
+                                                                "softmax", "log_softmax", "abs", "sqrt", "tanh", "round",
+                                                                "clamp", "squeeze", "unsqueeze", "flatten") and expr.args:
+        first = expr.args[0]  # a reduction of a host tensor stays on the host
+        return made_on_host(ctx, first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else first,
+                             at, depth + 1)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("cpu", "numpy") and not expr.args:
+        return True  # ``out.detach().cpu()``: copied to the host (that copy is the sync, reported where it is)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to" and ctx.semantic.is_device_move(expr) \
+            and (ctx.semantic.move_device(expr) or "").strip("'\"") == "cpu":
+        return True  # ``probs_host = probs.to("cpu")``: likewise
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE and not name.startswith("torch."):
+        return made_on_host(ctx, expr.func.value, at, depth)  # ``losses.mean()`` of a host tensor
+    if name in _HOST_MAKERS:
+        return name == "torch.from_numpy" or not any(tensor_value(ctx, a, at) for a in expr.args)
+    if not name.startswith("torch.") and _returns_host_tensor(ctx, expr, None, depth):
+        return True  # ``output = test_video(lq, model)`` whose every return is ``model(x).detach().cpu()`` or such
+    if isinstance(expr.func, ast.Name) and not name.startswith("torch.") and expr.args and not expr.keywords \
+            and ctx.semantic.expr_kind(expr.func, at) is None and ctx.semantic.call_kind(expr, at) is None:
+        # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors
+        values = [a for a in expr.args if not isinstance(a, ast.Constant)]
+        return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values)
+    return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
+        made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _host_attribute(ctx: Context, expr: ast.Attribute, depth: int) -> bool:
+    """``self.cursor`` of a class whose every assignment of it makes a host tensor (``self.cursor =
+    torch.zeros(n).long()`` in ``__init__``; ``self.cursor[b] += 16`` keeps it there), never moved."""
+    sem = ctx.semantic
+    cls = sem.class_of(expr)
+    if cls is None or depth > 8:
+        return False
+    values = [n.value for n in sem.subtree(cls) if isinstance(n, ast.Assign)  # type: ignore[attr-defined]
+              and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
+                      and t.attr == expr.attr for t in n.targets)]  # type: ignore[attr-defined]
+    return bool(values) and all(made_on_host(ctx, v, v, depth + 1) for v in values)
+
+
+def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth: int) -> bool:
+    """``call`` runs functions of this file whose every ``return`` hands back a host tensor (element ``index`` of
+    the tuple when one is unpacked)."""
+    funcs = ctx.semantic.resolve(call) if depth < 12 else []
+    values = [ctx.semantic.kinds.returned_values(f, index) for f in funcs]
+    return bool(funcs) and all(v is not None and all(made_on_host(ctx, x, x, depth + 2) for x in v) for v in values)
+
+
+def sync_site(ctx: Context, node: ast.Call) -> str | None:
+    """How the message names the sync at ``node``, if it is one."""
+    if is_sync_call(node):
+        recv = node.func.value  # type: ignore[attr-defined]
+        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.semantic.kind_of(recv.id, node) != "tensor":  # type: ignore[attr-defined]
+            return None  # most likely a NumPy array already on the host
+        if made_on_host(ctx, recv, node):
+            return None  # a host tensor: reading it waits for no GPU
+        return None if inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
+    number = isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool")
+    if (number or not isinstance(node.func, ast.Attribute) or isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "math") and len(node.args) == 1 and (number or (ctx.call_name(node) or "")
+                                                                          .startswith("math.")):
+        arg = node.args[0]  # ``float(loss)``, ``bool(loss == 0)``, ``10 * log10(1 / mse)``
+        parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
+            [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
+        tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) for p in parts)  # float(loss.detach())
+        return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None
+    if isinstance(node.func, ast.Name) and node.func.id == "print":
+        for arg in node.args:  # (an f-string argument is the f-string rule's)
+            if not isinstance(arg, ast.JoinedStr) and tensor_value(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):
+                return f"`print` of tensor `{ctx.name(arg)}`"
+    return None
+
+
+def loader_batch_on_host(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``for feats, tags in loader: print(tags)``: a batch as the loader gives it, never moved: a host tensor."""
+    sem = ctx.semantic
+    b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
+    loop = sem.parent(b.node) if b is not None and b.value is None and not b.is_param else None
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.target is not b.node or not sem.contains(loop, at):  # type: ignore[union-attr]
+        return False
+    return any(sem.kinds.is_loader_expr(i) for i in unwrap_iter(loop.iter)[0]) and \
+        not batch_on_device(ctx, expr.id, at, loop)  # type: ignore[attr-defined]
