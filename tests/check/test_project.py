@@ -3100,3 +3100,56 @@ def test_reads_in_the_methods_of_a_trainer_object_of_another_module_run_every_st
     })
     results = check_files(["run.py", "engine.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "engine.py") == [(16, "TD603")]
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "cpu"])
+def test_a_training_function_of_a_helper_module_handed_a_model_moved_to_the_gpu_syncs_every_step(
+        project: Path, device: str) -> None:
+    """``fit(net, loader, 3)`` of ``loops.py``, whose model moves its own batches (``batch["x"].to(self.dev)``), with
+    ``net = Imputer(cfg.device).to(cfg.device)`` and ``--device`` defaulting to a GPU in the caller: the helper's
+    ``loss.item()`` waits for the GPU every step. With a CPU default it waits for nothing."""
+    write(project, {
+        "loops.py": """\
+            import torch
+
+
+            def fit(net, loader, n_epochs):
+                opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+                running = 0.0
+                for ep in range(n_epochs):
+                    for batch in loader:
+                        opt.zero_grad()
+                        loss = net(batch)
+                        loss.backward()
+                        running += loss.item()
+                        opt.step()
+                return running
+            """,
+        "cli.py": f"""\
+            import argparse
+            import torch
+            import torch.nn as nn
+            from loops import fit
+
+
+            class Imputer(nn.Module):
+                def __init__(self, dev):
+                    super().__init__()
+                    self.dev = dev
+                    self.body = nn.Linear(12, 12)
+
+                def forward(self, batch):
+                    x = batch["x"].to(self.dev)
+                    return ((self.body(x) - x) ** 2).mean()
+
+
+            ap = argparse.ArgumentParser()
+            ap.add_argument("--device", default="{device}")
+            cfg = ap.parse_args()
+            rows = [{{"x": torch.randn(16, 12)}} for _ in range(8)]
+            net = Imputer(cfg.device).to(cfg.device)
+            fit(net, rows, 3)
+            """,
+    })
+    results = check_files(["loops.py", "cli.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "loops.py") == ([(12, "TD603")] if device.startswith("cuda") else [])

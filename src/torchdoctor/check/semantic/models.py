@@ -244,6 +244,9 @@ def _find_moved_keys(sem: SemanticModel) -> set[str]:
                 out.add(last_name(key))
             if isinstance(recv, ast.Call):  # convert_sync_batchnorm(model).to(device) moves `model` too
                 out |= {last_name(dotted(a) or "") for a in recv.args}
+                up = sem.parent(node)  # ``net = Imputer(cfg).to(device)``: ``net`` is moved
+                if isinstance(up, ast.Assign) and up.value is node:
+                    out |= {last_name(k) for t in up.targets if (k := dotted(t))}
     for node in sem.calls_named("prepare", "setup", "prepare_model", "setup_module", "to_device", "move_to_device",
                                 "move_to", "send_to_device"):
         if method_name(node) in ("prepare", "setup", "prepare_model", "setup_module") or sem.is_device_move(node):

@@ -1,5 +1,5 @@
 """Where a program runs, asked of the other modules of the project: a device a project function may return as
-CUDA (``torch.device(define_device(name))``), a trainer handed a model its caller moved to the GPU. (Asked by
+CUDA (``torch.device(define_device(name))``), a trainer or a training function handed a model its caller moved to the GPU. (Asked by
 ``program.runs_on_accelerator`` after what the file itself shows.)"""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def runs_a_moved_model(sem: SemanticModel) -> bool:
     model it moved to the GPU: the batches go there too."""
     moves = sem.calls_named("to", "cuda")
     if not moves:
-        return False
+        return _loop_function_given_moved_model(sem)
     trainers = {sem.class_of(c) for c in sem.calls_named("backward") if sem.is_backward_call(c)} & {sem.class_of(c) for c in moves}
     for cls in trainers:  # (a class that moves batches and backpropagates: cheap questions first)
         init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
@@ -41,6 +41,23 @@ def runs_a_moved_model(sem: SemanticModel) -> bool:
         for attr, param in kept.items():
             if attr in run and sem.project.passes_moved_model(sem, init, param):  # type: ignore[union-attr]
                 return True
+    return _loop_function_given_moved_model(sem)
+
+
+def _loop_function_given_moved_model(sem: SemanticModel) -> bool:
+    """A training function of this file that calls the model it is given (``def train(model, loader, ...)``:
+    ``loss = model(batch)``, then ``loss.backward()``; the model moves its batches itself), and a caller in another
+    module hands it a model it moved to the GPU (``train(net.to(args.device), ...)`` with ``--device cuda:0``)."""
+    for call in sem.calls_named("backward"):
+        func = sem.function_of(call)
+        if func is None or sem.class_of(func) is not None or sem.function_of(func) is not None \
+                or not sem.is_backward_call(call):
+            continue
+        params = {a.arg for a in func.args.args}  # type: ignore[attr-defined]
+        called = {c.func.id for c in sem.local_nodes(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                  and c.func.id in params}
+        if any(sem.project.passes_moved_model(sem, func, param) for param in sorted(called)):  # type: ignore[union-attr]
+            return True
     return False
 
 
