@@ -3153,3 +3153,46 @@ def test_a_training_function_of_a_helper_module_handed_a_model_moved_to_the_gpu_
     })
     results = check_files(["loops.py", "cli.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "loops.py") == ([(12, "TD603")] if device.startswith("cuda") else [])
+
+
+@pytest.mark.parametrize("fallback", ["raise NotImplementedError('this op needs CUDA')", "pass"])
+def test_a_kernel_built_by_a_builder_chosen_through_a_variable_is_gpu_only_when_no_cpu_build_exists(
+        project: Path, fallback: str) -> None:
+    """``builder = CppExtension``, ``if torch.cuda.is_available(): builder = CUDAExtension`` ``else: raise``, then
+    ``builder("_warpops", srcs)``: the kernel exists only for CUDA, so its test script has nothing to fall back to.
+    When the ``else`` goes on with the C++ build, the kernel runs on the CPU too and ``.cuda()`` is a crash."""
+    write(project, {
+        "setup.py": f"""\
+            import torch
+            from setuptools import setup
+            from torch.utils.cpp_extension import CppExtension, CUDAExtension, BuildExtension
+
+            def make_exts():
+                builder = CppExtension
+                srcs = ["warp_api.cpp"]
+                if torch.cuda.is_available():
+                    builder = CUDAExtension
+                    srcs += ["warp_kernel.cu"]
+                else:
+                    {fallback}
+                return [builder("_warpops", srcs)]
+
+            setup(name="warpops", ext_modules=make_exts(), cmdclass={{"build_ext": BuildExtension}})
+            """,
+        "warp_op.py": """\
+            import _warpops as backend
+
+
+            def warp_forward(x, offsets):
+                return backend.forward(x, offsets)
+            """,
+        "check_warp.py": """\
+            import torch
+            import _warpops
+
+            feats = torch.randn(2, 8, 16, 16).cuda()
+            print(_warpops.forward(feats, feats).shape)
+            """,
+    })
+    results = check_files(["check_warp.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "check_warp.py") == ([] if fallback.startswith("raise") else [(4, "TD101")])

@@ -162,7 +162,16 @@ def _own_cuda_extensions(folder: str, levels: int = 3) -> frozenset[str]:
         if "CUDAExtension" in text or "create_extension" in text and "with_cuda" in text:
             for name in _CUDA_EXTENSION.findall(text):
                 names.update((name, name.rsplit(".", 1)[-1]))
+            for alias in _BUILDER_ALIAS.findall(text):  # ``extension = CUDAExtension`` then ``extension("_ext", ...)``
+                if "CppExtension" not in text or _NO_CPU_BUILD.search(text):
+                    for name in re.findall(rf"""\b{alias}\(\s*(?:name\s*=\s*)?['"]([\w.]+)['"]""", text):
+                        names.update((name, name.rsplit(".", 1)[-1]))
     return frozenset(names)
+
+
+# The builder chosen through a variable; with a ``CppExtension`` default, GPU-only when the other branch refuses
+_BUILDER_ALIAS = lazy(r"(?m)^\s*(\w+)\s*=\s*CUDAExtension\s*$")
+_NO_CPU_BUILD = lazy(r"else:\s*\n\s*raise\b")
 
 
 _BUILD_SCRIPTS = ("setup.py", "build.py")
