@@ -3196,3 +3196,45 @@ def test_a_kernel_built_by_a_builder_chosen_through_a_variable_is_gpu_only_when_
     })
     results = check_files(["check_warp.py"], Settings(root=str(project), select=("TD101",)))
     assert codes(results, "check_warp.py") == ([] if fallback.startswith("raise") else [(4, "TD101")])
+
+
+@pytest.mark.parametrize("moved_first", [False, True])
+def test_a_helper_that_reads_lengths_its_callers_give_before_moving_the_batch_waits_for_nothing(
+        project: Path, moved_first: bool) -> None:
+    """``concat(s1, l1, s2, l2, params.pad_index, 1)`` in a step that moves the batch only after the call
+    (``x, lengths = x.to(dev), lengths.to(dev)``): the helper's ``lengths.max().item()`` and ``(x == eos).sum().item()``
+    read host tensors. When the step moves the batch first, the same reads wait for the GPU (told at the call)."""
+    step = ("    s1, l1, s2, l2 = s1.to(dev), l1.to(dev), s2.to(dev), l2.to(dev)\n"
+            "    x, lengths = concat(s1, l1, s2, l2, params.pad_index, 1)\n") if moved_first else (
+            "    x, lengths = concat(s1, l1, s2, l2, params.pad_index, 1)\n"
+            "    x, lengths = x.to(dev), lengths.to(dev)\n")
+    main = textwrap.dedent("""\
+        import argparse
+        import torch
+        from helpers import concat
+
+        params = argparse.Namespace(pad_index=0)
+        dev = torch.device("cuda")
+        net = torch.nn.Linear(4, 4).to(dev)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        batches = [((torch.zeros(5, 2, dtype=torch.long), torch.tensor([3, 4])),) * 2] * 4
+        for (s1, l1), (s2, l2) in batches:
+        """) + step + "    loss = net(x.float()).mean()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    write(project, {
+        "helpers.py": """\
+            def concat(x1, len1, x2, len2, pad_idx, eos_idx, reset=False):
+                lengths = len1 + len2
+                if not reset:
+                    lengths -= 1
+                slen, bs = lengths.max().item(), lengths.size(0)
+                x = x1.new(slen, bs).fill_(pad_idx)
+                for i in range(bs):
+                    x[len1[i] - 1:len1[i] - 1 + len2[i], i].copy_(x2[:len2[i], i])
+                assert (x == eos_idx).long().sum().item() == 3 * bs
+                return x, lengths
+            """,
+        "main.py": main,
+    })
+    results = check_files(["helpers.py", "main.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "helpers.py") == []
+    assert codes(results, "main.py") == ([(12, "TD603")] if moved_first else [])  # (the call reads device tensors)

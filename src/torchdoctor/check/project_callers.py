@@ -371,7 +371,9 @@ _SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
 SELECTS_WRAPPED = lazy(r"""(startswith|replace)\(\s*(f?["'])module\.\w""")  # picks (or renames) ``module.encoder.*``
 # the saving file's own reader strips the prefix by a slice: ``{k[7:]: v for k, v in sd.items()}`` (asked of that file
 # only: a helper elsewhere that strips it when present, ``k[7:] if k.startswith('module') else k``, tolerates both)
-STRIPS_WRAPPED = lazy(r"""\b(k|key|name|n)\[\s*(7|len\(\s*["']module\.["']\s*\))\s*:\s*\]""")
+# or keeps only the prefixed keys: ``{k.replace("module.", ""): v for k, v in sd.items() if "module." in k}``
+STRIPS_WRAPPED = lazy(r"""\b(k|key|name|n)\[\s*(7|len\(\s*["']module\.["']\s*\))\s*:\s*\]"""
+                      r"""|\bif\s+["']module\.["']\s+in\s+(k|key|name|n)\b""")
 _OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)["']\s*:\s*(self\.)?"""
                      r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
 

@@ -19,6 +19,7 @@ from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, e
     stepped_with, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
+from torchdoctor.check.semantic.summary import host_args_of
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -241,7 +242,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         return  # a method of an object made in another module: its scalar reads are told (``return loss.item()``),
         # not its copies (``upsampler.enhance(img)`` handing back the image it made), nor ``self.env.step(a.item())``
     callers = [c for c in sem.project.step_callers(sem, func) if _may_take_branch(ctx, node, func, c)]  # type: ignore[attr-defined]
-    if not callers:
+    if not callers or _reads_host_arguments(ctx, node, func, callers):
         return
     if isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") and all(c.eval_before for c in callers) \
             and _copies_a_parameter(ctx, node, func):
@@ -254,6 +255,45 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         more = f" and {len(sites) - 2} more" if len(sites) > 2 else ""
         loops = "loops that call" if len({c.path for c in callers}) > 1 else "loop that calls"  # (one file: one loop, mostly)
         report_sync(ctx, node, what, f"the {loops} `{func.name}` at {sites[0]}, {sites[1]}{more}")
+
+
+def _reads_host_arguments(ctx: Context, node: ast.AST, func: ast.AST, callers: list) -> bool:
+    """The read's tensor is computed from parameters alone (``(a_len + b_len).max().item()``, ``a_len[i].item()``)
+    and every caller hands those parameters host tensors, made in its step before the step moves the batch to the
+    device (``CallRecord.host_args``): the read waits for no GPU."""
+    sem = ctx.semantic
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("item", "tolist")):
+        return False
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if sem.class_of(func) is not None and params[:1] == ["self"]:
+        params = params[1:]
+    used: set[str] = set()
+
+    def derived(expr: ast.AST, at: ast.AST, depth: int) -> bool:
+        for n in ast.walk(expr):
+            if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)):
+                continue
+            b = sem.binding_at(n.id, at)
+            if b is None or depth > 4:
+                return False
+            if b.is_param:
+                if b.node is not func or n.id not in params:
+                    return False
+                used.add(n.id)
+            elif b.value is None:  # a loop counter over ``range(...)``: a number
+                loop = sem.parent(b.node)
+                if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
+                        and dotted(loop.iter.func) == "range"):
+                    return False
+            elif not derived(b.value, b.node, depth + 1):
+                return False
+        return True
+
+    if not derived(node.func.value, node, 0) or not used:
+        return False
+    return all(all(p in c.host_args or f"#{params.index(p)}" in c.host_args  # (or left to its default)
+                   or "*" not in c.passed and p not in c.passed and f"#{params.index(p)}" not in c.passed for p in used)
+               for c in callers)
 
 
 def _may_take_branch(ctx: Context, node: ast.AST, func: ast.AST, caller: object) -> bool:
@@ -313,8 +353,10 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
             continue
         if "read" not in effects and sem.loop_kind(loop) == "eval":
             continue  # (an evaluation's outputs copied to the host by a post-processing helper: NMS, decoding)
-        if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node) or env_action(ctx, node, loop):
-            continue  # (``act = epsilon_pick(q, eps)`` handed to ``env.step``: the environment needs it)
+        if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node) or env_action(ctx, node, loop) \
+                or len(host_args_of(sem, node)) == len(node.args) + len(node.keywords):
+            continue  # (``act = epsilon_pick(q, eps)`` handed to ``env.step``: the environment needs it; a batch
+            # handed on before the step moves it: host tensors)
         report_sync(ctx, node, f"`{ctx.name(node.func)}(...)`, which reads tensors back in `{getattr(ext, 'name', '?')}`,",
                      loop)
 

@@ -169,6 +169,8 @@ class Kinds:
         if kind is None and (b is None or b.value is None or isinstance(b.value, ast.Call)):
             if b is None and key.startswith("self.") and self._own_method(key[5:], at):
                 return None  # ``self.pick_network(width)``: a method of the class, named like a model
+            if b is not None and _names_a_class(key):
+                return None  # ``Model = eval(args.arch)``: a class picked by name; what it builds is the model
             kind = kind_from_name(key)
         return kind
 

@@ -20,7 +20,7 @@ from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has
     class_moves_itself, class_parts, moved_keys
 from torchdoctor.record import FrozenRecord, Record
 
-__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records"]
+__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "host_args_of"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
@@ -100,7 +100,7 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop", "rank_zero_only", "moved_models", "passed")
+                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -114,13 +114,15 @@ class CallRecord(FrozenRecord):
     rank_zero_only: bool  # only the main process makes the call (``Logger(...) if rank == 0 else None``)
     moved_models: frozenset[str]  # parameters (by name, or "#i" by position) given a model moved to an accelerator
     passed: frozenset[str]  # the arguments given, by keyword name or "#i" by position ("*": some unpacked)
+    host_args: frozenset[str]  # arguments that are a batch as the loop yields it, not moved yet (by name or "#i")
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
-                 moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset()) -> None:
+                 moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
+                 host_args: frozenset[str] = frozenset()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models, passed)
+                   rank_zero_only, moved_models, passed, host_args)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -253,10 +255,48 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         passed = {f"#{i}" for i in range(len(call.args))} | {k.arg or "*" for k in call.keywords}
         if any(isinstance(a, ast.Starred) for a in call.args):
             passed.add("*")
+        per_step = accelerator and _per_step(sem, call)
         out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
-                              accelerator and _per_step(sem, call), sem.path, call.lineno, in_loop,
-                              guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed)))
+                              per_step, sem.path, call.lineno, in_loop,
+                              guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
+                              host_args_of(sem, call) if per_step else frozenset()))
     return out
+
+
+_MOVES = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device", "to_cuda", "to_gpu")
+
+
+def host_args_of(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
+    """The arguments of ``call`` (by name or "#i") that are values of this step made before the loop moves anything
+    to the device: a batch loop that moves its batch after the call (``x, lengths = to_cuda(x, lengths)`` below
+    ``join_pairs(a, a_len, b, b_len)``) hands the call host tensors, made from the batch as the loader gave it."""
+    loop = sem.enclosing_loop(call, "batch")
+    if loop is None:
+        return frozenset()
+    here = (call.lineno, call.col_offset)
+    moves = [(m.lineno, m.col_offset) for m in sem.calls_named(*_MOVES) if sem.contains(loop, m) and (
+        sem.is_device_move(m) or isinstance(m.func, ast.Name) and m.func.id in ("to_cuda", "to_gpu", "to_device"))]
+    if not moves or min(moves) < here:
+        return frozenset()  # (nothing moved in the step, or something of it is on the device already)
+    out = set()
+    args = [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
+    for slot, arg in args:
+        b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
+        if isinstance(arg, ast.Constant) or b is not None and not b.is_param and sem.contains(loop, b.node) \
+                and not (isinstance(b.value, ast.Call) and sem.is_model_call(b.value)) or _setting(sem, arg, b, call):
+            out.add(slot)  # (a constant or a setting too: ``concat(s1, l1, s2, l2, params.pad_index, 1)``)
+    return frozenset(out)
+
+
+def _setting(sem: SemanticModel, arg: ast.AST, b: object, at: ast.AST) -> bool:
+    """A plain setting, no tensor: ``params.pad_index``, or ``lang_id`` bound to ``params.lang2id['en']``."""
+    if sem.expr_kind(arg, at) is not None:
+        return False
+    if isinstance(arg, ast.Attribute):
+        return isinstance(arg.value, ast.Name) and arg.value.id not in ("self", "torch")
+    value = getattr(b, "value", None)
+    return isinstance(arg, ast.Name) and not getattr(b, "is_param", True) and isinstance(value, (ast.Attribute, ast.Subscript)) \
+        and isinstance(getattr(value, "value", None), (ast.Name, ast.Attribute))
 
 
 def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str | None:
