@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted
+from torchdoctor.check.astutil import dotted, param_default
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, program
 
@@ -29,7 +29,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
         if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
-                or _tried_with_a_fallback(sem, site.node):
+                or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -133,6 +133,35 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
     if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return False
     return not sem.reads_of(node.targets[0].id) or _overridden_by_exec(sem, node)  # type: ignore[attr-defined]
+
+
+def _used_only_when_asked(sem, node: ast.AST) -> bool:
+    """``OFFLOAD = torch.device("cuda:0")`` at module level (making a device object needs no GPU), read only under
+    ``if split:`` or ``if self.split:`` where ``split`` is a parameter that defaults to False (or None): the CUDA
+    path runs when a caller asks for it (DropEdge's ``mixmode``, turned on only when CUDA is available)."""
+    setting = sem.parent(node)
+    if not (isinstance(setting, ast.Assign) and setting.value is node and sem.function_of(setting) is None
+            and sem.class_of(setting) is None and len(setting.targets) == 1 and isinstance(setting.targets[0], ast.Name)):
+        return False
+    reads = sem.reads_of(setting.targets[0].id)
+    return bool(reads) and all(_under_opt_in(sem, r) for r in reads)
+
+
+def _under_opt_in(sem, node: ast.AST) -> bool:
+    func = sem.function_of(node)
+    for up in sem.ancestors(node):
+        if up is func or func is None:
+            return False
+        if isinstance(up, ast.If) and any(s is node or sem.contains(s, node) for s in up.body):
+            flag = up.test.attr if isinstance(up.test, ast.Attribute) and dotted(up.test.value) == "self" else \
+                up.test.id if isinstance(up.test, ast.Name) else None
+            owner = func if isinstance(up.test, ast.Name) else next(
+                (f for f in getattr(sem.class_of(func), "body", ()) if isinstance(f, ast.FunctionDef)
+                 and f.name == "__init__"), None)
+            default = param_default(owner, flag) if owner is not None and flag else None
+            if isinstance(default, ast.Constant) and default.value in (False, None):
+                return True
+    return False
 
 
 def _overridden_by_exec(sem: object, setting: ast.Assign) -> bool:

@@ -264,6 +264,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return made_on_host(ctx, expr.value, at, depth)  # (syntax only, bounded by the tree: no hop counted)
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         return _host_attribute(ctx, expr, depth)
+    if isinstance(expr, ast.Attribute) and (root := _numpy_root(ctx, expr)) is not None:
+        return root  # ``np.finfo(np.float32).eps``: a NumPy value, no tensor
     if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
         return made_on_host(ctx, expr.value, at, depth)
     if isinstance(expr, ast.ListComp):  # ``[x.detach().cpu() for x in outputs]``
@@ -309,6 +311,17 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _numpy_root(ctx: Context, expr: ast.Attribute) -> bool | None:
+    """True for an attribute of a NumPy call's result (``np.finfo(np.float32).eps``, ``np.random.rand(3).max``);
+    None when the chain does not start at a NumPy call."""
+    node: ast.AST = expr
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Call):
+        return True if (ctx.call_name(node) or "").startswith("numpy.") else None
+    return None
 
 
 def _host_attribute(ctx: Context, expr: ast.Attribute, depth: int) -> bool:
