@@ -465,6 +465,21 @@ def data_parallel(node: ast.AST, ctx: Context) -> None:
                    "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
 
 
+@rule("TD204", ast.ClassDef)
+def data_parallel_subclass(node: ast.AST, ctx: Context) -> None:
+    """A subclass of ``nn.DataParallel`` (forwarding attribute access to ``.module``, scattering pre-split batches)
+    is DataParallel all the same: reported where this file builds one."""
+    assert isinstance(node, ast.ClassDef)
+    sem = ctx.semantic
+    if not any(sem.qualname(b) in _DATA_PARALLEL for b in node.bases) or sem.function_of(node) is not None:
+        return
+    for call in sem.calls_named(node.name):
+        if isinstance(call.func, ast.Name) and call.func.id == node.name and sem.binding_at(node.name, call) is None \
+                and sem.calls_index.classes.get(node.name) is node:
+            ctx.report("TD204", call, f"`{node.name}` is a `DataParallel`: it runs one process over all GPUs (GIL-bound, "
+                       "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+
+
 # ---- TD205 --------------------------------------------------------------------------------
 def _wrapped_by_fsdp(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     """``model = FSDP(model, ...)``: FSDP's ``state_dict()`` hands back the model's own names (its hooks strip the
