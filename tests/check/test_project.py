@@ -3238,3 +3238,122 @@ def test_a_helper_that_reads_lengths_its_callers_give_before_moving_the_batch_wa
     results = check_files(["helpers.py", "main.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "helpers.py") == []
     assert codes(results, "main.py") == ([(12, "TD603")] if moved_first else [])  # (the call reads device tensors)
+
+
+def test_reads_in_the_step_methods_of_a_trainer_run_every_step_of_the_loop_of_another_module(project: Path) -> None:
+    """A translation trainer (``trainer.py``) whose step methods each do one whole step (``self.optimize(loss)``, in
+    the base class, backpropagates and steps), called from a ``while`` loop of ``train.py`` on a model that
+    ``model.py``'s builder returns with ``.cuda()``: their ``loss.item()`` and the NaN test in ``optimize`` wait for
+    the GPU every step. Reads of the batch before the step moves it (``to_cuda``) wait for nothing, nor does the
+    ``lengths.max().item()`` of a helper method called with host tensors before that move."""
+    write(project, {
+        "model.py": """\
+            import torch.nn as nn
+
+
+            def build_model(dim):
+                model = nn.Linear(dim, dim)
+                return model.cuda()
+            """,
+        "trainer.py": """\
+            import torch
+
+
+            def to_cuda(*ts):
+                return [t.cuda() for t in ts]
+
+
+            class Trainer:
+                def __init__(self, model):
+                    self.model = model
+                    self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                    self.stats = []
+                    self.n_sentences = 0
+
+                def optimize(self, loss):
+                    if (loss != loss).data.any():
+                        print("NaN")
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+
+                def trim(self, x, lengths):
+                    slen = lengths.max().item()
+                    return x[:slen], lengths
+
+                def get_batch(self):
+                    return torch.randn(6, 4), torch.tensor([3, 6])
+
+
+            class SeqTrainer(Trainer):
+                def mt_step(self):
+                    x, lengths = self.get_batch()
+                    x, lengths = self.trim(x, lengths)
+                    assert (lengths - 1).sum().item() > 0
+                    x, lengths = to_cuda(x, lengths)
+                    loss = self.model(x).pow(2).mean()
+                    self.stats.append(loss.item())
+                    self.optimize(loss)
+                    self.n_sentences += len(lengths)
+            """,
+        "train.py": """\
+            from model import build_model
+            from trainer import SeqTrainer
+
+
+            def main(epochs, epoch_size):
+                model = build_model(4)
+                trainer = SeqTrainer(model)
+                for _ in range(epochs):
+                    trainer.n_sentences = 0
+                    while trainer.n_sentences < epoch_size:
+                        trainer.mt_step()
+            """,
+    })
+    results = check_files(["trainer.py", "train.py", "model.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "trainer.py") == [(16, "TD603"), (37, "TD603")]
+
+
+@pytest.mark.parametrize("default", ["cuda:0", "cpu"])
+def test_a_constructor_device_parameter_given_a_gpu_by_its_caller_puts_forward_on_the_gpu(
+        project: Path, default: str) -> None:
+    """``Denoiser(50, cfg.device)`` for ``__init__(self, n_steps, dev)``: ``self`` takes no argument slot, so ``dev``
+    is the caller's second argument, a GPU when ``--device`` defaults to one. The timestep tensor ``forward`` makes
+    on the host and copies to ``self.dev`` is then made and copied every step."""
+    write(project, {
+        "denoiser.py": """\
+            import torch
+            import torch.nn as nn
+
+
+            class Denoiser(nn.Module):
+                def __init__(self, n_steps, dev):
+                    super().__init__()
+                    self.dev = dev
+                    self.n_steps = n_steps
+                    self.net = nn.Linear(17, 16)
+
+                def forward(self, x):
+                    t = torch.randint(0, self.n_steps, [x.shape[0]]).to(self.dev)
+                    return self.net(torch.cat([x, t[:, None].float()], 1)).pow(2).mean()
+            """,
+        "train.py": f"""\
+            import argparse
+            import torch
+            from denoiser import Denoiser
+
+            ap = argparse.ArgumentParser()
+            ap.add_argument("--device", default="{default}")
+            cfg = ap.parse_args()
+            model = Denoiser(50, cfg.device).to(cfg.device)
+            opt = torch.optim.Adam(model.parameters())
+            data = torch.randn(512, 16)
+            for i in range(0, 512, 32):
+                loss = model(data[i:i + 32].to(cfg.device))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["denoiser.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "denoiser.py") == ([(13, "TD611")] if default.startswith("cuda") else [])

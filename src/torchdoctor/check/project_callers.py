@@ -11,9 +11,11 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_files import State, import_statements
 from torchdoctor.check.semantic import SemanticModel, program
+from torchdoctor.check.semantic.project_devices import model_from_project_builder
 
 if TYPE_CHECKING:
     from torchdoctor.check.semantic.summary import CallRecord, ModuleSummary
@@ -122,12 +124,17 @@ class Callers:
 
     def step_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
         """The calls of ``func`` from other modules that run on every step of their batch loop, on an accelerator,
-        in the order the modules were read."""
-        return [r for r in self._callers(sem, func, by_class=True) if r.per_step]
+        in the order the modules were read; when ``func`` is one whole training step (backward and an optimizer step,
+        no loop of its own), every loop that calls it on each iteration is such a batch loop."""
+        one_step = {"backward", "step"} <= sem.effects(func) and not sem.loops_index.loops_backward(func)
+        return [r for r in self._callers(sem, func, by_class=True) if r.per_step or one_step and r.per_iteration]
 
     def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
-        """A caller in another module passes an accelerator device for ``param`` of ``func``."""
+        """A caller in another module passes an accelerator device for ``param`` of ``func`` (a method's ``self``
+        takes no argument slot: ``Denoiser(50, cfg.device)`` gives ``dev`` of ``__init__(self, n_steps, dev)``)."""
         params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+        if params[:1] == ["self"]:
+            params = params[1:]
         slot = f"#{params.index(param)}" if param in params else None
         return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
                    for r in self._callers(sem, func))
@@ -167,6 +174,19 @@ class Callers:
         # A DDP caller may import a save helper through its package (``from pkg import save``); for the other
         # questions the module's own name is enough (reading every importer of a package cost ~40 parses on 620 files).
         words = {stem, package} if ddp_only and self._package_reexports(here, name) else {stem}
+        out: list[CallRecord] = []
+        names = [name]
+        if method is not None:  # ``trainer.mlm_step(...)`` of ``trainer = EncDecTrainer(...)``, a subclass here that
+            names += [c.name for c in sem.of_type(ast.ClassDef) if c is not cls and any(  # type: ignore[attr-defined]
+                dotted(b) == name for b in c.bases) and not any(  # type: ignore[attr-defined]
+                isinstance(f, ast.FunctionDef) and f.name == method for f in c.body)]  # type: ignore[attr-defined]
+        for name in names:
+            out += self._callers_named(here, stem, package, words, name, method, ddp_only)
+        memo[(*key, "ddp") if ddp_only else key] = out
+        return out
+
+    def _callers_named(self, here: str, stem: str, package: str, words: set[str], name: str, method: str | None,
+                       ddp_only: bool) -> list[CallRecord]:
         pattern = re.compile(rf"\b{re.escape(name)}\b")
         out: list[CallRecord] = []
         for other in self._importing(here, words):
@@ -190,7 +210,6 @@ class Callers:
                     out += [r for r in found if r.written.rsplit(".", 1)[-1] == name or r.written == head]
                 else:  # (the class's method, not a function of the same name: ``Engine.fit_batch``)
                     out += [r for r in found if r.written.endswith(f"{name}.{method}")]
-        memo[(*key, "ddp") if ddp_only else key] = out
         return out
 
     def _package_reexports(self, here: str, name: str) -> bool:
@@ -215,7 +234,8 @@ class Callers:
                 names = (dict(sem.names.from_imports), dict(sem.names.imports))
                 heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                          if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)
-                accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self)
+                accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self) \
+                    or model_from_project_builder(sem, self)
                 for r in call_records(sem, heads, accelerated):
                     grouped.setdefault(r.written.split(".")[0], []).append(r)
                 self._done_with(path, sem)

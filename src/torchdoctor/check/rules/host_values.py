@@ -15,7 +15,7 @@ from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
-__all__ = ["SAME_PLACE", "SYNC_METHODS", "batch_on_device", "host_copy_of_cpu_data", "host_number", "inner_sync", "is_sync_call", "loader_batch_on_host",
+__all__ = ["SAME_PLACE", "SYNC_METHODS", "before_the_first_move", "batch_on_device", "host_copy_of_cpu_data", "host_number", "inner_sync", "is_sync_call", "loader_batch_on_host",
            "made_on_host", "sync_site", "tensor_value"]
 
 
@@ -246,6 +246,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return False
     if isinstance(expr, ast.Name):
         b = ctx.semantic.bindings.at(expr.id, at)
+        if b is not None and b.node is not expr and _before_the_first_move(ctx, b, at):
+            return True  # ``pred_mask = alen[:, None] < lengths[None] - 1`` before ``x, lengths = to_cuda(x, lengths)``
         if b is not None and b.value is None:  # ``for pred in host_list``, ``for i, pred in enumerate(host_list)``
             loop = ctx.semantic.parent(b.node)
             if loop is not None and loop is ctx.semantic.enclosing_loop(at, "batch") and \
@@ -311,6 +313,63 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+_BATCH_MOVERS = ("to_cuda", "to_gpu", "to_device")
+
+
+def _before_the_first_move(ctx: Context, b: object, at: ast.AST) -> bool:
+    """``b`` binds a value in the function of ``at``, before ``at``, from no model call, and the function moves
+    values to the device only after ``at`` (``x, lengths = to_cuda(x, lengths)`` further down the step): what it
+    computed until then from the batch lies on the host."""
+    sem = ctx.semantic
+    func = sem.function_of(at)
+    if func is None or getattr(b, "is_param", True) or sem.function_of(b.node) is not func:  # type: ignore[attr-defined]
+        return False
+    stmt = b.node if isinstance(b.node, ast.stmt) else sem.statement_of(b.node)  # type: ignore[attr-defined]
+    if not isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
+        return False  # (a loop's target, a ``with`` name: asked elsewhere)
+    value = stmt.value
+    if isinstance(value, ast.Call) and (sem.is_model_call(value) or sem.is_device_move(value)
+                                        or any(k.arg == "device" for k in value.keywords)):
+        return False
+    unpacked = isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Tuple) and isinstance(value, ast.Call)
+    if not (unpacked or isinstance(value, ast.Compare) or sem.expr_kind(value, stmt) == "tensor"):
+        return False  # (tensors only: ``accumulation = 4`` before ``model.to(device)`` is a number, not a host batch)
+    return before_the_first_move(ctx, at)
+
+
+def before_the_first_move(ctx: Context, at: ast.AST) -> bool:
+    """The function of ``at`` moves values to the device (``.to(device)``, ``.cuda()``, ``to_cuda(...)``), and only
+    after ``at``: at ``at`` what the step computed from its batch lies on the host."""
+    sem = ctx.semantic
+    func = sem.function_of(at)
+    if func is None:
+        return False
+    moves = sem.cached(("step_moves", func), lambda: sorted(
+        (((m.lineno, m.col_offset), m) for m in sem.calls_named("to", "cuda", *_BATCH_MOVERS) if sem.function_of(m) is func
+         and (sem.is_device_move(m) or isinstance(m.func, ast.Name) and m.func.id in _BATCH_MOVERS)), key=lambda t: t[0]))
+    if not moves:
+        return False
+    here = (at.lineno, at.col_offset)  # type: ignore[attr-defined]
+    first = moves[0][1]
+    loop = _innermost_loop(sem, at, func)  # (the same pass: a move in a later loop moves other values)
+    if moves[0][0] <= here or _innermost_loop(sem, first, func) is not loop:
+        return False
+    moved = [first.func.value] if isinstance(first.func, ast.Attribute) else list(first.args)
+    if not any(isinstance(m, ast.Name) for m in moved):
+        return False  # (``mask = torch.ones(n, n).to(device)``: a value made for the device, not the step's batch)
+    return not any(sem.is_model_call(c) and (c.lineno, c.col_offset) < here and _innermost_loop(sem, c, func) is loop
+                   for c in sem.local_nodes(func) if isinstance(c, ast.Call))  # (a model already ran on the batch)
+
+
+def _innermost_loop(sem: object, node: ast.AST, func: ast.AST) -> ast.AST | None:
+    for up in sem.ancestors(node):  # type: ignore[attr-defined]
+        if up is func:
+            return None
+        if isinstance(up, ast.For | ast.AsyncFor | ast.While):
+            return up
+    return None
 
 
 def _numpy_root(ctx: Context, expr: ast.Attribute) -> bool | None:

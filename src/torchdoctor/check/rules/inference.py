@@ -384,8 +384,10 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
     # (a Keras or CoreML model has a predict() too)
     if construction(sem, target, call) is not None:
         return True
-    b = sem.binding_at(dotted(target) or "", call)  # a parameter annotated with a module class
-    return b is not None and b.is_param and b.value is not None and sem.kinds.binding_kind(b) == "model"
+    b = sem.binding_at(dotted(target) or "", call)  # a parameter annotated with a module class, or that every caller
+    # here hands a model, or (after its ``.eval()``) that this file puts in evaluation mode: ``detector.eval()``
+    return b is not None and b.is_param and (sem.kinds.binding_kind(b) == "model"
+                                             or evaluated and b.key in sem.bindings.param_receivers)
 
 
 _NOT_FORWARDS = frozenset({"eval", "train", "parameters", "named_parameters", "modules", "children", "to", "cuda", "cpu",

@@ -6,6 +6,7 @@ other modules that read their arguments back). The implicit reads are in ``syncs
 from __future__ import annotations
 
 import ast
+import builtins
 import os
 from typing import TYPE_CHECKING
 
@@ -13,8 +14,8 @@ from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_defa
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
-from torchdoctor.check.rules.host_values import SYNC_METHODS, host_copy_of_cpu_data, made_on_host, sync_site, \
-    tensor_value
+from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, made_on_host, \
+    sync_site, tensor_value
 from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, \
     stepped_with, stop_signal
 from torchdoctor.check.semantic import program
@@ -222,9 +223,22 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     step because another module of the project calls it from its batch loop: reported here, at the sync."""
     sem = ctx.semantic
     func = sem.function_of(node)
-    if func is None or sem.project is None or sem.call_sites(func) or sem.function_of(func) is not None \
+    if func is None or sem.project is None or sem.function_of(func) is not None \
             or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
         return  # (a method counts: ``eng.fit_batch(x, y)`` of ``eng = Engine(...)`` in another module's loop)
+    if sem.call_sites(func):
+        if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy"):
+            return
+        if _param_roots(ctx, node, func) and all(before_the_first_move(ctx, site) for site in sem.call_sites(func)):
+            return  # ``self.round_batch(x, lengths)`` before the step's ``to_cuda``: it reads host tensors
+        for entry in _method_entries(ctx, func):  # ``self.optimize(loss)`` in ``lm_step``, which another module's loop calls
+            callers = sem.project.step_callers(sem, entry)  # type: ignore[attr-defined]
+            if callers:
+                here = os.path.dirname(os.path.abspath(sem.path))
+                site = min(f"{os.path.relpath(c.path, here)}:{c.line}" for c in callers)
+                report_sync(ctx, node, what, f"the loop that calls `{entry.name}` (which calls `{func.name}`) at {site}")  # type: ignore[attr-defined]
+                return
+        return
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cpu":
         name, at = root_name(node.func.value) or "", node
         for _ in range(4):  # through rebindings of itself: ``if range_norm: tensor = tensor.add(1.0).div(2.0)``
@@ -257,43 +271,85 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         report_sync(ctx, node, what, f"the {loops} `{func.name}` at {sites[0]}, {sites[1]}{more}")
 
 
+def _method_entries(ctx: Context, func: ast.AST) -> list[ast.AST]:
+    """The methods of the class (or of its in-file subclasses) that call ``func`` on every call of their own
+    (``self.optimize(loss)`` at the top level of ``mlm_step``, not in a loop or behind a guard), themselves called
+    from no code of this file: the entries that another module's loop may call (two levels up at most)."""
+    sem = ctx.semantic
+    cls = sem.class_of(func)
+    if cls is None:
+        return []
+    entries: list[ast.AST] = []
+    todo, seen = [(func, 0)], {func}
+    while todo:
+        f, depth = todo.pop()
+        for site in sem.call_sites(f):
+            outer = sem.function_of(site)
+            owner = sem.class_of(outer) if outer is not None else None
+            if outer is None or outer in seen or sem.function_of(outer) is not None or owner is None or not (
+                    owner is cls or sem.calls_index._inherits(owner, cls)) or sem.under_step_guard(site) or any(
+                    isinstance(a, (ast.If, ast.For, ast.While, ast.Try)) for a in sem.ancestors(site)
+                    if a is not outer and sem.contains(outer, a)):
+                continue
+            seen.add(outer)
+            if not sem.call_sites(outer):
+                entries.append(outer)
+            elif depth < 1:
+                todo.append((outer, depth + 1))
+    return sorted(entries, key=lambda e: e.lineno)  # type: ignore[attr-defined]
+
+
 def _reads_host_arguments(ctx: Context, node: ast.AST, func: ast.AST, callers: list) -> bool:
     """The read's tensor is computed from parameters alone (``(a_len + b_len).max().item()``, ``a_len[i].item()``)
     and every caller hands those parameters host tensors, made in its step before the step moves the batch to the
     device (``CallRecord.host_args``): the read waits for no GPU."""
+    found = _param_roots(ctx, node, func)
+    if not found:
+        return False
+    params, used = found
+    return all(all(p in c.host_args or f"#{params.index(p)}" in c.host_args  # (or left to its default)
+                   or "*" not in c.passed and p not in c.passed and f"#{params.index(p)}" not in c.passed for p in used)
+               for c in callers)
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+def _param_roots(ctx: Context, node: ast.AST, func: ast.AST) -> tuple[list[str], set[str]] | None:
+    """(``func``'s parameters, those the read at ``node`` is computed from) when ``node`` is an ``.item()`` or
+    ``.tolist()`` of a tensor computed from parameters alone (and loop counters); None otherwise."""
     sem = ctx.semantic
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("item", "tolist")):
-        return False
+        return None
     params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
     if sem.class_of(func) is not None and params[:1] == ["self"]:
         params = params[1:]
     used: set[str] = set()
+    return (params, used) if _derived(sem, node.func.value, node, func, params, used, 0) and used else None
 
-    def derived(expr: ast.AST, at: ast.AST, depth: int) -> bool:
-        for n in ast.walk(expr):
-            if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)):
-                continue
-            b = sem.binding_at(n.id, at)
-            if b is None or depth > 4:
-                return False
-            if b.is_param:
-                if b.node is not func or n.id not in params:
-                    return False
-                used.add(n.id)
-            elif b.value is None:  # a loop counter over ``range(...)``: a number
-                loop = sem.parent(b.node)
-                if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call)
-                        and dotted(loop.iter.func) == "range"):
-                    return False
-            elif not derived(b.value, b.node, depth + 1):
-                return False
-        return True
 
-    if not derived(node.func.value, node, 0) or not used:
-        return False
-    return all(all(p in c.host_args or f"#{params.index(p)}" in c.host_args  # (or left to its default)
-                   or "*" not in c.passed and p not in c.passed and f"#{params.index(p)}" not in c.passed for p in used)
-               for c in callers)
+def _derived(sem, expr: ast.AST, at: ast.AST, func: ast.AST, params: list[str], used: set[str], depth: int) -> bool:
+    """Every name ``expr`` reads is a parameter of ``func`` (added to ``used``), a loop counter over ``range``, a
+    builtin or module, or a local computed so (a module-level function: a nested recursive one would be a cycle)."""
+    for n in ast.walk(expr):
+        if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)):
+            continue
+        b = sem.binding_at(n.id, at)
+        if b is None and (n.id in _BUILTINS or n.id in sem.names.modules):
+            continue  # ``len(lengths)``, ``torch.randperm(n)``
+        if b is None or depth > 4:
+            return False
+        if b.is_param:
+            if b.node is not func or n.id not in params:
+                return False
+            used.add(n.id)
+        elif b.value is None:  # a loop counter over ``range(...)``: a number
+            loop = sem.parent(b.node)
+            if not (isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "range"):
+                return False
+        elif not _derived(sem, b.value, b.node, func, params, used, depth + 1):
+            return False
+    return True
 
 
 def _may_take_branch(ctx: Context, node: ast.AST, func: ast.AST, caller: object) -> bool:
@@ -349,8 +405,8 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
             continue
         ext = sem.external(node)
         effects = getattr(ext, "effects", ())
-        if ext is None or "sync" not in effects or per_step_loop(ctx, node) is not loop:
-            continue
+        if ext is None or "sync" not in effects or getattr(ext, "one_step", False) or per_step_loop(ctx, node) is not loop:
+            continue  # (``engine.train(x, y)``, a whole step of another module: its reads are told where they are)
         if "read" not in effects and sem.loop_kind(loop) == "eval":
             continue  # (an evaluation's outputs copied to the host by a post-processing helper: NMS, decoding)
         if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node) or env_action(ctx, node, loop) \

@@ -59,7 +59,8 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         loop = sem.enclosing_loop(at, "batch")
         if loop is not None and expr.id in sem.batch_vars(loop):  # batch data is on the host until it is moved
             return expr.id if batch_on_device(ctx, expr.id, at, loop) else None
-        if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at):
+        if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at) \
+                and not _backpropagated_param(ctx, expr, at):
             return None
         return None if host_number(ctx, expr, at) or made_on_host(ctx, expr, at) else expr.id
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"):
@@ -68,6 +69,16 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
             and _device_tensor_name(ctx, expr.value, at) and ctx.semantic.kind_of(expr.value.id, at) == "tensor":
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
     return None
+
+
+def _backpropagated_param(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """A parameter the function backpropagates (``def optimize(self, loss): ... loss.backward()``): a loss tensor."""
+    sem = ctx.semantic
+    b = sem.binding_at(name.id, at)
+    func = sem.function_of(at)
+    return b is not None and b.is_param and b.node is func and any(
+        isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.value.id == name.id
+        and sem.function_of(c) is func for c in sem.calls_named("backward"))
 
 
 def _derived_in_another_module(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
@@ -134,6 +145,8 @@ def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) ->
         return None
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE:
         return _tensor_operand(ctx, expr.func.value, at, depth + 1)
+    if isinstance(expr, ast.Attribute) and expr.attr == "data":  # ``(loss != loss).data.any()``
+        return _tensor_operand(ctx, expr.value, at, depth + 1)
     if isinstance(expr, (ast.Compare, ast.BinOp)):
         parts = [expr.left, *expr.comparators] if isinstance(expr, ast.Compare) else [expr.left, expr.right]
         return next((t for p in parts if (t := _tensor_operand(ctx, p, at, depth + 1))), None)

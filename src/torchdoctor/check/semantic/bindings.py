@@ -43,7 +43,7 @@ class Bindings:
         self.index = index
         self.table: dict[tuple[ast.AST, str], list[Binding]] = {}
         self.by_key: dict[str, list[Binding]] = {}
-        self.param_receivers: set[str] = set()  # keys used as ``x.parameters()``
+        self.param_receivers: set[str] = set()  # keys used as ``x.parameters()``, ``x.eval()``
         self.functions: dict[str, list[ast.AST]] = {}  # plain functions (not methods) by name
         self.defined: set[str] = set(imported)  # names bound by def, class or import
         self.comp: dict[str, dict[ast.AST, Binding]] = {}  # name -> comprehension -> its target binding
@@ -116,8 +116,9 @@ class Bindings:
             self.defined.add(node.name)  # type: ignore[attr-defined]
         for node in get(ast.Call, ()):
             func = node.func  # type: ignore[attr-defined]
-            if isinstance(func, ast.Attribute) and func.attr in ("parameters", "named_parameters"):
-                key = dotted(func.value)
+            if isinstance(func, ast.Attribute) and (func.attr in ("parameters", "named_parameters") or func.attr == "eval"
+                                                    and not node.args and not node.keywords):  # type: ignore[attr-defined]
+                key = dotted(func.value)  # (``detector.eval()``: a module put in evaluation mode)
                 if key:
                     self.param_receivers.add(key)
         for key, found in self.table.items():

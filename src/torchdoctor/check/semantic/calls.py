@@ -154,6 +154,8 @@ class Calls:
         if key == "self":
             cls = self.class_of(call)
             own = [f for f in self.functions.get(func.attr, []) if self.class_of(f) is cls]
+            if not own and cls is not None:  # ``self.optimize(loss)`` in a subclass: the in-file base's method runs
+                own = [f for base in self._bases(cls) for f in self._methods(base, func.attr)]
             # (when ``self`` is a subclass of this file, its override runs: ``self.forward_backward(batch)`` in
             # ``Engine.train``'s loop runs ``SoftmaxEngine.forward_backward``)
             return own + [f for f in self.functions.get(func.attr, [])

@@ -210,12 +210,14 @@ class Kinds:
             return None
         self._busy.add(key)
         try:
-            if b.value is None:
-                kind = self._loop_target_kind(b)
-            elif b.is_param:
-                kind = self._annotation_kind(b.value)
+            if b.is_param:
+                kind = self._annotation_kind(b.value) if b.value is not None else None
                 if kind == "model" and _names_a_class(b.key):
                     kind = None  # ``Model: nn.Module`` named as a class is: the class, called to build one
+                if kind is None:
+                    kind = self._kind_from_callers(b)
+            elif b.value is None:
+                kind = self._loop_target_kind(b)
             elif b.index is not None:
                 kind = self._unpacked_kind(b.value, b.index, b.node)
             else:
@@ -224,6 +226,38 @@ class Kinds:
             self._busy.discard(key)
         self._memo[key] = kind
         return kind
+
+    def _kind_from_callers(self, b: Binding) -> str | None:
+        """"model" for a parameter of a module-level function that every call of it in this file hands a model
+        (``score_agent(env, 3, actor)`` with ``actor = Actor().to(dev)``: ``policy`` is a model)."""
+        func = b.node
+        if not isinstance(func, ast.FunctionDef) or self.index.frame[func].kind != "module":
+            return None
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]
+        if b.key not in params:
+            return None
+        position = params.index(b.key)
+        calls = self._name_calls().get(func.name, [])
+        if not calls:
+            return None
+        for call in calls:
+            if any(isinstance(a, ast.Starred) for a in call.args):
+                return None
+            arg = call.args[position] if position < len(call.args) else next(
+                (k.value for k in call.keywords if k.arg == b.key), None)
+            if arg is None or self.expr_kind(arg, call) not in ("model", "wrapper"):
+                return None
+        return "model"
+
+    def _name_calls(self) -> dict[str, list[ast.Call]]:
+        found = self._memo.get("name_calls")
+        if found is None:
+            found = {}
+            for call in self.index.by_type.get(ast.Call, []):
+                if isinstance(call.func, ast.Name):  # type: ignore[attr-defined]
+                    found.setdefault(call.func.id, []).append(call)  # type: ignore[attr-defined]
+            self._memo["name_calls"] = found  # type: ignore[assignment]
+        return found  # type: ignore[return-value]
 
     def is_loader_expr(self, it: ast.AST) -> bool:
         return bool(LOADERISH.search(self.segment(it))) or bool(dotted(it)) and self.expr_kind(it, it) == "loader"

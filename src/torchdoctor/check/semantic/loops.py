@@ -24,6 +24,7 @@ _GETS_FRAME = lazy(r"(?i)^(next|read|get|grab)_?frames?$")  # ``frame = src.next
 _ITERATOR_NAME = lazy(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
 _ITEM_GETTER = lazy(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|example|anno)?$")
 _DATASET_NAME = lazy(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
+_STEPPISH = lazy(r"(?i)step|update|optimi[sz]e|learn|train")  # the methods of a trainer object looked up elsewhere
 _TRAINISH = lazy(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
@@ -298,9 +299,14 @@ class Loops:
         for node in body:
             if isinstance(node, ast.Call):
                 for func in self.calls.resolve(node):
-                    if {"backward", "step"} <= self.calls.effects(func) and not self._loops_backward(func):
+                    if {"backward", "step"} <= self.calls.effects(func) and not self.loops_backward(func):
                         self.info[loop].kind = "train"
                         return
+        for node in body:  # ``trainer.mlm_step(lang1, lang2)`` of a trainer object of another module, one step a call
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _STEPPISH.search(node.func.attr) \
+                    and not self.calls.resolve(node) and getattr(self.calls.external_of(node), "one_step", False):
+                self.info[loop].kind = "train"
+                return
 
     def _backward_helper(self, call: ast.Call) -> bool:
         """``backward(loss, scaler)``, ``self._train_batch(X, y)``: a function (or a method of the class) of this
@@ -309,10 +315,10 @@ class Loops:
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "self"):
             return False
         funcs = self.calls.resolve(call)
-        return bool(funcs) and all("backward" in self.calls.effects(f) and not self._loops_backward(f)  # (``for p in
+        return bool(funcs) and all("backward" in self.calls.effects(f) and not self.loops_backward(f)  # (``for p in
                                    for f in funcs)  # params: p.grad = None`` is fine)
 
-    def _loops_backward(self, func: ast.AST) -> bool:
+    def loops_backward(self, func: ast.AST) -> bool:
         """Some loop in ``func`` (or the functions it calls) backpropagates, itself or through a function of this file
         it calls on each pass (``for ep in range(300): fit_step(net, opt, x, y)``): ``func`` runs many steps."""
         memo = self.__dict__.setdefault("_loops_backward_memo", {})
@@ -378,10 +384,13 @@ class Loops:
 
     def _evaluates_inside(self, loop: ast.AST, outer: ast.AST) -> bool:
         """A validation pass nested in the training loop (``if step % print_every == 0: net.eval(); for x, y in
-        valid_loader: ...``): a loader named for evaluation, after an ``.eval()`` made inside the training loop."""
+        valid_loader: ...``): a loader named for evaluation, after an ``.eval()`` made inside the training loop or
+        behind a step guard."""
         info = self.info[loop]
         text = self.segment(info.loader) if info.loader is not None else ""
-        return bool(EVALISH.search(text)) and self._after_eval_call(loop, within=outer)
+        return bool(EVALISH.search(text)) and (self._after_eval_call(loop, within=outer)
+                                               or self.guards.under_step_guard(loop, outer))
+        # (or behind ``if step % print_every == 0:``, a pass over validation data with no ``.eval()``: TD402)
 
     def _after_eval_call(self, loop: ast.AST, within: ast.AST | None = None) -> bool:
         """A ``.eval()`` call earlier in the same function (and no ``.train()`` after it); with ``within``, one made

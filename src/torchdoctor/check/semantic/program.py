@@ -12,7 +12,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.cuda_sites import CUDA_DEVICE, CUDA_TEMPLATES, some_gpus
 from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
 from torchdoctor.check.semantic.model import SemanticModel
-from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, runs_a_moved_model
+from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, \
+    model_from_project_builder, runs_a_moved_model
 from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program, names_process_group, \
     single_process_world
 
@@ -367,7 +368,8 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
         if sem.project is None:
             return False
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
-            config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem)
+            config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem) \
+            or model_from_project_builder(sem, sem.project)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
 

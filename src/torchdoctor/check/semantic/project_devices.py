@@ -7,9 +7,10 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check.astutil import dotted
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["runs_a_moved_model", "device_from_project_helper", "MOVE_CALLS"]
+__all__ = ["runs_a_moved_model", "device_from_project_helper", "model_from_project_builder", "MOVE_CALLS"]
 
 MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
 
@@ -59,6 +60,28 @@ def _loop_function_given_moved_model(sem: SemanticModel) -> bool:
         if any(sem.project.passes_moved_model(sem, func, param) for param in sorted(called)):  # type: ignore[union-attr]
             return True
     return False
+
+
+def model_from_project_builder(sem: SemanticModel, project: object) -> bool:
+    """A model made by a builder function of another module of the project that returns it on the GPU (``model =
+    build_model(params)`` whose every return is ``model.cuda()``): the program trains it there. Only calls named as
+    builders are looked up (``build_``, ``get_``, ``create_``, ``make_``, ...): each lookup reads another module."""
+    if project is None:
+        return False
+    for call in sem.calls:
+        up = sem.parent(call)
+        if not (isinstance(up, ast.Assign) and up.value is call):
+            continue
+        written = dotted(call.func)
+        if not written or not _BUILDER.match(written.rsplit(".", 1)[-1]) or sem.resolve(call):
+            continue  # (a function of this file: its own moves are seen here)
+        found = project.function_for(sem, call)  # type: ignore[attr-defined]
+        if found is not None and getattr(found, "returns", None) == "cuda_model":
+            return True
+    return False
+
+
+_BUILDER = lazy(r"(?i)^(build|get|create|make|load|init|setup|prepare|construct|define|new)_?(model|net|network)")
 
 
 def device_from_project_helper(sem: SemanticModel) -> bool:

@@ -59,17 +59,20 @@ class ClassSummary(FrozenRecord):
 
 
 class FunctionSummary(FrozenRecord):
-    __slots__ = ("name", "effects", "loops", "params", "returns")
+    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step")
     name: str  # "f" or "Class.method"
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
     params: tuple[str, ...]
     returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper; "device": it may return CUDA;
-    # "derived": tensor arithmetic on its parameters (a tensor where they are)
+    # "cuda_model": it returns what it built moved by ``.cuda()`` (``return model.cuda()``, ``return enc.cuda(),
+    # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are)
+
+    one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
-                 returns: str | None = None) -> None:
-        self._fill(name, effects, loops, params, returns)
+                 returns: str | None = None, one_step: bool = False) -> None:
+        self._fill(name, effects, loops, params, returns, one_step)
 
 
 class ModuleSummary(Record):
@@ -100,7 +103,7 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args")
+                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -115,14 +118,15 @@ class CallRecord(FrozenRecord):
     moved_models: frozenset[str]  # parameters (by name, or "#i" by position) given a model moved to an accelerator
     passed: frozenset[str]  # the arguments given, by keyword name or "#i" by position ("*": some unpacked)
     host_args: frozenset[str]  # arguments that are a batch as the loop yields it, not moved yet (by name or "#i")
+    per_iteration: bool  # made on every iteration of the loop around it, whatever its kind, on an accelerator
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
                  moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
-                 host_args: frozenset[str] = frozenset()) -> None:
+                 host_args: frozenset[str] = frozenset(), per_iteration: bool = False) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models, passed, host_args)
+                   rank_zero_only, moved_models, passed, host_args, per_iteration)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -173,10 +177,21 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 isinstance(n, _LOOPS) for n in sem.local_nodes(func))
             returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else \
                 "device" if "cuda" in source and _returns_cuda_choice(sem, func) else \
+                "cuda_model" if ".cuda(" in source and _returns_moved_to_cuda(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
-            out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns)
+            one_step = {"backward", "step"} <= effects and not sem.loops_index.loops_backward(func)
+            out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step)
     return out
+
+
+def _returns_moved_to_cuda(sem: SemanticModel, func: ast.AST) -> bool:
+    """Every ``return`` of a value hands back ``x.cuda()`` (or a tuple of them): a builder that puts the models it
+    makes on the GPU (XLM's ``build_model``: ``return model.cuda()``, ``return encoder.cuda(), decoder.cuda()``)."""
+    returns = [n.value for n in sem.local_nodes(func) if isinstance(n, ast.Return) and n.value is not None]
+    return bool(returns) and all(
+        all(isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "cuda"
+            for v in (r.elts if isinstance(r, ast.Tuple) else [r])) for r in returns)
 
 
 def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
@@ -259,8 +274,19 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
                               per_step, sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
-                              host_args_of(sem, call) if per_step else frozenset()))
+                              host_args_of(sem, call) if per_step else frozenset(),
+                              per_step or accelerator and _per_iteration(sem, call)))
     return out
+
+
+def _per_iteration(sem: SemanticModel, call: ast.Call) -> bool:
+    """``call`` runs on every iteration of the innermost loop around it, whatever kind of loop that is (``while
+    trainer.n_sentences < epoch_size: trainer.mlm_step(...)``): when the callee is one whole training step, that loop
+    is a batch loop (``Callers.step_callers``)."""
+    loop = next((a for a in sem.ancestors(call) if isinstance(a, _LOOPS)), None)
+    if loop is None or sem.function_of(loop) is not sem.function_of(call):
+        return False
+    return not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop) or sem.in_exit_branch(call, loop))
 
 
 _MOVES = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device", "to_cuda", "to_gpu")
