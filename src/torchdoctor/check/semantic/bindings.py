@@ -117,6 +117,7 @@ class Bindings:
         for node in get(ast.Call, ()):
             func = node.func  # type: ignore[attr-defined]
             if isinstance(func, ast.Attribute) and (func.attr in ("parameters", "named_parameters") or func.attr == "eval"
+                                                    and isinstance(func.value, ast.Name) and func.value.id != "self"
                                                     and not node.args and not node.keywords):  # type: ignore[attr-defined]
                 key = dotted(func.value)  # (``detector.eval()``: a module put in evaluation mode)
                 if key:
