@@ -231,23 +231,26 @@ class Kinds:
         """"model" for a parameter of a module-level function that every call of it in this file hands a model
         (``score_agent(env, 3, actor)`` with ``actor = Actor().to(dev)``: ``policy`` is a model)."""
         func = b.node
-        if not isinstance(func, ast.FunctionDef) or self.index.frame[func].kind != "module":
-            return None
+        if not isinstance(func, ast.FunctionDef) or _kind_from_last(b.key) is not None \
+                or self.index.frame[func].kind != "module":
+            return None  # (a name that says what it holds is taken at its word: ``kind_of`` falls back on it)
         params = [a.arg for a in func.args.posonlyargs + func.args.args]
-        if b.key not in params:
-            return None
+        if b.key not in params or not any(self.index.frame[c].function is func for c in self._name_calls().get(b.key, ())):
+            return None  # (asked of a parameter the function calls: ``policy(obs)``)
         position = params.index(b.key)
         calls = self._name_calls().get(func.name, [])
         if not calls:
             return None
+        args = []
         for call in calls:
             if any(isinstance(a, ast.Starred) for a in call.args):
                 return None
             arg = call.args[position] if position < len(call.args) else next(
                 (k.value for k in call.keywords if k.arg == b.key), None)
-            if arg is None or self.expr_kind(arg, call) not in ("model", "wrapper"):
-                return None
-        return "model"
+            if not isinstance(arg, ast.Name | ast.Attribute | ast.Call):
+                return None  # (a model is handed by name, or built in the call)
+            args.append((arg, call))
+        return "model" if all(self.expr_kind(arg, call) in ("model", "wrapper") for arg, call in args) else None
 
     def _name_calls(self) -> dict[str, list[ast.Call]]:
         found = self._memo.get("name_calls")

@@ -68,9 +68,9 @@ def model_from_project_builder(sem: SemanticModel, project: object) -> bool:
     builders are looked up (``build_``, ``get_``, ``create_``, ``make_``, ...): each lookup reads another module."""
     if project is None:
         return False
-    for call in sem.calls:
-        up = sem.parent(call)
-        if not (isinstance(up, ast.Assign) and up.value is call):
+    for up in sem.of_type(ast.Assign):
+        call = up.value  # type: ignore[attr-defined]
+        if not isinstance(call, ast.Call):
             continue
         written = dotted(call.func)
         if not written or not _BUILDER.match(written.rsplit(".", 1)[-1]) or sem.resolve(call):
