@@ -23,6 +23,7 @@ valgrind's callgrind, which counts the instructions of the measured steps
 only (collection is on only inside ``sys.call_tracing``, which runs them), plain and watched, each as the difference of a run of N steps and an
 empty one. The extra instructions a step are turned into microseconds at the
 plain step's own measured cost per instruction, timed natively in this run.
+``--instructions`` also counts steps 3-22 of a session, each audited (a session's start).
 ``--bytecodes`` instead counts the Python bytecodes a tiny-MLP step runs, plain and watched, per function: exact
 and quick, for finding where the watch's fixed cost goes (the C work it causes is not in it).
 Usage: python benchmarks/bench_watch.py [--reps 21] [--steps 20] [--instructions] [--bytecodes]
@@ -351,7 +352,9 @@ def main() -> None:
     if args.instructions and args.count_cnn:  # 8 steps, one round: a CNN step is ~50x a tiny MLP's
         print(count_line("small CNN, 32x32 images", count_instructions("cnn", 8, 1, 3600),
                          statistics.median(cnn_r["plain_us"]), ratio_target=1))
-    if args.instructions:
+    if args.instructions:  # a session's start: each of its first steps is audited (timeline.TIMED_FIRST)
+        print(count_line("tiny MLP, steps 3-22 (each audited)", count_instructions("mlp", 20, 2, 1800, warm=2),
+                         statistics.median(mlp_r["plain_us"]), us_target=5))
         print(count_line(f"tiny MLP, steps {COUNT_WARM + 1}-{COUNT_WARM + args.count_steps}",
                          count_instructions("mlp", args.count_steps, 2, 1800), statistics.median(mlp_r["plain_us"]),
                          us_target=5))

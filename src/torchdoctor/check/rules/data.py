@@ -419,7 +419,8 @@ def _device_to_host(ctx: Context, call: ast.Call) -> None:
 
 _FACTORIES = frozenset(f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "rand", "randn", "randint",
                                                 "arange", "linspace", "eye", "tensor", "zeros_like", "ones_like",
-                                                "empty_like", "full_like"))
+                                                "empty_like", "full_like", "from_numpy", "as_tensor"))
+_FROM_HOST_DATA = ("torch.from_numpy", "torch.as_tensor")  # host data: it must cross the bus, pinned to overlap
 
 
 _RESHAPES = frozenset({"reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "float",
@@ -476,9 +477,12 @@ def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
         what = ctx.name(recv) if isinstance(recv, ast.Name) else f"{ctx.call_name(made)}(...)"
         # filled element by element on the host (``mask[i, j] = 1`` in loops): made on the device, each write would
         # be a kernel launch; pin it instead
-        fix = f"make it in pinned memory (`pin_memory=True` in the `{ctx.call_name(made)}` call), or drop " \
-              "non_blocking=True: it is filled on the host" if _filled_on_host(ctx, made, call) else \
-              "make it on the device (`device=...` in the factory call) instead of copying it"
+        name = ctx.call_name(made)
+        fix = "pin it first (`.pin_memory()`), or drop non_blocking=True: from pageable memory the copy waits" \
+            if name in _FROM_HOST_DATA else \
+            f"make it in pinned memory (`pin_memory=True` in the `{name}` call), or drop non_blocking=True: it is " \
+            "filled on the host" if _filled_on_host(ctx, made, call) else \
+            "make it on the device (`device=...` in the factory call) instead of copying it"
         ctx.report("TD306", call, f"non_blocking=True copies `{what}`, a tensor just made by `{ctx.call_name(made)}` "
                    "in pageable memory: the copy is synchronous all the same", fix=fix, severity=Severity.WARNING)
         return
