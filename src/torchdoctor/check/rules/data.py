@@ -307,9 +307,31 @@ def _unmoved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, batch: set[str
     if not any(b.node is n for n in ctx.semantic.body(loop)):
         return False
     root = _data_root(b.value)
-    if root is None:
+    if root is None or _entry_moved_before(ctx, b.value, b.node, loop):
         return False
     return _unmoved(ctx, root, b.node, loop, batch, depth + 1)
+
+
+def _entry_moved_before(ctx: Context, value: ast.AST, at: ast.AST, loop: ast.AST) -> bool:
+    """``driving = x["video"][:, :, i]`` after ``x["video"] = x["video"].cuda()`` in the same loop: that entry moved."""
+    node = value
+    while isinstance(node, ast.Subscript | ast.Attribute | ast.Call):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Constant):
+            entry = (node.value.id, node.slice.value)
+            break
+        node = node.func.value if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else \
+            node.value if not isinstance(node, ast.Call) else None
+    else:
+        return False
+    sem = ctx.semantic
+    here = (at.lineno, at.col_offset)  # type: ignore[attr-defined]
+    for n in sem.body(loop):
+        if isinstance(n, ast.Assign) and (n.lineno, n.col_offset) < here and len(n.targets) == 1 \
+                and isinstance(t := n.targets[0], ast.Subscript) and isinstance(t.value, ast.Name) \
+                and isinstance(t.slice, ast.Constant) and (t.value.id, t.slice.value) == entry \
+                and any(isinstance(c, ast.Call) and sem.is_device_move(c) for c in sem.subtree(n.value)):
+            return True
+    return False
 
 
 _KEEPS_DATA = {"long", "float", "half", "double", "int", "bool", "byte", "view", "reshape", "squeeze", "unsqueeze",

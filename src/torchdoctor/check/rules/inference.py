@@ -150,6 +150,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sites = sem.call_sites(func)
     if sites and all(sem.under_no_grad(c) for c in sites) or any(sem.feeds_backward(c) for c in sites):
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
+    if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
+        return  # a model's own computation (Transformer-XL's ``sample_logits``, its sampled-softmax loss in ``forward``)
     if not sites and sem.project is not None and sem.project.callers_grad_mode(sem, func) == "off":
         return  # every caller in another module runs it under no_grad (facenet's MTCNN.detect -> detect_face)
     for call in nodes:
@@ -176,6 +178,8 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
         return  # Python's own eval(...)
     if sem.mode_call(node) == "eval":
+        if _handed_out_closure(sem, node) or _summary_helper(sem, node):
+            return
         key = dotted(node.func.value) or _assigned_name(sem, node)
         said = "eval()" if node.func.attr == "eval" else "train(False)"
         for call in _forwards_after_eval(ctx, node, key) if key else []:
@@ -186,6 +190,27 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node) \
             and not _estimator(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
+
+
+_SUMMARY_FUNC = lazy(r"(?i)summary|flops|macs|profil|complexity|count")
+
+
+def _summary_helper(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """A model summary or a FLOPs/activation count (``get_model_flops``, ``get_model_summary``): one forward on a
+    dummy input for its hooks to record shapes or operations, like a shape probe."""
+    func = sem.function_of(node)
+    up = sem.parent(node)  # (``activation_model.eval().start_activation_count()``)
+    chained = isinstance(up, ast.Attribute) and bool(_SUMMARY_FUNC.search(up.attr))
+    return chained or func is not None and bool(_SUMMARY_FUNC.search(func.name))
+
+
+def _handed_out_closure(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``def get_model_fn(model, train): def model_fn(x, t): model.eval(); return model(x, t); return model_fn``: the
+    function handed out runs in its caller's grad mode (sampling under no_grad, a likelihood under enable_grad)."""
+    func = sem.function_of(node)
+    outer = sem.function_of(func) if func is not None else None
+    return outer is not None and any(isinstance(r.value, ast.Name) and r.value.id == func.name  # type: ignore[union-attr]
+                                     for r in sem.kinds.returns_of(outer))
 
 
 def _handed_back_in_eval_mode(ctx: Context, eval_call: ast.Call, key: str) -> list[tuple[ast.Call, str]]:

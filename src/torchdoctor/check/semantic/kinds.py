@@ -238,9 +238,9 @@ class Kinds:
         if b.key not in params or not any(self.index.frame[c].function is func for c in self._name_calls().get(b.key, ())):
             return None  # (asked of a parameter the function calls: ``policy(obs)``)
         position = params.index(b.key)
-        calls = self._name_calls().get(func.name, [])
+        calls = [c for c in self._name_calls().get(func.name, []) if not self._demo_code(c)]
         if not calls:
-            return None
+            return None  # (a ``__main__`` demo handing it ``nn.Embedding(n, h)`` says little of the real callers)
         args = []
         for call in calls:
             if any(isinstance(a, ast.Starred) for a in call.args):
@@ -251,6 +251,17 @@ class Kinds:
                 return None  # (a model is handed by name, or built in the call)
             args.append((arg, call))
         return "model" if all(self.expr_kind(arg, call) in ("model", "wrapper") for arg, call in args) else None
+
+    def _demo_code(self, node: ast.AST) -> bool:
+        """Under ``if __name__ == "__main__":`` or in a function named as a test."""
+        func = self.index.frame[node].function
+        if func is not None:
+            return func.name.startswith("test") or func.name.endswith("_test")  # type: ignore[attr-defined]
+        for up in self.index.ancestors(node):
+            if isinstance(up, ast.If) and isinstance(up.test, ast.Compare) and isinstance(up.test.left, ast.Name) \
+                    and up.test.left.id == "__name__":
+                return True
+        return False
 
     def _name_calls(self) -> dict[str, list[ast.Call]]:
         found = self._memo.get("name_calls")
