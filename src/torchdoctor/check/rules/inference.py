@@ -200,8 +200,11 @@ def _summary_helper(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     dummy input for its hooks to record shapes or operations, like a shape probe."""
     func = sem.function_of(node)
     up = sem.parent(node)  # (``activation_model.eval().start_activation_count()``)
-    chained = isinstance(up, ast.Attribute) and bool(_SUMMARY_FUNC.search(up.attr))
-    return chained or func is not None and bool(_SUMMARY_FUNC.search(func.name))
+    if isinstance(up, ast.Attribute) and _SUMMARY_FUNC.search(up.attr):
+        return True
+    return func is not None and bool(_SUMMARY_FUNC.search(func.name)) and any(  # (its hooks record the layers: not a
+        isinstance(n, ast.Call) and method_name(n) in ("register_forward_hook", "register_forward_pre_hook")  # TensorBoard
+        for n in sem.subtree(func))  # summary of the losses, which a forward computes for real)
 
 
 def _handed_out_closure(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]

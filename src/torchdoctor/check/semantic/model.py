@@ -49,6 +49,9 @@ __all__ = ["SemanticModel"]
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
+_MOVING_HELPERS = frozenset({"to_cuda", "to_gpu", "to_device", "move_to_device", "move_to", "send_to_device"})
+
+
 class SemanticModel:
     def __init__(self, tree: ast.Module, source: str, path: str = "<stdin>", project: object | None = None,
                  prebuilt: tuple | None = None) -> None:
@@ -346,6 +349,17 @@ class SemanticModel:
                 if isinstance(node.func, ast.Name) and node.func.id in ("tuple", "list") and len(node.args) == 1:
                     node = node.args[0]
                     continue
+                if isinstance(node.func, ast.Name) and node.func.id in _MOVING_HELPERS and node.args:
+                    return not any(isinstance(a, ast.Constant) and a.value == "cpu"  # (``to_device(x, "cpu")``)
+                                   for a in [*node.args, *(k.value for k in node.keywords)])
+                    # ``x, lens = to_cuda(x, lens)``: the project's helper that moves what it is handed
+                if isinstance(node.func, ast.Name) and depth < 2 and (funcs := self.resolve(node)) and all(
+                        returns and all(r.value is not None and self.value_is_moved(r.value, depth + 1) for r in returns)
+                        for returns in (self.kinds.returns_of(f) for f in funcs)):
+                    return True  # an in-file helper whose every return is moved: ``return [t.cuda() for t in ts]``
+            if isinstance(node, (ast.IfExp,)):  # ``None if t is None else t.cuda()``
+                node = node.orelse if isinstance(node.body, ast.Constant) else node.body
+                continue
             if isinstance(node, ast.Name) and depth < 2:
                 b = self.binding_at(node.id, node)
                 if b is not None and b.value is not None and not b.is_param and b.node is not value and \
