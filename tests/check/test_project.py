@@ -3357,3 +3357,158 @@ def test_a_constructor_device_parameter_given_a_gpu_by_its_caller_puts_forward_o
     })
     results = check_files(["denoiser.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "denoiser.py") == ([(13, "TD611")] if default.startswith("cuda") else [])
+
+
+def test_a_method_whose_every_caller_in_another_module_guards_by_rank_writes_once(project: Path) -> None:
+    """``Engine.store`` (of a DDP trainer) saves a checkpoint; ``run.py`` calls ``eng.store(...)`` only behind ``if
+    cfg.local_rank in [-1, 0]:``: one process writes. An unguarded write in ``run.py`` runs on every rank."""
+    write(project, {
+        "engine.py": """\
+            import torch
+            from torch.nn.parallel import DistributedDataParallel
+
+
+            class Engine:
+                def __init__(self, net):
+                    self.net = net
+                    self.wrapped = DistributedDataParallel(net)
+
+                def store(self, path):
+                    torch.save(self.net.state_dict(), path)
+            """,
+        "run.py": """\
+            import argparse
+            import torch
+            import torch.distributed as dist
+            from engine import Engine
+
+            ap = argparse.ArgumentParser()
+            ap.add_argument("--local_rank", type=int, default=-1)
+            cfg = ap.parse_args()
+            dist.init_process_group("gloo")
+            net = torch.nn.Linear(4, 2)
+            eng = Engine(net)
+            for epoch in range(3):
+                if cfg.local_rank in [-1, 0]:
+                    eng.store(f"e{epoch}.txt")
+                with open("unguarded.txt", "w") as fh:
+                    fh.write(str(epoch))
+            """,
+    })
+    results = check_files(["engine.py", "run.py"], Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "engine.py") == []
+    assert codes(results, "run.py") == [(15, "TD703")]
+
+
+@pytest.mark.parametrize("strip", ["weights[name[7:]] = weights.pop(name)",
+                                   "weights[name[7:] if name.startswith('module.') else name] = weights.pop(name)"])
+def test_a_wrapped_state_dict_whose_sibling_reader_strips_every_key_is_the_programs_format(
+        project: Path, strip: str) -> None:
+    """``torch.save(netG.state_dict(), ...)`` of a DDP wrapper, read back only by ``sample_gen.py`` beside it, which
+    drops the first 7 characters of every key: unwrapping the save would break that reader. A reader that strips the
+    prefix only when it is there tolerates both, and the save is told."""
+    write(project, {
+        "sample_gen.py": f"""\
+            import torch
+            from train_gen import Gen
+
+
+            def load_generator(path):
+                weights = torch.load(path, map_location="cpu", weights_only=True)
+                for name in list(weights.keys()):
+                    {strip}
+                g = Gen()
+                g.load_state_dict(weights)
+                return g.eval()
+            """,
+        "train_gen.py": """\
+            import torch
+            import torch.nn as nn
+            import torch.distributed as dist
+
+
+            class Gen(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.body = nn.Linear(8, 8)
+
+                def forward(self, z):
+                    return self.body(z)
+
+
+            def run(rank, out_dir):
+                dist.init_process_group("gloo")
+                netG = nn.parallel.DistributedDataParallel(Gen())
+                if rank == 0:
+                    torch.save(netG.state_dict(), f"{out_dir}/gen.pth")
+            """,
+    })
+    results = check_files(["train_gen.py", "sample_gen.py"], Settings(root=str(project), select=("TD205",)))
+    assert codes(results, "train_gen.py") == ([] if "startswith" not in strip else [(19, "TD205")])
+
+
+def test_a_program_that_imports_a_kernel_compiled_on_import_five_modules_down_needs_a_gpu(project: Path) -> None:
+    """``sample.py`` imports ``blocks.net``, whose parts import ``blocks.resample``, which imports ``kern``, whose
+    ``blur.py`` compiles ``.cu`` sources with ``cpp_extension.load`` when imported: the program runs on an NVIDIA GPU
+    only, so its hard-coded ``"cuda:0"`` needs no CPU fallback."""
+    write(project, {
+        "kern/__init__.py": "from .blur import blur2d\n",
+        "kern/blur.py": """\
+            import os
+            from torch.utils.cpp_extension import load
+
+            _here = os.path.dirname(__file__)
+            _ext = load("blur2d_ext", sources=[os.path.join(_here, "blur.cpp"), os.path.join(_here, "blur_kernel.cu")])
+
+
+            def blur2d(x):
+                return _ext.blur(x)
+            """,
+        "blocks/__init__.py": "",
+        "blocks/resample.py": """\
+            import torch.nn as nn
+            from kern import blur2d
+
+
+            class Down(nn.Module):
+                def forward(self, x):
+                    return blur2d(x)[:, :, ::2, ::2]
+            """,
+        "blocks/parts.py": """\
+            import torch.nn as nn
+            from blocks.resample import Down
+
+
+            class Stage(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv, self.down = nn.Conv2d(c, c, 3, padding=1), Down()
+
+                def forward(self, x):
+                    return self.down(self.conv(x))
+            """,
+        "blocks/net.py": """\
+            import torch.nn as nn
+            from blocks import parts
+
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.s1 = parts.Stage(3)
+
+                def forward(self, x):
+                    return self.s1(x)
+            """,
+        "sample.py": """\
+            import torch
+            from blocks.net import Net
+
+            device = "cuda:0"
+            net = Net().to(device).eval()
+            with torch.no_grad():
+                print(net(torch.randn(2, 3, 32, 32, device=device)).shape)
+            """,
+    })
+    results = check_files(["sample.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "sample.py") == []

@@ -29,7 +29,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_callers import SELECTS_WRAPPED, STRIPS_WRAPPED, Callers
 from torchdoctor.check.project_files import State, file_of, guess_root
 from torchdoctor.check.semantic import SemanticModel
-from torchdoctor.check.semantic.gpu_only import kernel_calls
+from torchdoctor.check.semantic.gpu_only import kernel_calls, optional_imports
 
 if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
     from torchdoctor.check.semantic.summary import FunctionSummary, ModuleSummary
@@ -314,18 +314,21 @@ class Project(Callers):
         return roots + [p for p in _init_paths(directory) if p not in roots]
 
     def imports_gpu_only_module(self, sem: SemanticModel) -> bool:
-        """A module of the project that ``sem`` imports, or one it imports in turn (three imports deep at most), needs
-        a GPU-only library or the project's own CUDA kernels (``import gnn_reranking``, which imports the kernels
-        ``setup.py`` builds): so does ``sem``."""
+        """A module of the project that ``sem`` imports, or one it imports in turn (six imports deep at most: a
+        diffusion GAN's sampler imports its network, whose blocks import the op that compiles ``.cu`` sources on
+        import), needs a GPU-only library or the project's own CUDA kernels (``import gnn_reranking``, which imports
+        the kernels ``setup.py`` builds): so does ``sem``. Each module is read once."""
         seen = {os.path.abspath(sem.path)}
         if "(" in sem.text.source and self._calls_kernel_builder(sem.path, kernel_calls(sem)):
             return True
-        frontier = [(sem.path, sem.names.imports, sem.names.from_imports)]
-        for _ in range(3):  # (``train.py`` imports ``op``, whose ``__init__`` imports the module that builds kernels)
+        frontier = [(sem.path, sem.names.imports, sem.names.from_imports, optional_imports(sem))]
+        for _ in range(6):  # (``train.py`` imports ``op``, whose ``__init__`` imports the module that builds kernels)
             following = []
-            for here, imports, from_imports in frontier:
-                targets = [(0, q) for q in imports.values()] + [(level, module) for level, module, _ in from_imports.values()]
-                targets += [(level, f"{module}.{name}" if module else name) for level, module, name in from_imports.values()]
+            for here, imports, from_imports, optional in frontier:
+                targets = [(0, q) for name, q in imports.items() if name not in optional]
+                targets += [(level, module) for name, (level, module, _) in from_imports.items() if name not in optional]
+                targets += [(level, f"{module}.{imported}" if module else imported)
+                            for name, (level, module, imported) in from_imports.items() if name not in optional]
                 for level, module in targets:
                     path = self._module_file(here, level, module) if module or level else None
                     if path is None or os.path.abspath(path) in seen:
@@ -335,7 +338,7 @@ class Project(Callers):
                     if summary is not None and (summary.gpu_only or self._calls_kernel_builder(path, summary.kernel_calls)):
                         return True
                     if summary is not None:
-                        following.append((path, summary.imports, summary.from_imports))
+                        following.append((path, summary.imports, summary.from_imports, summary.optional_imports))
             frontier = following
         return False
 

@@ -39,8 +39,9 @@ class Callers:
 
     def callers_rank_guarded(self, sem: SemanticModel, func: ast.AST) -> bool:
         """``func`` is called from other modules, and every caller that runs on many ranks (a DDP
-        program) calls it under a rank guard (an inference script calling it runs once)."""
-        records = self._callers(sem, func)
+        program) calls it under a rank guard (an inference script calling it runs once); a method, through objects
+        of its class (``model.save(path)`` of ``model = MTDNNModel(...)`` behind ``if local_rank in [-1, 0]:``)."""
+        records = self._callers(sem, func, by_class=sem.class_of(func) is not None)
         return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
 
     def has_callers(self, sem: SemanticModel, func: ast.AST) -> bool:
@@ -377,9 +378,12 @@ class Callers:
         if folder not in memo:
             memo[folder] = {os.path.abspath(path) for path in self._candidates(here) + [here]
                             if os.path.dirname(os.path.abspath(path)) == folder and (text := self.state.text(path))
-                            and SELECTS_WRAPPED.search(text)}
+                            and (SELECTS_WRAPPED.search(text) or _STRIPS_ALWAYS.search(text))}
         return bool(memo[folder] - {here})
 
+# a reader beside it that strips the first 7 characters of every key (``weights[name[7:]] = weights.pop(name)``), not
+# only of those that have the prefix (``k[7:] if k.startswith("module.") else k`` tolerates both formats)
+_STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
 _ACCELERATOR_WORDS = lazy(r"(?i)cuda|device|accelerat|rank|gpu|fabric|\.to\(\s*\d")
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")

@@ -249,8 +249,9 @@ def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
             and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():
         return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
         # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
-    return loop if any(isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model" for c in sem.body(loop)) \
-        else None
+    return loop if any(isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model"
+                       and next(iter(sem.loops_around(c)), None) is loop for c in sem.body(loop)) else None
+    # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
 
 
 def _step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:

@@ -106,8 +106,11 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
             and sem.resolve(node):
         return  # (``self.cuda(*items)`` of a class's own ``def cuda``: the project's helper, not torch's)
     own = sem.function_of(node)
-    if own is not None and own.name in ("cuda", "to", "_apply") and sem.class_of(own) is not None:
-        return  # an override of Module.cuda: it passes the caller's choice on (not a module-level helper ``def cuda``)
+    cls = sem.class_of(own) if own is not None else None
+    if own is not None and own.name in ("cuda", "to", "_apply") and cls is not None and (
+            cls.name in sem.module_classes or any(dotted(b) not in ("object", None) for b in cls.bases)):
+        return  # an override of Module.cuda: it passes the caller's choice on (not a plain class's own ``def cuda``,
+        # whose ``self.body.cuda()`` hard-wires CUDA like any call: mt-dnn's MTDNNModel.cuda)
     receiver = ctx.name(func.value)
     if len(receiver) > 40:
         receiver = "x"

@@ -80,6 +80,8 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
     if isinstance(value, ast.BinOp) and depth < 3:
         return _host_arithmetic(ctx, value, b.node, depth + 1)
     if isinstance(value, ast.Call) and depth < 3 and (funcs := ctx.semantic.resolve(value)):
+        if value.args and all(_host_leaf(a) for a in value.args) and not value.keywords:
+            return True  # ``overflow = bad_number(loss.item())``: an in-file helper handed host numbers only
         return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
     return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b)
 

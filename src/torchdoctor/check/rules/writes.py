@@ -215,10 +215,12 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
         return False  # ``mp.spawn(self.worker, nprocs=world)``: the target runs on every rank
     if refs:
         return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
-    if sem.project is None or cls is not None:
+    if sem.project is None:
         return False
     if sem.project.callers_rank_guarded(sem, func):  # type: ignore[attr-defined]
         return True
+    if cls is not None:
+        return False
     # A helper module's function that nothing calls (``autosplit(path)`` beside the dataset classes of a module
     # the training script imports) runs on no rank; the script's own functions do (torchrun runs its file).
     return sem.frame(func).kind == "module" and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
@@ -394,6 +396,29 @@ def _disabled_unless_given(ctx: Context, call: ast.Call) -> bool:
     return False
 
 
+_TEMP_DIRS = ("tempfile.TemporaryDirectory", "tempfile.mkdtemp")
+
+
+def _in_own_temp_dir(ctx: Context, node: ast.Call) -> bool:
+    """The file is written under a directory this process made for itself (``with tempfile.TemporaryDirectory() as
+    scratch:`` ... ``open(os.path.join(scratch, name), "w")``): each rank has its own."""
+    sem = ctx.semantic
+    target = node.args[0] if node.args else None
+    for n in sem.subtree(target) if target is not None else ():
+        if not isinstance(n, ast.Name):
+            continue
+        b = sem.binding_at(n.id, node)
+        if b is None:
+            continue
+        if isinstance(b.value, ast.Call) and sem.call_name(b.value) in _TEMP_DIRS:
+            return True
+        holder = sem.parent(b.node)  # ``with tempfile.TemporaryDirectory() as scratch:``
+        if isinstance(holder, ast.withitem) and isinstance(holder.context_expr, ast.Call) \
+                and sem.call_name(holder.context_expr) in _TEMP_DIRS:
+            return True
+    return False
+
+
 @rule("TD703", calls=_WRITERS)
 def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     """Checkpoint saving or file writing in a DDP program with no rank-0 guard (prints are not reported):
@@ -402,7 +427,7 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     what = _write_site(ctx, node)
     if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
             or _per_sample_file(ctx, node) or _rank_strided_file(ctx, node) or _no_caller_takes(ctx, node) \
-            or _other_format_of(ctx, node) or _disabled_unless_given(ctx, node):
+            or _other_format_of(ctx, node) or _disabled_unless_given(ctx, node) or _in_own_temp_dir(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
     if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node) or _in_spawning_parent(ctx, node):

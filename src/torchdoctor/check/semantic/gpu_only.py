@@ -36,7 +36,9 @@ def _compiles_kernel_on_import(sem: SemanticModel) -> bool:
     """``ext = load("warp", sources=[..., "warp_kernel.cu"])`` (``torch.utils.cpp_extension``) at module level, not
     in a ``try`` that goes on without it: importing the module compiles a CUDA kernel, which needs the CUDA
     toolkit, and the model built on it runs on an NVIDIA GPU only."""
-    return any(sem.function_of(call) is None and _builds_cuda(call, call, sem) for call in _kernel_loads(sem))
+    return any(sem.function_of(call) is None and _builds_cuda(call, call, sem)
+               and not any(isinstance(a, ast.If) for a in sem.ancestors(call)) for call in _kernel_loads(sem))
+    # (``if BASICSR_JIT == "True": ext = load(...)`` else a prebuilt, optional extension: compiled on request only)
 
 
 def kernel_builders(sem: SemanticModel) -> frozenset[str]:
@@ -134,6 +136,19 @@ def _imports_own_extension(sem: SemanticModel) -> bool:
         if any(n.split(".")[0] in built or n in built for n in _imported_names(imp)) and not _optional_import(sem, imp):  # type: ignore[arg-type]
             return True
     return False
+
+
+def optional_imports(sem: SemanticModel) -> frozenset[str]:
+    """The local names the module imports in a ``try`` whose handler goes on without them (Swin's ``try: from
+    kernels.window_process... import WindowProcess`` / ``except: WindowProcess = None``)."""
+    if "try" not in sem.text.source:
+        return frozenset()
+    return frozenset(name for imp in sem.of_type(ast.Import, ast.ImportFrom) if _optional_import(sem, imp)
+                     for name in _local_names(imp))  # type: ignore[arg-type]
+
+
+def _local_names(stmt: ast.Import | ast.ImportFrom) -> list[str]:
+    return [a.asname or (a.name.split(".")[0] if isinstance(stmt, ast.Import) else a.name) for a in stmt.names]
 
 
 def _optional_import(sem: SemanticModel, imp: ast.AST) -> bool:

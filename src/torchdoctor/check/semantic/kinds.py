@@ -43,6 +43,8 @@ _NAME_HINTS = (
     (lazy(r"^(device|dev)$|_device$", re.I), "device"),
     (lazy(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
 )
+_COUNTER_NAME = lazy(r"^(i|j|k|n|ii|idx|index|ix|it|itr|iter|iters|iteration|step|batch_idx|batch_id|batch_i|i_batch|"
+                     r"batch_index|batch_num|bi|bidx|b_idx|cnt|count|num)$")
 _BUILDER_NAME = lazy(r"(?i)^(get|build|create|make|load|init|setup|prepare|construct|define|new)_")
 # Tensor fields of a model's output object (transformers' ModelOutput and the like).
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
@@ -292,8 +294,9 @@ class Kinds:
             return "loader" if values is not None and b.key in target_names(values) else None
         if not counter and isinstance(loop.iter, ast.Name):
             counter = self._counts(loop.iter, loop)
-        if counter and isinstance(target, ast.Tuple) and target.elts and b.key in target_names(target.elts[0]):
-            return None
+        if (counter or _COUNTER_NAME.match(b.key)) and isinstance(target, ast.Tuple) and len(target.elts) > 1 \
+                and b.key in target_names(target.elts[0]):
+            return None  # (``for idx, xb in prog.walk(loader)``, a helper handing back ``enumerate(...)``: a count)
         return "tensor"
 
     def _counts(self, name: ast.Name, at: ast.AST) -> bool:

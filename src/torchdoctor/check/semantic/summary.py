@@ -77,14 +77,15 @@ class FunctionSummary(FrozenRecord):
 
 class ModuleSummary(Record):
     __slots__ = ("path", "classes", "functions", "from_imports", "imports", "star", "accelerated", "cuda_names",
-                 "gpu_only", "kernel_builders", "kernel_calls")
+                 "gpu_only", "kernel_builders", "kernel_calls", "optional_imports")
 
     def __init__(self, path: str, classes: dict[str, ClassSummary] | None = None,
                  functions: dict[str, FunctionSummary] | None = None,
                  from_imports: dict[str, tuple[int, str, str]] | None = None, imports: dict[str, str] | None = None,
                  star: list[tuple[int, str]] | None = None, accelerated: bool = False,
                  cuda_names: frozenset[str] = frozenset(), gpu_only: bool = False,
-                 kernel_builders: frozenset[str] = frozenset(), kernel_calls: tuple[tuple[int, str, str], ...] = ()) -> None:
+                 kernel_builders: frozenset[str] = frozenset(), kernel_calls: tuple[tuple[int, str, str], ...] = (),
+                 optional_imports: frozenset[str] = frozenset()) -> None:
         self.path = path
         self.classes: dict[str, ClassSummary] = {} if classes is None else classes
         self.functions: dict[str, FunctionSummary] = {} if functions is None else functions
@@ -97,6 +98,7 @@ class ModuleSummary(Record):
         self.gpu_only = gpu_only  # it imports a library that runs on NVIDIA GPUs only (program.imports_gpu_only)
         self.kernel_builders = kernel_builders  # its functions that compile a CUDA kernel (gpu_only.kernel_builders)
         self.kernel_calls = kernel_calls  # other modules' functions it calls on import (gpu_only.kernel_calls)
+        self.optional_imports = optional_imports  # names it imports in a ``try`` that goes on without them
 
 
 class CallRecord(FrozenRecord):
@@ -133,7 +135,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
                         star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem),
                         cuda_names=_cuda_settings(sem), gpu_only=program.imports_gpu_only(sem),
-                        kernel_builders=gpu_only.kernel_builders(sem), kernel_calls=gpu_only.kernel_calls(sem))
+                        kernel_builders=gpu_only.kernel_builders(sem), kernel_calls=gpu_only.kernel_calls(sem),
+                        optional_imports=gpu_only.optional_imports(sem))
     step_calls: dict[ast.AST, set[str]] = {}
     for call in sem.calls:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
