@@ -296,15 +296,18 @@ class Loops:
                 return
         if self.info[loop].is_batch or any(isinstance(n, _LOOPS) for n in body):
             return
+        stepping = []
         for node in body:
             if isinstance(node, ast.Call):
-                for func in self.calls.resolve(node):
+                funcs = self.calls.resolve(node)
+                for func in funcs:
                     if {"backward", "step"} <= self.calls.effects(func) and not self.loops_backward(func):
                         self.info[loop].kind = "train"
                         return
-        for node in body:  # ``trainer.mlm_step(lang1, lang2)`` of a trainer object of another module, one step a call
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _STEPPISH.search(node.func.attr) \
-                    and not self.calls.resolve(node) and getattr(self.calls.external_of(node), "one_step", False):
+                if not funcs and isinstance(node.func, ast.Attribute) and _STEPPISH.search(node.func.attr):
+                    stepping.append(node)
+        for node in stepping:  # ``trainer.mlm_step(lang1, lang2)`` of a trainer object of another module, one step a call
+            if getattr(self.calls.external_of(node), "one_step", False):
                 self.info[loop].kind = "train"
                 return
 

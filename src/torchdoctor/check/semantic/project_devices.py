@@ -70,10 +70,9 @@ def model_from_project_builder(sem: SemanticModel, project: object) -> bool:
         return False
     for up in sem.of_type(ast.Assign):
         call = up.value  # type: ignore[attr-defined]
-        if not isinstance(call, ast.Call):
-            continue
-        written = dotted(call.func)
-        if not written or not _BUILDER.match(written.rsplit(".", 1)[-1]) or sem.resolve(call):
+        func = call.func if isinstance(call, ast.Call) else None
+        last = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if last is None or not _BUILDER.match(last) or sem.resolve(call):
             continue  # (a function of this file: its own moves are seen here)
         found = project.function_for(sem, call)  # type: ignore[attr-defined]
         if found is not None and getattr(found, "returns", None) == "cuda_model":
