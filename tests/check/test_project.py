@@ -3404,17 +3404,17 @@ def test_a_method_whose_every_caller_in_another_module_guards_by_rank_writes_onc
                                    "weights[name[7:] if name.startswith('module.') else name] = weights.pop(name)"])
 def test_a_wrapped_state_dict_whose_sibling_reader_strips_every_key_is_the_programs_format(
         project: Path, strip: str) -> None:
-    """``torch.save(netG.state_dict(), ...)`` of a DDP wrapper, read back only by ``sample_gen.py`` beside it, which
-    drops the first 7 characters of every key: unwrapping the save would break that reader. A reader that strips the
-    prefix only when it is there tolerates both, and the save is told."""
+    """``torch.save(netG.state_dict(), f"{out_dir}/gen.pth")`` of a DDP wrapper, read back only by ``sample_gen.py``
+    beside it (``gen.pth``), which drops the first 7 characters of every key: unwrapping the save would break that
+    reader. A reader that strips the prefix only when it is there tolerates both, and the save is told."""
     write(project, {
         "sample_gen.py": f"""\
             import torch
             from train_gen import Gen
 
 
-            def load_generator(path):
-                weights = torch.load(path, map_location="cpu", weights_only=True)
+            def load_generator(folder):
+                weights = torch.load(f"{{folder}}/gen.pth", map_location="cpu", weights_only=True)
                 for name in list(weights.keys()):
                     {strip}
                 g = Gen()

@@ -378,8 +378,21 @@ class Callers:
         if folder not in memo:
             memo[folder] = {os.path.abspath(path) for path in self._candidates(here) + [here]
                             if os.path.dirname(os.path.abspath(path)) == folder and (text := self.state.text(path))
-                            and (SELECTS_WRAPPED.search(text) or _STRIPS_ALWAYS.search(text))}
+                            and SELECTS_WRAPPED.search(text)}
         return bool(memo[folder] - {here})
+
+    def strips_wrapped_beside(self, sem: SemanticModel, words: list[str]) -> bool:
+        """A module beside ``sem`` strips the first 7 characters of every key of a checkpoint whose file name it
+        shares a word with (``netG_{}.pth``): that reader needs the prefix the save writes."""
+        here = os.path.abspath(sem.path)
+        folder = os.path.dirname(here)
+        for path in self._candidates(here):
+            if os.path.dirname(os.path.abspath(path)) != folder or os.path.abspath(path) == here:
+                continue
+            text = self.state.text(path)
+            if text and _STRIPS_ALWAYS.search(text) and any(w in text for w in words):
+                return True
+        return False
 
 # a reader beside it that strips the first 7 characters of every key (``weights[name[7:]] = weights.pop(name)``), not
 # only of those that have the prefix (``k[7:] if k.startswith("module.") else k`` tolerates both formats)

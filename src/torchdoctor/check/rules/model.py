@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, string_value
 from torchdoctor.check.context import Context
@@ -561,7 +562,9 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node):
         return
     if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
-                                 else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)):
+                                 else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)
+                                or sem.project is not None and (words := _saved_file_words(ctx, node))
+                                and sem.project.strips_wrapped_beside(sem, words)):
         return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
@@ -631,6 +634,17 @@ def _wrapped_by_compile(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     if isinstance(value, ast.IfExp):
         value = value.body
     return isinstance(value, ast.Call) and (ctx.call_name(value) or "").endswith("compile")
+
+
+def _saved_file_words(ctx: Context, call: ast.Call) -> list[str]:
+    """The words of the file name ``torch.save(x.state_dict(), os.path.join(d, "netG_{}.pth".format(e)))`` writes
+    (``netG_``, ``.pth``: pieces of four characters or more), when the state dict is saved directly."""
+    save = ctx.semantic.parent(call)
+    if not (isinstance(save, ast.Call) and save.args[:1] == [call] and len(save.args) > 1 and _is_save(ctx, save)):
+        return []
+    pieces = [p for n in ctx.semantic.subtree(save.args[1]) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+              for p in re.split(r"\{[^}]*\}|%\w|/", n.value)]
+    return [p for p in pieces if len(p) >= 4 and p not in (".pth", ".pkl", ".bin")]
 
 
 def _saved(ctx: Context, call: ast.Call) -> bool:
