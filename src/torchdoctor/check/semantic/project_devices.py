@@ -66,8 +66,9 @@ def model_from_project_builder(sem: SemanticModel, project: object) -> bool:
     """A model made by a builder function of another module of the project that returns it on the GPU (``model =
     build_model(params)`` whose every return is ``model.cuda()``): the program trains it there. Only calls named as
     builders are looked up (``build_``, ``get_``, ``create_``, ``make_``, ...): each lookup reads another module."""
-    if project is None:
-        return False
+    if project is None or not sem.of_type(ast.For, ast.While) or "step" not in sem.text.source \
+            and "backward" not in sem.text.source:
+        return False  # (only a program that trains or steps a trainer: a library's ``create_model`` callers are not)
     for up in sem.of_type(ast.Assign):
         call = up.value  # type: ignore[attr-defined]
         func = call.func if isinstance(call, ast.Call) else None

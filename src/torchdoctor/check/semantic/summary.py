@@ -183,9 +183,19 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "cuda_model" if ".cuda(" in source and _returns_moved_to_cuda(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
-            one_step = {"backward", "step"} <= effects and not sem.loops_index.loops_backward(func)
+            one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
             out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step)
     return out
+
+
+def _loops_backward(sem: SemanticModel, func: ast.AST) -> bool:
+    """Some loop in ``func`` or the in-file functions it calls backpropagates: ``func`` runs many steps, not one.
+    (Asked of a module summarized for others without classifying its loops: ``Loops`` costs a pass of its own.)"""
+    for f in sem.calls_index.reachable(func):
+        for n in sem.local_nodes(f):
+            if isinstance(n, _LOOPS) and "backward" in sem.region_effects(sem.body(n)):
+                return True
+    return False
 
 
 def _returns_moved_to_cuda(sem: SemanticModel, func: ast.AST) -> bool:
