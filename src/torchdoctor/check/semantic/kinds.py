@@ -368,6 +368,9 @@ class Kinds:
         if meth in _COLLECTIVES and value.args and isinstance(value.args[0], (ast.Tuple, ast.List)):
             elts = value.args[0].elts
             return self.expr_kind(elts[index], at) if index < len(elts) else None
+        if index == 0 and isinstance(value.func, ast.Name | ast.Attribute) and dotted(value.func) \
+                and self.expr_kind(value.func, at) in ("model", "wrapper"):
+            return "tensor"  # ``out, _ = gru(seq)``: a model's first output (an RNN's, beside its hidden state)
         return None
 
     # ---- expressions ----------------------------------------------------------------------------------
