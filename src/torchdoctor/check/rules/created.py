@@ -250,21 +250,19 @@ def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
         return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
         # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
     return loop if any(isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model"
-                       and next(iter(sem.loops_around(c)), None) is loop
-                       and _runs_a_model(sem, c) for c in sem.body(loop)) else None
+                       and next(iter(sem.loops_around(c)), None) is loop and _runs_a_model(sem, c)
+                       for c in sem.body(loop)) else None
+    # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
 
 
-_NOT_RUNS = frozenset({"eval", "train", "to", "cuda", "cpu", "state_dict", "load_state_dict", "parameters",
-                       "named_parameters", "zero_grad", "requires_grad_", "apply", "half", "float"})
+_NOT_RUNS = frozenset({"prepare", "prepare_model", "unwrap_model", "wrap"})
 
 
 def _runs_a_model(sem: object, call: ast.Call) -> bool:
-    """``g(noise)`` or ``g.sample(noise)`` of a model, not ``accelerator.unwrap_model(model)`` nor ``model.eval()``."""
+    """Not a call that only hands the model on: ``accelerator.unwrap_model(model)``, ``accelerator.prepare(model)``."""
     func = call.func
-    if sem.expr_kind(func, call) in ("model", "wrapper"):  # type: ignore[attr-defined]
-        return True
-    return isinstance(func, ast.Attribute) and func.attr not in _NOT_RUNS \
-        and sem.expr_kind(func.value, call) in ("model", "wrapper")  # type: ignore[attr-defined]
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name not in _NOT_RUNS and "unwrap" not in name
     # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
 
 
