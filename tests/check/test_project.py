@@ -3512,3 +3512,50 @@ def test_a_program_that_imports_a_kernel_compiled_on_import_five_modules_down_ne
     })
     results = check_files(["sample.py"], Settings(root=str(project), select=("TD101",)))
     assert codes(results, "sample.py") == []
+
+
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_loader_handed_to_a_trainer_of_a_module_that_runs_on_the_gpu_feeds_the_gpu(project: Path, gpu: bool) -> None:
+    """``loader = DataLoader(...)`` handed to ``Coach(net, loader, args)``, whose module moves the model and every batch
+    to the GPU: the loader feeds the GPU from pageable memory, in the training process (TD304, TD305 folded in). A
+    coach that stays on the CPU is handed a loader with nothing to pin."""
+    device = '"cuda" if torch.cuda.is_available() else "cpu"' if gpu else '"cpu"'
+    write(project, {
+        "coach.py": f"""\
+            import torch
+            import torch.nn as nn
+
+
+            class Coach:
+                def __init__(self, net, train_loader, args):
+                    self.device = torch.device({device})
+                    self.net = net.to(self.device)
+                    self.train_loader = train_loader
+                    self.opt = torch.optim.Adam(self.net.parameters())
+
+                def fit(self):
+                    self.net.train()
+                    for xb, yb in self.train_loader:
+                        xb, yb = xb.to(self.device), yb.to(self.device)
+                        loss = nn.functional.mse_loss(self.net(xb), yb)
+                        self.opt.zero_grad()
+                        loss.backward()
+                        self.opt.step()
+            """,
+        "run.py": """\
+            import argparse
+            import torch
+            import torch.nn as nn
+            from torch.utils.data import DataLoader, TensorDataset
+            from coach import Coach
+
+            args = argparse.ArgumentParser().parse_args()
+            data = TensorDataset(torch.randn(256, 4), torch.randn(256, 1))
+            loader = DataLoader(data, batch_size=32, shuffle=True)
+            coach = Coach(nn.Linear(4, 1), loader, args)
+            for epoch in range(5):
+                coach.fit()
+            """,
+    })
+    results = check_files(["run.py", "coach.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "run.py") == ([(9, "TD304"), (9, "TD305")] if gpu else [])

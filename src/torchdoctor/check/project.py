@@ -185,6 +185,11 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.is_module and cls.paramless  # type: ignore[attr-defined]
 
+    def defined_on_accelerator(self, sem: SemanticModel, written: str) -> bool:
+        """``written`` (``Coach``, ``trainers.fit``) is a class or function of a module of the project that puts work
+        on an accelerator itself (its trainer moves the model and each batch to the GPU)."""
+        return self._lookup(sem, written, "accelerated") is not None
+
     def function_for(self, sem: SemanticModel, call: ast.Call) -> FunctionSummary | None:
         written = dotted(call.func)
         if written is None:
@@ -240,6 +245,8 @@ class Project(Callers):
         summary = self.summary(target)
         if summary is None:
             return None
+        if what == "accelerated":  # the module that defines ``attr`` puts work on an accelerator itself
+            return summary if summary.accelerated and (attr in summary.classes or attr in summary.functions) else None
         if what == "class" and attr in summary.classes:
             return summary.classes[attr]
         if what == "module_class" and attr in summary.classes:

@@ -19,10 +19,36 @@ __all__ = ["dataset_on_device", "is_torch_dataloader"]
 def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     """A DataLoader of a program that runs on an accelerator, whose batches reach a model or a device."""
     sem = ctx.semantic
-    return (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)
-            and (program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node))
-            and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) and loaders.feeds_device(sem, node)
-            and not collates_onto_device(ctx, node) and not _index_loader(ctx, node))
+    if not (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)):
+        return False
+    accelerated = program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node)
+    handed = not accelerated and _handed_to_accelerated_trainer(ctx, node)
+    return (accelerated or handed) and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) \
+        and (handed or loaders.feeds_device(sem, node)) and not collates_onto_device(ctx, node) \
+        and not _index_loader(ctx, node)
+
+
+def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
+    """``loader = DataLoader(...)`` handed to ``Coach(net, loader, args)``, a class of another module of the project
+    that runs on the GPU itself (it moves the model and every batch there): the batches it iterates feed the GPU."""
+    sem = ctx.semantic
+    up = sem.parent(node)
+    if sem.project is None or not (isinstance(up, ast.Assign) and len(up.targets) == 1
+                                   and isinstance(up.targets[0], ast.Name)):
+        return False
+    key = up.targets[0].id
+    for r in sem.reads_of(key):
+        call = sem.parent(r)
+        if isinstance(call, ast.keyword):
+            call = sem.parent(call)
+        written = dotted(call.func) if isinstance(call, ast.Call) and r is not call.func else None
+        if written and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+            b = sem.binding_at(call.func.value.id, call)  # ``trainer.pretrain(epoch, loader)``: the object's class
+            if b is not None and not b.is_param and isinstance(b.value, ast.Call) and dotted(b.value.func):
+                written = dotted(b.value.func)
+        if written and not sem.resolve(call) and sem.project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def _index_loader(ctx: Context, call: ast.Call) -> bool:
@@ -209,8 +235,10 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
         func = ctx.semantic.function_of(node)
         cls = ctx.semantic.class_of(node)
         maker = cls.name if cls is not None else func.name if func is not None else None
-        user = ctx.semantic.project.accelerated_importer(ctx.semantic, maker)  # type: ignore[union-attr]
-        where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)"
+        user = ctx.semantic.project.accelerated_importer(ctx.semantic, maker) \
+            if maker is not None or not _handed_to_accelerated_trainer(ctx, node) else None  # type: ignore[union-attr]
+        where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)" \
+            if user else " (the trainer of another module it is handed runs on a GPU)"
     ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
                fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
@@ -245,6 +273,15 @@ def _trains(ctx: Context) -> bool:
                 found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
                 if found is not None and "backward" in found.effects:
                     return True
+            # ``coach = Coach(net, loader, args)`` then ``coach.fit()``: a method of the object handed the loader
+            if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
+                b = sem.binding_at(call.func.value.id, call)
+                made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
+                if made is not None and any(isinstance(a, ast.Name) and sem.expr_kind(a, made) == "loader"
+                                            for a in made.args):
+                    found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
+                    if found is not None and "backward" in found.effects:
+                        return True
         return False
 
     return sem.cached("trains_through_project", compute)  # type: ignore[no-any-return]
