@@ -250,7 +250,7 @@ def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
         return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
         # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
     return loop if any(isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model"
-                       and next(iter(sem.loops_around(c)), None) is loop and _runs_a_model(sem, c)
+                       and next(iter(sem.loops_around(c)), None) is loop and _runs_a_model(c)
                        for c in sem.body(loop)) else None
     # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
 
@@ -258,7 +258,7 @@ def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
 _NOT_RUNS = frozenset({"prepare", "prepare_model", "unwrap_model", "wrap"})
 
 
-def _runs_a_model(sem: object, call: ast.Call) -> bool:
+def _runs_a_model(call: ast.Call) -> bool:
     """Not a call that only hands the model on: ``accelerator.unwrap_model(model)``, ``accelerator.prepare(model)``."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""

@@ -317,9 +317,6 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         made_on_host(ctx, expr.args[0], at, depth + 1)
 
 
-_BATCH_MOVERS = ("to_cuda", "to_gpu", "to_device")
-
-
 def _before_the_first_move(ctx: Context, b: object, at: ast.AST) -> bool:
     """``b`` binds a value in the function of ``at``, before ``at``, from no model call, and the function moves
     values to the device only after ``at`` (``x, lengths = to_cuda(x, lengths)`` further down the step): what it
@@ -348,15 +345,12 @@ def before_the_first_move(ctx: Context, at: ast.AST) -> bool:
     func = sem.function_of(at)
     if func is None:
         return False
-    moves = sem.cached(("step_moves", func), lambda: sorted(
-        (((m.lineno, m.col_offset), m) for m in sem.calls_named("to", "cuda", *_BATCH_MOVERS) if sem.function_of(m) is func
-         and (sem.is_device_move(m) or isinstance(m.func, ast.Name) and m.func.id in _BATCH_MOVERS)), key=lambda t: t[0]))
-    if not moves:
+    first = next((m for m in sem.device_moves() if sem.function_of(m) is func), None)
+    if first is None:
         return False
     here = (at.lineno, at.col_offset)  # type: ignore[attr-defined]
-    first = moves[0][1]
     loop = _innermost_loop(sem, at, func)  # (the same pass: a move in a later loop moves other values)
-    if moves[0][0] <= here or _innermost_loop(sem, first, func) is not loop:
+    if (first.lineno, first.col_offset) <= here or _innermost_loop(sem, first, func) is not loop:
         return False
     moved = [first.func.value] if isinstance(first.func, ast.Attribute) else list(first.args)
     if not any(isinstance(m, ast.Name) for m in moved):

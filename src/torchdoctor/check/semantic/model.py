@@ -49,7 +49,8 @@ __all__ = ["SemanticModel"]
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
-_MOVING_HELPERS = frozenset({"to_cuda", "to_gpu", "to_device", "move_to_device", "move_to", "send_to_device"})
+# The project's own helpers that move what they are handed: ``x, lens = to_cuda(x, lens)``
+MOVING_HELPERS = frozenset({"to_cuda", "to_gpu", "to_device", "move_to_device", "move_to", "send_to_device"})
 
 
 class SemanticModel:
@@ -304,6 +305,17 @@ class SemanticModel:
     def is_device_move(self, call: ast.AST) -> bool:
         return self.move_device(call) is not None
 
+    def moves_by_helper(self, call: ast.Call) -> bool:
+        """``to_cuda(x, lens)``: a project helper named for moving what it is handed (not told ``"cpu"``)."""
+        return isinstance(call.func, ast.Name) and call.func.id in MOVING_HELPERS and bool(call.args) and not any(
+            isinstance(a, ast.Constant) and a.value == "cpu" for a in [*call.args, *(k.value for k in call.keywords)])
+
+    def device_moves(self) -> list[ast.Call]:
+        """Every move to a device in the file, in source order: ``.to(device)``, ``.cuda()``, ``to_cuda(x, y)``."""
+        return self.cached("device_moves_and_helpers", lambda: sorted(  # type: ignore[no-any-return]
+            (m for m in self.calls_named("to", "cuda", *MOVING_HELPERS) if self.is_device_move(m) or self.moves_by_helper(m)),
+            key=self.index.pos.__getitem__))
+
     def move_device(self, call: ast.AST) -> str | None:
         """The target device's source text of a move (``"cuda"`` for ``.cuda()``), or None."""
         if not isinstance(call, ast.Call):
@@ -349,10 +361,8 @@ class SemanticModel:
                 if isinstance(node.func, ast.Name) and node.func.id in ("tuple", "list") and len(node.args) == 1:
                     node = node.args[0]
                     continue
-                if isinstance(node.func, ast.Name) and node.func.id in _MOVING_HELPERS and node.args:
-                    return not any(isinstance(a, ast.Constant) and a.value == "cpu"  # (``to_device(x, "cpu")``)
-                                   for a in [*node.args, *(k.value for k in node.keywords)])
-                    # ``x, lens = to_cuda(x, lens)``: the project's helper that moves what it is handed
+                if isinstance(node.func, ast.Name) and node.func.id in MOVING_HELPERS:
+                    return self.moves_by_helper(node)
                 if isinstance(node.func, ast.Name) and depth < 2 and (funcs := self.resolve(node)) and all(
                         returns and all(r.value is not None and self.value_is_moved(r.value, depth + 1) for r in returns)
                         for returns in (self.kinds.returns_of(f) for f in funcs)):

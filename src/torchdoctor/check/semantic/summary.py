@@ -302,9 +302,6 @@ def _per_iteration(sem: SemanticModel, call: ast.Call) -> bool:
     return not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop) or sem.in_exit_branch(call, loop))
 
 
-_MOVES = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device", "to_cuda", "to_gpu")
-
-
 def host_args_of(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
     """The arguments of ``call`` (by name or "#i") that are values of this step made before the loop moves anything
     to the device: a batch loop that moves its batch after the call (``x, lengths = to_cuda(x, lengths)`` below
@@ -313,8 +310,7 @@ def host_args_of(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
     if loop is None:
         return frozenset()
     here = (call.lineno, call.col_offset)
-    moves = [(m.lineno, m.col_offset) for m in sem.calls_named(*_MOVES) if sem.contains(loop, m) and (
-        sem.is_device_move(m) or isinstance(m.func, ast.Name) and m.func.id in ("to_cuda", "to_gpu", "to_device"))]
+    moves = [(m.lineno, m.col_offset) for m in sem.device_moves() if sem.contains(loop, m)]
     if not moves or min(moves) < here:
         return frozenset()  # (nothing moved in the step, or something of it is on the device already)
     out = set()
