@@ -1,0 +1,248 @@
+"""Stage 2 rules on wrappers: DataParallel instead of DDP (TD204, subclasses included), and a wrapper's
+state dict saved with its ``module.``/``_orig_mod.`` prefix (TD205) where the program's own readers do not expect it."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from torchdoctor.check.astutil import dotted, string_value
+from torchdoctor.check.context import Context
+from torchdoctor.check.patterns import lazy
+from torchdoctor.check.project import SELECTS_WRAPPED, STRIPS_WRAPPED
+from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic.models import wrapper_prefix
+
+
+# ---- TD204 --------------------------------------------------------------------------------
+_DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
+                  "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")
+
+
+@rule("TD204", calls=("DataParallel", "data_parallel"))
+def data_parallel(node: ast.AST, ctx: Context) -> None:
+    """nn.DataParallel (or the functional ``nn.parallel.data_parallel``): single-process, slower and unbalanced."""
+    q = ctx.call_name(node) or ""
+    if q in _DATA_PARALLEL:
+        ctx.report("TD204", node, f"`{ctx.name(node.func)}` runs one process over all GPUs (GIL-bound, "  # type: ignore[attr-defined]
+                   "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+
+
+@rule("TD204", ast.ClassDef)
+def data_parallel_subclass(node: ast.AST, ctx: Context) -> None:
+    """A subclass of ``nn.DataParallel`` (forwarding attribute access to ``.module``, scattering pre-split batches)
+    is DataParallel all the same: reported where this file builds one."""
+    assert isinstance(node, ast.ClassDef)
+    sem = ctx.semantic
+    if not any(sem.qualname(b) in _DATA_PARALLEL for b in node.bases) or sem.function_of(node) is not None:
+        return
+    for call in sem.calls_named(node.name):
+        if isinstance(call.func, ast.Name) and call.func.id == node.name and sem.binding_at(node.name, call) is None \
+                and sem.calls_index.classes.get(node.name) is node:
+            ctx.report("TD204", call, f"`{node.name}` is a `DataParallel`: it runs one process over all GPUs (GIL-bound, "
+                       "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+
+
+# ---- TD205 --------------------------------------------------------------------------------
+def _wrapped_by_fsdp(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
+    """``model = FSDP(model, ...)``: FSDP's ``state_dict()`` hands back the model's own names (its hooks strip the
+    wrapper's), under ``FSDP.state_dict_type(model, FULL_STATE_DICT, ...)`` or not."""
+    sem = ctx.semantic
+    key = dotted(recv)
+    for b in (sem.bindings_of(key) if key else []):
+        value = b.value if not b.is_param else None
+        if isinstance(value, ast.Call) and (sem.call_name(value) or "").rsplit(".", 1)[-1] in ("FullyShardedDataParallel", "FSDP"):
+            return True
+    return False
+
+
+_WRAPPER_CLASSES = ("DataParallel", "DistributedDataParallel", "DDP", "OptimizedModule", "FullyShardedDataParallel")
+
+
+def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
+    """``if isinstance(net, nn.DataParallel): save(net.module.state_dict()) else: save(net.state_dict())``: the
+    else branch runs only when ``net`` is no wrapper (or the if branch of ``if not isinstance(...)``)."""
+    sem = ctx.semantic
+    key = dotted(recv)
+    wraps_under = _wrapping_tests(ctx, key) if key else frozenset()
+    for test, holds in sem.guards.branch_tests(node):
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
+                and len(test.args) == 2 and dotted(test.args[0]) == key and any(
+                    (dotted(n) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES for n in sem.subtree(test.args[1])):
+            return not holds
+        if sem.segment(test) in wraps_under:  # ``if MANY: enc = nn.DataParallel(enc)`` ... ``else: save(enc...)``
+            return not holds
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr" \
+                and len(test.args) == 2 and dotted(test.args[0]) == key and string_value(test.args[1]) in (
+                    "module", "_orig_mod"):  # ``net.module.state_dict() if hasattr(net, "module") else net.state_dict()``
+            return not holds
+    return False
+
+
+def _unwrap_chosen(ctx: Context, node: ast.Call) -> bool:
+    """``model.module.state_dict() if is_parallel(model) else model.state_dict()``: the two branches save the model
+    with and without its wrapper, chosen by a test of the program's own: it handles the prefix itself."""
+    up = ctx.semantic.parent(node)
+    if not isinstance(up, ast.IfExp) or node not in (up.body, up.orelse):
+        return False
+    other = up.orelse if node is up.body else up.body
+    if not (isinstance(other, ast.Call) and isinstance(other.func, ast.Attribute) and other.func.attr == "state_dict"):
+        return False
+    mine, theirs = dotted(node.func.value) or "", dotted(other.func.value) or ""  # type: ignore[attr-defined]
+    return bool(mine and theirs) and (mine == theirs + ".module" or theirs == mine + ".module")
+
+
+def _wrapping_tests(ctx: Context, key: str) -> frozenset[str]:
+    """The tests (as written) of the ``if`` blocks that hold every wrapping of ``key`` (``if MANY: enc =
+    nn.DataParallel(enc)``): where that test is false, ``key`` is no wrapper. Empty when one wrap is unconditional."""
+    sem = ctx.semantic
+    wraps = [b for b in sem.bindings_of(key) if isinstance(b.value, ast.Call) and b.index is None
+             and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES]
+    tests: set[str] = set()
+    for b in wraps:
+        guard = next((a for a in sem.ancestors(b.node) if isinstance(a, ast.If) and any(
+            s is b.node or sem.contains(s, b.node) for s in a.body)), None)
+        if guard is None or isinstance(guard.test, ast.UnaryOp):
+            return frozenset()
+        tests.add(sem.segment(guard.test))
+    return frozenset(tests)
+
+
+@rule("TD205", calls=("state_dict",))
+def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
+    """state_dict() saved from a DataParallel/DDP/compiled wrapper: keys gain a prefix."""
+    assert isinstance(node, ast.Call)
+    if node.args or not isinstance(node.func, ast.Attribute):
+        return
+    sem = ctx.semantic
+    recv = node.func.value
+    prefix = wrapper_prefix(sem, recv, node)
+    if prefix is None and sem.expr_kind(recv, node) == "wrapper" and not _wrapped_by_fsdp(ctx, recv, node):
+        prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
+    if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
+        prefix = "module."
+    if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node):
+        return
+    if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
+                                 else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)
+                                or sem.project is not None and (words := _saved_file_words(ctx, node))
+                                and sem.project.strips_wrapped_beside(sem, words)):
+        return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
+    name = ctx.name(recv)
+    attr = prefix.rstrip(".")
+    inner = _unwrapped_alias(ctx, recv, attr) or f"{name}.{attr}"
+    restore = _restored_into_wrapper(ctx, recv, node)
+    fix = f"save `{inner}.state_dict()` (unwrap first)" if restore is None else (
+        f"save `{inner}.state_dict()`, and resume into `{inner}` too: line {restore.lineno} loads this checkpoint "
+        "into the wrapper, which would then find none of its keys")
+    ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
+               fix=fix)
+
+
+_RESTORES = lazy(r"(?i)restore|resume|restart|load_?(checkpoint|ckpt|model|weights)")
+
+
+def _restored_into_wrapper(ctx: Context, recv: ast.AST, at: ast.AST) -> ast.AST | None:
+    """Where the program resumes into the same wrapper (``utils.restart_from_checkpoint(path, student=student)``,
+    ``student.load_state_dict(ckpt["student"])``): its own checkpoints round-trip with the prefix, and saving the
+    unwrapped module alone would make that resume load no key (silently, under ``strict=False``)."""
+    sem = ctx.semantic
+    key = dotted(recv)
+    if key is None:
+        return None
+    saved = sem.binding_at(key, at) if "." not in key else None
+    for use in sem.reads_of(key):
+        if use is recv or (saved is not None and sem.binding_at(key, use) is not saved):
+            continue
+        parent = sem.parent(use)
+        if isinstance(parent, ast.Attribute) and parent.attr == "load_state_dict" and parent.value is use:
+            return parent
+        if isinstance(parent, ast.keyword):
+            parent = sem.parent(parent)
+        if isinstance(parent, ast.Call) and use is not parent.func and _RESTORES.search(
+                (dotted(parent.func) or "").rsplit(".", 1)[-1]):
+            return parent
+    return None
+
+
+def _unwrapped_alias(ctx: Context, recv: ast.AST, attr: str) -> str | None:
+    """``teacher_without_ddp = teacher.module``: the name the program already keeps the inner model under (the
+    wrap may be conditional, where ``teacher.module`` would not exist)."""
+    key = dotted(recv)
+    if key is None:
+        return None
+    for node in ctx.semantic.of_type(ast.Assign):
+        value = node.value  # type: ignore[attr-defined]
+        if isinstance(value, ast.Attribute) and value.attr == attr and dotted(value.value) == key \
+                and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):  # type: ignore[attr-defined]
+            return node.targets[0].id  # type: ignore[attr-defined]
+    return None
+
+
+def _wrapped_by_a_helper(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``model = setup_model(args)``, a function of another module of the project whose every return is a
+    DDP/DataParallel/FSDP wrapper (asked here, at a saved state_dict, not of every call in the file)."""
+    key = dotted(recv)
+    b = ctx.semantic.binding_at(key, at) if key else None
+    if b is None or b.is_param or not isinstance(b.value, ast.Call) or b.index is not None:
+        return False
+    return getattr(ctx.semantic.external(b.value), "returns", None) == "wrapper"
+
+
+def _wrapped_by_compile(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    key = dotted(recv)
+    b = ctx.semantic.binding_at(key, at) if key else None
+    value = b.value if b is not None else None
+    if isinstance(value, ast.IfExp):
+        value = value.body
+    return isinstance(value, ast.Call) and (ctx.call_name(value) or "").endswith("compile")
+
+
+def _saved_file_words(ctx: Context, call: ast.Call) -> list[str]:
+    """The words of the file name ``torch.save(x.state_dict(), os.path.join(d, "netG_{}.pth".format(e)))`` writes
+    (``netG_``, ``.pth``: pieces of four characters or more), when the state dict is saved directly."""
+    save = ctx.semantic.parent(call)
+    if not (isinstance(save, ast.Call) and save.args[:1] == [call] and len(save.args) > 1 and _is_save(ctx, save)):
+        return []
+    pieces = [p for n in ctx.semantic.subtree(save.args[1]) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+              for p in re.split(r"\{[^}]*\}|%\w|/", n.value)]
+    return [p for p in pieces if len(p) >= 4 and p not in (".pth", ".pkl", ".bin")]
+
+
+def _saved(ctx: Context, call: ast.Call) -> bool:
+    """The state_dict flows into ``torch.save`` (or a helper that saves: ``save_checkpoint({...})``),
+    directly or through the name it is stored under."""
+    sem = ctx.semantic
+    stmt: ast.AST = call
+    for a in sem.ancestors(call):
+        if isinstance(a, ast.Call) and a is not call and _is_save(ctx, a):
+            return True
+        if isinstance(a, ast.stmt):
+            stmt = a
+            break
+    names: set[str] = set()
+    if isinstance(stmt, ast.Assign):
+        for t in stmt.targets:
+            base = t.value if isinstance(t, ast.Subscript) else t
+            if isinstance(base, ast.Name):
+                names.add(base.id)
+    if not names:
+        return False
+    for node in sem.local_nodes(sem.scope_of(stmt)):
+        if isinstance(node, ast.Call) and getattr(node, "lineno", 0) >= stmt.lineno and _is_save(ctx, node):  # type: ignore[attr-defined]
+            args = list(node.args) + [k.value for k in node.keywords]
+            if any(isinstance(a, ast.Name) and a.id in names for a in args):
+                return True
+    return False
+
+
+def _is_save(ctx: Context, call: ast.Call) -> bool:
+    """``torch.save`` and friends, or a function of this file or the project that saves what it gets."""
+    q = ctx.call_name(call) or ""
+    if q in ("torch.save", "torch_xla.core.xla_model.save", "xm.save") or q.endswith("safetensors.torch.save_file"):
+        return True
+    sem = ctx.semantic
+    if any("save" in sem.effects(f, deep=True) for f in sem.resolve(call)):
+        return True
+    ext = sem.external(call)
+    return ext is not None and "save" in getattr(ext, "effects", ())
