@@ -70,10 +70,10 @@ class Project(Callers):
     # ---- the file being analysed ------------------------------------------------------------------
     def begin(self, sem: SemanticModel) -> None:
         """``sem`` is being analysed: questions about its own module use it instead of reading the file."""
-        self.state.current[os.path.abspath(sem.path)] = sem
+        self.state.current[self.state.absolute(sem.path)] = sem
 
     def end(self, sem: SemanticModel) -> None:
-        path = os.path.abspath(sem.path)
+        path = self.state.absolute(sem.path)
         self.state.current.pop(path, None)
         if path not in self.state.records:  # what a reverse question asks first, without parsing it again
             self.state.imports_of[path] = (dict(sem.names.from_imports), dict(sem.names.imports))
@@ -83,7 +83,7 @@ class Project(Callers):
         (``(tree, index, names, bindings)``), when it read the same text; else None."""
         if self._state is None:
             return None
-        kept = self._state.pending.pop(os.path.abspath(path), None)
+        kept = self._state.pending.pop(self.state.absolute(path), None)
         if kept is None or kept[0] != text:
             return None
         return kept[1:]
@@ -101,7 +101,7 @@ class Project(Callers):
     def finished(self, path: str) -> None:
         """``path`` has had its own check: a later read of it for the index keeps no tree for it."""
         state = self.state
-        path = os.path.abspath(path)
+        path = self.state.absolute(path)
         state.finished.add(path)
         state.pending.pop(path, None)
 
@@ -206,7 +206,7 @@ class Project(Callers):
         return found  # type: ignore[return-value]
 
     def _lookup(self, sem: SemanticModel, written: str, what: str) -> object | None:
-        key = (os.path.abspath(sem.path), written, what)
+        key = (self.state.absolute(sem.path), written, what)
         memo = self.state.lookups
         if key not in memo:
             memo[key] = self._find(sem.path, sem.names.from_imports, sem.names.imports, written, what, 0,
@@ -289,7 +289,7 @@ class Project(Callers):
 
     # ---- modules on disk ---------------------------------------------------------------------------------------
     def _module_file(self, path: str, level: int, module: str) -> str | None:
-        key = (os.path.dirname(os.path.abspath(path)), level, module)
+        key = (os.path.dirname(self.state.absolute(path)), level, module)
         memo = self.state.modules
         if key in memo:
             return memo[key]
@@ -299,10 +299,10 @@ class Project(Callers):
             base = key[0]
             for _ in range(level - 1):
                 base = os.path.dirname(base)
-            found = file_of(base, parts)
+            found = file_of(base, parts, self.state.is_file)
         elif parts:
             for base in self._roots(key[0]):
-                found = file_of(base, parts)
+                found = file_of(base, parts, self.state.is_file)
                 if found is not None:
                     break
         memo[key] = found
@@ -325,7 +325,7 @@ class Project(Callers):
         diffusion GAN's sampler imports its network, whose blocks import the op that compiles ``.cu`` sources on
         import), needs a GPU-only library or the project's own CUDA kernels (``import gnn_reranking``, which imports
         the kernels ``setup.py`` builds): so does ``sem``. Each module is read once."""
-        seen = {os.path.abspath(sem.path)}
+        seen = {self.state.absolute(sem.path)}
         if "(" in sem.text.source and self._calls_kernel_builder(sem.path, kernel_calls(sem)):
             return True
         frontier = [(sem.path, sem.names.imports, sem.names.from_imports, optional_imports(sem))]
@@ -338,9 +338,9 @@ class Project(Callers):
                             for name, (level, module, imported) in from_imports.items() if name not in optional]
                 for level, module in targets:
                     path = self._module_file(here, level, module) if module or level else None
-                    if path is None or os.path.abspath(path) in seen:
+                    if path is None or self.state.absolute(path) in seen:
                         continue
-                    seen.add(os.path.abspath(path))
+                    seen.add(self.state.absolute(path))
                     summary = self.summary(path)
                     if summary is not None and (summary.gpu_only or self._calls_kernel_builder(path, summary.kernel_calls)):
                         return True

@@ -53,7 +53,7 @@ class Callers:
         project import the module, which is no script itself (no ``if __name__ == "__main__":``), and none of them
         names ``func`` (``from utils.datasets import *; autosplit(...)`` would). The module itself does not
         either (asked before)."""
-        here, name = os.path.abspath(sem.path), func.name  # type: ignore[attr-defined]
+        here, name = self.state.absolute(sem.path), func.name  # type: ignore[attr-defined]
         key = (here, name, "uncalled")
         memo = self.state.mentions
         if key not in memo:
@@ -78,7 +78,8 @@ class Callers:
         (``torch.cuda.set_device(device_id)`` in ``train.py``, which starts the processes that call in here)."""
         if "__main__" in sem.text.source:
             return False
-        return any(_SETS_DEVICE.search(self.state.text(path) or "") for path in self._module_importers(os.path.abspath(sem.path)))
+        importers = self._module_importers(self.state.absolute(sem.path))
+        return any(_SETS_DEVICE.search(self.state.text(path) or "") for path in importers)
 
     def _imports_module(self, path: str, target: str) -> bool:
         """An import statement of ``path`` (read from its import lines, not its tree) names the module ``target``."""
@@ -113,7 +114,7 @@ class Callers:
     def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str]) -> bool:
         """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``)."""
         state = self.state
-        key = (os.path.abspath(sem.path), func.name, pattern.pattern)  # type: ignore[attr-defined]
+        key = (self.state.absolute(sem.path), func.name, pattern.pattern)  # type: ignore[attr-defined]
         if key not in state.mentions:  # (texts are read afresh, not kept: once per question)
             state.mentions[key] = any(pattern.search(state.text(path) or "")
                                       for path in {r.path for r in self._callers(sem, func)})
@@ -161,7 +162,7 @@ class Callers:
         elif by_class and cls is not None and sem.function_of(func) is None:
             method, name = name, cls.name  # ``eng.fit_batch(x, y)`` of ``eng = Engine(...)``: found by its class
             # (asked about per-step calls only: reading every importer of a class for every method costs memory)
-        here = os.path.abspath(sem.path)
+        here = self.state.absolute(sem.path)
         key = (here, f"{name}.{method}" if method else name)
         memo = self.state.callers
         if key in memo:
@@ -217,7 +218,7 @@ class Callers:
         """``pkg/__init__.py`` imports ``name`` from ``here`` (``from .handler import save``): importers may
         write ``from pkg import save``, naming the package, not the module."""
         init = os.path.join(os.path.dirname(here), "__init__.py")
-        if init == here or not os.path.isfile(init):
+        if init == here or not self.state.is_file(init):
             return False
         summary = self.summary(init)
         return summary is not None and (name in summary.from_imports or bool(summary.star))
@@ -271,7 +272,7 @@ class Callers:
         accelerator itself: where the batches of a loader made here go (``data/alpaca.py`` for ``finetune.py``).
         ``maker``: the function or class that builds the loader; a ``from m import Model`` that leaves it
         behind does not count."""
-        here = os.path.abspath(sem.path)
+        here = self.state.absolute(sem.path)
         memo = self.state.importers
         key = (here, maker)
         if key not in memo:
@@ -279,7 +280,7 @@ class Callers:
             stem = os.path.splitext(os.path.basename(here))[0]
             targets, words = {here}, {stem}
             init = os.path.join(os.path.dirname(here), "__init__.py")
-            if init != here and os.path.isfile(init) and stem in self.state.import_words(init):
+            if init != here and self.state.is_file(init) and stem in self.state.import_words(init):
                 targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
                 words.add(os.path.basename(os.path.dirname(here)))
             for other in self._importing(here, words):
@@ -349,7 +350,7 @@ class Callers:
         state = self.state
         if state.saves_objects is None:
             found = helper = entry = False
-            for path in self._candidates(os.path.abspath(sem.path)) + [os.path.abspath(sem.path)]:
+            for path in self._candidates(self.state.absolute(sem.path)) + [self.state.absolute(sem.path)]:
                 text = state.text(path)
                 if not text:
                     continue
@@ -372,22 +373,22 @@ class Callers:
         the program's own readers expect (a text scan of the folder's files, once per folder). The reader's own saves
         are not its business (vicreg's evaluate.py reads main_vicreg.py's checkpoint by the prefix and saves its own
         wrapped classifier, which only its resume reads)."""
-        here = os.path.abspath(sem.path)
+        here = self.state.absolute(sem.path)
         folder = os.path.dirname(here)
         memo = self.state.wrapped_keys
         if folder not in memo:
-            memo[folder] = {os.path.abspath(path) for path in self._candidates(here) + [here]
-                            if os.path.dirname(os.path.abspath(path)) == folder and (text := self.state.text(path))
+            memo[folder] = {self.state.absolute(path) for path in self._candidates(here) + [here]
+                            if os.path.dirname(self.state.absolute(path)) == folder and (text := self.state.text(path))
                             and SELECTS_WRAPPED.search(text)}
         return bool(memo[folder] - {here})
 
     def strips_wrapped_beside(self, sem: SemanticModel, words: list[str]) -> bool:
         """A module beside ``sem`` strips the first 7 characters of every key of a checkpoint whose file name it
         shares a word with (``netG_{}.pth``): that reader needs the prefix the save writes."""
-        here = os.path.abspath(sem.path)
+        here = self.state.absolute(sem.path)
         folder = os.path.dirname(here)
         for path in self._candidates(here):
-            if os.path.dirname(os.path.abspath(path)) != folder or os.path.abspath(path) == here:
+            if os.path.dirname(self.state.absolute(path)) != folder or self.state.absolute(path) == here:
                 continue
             text = self.state.text(path)
             if text and _STRIPS_ALWAYS.search(text) and any(w in text for w in words):

@@ -43,16 +43,38 @@ class State:
         self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
         self.module_importers: dict[str, list[str]] = {}  # module -> the modules that import it
         self.parsed = 0
+        self.absolutes: dict[str, str] = {}
+        self.listings: dict[str, frozenset[str]] = {}
+
+    def absolute(self, path: str) -> str:
+        """``os.path.abspath(path)``, memoised: the index asks it ~30 times a file (a run never changes folder)."""
+        out = self.absolutes.get(path)
+        if out is None:
+            out = self.absolutes[path] = os.path.abspath(path)
+        return out
+
+    def is_file(self, path: str) -> bool:
+        """``os.path.isfile(path)`` from one listing of each folder: the index tries ~15 module files a file,
+        most of them absent."""
+        folder, name = os.path.split(path)
+        names = self.listings.get(folder)
+        if names is None:
+            try:
+                with os.scandir(folder or ".") as it:
+                    names = frozenset(e.name for e in it if e.is_file())
+            except OSError:  # no such folder, or not a folder, or unreadable
+                names = frozenset()
+            self.listings[folder] = names
+        return name in names
 
     def text(self, path: str) -> str | None:
         """The file's text, read afresh (texts are not kept: a big project's would fill memory)."""
         try:
-            if os.path.getsize(path) > MAX_BYTES:
-                return None
             with open(path, "rb") as fh:
-                return fh.read().decode("utf-8", "replace")
+                data = fh.read(MAX_BYTES + 1)
         except OSError:
             return None
+        return None if len(data) > MAX_BYTES else data.decode("utf-8", "replace")
 
     def import_words(self, path: str) -> frozenset[str]:
         """The words on the file's import lines (module names and imported names), read once."""
@@ -82,15 +104,15 @@ def import_statements(text: str) -> list[str]:
     return out
 
 
-def file_of(base: str, parts: list[str]) -> str | None:
+def file_of(base: str, parts: list[str], is_file=os.path.isfile) -> str | None:  # type: ignore[no-untyped-def]
     if not parts:
         init = os.path.join(base, "__init__.py")
-        return init if os.path.isfile(init) else None
+        return init if is_file(init) else None
     stem = os.path.join(base, *parts)
-    if os.path.isfile(stem + ".py"):
+    if is_file(stem + ".py"):
         return stem + ".py"
     init = os.path.join(stem, "__init__.py")
-    return init if os.path.isfile(init) else None
+    return init if is_file(init) else None
 
 
 def guess_root(files: list[str]) -> str:
