@@ -81,6 +81,14 @@ class Callers:
         importers = self._module_importers(self.state.absolute(sem.path))
         return any(_SETS_DEVICE.search(self.state.text(path) or "") for path in importers)
 
+    def importer_wraps_data_parallel(self, sem: SemanticModel) -> bool:
+        """A module of the project that imports this helper module (no script itself) wraps a model in
+        ``nn.DataParallel``: in a DDP program, one process per machine (``--nproc_per_node=1``), on all its GPUs."""
+        if "__main__" in sem.text.source:
+            return False
+        importers = self._module_importers(self.state.absolute(sem.path))
+        return any(_DATA_PARALLEL.search(self.state.text(path) or "") for path in importers)
+
     def _imports_module(self, path: str, target: str) -> bool:
         """An import statement of ``path`` (read from its import lines, not its tree) names the module ``target``."""
         for line in import_statements(self.state.text(path) or ""):
@@ -399,6 +407,7 @@ class Callers:
 # only of those that have the prefix (``k[7:] if k.startswith("module.") else k`` tolerates both formats)
 _STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
+_DATA_PARALLEL = lazy(r"(?<!Distributed)DataParallel\(")
 _ACCELERATOR_WORDS = lazy(r"(?i)cuda|device|accelerat|rank|gpu|fabric|\.to\(\s*\d")
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
 _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")

@@ -250,15 +250,16 @@ def _scatters_inputs(ctx: Context, call: ast.Call) -> bool:
 
 
 def _data_parallel_value(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
-    """``nn.DataParallel(net).cuda()``, or a name bound to one."""
+    """``nn.DataParallel(net).cuda()``, ``DistributedDataParallel(net, device_ids=[rank])``, or a name bound to one."""
     sem = ctx.semantic
     if isinstance(value, ast.Name):
         b = sem.binding_at(value.id, at)
         if b is None or b.is_param or b.value is None:
             return False
         value = b.value
-    return any(isinstance(n, ast.Call) and (ctx.call_name(n) or "").rsplit(".", 1)[-1] == "DataParallel"
-               for n in sem.subtree(value))
+    return any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "").rsplit(".", 1)[-1] == "DataParallel" or (
+        ctx.call_name(n) or "").rsplit(".", 1)[-1] == "DistributedDataParallel" and keyword(n, "device_ids") is not None)
+        for n in sem.subtree(value))  # (DDP given ``device_ids`` moves its inputs to ``device_ids[0]`` in forward)
 
 
 _DATA_PARALLEL = lazy(r"(?i)\bDataParallel\(|data_parallel\(")

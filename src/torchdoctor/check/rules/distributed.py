@@ -216,7 +216,10 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             or program.single_process_world(sem) or _hf_trainer(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     sites = [site for site in cuda_sites.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)]
-    if sites and (_helper_sets_device(ctx) or sem.project is not None and sem.project.importer_sets_device(sem)):
+    if sites and _rank_per_node(ctx):
+        return
+    if sites and (_helper_sets_device(ctx) or sem.project is not None and (
+            sem.project.importer_sets_device(sem) or sem.project.importer_wraps_data_parallel(sem))):
         return  # (asked last: it reads the modules the file calls into, or those that import it)
     for site in sites:
         ctx.report(
@@ -226,6 +229,15 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             "every rank runs on GPU 0",
             fix='call `torch.cuda.set_device(local_rank)` first, or use `torch.device("cuda", local_rank)`',
         )
+
+
+def _rank_per_node(ctx: Context) -> bool:
+    """Every rank wraps a model in ``nn.DataParallel`` over the GPUs it sees (``self.decoder =
+    nn.DataParallel(self.decoder).cuda()`` outside the program's single-process branch): one process per machine,
+    launched with ``--nproc_per_node=1``, whose GPU 0 is its own machine's."""
+    sem = ctx.semantic
+    return any((ctx.call_name(call) or "") in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel")
+               and not _single_process_branch(ctx, call) for call in sem.calls_named("DataParallel"))
 
 
 def _single_process_branch(ctx: Context, node: ast.AST) -> bool:

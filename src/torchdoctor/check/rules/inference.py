@@ -312,7 +312,15 @@ def _shape_only(sem, call: ast.Call) -> bool:
         return False
     reads = [r for n in names for r in sem.reads_of(n.id) if sem.binding_at(n.id, r) is not None  # type: ignore[attr-defined]
              and sem.binding_at(n.id, r).node is up]  # type: ignore[attr-defined]
-    return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in _SHAPES for r in reads)
+    return bool(reads) and all(_shape_read(sem, r) for r in reads)
+
+
+def _shape_read(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``out.shape``, ``out[-1].size()``: the read looks at the shape of the value or of one of its elements."""
+    up = sem.parent(read)
+    while isinstance(up, ast.Subscript) and up.value is read:
+        read, up = up, sem.parent(up)
+    return isinstance(up, ast.Attribute) and up.attr in _SHAPES
 
 
 def _helpers_run_only_here(ctx: Context, call: ast.Call, inside: set[int]) -> list[ast.AST]:

@@ -498,6 +498,11 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
                 return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
             if isinstance(up, ast.Assign) and up.value is n and all(isinstance(t, ast.Subscript) for t in up.targets):
                 return True  # ``store[key] = pickle.dumps(row)``: stored on the host
+        if as_arrays and isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is n:
+            return True  # ``all_preds += batch_preds`` of ``batch_preds = list(out.cpu().numpy())``: grown on the host
+        while as_arrays and isinstance(up, ast.Attribute) and up.attr in _ARRAY_METHODS \
+                and isinstance(call := sem.parent(up), ast.Call) and call.func is up:
+            n, up = call, sem.parent(call)  # ``labels.extend(cls.tolist())``: the array's own methods, on the host
         if isinstance(up, ast.Dict) and n in up.values:  # ``res[int(img_id)] = {"boxes": torch.as_tensor(arr), ...}``
             while isinstance(up, (ast.Dict, ast.List, ast.Tuple)):
                 n, up = up, sem.parent(up)

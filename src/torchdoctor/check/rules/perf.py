@@ -199,7 +199,15 @@ def _in_evaluation(ctx: Context, node: ast.AST) -> bool:
     for frame in sem.frame(node).chain():
         if frame.kind == "function" and _EVAL_FUNC.search(frame.node.name):  # type: ignore[attr-defined]
             return True
+    item = sem.parent(node)
+    stmt = sem.parent(item) if isinstance(item, ast.withitem) else None
+    if isinstance(stmt, (ast.With, ast.AsyncWith)) and any(  # ``with torch.no_grad(), torch.autocast("cuda"):``
+            isinstance(i.context_expr, ast.Call) and (ctx.call_name(i.context_expr) or "") in _NO_GRAD for i in stmt.items):
+        return True
     return sem.grad_mode(node) == "off"
+
+
+_NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"})
 
 
 @rule("TD604", calls=("autocast",))

@@ -12,7 +12,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
-           "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing",
+           "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "holds_plain_tensors_only",
            "class_has_no_parameters", "model_has_no_parameters"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
@@ -349,6 +349,31 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
     return True
 
 
+def holds_plain_tensors_only(sem: SemanticModel, cls: ast.AST) -> bool:
+    """``class_holds_no_state`` but for plain tensor attributes, which ``.to()`` does not move either: ``self.pool =
+    nn.AdaptiveAvgPool2d(32)``, ``self.goal = self.pool(goal)`` (a loss keeping its target; TD203 tells of the
+    tensor)."""
+    if not cls.bases or not all((dotted(b) or "") in _MODULE_BASES for b in cls.bases):  # type: ignore[attr-defined]
+        return False
+    plain, settings, calls = False, set(), []
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
+                in _STATE_CALLS:
+            return False
+        for target, value in _self_assignments(n):
+            for v in _held_parts(value):
+                if not isinstance(v, _HELD) or _plain_setting(sem, v, n) or _parameter_free_transform(sem, v) \
+                        or isinstance(v, ast.Call) and (sem.call_name(v) or "").startswith("torchvision.transforms."):
+                    settings.add(dotted(target))  # (``T.Resize(size)``: a transform that holds no parameter)
+                elif _plain_tensor(sem, v):
+                    plain = True
+                elif isinstance(v, ast.Call) and (dotted(v.func) or "").startswith("self."):
+                    calls.append(dotted(v.func))  # (what a stateless part of its own computes: a tensor)
+                else:
+                    return False
+    return (plain or bool(calls)) and all(c in settings for c in calls)
+
+
 def _held_parts(value: ast.AST) -> list[ast.AST]:
     """What an attribute is given: ``self.layers + [Layer(d, d2).to(device)]`` gives the list it appends."""
     return [value.left, value.right] if isinstance(value, ast.BinOp) else [value]
@@ -378,7 +403,7 @@ def _self_assignments(n: ast.AST) -> list[tuple[ast.AST, ast.AST]]:
 def class_holds_nothing(sem: SemanticModel, cls: ast.AST, depth: int = 0) -> bool:
     """``class_holds_no_state``, or every submodule ``__init__`` builds is of such a class (of this file, or of
     another module of the project): ``self.pick = SoftTopK(k, 0.5)`` keeping two numbers."""
-    if class_holds_no_state(sem, cls):
+    if class_holds_no_state(sem, cls) or holds_plain_tensors_only(sem, cls):
         return True
     parts = class_parts(sem, cls) if depth < 3 else None
     if not parts:

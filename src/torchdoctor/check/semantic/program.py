@@ -7,7 +7,7 @@ import ast
 import functools
 import os
 
-from torchdoctor.check.astutil import call_argument, dotted, int_literal, method_name, string_value
+from torchdoctor.check.astutil import call_argument, dotted, int_literal, keyword, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.cuda_sites import CUDA_DEVICE, CUDA_TEMPLATES, some_gpus
 from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
@@ -360,7 +360,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
     that a caller elsewhere in the project passes an accelerator device."""
 
     def compute() -> bool:
-        if _lightning_on_cpu(sem) or _cuda_always_off(sem):
+        if _lightning_on_cpu(sem) or _cuda_always_off(sem) or _devices_end_on_cpu(sem):
             return False
         if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
                 or _cuda_tensor_types(sem) or _lightning_on_gpu(sem) or (_gpu_index_device(sem) and _places_work(sem)):
@@ -419,6 +419,66 @@ def _cuda_always_off(sem: SemanticModel) -> bool:
                 k.arg == "default" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords):
             return True
     return False
+
+
+def _devices_end_on_cpu(sem: SemanticModel) -> bool:
+    """Every move of the file goes to a module-level device name whose last binding is the CPU: ``device =
+    torch.device("cuda" if torch.cuda.is_available() else "cpu")`` then ``device = "cpu"`` (a tutorial forcing the
+    CPU), or a choice gated by a flag set to False (``use_gpu = False``, ``"cuda" if avail and use_gpu else "cpu"``)."""
+    source = sem.text.source
+    if "cpu" not in source or ".cuda(" in source:
+        return False
+    moves = sem.device_moves()
+    if not moves:
+        return False
+    names: dict[str, bool] = {}
+    for call in moves:
+        dev = keyword(call, "device")
+        arg = dev.value if dev else (call.args[0] if call.args else None)
+        if arg is not None and string_value(arg) == "cpu":
+            continue
+        if not isinstance(arg, ast.Name) or method_name(call) != "to":
+            return False
+        if arg.id not in names:
+            names[arg.id] = _ends_on_cpu(sem, arg.id)
+        if not names[arg.id]:
+            return False
+    return bool(names) and not any(k.arg == "device" and not (isinstance(k.value, ast.Name) and names.get(k.value.id)
+                                                              or string_value(k.value) == "cpu")
+                                   for c in sem.calls_with_keyword("device") for k in c.keywords)
+
+
+def _ends_on_cpu(sem: SemanticModel, name: str) -> bool:
+    """``name`` is bound at module level only, and its last binding, a statement of the module's own body (under no
+    ``if``), is the CPU."""
+    bindings = sem.bindings_of(name)
+    if not bindings or any(b.is_param or b.value is None or sem.function_of(b.node) is not None for b in bindings):
+        return False
+    last = max(bindings, key=lambda b: sem.index.pos.get(b.node, -1))
+    return sem.parent(last.node) is sem.index.tree and _cpu_value(sem, last.value)
+
+
+def _cpu_value(sem: SemanticModel, value: ast.AST) -> bool:
+    if string_value(value) == "cpu":
+        return True
+    if isinstance(value, ast.Call) and (sem.call_name(value) or "") == "torch.device" and len(value.args) == 1:
+        return _cpu_value(sem, value.args[0])
+    if isinstance(value, ast.IfExp):  # ``"cuda" if torch.cuda.is_available() and use_gpu else "cpu"``
+        test = value.test
+        off = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(_always_false(sem, v) for v in test.values)
+        return off and _cpu_value(sem, value.orelse) or _always_false(sem, test) and _cpu_value(sem, value.orelse)
+    return False
+
+
+def _always_false(sem: SemanticModel, test: ast.AST) -> bool:
+    """``False``, or a name bound only to ``False`` at module level (``use_gpu = False``)."""
+    if isinstance(test, ast.Constant):
+        return test.value is False
+    if not isinstance(test, ast.Name):
+        return False
+    bindings = sem.bindings_of(test.id)
+    return bool(bindings) and all(not b.is_param and isinstance(b.value, ast.Constant) and b.value.value is False
+                                  for b in bindings)
 
 
 def _lightning_on_cpu(sem: SemanticModel) -> bool:

@@ -17,7 +17,7 @@ from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_moves_itself, class_parts, moved_keys
+    class_moves_itself, class_parts, holds_plain_tensors_only, moved_keys
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "host_args_of"]
@@ -146,7 +146,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes
         out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name),
-                                         is_module and class_holds_no_state(sem, cls),
+                                         is_module and (class_holds_no_state(sem, cls) or holds_plain_tensors_only(sem, cls)),
                                          not is_module and class_yields_text(sem, cls),
                                          tuple(b for b in map(dotted, cls.bases) if b),  # type: ignore[attr-defined]
                                          frozenset(step_calls.get(cls, ())),
