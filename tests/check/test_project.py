@@ -605,6 +605,87 @@ def test_a_loss_module_of_another_module_with_nothing_to_move_is_not_td201(proje
     assert codes(results, "train.py") == [(6, "TD201"), (7, "TD201")]
 
 
+def test_a_loss_module_of_another_module_keeping_a_resized_plain_target_is_not_td201(project: Path) -> None:
+    write(project, {
+        "targets.py": """\
+            import torch.nn as nn
+            import torchvision.transforms as T
+
+            class ToTarget(nn.Module):
+                def __init__(self, target, size=64):
+                    super().__init__()
+                    self.resize = T.Resize(size)
+                    self.target = self.resize(target)
+
+                def forward(self, x):
+                    return (self.resize(x) - self.target.to(x.device)).pow(2).mean()
+
+            class Learned(nn.Module):
+                def __init__(self, target):
+                    super().__init__()
+                    self.proj = nn.Linear(4, 4)
+                    self.target = self.proj(target)
+
+                def forward(self, x):
+                    return (self.proj(x) - self.target.to(x.device)).pow(2).mean()
+            """,
+        "fit.py": """\
+            import torch
+            from targets import Learned, ToTarget
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            to_target = ToTarget(torch.zeros(1, 3, 64, 64))
+            learned = Learned(torch.zeros(1, 4))
+            image = torch.rand(1, 3, 64, 64).to(device).requires_grad_()
+            vec = torch.rand(1, 4).to(device)
+            opt = torch.optim.Adam([image], lr=0.05)
+            for _ in range(10):
+                loss = to_target(image) + learned(vec)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            """,
+    })
+    results = check_files(["fit.py", "targets.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "fit.py") == [(6, "TD201")]  # the one holding a layer with parameters
+
+
+def test_the_item_method_of_a_meter_class_of_another_module_reads_no_tensor(project: Path) -> None:
+    write(project, {
+        "meters.py": """\
+            class Average:
+                def __init__(self):
+                    self.total, self.n = 0.0, 0
+
+                def add(self, v):
+                    self.total += v
+                    self.n += 1
+
+                def item(self):
+                    return self.total / max(self.n, 1)
+            """,
+        "evaluate.py": """\
+            import torch
+            from torch import nn
+            from meters import Average
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(3, 1).to(device)
+
+            def evaluate(batches):
+                average = Average()
+                with torch.no_grad():
+                    for x, y in batches:
+                        x, y = x.to(device), y.to(device)
+                        err = (net(x) - y).abs().mean()
+                        average.add(err.item())
+                        print(average.item())
+            """,
+    })
+    results = check_files(["evaluate.py", "meters.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "evaluate.py") == [(14, "TD603")]  # the tensor's .item(), not the meter's
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default
+from torchdoctor.check.astutil import FACTORIES, dotted, keyword, method_name, param_default, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -28,7 +28,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     func, cls = sem.function_of(node), sem.class_of(node)
     if func is None or func.name != "__init__" or cls is None or cls.name not in sem.module_classes:
         return
-    if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value):
+    if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value) or _made_on_a_given_device(value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if any(b.node is not node and b.pos > (node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[operator]
            and sem.function_of(b.node) is func and not sem.in_other_branch(b.node, node)
@@ -53,6 +53,16 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
+
+
+def _made_on_a_given_device(value: ast.AST) -> bool:
+    """``torch.tensor((scale,), device=device)``: made on the device the constructor is told (by its caller, which moves
+    the module there too), not left on the CPU."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and keyword(value, "device") is None:
+        value = value.func.value  # ``torch.zeros(n, device=dev).float()``
+    dev = keyword(value, "device") if isinstance(value, ast.Call) else None
+    return dev is not None and string_value(dev.value) != "cpu" and not (
+        isinstance(dev.value, ast.Constant) and dev.value.value is None)
 
 
 def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:

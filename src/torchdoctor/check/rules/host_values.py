@@ -408,6 +408,8 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
             return None  # most likely a NumPy array already on the host
         if made_on_host(ctx, recv, node):
             return None  # a host tensor: reading it waits for no GPU
+        if _own_method(ctx, node):
+            return None  # ``meter.item()`` of ``meter = RunningMean()``: the class's own method, not the tensor's
         return None if inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
     number = isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool")
     if (number or not isinstance(node.func, ast.Attribute) or isinstance(node.func.value, ast.Name)
@@ -423,6 +425,23 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
             if not isinstance(arg, ast.JoinedStr) and tensor_value(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):
                 return f"`print` of tensor `{ctx.name(arg)}`"
     return None
+
+
+def _own_method(ctx: Context, call: ast.Call) -> bool:
+    """``meter.item()`` where ``meter = RunningMean()``, a class of this file or of another module of the project
+    that defines the method itself (an average kept as Python numbers)."""
+    recv = call.func.value  # type: ignore[attr-defined]
+    sem = ctx.semantic
+    b = sem.binding_at(recv.id, call) if isinstance(recv, ast.Name) else None
+    made = b.value if b is not None and not b.is_param else None
+    if not isinstance(made, ast.Call) or not (written := dotted(made.func)) or not written.rsplit(".", 1)[-1][:1].isupper():
+        return False
+    cls = sem.calls_index.classes.get(written)
+    if cls is not None:
+        return any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == call.func.attr  # type: ignore[attr-defined]
+                   for n in cls.body)  # type: ignore[attr-defined]
+    return sem.project is not None and written.split(".")[0] in (*sem.names.imports, *sem.names.from_imports) \
+        and sem.project.function_for(sem, call) is not None  # type: ignore[attr-defined]
 
 
 def loader_batch_on_host(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:

@@ -21,7 +21,8 @@ _NOT_MODEL = lazy(r"state|ckpt|checkpoint|dict|weights|params|optim|tensor|data"
                   r"|(^|_)(args|arguments|config|cfg|conf|opts|options|kwargs|settings|hparams|info|meta|stats|name|path|dir)$",
                   re.IGNORECASE)
 # Library model constructors (their results are nn.Modules).
-_MODEL_FACTORY = lazy(r"^(torchvision\.models\.|timm\.create_model$|transformers\..*\.from_pretrained$|torch\.nn\.)")
+_MODEL_FACTORY = lazy(r"^(torchvision\.models\.|timm\.create_model$|transformers\..*\.from_pretrained$"
+                      r"|torch\.nn\.(?!functional\.|init\.|utils\.)(\w+\.)*[A-Z]\w*$)")  # (a layer's class, not ``F.softmax``)
 
 
 def _insert_after_last_arg(ctx: Context, call: ast.Call, text: str) -> Edit | None:
