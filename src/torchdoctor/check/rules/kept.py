@@ -499,7 +499,8 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             if isinstance(up, ast.Assign) and up.value is n and all(isinstance(t, ast.Subscript) for t in up.targets):
                 return True  # ``store[key] = pickle.dumps(row)``: stored on the host
         if as_arrays and isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is n:
-            return True  # ``all_preds += batch_preds`` of ``batch_preds = list(out.cpu().numpy())``: grown on the host
+            return _a_list(sem, up.target, up)  # ``all_preds += batch_preds`` of ``batch_preds = list(out.cpu().numpy())``
+            # (a list grown on the host; not ``epoch_acc += acc`` of a copied count)
         while as_arrays and isinstance(up, ast.Attribute) and up.attr in _ARRAY_METHODS \
                 and isinstance(call := sem.parent(up), ast.Call) and call.func is up:
             n, up = call, sem.parent(call)  # ``labels.extend(cls.tolist())``: the array's own methods, on the host
@@ -534,6 +535,14 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
 
 
 _METRIC_FUNC = lazy(r"(?i)metric|score|accuracy|(^|_)acc($|_)|iou|confusion|hist|(^|_)eval(uate)?_")
+
+
+def _a_list(sem, target: ast.AST, at: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``target`` is bound to a list (``preds = []``, ``list()``) where ``at`` grows it."""
+    b = sem.binding_at(target.id, at) if isinstance(target, ast.Name) else None
+    value = b.value if b is not None and not b.is_param else None
+    return isinstance(value, ast.List) or isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
+        and value.func.id == "list"
 
 
 def _host_function(ctx: Context, call: ast.Call) -> bool:

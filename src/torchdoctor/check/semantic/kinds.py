@@ -458,6 +458,11 @@ class Kinds:
             return self.expr_kind(call.args[0], at)  # ``accelerator.gather(loss)``: a tensor like its input
         if meth in _SAME_AS_RECEIVER and not q.startswith("torch."):  # (``F.softmax(x)`` is torch's function)
             inner = self.expr_kind(call.func.value, at)  # type: ignore[attr-defined]
+            recv = call.func.value  # type: ignore[attr-defined]
+            if inner is None and meth in ("to", "cuda") and isinstance(recv, ast.Subscript) \
+                    and isinstance(recv.value, ast.Name) and string_value(recv.slice) is not None \
+                    and self.kind_of(recv.value.id, at) == "tensor":
+                return "tensor"  # ``gt = batch["gt"].to(dev)``: an entry of a batch dict, moved
             if meth in _TENSOR_METHODS_ONLY and inner != "tensor":
                 return None
             return inner
