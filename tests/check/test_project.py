@@ -686,6 +686,56 @@ def test_the_item_method_of_a_meter_class_of_another_module_reads_no_tensor(proj
     assert codes(results, "evaluate.py") == [(14, "TD603")]  # the tensor's .item(), not the meter's
 
 
+def test_a_logger_of_another_module_that_reads_the_tensors_it_is_handed(project: Path) -> None:
+    write(project, {
+        "logs.py": """\
+            import torch
+
+            class StatLogger:
+                def __init__(self):
+                    self.last = {}
+
+                def update(self, **kw):
+                    for k, v in kw.items():
+                        if isinstance(v, torch.Tensor):
+                            v = v.item()
+                        self.last[k] = v
+            """,
+        "train.py": """\
+            import torch
+            from torch import nn
+            from logs import StatLogger
+
+            def train_epoch(net, opt, loader, scaler, device, mixing):
+                log, seen = StatLogger(), 0
+                for x, y in loader:
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                    out = net(x)
+                    loss = nn.functional.cross_entropy(out, y)
+                    opt.zero_grad()
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                    if mixing:
+                        acc = None
+                    else:
+                        acc = (out.argmax(-1) == y).float().mean()
+                    loss_scale_value = scaler.state_dict()["scale"]
+                    log.update(acc=acc)
+                    log.update(loss_scale=loss_scale_value)
+                    seen += 1
+
+            def main(net, opt, loader):
+                device = torch.device("cuda")
+                train_epoch(net.to(device), opt, loader, torch.amp.GradScaler("cuda"), device, False)
+            """,
+    })
+    results = check_files(["train.py", "logs.py"], Settings(root=str(project), select=("TD603",)))
+    # the logger's read, named at the loop's call with a tensor (or None); not the call with the scale, a float;
+    # and the scaler's state_dict() read itself
+    assert codes(results, "train.py") == [(19, "TD603"), (20, "TD603")]
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

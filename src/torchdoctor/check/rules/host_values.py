@@ -20,7 +20,7 @@ __all__ = ["SAME_PLACE", "SYNC_METHODS", "before_the_first_move", "batch_on_devi
 
 
 SYNC_METHODS = ("item", "cpu", "tolist")
-_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_.*|losses)$")
+_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_(?!scale).*|losses)$")  # (``loss_scale_value``: AMP's scale, a float)
 
 
 def is_sync_call(node: ast.AST) -> bool:

@@ -434,4 +434,31 @@ def _passes_tensors(ctx: Context, call: ast.Call) -> bool:
             return True
         if isinstance(arg, ast.Call) and sem.is_model_call(arg):
             return True
+        if isinstance(arg, ast.Name) and _tensor_or_none(ctx, arg, call):
+            return True
     return False
+
+
+def _compared_then_reduced(value: ast.AST) -> bool:
+    """``(out.max(-1)[-1] == y).float().mean()``: an elementwise comparison turned into numbers by tensor methods (a
+    Python bool has no ``.float()``): a tensor."""
+    methods = 0
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and not value.args \
+            and value.func.attr in ("float", "sum", "mean", "long", "double", "half", "int"):
+        value, methods = value.func.value, methods + 1
+    return methods > 0 and isinstance(value, ast.Compare) and len(value.ops) == 1 \
+        and isinstance(value.ops[0], (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE))
+
+
+def _tensor_or_none(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """``class_acc = (out.argmax(-1) == y).float().mean()`` in one branch, ``class_acc = None`` in the other: every
+    binding of the name in its function is a tensor or None, one at least a tensor."""
+    sem = ctx.semantic
+    scope = sem.scope_of(at)
+    values = [b for b in sem.bindings_of(name.id) if b.scope is scope]
+    if len(values) < 2 or any(b.is_param or b.value is None or b.index is not None for b in values):
+        return False
+    kinds = [None if isinstance(b.value, ast.Constant) and b.value.value is None else
+             "tensor" if _compared_then_reduced(b.value) else sem.expr_kind(b.value, b.node) for b in values]
+    return "tensor" in kinds and all(k in (None, "tensor") for k in kinds) and \
+        sum(isinstance(b.value, ast.Constant) and b.value.value is None for b in values) + kinds.count("tensor") == len(values)

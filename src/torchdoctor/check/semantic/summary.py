@@ -240,9 +240,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     out = []
     accelerator = program.runs_on_accelerator(sem) if accelerator is None else accelerator
     ddp = program.is_ddp_program(sem)
-    made = {t.id for n in sem.of_type(ast.Assign) if isinstance(n.value, ast.Call)  # type: ignore[attr-defined]
-            and (dotted(n.value.func) or "").split(".")[0] in names for t in n.targets  # type: ignore[attr-defined]
-            if isinstance(t, ast.Name)}  # names given an object of a class of the project (``eng = Engine(...)``)
+    made = {t.id for n in sem.of_type(ast.Assign) for t, v in _pairs(n)  # type: ignore[arg-type]
+            if isinstance(v, ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
+    # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
     for call in sem.calls:
         written = dotted(call.func)
         if written is None:
@@ -335,6 +335,17 @@ def _setting(sem: SemanticModel, arg: ast.AST, b: object, at: ast.AST) -> bool:
         and isinstance(getattr(value, "value", None), (ast.Name, ast.Attribute))
 
 
+def _pairs(stmt: ast.Assign) -> list[tuple[ast.Name, ast.AST]]:
+    """(name, value) of ``x = v`` and, element by element, of ``x, y = v, w``."""
+    out = []
+    for t in stmt.targets:
+        if isinstance(t, ast.Name):
+            out.append((t, stmt.value))
+        elif isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple) and len(t.elts) == len(stmt.value.elts):
+            out += [(e, v) for e, v in zip(t.elts, stmt.value.elts) if isinstance(e, ast.Name)]
+    return out
+
+
 def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str | None:
     """``Engine.fit_batch`` for ``eng.fit_batch(x, y)`` where ``eng = Engine(net, lr, dev)`` and ``Engine`` (or the
     module ``engine.Engine`` is written through) is imported from the project: the class's method, as written."""
@@ -342,7 +353,9 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
         return None
     b = sem.binding_at(func.value.id, call)
-    made = b.value if b is not None and not b.is_param and b.index is None else None
+    made = b.value if b is not None and not b.is_param else None
+    if made is not None and b.index is not None:  # ``log, stepper = StatLogger(), ClipStep()``
+        made = made.elts[b.index] if isinstance(made, ast.Tuple) and b.index < len(made.elts) else None
     ctor = dotted(made.func) if isinstance(made, ast.Call) else None
     if not ctor or ctor.split(".")[0] not in names or not ctor.rsplit(".", 1)[-1][:1].isalpha():
         return None
