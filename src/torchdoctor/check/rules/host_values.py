@@ -286,6 +286,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
     if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
         return False
     name = ctx.call_name(expr) or ""
+    if name.startswith("numpy.") or isinstance(expr.func, ast.Attribute) and expr.func.attr == "astype":
+        return True  # ``np.ceil(np.log(n)).astype("int")``: a NumPy value (``astype`` is NumPy's, not torch's)
     if name.startswith("torch.") and name.rsplit(".", 1)[-1] in FACTORIES and name not in _HOST_MAKERS:
         return True  # ``iouv = torch.linspace(0.5, 0.95, 10)``: no device given
     if _TO_HOST.search(name.rsplit(".", 1)[-1]):

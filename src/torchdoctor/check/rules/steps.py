@@ -10,7 +10,7 @@ import builtins
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name, strip_methods
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
@@ -62,11 +62,23 @@ def _instance_calls(ctx: Context, func: ast.AST) -> list[ast.Call]:
         return []
     def compute() -> list[ast.Call]:
         keys = [key for key, bound in sem.bindings.by_key.items() if any(  # type: ignore[attr-defined]
-            isinstance(b.value, ast.Call) and (dotted(b.value.func) or "").rsplit(".", 1)[-1] == cls.name for b in bound)]
+            isinstance(made := strip_methods(b.value, _PLACEMENT), ast.Call) and (dotted(made.func) or "").rsplit(".", 1)[-1]
+            == cls.name for b in bound if b.value is not None)]  # (``head = DetHead().to(device)``)
         return [call for key in keys for r in sem.reads_of(key) if isinstance(call := sem.parent(r), ast.Call)
-                and call.func is r and sem.feeds_backward(call)]
+                and call.func is r and (sem.feeds_backward(call) or _in_a_forward(sem, call))]
 
     return sem.cached(("instance_calls", cls.name), compute)  # type: ignore[no-any-return]
+
+
+_PLACEMENT = frozenset({"to", "cuda", "eval", "train", "float", "half", "double", "bfloat16"})
+
+
+def _in_a_forward(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``self.crit(s, t)`` in ``Wrapper.forward``: a part of a module class of the file, run by its forward (whose own
+    instances' calls are then asked the same)."""
+    func = sem.function_of(call)
+    cls = sem.class_of(func) if func is not None else None
+    return func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes
 
 
 def _handed_on(ctx: Context, func: ast.AST) -> list[ast.Call]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from torchdoctor.check.astutil import dotted, method_name, names_in, root_name, target_names
+from torchdoctor.check.astutil import dotted, method_name, root_name, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.calls import Calls
 from torchdoctor.check.semantic.guards import Guards
@@ -364,12 +364,16 @@ class Loops:
         for node in self.calls.local_nodes(scope):
             if not tainted or (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) <= after:
                 continue
-            if isinstance(node, (ast.Assign, ast.AugAssign)) and names_in(node.value) & tainted:
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and self._names_in(node.value) & tainted:
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                     tainted.update(target_names(t))
-            elif self.calls.is_backward_call(node) and names_in(node) & tainted:
+            elif self.calls.is_backward_call(node) and self._names_in(node) & tainted:
                 return True
         return False
+
+    def _names_in(self, node: ast.AST) -> set[str]:
+        """``names_in`` from the index (no walk of its own)."""
+        return {n.id for n in self.index.subtree(node) if isinstance(n, ast.Name)}
 
     def _classify_eval(self, loop: ast.AST) -> None:
         info = self.info[loop]
