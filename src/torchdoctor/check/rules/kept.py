@@ -163,6 +163,9 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             continue
         if isinstance(up, ast.Attribute) and (up.attr in _ON_HOST or as_array):
             call = sem.parent(up)
+            if as_array and up.attr in _REDUCTIONS and isinstance(call, ast.Call) and call.func is up \
+                    and not call.args and not call.keywords:
+                return False  # ``err.cpu().numpy().mean()``: one number a batch, which the device could have made
             if isinstance(call, ast.Call) and call.func is up:
                 as_array = as_array or up.attr in ("numpy", "tolist")
                 cur = call  # after ``.numpy()`` every method is NumPy's: ``.argmax(axis=1)``, ``.astype(np.uint8)``
