@@ -43,6 +43,12 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
             return None
         return loop
     func = sem.function_of(node)
+    if func is None and depth < 3 and isinstance(lam := sem.scope_of(node), ast.Lambda) and not sem.under_step_guard(node):
+        for call in _lambda_calls(ctx, lam):  # ``to_np = lambda t: t.detach().cpu().numpy()``, then ``to_np(loss)``
+            found = per_step_loop(ctx, call, depth + 1)
+            if found is not None:
+                return found
+        return None
     if func is None or depth >= 3 or sem.under_step_guard(node):
         return None
     for call in [*sem.call_sites(func), *_handed_on(ctx, func), *_instance_calls(ctx, func)]:
@@ -50,6 +56,18 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
         if found is not None:
             return found
     return None
+
+
+def _lambda_calls(ctx: Context, lam: ast.Lambda) -> list[ast.Call]:
+    """The calls of a lambda bound to a name (``to_np = lambda t: ...``): ``to_np(loss)``."""
+    sem = ctx.semantic
+    stmt = sem.parent(lam)
+    if not (isinstance(stmt, ast.Assign) and stmt.value is lam and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return []
+    name = stmt.targets[0].id
+    return [call for r in sem.reads_of(name) if isinstance(call := sem.parent(r), ast.Call) and call.func is r
+            and (b := sem.binding_at(name, r)) is not None and b.value is lam]
 
 
 def _instance_calls(ctx: Context, func: ast.AST) -> list[ast.Call]:
