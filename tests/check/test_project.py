@@ -736,6 +736,42 @@ def test_a_logger_of_another_module_that_reads_the_tensors_it_is_handed(project:
     assert codes(results, "train.py") == [(19, "TD603"), (20, "TD603")]
 
 
+def test_a_collate_function_of_another_module_that_regroups_with_python_gives_nothing_to_pin(project: Path) -> None:
+    write(project, {
+        "batching.py": """\
+            from itertools import chain
+            import torch
+
+            def join_rows(rows):
+                docs, summaries = zip(*rows)
+                docs = [s for d in docs for s in d if s]
+                return docs, list(chain.from_iterable(summaries))
+
+            def pad_rows(rows):
+                return torch.nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True)
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from batching import join_rows, pad_rows
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def main(rows, net, vocab):
+                texts = DataLoader(rows, batch_size=64, num_workers=2, collate_fn=join_rows)
+                padded = DataLoader(rows, batch_size=64, num_workers=2, collate_fn=pad_rows)
+                net = net.to(device)
+                for docs, sums in texts:
+                    ids = torch.tensor([[vocab[w] for w in d.split()] for d in docs]).to(device)
+                    net(ids).sum().backward()
+                for batch in padded:
+                    net(batch.to(device)).sum().backward()
+            """,
+    })
+    results = check_files(["train.py", "batching.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == [(9, "TD304")]  # the padded tensors, not the regrouped text
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

@@ -19,7 +19,7 @@ from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["feeds_device", "LOADER_NAMES", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
+__all__ = ["feeds_device", "LOADER_NAMES", "only_python", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
            "builds_a_loader", "loader_init_passes"]
 
 LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
@@ -248,6 +248,32 @@ def dataset_yields_device_tensors(sem: SemanticModel, dataset: ast.AST) -> bool:
         written = dotted(dataset.func)
         return bool(written) and sem.project is not None and sem.project.class_yields_device(sem, written)  # type: ignore[attr-defined]
     return class_yields_device_tensors(sem, cls)
+
+
+_PYTHON_CALLS = frozenset({"zip", "list", "tuple", "sorted", "len", "max", "min", "range", "enumerate", "dict", "set", "map",
+                           "filter", "sum", "any", "all", "isinstance", "str", "int", "float", "reversed"})
+_PYTHON_METHODS = frozenset({"append", "extend", "split", "strip", "lower", "upper", "join", "keys", "values", "items", "get",
+                             "sort", "pop", "insert", "replace", "format"})
+
+
+def only_python(sem: SemanticModel, func: ast.AST) -> bool:
+    """A collate function that regroups its items with Python alone (``docs, sums = zip(*rows)``, list
+    comprehensions, ``str.split``): it calls nothing else, so it makes no tensor; its batches hold what the dataset
+    gave (``pin_memory`` pins tensors only)."""
+    nodes = sem.local_nodes(func)
+    if not any(isinstance(n, ast.Return) and n.value is not None for n in nodes):
+        return False
+    for n in nodes:
+        if isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        if isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in _PYTHON_CALLS
+                                            or isinstance(n.func, ast.Attribute) and n.func.attr in _PYTHON_METHODS
+                                            or (sem.call_name(n) or "").startswith(_PYTHON_LIBRARIES)):
+            return False
+    return True
+
+
+_PYTHON_LIBRARIES = ("itertools.", "functools.", "operator.", "collections.", "toolz.", "cytoolz.", "random.")
 
 
 def class_collates_arrays(sem: SemanticModel, cls: ast.AST) -> bool:

@@ -12,7 +12,7 @@ from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
-    class_yields_text, loader_init_passes
+    class_yields_text, loader_init_passes, only_python
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
@@ -66,7 +66,8 @@ class FunctionSummary(FrozenRecord):
     params: tuple[str, ...]
     returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper; "device": it may return CUDA;
     # "cuda_model": it returns what it built moved by ``.cuda()`` (``return model.cuda()``, ``return enc.cuda(),
-    # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are)
+    # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are); "python": one parameter,
+    # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``)
 
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
 
@@ -182,6 +183,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else \
                 "device" if says_cuda and _returns_cuda_choice(sem, func) else \
                 "cuda_model" if moves_to_cuda and _returns_moved_to_cuda(sem, func) else \
+                "python" if len(func.args.args) == 1 and only_python(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
