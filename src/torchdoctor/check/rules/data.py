@@ -11,7 +11,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import collates_onto_device, dataset_on_device, is_torch_dataloader
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.models import moved_keys
+from torchdoctor.check.semantic.models import construction, moved_keys
 from torchdoctor.check.semantic.placement import never_moved
 from torchdoctor.findings import Severity
 
@@ -104,7 +104,8 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         consumer, moved = flow.path_to_consumer(ctx.semantic, use, node)
         if consumer is None and not moved:
             consumer = flow.combined_in_helper(ctx.semantic, use, node)
-        if consumer is None or moved or _scatters_inputs(ctx, consumer) or isinstance(consumer.func, ast.Name) \
+        if consumer is None or moved or _scatters_inputs(ctx, consumer) or _forward_moves_input(ctx, consumer, use) \
+                or isinstance(consumer.func, ast.Name) \
                 and flow.consumer_kind(sem, consumer) == "model" and never_moved(sem, consumer.func.id, consumer) \
                 or _meets_host_copies(ctx, consumer, use):
             continue  # (``table(ent)`` of a lookup table kept on the host on purpose: host ids, host table)
@@ -118,6 +119,26 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         why = f"({moved_what} moved)" if partial else f"(the model is on `{device}`)"
         ctx.report("TD302", use, f"batch element `{element}` is used by `{callee}(...)` without being moved to `{device}` {why}",
                    fix=f"move it with the others: `{element}.to({device})`")
+
+
+def _forward_moves_input(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:
+    """``model(feats)`` of a class of this file whose ``forward`` starts by moving that input itself (``x =
+    x.to("cuda:0")``: a model split over GPUs puts its input on its first stage)."""
+    sem = ctx.semantic
+    func = consumer.func
+    target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
+    made = construction(sem, target, consumer)
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    forward = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None) \
+        if cls is not None else None  # type: ignore[attr-defined]
+    arg = next((i for i, a in enumerate(consumer.args) if sem.contains(a, use)), None)
+    params = [a.arg for a in forward.args.args[1:]] if forward is not None else []
+    if arg is None or arg >= len(params):
+        return False
+    name = params[arg]
+    return any(isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+               and n.targets[0].id == name and isinstance(n.value, ast.Call) and sem.is_device_move(n.value)
+               and root_name(n.value.func) == name for n in forward.body[:3])  # type: ignore[union-attr]
 
 
 def _meets_host_copies(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:

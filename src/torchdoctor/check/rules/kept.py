@@ -213,6 +213,11 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             return True  # ``[model(x).cpu().numpy() for x, _ in loader]``: the comprehension collects them
         if isinstance(up, (ast.List, ast.Tuple)):
             outer = sem.parent(up)  # ``preds += [out.cpu()]``, ``samples.append((img.cpu().numpy(), t, p))``
+            if isinstance(outer, ast.Assign) and outer.value is up and len(outer.targets) == 1 \
+                    and isinstance(target := outer.targets[0], ast.Tuple) and len(target.elts) == len(up.elts) \
+                    and isinstance(name := target.elts[up.elts.index(cur)], ast.Name):
+                region = loop if sem.contains(loop, outer) else sem.function_of(outer)  # ``z, y = z.cpu(), y``
+                return region is not None and _name_kept(ctx, name.id, outer, region)
             return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer) \
                 or _grown_on_host(ctx, up, outer)
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
@@ -526,6 +531,9 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
             return True  # ``torch.ones_like(patch)``: its shape and type only
         if _into_host_buffer(ctx, up):
             return True  # ``canvas[..., top:bottom].add_(patch)``: summed into a buffer kept on the host
+        if (ctx.call_name(up) or "") in ("torch.cat", "torch.stack", "torch.hstack", "torch.vstack") \
+                and isinstance(keeper := sem.parent(up), ast.Call) and up in keeper.args and _keeps(keeper):
+            return True  # ``rows.append(torch.cat((z, y), dim=-1))``: joined on the host, then kept
         if as_arrays and _kept_directly(sem, up):
             return True  # ``tiles.append(paint(pred_map=pred))``: what a helper makes of the arrays is kept
         outer = sem.parent(up)  # ``Image.fromarray(image).save(path)``: written out through a wrapper

@@ -207,15 +207,25 @@ def _eval_just_before(ctx: Context, loop: ast.AST, forward: ast.AST, model: ast.
 
 
 def _loaded_in_eval_mode(ctx: Context, func: ast.AST, loop: ast.AST) -> bool:
-    """``model = GPT2LMHeadModel.from_pretrained(name)``: Hugging Face hands the model back in eval mode,
-    and nothing in the loop's function switches it to training."""
+    """``model = GPT2LMHeadModel.from_pretrained(name)``: Hugging Face hands the model back in eval mode (so does an
+    in-file helper that returns ``net.eval()``), and nothing in the loop's function switches it to training."""
     sem = ctx.semantic
     key = dotted(func)
     b = sem.binding_at(key, loop) if key else None
-    if b is None or b.value is None or b.is_param or not any(
-            isinstance(n, ast.Call) and method_name(n) == "from_pretrained" for n in sem.subtree(b.value)):
+    if b is None or b.value is None or b.is_param:
+        return False
+    if not any(isinstance(n, ast.Call) and method_name(n) == "from_pretrained" for n in sem.subtree(b.value)) \
+            and not _handed_back_in_eval_mode(sem, b):
         return False
     return not _mode_calls(ctx, sem.scope_of(loop), "train")
+
+
+def _handed_back_in_eval_mode(sem, b) -> bool:  # type: ignore[no-untyped-def]
+    """``model, hist = fit(model, xs, ys)`` where every ``return`` of ``fit`` is ``net.eval(), hist``."""
+    funcs = sem.resolve(b.value) if isinstance(b.value, ast.Call) else []
+    values = [sem.kinds.returned_values(f, b.index) for f in funcs]
+    return bool(funcs) and all(v and all(isinstance(x, ast.Call) and sem.mode_call(x) == "eval" for x in v)
+                               for v in values)
 
 
 def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:

@@ -121,7 +121,8 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
     if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
         prefix = "module."
-    if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node):
+    if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node) \
+            or _unwrapped_on_every_branch(ctx, recv, node):
         return
     if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
                                  else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)
@@ -137,6 +138,29 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         "into the wrapper, which would then find none of its keys")
     ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
                fix=fix)
+
+
+def _unwrapped_on_every_branch(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``model_without_ddp = model.module`` where ``model`` is wrapped, ``model_without_ddp = model`` in the branch
+    that wraps nothing (gmflow, DeiT): every binding of the name is the inner module."""
+    if not isinstance(recv, ast.Name):
+        return False
+    sem = ctx.semantic
+    scope = sem.scope_of(at)
+    binds = [b for b in sem.bindings_of(recv.id) if b.scope is scope]
+    if len(binds) < 2 or any(b.is_param or b.value is None for b in binds):
+        return False
+    for b in binds:
+        value = b.value
+        if isinstance(value, ast.Attribute) and value.attr in ("module", "_orig_mod"):
+            continue
+        if not isinstance(value, ast.Name):
+            return False
+        wraps = [w for w in sem.bindings_of(value.id) if w.scope is scope and w.value is not None and not w.is_param
+                 and sem.expr_kind(w.value, w.node) == "wrapper"]
+        if not wraps or not all(sem.in_other_branch(w.node, b.node) for w in wraps):
+            return False  # (an alias of a name that may hold the wrapper there)
+    return True
 
 
 _RESTORES = lazy(r"(?i)restore|resume|restart|load_?(checkpoint|ckpt|model|weights)")
