@@ -170,8 +170,28 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
                                                         isinstance(n.ctx, ast.Load) for n in sem.subtree(stmt.value)):
                     continue  # ``x, z = x.cuda(), z.cuda()``: the value, read first, comes next
                 return None  # rebound before any use
-            return _move_through_methods(sem, use)
+            move = _move_through_methods(sem, use)
+            if move is not None and _read_on_the_host_too(sem, name, use, region):
+                return None  # ``net(x, t.to(dev))`` then ``host_update(x, t, eps)``: the host needs it as well
+            return move
     return None
+
+
+def _read_on_the_host_too(sem, name: str, moved: ast.Name, region: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """A later read of ``name`` in the region, before it is rebound, that moves nothing: the host copy is used."""
+    stmt = sem.statement_of(moved)
+    if isinstance(stmt, ast.Assign) and any(isinstance(n, ast.Name) and n.id == name for t in stmt.targets
+                                            for n in sem.subtree(t)):
+        return False  # ``x = x.cuda()``: the name holds the copy from here on
+    for use in sem.body(region):
+        if not (isinstance(use, ast.Name) and use.id == name) or use is moved \
+                or (use.lineno, use.col_offset) <= (moved.lineno, moved.col_offset):
+            continue
+        if not isinstance(use.ctx, ast.Load):
+            return False
+        if _move_through_methods(sem, use) is None:
+            return True
+    return False
 
 
 def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:

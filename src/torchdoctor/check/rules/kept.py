@@ -124,7 +124,8 @@ _ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half
 _ALONG_AXIS = frozenset({"max", "min", "argmax", "argmin", "topk", "sort", "softmax", "log_softmax", "transpose",
                          "permute"})  # on a host copy with a dimension given: still a tensor there, not a number
 
-_WRITES = lazy(r"(?i)(^|_)(save|imsave|imwrite|write|savefig|add_images?|log_images?|vis|visuali[sz]e|draw|plot|imshow)"
+_WRITES = lazy(r"(?i)(^|_)(save|savez|savez_compressed|savetxt|imsave|imwrite|write|savefig|add_images?|log_images?|vis"
+               r"|visuali[sz]e|draw|plot|imshow)"
                r"(_|$)")
 
 
@@ -194,6 +195,9 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if isinstance(up, ast.Dict) and cur in up.values and isinstance(sem.parent(up), ast.Call) \
                 and up in sem.parent(up).args and _saves(sem.parent(up)):
             return True  # ``np.save(path, {"coarse": heat.cpu(), ...})``: serialised to disk
+        if as_array and isinstance(up, ast.keyword) and isinstance(call := sem.parent(up), ast.Call) and _saves(call) \
+                and (ctx.call_name(call) or "").startswith(("numpy.", "np.")):
+            return True  # ``np.savez(path, code=codes[k].cpu().numpy())``: serialised to disk
         if isinstance(up, ast.Call) and cur in up.args:
             if _keeps(up) or as_array and (_host_function(ctx, up) or method_name(up) == "add"):
                 return True  # (``evaluator.add(...)`` of host arrays: a metric object's update)

@@ -59,6 +59,7 @@ class Loops:
         self.segment = segment
         self._modes: set[str] | None = None  # names put in train/eval mode (``_mode_receivers``)
         self.info: dict[ast.AST, LoopInfo] = {}
+        self._holds: dict[ast.AST, bool] = {}
         get = index.by_type.get
         loops = [n for t in _LOOPS for n in get(t, ())]
         loops.sort(key=index.pos.__getitem__)
@@ -455,10 +456,22 @@ class Loops:
                 info = self.info.get(frame.node)
                 if info is not None and (frame.kind == LOOP or info.is_batch):
                     if kind is None or info.kind == kind or \
-                            (kind == "batch" and (info.is_batch or info.kind in ("train", "eval"))):
+                            (kind == "batch" and (info.is_batch or info.kind in ("train", "eval")
+                                                  and not self._holds_a_loader_loop(frame.node))):
                         return frame.node
             frame = frame.parent
         return None
+
+
+    def _holds_a_loader_loop(self, loop: ast.AST) -> bool:
+        """``for ep in range(epochs): ... for xx, yy in train_loader: ...`` with a step of its own after the inner training
+        loop (PDEBench's ``single`` branch): an epoch loop, whose own reads run once an epoch, not a batch loop."""
+        hit = self._holds.get(loop)
+        if hit is None:
+            hit = self._holds[loop] = any(isinstance(n, _LOOPS) and n is not loop and (i := self.info.get(n)) is not None
+                                          and i.is_batch and i.loader is not None and i.has_backward
+                                          for n in self.index.body(loop))  # (an inner loop that trains)
+        return hit
 
 
 _BATCH_GENERATOR = lazy(r"(?i)^(iter(ate)?_?(data|batch(es)?|minibatch(es)?)|(get_|make_)?(mini)?batches)$")
