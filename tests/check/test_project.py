@@ -772,6 +772,71 @@ def test_a_collate_function_of_another_module_that_regroups_with_python_gives_no
     assert codes(results, "train.py") == [(9, "TD304")]  # the padded tensors, not the regrouped text
 
 
+def test_an_options_object_made_by_a_config_module_that_sets_a_cuda_device(project: Path) -> None:
+    write(project, {
+        "config.py": """\
+            import argparse
+            import torch
+
+            class OptInit:
+                def __init__(self):
+                    args = argparse.ArgumentParser().parse_args([])
+                    args.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    self.args = args
+
+                def get_args(self):
+                    return self.args
+
+            def plain_options():
+                args = argparse.ArgumentParser().parse_args([])
+                args.device = "cpu"
+                return args
+            """,
+        "train.py": """\
+            import torch
+            from torch import nn
+            from torch.utils.data import DataLoader
+            from config import OptInit
+
+            def main(data):
+                opt = OptInit().get_args()
+                loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=4)
+                model = nn.Linear(3, 2).to(opt.device)
+                optim = torch.optim.SGD(model.parameters(), lr=0.1)
+                for pts, lab in loader:
+                    pts, lab = pts.to(opt.device), lab.to(opt.device)
+                    loss = nn.functional.cross_entropy(model(pts), lab)
+                    optim.zero_grad()
+                    loss.backward()
+                    optim.step()
+                    print(loss.item())
+            """,
+        "train_cpu.py": """\
+            import torch
+            from torch import nn
+            from torch.utils.data import DataLoader
+            from config import plain_options
+
+            def main(data):
+                opt = plain_options()
+                loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=4)
+                model = nn.Linear(3, 2).to(opt.device)
+                optim = torch.optim.SGD(model.parameters(), lr=0.1)
+                for pts, lab in loader:
+                    pts, lab = pts.to(opt.device), lab.to(opt.device)
+                    loss = nn.functional.cross_entropy(model(pts), lab)
+                    optim.zero_grad()
+                    loss.backward()
+                    optim.step()
+                    print(loss.item())
+            """,
+    })
+    results = check_files(["train.py", "train_cpu.py", "config.py"],
+                          Settings(root=str(project), select=("TD304", "TD603")))
+    assert codes(results, "train.py") == [(8, "TD304"), (17, "TD603")]
+    assert codes(results, "train_cpu.py") == []
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

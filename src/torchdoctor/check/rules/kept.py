@@ -297,6 +297,10 @@ def _read_as_array(ctx: Context, n: ast.AST, region: ast.AST, depth: int) -> boo
         if isinstance(up, (ast.BinOp, ast.UnaryOp)) or isinstance(up, ast.Subscript) and up.value is n:
             n, up = up, sem.parent(up)
             continue
+        if isinstance(up, ast.Compare) and len(up.ops) == 1 and isinstance(sem.parent(up), ast.Assign) \
+                and sem.parent(up).value is up:
+            n, up = up, sem.parent(up)  # ``mask = (pred_np == cl)``: an elementwise mask, an array bound to a name
+            continue
         break
     if isinstance(up, (ast.FormattedValue, ast.JoinedStr, ast.Compare, ast.BoolOp, ast.If, ast.While, ast.AugAssign)):
         return False  # printed, tested or summed: a number

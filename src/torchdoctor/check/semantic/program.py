@@ -502,7 +502,21 @@ def config_module_device(sem: SemanticModel, project: object) -> bool:
         written = dotted(arg) if isinstance(arg, ast.Attribute) else None
         if written and written.split(".")[0] in heads and project.cuda_setting(sem, written):  # type: ignore[attr-defined]
             return True
+        maker = _options_maker(sem, arg, call) if written and written.endswith(".device") else None
+        if maker and maker.split(".")[0] in heads and project.cuda_setting(sem, maker):  # type: ignore[attr-defined]
+            return True  # ``opt = OptInit().get_args()`` of a config module that sets ``args.device`` to CUDA
     return False
+
+
+def _options_maker(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> str | None:
+    """``OptInit`` for ``opt.device`` where ``opt = OptInit().get_args()``, ``get_options`` for ``opt = get_options()``:
+    the class or function (as written) that made the options object."""
+    root = arg.value if isinstance(arg, ast.Attribute) else None  # type: ignore[attr-defined]
+    b = sem.binding_at(root.id, at) if isinstance(root, ast.Name) else None
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.Call):
+        value = value.func.value  # ``OptInit().get_args()``
+    return dotted(value.func) if isinstance(value, ast.Call) else None
 
 
 def _cuda_tensor_types(sem: SemanticModel) -> bool:

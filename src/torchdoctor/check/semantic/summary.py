@@ -227,12 +227,21 @@ def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
 
 def _cuda_settings(sem: SemanticModel) -> frozenset[str]:
     """Module-level names set to a CUDA device or a choice that includes one: ``DEVICE = "cuda"``,
-    ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`` (a config module's)."""
+    ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`` (a config module's); and the classes and
+    functions that set such a device on the options object they make (``OptInit``, ``get_options``)."""
     out = set()
     for n in sem.body(sem.index.tree):
         if isinstance(n, ast.Assign) and sem.frame(n).kind == "module" and sem.function_of(n) is None \
                 and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and "cuda" in sem.segment(n.value):
             out.add(n.targets[0].id)
+    if "cuda" in sem.text.source and ".device" in sem.text.source:
+        for n in sem.of_type(ast.Assign):  # ``args.device = torch.device("cuda" if ...)`` in ``OptInit.__init__`` or
+            if len(n.targets) == 1 and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device" \
+                    and "cuda" in sem.segment(n.value):  # ``get_options()``: the options object it hands out
+                cls, func = sem.class_of(n), sem.function_of(n)
+                holder = cls if cls is not None else func if func is not None and sem.function_of(func) is None else None
+                if holder is not None:
+                    out.add(holder.name)  # type: ignore[attr-defined]
     return frozenset(out)
 
 
