@@ -189,8 +189,23 @@ def _read_on_the_host_too(sem, name: str, moved: ast.Name, region: ast.AST) -> b
             continue
         if not isinstance(use.ctx, ast.Load):
             return False
-        if _move_through_methods(sem, use) is None:
+        if _move_through_methods(sem, use) is None and not _other_side(sem, use, moved):
             return True
+    return False
+
+
+def _other_side(sem, a: ast.AST, b: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``a`` and ``b`` sit on the two sides of one conditional (``noise.cuda() if use_cuda else noise.cpu()``, or
+    the two branches of an ``if``): never both run."""
+    if sem.in_other_branch(a, b):
+        return True
+    for up in sem.ancestors(a):
+        if isinstance(up, ast.IfExp):
+            sides = (up.body, up.orelse)
+            return any(sem.contains(x, a) for x in sides) and any(sem.contains(x, b) for x in sides) and \
+                not any(sem.contains(x, a) and sem.contains(x, b) for x in sides)
+        if isinstance(up, ast.stmt):
+            return False
     return False
 
 

@@ -404,6 +404,8 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
         cur, up = up, sem.parent(up)
     if isinstance(up, ast.Return) or isinstance(up, ast.Tuple) and isinstance(sem.parent(up), ast.Return):
         return True  # (``return probs, probs.argmax(1).cpu().numpy()``: one element of what it hands back)
+    if isinstance(up, ast.Lambda) and up.body is cur:
+        return True  # ``score = lambda x: x.max(-1).values.cpu().numpy()``: the lambda hands the array back
     func, name = sem.function_of(node), _bound_name(up)
     if func is not None and isinstance(up, ast.Call) and method_name(up) == "append" and cur in up.args \
             and isinstance(kept := up.func.value, ast.Name):  # type: ignore[attr-defined]

@@ -72,11 +72,19 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
 
 
 def _backpropagated_param(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
-    """A parameter the function backpropagates (``def optimize(self, loss): ... loss.backward()``): a loss tensor."""
+    """A parameter the function backpropagates (``def optimize(self, loss): ... loss.backward()``): a loss tensor; or a
+    name bound in the loop and backpropagated there (``loss = masked_l1(...)``, ``loss.backward()``)."""
     sem = ctx.semantic
     b = sem.binding_at(name.id, at)
     func = sem.function_of(at)
-    return b is not None and b.is_param and b.node is func and any(
+    if b is None:
+        return False
+    if not b.is_param:
+        loop = sem.enclosing_loop(at, "batch")
+        return loop is not None and b.value is not None and b.index is None and sem.contains(loop, b.node) and any(
+            isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.value.id == name.id
+            and not c.args and sem.contains(loop, c) and sem.binding_at(name.id, c) is b for c in sem.calls_named("backward"))
+    return b.node is func and any(
         isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.value.id == name.id
         and sem.function_of(c) is func for c in sem.calls_named("backward"))
 
