@@ -21,6 +21,9 @@ _WORD = lazy(r"\w+")
 _IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n#]*)|import[ \t]+[^\n#]*)", re.M)
 
 
+_EMPTY: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+
+
 class State:
     """One process's caches (never pickled to worker processes)."""
 
@@ -44,7 +47,7 @@ class State:
         self.module_importers: dict[str, list[str]] = {}  # module -> the modules that import it
         self.parsed = 0
         self.absolutes: dict[str, str] = {}
-        self.listings: dict[str, frozenset[str]] = {}
+        self.listings: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
 
     def absolute(self, path: str) -> str:
         """``os.path.abspath(path)``, memoised: the index asks it ~30 times a file (a run never changes folder)."""
@@ -57,15 +60,27 @@ class State:
         """``os.path.isfile(path)`` from one listing of each folder: the index tries ~15 module files a file,
         most of them absent."""
         folder, name = os.path.split(path)
-        names = self.listings.get(folder)
-        if names is None:
-            try:
-                with os.scandir(folder or ".") as it:
-                    names = frozenset(e.name for e in it if e.is_file())
-            except OSError:  # no such folder, or not a folder, or unreadable
-                names = frozenset()
-            self.listings[folder] = names
-        return name in names
+        return name in self._listing(folder, True)[0]
+
+    def _listing(self, folder: str, parent_first: bool) -> tuple[frozenset[str], frozenset[str]]:
+        """(files, folders) in ``folder``; a folder its parent's listing does not hold is answered without a
+        system call (most module candidates are absent: ``<root>/torch/__init__.py`` for ``import torch``)."""
+        hit = self.listings.get(folder)
+        if hit is None:
+            parent, name = os.path.split(folder)
+            if parent_first and parent and parent != folder and name not in self._listing(parent, False)[1]:
+                hit = _EMPTY
+            else:
+                try:
+                    with os.scandir(folder or ".") as it:
+                        files, dirs = set(), set()
+                        for e in it:
+                            (files if e.is_file() else dirs if e.is_dir() else set()).add(e.name)
+                    hit = (frozenset(files), frozenset(dirs))
+                except OSError:  # no such folder, or not a folder, or unreadable
+                    hit = _EMPTY
+            self.listings[folder] = hit
+        return hit
 
     def text(self, path: str) -> str | None:
         """The file's text, read afresh (texts are not kept: a big project's would fill memory)."""
