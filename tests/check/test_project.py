@@ -837,6 +837,62 @@ def test_an_options_object_made_by_a_config_module_that_sets_a_cuda_device(proje
     assert codes(results, "train_cpu.py") == []
 
 
+def test_a_runner_subclass_of_a_base_runner_that_trains_on_the_gpu(project: Path) -> None:
+    write(project, {
+        "base_runner.py": """\
+            import torch
+
+            class BaseRunner:
+                def __init__(self):
+                    self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+                def fit(self, model, loader):
+                    model.to(self.device)
+                    for x, y in loader:
+                        loss = model.loss(model(x.to(self.device)), y.to(self.device))
+                        model.optimizer.zero_grad()
+                        loss.backward()
+                        model.optimizer.step()
+            """,
+        "pair_runner.py": """\
+            import numpy as np
+            import torch
+            from base_runner import BaseRunner
+
+            class PairRunner(BaseRunner):
+                def fit(self, model, loader):
+                    losses = []
+                    for batch in loader:
+                        batch = {k: v.to(model.device) for k, v in batch.items()}
+                        loss = model.loss(model(batch))
+                        model.optimizer.zero_grad()
+                        loss.backward()
+                        model.optimizer.step()
+                        losses.append(loss.detach().cpu().numpy())
+                    return np.mean(losses)
+            """,
+        "plain_runner.py": """\
+            import numpy as np
+            import torch
+
+            class PlainRunner:
+                def fit(self, model, loader):
+                    losses = []
+                    for batch in loader:
+                        loss = model.loss(model(batch))
+                        model.optimizer.zero_grad()
+                        loss.backward()
+                        model.optimizer.step()
+                        losses.append(loss.detach().cpu().numpy())
+                    return np.mean(losses)
+            """,
+    })
+    results = check_files(["pair_runner.py", "plain_runner.py", "base_runner.py"],
+                          Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "pair_runner.py") == [(14, "TD603")]
+    assert codes(results, "plain_runner.py") == []
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

@@ -369,9 +369,22 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
             return False
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
             config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem) \
-            or model_from_project_builder(sem, sem.project)
+            or model_from_project_builder(sem, sem.project) or _subclass_of_an_accelerated_class(sem, sem.project)
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
+
+
+def _subclass_of_an_accelerated_class(sem: SemanticModel, project: object) -> bool:
+    """``class ImpressionRunner(BaseRunner)`` where ``BaseRunner``, of another module of the project, moves its model
+    and batches to the GPU: the subclass's overrides run there too (ReChorus's runners)."""
+    imported = sem.names.from_imports
+    for cls in sem.of_type(ast.ClassDef):
+        for base in cls.bases:  # type: ignore[attr-defined]
+            written = dotted(base)
+            if written and written.split(".")[0] in imported and written[:1].isupper() \
+                    and project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 def _gpu_index_device(sem: SemanticModel) -> bool:
