@@ -893,6 +893,53 @@ def test_a_runner_subclass_of_a_base_runner_that_trains_on_the_gpu(project: Path
     assert codes(results, "plain_runner.py") == []
 
 
+def test_a_wrapped_save_read_back_by_a_project_helper_that_slices_the_prefix(project: Path) -> None:
+    write(project, {
+        "helpers/__init__.py": "from .checkpoints import *\n",
+        "helpers/checkpoints.py": """\
+            from collections import OrderedDict
+            import torch
+
+            def load_checkpoint(net, path):
+                blob = torch.load(path, map_location="cpu", weights_only=True)
+                try:
+                    net.load_state_dict(blob["weights"])
+                except RuntimeError:
+                    fixed = OrderedDict()
+                    for k, v in blob["weights"].items():
+                        fixed[k[7:] if "module." in k else k] = v
+                    net.load_state_dict(fixed)
+            """,
+        "train.py": """\
+            import torch
+            from torch import nn
+            import helpers
+
+            def train(net, opt, loader, path, resume):
+                net = nn.DataParallel(net).cuda()
+                if resume:
+                    helpers.load_checkpoint(net, path)
+                for x, y in loader:
+                    opt.zero_grad()
+                    nn.functional.mse_loss(net(x.cuda()), y.cuda()).backward()
+                    opt.step()
+                torch.save({"weights": net.state_dict()}, path)
+            """,
+        "export.py": """\
+            import torch
+            from torch import nn
+
+            def export(net, path):
+                net = nn.DataParallel(net).cuda()
+                torch.save({"weights": net.state_dict()}, path)
+            """,
+    })
+    results = check_files(["train.py", "export.py", "helpers/__init__.py", "helpers/checkpoints.py"],
+                          Settings(root=str(project), select=("TD205",)))
+    assert codes(results, "train.py") == []  # the program reads its checkpoints back through the stripping helper
+    assert codes(results, "export.py") == [(6, "TD205")]
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

@@ -390,6 +390,42 @@ class Callers:
                             and SELECTS_WRAPPED.search(text)}
         return bool(memo[folder] - {here})
 
+    def loads_through_a_stripping_helper(self, sem: SemanticModel, pattern: re.Pattern) -> bool:
+        """``sem`` loads checkpoints through a helper of a project module it imports (``utils.load_checkpoint(model,
+        path)``, ``ckpt.restore(net, path)``) whose module slices the wrapper's prefix off the keys it reads
+        (``pattern``): the program reads its own checkpoints back, prefix or not."""
+        modules: dict[str, tuple[int, str]] = {}
+        for alias, module in sem.names.imports.items():
+            modules[alias] = (0, module)
+        for alias, (level, module, name) in sem.names.from_imports.items():
+            modules[alias] = (level, f"{module}.{name}" if module else name)
+        here = self.state.absolute(sem.path)
+        for call in sem.calls:
+            written = dotted(call.func) or ""
+            head, last = written.split(".")[0], written.rsplit(".", 1)[-1]
+            if head not in modules or not _LOADS.search(last):
+                continue
+            level, module = modules[head]
+            path = self._module_file(here, level, module) or (
+                self._module_file(here, level, module.rsplit(".", 1)[0]) if "." in module else None)
+            if path is not None and path != here and self._says(path, pattern, 1):
+                return True
+        return False
+
+    def _says(self, path: str, pattern: re.Pattern, depth: int) -> bool:
+        """``path``'s text matches, or that of a module it re-exports (``from .model_utils import *`` in a package's
+        ``__init__.py``), ``depth`` levels down."""
+        text = self.state.text(path) or ""
+        if pattern.search(text):
+            return True
+        if depth <= 0:
+            return False
+        for m in _RELATIVE_IMPORT.finditer(text):
+            found = self._module_file(path, len(m.group(1)), m.group(2))
+            if found is not None and found != path and self._says(found, pattern, depth - 1):
+                return True
+        return False
+
     def strips_wrapped_beside(self, sem: SemanticModel, words: list[str]) -> bool:
         """A module beside ``sem`` strips the first 7 characters of every key of a checkpoint whose file name it
         shares a word with (``netG_{}.pth``): that reader needs the prefix the save writes."""
@@ -407,6 +443,8 @@ class Callers:
 # only of those that have the prefix (``k[7:] if k.startswith("module.") else k`` tolerates both formats)
 _STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
+_LOADS = lazy(r"(?i)load|restore|resume")
+_RELATIVE_IMPORT = lazy(r"(?m)^from\s+(\.+)(\w[\w.]*)\s+import\b")
 _DATA_PARALLEL = lazy(r"(?<!Distributed)DataParallel\(")
 _ACCELERATOR_WORDS = lazy(r"(?i)cuda|device|accelerat|rank|gpu|fabric|\.to\(\s*\d")
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")

@@ -64,7 +64,7 @@ def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     else branch runs only when ``net`` is no wrapper (or the if branch of ``if not isinstance(...)``)."""
     sem = ctx.semantic
     key = dotted(recv)
-    wraps_under = _wrapping_tests(ctx, key) if key else frozenset()
+    wraps_under = _wrapping_tests(ctx, key, node) if key else frozenset()
     for test, holds in sem.guards.branch_tests(node):
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" \
                 and len(test.args) == 2 and dotted(test.args[0]) == key and any(
@@ -92,12 +92,15 @@ def _unwrap_chosen(ctx: Context, node: ast.Call) -> bool:
     return bool(mine and theirs) and (mine == theirs + ".module" or theirs == mine + ".module")
 
 
-def _wrapping_tests(ctx: Context, key: str) -> frozenset[str]:
+def _wrapping_tests(ctx: Context, key: str, at: ast.AST) -> frozenset[str]:
     """The tests (as written) of the ``if`` blocks that hold every wrapping of ``key`` (``if MANY: enc =
-    nn.DataParallel(enc)``): where that test is false, ``key`` is no wrapper. Empty when one wrap is unconditional."""
+    nn.DataParallel(enc)``): where that test is false, ``key`` is no wrapper. Empty when one wrap is unconditional.
+    A local name's wraps are those of the function around ``at`` (another function may wrap its own ``model``)."""
     sem = ctx.semantic
+    scope = None if key.startswith("self.") else sem.scope_of(at)
     wraps = [b for b in sem.bindings_of(key) if isinstance(b.value, ast.Call) and b.index is None
-             and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES]
+             and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES
+             and (scope is None or sem.scope_of(b.node) is scope)]
     tests: set[str] = set()
     for b in wraps:
         guard = next((a for a in sem.ancestors(b.node) if isinstance(a, ast.If) and any(
@@ -105,6 +108,8 @@ def _wrapping_tests(ctx: Context, key: str) -> frozenset[str]:
         if guard is None or isinstance(guard.test, ast.UnaryOp):
             return frozenset()
         tests.add(sem.segment(guard.test))
+        if isinstance(guard.test, ast.BoolOp) and isinstance(guard.test.op, ast.And) and len(wraps) == 1:
+            tests.update(sem.segment(v) for v in guard.test.values)  # ``if distributed and n_gpus > 1:``: each must hold
     return frozenset(tests)
 
 
@@ -127,7 +132,8 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
                                  else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)
                                 or sem.project is not None and (words := _saved_file_words(ctx, node))
-                                and sem.project.strips_wrapped_beside(sem, words)):
+                                and sem.project.strips_wrapped_beside(sem, words)
+                                or sem.project is not None and sem.project.loads_through_a_stripping_helper(sem, STRIPS_WRAPPED)):
         return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
