@@ -81,6 +81,8 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
         return  # ``if torch.cuda.is_available(): init_process_group("nccl") else: ...``: the CPU has its path
     if any(_states_cuda_need(ctx, stmt) for stmt in ctx.semantic.index.earlier_statements(node)):
         return  # ``assert torch.cuda.is_available(), "DDP needs CUDA"`` before it: the author states the need
+    if _under_a_gpu_count_test(ctx, node):
+        return  # ``world_size = torch.cuda.device_count()``, ``if world_size > 1:``: it runs only with GPUs
     set_at = _set_to_nccl(ctx, backend, node)
     if (string_value(backend) or "").strip().lower() == "nccl" or set_at is not None:
         where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else ""  # type: ignore[arg-type]
@@ -91,6 +93,28 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
             "the program cannot run on CPUs (gloo)",
             fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',
         )
+
+
+def _under_a_gpu_count_test(ctx: Context, node: ast.AST) -> bool:
+    """``node`` runs only in the ``if`` branch of ``torch.cuda.device_count() > 1`` (or of a name bound to that
+    count): only where GPUs exist."""
+    sem = ctx.semantic
+    child = node
+    for up in sem.ancestors(node):
+        if isinstance(up, ast.If) and any(s is child for s in up.body):
+            test = up.test
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Gt, ast.GtE)) \
+                    and isinstance(bound := test.comparators[0], ast.Constant) and isinstance(bound.value, int) \
+                    and bound.value >= (0 if isinstance(test.ops[0], ast.Gt) else 1):
+                left = test.left
+                if isinstance(left, ast.Name) and (b := sem.binding_at(left.id, up)) is not None and not b.is_param:
+                    left = b.value
+                if isinstance(left, ast.Call) and (ctx.call_name(left) or "") == "torch.cuda.device_count":
+                    return True
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        child = up
+    return False
 
 
 def _states_cuda_need(ctx: Context, stmt: ast.AST) -> bool:

@@ -302,7 +302,19 @@ class Calls:
             return False
         if method_name(node) == "backward":
             return True
+        func = node.func
+        if isinstance(func, ast.Name) and "scal" in func.id and node.args and self._loss_scaler(func, node):
+            return True  # ``loss_scaler(loss, optimizer, parameters=...)``: timm's NativeScaler runs the backward
         return (self.names.call_name(node) or "") in ("torch.autograd.backward", "torch.autograd.grad")
+
+    def _loss_scaler(self, func: ast.Name, call: ast.Call) -> bool:
+        """``func`` is a loss scaler object whose call backpropagates and steps (timm's ``NativeScaler``, BEiT's and
+        MAE's ``NativeScalerWithGradNormCount``): named ``loss_scaler``, or made from such a class."""
+        if func.id in ("loss_scaler", "scaler_loss", "amp_scaler") and len(call.args) >= 2:
+            return True
+        b = self.bindings.at(func.id, call)
+        made = b.value if b is not None and not b.is_param else None
+        return isinstance(made, ast.Call) and (dotted(made.func) or "").rsplit(".", 1)[-1].startswith("NativeScaler")
 
     def mode_call(self, call: ast.AST) -> str | None:
         """"train" | "eval" | None for ``m.train()``/``m.eval()``/``m.train(False)`` on a model."""
