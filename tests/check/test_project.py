@@ -940,6 +940,55 @@ def test_a_wrapped_save_read_back_by_a_project_helper_that_slices_the_prefix(pro
     assert codes(results, "export.py") == [(6, "TD205")]
 
 
+def test_the_output_of_a_buffer_only_layer_of_another_module_needs_no_detach(project: Path) -> None:
+    write(project, {
+        "layers.py": """\
+            from pathlib import Path
+
+            import numpy as np
+            import torch
+            from torch import nn
+
+            class Continuation(nn.Module):
+                def __init__(self, d, extra):
+                    super().__init__()
+                    self.d, self.extra = d, extra
+
+            class GramContinuation(Continuation):
+                def __init__(self, d=3, extra=20, folder=None):
+                    super().__init__(d, extra)
+                    self.folder = Path(__file__).parent / "matrices" if folder is None else Path(folder)
+                    self.register_buffer("left", torch.from_numpy(np.eye(d)))
+
+                def forward(self, x):
+                    return torch.cat([x, x[..., -self.d:] @ self.left], dim=-1)
+
+            class Learned(Continuation):
+                def __init__(self, d=3, extra=20):
+                    super().__init__(d, extra)
+                    self.proj = nn.Linear(d, d)
+
+                def forward(self, x):
+                    return self.proj(x)
+            """,
+        "plot.py": """\
+            import torch
+            from layers import GramContinuation, Learned
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            signal = torch.rand(1, 8, 3, dtype=torch.float64)
+            extension = GramContinuation(d=3, extra=20)
+            extended = extension(signal)
+            print(extended[0].numpy())
+            layer = Learned()
+            learned = layer(signal.float())
+            print(learned[0].numpy())
+            """,
+    })
+    results = check_files(["plot.py", "layers.py"], Settings(root=str(project), select=("TD501",)))
+    assert codes(results, "plot.py") == [(11, "TD501")]  # the layer with parameters records a graph
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

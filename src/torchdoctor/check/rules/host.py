@@ -180,7 +180,11 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
             and not (isinstance(call.func, ast.Name) and (placement.never_moved(sem, call.func.id)
                                                          or placement.never_moved(sem, call.func.id, call))) \
             and not _fed_a_host_tensor(ctx, call) and not _callers_hand_a_host_model(ctx, call)
-        return (on_gpu, not sem.under_no_grad(call))
+        grad = not sem.under_no_grad(call)
+        if grad and models.model_has_no_parameters(sem, call.func, call):
+            # ``FCLegendre(d=2)(f, dim=1)``: a module of buffers records a graph only from inputs that need one
+            grad = any(_flags(ctx, a, depth + 1)[1] for a in call.args)
+        return (on_gpu, grad)
     from torchdoctor.check.astutil import root_name
 
     imported = root_name(call.func) in ctx.imports and isinstance(call.func, (ast.Name, ast.Attribute))

@@ -418,12 +418,19 @@ def class_holds_nothing(sem: SemanticModel, cls: ast.AST, depth: int = 0) -> boo
     return True
 
 
-def class_has_no_parameters(sem: SemanticModel, cls: ast.AST) -> bool:
+def class_has_no_parameters(sem: SemanticModel, cls: ast.AST, depth: int = 0) -> bool:
     """An ``nn.Module`` subclass that may keep buffers and tensors but no parameter and no layer that has one
     (``Audio2Mel`` registering a window and a mel basis): its forward records no graph unless its input
-    requires grad."""
-    if not cls.bases or not all((dotted(b) or "") in _MODULE_BASES for b in cls.bases):  # type: ignore[attr-defined]
+    requires grad. Its bases are ``nn.Module`` or such classes of this file (``FCLegendre(FourierContinuation)``)."""
+    if not cls.bases or depth > 3:  # type: ignore[attr-defined]
         return False
+    for base in cls.bases:  # type: ignore[attr-defined]
+        written = dotted(base) or ""
+        if written in _MODULE_BASES:
+            continue
+        inner = sem.calls_index.classes.get(written)
+        if inner is None or written not in sem.module_classes or not class_has_no_parameters(sem, inner, depth + 1):
+            return False
     for n in sem.subtree(cls):
         if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
                 in _PARAMETER_CALLS:
@@ -555,6 +562,8 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     if isinstance(value, ast.Name):
         b = sem.binding_at(value.id, at)
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Call):
+        return _plain_setting(sem, value.value, at)  # ``Path(__file__).parent``: a part of a setting
     if isinstance(value, ast.ListComp):  # ``[Params(window=w, hop=w // 4) for w in sizes]``: records of settings
         return _namedtuple_call(sem, value.elt, at)
     if isinstance(value, ast.Call):
@@ -566,6 +575,8 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
             return _plain_setting(sem, value.args[0], at)  # ``self.sizes = list(sizes)``: a copy of a setting
         if q in _NUMBER_CALLS or q.startswith("math."):
             return True  # ``self.lamb = max(self.floor, self.base / (1 + 0.1 * self.it))``: a Python number
+        if q in ("pathlib.Path", "os.path.join", "os.path.expanduser", "os.path.abspath", "str"):
+            return True  # ``self.matrices_path = Path(matrices_path)``: where to read from, a setting
         if q.startswith("torch.nn.") and last.endswith("Loss"):  # ``nn.MSELoss(reduction="none")``; a class weight
             return not value.args and not any(k.arg in ("weight", "pos_weight") or k.arg is None  # is a buffer
                                               for k in value.keywords)
