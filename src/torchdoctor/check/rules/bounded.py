@@ -23,6 +23,10 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if getattr(loop, "body", None) and isinstance(loop.body[-1], (ast.Break, ast.Return)):  # type: ignore[attr-defined]
         return True  # ``for x, y in loader: ...; break``: one pass, a smoke test of the first batch
+    if isinstance(loop, ast.For) and isinstance(loop.iter, (ast.List, ast.Tuple)) and 0 < len(loop.iter.elts) <= 4 \
+            and all(isinstance(e, ast.Constant) or isinstance(e, ast.Tuple) and e.elts and isinstance(e.elts[0], ast.Constant)
+                    and isinstance(e.elts[0].value, str) for e in loop.iter.elts):
+        return True  # ``for label, make in [("shallow", ...), ("deep", ...)]``: a pass for each of a few named items
     for stmt in sem.body(loop):
         if not (isinstance(stmt, ast.If) and any(isinstance(s, (ast.Break, ast.Return)) for s in stmt.body)):
             continue

@@ -322,6 +322,9 @@ def _optimises_inputs_only(ctx: Context, loop: ast.AST) -> bool:
     in eval mode on purpose."""
     sem = ctx.semantic
     steps = [n for n in sem.body(loop) if isinstance(n, ast.Call) and sem.is_optimizer_step(n)]
+    if not steps:  # ``for u in units: pics.append(dream(net, u))``: the steps of the function it calls
+        steps = [n for c in sem.body(loop) if isinstance(c, ast.Call) for f in sem.resolve(c)
+                 for n in sem.local_nodes(f) if isinstance(n, ast.Call) and sem.is_optimizer_step(n)]
     if not steps:
         return False
     for step in steps:
