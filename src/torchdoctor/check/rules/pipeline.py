@@ -10,7 +10,7 @@ import os
 from torchdoctor.check.astutil import argument, dotted, has_kwargs, is_false, keyword, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import loaders, program
+from torchdoctor.check.semantic import flow, loaders, program
 
 __all__ = ["dataset_on_device", "is_torch_dataloader"]
 
@@ -379,6 +379,8 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
 def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
     """The dataset already holds device tensors (pinning would fail; workers cannot share them)."""
     arg = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
+    if _cut_from_model_input(ctx, arg, call):
+        return True
     for _ in range(3):
         if arg is None:
             return False
@@ -396,6 +398,46 @@ def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
             return False
         arg = b.value
     return False
+
+
+def _cut_from_model_input(ctx: Context, arg: ast.AST | None, call: ast.Call) -> bool:
+    """``triplets = torch.cat([graph.edge_index, graph.edge_type[None]]).t()`` over a parameter ``graph`` that the
+    loop over this loader hands to the model as it is (``model(graph, batch)``), moving nothing: the caller put the
+    graph on the device, so the batches cut from it are device tensors (ULTRA's knowledge-graph training)."""
+    sem = ctx.semantic
+    b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    if not isinstance(value, ast.Call) or not any(isinstance(n, ast.Call) and (ctx.call_name(n) or "") in (
+            "torch.cat", "torch.stack") for n in sem.subtree(value)):
+        return False
+    func = sem.function_of(call)
+    sources = {n.value.id for n in sem.subtree(value) if isinstance(n, (ast.Attribute, ast.Subscript))
+               and isinstance(n.value, ast.Name) and (p := sem.binding_at(n.value.id, n)) is not None
+               and p.is_param and p.node is func}
+    if not sources:
+        return False
+    up = sem.parent(call)
+    loader = up.targets[0].id if isinstance(up, ast.Assign) and len(up.targets) == 1 \
+        and isinstance(up.targets[0], ast.Name) else None
+    loops = []
+    for r in sem.reads_of(loader) if loader else []:
+        if (bound := sem.binding_at(loader, r)) is None or bound.value is not call:
+            continue  # (another function's ``loader``)
+        up = sem.parent(r)
+        while isinstance(up, ast.Call) and r in up.args:  # ``islice(train_loader, n)``, ``tqdm(loader)``
+            r, up = up, sem.parent(up)
+        if isinstance(up, (ast.For, ast.AsyncFor)) and up.iter is r:
+            loops.append(up)
+    if not loops:
+        return False
+    for loop in loops:
+        body = sem.body(loop)
+        if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
+            return False  # (the loop moves something: its batches may be host tensors)
+        if not any(isinstance(n, ast.Call) and (flow.consumer_kind(sem, n) == "model" or sem.is_model_call(n)) and any(
+                isinstance(a, ast.Name) and a.id in sources for a in n.args) for n in body):
+            return False
+    return True
 
 
 def _made_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
