@@ -23,9 +23,23 @@ _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "to
 def data_parallel(node: ast.AST, ctx: Context) -> None:
     """nn.DataParallel (or the functional ``nn.parallel.data_parallel``): single-process, slower and unbalanced."""
     q = ctx.call_name(node) or ""
-    if q in _DATA_PARALLEL:
+    if q in _DATA_PARALLEL and not _key_adapter(ctx, node):
         ctx.report("TD204", node, f"`{ctx.name(node.func)}` runs one process over all GPUs (GIL-bound, "  # type: ignore[attr-defined]
                    "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+
+
+def _key_adapter(ctx: Context, call: ast.AST) -> bool:
+    """``holder = nn.DataParallel(trunk)``, ``holder.load_state_dict(ckpt)``, ``trunk = holder.module``: borrowed only to
+    read a checkpoint saved from a wrapper (its keys carry ``module.``), never run."""
+    sem = ctx.semantic
+    up = sem.parent(call)
+    if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+        return False
+    name = up.targets[0].id
+    reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.value is call]
+    return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in (
+        "module", "load_state_dict", "state_dict") for r in reads) and any(
+        sem.parent(r).attr == "load_state_dict" for r in reads)  # type: ignore[attr-defined]
 
 
 @rule("TD204", ast.ClassDef)
