@@ -989,6 +989,47 @@ def test_the_output_of_a_buffer_only_layer_of_another_module_needs_no_detach(pro
     assert codes(results, "plot.py") == [(11, "TD501")]  # the layer with parameters records a graph
 
 
+def test_a_subclass_hook_behind_a_debug_switch_of_the_base_loop_is_not_every_step(project: Path) -> None:
+    write(project, {
+        "base_trainer.py": """\
+            import torch
+
+            class BaseTrainer:
+                def __init__(self, opt, model):
+                    self.opt = opt
+                    self.model = model.to(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+
+                def run_epoch(self, loader, optimizer):
+                    for batch in loader:
+                        batch = {k: v.to(self.opt.device) for k, v in batch.items()}
+                        output = self.model(batch["input"])
+                        loss = self.loss(output, batch)
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+                        self.after_step(output)
+                        if self.opt.debug > 0:
+                            self.debug(batch, output)
+            """,
+        "det_trainer.py": """\
+            import torch
+            from base_trainer import BaseTrainer
+
+            class DetTrainer(BaseTrainer):
+                def loss(self, output, batch):
+                    return (output - batch["target"]).pow(2).mean()
+
+                def after_step(self, output):
+                    self.last = output.max().item()
+
+                def debug(self, batch, output):
+                    self.shown = output.detach().cpu().numpy()
+            """,
+    })
+    results = check_files(["det_trainer.py", "base_trainer.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "det_trainer.py") == [(9, "TD603")]  # after_step runs every step; debug only when asked
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

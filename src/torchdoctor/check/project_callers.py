@@ -408,21 +408,25 @@ class Callers:
             level, module = modules[head]
             path = self._module_file(here, level, module) or (
                 self._module_file(here, level, module.rsplit(".", 1)[0]) if "." in module else None)
-            if path is not None and path != here and self._says(path, pattern, 1):
+            if path is not None and path != here and self._says(path, last, pattern, 1):
                 return True
         return False
 
-    def _says(self, path: str, pattern: re.Pattern, depth: int) -> bool:
-        """``path``'s text matches, or that of a module it re-exports (``from .model_utils import *`` in a package's
-        ``__init__.py``), ``depth`` levels down."""
+    def _says(self, path: str, func: str, pattern: re.Pattern, depth: int) -> bool:
+        """The module-level function ``func`` of ``path`` (or of a module it re-exports: ``from .model_utils import
+        *`` in a package's ``__init__.py``, ``depth`` levels down) loads a file and has ``pattern`` in its text (not
+        ``load_swa_state_dict``, which strips an ``AveragedModel``'s own prefix)."""
         text = self.state.text(path) or ""
-        if pattern.search(text):
-            return True
+        m = re.search(rf"(?m)^def {re.escape(func)}\(", text)
+        if m is not None:
+            end = re.compile(r"(?m)^(def|class|@)\b|^\S").search(text, m.end())
+            body = text[m.start():end.start() if end else len(text)]
+            return pattern.search(body) is not None and "load(" in body  # (reads a checkpoint file: ``torch.load``)
         if depth <= 0:
             return False
         for m in _RELATIVE_IMPORT.finditer(text):
             found = self._module_file(path, len(m.group(1)), m.group(2))
-            if found is not None and found != path and self._says(found, pattern, depth - 1):
+            if found is not None and found != path and self._says(found, func, pattern, depth - 1):
                 return True
         return False
 

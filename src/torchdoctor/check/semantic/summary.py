@@ -374,10 +374,25 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
 
 
 def _per_step(sem: SemanticModel, call: ast.Call) -> bool:
-    """``call`` runs on every iteration of the batch loop around it (not every N steps, not on an error)."""
+    """``call`` runs on every iteration of the batch loop around it (not every N steps, not on an error, not behind a
+    debug or test switch of the options: ``if opt.debug > 0: self.debug(batch, output)``)."""
     loop = sem.enclosing_loop(call, "batch")
     return loop is not None and not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop)
-                                     or sem.in_exit_branch(call, loop))
+                                     or sem.in_exit_branch(call, loop) or _behind_a_debug_switch(sem, call, loop))
+
+
+_DEBUG_SWITCH = lazy(r"(?i)^(debug|verbose|test|vis|visuali[sz]e|show|plot|save_results?)$")
+
+
+def _behind_a_debug_switch(sem: SemanticModel, call: ast.AST, loop: ast.AST) -> bool:
+    """``call`` is in the ``if`` branch of an option such as ``opt.debug`` (``> 0``), ``args.test``, inside the loop."""
+    for test, holds in sem.guards.branch_tests(call):
+        if not holds or not sem.contains(loop, test):
+            continue
+        flag = test.left if isinstance(test, ast.Compare) else test
+        if isinstance(flag, ast.Attribute) and _DEBUG_SWITCH.match(flag.attr):
+            return True
+    return False
 
 
 def _device_carriers(sem: SemanticModel) -> set[str]:
