@@ -1030,6 +1030,83 @@ def test_a_subclass_hook_behind_a_debug_switch_of_the_base_loop_is_not_every_ste
     assert codes(results, "det_trainer.py") == [(9, "TD603")]  # after_step runs every step; debug only when asked
 
 
+def test_a_kernel_module_imported_relatively_from_its_own_cuda_extension(project: Path) -> None:
+    write(project, {
+        "pkg/__init__.py": "",
+        "pkg/ops/__init__.py": "",
+        "pkg/ops/setup.py": """\
+            from setuptools import setup
+            from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+            setup(name="_kern", ext_modules=[CUDAExtension("_kern", ["src/kern.cpp", "src/kern_cuda.cu"])],
+                  cmdclass={"build_ext": BuildExtension})
+            """,
+        "pkg/ops/pool.py": """\
+            import torch
+            from torch.autograd import Function
+            from ._kern import pool_forward
+
+            class PoolFn(Function):
+                @staticmethod
+                def forward(ctx, feats, size):
+                    out = torch.zeros((size, feats.size(1)), device="cuda")
+                    pool_forward(feats, torch.LongTensor([1, 2, 3]).cuda(), out)
+                    return out
+            """,
+        "pkg/plain.py": """\
+            import torch
+
+            def scratch(n):
+                return torch.zeros(n, device="cuda")
+            """,
+    })
+    results = check_files(["pkg/ops/pool.py", "pkg/plain.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "pool.py") == []  # GPU-only: its kernels are built from .cu sources
+    assert codes(results, "plain.py") == [(4, "TD101")]
+
+
+def test_a_validation_batch_a_helper_of_another_module_turns_into_numpy_needs_no_pinning(project: Path) -> None:
+    write(project, {
+        "val_utils.py": """\
+            import numpy as np
+            import torch
+
+            def test_single_volume(image, label, net, device):
+                image, label = image.squeeze(0).cpu().numpy(), label.squeeze(0).cpu().numpy()
+                hits = 0.0
+                for k in range(image.shape[0]):
+                    inp = torch.from_numpy(image[k])[None, None].float().to(device)
+                    with torch.no_grad():
+                        pred = net(inp).argmax(1)[0].cpu().numpy()
+                    hits += (pred == label[k]).mean()
+                return hits / image.shape[0]
+
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from val_utils import test_single_volume
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def validate(net, volumes, batches):
+                by_volume = DataLoader(volumes, batch_size=1, num_workers=1)
+                by_batch = DataLoader(batches, batch_size=16, num_workers=1)
+                net.eval()
+                a = 0.0
+                for i, v in enumerate(by_volume):
+                    a += test_single_volume(v["image"], v["label"], net, device)
+                b = []
+                for x, y in by_batch:
+                    with torch.no_grad():
+                        b.append(net(x.to(device, non_blocking=True)).argmax(1))
+                return a, b
+            """,
+    })
+    results = check_files(["train.py", "val_utils.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == [(9, "TD304")]  # the batches copied to the GPU, not those made NumPy at once
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

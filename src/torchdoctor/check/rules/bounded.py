@@ -23,6 +23,8 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if getattr(loop, "body", None) and isinstance(loop.body[-1], (ast.Break, ast.Return)):  # type: ignore[attr-defined]
         return True  # ``for x, y in loader: ...; break``: one pass, a smoke test of the first batch
+    if isinstance(loop, ast.For) and _one_batch_loader(sem, loop.iter):
+        return True  # ``DataLoader(holdout, batch_size=len(holdout))``: the whole set in one batch, one pass
     if isinstance(loop, ast.For) and isinstance(loop.iter, (ast.List, ast.Tuple)) and 0 < len(loop.iter.elts) <= 4 \
             and all(isinstance(e, ast.Constant) or isinstance(e, ast.Tuple) and e.elts and isinstance(e.elts[0], ast.Constant)
                     and isinstance(e.elts[0].value, str) for e in loop.iter.elts):
@@ -38,6 +40,20 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
         if _small_bound(ctx, test.comparators[0], stmt):
             return True
     return False
+
+
+def _one_batch_loader(sem, it: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``it`` (or a name bound to it) is a DataLoader whose ``batch_size`` is ``len()`` of its own dataset."""
+    if isinstance(it, ast.Name):
+        b = sem.binding_at(it.id, it)
+        it = b.value if b is not None and not b.is_param and b.index is None else None
+    if not (isinstance(it, ast.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] == "DataLoader"):
+        return False
+    data = it.args[0] if it.args else next((k.value for k in it.keywords if k.arg == "dataset"), None)
+    size = it.args[1] if len(it.args) > 1 else next((k.value for k in it.keywords if k.arg == "batch_size"), None)
+    return data is not None and isinstance(size, ast.Call) and isinstance(size.func, ast.Name) \
+        and size.func.id == "len" and len(size.args) == 1 and dotted(size.args[0]) is not None \
+        and dotted(size.args[0]) == dotted(data)
 
 
 def _enumerate_counter(loop: ast.AST, sem: object = None) -> str | None:

@@ -130,7 +130,8 @@ def _imports_own_extension(sem: SemanticModel) -> bool:
     """An import of a kernel module the project builds, not an optional one (``try: import fused_kernel`` whose
     ``except ImportError`` goes on without it)."""
     built = _own_cuda_extensions(os.path.dirname(os.path.abspath(sem.path)))
-    if not built or not any(q.split(".")[0] in built or q in built for q in sem.imports.values()):
+    if not built or not any(q.split(".")[0] in built or q in built for q in sem.imports.values()) and not any(
+            level for level, _, _ in sem.names.from_imports.values()):  # (``from ._cuda_ext import f``: relative)
         return False
     for imp in sem.of_type(ast.Import, ast.ImportFrom):
         if any(n.split(".")[0] in built or n in built for n in _imported_names(imp)) and not _optional_import(sem, imp):  # type: ignore[arg-type]

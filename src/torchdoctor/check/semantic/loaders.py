@@ -194,6 +194,8 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
         if method_name(node) in ("train_step", "training_step", "validation_step", "test_step", "step"):
             return True
         funcs = sem.resolve(node)
+        if batch and _batch_taken_as_numpy(sem, node, batch, funcs):
+            continue  # ``test_single_volume(batch["image"], batch["label"], net)`` whose first line makes NumPy of them
         if funcs and any({"backward"} & sem.effects(f) or _calls_model(sem, f) for f in funcs):
             return True
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
@@ -201,6 +203,26 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
         if not funcs and passes_batch and _STEPISH.search(callee or ""):
             return True
     return False
+
+
+def _batch_taken_as_numpy(sem: SemanticModel, call: ast.Call, batch: set[str], funcs: list[ast.AST]) -> bool:
+    """Every argument of ``call`` that holds the batch goes to a parameter the function (of this file, or of another
+    module of the project) turns into a NumPy array at once: the batch never reaches the GPU as it is."""
+    from torchdoctor.check.semantic.summary import numpy_params
+
+    given = [i for i, a in enumerate(call.args) if flow.mentions(sem, a, batch)]
+    if not given or any(isinstance(a, ast.Starred) for a in call.args):
+        return False
+    if funcs:
+        if any(sem.class_of(f) is not None for f in funcs):
+            return False  # (a method: its ``self`` shifts the positions)
+        found = [(tuple(a.arg for a in f.args.args), numpy_params(f)) for f in funcs]  # type: ignore[attr-defined]
+    elif sem.project is not None and (summary := sem.project.function_for(sem, call)) is not None \
+            and "." not in summary.name:  # type: ignore[attr-defined]
+        found = [(summary.params, summary.numpy_params)]
+    else:
+        return False
+    return all(bool(numpy) and all(i < len(params) and params[i] in numpy for i in given) for params, numpy in found)
 
 
 _GENERATION = lazy(r"(?i)(^|_)(generate|rollout)")

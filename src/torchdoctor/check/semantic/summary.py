@@ -59,7 +59,7 @@ class ClassSummary(FrozenRecord):
 
 
 class FunctionSummary(FrozenRecord):
-    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step")
+    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params")
     name: str  # "f" or "Class.method"
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
@@ -70,10 +70,11 @@ class FunctionSummary(FrozenRecord):
     # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``)
 
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
+    numpy_params: frozenset[str]  # parameters its first statement turns into NumPy arrays (``x = x.cpu().numpy()``)
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
-                 returns: str | None = None, one_step: bool = False) -> None:
-        self._fill(name, effects, loops, params, returns, one_step)
+                 returns: str | None = None, one_step: bool = False, numpy_params: frozenset[str] = frozenset()) -> None:
+        self._fill(name, effects, loops, params, returns, one_step, numpy_params)
 
 
 class ModuleSummary(Record):
@@ -187,8 +188,30 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "derived" if sem.kinds.computes_on_params([func]) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
-            out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step)
+            out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step, numpy_params(func))
     return out
+
+
+def numpy_params(func: ast.AST) -> frozenset[str]:
+    """The parameters the function's first statement turns into NumPy arrays: ``image, label =
+    image.squeeze(0).cpu().numpy(), label.squeeze(0).cpu().numpy()`` (SSL4MIS's ``test_single_volume``)."""
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
+    first = body[0] if body else None
+    if not (isinstance(first, ast.Assign) and len(first.targets) == 1):
+        return frozenset()
+    target, value = first.targets[0], first.value
+    pairs = list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+        and len(target.elts) == len(value.elts) else [(target, value)]
+    params = {a.arg for a in func.args.args}  # type: ignore[attr-defined]
+    out = set()
+    for t, v in pairs:
+        methods = []
+        while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute):
+            methods.append(v.func.attr)
+            v = v.func.value
+        if isinstance(t, ast.Name) and isinstance(v, ast.Name) and v.id == t.id in params and "numpy" in methods:
+            out.add(t.id)
+    return frozenset(out)
 
 
 def _loops_backward(sem: SemanticModel, func: ast.AST) -> bool:
