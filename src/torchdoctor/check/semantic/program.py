@@ -359,9 +359,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
     Fabric, it moves to a GPU index (a rank), or a function of it moves values to a ``device`` parameter
     that a caller elsewhere in the project passes an accelerator device."""
 
-    def compute() -> bool:
-        if _lightning_on_cpu(sem) or _cuda_always_off(sem) or _devices_end_on_cpu(sem):
-            return False
+    def placed() -> bool:
         if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
                 or _cuda_tensor_types(sem) or _lightning_on_gpu(sem) or (_gpu_index_device(sem) and _places_work(sem)):
             return True
@@ -370,6 +368,9 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
             config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem) \
             or model_from_project_builder(sem, sem.project) or _subclass_of_an_accelerated_class(sem, sem.project)
+
+    def compute() -> bool:  # (the CPU-only tests last: most files place no work, and need none of them)
+        return placed() and not (_lightning_on_cpu(sem) or _cuda_always_off(sem) or _devices_end_on_cpu(sem))
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
 
