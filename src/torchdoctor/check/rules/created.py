@@ -89,7 +89,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
             return
         region = inner
     if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) or _made_once(ctx, node, region) \
-            or _in_a_handler(sem, node, region):
+            or sem.in_handler(node, region):  # (``except RuntimeError: return torch.rand(...).to(dev)``: a fallback)
         return
     if method_name(move) != "cuda" and not program.runs_on_accelerator(sem) and not (
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -104,17 +104,6 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
-
-
-def _in_a_handler(sem, node: ast.AST, region: ast.AST) -> bool:  # type: ignore[no-untyped-def]
-    """``except RuntimeError: return torch.rand(...).to(ids.device)``: a fallback that runs when something fails, not
-    on every step."""
-    for up in sem.ancestors(node):
-        if up is region:
-            return False
-        if isinstance(up, ast.ExceptHandler):
-            return True
-    return False
 
 
 def _follows_its_inputs(call: ast.Call, name: str) -> bool:
