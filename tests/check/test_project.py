@@ -1107,6 +1107,60 @@ def test_a_validation_batch_a_helper_of_another_module_turns_into_numpy_needs_no
     assert codes(results, "train.py") == [(9, "TD304")]  # the batches copied to the GPU, not those made NumPy at once
 
 
+def test_a_model_from_a_factory_of_another_module_that_moves_it_in_every_branch(project: Path) -> None:
+    write(project, {
+        "factory.py": """\
+            import torch.nn as nn
+
+            class TinySeg(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.conv = nn.Conv2d(1, c, 3, padding=1)
+
+                def forward(self, x):
+                    return self.conv(x)
+
+            def net_factory(kind="tiny", classes=4):
+                if kind == "tiny":
+                    net = TinySeg(classes).cuda()
+                elif kind == "wide":
+                    net = nn.Sequential(TinySeg(classes), nn.Conv2d(classes, classes, 1)).cuda()
+                else:
+                    net = None
+                return net
+
+            def plain_factory(classes=4):
+                return TinySeg(classes)
+            """,
+        "train.py": """\
+            import torch
+            from factory import net_factory, plain_factory
+
+            def create_model(ema=False):
+                model = net_factory("tiny", 4)
+                if ema:
+                    for p in model.parameters():
+                        p.detach_()
+                return model
+
+            def create_plain():
+                model = plain_factory(4)
+                return model
+
+            student = create_model()
+            teacher = create_model(ema=True)
+            other = create_plain()
+            x = torch.rand(2, 1, 8, 8).cuda()
+            with torch.no_grad():
+                t = teacher(x)
+            loss = ((student(x) - t) ** 2).mean() + other(x).mean()
+            loss.backward()
+            """,
+    })
+    results = check_files(["train.py", "factory.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(17, "TD201")]  # only the model of the factory that moves nothing
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

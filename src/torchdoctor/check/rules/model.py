@@ -235,6 +235,10 @@ def _returns_moved(ctx: Context, func: ast.AST) -> bool:
         value = ret.value
         if value is not None and (sem.value_is_moved(value) or isinstance(value, ast.Name) and sem.is_moved(value.id, ret)):
             return True
+        if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, ret)) is not None and not b.is_param \
+                and isinstance(b.value, ast.Call) and sem.project is not None \
+                and getattr(sem.project.function_for(sem, b.value), "returns", None) == "cuda_model":  # type: ignore[attr-defined]
+            return True  # ``net = net_factory(...)`` of another module whose every return is ``Net(...).cuda()``
         if isinstance(value, ast.Name) and any(  # ``trainer.fit(model, loader)`` first: Lightning moves it
                 isinstance(c, ast.Call) and method_name(c) == "fit" and any(dotted(a) == value.id for a in c.args)
                 for c in sem.local_nodes(func)):

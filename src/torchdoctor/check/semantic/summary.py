@@ -227,10 +227,23 @@ def _loops_backward(sem: SemanticModel, func: ast.AST) -> bool:
 def _returns_moved_to_cuda(sem: SemanticModel, func: ast.AST) -> bool:
     """Every ``return`` of a value hands back ``x.cuda()`` (or a tuple of them): a builder that puts the models it
     makes on the GPU (XLM's ``build_model``: ``return model.cuda()``, ``return encoder.cuda(), decoder.cuda()``)."""
-    returns = [n.value for n in sem.local_nodes(func) if isinstance(n, ast.Return) and n.value is not None]
-    return bool(returns) and all(
-        all(isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "cuda"
-            for v in (r.elts if isinstance(r, ast.Tuple) else [r])) for r in returns)
+    def moved(v: ast.AST) -> bool:
+        return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "cuda"
+
+    def none(v: ast.AST) -> bool:
+        return isinstance(v, ast.Constant) and v.value is None
+
+    values: list[ast.AST] = []
+    for n in sem.local_nodes(func):
+        if isinstance(n, ast.Return) and n.value is not None:
+            for v in (n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]):
+                if isinstance(v, ast.Name):  # ``net = UNet(...).cuda()`` in each branch (``else: net = None``)
+                    bound = [b.value for b in sem.bindings_of(v.id) if sem.scope_of(b.node) is func and not b.is_param]
+                    values += bound if bound and all(x is not None for x in bound) else [v]
+                else:
+                    values.append(v)
+    kept = [v for v in values if not none(v)]
+    return bool(kept) and all(moved(v) for v in kept)
 
 
 def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
