@@ -11,6 +11,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project import SELECTS_WRAPPED, STRIPS_WRAPPED
 from torchdoctor.check.registry import rule
+from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.models import wrapper_prefix
 
 
@@ -23,7 +24,7 @@ _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "to
 def data_parallel(node: ast.AST, ctx: Context) -> None:
     """nn.DataParallel (or the functional ``nn.parallel.data_parallel``): single-process, slower and unbalanced."""
     q = ctx.call_name(node) or ""
-    if q in _DATA_PARALLEL and not _key_adapter(ctx, node):
+    if q in _DATA_PARALLEL and not _key_adapter(ctx, node) and not program.in_dead_branch(ctx.semantic, node):
         ctx.report("TD204", node, f"`{ctx.name(node.func)}` runs one process over all GPUs (GIL-bound, "  # type: ignore[attr-defined]
                    "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
 

@@ -20,7 +20,7 @@ from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program,
 __all__ = ["has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "device_params", "in_test",
            "QUIET_IN_TESTS", "uses_gpu_only_library", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
-           "sets_device_through_helper", "imports_gpu_only", "single_process_world"]
+           "sets_device_through_helper", "imports_gpu_only", "single_process_world", "in_dead_branch"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are
@@ -492,6 +492,16 @@ def _always_false(sem: SemanticModel, test: ast.AST) -> bool:
     bindings = sem.bindings_of(test.id)
     return bool(bindings) and all(not b.is_param and isinstance(b.value, ast.Constant) and b.value.value is False
                                   for b in bindings)
+
+
+def in_dead_branch(sem: SemanticModel, node: ast.AST) -> bool:
+    """``node`` sits in the body of an ``if`` whose test is always False (``parallel = False``, ``if parallel:``)."""
+    child = node
+    for up in sem.ancestors(node):
+        if isinstance(up, ast.If) and any(s is child for s in up.body) and _always_false(sem, up.test):
+            return True
+        child = up
+    return False
 
 
 def _lightning_on_cpu(sem: SemanticModel) -> bool:
