@@ -405,6 +405,10 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
         up = sem.parent(cur)
     if isinstance(up, ast.Dict) and cur in up.values:  # ``{"rois": boxes.cpu().numpy(), ...}``: a record of arrays
         cur, up = up, sem.parent(up)
+    for _ in range(3):  # ``return z.cpu() if keep_on_host else z``, ``(D[0].cpu(), *D[1:]) if tuple else D.cpu()``
+        if isinstance(up, ast.IfExp) and cur in (up.body, up.orelse) or isinstance(up, ast.Tuple) \
+                and isinstance(sem.parent(up), ast.IfExp):
+            cur, up = up, sem.parent(up)
     if isinstance(up, ast.Return) or isinstance(up, ast.Tuple) and isinstance(sem.parent(up), ast.Return):
         return True  # (``return probs, probs.argmax(1).cpu().numpy()``: one element of what it hands back)
     if isinstance(up, ast.Lambda) and up.body is cur:
