@@ -1161,6 +1161,40 @@ def test_a_model_from_a_factory_of_another_module_that_moves_it_in_every_branch(
     assert codes(results, "train.py") == [(17, "TD201")]  # only the model of the factory that moves nothing
 
 
+def test_the_copies_of_a_no_grad_prediction_step_the_base_loop_calls_are_kept(project: Path) -> None:
+    write(project, {
+        "base.py": """\
+            import torch
+
+            class Parser:
+                def __init__(self, model):
+                    self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    self.model = model.to(self.device)
+
+                def predict(self, loader):
+                    self.model.eval()
+                    preds = []
+                    for batch in loader:
+                        preds.append(self.pred_step(batch.to(self.device)))
+                    return preds
+            """,
+        "dep.py": """\
+            import torch
+            from base import Parser
+
+            class DependencyParser(Parser):
+                @torch.no_grad()
+                def pred_step(self, batch):
+                    scores = self.model(batch)
+                    lens = (batch.sum(-1) > 0).sum(-1).tolist()
+                    best = scores.argmax(-1).cpu()
+                    return best, lens, scores.max().item()
+            """,
+    })
+    results = check_files(["dep.py", "base.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "dep.py") == [(10, "TD603")]  # the scalar read; the copies are the step's outputs
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\

@@ -63,8 +63,8 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
     b = ctx.semantic.binding_at(name.id, at)
     if b is None or b.value is None:
         loop = ctx.semantic.parent(b.node) if b is not None else None
-        if not isinstance(loop, (ast.For, ast.AsyncFor)):
-            return False
+        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)):
+            return False  # (``["val_{}".format(i) for i in range(n)]``: a comprehension's counter too)
         if isinstance(loop.iter, ast.Call) and (dotted(loop.iter.func) or "").rsplit(".", 1)[-1] in ("trange", "tnrange"):
             return True  # ``for i in tqdm.trange(n)``: ints
         iters, counter = unwrap_iter(loop.iter)  # ``for i in tqdm(range(n))``: ints

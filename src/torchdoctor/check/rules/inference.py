@@ -140,8 +140,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     name = func.name  # type: ignore[attr-defined]
     cls = sem.class_of(func)  # a method of an agent or a trainer counts; one of a model class is its own API
     if not _INFERENCE_FUNC.match(name) or (cls is not None and (cls.name in sem.module_classes or name == "forward")) \
-            or program.in_test(sem, func):  # type: ignore[attr-defined]
-        return
+            or program.in_test(sem, func) or name in ("evaluate_actions", "evaluate_action"):  # type: ignore[attr-defined]
+        return  # (PPO's ``evaluate_actions``: the log-probabilities and values of the actions taken, for the loss)
     if any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
         return
     outer = next((a for a in sem.ancestors(func) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)

@@ -156,6 +156,10 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                                                                        and sem.parent(up).func is up):
             cur = up  # ``out.cpu().data``
             continue
+        if not as_array and isinstance(up, ast.Subscript) and up.value is cur and isinstance(up.slice, ast.Constant) \
+                and isinstance(sem.parent(up), ast.Attribute) and sem.parent(up).attr == "numpy":
+            cur = up  # ``out.cpu().data[0].numpy()``: the first sample of the copy, then its array
+            continue
         if isinstance(up, ast.Attribute) and up.attr in _ALONG_AXIS and not as_array \
                 and isinstance(call := sem.parent(up), ast.Call) and call.func is up and (call.args or call.keywords):
             cur = call  # ``out.cpu().data.max(2)``: along an axis, a tensor (with ``[1]``, its indices) on the host
@@ -300,9 +304,11 @@ def _read_as_array(ctx: Context, n: ast.AST, region: ast.AST, depth: int) -> boo
         if isinstance(up, (ast.BinOp, ast.UnaryOp)) or isinstance(up, ast.Subscript) and up.value is n:
             n, up = up, sem.parent(up)
             continue
-        if isinstance(up, ast.Compare) and len(up.ops) == 1 and isinstance(sem.parent(up), ast.Assign) \
-                and sem.parent(up).value is up:
-            n, up = up, sem.parent(up)  # ``mask = (pred_np == cl)``: an elementwise mask, an array bound to a name
+        if isinstance(up, ast.Compare) and len(up.ops) == 1 and (
+                isinstance(sem.parent(up), ast.Assign) and sem.parent(up).value is up
+                or isinstance(sem.parent(up), ast.Call) and up in sem.parent(up).args
+                and (ctx.call_name(sem.parent(up)) or "").startswith("numpy.")):
+            n, up = up, sem.parent(up)  # ``mask = (pred_np == cl)``, ``np.logical_and(pred_np == cl, ...)``: a mask
             continue
         break
     if isinstance(up, (ast.FormattedValue, ast.JoinedStr, ast.Compare, ast.BoolOp, ast.If, ast.While, ast.AugAssign)):

@@ -381,13 +381,17 @@ def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
     arg = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
     if _cut_from_model_input(ctx, arg, call):
         return True
-    for _ in range(3):
+    for _ in range(5):
         if arg is None:
             return False
         if any(isinstance(n, ast.Call) and ctx.semantic.is_device_move(n) for n in ctx.semantic.subtree(arg)):
             return True
         if loaders.dataset_yields_device_tensors(ctx.semantic, arg):
             return True
+        if isinstance(arg, ast.Call) and (ctx.call_name(arg) or "").rsplit(".", 1)[-1] in ("random_split", "Subset") \
+                and arg.args:
+            arg = arg.args[0]  # ``part_a, part_b = random_split(cache, [48, 16])``: parts of that dataset
+            continue
         if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors, or of a model's outputs
             return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call)
                                                     or _returned_moved(ctx, a, call) or _made_on_device(ctx, a, call))

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None:
     """The batch loop that runs ``node`` on every iteration, unguarded; through helper calls too."""
     sem = ctx.semantic
-    if depth == 0 and any(isinstance(a, ast.Raise) for a in sem.ancestors(node)):
-        return None  # an error message is built once, on the way out
+    if depth == 0 and (any(isinstance(a, ast.Raise) for a in sem.ancestors(node)) or _after_a_return(ctx, node)):
+        return None  # an error message is built once, on the way out; code after a ``return`` never runs
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
@@ -160,6 +160,11 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     report_sync(ctx, node, what, loop)
 
 
+def _after_a_return(ctx: Context, node: ast.AST) -> bool:
+    """``return`` (or ``raise``) earlier in a block around ``node``, in its function: dead code that never runs."""
+    return any(isinstance(s, (ast.Return, ast.Raise)) for s in ctx.semantic.index.earlier_statements(node))
+
+
 def _copies_a_parameter(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
     """``torch.argmax(start_logits, -1).cpu()``: what is copied is computed from a parameter of ``func`` (what the
     caller handed it), not from a tensor the helper made on the device itself."""
@@ -241,6 +246,9 @@ def _report_for_base_loop(ctx: Context, node: ast.AST, what: str) -> None:
     if func is None or cls is None or sem.project is None or sem.call_sites(func) or sem.under_step_guard(node) \
             or not program.runs_on_accelerator(sem) or sem.enclosing_loop(node, "batch") is not None:
         return
+    if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy") and any(
+            sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
+        return  # ``@torch.no_grad() def pred_step(self, batch)``: a prediction step's outputs, copied to be kept
     for base in cls.bases:  # type: ignore[attr-defined]
         written = dotted(base)
         if written and sem.class_of(func) is cls and sem.project.calls_every_step(sem, written, func.name):  # type: ignore[attr-defined]
