@@ -1,7 +1,6 @@
-"""The TD603 sites that wait for nothing new or keep what they copy, which ``steps.py`` leaves alone: an evaluation
-loop's outputs copied to the host to be kept there (collected, handed to a metric, saved, handed back by a helper),
-a flag the ranks broadcast to stop together, an action a host environment needs to step, and a read after the
-step's own timing ``torch.cuda.synchronize()``."""
+"""The TD603 copies that keep what they copy, which ``steps.py`` leaves alone: an evaluation loop's outputs copied to
+the host to be kept there (collected, handed to a metric, saved, handed back by a helper). ``waits.py`` has the reads
+that must happen or wait for nothing new."""
 
 from __future__ import annotations
 
@@ -14,106 +13,6 @@ from torchdoctor.check.semantic import flow
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
-
-
-_SIGNALS = frozenset({"broadcast", "all_reduce", "reduce"})
-
-
-def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
-    """``dist.broadcast(signal, src=0)`` then ``if signal.item() == 0: break``: a flag the ranks share to stop
-    together (one rank ran out of data). The loop cannot go on without reading it."""
-    sem = ctx.semantic
-    recv = node.func.value  # type: ignore[attr-defined]
-    if not isinstance(recv, ast.Name):
-        return False
-    test = sem.statement_of(node)
-    if not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
-                                               for n in sem.subtree(b)) or node not in sem.subtree(test.test):
-        return False
-    here = (node.lineno, node.col_offset)
-    return any(isinstance(c, ast.Call) and method_name(c) in _SIGNALS and c.args and isinstance(c.args[0], ast.Name)
-               and c.args[0].id == recv.id and (c.lineno, c.col_offset) < here
-               and (ctx.call_name(c) or "").startswith("torch.distributed.") for c in sem.body(loop))
-
-
-_NOT_ENVIRONMENTS = frozenset({"optimizer", "scheduler", "scaler", "model", "wrapper", "loader", "sampler"})
-
-
-def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> bool:
-    """``actions = q.argmax(1).cpu().numpy()`` then ``obs, reward, done, info = envs.step(actions)`` (or the copy
-    written in the call): the action a simulator on the host needs to go on. A reinforcement-learning rollout cannot
-    take its next step without it; the results the call hands back are what makes it an environment's step, not an
-    optimizer's or a scheduler's (``scheduler.step(val_loss.item())`` hands back nothing)."""
-    sem = ctx.semantic
-    if not sem.contains(loop, node):  # ``def select_action(...): return q.argmax().cpu().numpy()``, whose calls in
-        func = sem.function_of(node)  # the loop hand the action to ``env.step``
-        sites = [c for c in sem.call_sites(func) if sem.contains(loop, c)] if func is not None else []
-        if not sites and func is not None:  # ``out = self.policy.act(obs)`` in a runner's own rollout loop, which the
-            # step loop reaches through ``runner.collect()``: judged in the loop around each call
-            sites = sem.call_sites(func)
-            if sites and _reaches_return(ctx, node) and all(  # ``self.env.step(self.strategy.select(net, s))`` in
-                    stepped_with(ctx, c, _around(ctx, c)) for c in sites):
-                return True  # the agent's step method, which the loop calls: the environment needs the action
-            loops = [next(iter(sem.loops_around(c)), None) for c in sites]
-            if not sites or not _reaches_return(ctx, node):
-                return False
-            if None not in loops:
-                return all(env_action(ctx, c, around, depth + 1) for c, around in zip(sites, loops))  # type: ignore[arg-type]
-            # a helper of a helper: ``return self._pick(values)`` in ``_act``, whose result the loop hands to env.step
-            return depth < 3 and all(env_action(ctx, c, loop, depth + 1) for c in sites)
-        acting = [c for c in sites if env_action(ctx, c, loop, depth + 1)]
-        # (``if done: self._forward(obs)`` once an episode ends, its action dropped: no step of the loop)
-        return bool(acting) and _reaches_return(ctx, node) and all(
-            c in acting or _dropped_once_in_a_while(ctx, c, loop) for c in sites)
-    return stepped_with(ctx, node, sem.body(loop))
-
-
-def _around(ctx: Context, call: ast.AST) -> list[ast.AST]:
-    """The nodes of the function around ``call``, or of the loop around it at module level."""
-    sem = ctx.semantic
-    func = sem.function_of(call)
-    if func is not None:
-        return sem.local_nodes(func)
-    loop = next(iter(sem.loops_around(call)), None)
-    return sem.body(loop) if loop is not None else []
-
-
-def stepped_with(ctx: Context, node: ast.AST, region: list[ast.AST]) -> bool:
-    """An environment's ``step`` in ``region`` is handed ``node`` (in its arguments, or through the name it is
-    bound to, after it)."""
-    sem = ctx.semantic
-    stmt = sem.statement_of(node)
-    bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \
-        if isinstance(stmt, ast.Assign) else set()
-    for call in region:
-        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
-                and (call.args or call.keywords)):
-            continue
-        used = sem.statement_of(call)
-        if not (isinstance(used, ast.Assign) and used.value is call) or \
-                sem.expr_kind(call.func.value, call) in _NOT_ENVIRONMENTS:
-            continue
-        args = [*call.args, *(k.value for k in call.keywords)]
-        if any(sem.contains(a, node) for a in args):
-            return True
-        if bound and (call.lineno, call.col_offset) > (node.lineno, node.col_offset) and \
-                any(isinstance(n, ast.Name) and n.id in bound for a in args for n in sem.subtree(a)):
-            return True
-    return False
-
-
-def _dropped_once_in_a_while(ctx: Context, call: ast.Call, loop: ast.AST) -> bool:
-    """``self._forward(obs)`` as a statement of its own (its result dropped) under an ``if`` of the loop."""
-    sem = ctx.semantic
-    stmt = sem.statement_of(call)
-    if not (isinstance(stmt, ast.Expr) and stmt.value is call):
-        return False
-    for up in sem.ancestors(call):
-        if up is loop:
-            return False
-        if isinstance(up, ast.If):
-            return True
-    return False
 
 
 _COLLECTORS = frozenset({"append", "extend", "insert", "index_copy_", "copy_", "index_put_", "put_", "put"})
@@ -240,7 +139,7 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 or as_array and (isinstance(up.target, ast.Subscript)  # ``scr[i] += out.cpu().numpy()``: a host array
                                  or _host_buffer(ctx, up.target, up))  # ``total += out.cpu().numpy()``, ``np.zeros``
         if isinstance(up, ast.Assign) and up.value is cur:
-            if (name := _bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
+            if (name := bound_name(up)) is not None:  # ``preds = out.cpu().numpy()``, kept next
                 # (in a helper the loop calls: its reads in the helper's own body)
                 region = loop if sem.contains(loop, up) else sem.function_of(up)
                 return region is not None and _name_kept(ctx, name, up, region)
@@ -282,7 +181,7 @@ def _copied_for_host_processing(ctx: Context, node: ast.Call, loop: ast.AST) -> 
 
 
 def _goes_on_as_array(ctx: Context, name: str, stmt: ast.AST, region: ast.AST, depth: int) -> bool:
-    return any(_read_as_array(ctx, r, region, depth) for r in _reads_after(ctx, name, stmt, region))
+    return any(_read_as_array(ctx, r, region, depth) for r in reads_after(ctx, name, stmt, region))
 
 
 def _read_as_array(ctx: Context, n: ast.AST, region: ast.AST, depth: int) -> bool:
@@ -315,7 +214,7 @@ def _read_as_array(ctx: Context, n: ast.AST, region: ast.AST, depth: int) -> boo
         return False  # printed, tested or summed: a number
     if isinstance(up, ast.Call) and n in up.args:
         return not _makes_a_number(ctx, up)
-    if isinstance(up, ast.Assign) and up.value is n and depth < 2 and (other := _bound_name(up)) is not None:
+    if isinstance(up, ast.Assign) and up.value is n and depth < 2 and (other := bound_name(up)) is not None:
         return _goes_on_as_array(ctx, other, up, region, depth + 1)  # ``image = image.mean()``, ``peek = shown``
     if isinstance(up, ast.For) and up.iter is n and isinstance(up.target, ast.Name) and depth < 2:
         return _goes_on_as_array(ctx, up.target.id, up.target, up, depth + 1)  # ``for value in values: ...``
@@ -360,43 +259,18 @@ def _a_number(sem: object, v: ast.AST, at: ast.AST, depth: int) -> bool:
     return False
 
 
-def _bound_name(stmt: ast.AST | None) -> str | None:
+def bound_name(stmt: ast.AST | None) -> str | None:
     """The one name an assignment binds (``preds = ...``), else None."""
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         return stmt.targets[0].id
     return None
 
 
-def _reads_after(ctx: Context, name: str, stmt: ast.AST, region: ast.AST) -> list[ast.AST]:
+def reads_after(ctx: Context, name: str, stmt: ast.AST, region: ast.AST) -> list[ast.AST]:
     """The reads of ``name`` in ``region`` (a loop or a function) after ``stmt``, its own value included."""
     sem = ctx.semantic
     after = (stmt.end_lineno or stmt.lineno, stmt.end_col_offset or 0)  # type: ignore[attr-defined]
     return [n for n in sem.reads_of(name) if sem.contains(region, n) and (n.lineno, n.col_offset) > after]  # type: ignore[attr-defined]
-
-
-def _reaches_return(ctx: Context, node: ast.Call) -> bool:
-    """The copy is what its function hands back: returned, or bound to a name that is returned (``action =
-    q.argmax().cpu().numpy(); self.transition = [state, action]; return action``)."""
-    sem = ctx.semantic
-    stmt = sem.statement_of(node)
-    if isinstance(stmt, ast.Return):
-        return True
-    name, func = _bound_name(stmt), sem.function_of(node)
-    if name is None or func is None:
-        return False
-    frontier, seen = [(name, stmt)], {name}
-    for _ in range(6):  # (``q = net(s).cpu().numpy(); action = np.argmax(q); return action``: through a few names)
-        following = []
-        for key, at in frontier:
-            for r in _reads_after(ctx, key, at, func):  # type: ignore[arg-type]
-                used = sem.statement_of(r)
-                if isinstance(used, ast.Return):
-                    return True
-                if isinstance(used, ast.Assign) and (bound := _bound_name(used)) is not None and bound not in seen:
-                    seen.add(bound)
-                    following.append((bound, used))
-        frontier = following
-    return False
 
 
 def returned_copy(ctx: Context, node: ast.Call) -> bool:
@@ -419,7 +293,7 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
         return True  # (``return probs, probs.argmax(1).cpu().numpy()``: one element of what it hands back)
     if isinstance(up, ast.Lambda) and up.body is cur:
         return True  # ``score = lambda x: x.max(-1).values.cpu().numpy()``: the lambda hands the array back
-    func, name = sem.function_of(node), _bound_name(up)
+    func, name = sem.function_of(node), bound_name(up)
     if func is not None and isinstance(up, ast.Call) and method_name(up) == "append" and cur in up.args \
             and isinstance(kept := up.func.value, ast.Name):  # type: ignore[attr-defined]
         made = sem.binding_at(kept.id, up)  # ``results.append(x[:n].cpu().numpy())`` ... ``return results``
@@ -429,7 +303,7 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
                 for r in sem.local_nodes(func))
     if func is None or name is None:
         return False
-    uses = _reads_after(ctx, name, up, func)  # type: ignore[arg-type]
+    uses = reads_after(ctx, name, up, func)  # type: ignore[arg-type]
 
     def chain_of(value: ast.AST | None, n: ast.AST) -> bool:  # ``y``, ``y.transpose(1, 2, 0)``: the array itself
         while isinstance(value, (ast.Call, ast.Attribute)):
@@ -440,7 +314,7 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
         stmt = sem.statement_of(n)
         if isinstance(stmt, ast.Return):
             return chain_of(stmt.value, n)
-        return _bound_name(stmt) == name and chain_of(stmt.value, n)  # type: ignore[union-attr]
+        return bound_name(stmt) == name and chain_of(stmt.value, n)  # type: ignore[union-attr]
 
     return bool(uses) and all(handed_back(n) for n in uses) and any(
         isinstance(sem.statement_of(n), ast.Return) for n in uses)
@@ -493,7 +367,7 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
     (``samples.append((img, preds[0]))``) or through a wrapper (``Image.fromarray(img).save(path)``), takes one of
     its elements on the host (``pred = preds[i]``), or rebinds it on the host (whose reads are these reads too)."""
     sem = ctx.semantic
-    uses = _reads_after(ctx, name, assign, loop)
+    uses = reads_after(ctx, name, assign, loop)
     # copied into NumPy (or a list): a host-side metric's input; a ``.cpu()`` tensor could have stayed on the device
     as_arrays = any(isinstance(n, ast.Attribute) and n.attr in ("numpy", "tolist") for n in sem.subtree(assign.value))
 
@@ -506,26 +380,26 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
         if isinstance(up, ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) and call.func is up \
                 and _saves(call):
             return True  # ``prediction.save(path)``: a PIL image made from it on the host, written out
-        if _bound_name(sem.statement_of(n)) == name:
+        if bound_name(sem.statement_of(n)) == name:
             return True  # rebound on the host (``image = (denorm(image) * 255).astype(np.uint8)``): its reads count
-        if depth < 2 and isinstance(up, ast.Assign) and up.value is n and (other := _bound_name(up)) is not None:
-            reads = _reads_after(ctx, other, up, loop)  # ``pred = outputs``: an alias, kept as ``pred``
+        if depth < 2 and isinstance(up, ast.Assign) and up.value is n and (other := bound_name(up)) is not None:
+            reads = reads_after(ctx, other, up, loop)  # ``pred = outputs``: an alias, kept as ``pred``
             return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
         if (each := _element_reads(sem, n)) is not None:  # ``for seed, image in zip(seeds, images): ...save(...)``
             element, reads = each
             return bool(reads) and all(kept(r, element) for r in reads)
         if isinstance(up, ast.keyword) and isinstance(record := sem.parent(up), ast.Call) and _record(ctx, record):
             n, up = record, sem.parent(record)  # ``row = CodeRow(top=top, name=f)``: a record of host values
-            if depth < 2 and isinstance(up, ast.Assign) and (other := _bound_name(up)) is not None and other != name:
-                reads = _reads_after(ctx, other, up, loop)
+            if depth < 2 and isinstance(up, ast.Assign) and (other := bound_name(up)) is not None and other != name:
+                reads = reads_after(ctx, other, up, loop)
                 return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
         while isinstance(up, ast.Call) and n in up.args and not _keeps(up) and _on_host(ctx, up):  # ``np.argmax(arr)``
             n, up = up, sem.parent(up)
             while isinstance(up, ast.Attribute) and up.attr in _ARRAY_METHODS and isinstance(call := sem.parent(up), ast.Call) \
                     and call.func is up:  # ``np.argmax(confs, axis=1).flatten()``
                 n, up = call, sem.parent(call)
-            if depth < 2 and isinstance(up, ast.Assign) and (other := _bound_name(up)) is not None and other != name:
-                reads = _reads_after(ctx, other, up, loop)  # ``labels = np.argmax(confs, 1)``, then kept as ``labels``
+            if depth < 2 and isinstance(up, ast.Assign) and (other := bound_name(up)) is not None and other != name:
+                reads = reads_after(ctx, other, up, loop)  # ``labels = np.argmax(confs, 1)``, then kept as ``labels``
                 return bool(reads) and all(kept(r, other, depth + 1) for r in reads)
             if isinstance(up, ast.Assign) and up.value is n and all(isinstance(t, ast.Subscript) for t in up.targets):
                 return True  # ``store[key] = pickle.dumps(row)``: stored on the host
@@ -598,7 +472,7 @@ def _grown_on_host(ctx: Context, seq: ast.AST, outer: ast.AST | None) -> bool:
             "torch.cat", "torch.stack", "numpy.concatenate", "numpy.vstack", "numpy.hstack", "numpy.append")):
         return False
     stmt = sem.parent(outer)
-    name = _bound_name(stmt) if isinstance(stmt, ast.Assign) and stmt.value is outer else None
+    name = bound_name(stmt) if isinstance(stmt, ast.Assign) and stmt.value is outer else None
     return name is not None and any(isinstance(e, ast.Name) and e.id == name for e in seq.elts)  # type: ignore[attr-defined]
 
 
@@ -648,63 +522,3 @@ def _element_reads(sem: object, n: ast.AST) -> tuple[str, list[ast.AST]] | None:
     return target.id, [r for r in sem.reads_of(target.id) if sem.contains(up, r)]  # type: ignore[attr-defined]
 
 
-CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
-          "timeit.default_timer")
-SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
-
-
-def timer_call(call: ast.Call) -> bool:
-    """``fw_timer.tic()``, ``timer.toc()``, ``self.timer.stop()``: a stopwatch object's reading."""
-    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or "timer" in (
-        dotted(call.func.value) or "").lower())
-
-
-def _clock_call(ctx: Context, node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and ((ctx.call_name(node) or "") in CLOCKS or timer_call(node))
-
-
-def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
-    """``node`` reads after the step's own timing ``torch.cuda.synchronize()`` (a clock read in the loop beside
-    it: the sync TD603 leaves alone), earlier in the loop's body, with no call but clock reads between: the GPU is
-    idle by then, so the read waits for nothing (``synchronize(); t1 = time.time(); print(loss.item(), t1 - t0)``)."""
-    sem = ctx.semantic
-    body = getattr(loop, "body", [])
-    top = node
-    while (up := sem.parent(top)) is not None and up is not loop:
-        top = up
-    if up is None or not any(b is top for b in body):
-        return False
-    region = sem.body(loop)
-    if not any(_clock_call(ctx, n) for n in region):
-        return False
-    for stmt in reversed(body[:[i for i, b in enumerate(body) if b is top][0]]):
-        calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
-        if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
-            return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
-        if not all(_clock_call(ctx, c) or _queues_nothing(ctx, c) for c in calls):
-            return False  # work queued after the sync (or none there): the read may wait for it
-    return False
-
-
-_HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "len", "isinstance", "float", "int", "print",
-                        "append", "format"})
-_METER = lazy(r"(?i)meter|logger|avg|average|stat")
-
-
-def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
-    """A call that puts no work on the GPU: another read (``loss.item()``), a shape, a host meter's update
-    (``loss_meter.update(loss.item(), n)``, ``meters[0].update(...)``, timm's ``losses_m = AverageMeter()``), a
-    print. Between a timing sync and a read, it leaves the GPU idle."""
-    func = call.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if name in _HOST_ONLY:
-        return True
-    if name != "update" or not isinstance(func, ast.Attribute):
-        return False
-    receiver = func.value.value if isinstance(func.value, ast.Subscript) else func.value
-    key = dotted(receiver) or ""
-    if _METER.search(key):
-        return True
-    b = ctx.semantic.binding_at(key, call) if key else None
-    made = b.value if b is not None and not b.is_param else None
-    return isinstance(made, ast.Call) and bool(_METER.search((dotted(made.func) or "").rsplit(".", 1)[-1]))

@@ -16,8 +16,8 @@ from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_
     while_few_kept
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, made_on_host, \
     sync_site, tensor_value
-from torchdoctor.check.rules.kept import after_timing_sync, collected_on_host, env_action, returned_copy, \
-    stepped_with, stop_signal
+from torchdoctor.check.rules.kept import collected_on_host, returned_copy
+from torchdoctor.check.rules.waits import after_timing_sync, env_action, stepped_with, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.summary import host_args_of

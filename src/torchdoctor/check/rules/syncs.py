@@ -16,7 +16,7 @@ from torchdoctor.check.astutil import dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
-from torchdoctor.check.rules.kept import CLOCKS, SYNCHRONIZE, timer_call
+from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timer_call
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, host_number, is_sync_call, made_on_host, \
     tensor_value
 from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers

@@ -1,0 +1,206 @@
+"""The TD603 reads that ``steps.py`` leaves alone because they must happen or wait for nothing new: a flag the ranks
+broadcast to stop together, an action a host environment needs to step, and a read after the step's own timing
+``torch.cuda.synchronize()`` (``kept.py`` has the copies kept on the host)."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING
+
+from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.patterns import lazy
+from torchdoctor.check.rules.kept import bound_name, reads_after
+
+if TYPE_CHECKING:
+    from torchdoctor.check.context import Context
+
+
+_SIGNALS = frozenset({"broadcast", "all_reduce", "reduce"})
+
+
+def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """``dist.broadcast(signal, src=0)`` then ``if signal.item() == 0: break``: a flag the ranks share to stop
+    together (one rank ran out of data). The loop cannot go on without reading it."""
+    sem = ctx.semantic
+    recv = node.func.value  # type: ignore[attr-defined]
+    if not isinstance(recv, ast.Name):
+        return False
+    test = sem.statement_of(node)
+    if not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
+                                               for n in sem.subtree(b)) or node not in sem.subtree(test.test):
+        return False
+    here = (node.lineno, node.col_offset)
+    return any(isinstance(c, ast.Call) and method_name(c) in _SIGNALS and c.args and isinstance(c.args[0], ast.Name)
+               and c.args[0].id == recv.id and (c.lineno, c.col_offset) < here
+               and (ctx.call_name(c) or "").startswith("torch.distributed.") for c in sem.body(loop))
+
+
+_NOT_ENVIRONMENTS = frozenset({"optimizer", "scheduler", "scaler", "model", "wrapper", "loader", "sampler"})
+
+
+def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> bool:
+    """``actions = q.argmax(1).cpu().numpy()`` then ``obs, reward, done, info = envs.step(actions)`` (or the copy
+    written in the call): the action a simulator on the host needs to go on. A reinforcement-learning rollout cannot
+    take its next step without it; the results the call hands back are what makes it an environment's step, not an
+    optimizer's or a scheduler's (``scheduler.step(val_loss.item())`` hands back nothing)."""
+    sem = ctx.semantic
+    if not sem.contains(loop, node):  # ``def select_action(...): return q.argmax().cpu().numpy()``, whose calls in
+        func = sem.function_of(node)  # the loop hand the action to ``env.step``
+        sites = [c for c in sem.call_sites(func) if sem.contains(loop, c)] if func is not None else []
+        if not sites and func is not None:  # ``out = self.policy.act(obs)`` in a runner's own rollout loop, which the
+            # step loop reaches through ``runner.collect()``: judged in the loop around each call
+            sites = sem.call_sites(func)
+            if sites and _reaches_return(ctx, node) and all(  # ``self.env.step(self.strategy.select(net, s))`` in
+                    stepped_with(ctx, c, _around(ctx, c)) for c in sites):
+                return True  # the agent's step method, which the loop calls: the environment needs the action
+            loops = [next(iter(sem.loops_around(c)), None) for c in sites]
+            if not sites or not _reaches_return(ctx, node):
+                return False
+            if None not in loops:
+                return all(env_action(ctx, c, around, depth + 1) for c, around in zip(sites, loops))  # type: ignore[arg-type]
+            # a helper of a helper: ``return self._pick(values)`` in ``_act``, whose result the loop hands to env.step
+            return depth < 3 and all(env_action(ctx, c, loop, depth + 1) for c in sites)
+        acting = [c for c in sites if env_action(ctx, c, loop, depth + 1)]
+        # (``if done: self._forward(obs)`` once an episode ends, its action dropped: no step of the loop)
+        return bool(acting) and _reaches_return(ctx, node) and all(
+            c in acting or _dropped_once_in_a_while(ctx, c, loop) for c in sites)
+    return stepped_with(ctx, node, sem.body(loop))
+
+
+def _around(ctx: Context, call: ast.AST) -> list[ast.AST]:
+    """The nodes of the function around ``call``, or of the loop around it at module level."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    if func is not None:
+        return sem.local_nodes(func)
+    loop = next(iter(sem.loops_around(call)), None)
+    return sem.body(loop) if loop is not None else []
+
+
+def stepped_with(ctx: Context, node: ast.AST, region: list[ast.AST]) -> bool:
+    """An environment's ``step`` in ``region`` is handed ``node`` (in its arguments, or through the name it is
+    bound to, after it)."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(node)
+    bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \
+        if isinstance(stmt, ast.Assign) else set()
+    for call in region:
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
+                and (call.args or call.keywords)):
+            continue
+        used = sem.statement_of(call)
+        if not (isinstance(used, ast.Assign) and used.value is call) or \
+                sem.expr_kind(call.func.value, call) in _NOT_ENVIRONMENTS:
+            continue
+        args = [*call.args, *(k.value for k in call.keywords)]
+        if any(sem.contains(a, node) for a in args):
+            return True
+        if bound and (call.lineno, call.col_offset) > (node.lineno, node.col_offset) and \
+                any(isinstance(n, ast.Name) and n.id in bound for a in args for n in sem.subtree(a)):
+            return True
+    return False
+
+
+def _dropped_once_in_a_while(ctx: Context, call: ast.Call, loop: ast.AST) -> bool:
+    """``self._forward(obs)`` as a statement of its own (its result dropped) under an ``if`` of the loop."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(call)
+    if not (isinstance(stmt, ast.Expr) and stmt.value is call):
+        return False
+    for up in sem.ancestors(call):
+        if up is loop:
+            return False
+        if isinstance(up, ast.If):
+            return True
+    return False
+
+
+def _reaches_return(ctx: Context, node: ast.Call) -> bool:
+    """The copy is what its function hands back: returned, or bound to a name that is returned (``action =
+    q.argmax().cpu().numpy(); self.transition = [state, action]; return action``)."""
+    sem = ctx.semantic
+    stmt = sem.statement_of(node)
+    if isinstance(stmt, ast.Return):
+        return True
+    name, func = bound_name(stmt), sem.function_of(node)
+    if name is None or func is None:
+        return False
+    frontier, seen = [(name, stmt)], {name}
+    for _ in range(6):  # (``q = net(s).cpu().numpy(); action = np.argmax(q); return action``: through a few names)
+        following = []
+        for key, at in frontier:
+            for r in reads_after(ctx, key, at, func):  # type: ignore[arg-type]
+                used = sem.statement_of(r)
+                if isinstance(used, ast.Return):
+                    return True
+                if isinstance(used, ast.Assign) and (bound := bound_name(used)) is not None and bound not in seen:
+                    seen.add(bound)
+                    following.append((bound, used))
+        frontier = following
+    return False
+
+
+CLOCKS = ("time.time", "time.perf_counter", "time.monotonic", "time.perf_counter_ns", "time.time_ns", "perf_counter",
+          "timeit.default_timer")
+
+
+SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
+
+
+def timer_call(call: ast.Call) -> bool:
+    """``fw_timer.tic()``, ``timer.toc()``, ``self.timer.stop()``: a stopwatch object's reading."""
+    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or "timer" in (
+        dotted(call.func.value) or "").lower())
+
+
+def _clock_call(ctx: Context, node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and ((ctx.call_name(node) or "") in CLOCKS or timer_call(node))
+
+
+def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``node`` reads after the step's own timing ``torch.cuda.synchronize()`` (a clock read in the loop beside
+    it: the sync TD603 leaves alone), earlier in the loop's body, with no call but clock reads between: the GPU is
+    idle by then, so the read waits for nothing (``synchronize(); t1 = time.time(); print(loss.item(), t1 - t0)``)."""
+    sem = ctx.semantic
+    body = getattr(loop, "body", [])
+    top = node
+    while (up := sem.parent(top)) is not None and up is not loop:
+        top = up
+    if up is None or not any(b is top for b in body):
+        return False
+    region = sem.body(loop)
+    if not any(_clock_call(ctx, n) for n in region):
+        return False
+    for stmt in reversed(body[:[i for i, b in enumerate(body) if b is top][0]]):
+        calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
+        if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
+            return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
+        if not all(_clock_call(ctx, c) or _queues_nothing(ctx, c) for c in calls):
+            return False  # work queued after the sync (or none there): the read may wait for it
+    return False
+
+
+_HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "len", "isinstance", "float", "int", "print",
+                        "append", "format"})
+
+
+_METER = lazy(r"(?i)meter|logger|avg|average|stat")
+
+
+def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
+    """A call that puts no work on the GPU: another read (``loss.item()``), a shape, a host meter's update
+    (``loss_meter.update(loss.item(), n)``, ``meters[0].update(...)``, timm's ``losses_m = AverageMeter()``), a
+    print. Between a timing sync and a read, it leaves the GPU idle."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name in _HOST_ONLY:
+        return True
+    if name != "update" or not isinstance(func, ast.Attribute):
+        return False
+    receiver = func.value.value if isinstance(func.value, ast.Subscript) else func.value
+    key = dotted(receiver) or ""
+    if _METER.search(key):
+        return True
+    b = ctx.semantic.binding_at(key, call) if key else None
+    made = b.value if b is not None and not b.is_param else None
+    return isinstance(made, ast.Call) and bool(_METER.search((dotted(made.func) or "").rsplit(".", 1)[-1]))
