@@ -225,6 +225,9 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
         if isinstance(up, ast.BinOp) and isinstance(up.right if up.left is cur else up.left, (ast.Name, ast.Constant)):
             cur = up  # ``(torch.ones(b, l) / l).to(x.device)``: scaled by a number on the host first
             continue
+        if isinstance(up, ast.BinOp) and up.left is cur and _host_factory(ctx, up.right):
+            cur = up  # ``(torch.ones(k, k) - torch.eye(k)).to(dev)``: two host factories combined, then moved
+            continue
         if not isinstance(up, ast.Attribute):
             return None
         call = sem.parent(up)
@@ -236,6 +239,13 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
             return None
         cur = call
     return None
+
+
+def _host_factory(ctx: Context, expr: ast.AST) -> bool:
+    """``torch.eye(k)``: a torch factory told no device."""
+    q = ctx.call_name(expr) or "" if isinstance(expr, ast.Call) else ""
+    return q.startswith("torch.") and q.count(".") == 1 and q.split(".")[1] in _MAKERS \
+        and keyword(expr, "device") is None  # type: ignore[arg-type]
 
 
 def _scalar_tensor(call: ast.Call) -> bool:
