@@ -1195,6 +1195,53 @@ def test_the_copies_of_a_no_grad_prediction_step_the_base_loop_calls_are_kept(pr
     assert codes(results, "dep.py") == [(10, "TD603")]  # the scalar read; the copies are the step's outputs
 
 
+def test_a_device_that_a_star_import_of_a_project_module_brings(project: Path) -> None:
+    write(project, {
+        "textkit.py": """\
+            import torch
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            """,
+        "plainkit.py": """\
+            import torch
+
+            device = torch.device("cpu")
+            """,
+        "finetune.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from textkit import *
+
+            def train(rows, net, opt):
+                feed = DataLoader(rows, batch_size=8, shuffle=True, num_workers=2)
+                net = net.to(device)
+                for x, y in feed:
+                    loss = torch.nn.functional.cross_entropy(net(x.to(device)), y.to(device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+        "cpu_finetune.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from plainkit import *
+
+            def train(rows, net, opt):
+                feed = DataLoader(rows, batch_size=8, shuffle=True, num_workers=2)
+                net = net.to(device)
+                for x, y in feed:
+                    loss = torch.nn.functional.cross_entropy(net(x.to(device)), y.to(device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["finetune.py", "cpu_finetune.py", "textkit.py", "plainkit.py"],
+                          Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "finetune.py") == [(6, "TD304")]
+    assert codes(results, "cpu_finetune.py") == []
+
+
 def test_a_dataset_of_text_from_another_module_gives_nothing_to_pin(project: Path) -> None:
     write(project, {
         "name_dataset.py": """\
