@@ -183,6 +183,10 @@ def param_default(func: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> a
     return defaults.get(param)
 
 
+# Methods that hand back the same object, placed or put in a mode: ``Net().to(dev)`` is still a ``Net``
+PLACEMENT_METHODS = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "half", "double", "bfloat16"})
+
+
 def strip_methods(expr: ast.AST, methods: frozenset[str] | set[str] | tuple[str, ...], *, subscripts: bool = False,
                   depth: int = 4) -> ast.AST:
     """``x`` of ``x.detach().float()`` (calls of ``methods`` on it), and of ``x[:10].view(...)`` with

@@ -419,7 +419,7 @@ class Callers:
         text = self.state.text(path) or ""
         m = re.search(rf"(?m)^def {re.escape(func)}\(", text)
         if m is not None:
-            end = re.compile(r"(?m)^(def|class|@)\b|^\S").search(text, m.end())
+            end = _TOP_LEVEL.search(text, m.end())
             body = text[m.start():end.start() if end else len(text)]
             return pattern.search(body) is not None and "load(" in body  # (reads a checkpoint file: ``torch.load``)
         if depth <= 0:
@@ -448,6 +448,7 @@ class Callers:
 _STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
 _LOADS = lazy(r"(?i)load|restore|resume")
+_TOP_LEVEL = lazy(r"(?m)^\S")  # the next statement at column 0: where a module-level function's text ends
 _RELATIVE_IMPORT = lazy(r"(?m)^from\s+(\.+)(\w[\w.]*)\s+import\b")
 _DATA_PARALLEL = lazy(r"(?<!Distributed)DataParallel\(")
 _ACCELERATOR_WORDS = lazy(r"(?i)cuda|device|accelerat|rank|gpu|fabric|\.to\(\s*\d")

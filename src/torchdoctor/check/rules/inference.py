@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, method_name, strip_methods
+from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, method_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -118,8 +118,7 @@ def _synthetic_probe(sem, call: ast.Call) -> bool:
     value = b.value if b is not None and not b.is_param else None
     while isinstance(value, ast.Call) and (sem.call_name(value) or "") in ("torch.autograd.Variable", "Variable") and value.args:
         value = value.args[0]  # ``Variable(torch.zeros(1, 3, 256, 256))``
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "float"):
-        value = value.func.value  # ``torch.Tensor(2, 3, 16, 16).to(device)``
+    value = strip_methods(value, PLACEMENT_METHODS) if value is not None else None  # ``torch.Tensor(2, 3).to(dev)``
     name = sem.call_name(value) or "" if isinstance(value, ast.Call) else ""
     if name in ("torch.Tensor", "torch.FloatTensor") and value.args and all(  # type: ignore[union-attr]
             isinstance(a, ast.Constant) and type(a.value) is int for a in value.args):  # type: ignore[union-attr]

@@ -10,7 +10,8 @@ import builtins
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name, strip_methods
+from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, dotted, method_name, param_default, root_name, \
+    strip_methods
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
@@ -80,15 +81,12 @@ def _instance_calls(ctx: Context, func: ast.AST) -> list[ast.Call]:
         return []
     def compute() -> list[ast.Call]:
         keys = [key for key, bound in sem.bindings.by_key.items() if any(  # type: ignore[attr-defined]
-            isinstance(made := strip_methods(b.value, _PLACEMENT), ast.Call) and (dotted(made.func) or "").rsplit(".", 1)[-1]
+            isinstance(made := strip_methods(b.value, PLACEMENT_METHODS), ast.Call) and (dotted(made.func) or "").rsplit(".", 1)[-1]
             == cls.name for b in bound if b.value is not None)]  # (``head = DetHead().to(device)``)
         return [call for key in keys for r in sem.reads_of(key) if isinstance(call := sem.parent(r), ast.Call)
                 and call.func is r and (sem.feeds_backward(call) or _in_a_forward(sem, call))]
 
     return sem.cached(("instance_calls", cls.name), compute)  # type: ignore[no-any-return]
-
-
-_PLACEMENT = frozenset({"to", "cuda", "eval", "train", "float", "half", "double", "bfloat16"})
 
 
 def _in_a_forward(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]

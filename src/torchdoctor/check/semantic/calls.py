@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from torchdoctor.check.astutil import dotted, is_false, keyword, method_name
+from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, is_false, keyword, method_name, strip_methods
 from torchdoctor.check.semantic.bindings import Bindings
 from torchdoctor.check.semantic.kinds import Kinds
 from torchdoctor.check.semantic.names import Names
@@ -34,7 +34,6 @@ _EFFECT_WORDS = frozenset({"backward", "step", "zero_grad", "zero_grad_", "zero_
 _EFFECT_NODES = (ast.Call, ast.Assign, ast.Compare, ast.comprehension)  # what ``node_effects`` may find effects in
 
 
-_PLACEMENT = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "half", "double", "bfloat16"})
 
 class Calls:
     """``external(call)`` (given by the project index) returns the summary of a function of another
@@ -218,8 +217,7 @@ class Calls:
         """The in-file class whose instance ``key`` holds (``x = Cls(...)``), if the binding says so."""
         b = self.bindings.at(key, at)
         value = b.value if b is not None and not b.is_param and b.index is None else None
-        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _PLACEMENT:
-            value = value.func.value  # ``model = Transcriber().to(dev)``: the instance, moved
+        value = strip_methods(value, PLACEMENT_METHODS) if value is not None else None  # ``Transcriber().to(dev)``
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
             return self.classes.get(value.func.id)
         return None

@@ -19,7 +19,7 @@ from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["feeds_device", "LOADER_NAMES", "only_python", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
+__all__ = ["feeds_device", "LOADER_NAMES", "only_python", "numpy_params", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
            "builds_a_loader", "loader_init_passes"]
 
 LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
@@ -208,8 +208,6 @@ def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
 def _batch_taken_as_numpy(sem: SemanticModel, call: ast.Call, batch: set[str], funcs: list[ast.AST]) -> bool:
     """Every argument of ``call`` that holds the batch goes to a parameter the function (of this file, or of another
     module of the project) turns into a NumPy array at once: the batch never reaches the GPU as it is."""
-    from torchdoctor.check.semantic.summary import numpy_params
-
     given = [i for i, a in enumerate(call.args) if flow.mentions(sem, a, batch)]
     if not given or any(isinstance(a, ast.Starred) for a in call.args):
         return False
@@ -276,6 +274,28 @@ _PYTHON_CALLS = frozenset({"zip", "list", "tuple", "sorted", "len", "max", "min"
                            "filter", "sum", "any", "all", "isinstance", "str", "int", "float", "reversed"})
 _PYTHON_METHODS = frozenset({"append", "extend", "split", "strip", "lower", "upper", "join", "keys", "values", "items", "get",
                              "sort", "pop", "insert", "replace", "format"})
+
+
+def numpy_params(func: ast.AST) -> frozenset[str]:
+    """The parameters the function's first statement turns into NumPy arrays: ``image, label =
+    image.squeeze(0).cpu().numpy(), label.squeeze(0).cpu().numpy()`` (SSL4MIS's ``test_single_volume``)."""
+    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
+    first = body[0] if body else None
+    if not (isinstance(first, ast.Assign) and len(first.targets) == 1):
+        return frozenset()
+    target, value = first.targets[0], first.value
+    pairs = list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+        and len(target.elts) == len(value.elts) else [(target, value)]
+    params = {a.arg for a in func.args.args}  # type: ignore[attr-defined]
+    out = set()
+    for t, v in pairs:
+        methods = []
+        while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute):
+            methods.append(v.func.attr)
+            v = v.func.value
+        if isinstance(t, ast.Name) and isinstance(v, ast.Name) and v.id == t.id in params and "numpy" in methods:
+            out.add(t.id)
+    return frozenset(out)
 
 
 def only_python(sem: SemanticModel, func: ast.AST) -> bool:

@@ -12,7 +12,7 @@ from torchdoctor.check.astutil import dotted, func_params
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
-    class_yields_text, loader_init_passes, only_python
+    class_yields_text, loader_init_passes, numpy_params, only_python
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
@@ -192,26 +192,6 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     return out
 
 
-def numpy_params(func: ast.AST) -> frozenset[str]:
-    """The parameters the function's first statement turns into NumPy arrays: ``image, label =
-    image.squeeze(0).cpu().numpy(), label.squeeze(0).cpu().numpy()`` (SSL4MIS's ``test_single_volume``)."""
-    body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
-    first = body[0] if body else None
-    if not (isinstance(first, ast.Assign) and len(first.targets) == 1):
-        return frozenset()
-    target, value = first.targets[0], first.value
-    pairs = list(zip(target.elts, value.elts)) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
-        and len(target.elts) == len(value.elts) else [(target, value)]
-    params = {a.arg for a in func.args.args}  # type: ignore[attr-defined]
-    out = set()
-    for t, v in pairs:
-        methods = []
-        while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute):
-            methods.append(v.func.attr)
-            v = v.func.value
-        if isinstance(t, ast.Name) and isinstance(v, ast.Name) and v.id == t.id in params and "numpy" in methods:
-            out.add(t.id)
-    return frozenset(out)
 
 
 def _loops_backward(sem: SemanticModel, func: ast.AST) -> bool:
