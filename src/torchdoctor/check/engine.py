@@ -19,7 +19,7 @@ from torchdoctor.findings import Finding, sort_findings
 
 __all__ = ["check_source", "load_rules", "parse", "may_be_torch", "RuleError", "merge_constructs"]
 
-_RULE_MODULES = ("device", "model", "wrappers", "attributes", "data", "pipeline", "created", "loop", "losses", "inference", "host", "results", "perf", "steps", "syncs",
+_RULE_MODULES = ("device", "model", "wrappers", "attributes", "data", "pipeline", "created", "loop", "losses", "inference", "passes", "host", "results", "perf", "steps", "syncs",
                  "distributed", "writes")
 # A file that mentions none of these cannot be PyTorch code: it is parsed (syntax
 # errors are still reported) but no rule looks at it.
