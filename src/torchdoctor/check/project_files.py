@@ -1,4 +1,4 @@
-"""The project index's per-run caches and its view of the disk: file texts (read afresh, never kept), the words
+"""The project index's per-run caches and its view of the disk: file texts (kept up to a bound), the words
 on their import lines, where a module's file is, and where a project's root is."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_BYTES", "State", "file_of", "guess_root", "import_statements"]
 
 MAX_BYTES = 2_000_000  # a larger module is not read for the index
+MAX_KEPT_TEXT = 24_000_000  # characters of file text kept for the index's questions (~3x a 620-file tree's)
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _WORD = lazy(r"\w+")
 _IMPORT_LINE = lazy(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import[ \t]+(?:\([^)]*\)|[^\n#]*)|import[ \t]+[^\n#]*)", re.M)
@@ -48,6 +49,8 @@ class State:
         self.parsed = 0
         self.absolutes: dict[str, str] = {}
         self.listings: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
+        self.texts: dict[str, str | None] = {}
+        self.kept_chars = 0
 
     def absolute(self, path: str) -> str:
         """``os.path.abspath(path)``, memoised: the index asks it ~30 times a file (a run never changes folder)."""
@@ -83,13 +86,22 @@ class State:
         return hit
 
     def text(self, path: str) -> str | None:
-        """The file's text, read afresh (texts are not kept: a big project's would fill memory)."""
+        """The file's text. The index asks for some texts dozens of times (a package's ``__init__.py``, ~3 reads a
+        file in all): they are kept until MAX_KEPT_TEXT characters are, then read afresh (a big project's texts
+        would fill memory)."""
+        if path in self.texts:
+            return self.texts[path]
         try:
             with open(path, "rb") as fh:
                 data = fh.read(MAX_BYTES + 1)
         except OSError:
             return None
-        return None if len(data) > MAX_BYTES else data.decode("utf-8", "replace")
+        text = None if len(data) > MAX_BYTES else data.decode("utf-8", "replace")
+        size = len(text) if text else 0
+        if self.kept_chars + size <= MAX_KEPT_TEXT:
+            self.texts[path] = text
+            self.kept_chars += size
+        return text
 
     def import_words(self, path: str) -> frozenset[str]:
         """The words on the file's import lines (module names and imported names), read once."""

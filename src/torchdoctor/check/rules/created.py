@@ -52,6 +52,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
 _MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
                      "logspace", "eye", "normal"})
 _CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
+_MASK_OPS = frozenset({"torch.triu", "torch.tril", "torch.diag", "torch.diag_embed", "torch.flip", "torch.roll"})
 _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "repeat", "flatten", "permute", "transpose",
                        "t", "contiguous"})
 
@@ -227,6 +228,10 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
             continue
         if isinstance(up, ast.BinOp) and up.left is cur and _host_factory(ctx, up.right):
             cur = up  # ``(torch.ones(k, k) - torch.eye(k)).to(dev)``: two host factories combined, then moved
+            continue
+        if isinstance(up, ast.Subscript) and up.value is cur or isinstance(up, ast.Call) and up.args[:1] == [cur] \
+                and (ctx.call_name(up) or "") in _MASK_OPS:
+            cur = up  # ``torch.triu(torch.ones(n, n), diagonal=1)[..., None].to(dev)``: a mask cut on the host first
             continue
         if not isinstance(up, ast.Attribute):
             return None

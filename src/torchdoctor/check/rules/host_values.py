@@ -83,7 +83,42 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
         if value.args and all(_host_leaf(a) for a in value.args) and not value.keywords:
             return True  # ``overflow = bad_number(loss.item())``: an in-file helper handed host numbers only
         return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
-    return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b)
+    return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b) or _tracker_reading(ctx, value)
+
+
+_TRACKER_FEEDS = frozenset({"update", "add", "append", "log", "record", "push", "add_scalar"})
+
+
+def _tracker_reading(ctx: Context, value: ast.AST) -> bool:
+    """``running = self.book.result()["loss"]`` / ``meter.avg`` of an object that the file feeds Python numbers
+    only (``self.book.update("loss", loss.item())``, every such call): what it hands back is a number too."""
+    recv, read = value, False
+    while isinstance(recv, (ast.Subscript, ast.Call, ast.Attribute)):
+        if isinstance(recv, ast.Call):
+            if not isinstance(recv.func, ast.Attribute) or any(not isinstance(a, ast.Constant) for a in recv.args):
+                return False
+            recv = recv.func
+        read = read or isinstance(recv, ast.Attribute)
+        recv = recv.value
+        key = dotted(recv)
+        if key and read and (fed := _feeds_of(ctx, key)) is not None:
+            return bool(fed)
+    return False
+
+
+def _feeds_of(ctx: Context, key: str) -> list[ast.Call] | None:
+    """The calls that feed ``key`` (``key.update(...)``), when each one hands it Python numbers and constants only
+    (at least one host number: ``.item()``, ``float(...)``); None when some call may hand it a tensor."""
+    fed = [c for c in ctx.semantic.calls_named(*_TRACKER_FEEDS) if isinstance(c.func, ast.Attribute)
+           and dotted(c.func.value) == key]
+    if not fed:
+        return None
+    for c in fed:
+        args = [*c.args, *(k.value for k in c.keywords)]
+        if not any(_host_leaf(a) and not isinstance(a, ast.Constant) for a in args) or not all(
+                _host_leaf(a) or isinstance(a, ast.Name) and host_number(ctx, a, c, 3) for a in args):
+            return None
+    return fed
 
 
 def _grown_by_tensors(ctx: Context, name: str, b: object) -> bool:
@@ -264,7 +299,7 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
     if isinstance(expr, ast.IfExp):  # ``gt = batch["H"] if "H" in batch else None``
         sides = [x for x in (expr.body, expr.orelse) if not (isinstance(x, ast.Constant) and x.value is None)]
         return bool(sides) and all(made_on_host(ctx, x, at, depth + 1) for x in sides)
-    if isinstance(expr, ast.Attribute) and expr.attr == "data":  # ``out.data`` of a host tensor
+    if isinstance(expr, ast.Attribute) and expr.attr in ("data", "grad"):  # ``out.data``, ``h0.grad`` of a host tensor
         return made_on_host(ctx, expr.value, at, depth)  # (syntax only, bounded by the tree: no hop counted)
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         return _host_attribute(ctx, expr, depth)
@@ -398,8 +433,13 @@ def _host_attribute(ctx: Context, expr: ast.Attribute, depth: int) -> bool:
 def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth: int) -> bool:
     """``call`` runs functions of this file whose every ``return`` hands back a host tensor (element ``index`` of
     the tuple when one is unpacked)."""
-    funcs = ctx.semantic.resolve(call) if depth < 12 else []
-    values = [ctx.semantic.kinds.returned_values(f, index) for f in funcs]
+    sem = ctx.semantic
+    funcs = sem.resolve(call) if depth < 12 else []
+    if not funcs and sem.project is not None and isinstance(call.func, (ast.Name, ast.Attribute)) \
+            and (dotted(call.func) or "").split(".")[0] in (*sem.names.from_imports, *sem.names.imports):
+        # ``err = compute_error(pred, gt)`` of another module, whose every return is ``....cpu().numpy()``
+        return getattr(sem.project.function_for(sem, call), "returns", None) == "host"  # type: ignore[attr-defined]
+    values = [sem.kinds.returned_values(f, index) for f in funcs]
     return bool(funcs) and all(v is not None and all(made_on_host(ctx, x, x, depth + 2) for x in v) for v in values)
 
 

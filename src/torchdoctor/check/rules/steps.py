@@ -294,8 +294,8 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     callers = [c for c in sem.project.step_callers(sem, func) if _may_take_branch(ctx, node, func, c)]  # type: ignore[attr-defined]
     if not callers or _reads_host_arguments(ctx, node, func, callers):
         return
-    if isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") and all(c.eval_before for c in callers) \
-            and _copies_a_parameter(ctx, node, func):
+    if isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") \
+            and all(c.eval_before or c.grad_mode == "off" for c in callers) and _copies_a_parameter(ctx, node, func):
         return  # (``bert_extract_item(start_logits, end_logits)`` decoding an evaluation's outputs on the host)
     here = os.path.dirname(os.path.abspath(sem.path))
     sites = sorted({f"{os.path.relpath(c.path, here)}:{c.line}" for c in callers})

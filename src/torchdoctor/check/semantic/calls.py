@@ -303,7 +303,7 @@ class Calls:
         if not isinstance(node, ast.Call):
             return False
         if method_name(node) == "backward":
-            return True
+            return len(node.args) <= 2  # (``wkv_cuda.backward(B, T, C, w, u, k, v, gy, gw, gu)``: a kernel's op)
         func = node.func
         if isinstance(func, ast.Name) and "scal" in func.id and node.args and self._loss_scaler(func, node):
             return True  # ``loss_scaler(loss, optimizer, parameters=...)``: timm's NativeScaler runs the backward

@@ -100,8 +100,10 @@ _METADATA = frozenset({"shape", "size", "dtype", "device", "ndim", "dim", "numel
 
 def _metadata_read(sem: SemanticModel, name: ast.Name) -> bool:
     """``b, c, w = x.shape``, ``n = x.size(0)``: Python numbers (or a dtype) read off a device tensor, not a tensor."""
-    up = sem.parent(name)
-    return isinstance(up, ast.Attribute) and up.value is name and up.attr in _METADATA
+    cur, up = name, sem.parent(name)
+    while isinstance(up, ast.Subscript) and up.value is cur:  # ``cache[0].size(0)``: of an element of a list
+        cur, up = up, sem.parent(up)
+    return isinstance(up, ast.Attribute) and up.value is cur and up.attr in _METADATA
 
 
 def _self_call(call: ast.Call) -> bool:

@@ -26,6 +26,7 @@ _ITEM_GETTER = lazy(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|exampl
 _DATASET_NAME = lazy(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
 _STEPPISH = lazy(r"(?i)step|update|optimi[sz]e|learn|train")  # the methods of a trainer object looked up elsewhere
 _TRAINISH = lazy(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
+_LOADER_NAME = lazy(r"(?i)(^|_)(data)?loader$|^(\w+_)?dl$")  # a loop target named so is a loader, not a batch
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
 
@@ -108,9 +109,11 @@ class Loops:
                 loaders = iters  # ``for it, pack in enumerate(gen_val): xs = pack[0]; xs = xs.cuda(rank); net(xs)``
             if not loaders:
                 return
+        target = loop.target  # type: ignore[attr-defined]
+        if any(_LOADER_NAME.search(n) for n in target_names(target)):
+            return  # ``for tag, dataloader in dataloaders:``: loaders (with their names), not batches
         info.is_batch = True
         info.loader = loaders[0]
-        target = loop.target  # type: ignore[attr-defined]
         if counter and isinstance(target, ast.Tuple) and len(target.elts) == 2:
             info.index_var = target.elts[0].id if isinstance(target.elts[0], ast.Name) else None
             target = target.elts[1]
@@ -213,8 +216,9 @@ class Loops:
         text = self.segment(it)
         if isinstance(it, (ast.Name, ast.Attribute)) and _ITERATOR_NAME.search(text):
             return True  # torchtext's ``train_iter``/``dev_iter``, a ``data_iterator``
-        if isinstance(it, (ast.Name, ast.Attribute, ast.Call)) and LOADERISH.search(text):
-            return not isinstance(it, ast.Call) or method_name(it) not in ("items", "keys", "values")
+        if isinstance(it, (ast.Name, ast.Call)) and LOADERISH.search(text) or isinstance(it, ast.Attribute) \
+                and LOADERISH.search(it.attr):  # (``test_loader.df.columns``, ``loader.dataset.imgs``: its parts)
+            return not isinstance(it, ast.Call) or method_name(it) not in ("items", "keys", "values", "tolist")
         # ``for x, y in val_data:`` counts when the body runs a model on it, or moves what it yields to a device;
         # so does ``for batch in iterator:`` over a parameter of ``evaluate(model, iterator, criterion)``.
         return (bool(EVALISH.search(text)) or self._param_of_eval_function(it, loop) or _batch_generator(it)) and \

@@ -462,13 +462,16 @@ def _devices_end_on_cpu(sem: SemanticModel) -> bool:
 
 
 def _ends_on_cpu(sem: SemanticModel, name: str) -> bool:
-    """``name`` is bound at module level only, and its last binding, a statement of the module's own body (under no
-    ``if``), is the CPU."""
+    """``name`` is bound in one scope only (the module, or one function: ``main()``), and its last binding, a
+    statement of that scope's own body (under no ``if``), is the CPU."""
     bindings = sem.bindings_of(name)
-    if not bindings or any(b.is_param or b.value is None or sem.function_of(b.node) is not None for b in bindings):
+    if not bindings or any(b.is_param or b.value is None for b in bindings):
+        return False
+    scopes = {sem.function_of(b.node) for b in bindings}
+    if len(scopes) != 1:
         return False
     last = max(bindings, key=lambda b: sem.index.pos.get(b.node, -1))
-    return sem.parent(last.node) is sem.index.tree and _cpu_value(sem, last.value)
+    return sem.parent(last.node) is (scopes.pop() or sem.index.tree) and _cpu_value(sem, last.value)
 
 
 def _cpu_value(sem: SemanticModel, value: ast.AST) -> bool:

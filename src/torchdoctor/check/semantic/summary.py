@@ -67,7 +67,8 @@ class FunctionSummary(FrozenRecord):
     returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper; "device": it may return CUDA;
     # "cuda_model": it returns what it built moved by ``.cuda()`` (``return model.cuda()``, ``return enc.cuda(),
     # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are); "python": one parameter,
-    # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``)
+    # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``); "host": every
+    # return hands back a host copy (``return err.view(-1).cpu().numpy()``)
 
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
     numpy_params: frozenset[str]  # parameters its first statement turns into NumPy arrays (``x = x.cpu().numpy()``)
@@ -185,6 +186,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "device" if says_cuda and _returns_cuda_choice(sem, func) else \
                 "cuda_model" if moves_to_cuda and _returns_moved_to_cuda(sem, func) else \
                 "python" if len(func.args.args) == 1 and only_python(sem, func) else \
+                "host" if _returns_host_copies(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
@@ -192,6 +194,45 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     return out
 
 
+
+
+_HOST_COPIES = frozenset({"cpu", "numpy", "tolist", "item"})
+
+
+def _returns_host_copies(sem: SemanticModel, func: ast.AST) -> bool:
+    """Every ``return`` of ``func`` hands back a value copied to the host (``.cpu().numpy()``, ``.tolist()``, maybe
+    indexed or reshaped after the copy: ``.cpu().numpy()[:, 0]``)."""
+    by_unit = sem.cached("host_copy_returns", lambda: _returns_by_unit(sem))
+    returns = by_unit.get(func)
+    if not returns:
+        return False
+    for r in returns:
+        value, copied = r.value, False  # type: ignore[attr-defined]
+        while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)) and not copied:
+            if isinstance(value, ast.Call):
+                if not isinstance(value.func, ast.Attribute):
+                    break
+                copied = value.func.attr in _HOST_COPIES
+                value = value.func.value
+            else:
+                value = value.value
+        if not copied:
+            return False
+    return True
+
+
+def _returns_by_unit(sem: SemanticModel) -> dict[ast.AST, list[ast.Return]]:
+    """The module's ``return value`` statements by the function they return from, when its text copies anything to
+    the host at all (most modules: an empty dict, no walk)."""
+    out: dict[ast.AST, list[ast.Return]] = {}
+    source = sem.text.source
+    if ".cpu()" not in source and ".numpy()" not in source and ".tolist()" not in source:
+        return out
+    frames = sem.index.frame
+    for r in sem.of_type(ast.Return):
+        if r.value is not None:  # type: ignore[attr-defined]
+            out.setdefault(frames[r].unit, []).append(r)  # type: ignore[arg-type]
+    return out
 
 
 def _loops_backward(sem: SemanticModel, func: ast.AST) -> bool:

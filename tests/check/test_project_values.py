@@ -1,0 +1,83 @@
+"""What the other modules of a project hand back, as the sync rules see it: host copies a helper returns, numbers a
+tracker class keeps. (The project index itself is tested in test_project.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.check.test_project import codes, project, write  # noqa: F401  (``project`` is a fixture)
+from torchdoctor.check.runner import check_files
+from torchdoctor.config import Settings
+
+
+def test_item_of_a_number_computed_from_a_helper_s_host_copy_is_quiet(project: Path) -> None:
+    write(project, {
+        "metrics.py": """\
+            import numpy as np
+            import torch
+
+            def angle_error(pred, gt):
+                err = torch.acos(torch.cosine_similarity(pred, gt, dim=0).clamp(-1, 1))
+                return err.view(-1).detach().cpu().numpy()
+
+            def mean_error(err):
+                return round(np.average(err), 4)
+            """,
+        "evaluate.py": """\
+            import torch
+            from torch import nn
+            from metrics import angle_error, mean_error
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(3, 3).to(device)
+
+            def evaluate(batches, scores):
+                for x, y in batches:
+                    pred = net(x.to(device))
+                    err = angle_error(pred, y.to(device))
+                    for score in scores:
+                        print(score(err).item())
+                    print(mean_error(err), (pred - y.to(device)).abs().mean().item())
+            """,
+    })
+    results = check_files(["evaluate.py", "metrics.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "evaluate.py") == [(14, "TD603")]  # the device tensor's read, not the NumPy numbers'
+
+
+def test_a_tracker_of_another_module_fed_item_numbers_hands_back_numbers(project: Path) -> None:
+    write(project, {
+        "tracking.py": """\
+            class Book:
+                def __init__(self, *keys):
+                    self.data = {k: [0.0, 0] for k in keys}
+
+                def update(self, key, value, n=1):
+                    self.data[key][0] += value * n
+                    self.data[key][1] += n
+
+                def result(self):
+                    return {k: t / max(c, 1) for k, (t, c) in self.data.items()}
+            """,
+        "train.py": """\
+            import torch
+            from torch import nn
+            from tracking import Book
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = nn.Linear(3, 1).to(device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+
+            def fit(batches):
+                book = Book("loss")
+                for x, y in batches:
+                    loss = (net(x.to(device)) - y.to(device)).pow(2).mean()
+                    book.update("loss", loss.item())
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+                    running_loss = book.result()["loss"]
+                    print(f"loss={running_loss:.4f}")
+            """,
+    })
+    results = check_files(["train.py", "tracking.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == [(13, "TD603")]  # the loss's .item() that feeds the book
