@@ -574,6 +574,22 @@ def test_a_loss_module_of_another_module_with_nothing_to_move_is_not_td201(proje
                 def forward(self, pos, neg):
                     return self.soft(torch.logsumexp((neg - pos + self.margin) * self.scale, 0))
 
+            def soft_ce(pred, target):
+                return nn.CrossEntropyLoss()(pred, target.argmax(1))
+
+            class Picked(nn.Module):
+                def __init__(self, name):
+                    super().__init__()
+                    if name == "bce":
+                        self.fn = nn.BCEWithLogitsLoss()
+                    elif name == "ce":
+                        self.fn = soft_ce
+                    else:
+                        self.fn = nn.MSELoss()
+
+                def forward(self, x, y):
+                    return self.fn(x, y)
+
             class Projected(nn.Module):
                 def __init__(self, margin: float):
                     super().__init__()
@@ -585,23 +601,26 @@ def test_a_loss_module_of_another_module_with_nothing_to_move_is_not_td201(proje
             """,
         "train.py": """\
             import torch
-            from losses import DiceLoss, PairMargin, Projected, Weighted
+            from losses import DiceLoss, PairMargin, Picked, Projected, Weighted
 
             def train(model, loader, optimizer):
                 dice, weighted = DiceLoss(4), None
                 weighted = Weighted()
                 projected = Projected(0.25)
                 pair = PairMargin(0.25, 32)
+                picked = Picked("ce")
                 for x, y in loader:
                     x, y = x.cuda(), y.cuda()
                     loss = dice(model(x), y) + weighted(model(x), y) + pair(model(x), y) + projected(model(x), y)
+                    loss = loss + picked(model(x), y)
                     optimizer.zero_grad()
                     loss.backward()
                     optimizer.step()
             """,
     })
     results = check_files(["train.py", "losses.py"], Settings(root=str(project), select=("TD201",)))
-    # the one holding a buffer and the one holding a layer; not the one holding a Softplus and settings
+    # the one holding a buffer and the one holding a layer; not the one holding a Softplus and settings, nor the one
+    # holding a torch loss or a function of its module
     assert codes(results, "train.py") == [(6, "TD201"), (7, "TD201")]
 
 

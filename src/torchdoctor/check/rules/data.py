@@ -125,6 +125,8 @@ def _forward_moves_input(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool
     """``model(feats)`` of a class of this file whose ``forward`` starts by moving that input itself (``x =
     x.to("cuda:0")``: a model split over GPUs puts its input on its first stage)."""
     sem = ctx.semantic
+    if flow.consumer_kind(sem, consumer) == "model" and any(k.arg == "device" for k in consumer.keywords):
+        return True  # ``model(audio, device=device)``: the model is told where to put what it is given
     func = consumer.func
     target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
     made = construction(sem, target, consumer)

@@ -54,9 +54,18 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
         return None
     for call in [*sem.call_sites(func), *_handed_on(ctx, func), *_instance_calls(ctx, func)]:
         found = per_step_loop(ctx, call, depth + 1)
-        if found is not None:
+        if found is not None and not _evaluation_pass(ctx, node, func, found):
             return found
     return None
+
+
+def _evaluation_pass(ctx: Context, node: ast.AST, func: ast.AST, loop: ast.AST) -> bool:
+    """``func`` is a whole evaluation (it sets eval mode, ``node`` runs without autograd, no batch loop of its own)
+    that a full-batch training loop calls once per step: its metrics are read once per evaluation, as after an
+    evaluation loop (``for split in ("train", "val"): acc = pred[m].eq(y[m]).sum().item()``)."""
+    sem = ctx.semantic
+    return sem.grad_mode(node) == "off" and "eval" in sem.effects(func) and sem.enclosing_loop(node, "batch") is None \
+        and "backward" in sem.cached(("loop_effects", loop, False), lambda: sem.region_effects(sem.body(loop)))
 
 
 def _lambda_calls(ctx: Context, lam: ast.Lambda) -> list[ast.Call]:

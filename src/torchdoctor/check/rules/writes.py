@@ -203,8 +203,8 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     cls = sem.class_of(func)
     if cls is not None and (_made_on_one_rank(ctx, cls) or _writer_flag_guard(ctx, node, func)):
         return True
-    calls = sem.call_sites(func)
-    if calls:
+    calls = [c for c in sem.call_sites(func) if not sem.contains(func, c)]  # (its own recursive calls: guarded
+    if calls:  # as it is)
         return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
     refs = [*sem.reads_of(func.name), *(sem.reads_of(f"self.{func.name}") if sem.class_of(func) is not None else [])]
     refs = [r for r in refs if not (isinstance(sem.parent(r), ast.Call) and sem.parent(r).func is r)]  # type: ignore[union-attr]

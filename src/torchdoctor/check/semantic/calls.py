@@ -303,7 +303,9 @@ class Calls:
         if not isinstance(node, ast.Call):
             return False
         if method_name(node) == "backward":
-            return len(node.args) <= 2  # (``wkv_cuda.backward(B, T, C, w, u, k, v, gy, gw, gu)``: a kernel's op)
+            return len(node.args) <= 2 or isinstance(node.func.value, ast.Name) and node.func.value.id == "self"  # type: ignore[attr-defined]
+            # (``wkv_cuda.backward(B, T, C, w, u, k, v, gy, gw, gu)``: a kernel's op; ``self.backward(x, y, probas)``:
+            # a model's own gradients, computed by hand for its update)
         func = node.func
         if isinstance(func, ast.Name) and "scal" in func.id and node.args and self._loss_scaler(func, node):
             return True  # ``loss_scaler(loss, optimizer, parameters=...)``: timm's NativeScaler runs the backward

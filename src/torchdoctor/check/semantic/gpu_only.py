@@ -248,9 +248,10 @@ def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bo
     if _imports_own_extension(sem):
         return True  # the project's own kernels: ``CUDAExtension("knn_cuda", [...])`` in its setup.py
     if _compiles_kernel_on_import(sem) and (node is None or any(
-            sem.function_of(c) is None and (sem.function_of(node) is not None or sem.index.pos[c] < sem.index.pos[node])
-            for c in _kernel_loads(sem))):
+            sem.function_of(c) is None and (sem.index.pos[c] < sem.index.pos[node] or sem.function_of(node) is not None
+                                            and not sem.path.endswith(".ipynb")) for c in _kernel_loads(sem))):
         return True  # ``wkv_cuda = load(sources=["wkv_op.cpp", "wkv_cuda.cu"])`` here: what runs after it needs a GPU
+        # (a function of a script runs after its module-level code; one of a notebook's earlier cell may run before)
     if sem.project is not None and sem.project.imports_gpu_only_module(sem):  # type: ignore[attr-defined]
         return True  # ``from gnn_reranking import rerank``, a module of the project that needs those kernels
     return "flash_attention_" in sem.text.source and any(

@@ -110,8 +110,11 @@ class Loops:
             if not loaders:
                 return
         target = loop.target  # type: ignore[attr-defined]
-        if any(_LOADER_NAME.search(n) for n in target_names(target)):
-            return  # ``for tag, dataloader in dataloaders:``: loaders (with their names), not batches
+        named = {n for n in target_names(target) if _LOADER_NAME.search(n)}
+        if named and not any(isinstance(n, ast.Call) and dotted(n.func) == "next" and n.args and dotted(n.args[0]) in named
+                             for n in self.index.body(loop)):
+            return  # ``for tag, dataloader in dataloaders:``: loaders (with their names), not batches; but ``seq =
+            # next(eval_dl)`` in each pass takes one batch of each
         info.is_batch = True
         info.loader = loaders[0]
         if counter and isinstance(target, ast.Tuple) and len(target.elts) == 2:

@@ -560,6 +560,8 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         return all(isinstance(e, ast.Constant) or isinstance(e, ast.Attribute) and (sem.qualname(e) or "").startswith(
             "torch.") and not (sem.qualname(e) or "").startswith("torch.nn.") for e in value.elts)
     if isinstance(value, ast.Name):
+        if value.id in sem.bindings.functions and value.id not in sem.calls_index.classes:
+            return True  # ``self.loss_func = calc_celoss``: a function of the module, which holds nothing
         b = sem.binding_at(value.id, at)
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
     if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Call):
