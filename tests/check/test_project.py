@@ -4215,3 +4215,50 @@ def test_a_loader_handed_to_a_trainer_of_a_module_that_runs_on_the_gpu_feeds_the
     })
     results = check_files(["run.py", "coach.py"], Settings(root=str(project), select=("TD304", "TD305")))
     assert codes(results, "run.py") == ([(9, "TD304"), (9, "TD305")] if gpu else [])
+
+
+def test_a_model_method_that_every_caller_elsewhere_runs_without_grad(project: Path) -> None:
+    write(project, {
+        "head.py": """\
+            import torch.nn as nn
+
+            class Critic(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.net = nn.Linear(n, 1)
+
+                def forward(self, obs):
+                    return self.net(obs)
+
+                def estimate(self, obs):
+                    self.eval()
+                    return self.forward(obs)
+
+                def score(self, obs):
+                    self.eval()
+                    return self.forward(obs)
+            """,
+        "agent.py": """\
+            import torch
+            from head import Critic
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Agent:
+                def __init__(self):
+                    self.critic = Critic(8).to(device)
+
+                def value(self, obs):
+                    return self.critic.estimate(obs)
+
+                def rollout(self, observations):
+                    with torch.no_grad():
+                        return [self.value(o.to(device)) for o in observations]
+
+                def report(self, obs):
+                    return self.critic.score(obs.to(device))
+            """,
+    })
+    results = check_files(["head.py", "agent.py"], Settings(root=str(project), select=("TD401",)))
+    # ``estimate`` is reached under no_grad only (through ``value``); ``score`` with autograd on
+    assert codes(results, "head.py") == [(17, "TD401")]

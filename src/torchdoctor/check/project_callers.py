@@ -128,8 +128,10 @@ class Callers:
                                       for path in {r.path for r in self._callers(sem, func)})
         return state.mentions[key]
 
-    def callers_grad_mode(self, sem: SemanticModel, func: ast.AST) -> str | None:
-        modes = {r.grad_mode for r in self._callers(sem, func)}
+    def callers_grad_mode(self, sem: SemanticModel, func: ast.AST, by_class: bool = False) -> str | None:
+        """The grad mode of every call of ``func`` from other modules, when they agree; ``by_class``: a method's, made
+        through objects of its class (``self.critic.estimate(obs)`` of ``self.critic = ValueHead(8)``)."""
+        modes = {r.grad_mode for r in self._callers(sem, func, by_class=by_class)}
         return modes.pop() if len(modes) == 1 else None
 
     def step_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:

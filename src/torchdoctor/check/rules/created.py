@@ -27,7 +27,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
         return
     sem = ctx.semantic
     if keyword(node, "device") or has_kwargs(node) or _follows_its_inputs(node, q) or not program.runs_on_accelerator(sem) \
-            or _scalar_tensor(node) \
+            or _scalar_tensor(node) or _zero_sized(node, q) \
             or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     region = _region(ctx, node)

@@ -400,8 +400,9 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
     if cls is not None and cls.name in sem.module_classes:  # type: ignore[attr-defined]
         # a module's own method runs in its caller's grad mode (the caller's call is judged), unless it puts itself
         # in eval mode to serve a prediction: ``def infer(self, feats): self.eval(); ... self.forward(x)``
-        return evaluated and isinstance(target, ast.Name) and target.id == "self" \
-            and sem.function_of(call) is not None and sem.function_of(call).name != "forward"  # type: ignore[union-attr]
+        func = sem.function_of(call)
+        return evaluated and isinstance(target, ast.Name) and target.id == "self" and func is not None \
+            and func.name != "forward" and not _callers_without_grad(ctx, func)  # type: ignore[attr-defined]
     if isinstance(call.func, ast.Attribute) and call.func.attr != "forward":
         funcs = sem.functions.get(call.func.attr, [])
         made = construction(sem, target, call) if len(funcs) > 1 else None
@@ -428,6 +429,16 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
     # here hands a model, or (after its ``.eval()``) that this file puts in evaluation mode: ``detector.eval()``
     return b is not None and b.is_param and (sem.kinds.binding_kind(b) == "model"
                                              or evaluated and b.key in sem.bindings.param_receivers)
+
+
+def _callers_without_grad(ctx: Context, func: ast.AST) -> bool:
+    """Every call of the method runs without autograd: in this file, or, when it has none here, in the other modules
+    of the project (``self.critic.estimate(obs)`` of an agent, reached under ``torch.no_grad()``)."""
+    sem = ctx.semantic
+    sites = sem.call_sites(func)
+    if sites:
+        return all(sem.under_no_grad(s) for s in sites)
+    return sem.project is not None and sem.project.callers_grad_mode(sem, func, by_class=True) == "off"  # type: ignore[attr-defined]
 
 
 _NOT_FORWARDS = frozenset({"eval", "train", "parameters", "named_parameters", "modules", "children", "to", "cuda", "cpu",

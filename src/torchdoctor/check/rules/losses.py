@@ -104,6 +104,10 @@ def _numbers_stored_as_loss(ctx: Context, expr: ast.Subscript, at: ast.AST) -> b
     funcs = sem.resolve(b.value) if b is not None and not b.is_param and isinstance(b.value, ast.Call) else []
     stored = [n.value for f in funcs for n in sem.local_nodes(f) if isinstance(n, ast.Assign) and any(
         isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "loss" for t in n.targets)]
+    if not funcs and (key := dotted(expr.value)):  # ``self.iter_info["loss"] = loss.data.item()``, read back here
+        stored = [n.value for n in sem.of_type(ast.Assign) if any(  # type: ignore[attr-defined]
+            isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "loss"
+            and dotted(t.value) == key for t in n.targets)]  # type: ignore[attr-defined]
     return bool(stored) and all(isinstance(v, ast.Call) and (method_name(v) in ("item", "tolist") or dotted(v.func) == "float")
                                 for v in stored)
 

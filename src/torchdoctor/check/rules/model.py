@@ -107,6 +107,10 @@ def _parts_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
         if sem.value_is_moved(value) or isinstance(value, ast.Call) and "device" in (dotted(value.func) or "").lower() \
                 and any(dotted(a) == target for a in value.args):
             return True
+        if target.count(".") == key.count(".") + 1 and isinstance(value, ast.Attribute) \
+                and sem.expr_kind(value.value, other) in ("model", "wrapper", None) \
+                and (source := dotted(value)) and not source.startswith(key + "."):
+            return True  # ``wrap.net = predictor.net``: the part is another model's, placed where that one is
     return False
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, func_params
+from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
@@ -311,14 +311,19 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     made = {t.id for n in sem.of_type(ast.Assign) for t, v in _pairs(n)  # type: ignore[arg-type]
             if isinstance(v, ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
     # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
+    held = _held_instances(sem, names)
     for call in sem.calls:
         written = dotted(call.func)
         if written is None:
             continue
         if written.split(".")[0] not in names:
-            if written.split(".")[0] not in made:
+            if written.split(".")[0] in made:
+                written = _instance_method(sem, call, names)  # ``eng.fit_batch(x, y)`` of ``eng = Engine(...)``
+            elif held and isinstance(call.func, ast.Attribute) and \
+                    (ctor := held.get((sem.class_of(call), dotted(call.func.value)))) is not None:
+                written = f"{ctor}.{call.func.attr}"  # ``self.critic.estimate(obs)`` of ``self.critic = Head(8).to(dev)``
+            else:
                 continue
-            written = _instance_method(sem, call, names)  # ``eng.fit_batch(x, y)`` of ``eng = Engine(...)``
             if written is None:
                 continue
         func = sem.function_of(call)
@@ -353,11 +358,35 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         if any(isinstance(a, ast.Starred) for a in call.args):
             passed.add("*")
         per_step = accelerator and _per_step(sem, call)
-        out.append(CallRecord(written, sem.grad_mode(call), guarded, eval_before, frozenset(given), ddp,
+        out.append(CallRecord(written, _grad_mode(sem, call), guarded, eval_before, frozenset(given), ddp,
                               per_step, sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
                               host_args_of(sem, call) if per_step else frozenset(),
                               per_step or accelerator and _per_iteration(sem, call)))
+    return out
+
+
+def _grad_mode(sem: SemanticModel, call: ast.Call) -> str:
+    """The grad mode at ``call``; "off" also when autograd is on there but every in-file call of its function is made
+    without it (``def critic_value(self, obs): return self.critic.estimate(obs)``, called under ``no_grad``)."""
+    mode = sem.grad_mode(call)
+    func = sem.function_of(call) if mode == "on" else None
+    sites = sem.call_sites(func) if func is not None else []
+    return "off" if sites and all(sem.grad_mode(s) == "off" for s in sites) else mode
+
+
+def _held_instances(sem: SemanticModel, names: set[str]) -> dict[tuple[ast.AST | None, str], str]:
+    """(class, ``self.critic``) -> ``ValueHead`` for ``self.critic = ValueHead(8).to(device)`` in a method of the
+    class, where ``ValueHead`` is imported from the project (``names``)."""
+    out: dict[tuple[ast.AST | None, str], str] = {}
+    for n in sem.of_type(ast.Assign):
+        target = n.targets[0] if len(n.targets) == 1 else None  # type: ignore[attr-defined]
+        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
+            continue
+        value = strip_methods(n.value, PLACEMENT_METHODS)  # type: ignore[attr-defined]
+        ctor = dotted(value.func) if isinstance(value, ast.Call) else None
+        if ctor and ctor.split(".")[0] in names and ctor.rsplit(".", 1)[-1][:1].isupper():
+            out[(sem.class_of(n), f"self.{target.attr}")] = ctor
     return out
 
 
