@@ -7,6 +7,7 @@ import ast
 
 from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name
 from torchdoctor.check.context import Context
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.host_values import batch_on_device
 from torchdoctor.check.rules.steps import per_step_loop
@@ -94,7 +95,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         return
     if method_name(move) != "cuda" and not program.runs_on_accelerator(sem) and not (
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and device.endswith(".device") and not device.startswith("self.")):
+            and (device.endswith(".device") and not device.startswith("self.") or _input_device_alias(ctx, move, region))):
         return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too)
     made = ctx.name(node, 60)
     there = f"`{ctx.name(node.func)}(..., device={device})`" if method_name(move) == "to" else \
@@ -105,6 +106,28 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+_DEVICE_WORD = lazy(r"(?i)dev|gpu|cuda|cpu|rank")
+
+
+def _input_device_alias(ctx: Context, move: ast.Call, func: ast.AST) -> bool:
+    """The move's device is a name the function bound to a tensor's device before it (``dev = seq.device``,
+    ``self.device = x.device`` in ``forward``): the input's device, as ``.to(seq.device)`` is."""
+    sem = ctx.semantic
+    arg = move.args[0] if move.args and method_name(move) == "to" else None
+    key = dotted(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+    if not key or key.endswith(".device") and not key.startswith("self."):
+        return False  # (``.to(seq.device)`` itself: asked before)
+    b = sem.binding_at(key, move) if isinstance(arg, ast.Name) else None
+    if b is not None and b.is_param and b.node is func and key != "self" and not _DEVICE_WORD.search(key):
+        return True  # ``.to(x)`` of the input ``x``: its device (and dtype)
+    for node in sem.local_nodes(func):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and dotted(node.targets[0]) == key \
+                and node.lineno <= move.lineno and isinstance(node.value, ast.Attribute) and node.value.attr == "device" \
+                and isinstance(node.value.value, ast.Name) and node.value.value.id != "self":
+            return True
+    return False
 
 
 def _follows_its_inputs(call: ast.Call, name: str) -> bool:
@@ -274,6 +297,10 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
     if func is not None and cls is not None and cls.name in sem.module_classes and \
             (func.name == "forward" or _reached_from_forward(ctx, func, cls)):
         return func
+    if func is not None and cls is None and sem.function_of(func) is None and (sites := sem.call_sites(func)) and all(
+            (f := sem.function_of(c)) is not None and (k := sem.class_of(c)) is not None and k.name in sem.module_classes
+            and (f.name == "forward" or _reached_from_forward(ctx, f, k)) for c in sites):
+        return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
     return None
 
 

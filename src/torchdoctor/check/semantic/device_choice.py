@@ -65,12 +65,23 @@ class DeviceChoices:
     def _constant_flag(self, n: ast.AST) -> bool:
         """``use_gpu = True`` at the top of the script, never bound again: ``if use_gpu:`` always takes the CUDA
         branch, so it chooses nothing (a command-line option or an availability test would)."""
+        if isinstance(n, ast.Attribute):  # ``cfg.use_gpu`` of ``self.use_gpu = True`` in the config's class
+            return self._test_memo(n, "constant", lambda: self._constant_attribute(n.attr))  # type: ignore[attr-defined]
         if not isinstance(n, ast.Name):
             return False
         bound = self.bindings.by_key.get(n.id, [])
         return bool(bound) and all(isinstance(b.value, ast.Constant) and b.value.value is True and not b.is_param
                                    and self.index.frame[b.node].kind not in (FUNCTION, LAMBDA, CLASS)
                                    and isinstance(b.node, ast.Assign) for b in bound)
+
+    def _constant_attribute(self, attr: str) -> bool:
+        """Every assignment of an attribute named ``attr`` in the file is ``... = True`` (``self.use_gpu = True`` in a
+        settings class), and no call passes it by keyword: a constant, which chooses nothing either."""
+        stores = [t for n in self.index.by_type.get(ast.Assign, ()) for t in n.targets  # type: ignore[attr-defined]
+                  if isinstance(t, ast.Attribute) and t.attr == attr]
+        return bool(stores) and all(isinstance(v := self.index.parent[t], ast.Assign) and isinstance(v.value, ast.Constant)
+                                    and v.value.value is True for t in stores) \
+            and not any(k.arg == attr for c in self.index.by_type.get(ast.Call, ()) for k in c.keywords)  # type: ignore[attr-defined]
 
     def on_cpu_branch(self, node: ast.AST) -> bool:
         """``node`` runs only where a test says the device is the CPU: ``if self.device == torch.device("cpu"):``,
