@@ -285,13 +285,14 @@ def _forwards_after_eval(ctx: Context, eval_call: ast.Call, key: str) -> list[as
             continue
         func = call.func
         target = func.value if isinstance(func, ast.Attribute) and func.attr in _INFERENCE_METHODS else func
-        if dotted(target) in keys and _inference_call(ctx, call, evaluated=True) and not sem.feeds_backward(call) \
-                and not _rebound_since(ctx, dotted(target) or "", eval_call, call) and not _shape_only(sem, call):
+        if (dotted(target) in keys and _inference_call(ctx, call, evaluated=True) or _feature_method(ctx, call, keys)) \
+                and not sem.feeds_backward(call) and not _rebound_since(ctx, dotted(target) or "", eval_call, call) \
+                and not _shape_only(sem, call):
             out.append(call)
         elif funcs := _helpers_run_only_here(ctx, call, inside):  # ``out, y = self.score_part(k)`` after ``self.net.eval()``
-            out += [n for f in funcs for n in sem.local_nodes(f) if isinstance(n, ast.Call) and dotted(n.func) in keys
-                    and _inference_call(ctx, n, evaluated=True) and not sem.feeds_backward(n)
-                    and not training_branch(sem, n, f)]
+            out += [n for f in funcs for n in sem.local_nodes(f) if isinstance(n, ast.Call) and (
+                dotted(n.func) in keys and _inference_call(ctx, n, evaluated=True) or _feature_method(ctx, n, keys))
+                and not sem.feeds_backward(n) and not training_branch(sem, n, f)]
         elif isinstance(func, ast.Attribute) and dotted(func.value) == key and _submodule(ctx, key, func.attr, call) \
                 and not sem.under_no_grad(call) and not sem.feeds_backward(call) \
                 and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None:
@@ -360,6 +361,21 @@ def _rebound_since(ctx: Context, key: str, eval_call: ast.AST, call: ast.AST) ->
         b = sem.binding_at(key, value)
     return b is not None and b is not sem.binding_at(key, eval_call) and not sem.contains(b.node, eval_call) \
         and b.pos > (eval_call.lineno, eval_call.col_offset)  # type: ignore[attr-defined]
+
+
+_FEATURE_METHOD = lazy(r"(?i)^(extract|encode|embed|forward_|get_feat)|feature")
+
+
+def _feature_method(ctx: Context, call: ast.Call, keys: set[str]) -> bool:
+    """``self.model.extract_feature(data)`` of the model put in eval mode: a forward through another method, run with
+    autograd on (not under no_grad, in no training or evaluation loop). A method of this file is judged by its body
+    (it may turn autograd off itself)."""
+    sem = ctx.semantic
+    func = call.func
+    return isinstance(func, ast.Attribute) and dotted(func.value) in keys and bool(_FEATURE_METHOD.search(func.attr)) \
+        and not sem.functions.get(func.attr) \
+        and sem.expr_kind(func.value, call) in ("model", "wrapper") and not sem.under_no_grad(call) \
+        and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None
 
 
 def _submodule(ctx: Context, key: str, attr: str, at: ast.AST) -> bool:

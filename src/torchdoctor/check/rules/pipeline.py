@@ -37,7 +37,13 @@ def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
                                    and isinstance(up.targets[0], ast.Name)):
         return False
     key = up.targets[0].id
-    for r in sem.reads_of(key):
+    reads = list(sem.reads_of(key))
+    for r in list(reads):  # ``val_loaders.append(loader)``, then ``Trainer(..., val_dataloaders=val_loaders)``
+        holder = sem.parent(r)
+        if isinstance(holder, ast.Call) and isinstance(holder.func, ast.Attribute) and holder.func.attr == "append" \
+                and holder.args == [r] and isinstance(holder.func.value, ast.Name):
+            reads += sem.reads_of(holder.func.value.id)
+    for r in reads:
         call = sem.parent(r)
         if isinstance(call, ast.keyword):
             call = sem.parent(call)

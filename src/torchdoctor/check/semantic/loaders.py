@@ -101,6 +101,10 @@ def _same_binding(sem: SemanticModel, key: str, bound: ast.AST, at: ast.AST) -> 
 
 def _passed_feeds(sem: SemanticModel, call: ast.Call, arg: ast.AST, depth: int) -> bool:
     name = (dotted(call.func) or "").rsplit(".", 1)[-1] if isinstance(call.func, (ast.Name, ast.Attribute)) else ""
+    if name == "append" and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
+            and call.args == [arg]:  # ``val_loaders.append(loader)``: followed where the list goes
+        holder = call.func.value.id
+        return any(_feeds_value(sem, use, depth + 1) for use in sem.reads_of(holder) if use is not call.func.value)
     if name in _NOT_FEEDING:
         return False
     if name in _WRAPPING:
