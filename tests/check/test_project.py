@@ -4262,3 +4262,56 @@ def test_a_model_method_that_every_caller_elsewhere_runs_without_grad(project: P
     results = check_files(["head.py", "agent.py"], Settings(root=str(project), select=("TD401",)))
     # ``estimate`` is reached under no_grad only (through ``value``); ``score`` with autograd on
     assert codes(results, "head.py") == [(17, "TD401")]
+
+
+def test_own_kernels_reached_through_a_folder_the_script_puts_on_sys_path(project: Path) -> None:
+    write(project, {
+        "ops/setup.py": """\
+            from setuptools import setup
+            from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+            setup(name="ops", ext_modules=[CUDAExtension(name="ops._ext", sources=["src/knn.cpp", "src/knn.cu"])],
+                  cmdclass={"build_ext": BuildExtension})
+            """,
+        "ops/ops_utils.py": """\
+            import builtins
+
+            try:
+                import ops._ext as _ext
+            except ImportError:
+                if not getattr(builtins, "__OPS_SETUP__", False):
+                    raise ImportError("build the ops first: python setup.py install")
+            """,
+        "ops/ops_modules.py": """\
+            import torch.nn as nn
+            import ops_utils
+
+            class Grouper(nn.Module):
+                def forward(self, xyz):
+                    return xyz
+            """,
+        "models/head.py": """\
+            import os
+            import sys
+
+            import torch
+
+            BASE_DIR = os.path.dirname(os.path.abspath(__file__))
+            ROOT_DIR = os.path.dirname(BASE_DIR)
+            sys.path.append(os.path.join(ROOT_DIR, "ops"))
+            from ops_modules import Grouper
+
+            head = Grouper().cuda()
+            points = torch.rand(2, 128, 3, device="cuda")
+            """,
+        "models/plain.py": """\
+            import torch
+
+            points = torch.rand(2, 128, 3, device="cuda")
+            """,
+    })
+    results = check_files(["models/head.py", "models/plain.py", "ops/ops_modules.py"],
+                          Settings(root=str(project), select=("TD101",)))
+    # the kernels leave no CPU path to lose, through the folder on sys.path; a module without them has one
+    assert codes(results, "head.py") == []
+    assert codes(results, "plain.py") == [(3, "TD101")]

@@ -289,7 +289,8 @@ class Project(Callers):
 
     # ---- modules on disk ---------------------------------------------------------------------------------------
     def _module_file(self, path: str, level: int, module: str) -> str | None:
-        key = (os.path.dirname(self.state.absolute(path)), level, module)
+        extra = self._sys_path(path) if level == 0 else ()
+        key = (os.path.dirname(self.state.absolute(path)), level, module, extra)
         memo = self.state.modules
         if key in memo:
             return memo[key]
@@ -301,12 +302,22 @@ class Project(Callers):
                 base = os.path.dirname(base)
             found = file_of(base, parts, self.state.is_file)
         elif parts:
-            for base in self._roots(key[0]):
+            for base in [*self._roots(key[0]), *extra]:
                 found = file_of(base, parts, self.state.is_file)
                 if found is not None:
                     break
         memo[key] = found
         return found
+
+    def _sys_path(self, path: str) -> tuple[str, ...]:
+        """The folders the module itself puts on ``sys.path`` (``ROOT_DIR = os.path.dirname(BASE_DIR)``, then
+        ``sys.path.append(os.path.join(ROOT_DIR, "pointnet2"))``): ``from pointnet2_modules import ...`` finds them."""
+        memo = self.state.sys_paths
+        here = self.state.absolute(path)
+        if here not in memo:
+            text = self.state.text(here) or ""
+            memo[here] = _appended_folders(text, os.path.dirname(here)) if "sys.path" in text else ()
+        return memo[here]
 
     def _roots(self, directory: str) -> list[str]:
         """Where ``import x`` may find a project module: the file's folder, each package folder above it
@@ -399,6 +410,30 @@ class Project(Callers):
         if path in self._checked and path not in state.finished and len(state.pending) < MAX_PENDING:
             state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
         return sem
+
+
+_HERE = lazy(r"""(?m)^\s*(\w+)\s*=\s*(?:os\.path|osp)\.dirname\(\s*(?:os\.path|osp)\.(?:abspath|realpath)\(\s*__file__\s*\)\s*\)""")
+_UP = lazy(r"""(?m)^\s*(\w+)\s*=\s*(?:os\.path|osp)\.dirname\(\s*(\w+)\s*\)""")
+_APPENDED = lazy(r"""sys\.path\.(?:append|insert)\(\s*(?:\d+\s*,\s*)?(?:(?:os\.path|osp)\.join\(\s*(\w+)\s*((?:,\s*['"][^'"]+['"]\s*)+)\)|(\w+))\s*\)""")
+
+
+def _appended_folders(text: str, directory: str) -> tuple[str, ...]:
+    """``BASE_DIR = os.path.dirname(os.path.abspath(__file__))``, ``ROOT_DIR = os.path.dirname(BASE_DIR)``,
+    ``sys.path.append(os.path.join(ROOT_DIR, "utils"))``: the folders, when they exist."""
+    names = {m.group(1): directory for m in _HERE.finditer(text)}
+    for m in _UP.finditer(text):
+        if m.group(2) in names:
+            names[m.group(1)] = os.path.dirname(names[m.group(2)])
+    out = []
+    for m in _APPENDED.finditer(text):
+        base = names.get(m.group(1) or m.group(3) or "")
+        if base is None:
+            continue
+        parts = [p.strip().strip("'\"") for p in (m.group(2) or "").split(",") if p.strip()]
+        folder = os.path.normpath(os.path.join(base, *parts))
+        if folder not in out and os.path.isdir(folder):
+            out.append(folder)
+    return tuple(out)
 
 
 _JOINED = lazy(r"""join\(\s*(?:this_dir|osp\.dirname\(__file__\)|os\.path\.dirname\(__file__\))\s*((?:,\s*['"][^'"]+['"]\s*)+)\)""")

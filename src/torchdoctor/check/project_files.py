@@ -50,6 +50,7 @@ class State:
         self.absolutes: dict[str, str] = {}
         self.listings: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
         self.texts: dict[str, str | None] = {}
+        self.sys_paths: dict[str, tuple[str, ...]] = {}  # module -> the folders it appends to ``sys.path``
         self.kept_chars = 0
 
     def absolute(self, path: str) -> str:

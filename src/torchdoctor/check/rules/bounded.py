@@ -23,6 +23,9 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if getattr(loop, "body", None) and isinstance(loop.body[-1], (ast.Break, ast.Return)):  # type: ignore[attr-defined]
         return True  # ``for x, y in loader: ...; break``: one pass, a smoke test of the first batch
+    if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and dotted(loop.iter.func) == "range" \
+            and len(loop.iter.args) == 1 and isinstance(c := loop.iter.args[0], ast.Constant) and c.value in (0, 1):
+        return True  # ``for _ in range(1):``: a smoke test's one pass
     if isinstance(loop, ast.For) and _one_batch_loader(sem, loop.iter):
         return True  # ``DataLoader(holdout, batch_size=len(holdout))``: the whole set in one batch, one pass
     if isinstance(loop, ast.For) and isinstance(loop.iter, (ast.List, ast.Tuple)) and 0 < len(loop.iter.elts) <= 4 \

@@ -369,11 +369,11 @@ _FEATURE_METHOD = lazy(r"(?i)^(extract|encode|embed|forward_|get_feat)|feature")
 def _feature_method(ctx: Context, call: ast.Call, keys: set[str]) -> bool:
     """``self.model.extract_feature(data)`` of the model put in eval mode: a forward through another method, run with
     autograd on (not under no_grad, in no training or evaluation loop). A method of this file is judged by its body
-    (it may turn autograd off itself)."""
+    (it may turn autograd off itself); a model's own code runs in its caller's grad mode."""
     sem = ctx.semantic
     func = call.func
     return isinstance(func, ast.Attribute) and dotted(func.value) in keys and bool(_FEATURE_METHOD.search(func.attr)) \
-        and not sem.functions.get(func.attr) \
+        and not sem.functions.get(func.attr) and ((cls := sem.class_of(call)) is None or cls.name not in sem.module_classes) \
         and sem.expr_kind(func.value, call) in ("model", "wrapper") and not sem.under_no_grad(call) \
         and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None
 

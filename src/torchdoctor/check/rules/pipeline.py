@@ -159,7 +159,7 @@ def collates_onto_device(ctx: Context, call: ast.Call) -> bool:
         value = value.args[0]
     if isinstance(value, ast.Lambda):  # ``lambda b: build_batch(b, 0.5)`` whose helper returns ``xs.to(device)``
         calls = [n for n in sem.subtree(value.body) if isinstance(n, ast.Call)]
-        return any(_moves_off_cpu(ctx, n) for n in calls) or any(
+        return any(_moves_off_cpu(ctx, n) or _device_handed_elsewhere(ctx, n) for n in calls) or any(
             isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
             for c in calls for f in sem.resolve(c) for n in sem.local_nodes(f))
     funcs = sem.bindings.functions.get(value.id, []) if isinstance(value, ast.Name) else []
@@ -169,6 +169,17 @@ def collates_onto_device(ctx: Context, call: ast.Call) -> bool:
         funcs = _methods(sem, value, "__call__")
     return any(isinstance(n, ast.Call) and (_moves_off_cpu(ctx, n) or _builds_on_device(ctx, n))
                for f in funcs for n in sem.local_nodes(f))
+
+
+def _device_handed_elsewhere(ctx: Context, call: ast.Call) -> bool:
+    """``variable_time_collate_fn(batch, args, device, ...)``, a collate helper of another module (not torch's) handed
+    the device: it builds the batch there, as the ones of this file that are handed it do."""
+    sem = ctx.semantic
+    head = (dotted(call.func) or "").split(".")[0]
+    return bool(head) and head in (*sem.names.from_imports, *sem.names.imports) and not sem.resolve(call) \
+        and not (sem.call_name(call) or "").startswith("torch.") and any(
+            "device" in (dotted(a) or "").lower() and string_value(a) != "cpu" or sem.expr_kind(a, call) == "device"
+            for a in [*call.args, *(k.value for k in call.keywords)])
 
 
 def _builds_on_device(ctx: Context, call: ast.Call) -> bool:

@@ -91,6 +91,19 @@ def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
                 and len(test.args) == 2 and dotted(test.args[0]) == key and string_value(test.args[1]) in (
                     "module", "_orig_mod"):  # ``net.module.state_dict() if hasattr(net, "module") else net.state_dict()``
             return not holds
+    return _handler_of_an_unwrap(ctx, key, node)
+
+
+def _handler_of_an_unwrap(ctx: Context, key: str | None, node: ast.AST) -> bool:
+    """``try: d["model"] = net.module.state_dict()`` / ``except: d["model"] = net.state_dict()``: the handler runs
+    only when ``net`` has no ``.module``, no wrapper."""
+    sem = ctx.semantic
+    for handler in (a for a in sem.ancestors(node) if isinstance(a, ast.ExceptHandler)):
+        owner = sem.parent(handler)
+        if isinstance(owner, ast.Try) and key and any(
+                isinstance(n, ast.Attribute) and n.attr in ("module", "_orig_mod") and dotted(n.value) == key
+                for stmt in owner.body for n in sem.subtree(stmt)):
+            return True
     return False
 
 

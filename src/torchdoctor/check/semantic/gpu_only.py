@@ -72,8 +72,11 @@ def _builds_cuda(call: ast.Call, where: ast.AST, sem: SemanticModel) -> bool:
 
 
 def _goes_on_without(node: ast.Try) -> bool:
-    """A handler of the ``try`` goes on (it does not end in ``raise``): the program runs without what the body does."""
-    return any(not (h.body and isinstance(h.body[-1], ast.Raise)) for h in node.handlers)
+    """A handler of the ``try`` goes on (it does not end in ``raise``): the program runs without what the body does.
+    (``if not getattr(builtins, "__SETUP__", False): raise ImportError(...)``, raising unless a setup script runs,
+    ends in ``raise`` too.)"""
+    return any(not (h.body and (isinstance(last := h.body[-1], ast.Raise) or isinstance(last, ast.If) and not last.orelse
+                                and last.body and isinstance(last.body[-1], ast.Raise))) for h in node.handlers)
 
 
 def kernel_calls(sem: SemanticModel) -> tuple[tuple[int, str, str], ...]:
