@@ -4315,3 +4315,47 @@ def test_own_kernels_reached_through_a_folder_the_script_puts_on_sys_path(projec
     # the kernels leave no CPU path to lose, through the folder on sys.path; a module without them has one
     assert codes(results, "head.py") == []
     assert codes(results, "plain.py") == [(3, "TD101")]
+
+
+def test_an_eval_helper_reached_without_grad_on_every_path_here_and_elsewhere(project: Path) -> None:
+    write(project, {
+        "planner.py": """\
+            import torch
+
+            def forward_pass(net, seq):
+                net.eval()
+                return net(seq)[:, -1]
+
+            def sample(net, seq):
+                return torch.multinomial(forward_pass(net, seq).softmax(-1), 1)
+
+            @torch.no_grad()
+            def draw(net, seq, n):
+                for _ in range(n):
+                    seq = torch.cat([seq, sample(net, seq)], dim=1)
+                return seq
+
+            def score(net, seq):
+                return forward_pass(net, seq).log_softmax(-1)
+
+            def probe(net, seq):
+                net.eval()
+                return net(seq)
+            """,
+        "search.py": """\
+            import torch
+            from planner import probe, score
+
+            @torch.no_grad()
+            def beam(net, seq, steps):
+                for _ in range(steps):
+                    seq = torch.cat([seq, score(net, seq).argmax(-1, keepdim=True)], dim=1)
+                return seq
+
+            def look(net, seq):
+                return probe(net, seq)
+            """,
+    })
+    results = check_files(["planner.py", "search.py"], Settings(root=str(project), select=("TD401",)))
+    # ``forward_pass`` runs under no_grad on both paths (``draw`` here, ``beam`` in search.py); ``probe`` does not
+    assert codes(results, "planner.py") == [(21, "TD401")]

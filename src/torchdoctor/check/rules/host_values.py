@@ -335,6 +335,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         first = expr.args[0]  # a reduction of a host tensor stays on the host
         return made_on_host(ctx, first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else first,
                              at, depth + 1)
+    if name in _BINARY_OPS and len(expr.args) >= 2:  # ``torch.matmul(x, self.W.t())`` with ``W`` made on the host: a
+        return any(made_on_host(ctx, a, at, depth + 1) for a in expr.args[:2])  # host result (or no result at all)
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("cpu", "numpy") and not expr.args:
         return True  # ``out.detach().cpu()``: copied to the host (that copy is the sync, reported where it is)
     if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to" and ctx.semantic.is_device_move(expr) \
@@ -353,6 +355,10 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+_BINARY_OPS = frozenset({"torch.matmul", "torch.mm", "torch.bmm", "torch.mv", "torch.dot", "torch.add", "torch.sub",
+                         "torch.mul", "torch.div"})
 
 
 def _before_the_first_move(ctx: Context, b: object, at: ast.AST) -> bool:

@@ -182,7 +182,7 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
         return  # Python's own eval(...)
     if sem.mode_call(node) == "eval":
-        if _handed_out_closure(sem, node) or _summary_helper(sem, node):
+        if _handed_out_closure(sem, node) or _summary_helper(sem, node) or _every_path_without_grad(ctx, node):
             return
         key = dotted(node.func.value) or _assigned_name(sem, node)
         said = "eval()" if node.func.attr == "eval" else "train(False)"
@@ -325,6 +325,12 @@ def _shape_read(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     up = sem.parent(read)
     while isinstance(up, ast.Subscript) and up.value is read:
         read, up = up, sem.parent(up)
+    if isinstance(up, ast.Attribute) and up.attr == "keys" and isinstance(call := sem.parent(up), ast.Call) \
+            and call.func is up and not call.args:
+        read, up = call, sem.parent(call)  # ``out.keys()``
+    if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("sorted", "len", "list") \
+            and up.args == [read] or isinstance(up, ast.For) and up.iter is read:
+        return True  # ``for name in sorted(result): print(name, result[name].shape)``: the keys, then the shapes
     return isinstance(up, ast.Attribute) and up.attr in _SHAPES
 
 
@@ -445,6 +451,29 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
     # here hands a model, or (after its ``.eval()``) that this file puts in evaluation mode: ``detector.eval()``
     return b is not None and b.is_param and (sem.kinds.binding_kind(b) == "model"
                                              or evaluated and b.key in sem.bindings.param_receivers)
+
+
+def _every_path_without_grad(ctx: Context, node: ast.AST) -> bool:
+    """The function around ``node`` runs without autograd on every path that reaches it: each call site here is in a
+    ``no_grad`` region or in a function reached that way, and a function no call here reaches is called under
+    ``no_grad`` in the other modules (``forward_pass(net, x)`` of ``@torch.no_grad() def beam(...)`` elsewhere)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.grad_mode(node) == "off" or sem.project is None:
+        return False
+    return _paths_without_grad(ctx, func, 0, set())
+
+
+def _paths_without_grad(ctx: Context, func: ast.AST, depth: int, seen: set[ast.AST]) -> bool:
+    sem = ctx.semantic
+    if depth > 3 or func in seen or sem.class_of(func) is not None:
+        return False  # (a method's callers are asked by class elsewhere)
+    seen.add(func)
+    sites = sem.call_sites(func)
+    if not sites:
+        return sem.project.callers_grad_mode(sem, func) == "off"  # type: ignore[union-attr]
+    return all(sem.grad_mode(s) == "off" or (outer := sem.function_of(s)) is not None and not sem.under_no_grad(s)
+               and _paths_without_grad(ctx, outer, depth + 1, seen) for s in sites)
 
 
 def _callers_without_grad(ctx: Context, func: ast.AST) -> bool:
