@@ -50,6 +50,13 @@ _BUILDER_NAME = lazy(r"(?i)^(get|build|create|make|load|init|setup|prepare|const
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
                            "image_embeds", "text_embeds", "sample", "prev_sample", "pred_original_sample"})
 # (``sample``: diffusers' ``unet(latents, t, emb).sample`` and the schedulers' steps)
+# torch functions whose result is a tensor computed from their first argument (on its device)
+_TENSOR_OPS = frozenset({"tanh", "sigmoid", "exp", "log", "abs", "sqrt", "relu", "softmax", "log_softmax", "sum", "mean",
+                         "clamp", "norm", "pow", "sin", "cos", "flatten", "reshape", "transpose", "squeeze", "unsqueeze",
+                         "bmm", "mm", "mul", "add", "sub", "div", "argmax", "argmin", "cumsum", "log1p", "sign", "round",
+                         "floor", "ceil", "gather", "index_select", "masked_select", "diag", "tril", "triu", "isnan",
+                         "isinf", "isfinite", "neg", "square", "logsumexp", "prod", "std", "var", "amax", "amin",
+                         "permute", "narrow", "flip", "roll", "repeat_interleave", "clone", "detach", "sigmoid_", "erf"})
 _PACKING = ("torch.nn.utils.rnn.pack_padded_sequence", "torch.nn.utils.rnn.pack_sequence")
 LOADERISH = lazy(r"(?i)(loader|\bdl\b|_dl\b|dataloader|batches|batch_iter|data_iter)")
 _TENSOR_TUPLES = {"max", "min", "sort", "topk", "kthvalue", "median", "mode", "unique", "chunk", "split",
@@ -472,6 +479,9 @@ class Kinds:
         if q.startswith("torch.") and last[:1].islower() and (last in FACTORIES or q.startswith("torch.nn.functional.")
                                                                 or last in ("cat", "stack", "from_numpy", "where", "matmul")):
             return "tensor"
+        if q.startswith("torch.") and q.count(".") == 1 and last in _TENSOR_OPS and call.args \
+                and self.expr_kind(call.args[0], at) == "tensor":
+            return "tensor"  # ``torch.tanh(self.lin(h))``: an op of a tensor, a tensor where it is
         if isinstance(call.func, ast.Name) and call.func.id in self.bindings.functions:
             funcs = self.bindings.functions[call.func.id]
             kind = self._return_kind(funcs)

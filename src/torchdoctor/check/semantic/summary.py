@@ -308,8 +308,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     out = []
     accelerator = program.runs_on_accelerator(sem) if accelerator is None else accelerator
     ddp = program.is_ddp_program(sem)
-    made = {t.id for n in sem.of_type(ast.Assign) for t, v in _pairs(n)  # type: ignore[arg-type]
-            if isinstance(v, ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
+    made = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
+            if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
     # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
     held = _held_instances(sem, names)
     for call in sem.calls:
@@ -322,6 +322,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
             elif held and isinstance(call.func, ast.Attribute) and \
                     (ctor := held.get((sem.class_of(call), dotted(call.func.value)))) is not None:
                 written = f"{ctor}.{call.func.attr}"  # ``self.critic.estimate(obs)`` of ``self.critic = Head(8).to(dev)``
+            elif held and (ctor := held.get((sem.class_of(call), written))) is not None:
+                written = f"{ctor}.forward"  # ``self.critic(obs)``: its forward
             else:
                 continue
             if written is None:
@@ -447,15 +449,19 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
     """``Engine.fit_batch`` for ``eng.fit_batch(x, y)`` where ``eng = Engine(net, lr, dev)`` and ``Engine`` (or the
     module ``engine.Engine`` is written through) is imported from the project: the class's method, as written."""
     func = call.func
+    if isinstance(func, ast.Name):  # ``cell(h)`` of ``cell = Cell(8).to(device)``: the class's forward
+        func = ast.Attribute(value=func, attr="forward", ctx=ast.Load())
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
         return None
     b = sem.binding_at(func.value.id, call)
     made = b.value if b is not None and not b.is_param else None
     if made is not None and b.index is not None:  # ``log, stepper = StatLogger(), ClipStep()``
         made = made.elts[b.index] if isinstance(made, ast.Tuple) and b.index < len(made.elts) else None
+    made = strip_methods(made, PLACEMENT_METHODS) if made is not None else None
     ctor = dotted(made.func) if isinstance(made, ast.Call) else None
-    if not ctor or ctor.split(".")[0] not in names or not ctor.rsplit(".", 1)[-1][:1].isalpha():
-        return None
+    if not ctor or ctor.split(".")[0] not in names or not ctor.rsplit(".", 1)[-1][:1].isalpha() \
+            or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
+        return None  # (a Name called: a class's object; ``step = make_step(cfg)``, a function's result, is no object)
     return f"{ctor}.{func.attr}"
 
 
