@@ -4359,3 +4359,45 @@ def test_an_eval_helper_reached_without_grad_on_every_path_here_and_elsewhere(pr
     results = check_files(["planner.py", "search.py"], Settings(root=str(project), select=("TD401",)))
     # ``forward_pass`` runs under no_grad on both paths (``draw`` here, ``beam`` in search.py); ``probe`` does not
     assert codes(results, "planner.py") == [(21, "TD401")]
+
+
+def test_a_notebook_checked_with_the_modules_is_one_of_their_callers(project: Path) -> None:
+    import json
+
+    cells = [
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import TensorDataset\nfrom fitting import Fitter",
+        "device = torch.device(0 if torch.cuda.is_available() else 'cpu')\nnet = nn.Linear(4, 2).to(device)",
+        "ds = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))\nfitter = Fitter(net, device=device)\n"
+        "fitter.attach(ds)\nfor epoch in range(3):\n    fitter.one_epoch(nn.CrossEntropyLoss())",
+    ]
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+                "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": c}
+                          for c in cells]}
+    write(project, {
+        "fitting.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+
+            class Fitter:
+                def __init__(self, net, device):
+                    self.net, self.device = net, device
+                    self.opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+                def attach(self, train_set):
+                    self.loader = DataLoader(train_set, shuffle=True, batch_size=32, num_workers=2)
+
+                def one_epoch(self, loss_fn):
+                    for xb, yb in self.loader:
+                        loss = loss_fn(self.net(xb.to(self.device)), yb.to(self.device))
+                        self.opt.zero_grad()
+                        loss.backward()
+                        self.opt.step()
+                        print(loss.item())
+            """,
+    })
+    (project / "run.ipynb").write_text(json.dumps(notebook))
+    results = check_files(["fitting.py", "run.ipynb"], Settings(root=str(project), select=("TD304", "TD603")))
+    # the notebook hands the trainer a GPU device: its loader feeds a GPU, its step reads the loss every step
+    assert codes(results, "fitting.py") == [(10, "TD304"), (18, "TD603")]
+    alone = check_files(["fitting.py"], Settings(root=str(project), select=("TD304", "TD603")))
+    assert codes(alone, "fitting.py") == []

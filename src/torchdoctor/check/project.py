@@ -46,12 +46,14 @@ class Project(Callers):
     """``files``: the paths checked together; ``root``: where absolute imports of the project start."""
 
     def __init__(self, files: Sequence[str], root: str | None = None) -> None:
-        self.files = [os.path.abspath(f) for f in files if f.endswith(".py")]
+        # (notebooks checked with the modules are read as callers of them: a notebook drives a project's trainer)
+        self.files = [os.path.abspath(f) for f in files if f.endswith((".py", ".ipynb"))]
+        modules = [f for f in self.files if f.endswith(".py")]
         root = os.path.abspath(root) if root else None
-        inside = root is not None and all(f.startswith(root + os.sep) for f in self.files)
-        self.root = root if inside else guess_root(self.files)  # type: ignore[assignment]
+        inside = root is not None and all(f.startswith(root + os.sep) for f in modules)
+        self.root = root if inside else guess_root(modules)  # type: ignore[assignment]
         self._state: State | None = None
-        self._checked = frozenset(self.files)
+        self._checked = frozenset(modules)  # (a notebook's own check reads it afresh: no tree is kept for it)
         self._run = f"{os.getpid()}.{next(_RUNS)}"  # names this run in its worker processes
 
     def __getstate__(self) -> dict:  # worker processes start with an empty cache, shared by their runs of files

@@ -97,7 +97,8 @@ class State:
                 data = fh.read(MAX_BYTES + 1)
         except OSError:
             return None
-        text = None if len(data) > MAX_BYTES else data.decode("utf-8", "replace")
+        text = None if len(data) > MAX_BYTES else _notebook_code(data) if path.endswith(".ipynb") \
+            else data.decode("utf-8", "replace")
         size = len(text) if text else 0
         if self.kept_chars + size <= MAX_KEPT_TEXT:
             self.texts[path] = text
@@ -110,6 +111,18 @@ class State:
             text = self.text(path) or ""
             self.words[path] = frozenset(_WORD.findall(" ".join(import_statements(text))))
         return self.words[path]
+
+
+def _notebook_code(data: bytes) -> str | None:
+    """A notebook's code cells as one Python text (what its own check reads): a notebook calls the project's modules
+    as a script does (``fitter = Fitter(net, device=device)`` in a cell)."""
+    from torchdoctor.check.notebook import read_notebook
+    from torchdoctor.check.source import SourceError
+
+    try:
+        return read_notebook(data).text
+    except SourceError:
+        return None
 
 
 def import_statements(text: str) -> list[str]:

@@ -182,11 +182,14 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
         return  # Python's own eval(...)
     if sem.mode_call(node) == "eval":
-        if _handed_out_closure(sem, node) or _summary_helper(sem, node) or _every_path_without_grad(ctx, node):
+        if _handed_out_closure(sem, node) or _summary_helper(sem, node):
             return
         key = dotted(node.func.value) or _assigned_name(sem, node)
         said = "eval()" if node.func.attr == "eval" else "train(False)"
-        for call in _forwards_after_eval(ctx, node, key) if key else []:
+        forwards = _forwards_after_eval(ctx, node, key) if key else []
+        if forwards and _every_path_without_grad(ctx, node):
+            return  # (asked last: it may read the other modules)
+        for call in forwards:
             _report_inference(ctx, call, f" (after `{key}.{said}`)")
         for site, name in _handed_back_in_eval_mode(ctx, node, key) if key else []:
             for call in _forwards_after_eval(ctx, site, name):
