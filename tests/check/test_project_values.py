@@ -81,3 +81,64 @@ def test_a_tracker_of_another_module_fed_item_numbers_hands_back_numbers(project
     })
     results = check_files(["train.py", "tracking.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "train.py") == [(13, "TD603")]  # the loss's .item() that feeds the book
+
+
+def test_an_engine_given_the_device_a_base_class_of_another_module_sets_up(project: Path) -> None:
+    write(project, {
+        "solver/base.py": """\
+            import torch
+
+            class BaseSolver:
+                def __init__(self, cfg):
+                    self.cfg = cfg
+
+                def setup(self):
+                    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    self.model = self.cfg["model"].to(dev)
+                    self.device = dev
+            """,
+        "solver/det_solver.py": """\
+            from .base import BaseSolver
+            from .engine import train_one_epoch
+
+            class DetSolver(BaseSolver):
+                def fit(self, loader, opt, crit, logger):
+                    self.setup()
+                    for epoch in range(10):
+                        train_one_epoch(self.model, crit, loader, opt, self.device, logger)
+            """,
+        "solver/engine.py": """\
+            import torch
+            from .meters import MetricLogger
+
+            def train_one_epoch(model, crit, loader, opt, device, unused):
+                logger = MetricLogger()
+                for x, y in loader:
+                    loss = crit(model(x.to(device)), y.to(device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    numbers = {k: v.item() for k, v in {"loss": loss}.items()}
+                    logger.update(**numbers)
+                    logger.update(loss=loss)
+            """,
+        "solver/meters.py": """\
+            import torch
+
+            class MetricLogger:
+                def __init__(self):
+                    self.sums = {}
+
+                def update(self, **values):
+                    for k, v in values.items():
+                        if isinstance(v, torch.Tensor):
+                            v = v.item()
+                        self.sums[k] = self.sums.get(k, 0.0) + v
+            """,
+        "solver/__init__.py": "",
+    })
+    results = check_files(["solver/base.py", "solver/det_solver.py", "solver/engine.py", "solver/meters.py",
+                           "solver/__init__.py"], Settings(root=str(project), select=("TD603",)))
+    # the device comes from the base class's set-up; the logger handed numbers read already reads nothing, the
+    # one handed the loss does
+    assert codes(results, "engine.py") == [(11, "TD603"), (13, "TD603")]

@@ -247,7 +247,8 @@ class Callers:
                 heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                          if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)
                 accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self) \
-                    or model_from_project_builder(sem, self)
+                    or model_from_project_builder(sem, self) or program.subclass_of_an_accelerated_class(sem, self)
+                # (a module read for the index resolves no import itself: the project answers for its bases)
                 for r in call_records(sem, heads, accelerated):
                     grouped.setdefault(r.written.split(".")[0], []).append(r)
                 self._done_with(path, sem)

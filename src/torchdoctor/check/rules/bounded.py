@@ -8,6 +8,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, param_default
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
 
 if TYPE_CHECKING:
@@ -161,12 +162,40 @@ def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     sem = ctx.semantic
     for branch in _branches_around(ctx, node, loop):
         test = branch.test
+        if _first_steps_only(ctx, test, loop):
+            return True
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
                 isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
                 isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0:
             filled = dotted(test.left.args[0])
             return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
                        and dotted(n.func.value) == filled for n in sem.body(loop))
+    return False
+
+
+_SHOWN = lazy(r"(?i)vis|show|plot|sample|image|log_first")
+
+
+def _first_steps_only(ctx: Context, test: ast.AST, loop: ast.AST) -> bool:
+    """``if global_step < num_visualization_batches and ...:`` with ``global_step`` counted from the loop's own
+    ``enumerate``, bounded by a few or by a number of samples to show: a branch for the first steps of the run, not
+    for every step (a warm-up of many steps is not one)."""
+    sem = ctx.semantic
+    tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+    counter = _enumerate_counter(loop, sem)
+    for t in tests:
+        if not (isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], (ast.Lt, ast.LtE))
+                and isinstance(t.left, ast.Name)):
+            continue
+        bound = t.comparators[0]
+        if not (_small_bound(ctx, bound, t) or _SHOWN.search((dotted(bound) or "").rsplit(".", 1)[-1])):
+            continue
+        if t.left.id == counter:
+            return True
+        b = sem.binding_at(t.left.id, t)
+        if counter and b is not None and b.value is not None and sem.contains(loop, b.node) \
+                and any(isinstance(n, ast.Name) and n.id == counter for n in sem.subtree(b.value)):
+            return True  # ``global_step = epoch * len(loader) + i``
     return False
 
 

@@ -474,7 +474,9 @@ def _passes_tensors(ctx: Context, call: ast.Call) -> bool:
     sem = ctx.semantic
     for arg in [*call.args, *(k.value for k in call.keywords)]:
         if any(k.arg is None and k.value is arg for k in call.keywords):
-            return True
+            if not _dict_of_numbers(ctx, arg, call):
+                return True
+            continue
         if isinstance(arg, (ast.Name, ast.Attribute)) and tensor_value(ctx, arg, call):
             return True
         if isinstance(arg, ast.Call) and sem.is_model_call(arg):
@@ -482,6 +484,14 @@ def _passes_tensors(ctx: Context, call: ast.Call) -> bool:
         if isinstance(arg, ast.Name) and _tensor_or_none(ctx, arg, call):
             return True
     return False
+
+
+def _dict_of_numbers(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
+    """``**reduced`` of ``reduced = {k: v.item() for k, v in ...}``: a dict of Python numbers, read already."""
+    b = ctx.semantic.binding_at(arg.id, at) if isinstance(arg, ast.Name) else None
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    return isinstance(value, ast.DictComp) and isinstance(value.value, ast.Call) \
+        and isinstance(value.value.func, ast.Attribute) and value.value.func.attr in ("item", "tolist")
 
 
 def _compared_then_reduced(value: ast.AST) -> bool:

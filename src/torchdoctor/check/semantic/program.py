@@ -19,7 +19,7 @@ from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program,
 
 __all__ = ["has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "device_params", "in_test",
-           "QUIET_IN_TESTS", "uses_gpu_only_library", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
+           "QUIET_IN_TESTS", "uses_gpu_only_library", "subclass_of_an_accelerated_class", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
            "sets_device_through_helper", "imports_gpu_only", "single_process_world", "in_dead_branch"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
@@ -367,7 +367,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
             return False
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
             config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem) \
-            or model_from_project_builder(sem, sem.project) or _subclass_of_an_accelerated_class(sem, sem.project)
+            or model_from_project_builder(sem, sem.project) or subclass_of_an_accelerated_class(sem, sem.project)
 
     def compute() -> bool:  # (the CPU-only tests last: most files place no work, and need none of them)
         return placed() and not (_lightning_on_cpu(sem) or _cuda_always_off(sem) or _devices_end_on_cpu(sem))
@@ -375,7 +375,7 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
 
 
-def _subclass_of_an_accelerated_class(sem: SemanticModel, project: object) -> bool:
+def subclass_of_an_accelerated_class(sem: SemanticModel, project: object) -> bool:
     """``class ImpressionRunner(BaseRunner)`` where ``BaseRunner``, of another module of the project, moves its model
     and batches to the GPU: the subclass's overrides run there too (ReChorus's runners)."""
     imported = sem.names.from_imports
