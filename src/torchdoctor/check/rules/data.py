@@ -465,8 +465,12 @@ def _device_to_host(ctx: Context, call: ast.Call) -> None:
 
 _FACTORIES = frozenset(f"torch.{n}" for n in ("zeros", "ones", "empty", "full", "rand", "randn", "randint",
                                                 "arange", "linspace", "eye", "tensor", "zeros_like", "ones_like",
-                                                "empty_like", "full_like", "from_numpy", "as_tensor"))
-_FROM_HOST_DATA = ("torch.from_numpy", "torch.as_tensor")  # host data: it must cross the bus, pinned to overlap
+                                                "empty_like", "full_like", "from_numpy", "as_tensor", "LongTensor",
+                                                "FloatTensor", "IntTensor", "DoubleTensor", "BoolTensor", "ByteTensor",
+                                                "HalfTensor", "Tensor"))
+# host data: it must cross the bus, pinned to overlap (``torch.LongTensor(ids)``: the legacy constructors of a list)
+_FROM_HOST_DATA = ("torch.from_numpy", "torch.as_tensor", "torch.LongTensor", "torch.FloatTensor", "torch.IntTensor",
+                   "torch.DoubleTensor", "torch.BoolTensor", "torch.ByteTensor", "torch.HalfTensor", "torch.Tensor")
 
 
 _RESHAPES = frozenset({"reshape", "view", "flatten", "unsqueeze", "squeeze", "permute", "transpose", "t", "float",

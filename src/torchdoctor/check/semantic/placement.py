@@ -74,6 +74,9 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: i
     bound = [reaching] if reaching is not None else [] if at is not None else sem.bindings_of(key)
     if not bound or program.default_device_set(sem):
         return False
+    if reaching is not None and any(_other_branch(sem, b.node, reaching.node) for b in sem.bindings_of(key)
+                                    if b is not reaching and not b.is_param):
+        return False  # ``if cuda: net = Net().cuda()`` / ``else: net = Net()``: the other branch reaches the call too
     for b in bound:
         value = b.value
         if value is None and not b.is_param and (made := _listed_models(sem, b)) is not None:
@@ -90,6 +93,16 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: i
     if upto is not None:  # (a script's loop: what happens to the model after it does not change its steps)
         reads = [r for r in reads if sem.index.pos.get(r, upto) < upto]
     return _stays(sem, key, reads, 0)
+
+
+def _other_branch(sem: SemanticModel, one: ast.AST, other: ast.AST) -> bool:
+    """``one`` and ``other`` sit in the two branches of one ``if`` (``body`` and ``orelse``)."""
+    for up in sem.ancestors(one):
+        if isinstance(up, ast.If) and sem.contains(up, other):
+            in_body = any(sem.contains(s, one) for s in up.body)
+            return in_body != any(sem.contains(s, other) for s in up.body) and \
+                any(sem.contains(s, one) or sem.contains(s, other) for s in up.orelse)
+    return False
 
 
 def _unmoved_construction(sem: SemanticModel, value: ast.Call, at: ast.AST) -> bool:
