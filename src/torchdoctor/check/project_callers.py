@@ -123,7 +123,7 @@ class Callers:
         """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``)."""
         state = self.state
         key = (self.state.absolute(sem.path), func.name, pattern.pattern)  # type: ignore[attr-defined]
-        if key not in state.mentions:  # (texts are read afresh, not kept: once per question)
+        if key not in state.mentions:  # once per question: texts are read afresh
             state.mentions[key] = any(pattern.search(state.text(path) or "")
                                       for path in {r.path for r in self._callers(sem, func)})
         return state.mentions[key]
