@@ -88,12 +88,12 @@ def few_in_range(ctx: Context, loop: ast.AST) -> bool:
 
 
 def _gradients_only(ctx: Context, loop: ast.AST) -> bool:
-    """Every backward of the loop is ``torch.autograd.grad`` and nothing takes an optimizer step: a gradient
-    check, not steps of a run."""
-    calls = [n for n in ctx.semantic.body(loop) if isinstance(n, ast.Call)]
-    grads = [c for c in calls if ctx.call_name(c) == "torch.autograd.grad"]
-    return bool(grads) and not any(isinstance(c.func, ast.Attribute) and c.func.attr in ("backward", "step")
-                                   for c in calls)
+    """The loop takes gradients (``torch.autograd.grad``, ``act.backward(...)``) and no optimizer step: a gradient
+    check, or a few passes that optimise an input by hand (deep dream's ``x + step * x.grad``), not steps of a run."""
+    sem = ctx.semantic
+    calls = [n for n in sem.body(loop) if isinstance(n, ast.Call)]
+    return any(ctx.call_name(c) == "torch.autograd.grad" or isinstance(c.func, ast.Attribute) and c.func.attr == "backward"
+               for c in calls) and "step" not in sem.region_effects(sem.body(loop), deep=True)
 
 
 def while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

@@ -20,13 +20,14 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     Finds `torch.device("cuda")`, `device="cuda"`, `.to("cuda")`, `.cuda()`,
     `device = "cuda"`, `init_device_mesh("cuda", ...)` and Lightning's `Trainer/Fabric(accelerator="gpu")` in a file that never asks whether a GPU exists
     (`torch.cuda.is_available()`, `device_count()`, `torch.accelerator`). Argument
-    defaults (`default="cuda"`, `def f(device="cuda")`) are configurable and not reported.
+    defaults (`default="cuda"`, `def f(device="cuda")`) are configurable and not reported, nor is a file
+    that calls a project helper which stops without a GPU (`if not torch.cuda.is_available(): sys.exit(...)`).
     """
     sem = ctx.semantic
     if program.has_cuda_check(sem):
         return
     for site in cuda_sites.cuda_sites(sem):
-        if program.uses_gpu_only_library(sem, site.node) or sem.chooses_device(site.node) \
+        if program.uses_gpu_only_library(sem, site.node) or program.refuses_cpu(sem, at=site.node) or sem.chooses_device(site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node):

@@ -79,8 +79,9 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     backend = argument(node, "backend", 0)
     if ctx.semantic.chooses_device(node):
         return  # ``if torch.cuda.is_available(): init_process_group("nccl") else: ...``: the CPU has its path
-    if any(_states_cuda_need(ctx, stmt) for stmt in ctx.semantic.index.earlier_statements(node)):
-        return  # ``assert torch.cuda.is_available(), "DDP needs CUDA"`` before it: the author states the need
+    if program.refuses_cpu(ctx.semantic, at=node):
+        return  # ``assert torch.cuda.is_available(), "DDP needs CUDA"`` (here, in the process that spawns this
+        # worker, or in a project helper it calls): the author states the need
     if _under_a_gpu_count_test(ctx, node):
         return  # ``world_size = torch.cuda.device_count()``, ``if world_size > 1:``: it runs only with GPUs
     set_at = _set_to_nccl(ctx, backend, node)
@@ -115,20 +116,6 @@ def _under_a_gpu_count_test(ctx: Context, node: ast.AST) -> bool:
             return False
         child = up
     return False
-
-
-def _states_cuda_need(ctx: Context, stmt: ast.AST) -> bool:
-    """``assert torch.cuda.is_available(), ...`` or ``if not torch.cuda.is_available(): raise ...``: a program that
-    says it needs GPUs and stops without them."""
-    sem = ctx.semantic
-    if isinstance(stmt, ast.Assert):
-        test = stmt.test
-    elif isinstance(stmt, ast.If) and any(isinstance(s, ast.Raise) or isinstance(s, ast.Expr) and isinstance(
-            s.value, ast.Call) and (ctx.call_name(s.value) or "") in ("sys.exit", "exit", "quit") for s in stmt.body):
-        test = stmt.test
-    else:
-        return False
-    return any(isinstance(n, ast.Call) and (ctx.call_name(n) or "") in _CUDA_PRESENT for n in sem.subtree(test))
 
 
 def _set_to_nccl(ctx: Context, backend: ast.AST | None, call: ast.Call) -> ast.Assign | None:

@@ -18,7 +18,7 @@ from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, made_on_host, \
     sync_site, tensor_value
 from torchdoctor.check.rules.kept import collected_on_host, returned_copy
-from torchdoctor.check.rules.waits import after_timing_sync, env_action, stepped_with, stop_signal
+from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, env_action, stepped_with, stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.summary import host_args_of
@@ -162,7 +162,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS \
             and (host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
-                 or stop_signal(ctx, node, loop) or env_action(ctx, node, loop)):
+                 or stop_signal(ctx, node, loop) or env_action(ctx, node, loop) or decoding_stop(ctx, node, loop)):
         return
     report_sync(ctx, node, what, loop)
 
@@ -301,7 +301,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         return  # a method of an object made in another module: its scalar reads are told (``return loss.item()``),
         # not its copies (``upsampler.enhance(img)`` handing back the image it made), nor ``self.env.step(a.item())``
     callers = [c for c in sem.project.step_callers(sem, func) if _may_take_branch(ctx, node, func, c)]  # type: ignore[attr-defined]
-    if not callers or _reads_host_arguments(ctx, node, func, callers):
+    if not callers or _reads_host_arguments(ctx, node, func, callers) or decoding_stop(ctx, node):
         return
     if isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") \
             and all(c.eval_before or c.grad_mode == "off" for c in callers) and _copies_a_parameter(ctx, node, func):

@@ -16,7 +16,7 @@ from torchdoctor.check.astutil import dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
-from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timer_call
+from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, host_number, is_sync_call, made_on_host, \
     tensor_value
 from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers
@@ -238,7 +238,7 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
     func = sem.function_of(node)
     region = sem.body(loop) if sem.contains(loop, node) else sem.local_nodes(func) if func is not None else []
     if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _async_copy_to_host(n))
-           for n in region) or _inside_a_timer(ctx, node):
+           for n in region) or _inside_a_timer(ctx, node) or sem.contains(loop, node) and timed_iteration(ctx, loop):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
     report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
 

@@ -35,6 +35,25 @@ def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                and (ctx.call_name(c) or "").startswith("torch.distributed.") for c in sem.body(loop))
 
 
+def decoding_stop(ctx: Context, node: ast.AST, stop: ast.AST | None = None) -> bool:
+    """``if (seqs == eos).any(1).sum().item() == k: break`` in a loop (inside ``stop``, the step loop, if given)
+    that does not train: a beam search or a sampler asks whether every sequence has ended, and cannot know when
+    to stop without the read; a read in that leaving branch (``best = scores.argmax().item(); break``) runs once."""
+    sem = ctx.semantic
+    for loop in sem.loops_around(node):
+        if loop is stop:
+            return False
+        if "backward" in sem.region_effects(sem.body(loop)):
+            continue
+        if sem.in_exit_branch(node, loop):
+            return True
+        st = sem.statement_of(node)
+        if isinstance(st, ast.If) and st.body and isinstance(st.body[-1], (ast.Break, ast.Return)) \
+                and sem.contains(st.test, node) and sem.contains(loop, st):
+            return True
+    return False
+
+
 _NOT_ENVIRONMENTS = frozenset({"optimizer", "scheduler", "scaler", "model", "wrapper", "loader", "sampler"})
 
 
@@ -157,6 +176,20 @@ def _clock_call(ctx: Context, node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and ((ctx.call_name(node) or "") in CLOCKS or timer_call(node))
 
 
+def timed_iteration(ctx: Context, loop: ast.AST) -> bool:
+    """The loop iterates a generator that reads a clock after each ``yield``, timing every step: a
+    ``metric_logger.log_every(loader, freq)`` (detr, DeiT, MAE, DINO), or a generator of this file that calls
+    ``time.time()``."""
+    it = getattr(loop, "iter", None)
+    if not isinstance(it, ast.Call):
+        return False
+    if isinstance(it.func, ast.Attribute) and it.func.attr == "log_every":
+        return True
+    sem = ctx.semantic
+    return any(any(isinstance(n, ast.Yield | ast.YieldFrom) for n in sem.local_nodes(f))
+               and any(_clock_call(ctx, n) for n in sem.local_nodes(f)) for f in sem.resolve(it))
+
+
 def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``node`` reads after the step's own timing ``torch.cuda.synchronize()`` (a clock read in the loop beside
     it: the sync TD603 leaves alone), earlier in the loop's body, with no call but clock reads between: the GPU is
@@ -169,7 +202,7 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     if up is None or not any(b is top for b in body):
         return False
     region = sem.body(loop)
-    if not any(_clock_call(ctx, n) for n in region):
+    if not any(_clock_call(ctx, n) for n in region) and not timed_iteration(ctx, loop):
         return False
     for stmt in reversed(body[:[i for i, b in enumerate(body) if b is top][0]]):
         calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]

@@ -85,19 +85,26 @@ def _write_target(ctx: Context, call: ast.Call) -> ast.AST | None:
 
 
 def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
-    """A dataset's cache of sample ``i``, written in ``__getitem__(self, i)`` to a file named after ``i``
-    (``np.save(self.npy_files[i], im)``), in a module that shards the indices with a DistributedSampler:
-    each rank reads, and writes, the files of its own samples."""
+    """A dataset's cache of one sample, written in ``__getitem__(self, i)`` (or in a method it calls,
+    ``self.load(self.paths[i])``) to a file named after its argument (``np.save(self.npy_files[i], im)``,
+    ``torch.save(spec, path + ".spec.pt")``): a DDP program shards the indices (a DistributedSampler), so each
+    rank reads, and writes, the files of its own samples."""
     sem = ctx.semantic
     func = sem.function_of(call)
-    if func is None or func.name != "__getitem__" or sem.class_of(func) is None or len(func.args.args) < 2:
+    cls = sem.class_of(func) if func is not None else None
+    if cls is None or len(func.args.args) < 2:  # type: ignore[union-attr]
+        return False
+    if func.name != "__getitem__" and not any(  # type: ignore[union-attr]
+            isinstance(n, ast.Attribute) and n.attr == func.name and isinstance(n.value, ast.Name)  # type: ignore[union-attr]
+            and n.value.id == "self" and (getter := sem.function_of(n)) is not None and getter.name == "__getitem__"
+            and sem.class_of(getter) is cls for n in sem.of_type(ast.Attribute)):
         return False
     target = _write_target(ctx, call)
-    if target is None or not sem.calls_named("DistributedSampler"):
+    if target is None or not _sharded(ctx, cls):  # type: ignore[arg-type]
         return False
-    index = func.args.args[1].arg
+    params = {a.arg for a in func.args.args[1:]}  # type: ignore[union-attr]
 
-    def from_index(expr: ast.AST, depth: int) -> bool:
+    def from_param(expr: ast.AST, depth: int) -> bool:
         for n in sem.subtree(expr):
             if not isinstance(n, ast.Name):
                 continue
@@ -105,13 +112,24 @@ def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
             if b is None:
                 continue
             if b.is_param:
-                if n.id == index and b.node is func:
+                if n.id in params and b.node is func:
                     return True
-            elif b.value is not None and depth < 3 and sem.function_of(b.node) is func and from_index(b.value, depth + 1):
+            elif b.value is not None and depth < 3 and sem.function_of(b.node) is func and from_param(b.value, depth + 1):
                 return True
         return False
 
-    return from_index(target, 0)
+    return from_param(target, 0)
+
+
+_DISTRIBUTED_SAMPLER = lazy(r"\bDistributedSampler\b")
+
+
+def _sharded(ctx: Context, cls: ast.ClassDef) -> bool:
+    """The dataset's module shares its indices out among the ranks: it calls a DistributedSampler, or subclasses
+    one (``class BucketSampler(DistributedSampler)``, handed to the loader as its ``batch_sampler``)."""
+    sem = ctx.semantic
+    return bool(_DISTRIBUTED_SAMPLER.search(sem.text.source)) and (bool(sem.calls_named("DistributedSampler")) or any(
+        (dotted(b) or "").endswith("DistributedSampler") for c in sem.of_type(ast.ClassDef) for b in c.bases))  # type: ignore[attr-defined]
 
 
 def _rank_strided_file(ctx: Context, call: ast.Call) -> bool:

@@ -170,6 +170,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     wraps = ("DataParallel" in source or "DP" in source and _WRAPS.search(source) is not None) and \
         "compile(" not in source
     says_cuda, moves_to_cuda = "cuda" in source, ".cuda(" in source  # (once: a scan of the text for each function cost 2 %)
+    asks_gpus = "is_available" in source or "device_count" in source
     for funcs in sem.functions.values():
         for func in funcs:
             frame = sem.frame(func)
@@ -180,6 +181,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             else:
                 continue
             effects = sem.effects(func)  # this module's own code: a summary never reads further modules
+            if asks_gpus and program.refuses_cpu(sem, func):
+                effects |= {"needs_gpu"}  # (not one of EFFECTS: said only to the callers in other modules)
             has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
                 isinstance(n, _LOOPS) for n in sem.local_nodes(func))
             returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else \

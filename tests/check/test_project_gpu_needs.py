@@ -1,0 +1,116 @@
+"""What one module of a project tells the checker about another's GPU needs and steps: a helper that stops
+without a GPU, a decoding loop's stop test read in a method another module's loop calls. (The project index itself is tested in test_project.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.check.test_project import codes, project, write  # noqa: F401  (``project`` is a fixture)
+from torchdoctor.check.runner import check_files
+from torchdoctor.config import Settings
+
+GPU_GUARD = """\
+    import os
+    import sys
+    import torch
+
+    def init_distributed_mode(args):
+        if "RANK" in os.environ:
+            args.gpu = int(os.environ["LOCAL_RANK"])
+        elif torch.cuda.is_available():
+            args.gpu = 0
+        else:
+            print("Does not support training without GPU.")
+            sys.exit(1)
+        torch.cuda.set_device(args.gpu)
+
+    def announce(args):
+        if not torch.cuda.is_available():
+            print("no GPU: this will be slow")
+    """
+
+
+def test_cuda_hard_coded_after_a_helper_that_exits_without_a_gpu_is_quiet(project: Path) -> None:
+    write(project, {
+        "utils.py": GPU_GUARD,
+        "train.py": """\
+            import argparse
+            import torch
+            import utils
+
+            def train(model, args):
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for step in range(10):
+                    loss = model(torch.randn(8, 4).cuda()).sum()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+            def main(args):
+                utils.init_distributed_mode(args)
+                model = torch.nn.Linear(4, 4).cuda()
+                train(model, args)
+
+            if __name__ == "__main__":
+                main(argparse.Namespace())
+            """,
+        "demo.py": """\
+            import argparse
+            import torch
+            import utils
+
+            def main(args):
+                utils.announce(args)
+                model = torch.nn.Linear(4, 4).cuda()
+                print(model(torch.randn(2, 4).cuda()))
+
+            if __name__ == "__main__":
+                main(argparse.Namespace())
+            """,
+    })
+    results = check_files(["train.py", "demo.py", "utils.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "train.py") == []  # utils.init_distributed_mode(args) stops the program without a GPU
+    assert codes(results, "demo.py") == [(7, "TD101"), (8, "TD101")]  # a helper that only warns falls back to nothing
+
+
+def test_a_decoding_loop_s_stop_test_in_a_method_another_module_calls_is_quiet(project: Path) -> None:
+    write(project, {
+        "beam.py": """\
+            import torch
+            from torch import nn
+
+            class Beam(nn.Module):
+                def __init__(self, model, k=4, max_len=50, eos=3):
+                    super().__init__()
+                    self.model, self.k, self.max_len, self.eos = model, k, max_len, eos
+
+                def translate(self, src):
+                    seqs = torch.zeros(self.k, self.max_len, dtype=torch.long, device=src.device)
+                    best = 0
+                    with torch.no_grad():
+                        for step in range(1, self.max_len):
+                            scores = self.model(src.float()).log_softmax(-1)
+                            seqs[:, step] = scores.argmax(-1)
+                            self.total += scores.max().item()
+                            if (seqs == self.eos).any(1).sum().item() == self.k:
+                                best = scores.max(-1)[0].argmax(0).item()
+                                break
+                    return seqs[best].tolist()
+            """,
+        "translate.py": """\
+            import torch
+            from torch import nn
+            from beam import Beam
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            beam = Beam(nn.Linear(6, 10)).to(device)
+            test_loader = [[1, 2, 3, 4, 5, 6]] * 100
+            with open("pred.txt", "w") as f:
+                for ids in test_loader:
+                    out = beam.translate(torch.LongTensor([ids]).to(device))
+                    f.write(" ".join(map(str, out)) + "\\n")
+            """,
+    })
+    results = check_files(["beam.py", "translate.py"], Settings(root=str(project), select=("TD603",)))
+    # the stop test and the read as it leaves are not per-step reads; the running total on every decoding step is
+    assert codes(results, "beam.py") == [(16, "TD603")]
