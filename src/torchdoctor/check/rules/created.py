@@ -183,7 +183,7 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
     """``z = torch.rand(b, k)`` whose next use, in the same loop or forward(), moves it: ``z = z.cuda()``,
     ``x, z = x.cuda(), z.cuda()`` (also under ``if self.gpu_mode:``)."""
     sem = ctx.semantic
-    parent = sem.parent(node)
+    parent = sem.parent(_host_made(ctx, node))  # (``eye = torch.eye(8)[None]``, ``z = (torch.rand(b, k) - 0.5) / 0.5``)
     if not isinstance(parent, ast.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0], ast.Name):
         return None
     name, end = parent.targets[0].id, (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
@@ -236,8 +236,21 @@ def _other_side(sem, a: ast.AST, b: ast.AST) -> bool:  # type: ignore[no-untyped
 
 def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     """The ``.to(device)`` / ``.cuda()`` applied to the factory's result in the same expression: directly,
-    after a cast (``.float()``, ``.type_as(x)``), a reshape (``.view(-1, 1)``) or a scaling by a number, or through
-    ``Variable(...)``."""
+    after a cast (``.float()``, ``.type_as(x)``), a reshape (``.view(-1, 1)``, ``.expand_as(x)``), an in-place fill
+    (``.random_(10)``) or a scaling by a number, or through ``Variable(...)``."""
+    top = _host_made(ctx, node)
+    up = ctx.semantic.parent(top)
+    call = ctx.semantic.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda") else None
+    return call if isinstance(call, ast.Call) and call.func is up and ctx.semantic.is_device_move(call) else None
+
+
+_FILLS = frozenset({"random_", "fill_", "normal_", "uniform_", "zero_", "bernoulli_", "exponential_", "geometric_",
+                    "cauchy_", "log_normal_", "fill_diagonal_"})
+
+
+def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
+    """The largest expression around the factory call that is still made on the host from it: through casts,
+    reshapes, in-place fills, masks and subscripts, arithmetic with numbers or other host factories."""
     sem = ctx.semantic
     cur: ast.AST = node
     for _ in range(8):
@@ -256,17 +269,16 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
                 and (ctx.call_name(up) or "") in _MASK_OPS:
             cur = up  # ``torch.triu(torch.ones(n, n), diagonal=1)[..., None].to(dev)``: a mask cut on the host first
             continue
-        if not isinstance(up, ast.Attribute):
-            return None
+        if not isinstance(up, ast.Attribute) or up.attr in ("to", "cuda"):
+            return cur
         call = sem.parent(up)
         if not isinstance(call, ast.Call) or call.func is not up:
-            return None
-        if up.attr in ("to", "cuda"):
-            return call if sem.is_device_move(call) else None
-        if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr == "type_as"):
-            return None
+            return cur
+        if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr in _FILLS
+                or up.attr in ("type_as", "expand_as")):
+            return cur
         cur = call
-    return None
+    return cur
 
 
 def _host_factory(ctx: Context, expr: ast.AST) -> bool:
@@ -419,7 +431,7 @@ def _move_through_methods(sem, use: ast.AST) -> ast.Call | None:
             and call.func is up:
         if up.attr in ("to", "cuda"):
             return call if sem.is_device_move(call) else None
-        if up.attr not in _CASTS and up.attr not in _RESHAPES:
+        if up.attr not in _CASTS and up.attr not in _RESHAPES and up.attr not in _FILLS and up.attr != "expand_as":
             return None
         cur = call
     return None

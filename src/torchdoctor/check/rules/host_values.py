@@ -20,7 +20,8 @@ __all__ = ["SAME_PLACE", "SYNC_METHODS", "before_the_first_move", "batch_on_devi
 
 
 SYNC_METHODS = ("item", "cpu", "tolist")
-_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_(?!scale).*|losses)$")  # (``loss_scale_value``: AMP's scale, a float)
+_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_(?!scale|names?$|keys?$|types?$|fn$|func$).*|losses)$")
+# (``loss_scale_value``: AMP's scale, a float; ``loss_name``, ``loss_key``: the strings that name losses)
 
 
 def is_sync_call(node: ast.AST) -> bool:
