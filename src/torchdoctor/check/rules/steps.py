@@ -93,9 +93,39 @@ def _instance_calls(ctx: Context, func: ast.AST) -> list[ast.Call]:
             isinstance(made := strip_methods(b.value, PLACEMENT_METHODS), ast.Call) and (dotted(made.func) or "").rsplit(".", 1)[-1]
             == cls.name for b in bound if b.value is not None)]  # (``head = DetHead().to(device)``)
         return [call for key in keys for r in sem.reads_of(key) if isinstance(call := sem.parent(r), ast.Call)
-                and call.func is r and (sem.feeds_backward(call) or _in_a_forward(sem, call))]
+                and call.func is r and (sem.feeds_backward(call) or _in_a_forward(sem, call))] + _injected_calls(sem, cls)
 
     return sem.cached(("instance_calls", cls.name), compute)  # type: ignore[no-any-return]
+
+
+def _injected_calls(sem, cls: ast.ClassDef) -> list[ast.Call]:  # type: ignore[no-untyped-def]
+    """``Parent(Step())``: an instance handed to another module class of the file, which keeps it
+    (``self.step = step``) and calls it in its ``forward`` (``self.step(x, h)``): those calls run it."""
+    out = []
+    for made in sem.calls_named(cls.name):
+        outer = sem.parent(made)
+        if isinstance(outer, ast.keyword):
+            param, outer = outer.arg, sem.parent(outer)
+        else:
+            param = None
+        if not isinstance(outer, ast.Call) or (owner_name := (dotted(outer.func) or "").rsplit(".", 1)[-1]) \
+                not in sem.module_classes or (owner := sem.calls_index.classes.get(owner_name)) is None:
+            continue
+        init = next((f for f in owner.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+        if init is None:
+            continue
+        if param is None:
+            params = [a.arg for a in init.args.args[1:]]
+            index = next((i for i, a in enumerate(outer.args) if a is made), None)
+            param = params[index] if index is not None and index < len(params) else None
+        attrs = {t.attr for n in sem.local_nodes(init) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Name)
+                 and n.value.id == param for t in n.targets if isinstance(t, ast.Attribute)
+                 and isinstance(t.value, ast.Name) and t.value.id == "self"}
+        for f in owner.body:
+            if attrs and isinstance(f, ast.FunctionDef) and f.name == "forward":
+                out += [c for c in sem.local_nodes(f) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                        and c.func.attr in attrs and isinstance(c.func.value, ast.Name) and c.func.value.id == "self"]
+    return out
 
 
 def _in_a_forward(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]

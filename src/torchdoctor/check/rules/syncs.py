@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 _REDUCTIONS = frozenset({"min", "max", "all", "any", "sum", "mean", "norm", "amax", "amin", "abs", "isnan",
                          "isinf", "isfinite", "count_nonzero", "eq", "ne", "gt", "lt", "ge", "le"})
 _TORCH_TESTS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.any", "torch.all", "torch.equal",
-                          "torch.allclose", "torch.is_nonzero"})
+                          "torch.allclose", "torch.is_nonzero", "torch.min", "torch.max", "torch.amin", "torch.amax",
+                          "torch.sum", "torch.mean", "torch.norm", "torch.count_nonzero"})
 _LOSSISH_CALL = lazy(r"(?i)(loss|cross_entropy|criterion|nll|mse)")
 _HOST_TENSORS = ("torch.zeros", "torch.ones", "torch.empty", "torch.full", "numpy.zeros", "numpy.ones", "numpy.empty",
                  "numpy.full")
