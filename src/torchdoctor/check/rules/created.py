@@ -309,11 +309,22 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
     if func is not None and cls is not None and cls.name in sem.module_classes and \
             (func.name == "forward" or _reached_from_forward(ctx, func, cls)):
         return func
-    if func is not None and cls is None and sem.function_of(func) is None and (sites := sem.call_sites(func)) and all(
-            (f := sem.function_of(c)) is not None and (k := sem.class_of(c)) is not None and k.name in sem.module_classes
-            and (f.name == "forward" or _reached_from_forward(ctx, f, k)) for c in sites):
+    if func is not None and cls is None and sem.function_of(func) is None and _run_by_forwards(ctx, func):
         return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
     return None
+
+
+def _run_by_forwards(ctx: Context, func: ast.AST, depth: int = 0) -> bool:
+    """A module-level helper every call of which is in a module class's ``forward`` (or a method only it calls), or
+    in another such helper (PointNet++'s ``farthest_point_sample``, called by ``sample_and_group``, called by the
+    set abstraction's forward): it runs on every forward."""
+    sem = ctx.semantic
+    sites = sem.call_sites(func)
+    return bool(sites) and depth <= 2 and all(
+        (f := sem.function_of(c)) is not None and f is not func and (
+            (k := sem.class_of(c)) is not None and k.name in sem.module_classes
+            and (f.name == "forward" or _reached_from_forward(ctx, f, k))  # type: ignore[attr-defined]
+            or k is None and sem.function_of(f) is None and _run_by_forwards(ctx, f, depth + 1)) for c in sites)
 
 
 def _reached_from_forward(ctx: Context, func: ast.AST, cls: ast.AST, depth: int = 0) -> bool:

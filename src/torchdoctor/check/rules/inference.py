@@ -127,7 +127,9 @@ def _synthetic_probe(sem, call: ast.Call) -> bool:
 
 
 _INFERENCE_FUNC = lazy(r"(?i)^((predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)"
-                       r"|test(_(env|model|agent|policy|net|network|epoch|episode|game)s?)?$)")  # (not ``test_split_fn``)
+                       r"|test(_(env|model|agent|policy|net|network|epoch|episode|game)s?)?$"  # (not ``test_split_fn``)
+                       r"|(save|show|plot|log|draw|visuali[sz]e)_(samples?|generated|predictions?|reconstructions?)$)")
+# (``save_sample(step)``: draws from the generator to write them, as ``sample_images`` does)
 
 
 @rule("TD401", ast.FunctionDef)

@@ -173,6 +173,21 @@ def _stays(sem: SemanticModel, key: str, reads: list[ast.AST], depth: int) -> bo
     return True
 
 
+def _builds(node: ast.Assign, key: str) -> bool:
+    """``node`` assigns ``key`` a value it makes (``self.disc = Disc()``, ``self.g, self.d = G(), D()``), not one
+    handed in (``self.policy, self.opt = policy, Adam(...)``: the policy is the caller's, moved or not)."""
+    for t in node.targets:
+        if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple) and len(t.elts) == len(node.value.elts):
+            if any(dotted(e) == key and isinstance(v, ast.Call) for e, v in zip(t.elts, node.value.elts)):
+                return True
+        elif isinstance(t, ast.Tuple):
+            if any(dotted(e) == key for e in t.elts) and isinstance(node.value, ast.Call):
+                return True
+        elif dotted(t) == key and isinstance(node.value, ast.Call):
+            return True
+    return False
+
+
 def _attribute_never_moved(sem: SemanticModel, func: ast.AST, attr: str) -> bool:
     """``self.<attr>`` of the class around ``func`` is never moved: the class moves nothing (no ``self.to(...)``, no
     ``nn.Linear(3, 1).to(dev)`` built in), no ``.<attr>`` and no instance of the class is moved anywhere in the
@@ -184,9 +199,7 @@ def _attribute_never_moved(sem: SemanticModel, func: ast.AST, attr: str) -> bool
     if attr in moved:
         return False
     init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
-    if init is None or not any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call | ast.Tuple) and any(
-            f"self.{attr}" in {dotted(e) for e in (t.elts if isinstance(t, ast.Tuple) else [t])} for t in n.targets)
-            for n in sem.local_nodes(init)):
+    if init is None or not any(isinstance(n, ast.Assign) and _builds(n, f"self.{attr}") for n in sem.local_nodes(init)):
         return False
     if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in sem.subtree(cls)):
         return False  # (``self.actor = nn.Linear(3, 1).to(dev)``: the class moves what it builds)
