@@ -35,6 +35,27 @@ def _saves(call: ast.Call) -> bool:
     return bool(_WRITES.search(name or ""))
 
 
+_ELEMENTWISE = frozenset({"view", "flatten", "reshape", "squeeze", "numpy", "tolist", "long", "int", "float"})
+
+
+def _walked_on_the_host(ctx: Context, node: ast.Call) -> bool:
+    """``for t, p in zip(y.cpu().view(-1), preds.cpu().view(-1)): cm[t, p] += 1``: an evaluation's labels and
+    predictions copied once a batch and walked element by element on the host (a confusion matrix filled there)."""
+    sem = ctx.semantic
+    cur: ast.AST = node
+    for _ in range(4):
+        up = sem.parent(cur)
+        if isinstance(up, ast.Attribute) and up.attr in _ELEMENTWISE and isinstance(call := sem.parent(up), ast.Call) \
+                and call.func is up:
+            cur = call
+            continue
+        break
+    up = sem.parent(cur)
+    if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("zip", "enumerate") and cur in up.args:
+        cur, up = up, sem.parent(up)
+    return isinstance(up, (ast.For, ast.comprehension)) and up.iter is cur
+
+
 def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """An evaluation loop's outputs copied to the host to be kept there: ``feats.append(out.cpu())``,
     ``preds.extend(logits.argmax(-1).tolist())``, ``bank.index_copy_(0, idx.cpu(), out.cpu())``, ``preds[i] =
@@ -43,7 +64,7 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if node.func.attr == "item" or sem.loop_kind(loop) == "train":  # type: ignore[attr-defined]
         return False  # (a loop that neither trains nor is named for evaluation, edm's sampling loop, keeps them too)
-    if _copied_for_host_processing(ctx, node, loop):
+    if _copied_for_host_processing(ctx, node, loop) or _walked_on_the_host(ctx, node):
         return True
     if not sem.contains(loop, node) and returned_copy(ctx, node):
         return True  # in a helper the evaluation loop calls, which hands the copy back

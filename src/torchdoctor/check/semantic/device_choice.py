@@ -76,10 +76,18 @@ class DeviceChoices:
 
     def _constant_attribute(self, attr: str) -> bool:
         """Every assignment of an attribute named ``attr`` in the file is ``... = True`` (``self.use_gpu = True`` in a
-        settings class), and no call passes it by keyword: a constant, which chooses nothing either."""
+        settings class), and no call passes it by keyword; or the option that sets it is a ``store_true`` flag whose
+        default is True (``add_argument("--cuda", action="store_true", default=True)``: no command line turns it
+        off): a constant, which chooses nothing either."""
         stores = [t for n in self.index.by_type.get(ast.Assign, ()) for t in n.targets  # type: ignore[attr-defined]
                   if isinstance(t, ast.Attribute) and t.attr == attr]
-        return bool(stores) and all(isinstance(v := self.index.parent[t], ast.Assign) and isinstance(v.value, ast.Constant)
+        options = [c for c in self.index.by_type.get(ast.Call, ()) if isinstance(c.func, ast.Attribute)  # type: ignore[attr-defined]
+                   and c.func.attr == "add_argument" and _option_dest(c) == attr]
+        if options and not stores:  # ``add_argument("--cuda", action="store_true", default=True)``: never False
+            return all(any(k.arg == "action" and isinstance(k.value, ast.Constant) and k.value.value == "store_true"
+                           for k in c.keywords) and any(k.arg == "default" and isinstance(k.value, ast.Constant)
+                                                        and k.value.value is True for k in c.keywords) for c in options)
+        return bool(stores) and not options and all(isinstance(v := self.index.parent[t], ast.Assign) and isinstance(v.value, ast.Constant)
                                     and v.value.value is True for t in stores) \
             and not any(k.arg == attr for c in self.index.by_type.get(ast.Call, ()) for k in c.keywords)  # type: ignore[attr-defined]
 
@@ -150,3 +158,14 @@ class DeviceChoices:
             if b is not None and b.value is not None and not b.is_param:
                 return f"{expr.id} {self.segment(b.value)}"
         return self.segment(expr)
+
+
+def _option_dest(call: ast.Call) -> str | None:
+    """The attribute an ``add_argument`` call sets: its ``dest=``, else its first long option (``--no-cuda`` ->
+    ``no_cuda``)."""
+    for k in call.keywords:
+        if k.arg == "dest" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str):
+            return k.value.value
+    names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    long = next((n for n in names if n.startswith("--")), names[0] if names else None)
+    return long.lstrip("-").replace("-", "_") if long else None
