@@ -115,6 +115,12 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if isinstance(up, ast.Call) and cur in up.args and (ctx.call_name(up) or "") in _AS_ARRAY:
             as_array, cur = True, up  # ``np.asarray(f.cpu())``: a NumPy array of the copy
             continue
+        if as_array and isinstance(up, (ast.Tuple, ast.List)) and isinstance(joined := sem.parent(up), ast.Call) \
+                and joined.args[:1] == [up] and (ctx.call_name(joined) or "") in _JOINS:
+            keeper = sem.parent(joined)  # ``all_boxes[j][i] = np.hstack((boxes.cpu().numpy(), scores[:, None]))``: one
+            if isinstance(keeper, ast.Assign) and all(isinstance(t, ast.Subscript) for t in keeper.targets) \
+                    or isinstance(keeper, ast.Call) and joined in keeper.args and _keeps(keeper):  # host array, kept
+                return True
         if as_array and isinstance(up, ast.Call) and cur in up.args and isinstance(up.func, ast.Name) \
                 and up.func.id in ("list", "tuple", "zip", "dict", "sorted"):
             cur = up  # ``evaluator.add(dict(zip(ids, list(out.cpu().numpy()))))``: the arrays, repacked on the host
@@ -507,6 +513,8 @@ def _on_host(ctx: Context, call: ast.Call) -> bool:
 
 _SERIALISERS = frozenset({"pickle.dumps", "json.dumps", "msgpack.packb", "marshal.dumps"})
 _AS_ARRAY = frozenset({"numpy.asarray", "numpy.array", "numpy.ascontiguousarray"})
+_JOINS = frozenset({"numpy.hstack", "numpy.vstack", "numpy.concatenate", "numpy.stack", "numpy.column_stack",
+                    "numpy.dstack"})
 _METADATA = frozenset({"shape", "ndim", "dtype", "size"})
 _ARRAY_METHODS = frozenset({"flatten", "ravel", "astype", "reshape", "squeeze", "transpose", "copy", "tolist"})
 

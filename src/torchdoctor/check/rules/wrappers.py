@@ -31,7 +31,7 @@ def data_parallel(node: ast.AST, ctx: Context) -> None:
 
 def _key_adapter(ctx: Context, call: ast.AST) -> bool:
     """``holder = nn.DataParallel(trunk)``, ``holder.load_state_dict(ckpt)``, ``trunk = holder.module``: borrowed only to
-    read a checkpoint saved from a wrapper (its keys carry ``module.``), never run."""
+    read a checkpoint saved from a wrapper (its keys carry ``module.``), or to write one, never run."""
     sem = ctx.semantic
     up = sem.parent(call)
     if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
@@ -40,7 +40,8 @@ def _key_adapter(ctx: Context, call: ast.AST) -> bool:
     reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.value is call]
     return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in (
         "module", "load_state_dict", "state_dict") for r in reads) and any(
-        sem.parent(r).attr == "load_state_dict" for r in reads)  # type: ignore[attr-defined]
+        sem.parent(r).attr in ("load_state_dict", "state_dict") for r in reads)  # type: ignore[attr-defined]
+    # (or to write one with the prefix: ``net = nn.DataParallel(net)``, ``torch.save(net.state_dict(), path)``)
 
 
 @rule("TD204", ast.ClassDef)
