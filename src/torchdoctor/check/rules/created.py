@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name
+from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -244,6 +244,25 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     return call if isinstance(call, ast.Call) and call.func is up and ctx.semantic.is_device_move(call) else None
 
 
+_ELEMENTWISE = frozenset({"torch.exp", "torch.log", "torch.sqrt", "torch.rsqrt", "torch.sin", "torch.cos", "torch.pow",
+                          "torch.abs", "torch.sigmoid", "torch.tanh", "torch.exp2", "torch.log2", "torch.log10",
+                          "torch.floor", "torch.ceil", "torch.round", "torch.clamp", "torch.reciprocal"})
+
+
+def _host_number(expr: ast.AST) -> bool:
+    """A Python number: a constant, a name, ``math.log(10000)``, ``dim // 2``, ``-x``, ``len(xs)``."""
+    if isinstance(expr, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(expr, ast.UnaryOp):
+        return _host_number(expr.operand)
+    if isinstance(expr, ast.BinOp):
+        return _host_number(expr.left) and _host_number(expr.right)
+    if isinstance(expr, ast.Call):
+        name = dotted(expr.func) or ""
+        return (name.startswith("math.") or name in ("len", "int", "float")) and all(map(_host_number, expr.args))
+    return False
+
+
 _FILLS = frozenset({"random_", "fill_", "normal_", "uniform_", "zero_", "bernoulli_", "exponential_", "geometric_",
                     "cauchy_", "log_normal_", "fill_diagonal_"})
 
@@ -259,11 +278,18 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
                                                                  or model_is_stateless(sem, up.func, up)):
             cur = up  # ``Variable(...)``; ``drop(torch.ones(x.shape))`` through a module that holds nothing
             continue
-        if isinstance(up, ast.BinOp) and isinstance(up.right if up.left is cur else up.left, (ast.Name, ast.Constant)):
+        if isinstance(up, ast.BinOp) and _host_number(up.right if up.left is cur else up.left):
             cur = up  # ``(torch.ones(b, l) / l).to(x.device)``: scaled by a number on the host first
+            continue  # (``-math.log(10000) * torch.arange(half) / half``)
+        if isinstance(up, ast.UnaryOp) and isinstance(up.op, ast.USub):
+            cur = up
             continue
         if isinstance(up, ast.BinOp) and up.left is cur and _host_factory(ctx, up.right):
             cur = up  # ``(torch.ones(k, k) - torch.eye(k)).to(dev)``: two host factories combined, then moved
+            continue
+        if isinstance(up, ast.Call) and up.args[:1] == [cur] and (ctx.call_name(up) or "") in _ELEMENTWISE and all(
+                _host_number(a) or _host_factory(ctx, strip_methods(a, _CASTS)) for a in up.args[1:]):
+            cur = up  # ``torch.exp(-c * torch.arange(half) / half)``, ``torch.pow(0.4 * torch.ones(n), torch.arange(n))``
             continue
         if isinstance(up, ast.Subscript) and up.value is cur or isinstance(up, ast.Call) and up.args[:1] == [cur] \
                 and (ctx.call_name(up) or "") in _MASK_OPS:

@@ -167,7 +167,7 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
     )
 
 
-@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
+@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "str", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
                     "isinf", "isfinite", "floor", "ceil"))
 def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """Host-device synchronisation every step.
