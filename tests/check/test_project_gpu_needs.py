@@ -114,3 +114,42 @@ def test_a_decoding_loop_s_stop_test_in_a_method_another_module_calls_is_quiet(p
     results = check_files(["beam.py", "translate.py"], Settings(root=str(project), select=("TD603",)))
     # the stop test and the read as it leaves are not per-step reads; the running total on every decoding step is
     assert codes(results, "beam.py") == [(16, "TD603")]
+
+
+def test_a_trainer_class_handed_a_moved_model_runs_on_the_gpu(project: Path) -> None:
+    trainer = """\
+        import torch
+
+        class Trainer:
+            def __init__(self, model, optim, loss):
+                self.model, self.optim, self.loss = model, optim, loss
+
+            def train(self, batches):
+                for batch in batches:
+                    self.model.zero_grad()
+                    loss = self.loss(self.model(batch.src), batch.labels).sum()
+                    loss.backward()
+                    print(loss.item())
+                    self.optim.step()
+        """
+    main = """\
+        import torch
+        from torch import nn
+        from trainer import Trainer
+
+        class Batch:
+            def __init__(self, device):
+                self.src = torch.randn(2, 4).to(device)
+                self.labels = torch.ones(2, 1).to(device)
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = nn.Linear(4, 1){move}
+        t = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.MSELoss(reduction="none"))
+        t.train([Batch(device) for _ in range(10)])
+        """
+    write(project, {"trainer.py": trainer, "main.py": main.format(move=".to(device)")})
+    results = check_files(["main.py", "trainer.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "trainer.py") == [(12, "TD603")]  # the trainer moves nothing: its caller moved the model
+    write(project, {"main.py": main.format(move="")})
+    results = check_files(["main.py", "trainer.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "trainer.py") == []  # a model on the CPU: its reads wait for no GPU

@@ -16,14 +16,11 @@ MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_d
 
 
 def runs_a_moved_model(sem: SemanticModel) -> bool:
-    """A trainer class of this file keeps the model its constructor is given (``self.model = model``) and moves
-    batches to a device it reads from a config (``.to(self.device)``), and a caller in another module hands it a
-    model it moved to the GPU: the batches go there too."""
-    moves = sem.calls_named("to", "cuda")
-    if not moves:
-        return _loop_function_given_moved_model(sem)
-    trainers = {sem.class_of(c) for c in sem.calls_named("backward") if sem.is_backward_call(c)} & {sem.class_of(c) for c in moves}
-    for cls in trainers:  # (a class that moves batches and backpropagates: cheap questions first)
+    """A trainer class of this file keeps the model its constructor is given (``self.model = model``) and runs it,
+    and a caller in another module hands it a model it moved to the GPU: its batches go there too, moved by the
+    class (``.to(self.device)`` of a config's device) or before they reach it."""
+    trainers = {sem.class_of(c) for c in sem.calls_named("backward") if sem.is_backward_call(c)} - {None}
+    for cls in trainers:  # (a class that backpropagates; it may move batches or be given them moved: PreSumm's)
         init = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
         if init is None:
             continue
