@@ -380,3 +380,81 @@ def test_fix_from_standard_input_prints_the_fixed_notebook(fake_rules) -> None:
     data = real_notebook()
     result = check_file("nb.ipynb", mode=Mode(fix=True), data=data, stdin=True)
     assert result.fixed_source is not None and json.loads(result.fixed_source)["cells"][2]["source"] == 'x = 1\nnet.to("cuda")\n'
+
+
+# Round 58's notebook shapes: what a cell displays, what a later cell makes again, a model kept on the CPU.
+_SETUP = ("import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+          "device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+          "ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n")
+
+
+def _codes(tmp_path: Path, *cells: str) -> list[tuple[int | None, int, str]]:
+    p = tmp_path / "t.ipynb"
+    p.write_bytes(nb(*cells))
+    result = check_file(str(p))
+    assert not result.errors, result.errors
+    return sorted((f.location.cell, f.location.line, f.code) for f in result.findings)
+
+
+def test_a_cells_last_expression_is_displayed_not_dropped_or_handed_on(tmp_path: Path) -> None:
+    """``y_preds.cpu()`` on a cell's last line shows the copy (no TD301); ``train_dl, test_dl`` shows the loaders
+    (they feed nothing there: no TD304); ``conv2d`` shows the module (it is not moved there: no TD501 after it). The
+    same move inside a cell, not its last statement, is dropped."""
+    found = _codes(tmp_path, _SETUP,
+                   "train_dl = DataLoader(ds, batch_size=1, num_workers=1)\ntest_dl = DataLoader(ds, batch_size=1)\n"
+                   "train_dl, test_dl\n",
+                   "img, label = next(iter(train_dl))\nconv2d = nn.Conv2d(3, 8, 3)\nconv2d\n",
+                   "fmap = conv2d(torch.rand(1, 3, 8, 8))\nprint(fmap.detach().numpy().shape)\n",
+                   "model = nn.Linear(4, 2).to(device)\nwith torch.inference_mode():\n    y_preds = model(torch.rand(3, 4).to(device))\n",
+                   "y_preds.cpu()\n",
+                   "y_preds.cpu()\nprint(y_preds.shape)\n")
+    assert found == [(7, 1, "TD301")]
+
+
+def test_a_loader_made_again_in_a_later_cell_is_the_one_handed_on(tmp_path: Path) -> None:
+    (tmp_path / "trainer.py").write_text(
+        "import torch\n\nclass Trainer:\n    def __init__(self, model, opt):\n"
+        "        self.device = 'cuda' if torch.cuda.is_available() else 'cpu'\n"
+        "        self.model, self.opt = model.to(self.device), opt\n\n"
+        "    def fit(self, loader):\n        for x, y in loader:\n            x, y = x.to(self.device), y.to(self.device)\n"
+        "            loss = torch.nn.functional.cross_entropy(self.model(x), y)\n"
+        "            self.opt.zero_grad()\n            loss.backward()\n            self.opt.step()\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    found = _codes(tmp_path, _SETUP + "from trainer import Trainer\n",
+                   "train_loader = DataLoader(ds, batch_size=16, shuffle=True)\n",
+                   "train_loader = DataLoader(ds, batch_size=16, shuffle=True, pin_memory=True, num_workers=2)\n",
+                   "model = nn.Linear(4, 2)\nt = Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1))\n"
+                   "t.fit(train_loader)\n",
+                   "slow = DataLoader(ds, batch_size=16)\nt.fit(slow)\n")
+    assert found == [(5, 1, "TD304")]  # the pinned loader is the one the trainer iterates; the last one is not pinned
+
+
+def test_a_model_kept_on_the_cpu_and_its_baseline_loop_read_nothing_from_a_gpu(tmp_path: Path) -> None:
+    """``cpu_model.to("cpu")`` fed host batches: not "not moved to cpu" (TD302); its loop reads a host tensor
+    (TD603). The GPU twin's loop reads every step."""
+    found = _codes(tmp_path, _SETUP + "loader = DataLoader(ds, batch_size=8, pin_memory=True, num_workers=2)\n",
+                   "cpu_model = nn.Linear(4, 2)\ncpu_model.to('cpu')\nopt = torch.optim.SGD(cpu_model.parameters(), lr=0.1)\n"
+                   "for X, y in loader:\n    loss = nn.functional.cross_entropy(cpu_model(X), y)\n"
+                   "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n",
+                   "gpu_model = nn.Linear(4, 2).to(device)\nopt = torch.optim.SGD(gpu_model.parameters(), lr=0.1)\n"
+                   "for X, y in loader:\n    X, y = X.to(device), y.to(device)\n"
+                   "    loss = nn.functional.cross_entropy(gpu_model(X), y)\n"
+                   "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n    print(loss.item())\n")
+    assert found == [(3, 9, "TD603")]
+
+
+def test_losses_gathered_into_a_new_tensor_and_a_model_frozen_by_a_helper(tmp_path: Path) -> None:
+    """``torch.tensor(loss_values).numpy()`` is a fresh host tensor with no graph (TD405 still says the list keeps
+    the graphs); a model that ``freeze_model(backbone)`` froze records nothing in an evaluation forward."""
+    found = _codes(tmp_path, _SETUP + "loader = DataLoader(ds, batch_size=8, pin_memory=True, num_workers=2)\n",
+                   "model = nn.Linear(4, 1)\nopt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+                   "X, y = torch.rand(10, 4), torch.rand(10, 1)\nloss_values = []\nfor epoch in range(100):\n"
+                   "    loss = nn.functional.l1_loss(model(X), y)\n    opt.zero_grad()\n    loss.backward()\n"
+                   "    opt.step()\n    if epoch % 10 == 0:\n        loss_values.append(loss)\n",
+                   "curve = torch.tensor(loss_values).numpy()\n",
+                   "def freeze_model(m):\n    for p in m.parameters():\n        p.requires_grad = False\n",
+                   "def extract_features(m, batches):\n    feats = []\n    for x, _ in batches:\n        m.eval()\n"
+                   "        feats.append(m(x.to(device)).detach().cpu())\n    return torch.cat(feats)\n",
+                   "backbone = nn.Sequential(nn.Linear(4, 8), nn.ReLU()).to(device)\nfreeze_model(backbone)\n"
+                   "features = extract_features(backbone, loader)\n")
+    assert found == [(2, 11, "TD405")]

@@ -6,6 +6,7 @@ in ``FileResult.errors``, so one unreadable file never stops the run.
 
 from __future__ import annotations
 
+import ast
 import gc
 import os
 from collections.abc import Iterator, Sequence
@@ -211,7 +212,8 @@ def _analyse_notebook(path: str, nb, tree, settings: Settings, errors: list[Rule
     (the cell may hold what they would miss; TD401 and TD402 only when its text names what they ask about), and
     nothing is reported in that cell."""
     if not nb.left_out:
-        return analyse(nb.text, path, tree=tree, settings=settings, errors=errors, project=project)
+        return _without_displayed_moves(nb, tree, analyse(nb.text, path, tree=tree, settings=settings, errors=errors,
+                                                          project=project))
     from torchdoctor.check.engine import enabled_codes
     from torchdoctor.check.notebook import JUDGED_UNLESS_LEFT_OUT_SAYS, WHOLE_PROGRAM_CODES
     from torchdoctor.catalog import RULES
@@ -222,7 +224,22 @@ def _analyse_notebook(path: str, nb, tree, settings: Settings, errors: list[Rule
                or JUDGED_UNLESS_LEFT_OUT_SAYS[c].search(left)}
     codes = (set(RULES) if codes is None else codes) - skipped
     found = analyse(nb.text, path, tree=tree, enabled=codes, settings=settings, errors=errors, project=project)
-    return [f for f in found if f.location is None or nb.where(f.location.line)[0] not in nb.left_out]
+    return [f for f in _without_displayed_moves(nb, tree, found)
+            if f.location is None or nb.where(f.location.line)[0] not in nb.left_out]
+
+
+def _without_displayed_moves(nb, tree, found: list[Finding]) -> list[Finding]:  # type: ignore[no-untyped-def]
+    """A cell's last statement, when an expression, is displayed: ``y_preds.cpu()`` there shows the copy, it
+    does not drop it (TD301 is about a move whose result nobody sees)."""
+    if not any(f.code == "TD301" for f in found):
+        return found
+    body = tree.body
+    shown = set()
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, ast.Expr) and (i + 1 == len(body) or nb.where(body[i + 1].lineno)[0]
+                                           != nb.where(stmt.lineno)[0]):
+            shown.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return [f for f in found if not (f.code == "TD301" and f.location is not None and f.location.line in shown)]
 
 
 def _parse_notebook(result: FileResult, nb):  # type: ignore[no-untyped-def]

@@ -94,6 +94,8 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
     if not partial and not _whole_batch_unmoved_applies(ctx, node):
         return
     device = (sem.move_device(moves[0]) if moves else None) or _model_device(ctx) or "device"
+    if device.strip("'\"") == "cpu":
+        return  # ``cpu_model.to("cpu")``: host batches are where the model is
     seen: set[str] = set()
     for use in body:
         if not (isinstance(use, ast.Name) and isinstance(use.ctx, ast.Load)):
@@ -107,7 +109,7 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
         if consumer is None or moved or _scatters_inputs(ctx, consumer) or _forward_moves_input(ctx, consumer, use) \
                 or isinstance(consumer.func, ast.Name) \
                 and flow.consumer_kind(sem, consumer) == "model" and never_moved(sem, consumer.func.id, consumer) \
-                or _meets_host_copies(ctx, consumer, use):
+                or _meets_host_copies(ctx, consumer, use) or _kept_on_the_cpu(ctx, consumer):
             continue  # (``table(ent)`` of a lookup table kept on the host on purpose: host ids, host table)
         element = _element_text(ctx, use)
         if element in seen or flow.is_cpu_name(element.split("[")[-1].strip("'\"]")):
@@ -432,6 +434,18 @@ def _find_preloaded(ctx: Context) -> bool:
                 continue
             return True
     return False
+
+
+def _kept_on_the_cpu(ctx: Context, consumer: ast.Call) -> bool:
+    """``cpu_model.to("cpu")`` and no other move of it: a model kept on the CPU on purpose (a course's CPU-versus-GPU
+    timing), whose host batches are where it is."""
+    key = dotted(consumer.func)
+    if not key or flow.consumer_kind(ctx.semantic, consumer) != "model":
+        return False
+    moves = [c for c in ctx.semantic.calls_named("to", "cuda") if dotted(c.func.value) == key  # type: ignore[attr-defined]
+             and ctx.semantic.is_device_move(c)]
+    return bool(moves) and all(method_name(c) == "to" and (ctx.semantic.move_device(c) or "").strip("'\"") == "cpu"
+                               for c in moves)
 
 
 def _model_device(ctx: Context) -> str | None:

@@ -215,6 +215,9 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         return _flags(ctx, recv, depth + 1)
     name = ctx.call_name(call) or ""
     kind = sem.expr_kind(call.func, call)
+    if name in ("torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.LongTensor") \
+            and not any(k.arg in ("device", "requires_grad") for k in call.keywords):
+        return _HOST  # ``torch.tensor(loss_values)``: a new leaf on the host, copied from the values, with no graph
     if name.startswith("torch.") and name.rsplit(".", 1)[-1] in _INTEGER_RESULTS:  # ``torch.argmax(q, dim=1)``
         return (_or(_HOST, *(_flags(ctx, a, depth + 1) for a in call.args[:1]))[0], False)
     if kind == "loss_fn" or name.startswith("torch."):

@@ -37,7 +37,8 @@ def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
                                    and isinstance(up.targets[0], ast.Name)):
         return False
     key = up.targets[0].id
-    reads = list(sem.reads_of(key))
+    reads = [r for r in sem.reads_of(key) if (b := sem.binding_at(key, r)) is not None and b.value is node]
+    # (only this binding's reads: a notebook cell may make the loader again, pinned, before it is handed on)
     for r in list(reads):  # ``val_loaders.append(loader)``, then ``Trainer(..., val_dataloaders=val_loaders)``
         holder = sem.parent(r)
         if isinstance(holder, ast.Call) and isinstance(holder.func, ast.Attribute) and holder.func.attr == "append" \

@@ -473,8 +473,8 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if sem.project is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
         return
-    if sem.loop_kind(loop) not in ("train", "eval"):
-        return
+    if sem.loop_kind(loop) not in ("train", "eval") or cpu_only_loop(sem, loop):
+        return  # (a notebook's CPU baseline: ``cpu_model = nn.Linear(4, 2)``, never moved, before its GPU twin)
     for node in sem.body(loop):
         if not isinstance(node, ast.Call) or sem.enclosing_loop(node, "batch") is not loop:
             continue

@@ -109,7 +109,33 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
                        and dotted(c.func.value) == var and c.args and is_false(c.args[0])  # type: ignore[attr-defined]
                        for st in loop.body) and not _unfrozen_between(sem, key, loop, here):  # type: ignore[attr-defined]
             return True  # ``for p in model.parameters(): p.requires_grad_(False)``
+    for c in sem.calls:  # ``freeze_model(backbone)``: a function of the file that freezes what it is handed
+        if isinstance(c.func, ast.Name) and c.args and dotted(c.args[0]) == key and (c.lineno, c.col_offset) < here \
+                and same_model(c) and any(_freezes_its_argument(sem, f) for f in sem.resolve(c)):
+            return True
     return _frozen_by_every_caller(sem, call, key)
+
+
+def _freezes_its_argument(sem: SemanticModel, func: ast.AST) -> bool:
+    """``def freeze_model(model): for p in model.parameters(): p.requires_grad = False`` (or ``requires_grad_(False)``,
+    or ``model.requires_grad_(False)``)."""
+    params = [a.arg for a in func.args.args]  # type: ignore[attr-defined]
+    if not params:
+        return False
+    key = params[0]
+    for n in sem.local_nodes(func):
+        if isinstance(n, ast.Call) and method_name(n) == "requires_grad_" and dotted(n.func.value) == key \
+                and n.args and is_false(n.args[0]):  # type: ignore[attr-defined]
+            return True
+        if isinstance(n, ast.For) and isinstance(it := n.iter, ast.Call) and isinstance(it.func, ast.Attribute) \
+                and it.func.attr in ("parameters", "named_parameters") and dotted(it.func.value) == key:
+            target = n.target.elts[-1] if isinstance(n.target, ast.Tuple) and n.target.elts else n.target
+            var = target.id if isinstance(target, ast.Name) else None
+            if var and any(isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)
+                           and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var
+                           and is_false(st.value) for st in n.body):
+                return True
+    return False
 
 
 def _frozen_by_every_caller(sem: SemanticModel, call: ast.Call, key: str) -> bool:
@@ -125,10 +151,14 @@ def _frozen_by_every_caller(sem: SemanticModel, call: ast.Call, key: str) -> boo
     for site in sites:
         arg = call_argument(site, func, key) if not any(isinstance(a, ast.Starred) for a in site.args) else None  # type: ignore[arg-type]
         name = dotted(arg) if arg is not None else None
+        before = (site.lineno, site.col_offset)
         if name is None or not any(
                 isinstance(n.func, ast.Attribute) and dotted(n.func.value) == name and n.args and is_false(n.args[0])
-                and (n.lineno, n.col_offset) < (site.lineno, site.col_offset) and sem.scope_of(n) is sem.scope_of(site)
-                for n in sem.calls_named("requires_grad_")):
+                and (n.lineno, n.col_offset) < before and sem.scope_of(n) is sem.scope_of(site)
+                for n in sem.calls_named("requires_grad_")) and not any(  # ``freeze_model(backbone)`` first
+                isinstance(n.func, ast.Name) and n.args and dotted(n.args[0]) == name and (n.lineno, n.col_offset) < before
+                and sem.scope_of(n) is sem.scope_of(site) and any(_freezes_its_argument(sem, f) for f in sem.resolve(n))
+                for n in sem.calls):
             return False
     return True
 

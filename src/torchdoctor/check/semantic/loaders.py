@@ -63,8 +63,8 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
         return any(_key_feeds(sem, key, parent, depth) for key in keys)
     if isinstance(parent, ast.Call) and (child in parent.args or any(child is k.value for k in parent.keywords)):
         return _passed_feeds(sem, parent, child, depth)
-    if isinstance(parent, ast.Expr):
-        return False  # built and thrown away
+    if isinstance(parent, ast.Expr) or isinstance(parent, (ast.Tuple, ast.List)) and isinstance(sem.parent(parent), ast.Expr):
+        return False  # built and thrown away; ``train_dl, test_dl`` on a notebook cell's last line: displayed
     if isinstance(parent, ast.Attribute) and parent.value is child:
         return False  # ``loader.dataset``, ``loader.sampler.set_epoch(...)``: read, not iterated
     if isinstance(parent, ast.Return) and (func := sem.function_of(parent)) is not None:

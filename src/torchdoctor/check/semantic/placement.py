@@ -155,6 +155,8 @@ def _stays(sem: SemanticModel, key: str, reads: list[ast.AST], depth: int) -> bo
         if isinstance(up, ast.Attribute) and up.attr not in _MOVES \
                 and not (isinstance(call := sem.parent(up), ast.Call) and call.func is up and up.attr in _MOVES):
             continue  # ``up.weight.data = ...``, ``lin.parameters()``: read or set, not moved
+        if isinstance(up, ast.Expr) or isinstance(up, ast.Tuple) and isinstance(sem.parent(up), ast.Expr):
+            continue  # ``conv2d`` alone on a notebook cell's last line: displayed, not moved
         keyword = up.arg if isinstance(up, ast.keyword) else None  # ``training_loop(model=model, ...)``
         call = sem.parent(up) if keyword is not None else up
         if isinstance(call, ast.Call) and (keyword is not None or read in call.args) and depth < 2 \

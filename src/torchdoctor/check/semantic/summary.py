@@ -18,6 +18,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
     class_moves_itself, class_parts, holds_plain_tensors_only, moved_keys
+from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "host_args_of"]
@@ -473,7 +474,8 @@ def _per_step(sem: SemanticModel, call: ast.Call) -> bool:
     debug or test switch of the options: ``if opt.debug > 0: self.debug(batch, output)``)."""
     loop = sem.enclosing_loop(call, "batch")
     return loop is not None and not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop)
-                                     or sem.in_exit_branch(call, loop) or _behind_a_debug_switch(sem, call, loop))
+                                     or sem.in_exit_branch(call, loop) or _behind_a_debug_switch(sem, call, loop)
+                                     or cpu_only_loop(sem, loop))  # (a notebook's CPU baseline loop)
 
 
 _DEBUG_SWITCH = lazy(r"(?i)^(debug|verbose|test|vis|visuali[sz]e|show|plot|save_results?)$")
