@@ -153,3 +153,43 @@ def test_a_trainer_class_handed_a_moved_model_runs_on_the_gpu(project: Path) -> 
     write(project, {"main.py": main.format(move="")})
     results = check_files(["main.py", "trainer.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "trainer.py") == []  # a model on the CPU: its reads wait for no GPU
+
+
+def test_a_helper_module_s_factory_run_by_other_modules_forwards_copies_every_step(project: Path) -> None:
+    write(project, {
+        "nn_utils.py": """\
+            import math
+            import torch
+
+            def timestep_embedding(t, dim):
+                half = dim // 2
+                freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half).to(t.device)
+                args = t[:, None].float() * freqs[None]
+                return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+            def grid(n, like):
+                return torch.arange(n).to(like.device)
+            """,
+        "unet.py": """\
+            import torch
+            from torch import nn
+            from nn_utils import grid, timestep_embedding
+
+            class UNet(nn.Module):
+                def __init__(self, ch):
+                    super().__init__()
+                    self.ch = ch
+                    self.embed = nn.Linear(ch, ch)
+
+                def forward(self, x, t):
+                    return x + self.embed(timestep_embedding(t, self.ch)) + grid(self.ch, x)
+
+                def features(self, x, t):
+                    return self.embed(timestep_embedding(t, self.ch))
+
+            print(grid(4, torch.zeros(1)))
+            """,
+    })
+    results = check_files(["nn_utils.py", "unet.py"], Settings(root=str(project), select=("TD611",)))
+    # run by forwards (and another model method); ``grid`` is also called once by the script itself
+    assert codes(results, "nn_utils.py") == [(6, "TD611")]

@@ -151,6 +151,12 @@ class Callers:
         return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
                    for r in self._callers(sem, func))
 
+    def run_by_forwards_only(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """Every call of ``func`` in other modules is in a model's method, one of them its ``forward``
+        (improved-diffusion's ``timestep_embedding``, which the UNet's forward calls): it runs on every forward."""
+        callers = self._callers(sem, func)
+        return bool(callers) and all(r.in_forward for r in callers) and any(r.in_forward == "forward" for r in callers)
+
     def passes_moved_model(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
         """A caller in another module hands ``param`` of ``func`` a model it moved to an accelerator (``Runner(model,
         opt, cfg)`` after ``model.cuda()``; a method's ``self`` takes no argument slot)."""

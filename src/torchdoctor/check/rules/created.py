@@ -337,6 +337,9 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
         return func
     if func is not None and cls is None and sem.function_of(func) is None and _run_by_forwards(ctx, func):
         return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
+    if func is not None and cls is None and sem.function_of(func) is None and not sem.call_sites(func) \
+            and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
+        return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules
     return None
 
 

@@ -109,7 +109,7 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration")
+                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -125,14 +125,16 @@ class CallRecord(FrozenRecord):
     passed: frozenset[str]  # the arguments given, by keyword name or "#i" by position ("*": some unpacked)
     host_args: frozenset[str]  # arguments that are a batch as the loop yields it, not moved yet (by name or "#i")
     per_iteration: bool  # made on every iteration of the loop around it, whatever its kind, on an accelerator
+    in_forward: str  # "forward": made in a module class's ``forward`` (or a module-level helper only forwards call
+    # here); "method": in another method of a module class (``get_feature_vectors``); "" elsewhere
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
                  moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
-                 host_args: frozenset[str] = frozenset(), per_iteration: bool = False) -> None:
+                 host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "") -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models, passed, host_args, per_iteration)
+                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -368,7 +370,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               per_step, sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
                               host_args_of(sem, call) if per_step else frozenset(),
-                              per_step or accelerator and _per_iteration(sem, call)))
+                              per_step or accelerator and _per_iteration(sem, call), _in_a_forward(sem, call)))
     return out
 
 
@@ -467,6 +469,21 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
             or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
         return None  # (a Name called: a class's object; ``step = make_step(cfg)``, a function's result, is no object)
     return f"{ctor}.{func.attr}"
+
+
+def _in_a_forward(sem: SemanticModel, call: ast.Call, depth: int = 0) -> str:
+    """"forward" when ``call`` runs on every forward: it is in a module class's ``forward``, or in a module-level
+    helper whose every call in this file is (``emb = self.time_embed(timestep_embedding(t, ch))`` in a UNet's
+    forward); "method" in another method of a module class; else ""."""
+    func = sem.function_of(call)
+    if func is None:
+        return ""
+    cls = sem.class_of(func)
+    if cls is not None:
+        return "" if cls.name not in sem.module_classes else "forward" if func.name == "forward" else "method"  # type: ignore[attr-defined]
+    sites = sem.call_sites(func) if depth < 2 and sem.function_of(func) is None else []
+    kinds = {_in_a_forward(sem, s, depth + 1) for s in sites}
+    return "" if not kinds or "" in kinds else "forward" if "forward" in kinds else "method"
 
 
 def _per_step(sem: SemanticModel, call: ast.Call) -> bool:
