@@ -421,6 +421,20 @@ def _constructed_models(ctx: Context) -> set[str]:
     return ctx.semantic.cached("constructed_models", compute)  # type: ignore[no-any-return]
 
 
+def _trained_as_a_model(ctx: Context, name: str, bound: ast.AST) -> bool:
+    """Some read of this binding of ``name`` hands ``name.parameters()`` to an optimizer, or calls ``name.train()``."""
+    sem = ctx.semantic
+    for r in sem.reads_of(name):
+        b = sem.binding_at(name, r)
+        if b is None or b.node is not bound:
+            continue
+        up = sem.parent(r)
+        call = sem.parent(up) if isinstance(up, ast.Attribute) else None
+        if isinstance(call, ast.Call) and call.func is up and up.attr in ("parameters", "named_parameters", "train"):  # type: ignore[union-attr]
+            return True
+    return False
+
+
 def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     """``expr`` is (very likely) an nn.Module object rather than a state dict or tensor."""
     name = dotted(expr)
@@ -434,8 +448,12 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     last = name.rsplit(".", 1)[-1]
     b = ctx.semantic.binding_at(name, expr)
     value = b.value if b is not None and not b.is_param else None
-    if isinstance(value, ast.Call) and ((ctx.call_name(value) or "") == "torch.load" or method_name(value) == "state_dict"):
-        return False  # ``crt_net = model.state_dict()`` (keys edited), ``net = torch.load(path)``: a checkpoint's dict
+    if isinstance(value, ast.Call) and (ctx.call_name(value) or "") == "torch.load":
+        # ``net = torch.load(path)``: a checkpoint's dict, unless the program trains it as a model (``net.parameters()``
+        # handed to an optimizer, ``net(x)``): a whole pickled model, saved back whole
+        return _load_use(ctx, value) == "object" and _trained_as_a_model(ctx, name, b.node)  # type: ignore[union-attr]
+    if isinstance(value, ast.Call) and method_name(value) == "state_dict":
+        return False  # ``crt_net = model.state_dict()`` (keys edited)
     if isinstance(expr, ast.Name) and _only_state_dicts(ctx, expr):
         return False  # ``best_model = copy.deepcopy(model.state_dict())`` in the loop, ``None`` before it
     if name in _constructed_models(ctx):
