@@ -139,13 +139,36 @@ def _reduced_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     if (ctx.call_name(expr) or "") in _TORCH_TESTS:
         if not expr.args:
             return None
-        inner = _reduced_tensor(ctx, expr.args[0], at) or _device_tensor_name(ctx, expr.args[0], at)
+        inner = _reduced_tensor(ctx, expr.args[0], at) or _device_tensor_name(ctx, expr.args[0], at) \
+            or _forward_value(ctx, expr.args[0], at)
         return f"{dotted(expr.func)}({inner})" if inner and "(" not in inner else inner
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in _REDUCTIONS:
         recv = expr.func.value
-        inner = _reduced_tensor(ctx, recv, at) or _tensor_operand(ctx, recv, at)
+        inner = _reduced_tensor(ctx, recv, at) or _tensor_operand(ctx, recv, at) or _forward_value(ctx, recv, at)
         return f"{inner}.{expr.func.attr}()" if inner and "(" not in inner else inner
     return None
+
+
+def _forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """A tensor of a module's ``forward``: one of its inputs (``torch.min(x)``), or what a part returns (``out, h =
+    self.rnn(x)``; ``out[-1]``). Asked only of a reduction's operand: a reduction of it is a tensor where the model
+    runs."""
+    sem = ctx.semantic
+    base = expr.value if isinstance(expr, ast.Subscript) else expr
+    if not isinstance(base, ast.Name) or base.id == "self":
+        return None
+    func = sem.function_of(at)
+    cls = sem.class_of(func) if func is not None else None
+    if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
+        return None
+    b = sem.binding_at(base.id, at)
+    if b is None or b.node is not func and sem.function_of(b.node) is not func:
+        return None
+    if b.is_param:
+        return ctx.name(expr)
+    value = b.value
+    return ctx.name(expr) if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and isinstance(value.func.value, ast.Name) and value.func.value.id == "self" else None
 
 
 def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
