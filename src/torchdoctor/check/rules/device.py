@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, param_default
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import cuda_sites, program
+from torchdoctor.check.semantic import cuda_sites, models, program
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -27,7 +27,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     if program.has_cuda_check(sem):
         return
     for site in cuda_sites.cuda_sites(sem):
-        if program.uses_gpu_only_library(sem, site.node) or program.refuses_cpu(sem, at=site.node) or sem.chooses_device(site.node) \
+        if program.uses_gpu_only_library(sem, site.node) or program.refuses_cpu(sem, at=site.node) \
+                or _moves_nothing(sem, site.node) or sem.chooses_device(site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node):
@@ -58,6 +59,27 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
              'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
+
+
+def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``nn.BCEWithLogitsLoss().cuda()``, ``DiceLoss().cuda()`` of a module that holds no tensor: ``.cuda()`` moves
+    nothing, so it cannot fail without a GPU (TD102 still asks for ``.to(device)``)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("cuda", "to")):
+        return False
+    recv = node.func.value
+    if isinstance(recv, ast.Name) and (b := sem.binding_at(recv.id, node)) is not None and not b.is_param \
+            and b.index is None and isinstance(b.value, ast.Call):
+        recv = b.value  # ``criterion = DiceLoss()``, then ``criterion.cuda()``
+    if not isinstance(recv, ast.Call):
+        return False
+    q = sem.call_name(recv) or ""
+    cls = sem.calls_index.classes.get(q)
+    if cls is not None:
+        return q in sem.module_classes and models.class_holds_nothing(sem, cls)
+    if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in models.STATELESS_LAYERS:
+        return True
+    return q.startswith("torch.nn.") and q.endswith("Loss") and not recv.args and not any(
+        k.arg in ("weight", "pos_weight") or k.arg is None for k in recv.keywords)  # (a loss without class weights)
 
 
 def _tried_with_a_fallback(sem, node: ast.AST) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from torchdoctor.check.astutil import dotted, string_value
+from torchdoctor.check.astutil import dotted, param_default, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project import SELECTS_WRAPPED, STRIPS_WRAPPED
@@ -24,9 +24,27 @@ _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "to
 def data_parallel(node: ast.AST, ctx: Context) -> None:
     """nn.DataParallel (or the functional ``nn.parallel.data_parallel``): single-process, slower and unbalanced."""
     q = ctx.call_name(node) or ""
-    if q in _DATA_PARALLEL and not _key_adapter(ctx, node) and not program.in_dead_branch(ctx.semantic, node):
+    if q in _DATA_PARALLEL and not _key_adapter(ctx, node) and not program.in_dead_branch(ctx.semantic, node) \
+            and not ctx.semantic.guards.on_cpu_branch(node) and not _one_device(ctx, node):
         ctx.report("TD204", node, f"`{ctx.name(node.func)}` runs one process over all GPUs (GIL-bound, "  # type: ignore[attr-defined]
                    "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+
+
+def _one_device(ctx: Context, call: ast.AST) -> bool:
+    """``nn.DataParallel(net, device_ids=[0])`` (or a parameter whose default is one id and no call of the function
+    in this file passes it): a wrapper over one GPU, whose forward is a plain call of the module."""
+    ids = next((k.value for k in call.keywords if k.arg == "device_ids"), None)  # type: ignore[attr-defined]
+    if ids is None and len(call.args) > 1:  # type: ignore[attr-defined]
+        ids = call.args[1]  # type: ignore[attr-defined]
+    sem = ctx.semantic
+    if isinstance(ids, ast.Name) and (b := sem.binding_at(ids.id, call)) is not None and b.is_param:
+        func = b.node
+        if any(k.arg == ids.id for site in sem.call_sites(func) for k in site.keywords) or any(
+                len(site.args) > 1 for site in sem.call_sites(func)) \
+                or sem.project is not None and sem.project.callers_pass(sem, func, ids.id):  # type: ignore[attr-defined]
+            return False  # (some caller chooses the devices)
+        ids = param_default(func, ids.id)  # type: ignore[arg-type]
+    return isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1
 
 
 def _key_adapter(ctx: Context, call: ast.AST) -> bool:
