@@ -58,13 +58,34 @@ _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "rep
                        "t", "contiguous"})
 
 
-@rule("TD611", calls=tuple(sorted(_MAKERS)))
+_LEGACY_SIZED = frozenset({"FloatTensor", "LongTensor", "Tensor", "ByteTensor", "DoubleTensor", "IntTensor",
+                           "BoolTensor", "HalfTensor"})
+
+
+def _sizes_only(call: ast.Call) -> bool:
+    """``torch.FloatTensor(b, n)``: a legacy constructor given sizes (an allocation, like ``torch.empty``), not
+    data (``torch.FloatTensor([0.5, 0.5])``, ``torch.LongTensor(ids)`` of a list)."""
+    def size(a: ast.AST) -> bool:
+        if isinstance(a, ast.Constant):
+            return type(a.value) is int
+        if isinstance(a, ast.BinOp):
+            return size(a.left) and size(a.right)
+        if isinstance(a, ast.Subscript):  # ``x.shape[0]``
+            return isinstance(a.value, ast.Attribute) and a.value.attr == "shape"
+        if isinstance(a, ast.Call):  # ``x.size(0)``, ``len(seq)``
+            return method_name(a) == "size" and bool(a.args) or isinstance(a.func, ast.Name) and a.func.id in ("len", "int")
+        return isinstance(a, (ast.Attribute, ast.Name))  # ``self.hidden``, ``b`` (two or more: sizes, not data)
+    return len(call.args) >= 2 and all(size(a) for a in call.args) and not call.keywords
+
+
+@rule("TD611", calls=tuple(sorted(_MAKERS | _LEGACY_SIZED)))
 def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     """``torch.randn(b, k).cuda()`` in a training or evaluation loop, or in forward(): made on the CPU and
     copied to the device at once, on every step (TD303 is the case where it is not moved at all)."""
     assert isinstance(node, ast.Call)
     q = ctx.call_name(node) or ""
-    if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS:
+    if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS and not (
+            q.split(".")[1] in _LEGACY_SIZED and _sizes_only(node)):
         return
     if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
         return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
