@@ -193,3 +193,38 @@ def test_a_helper_module_s_factory_run_by_other_modules_forwards_copies_every_st
     results = check_files(["nn_utils.py", "unet.py"], Settings(root=str(project), select=("TD611",)))
     # run by forwards (and another model method); ``grid`` is also called once by the script itself
     assert codes(results, "nn_utils.py") == [(6, "TD611")]
+
+
+def test_a_helper_that_reads_only_what_it_drew_on_the_host_syncs_nothing(project: Path) -> None:
+    write(project, {
+        "aug.py": """\
+            import torch
+            import torch.nn.functional as F
+
+            def augment(img):
+                shift = torch.empty(2).uniform_(-4, 4).round()
+                pad = int(shift.abs().max().item())
+                return F.pad(img, (pad, pad, pad, pad), mode="reflect")
+
+            def brightness(img):
+                return img * img.mean().item()
+            """,
+        "train.py": """\
+            import torch
+            from aug import augment, brightness
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = torch.nn.Conv2d(3, 1, 3).to(device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for step in range(100):
+                real = augment(torch.rand(8, 3, 32, 32, device=device))
+                real = brightness(real)
+                loss = net(real).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["train.py", "aug.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "aug.py") == [(10, "TD603")]  # brightness reads the device image; augment its host draw
+    assert codes(results, "train.py") == []

@@ -247,7 +247,8 @@ SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double"
                "clamp", "clamp_", "round", "permute", "transpose", "contiguous", "pow", "sigmoid", "softmax", "byte",
                "half", "bool", "prod", "std", "var", "median", "topk", "sort", "t", "narrow", "select", "mul", "add",
                "sub", "div", "neg", "squeeze_", "unsqueeze_", "expand", "repeat", "numel", "type_as", "add_", "sub_",
-               "mul_", "div_")
+               "mul_", "div_", "uniform_", "normal_", "random_", "fill_", "zero_", "bernoulli_", "exponential_",
+               "floor", "ceil", "trunc", "sign")  # (``torch.empty(2).uniform_(-4, 4).round()``: still on the host)
 
 
 _NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})

@@ -115,6 +115,10 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if isinstance(up, ast.Call) and cur in up.args and (ctx.call_name(up) or "") in _AS_ARRAY:
             as_array, cur = True, up  # ``np.asarray(f.cpu())``: a NumPy array of the copy
             continue
+        if isinstance(up, ast.Compare) and up.left is cur and all(isinstance(c, ast.Constant) for c in up.comparators) \
+                and isinstance(sel := sem.parent(up), ast.Call) and up in sel.args[:1] \
+                and (ctx.call_name(sel) or "") in _SELECTIONS:
+            return True  # ``idxs = np.where(scores.cpu() > 0.5)``: the copy's indices, picked on the host
         if as_array and isinstance(up, (ast.Tuple, ast.List)) and isinstance(joined := sem.parent(up), ast.Call) \
                 and joined.args[:1] == [up] and (ctx.call_name(joined) or "") in _JOINS:
             keeper = sem.parent(joined)  # ``all_boxes[j][i] = np.hstack((boxes.cpu().numpy(), scores[:, None]))``: one
@@ -513,6 +517,7 @@ def _on_host(ctx: Context, call: ast.Call) -> bool:
 
 _SERIALISERS = frozenset({"pickle.dumps", "json.dumps", "msgpack.packb", "marshal.dumps"})
 _AS_ARRAY = frozenset({"numpy.asarray", "numpy.array", "numpy.ascontiguousarray"})
+_SELECTIONS = frozenset({"numpy.where", "numpy.nonzero", "numpy.argwhere", "numpy.flatnonzero"})
 _JOINS = frozenset({"numpy.hstack", "numpy.vstack", "numpy.concatenate", "numpy.stack", "numpy.column_stack",
                     "numpy.dstack"})
 _METADATA = frozenset({"shape", "ndim", "dtype", "size"})

@@ -184,6 +184,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             else:
                 continue
             effects = sem.effects(func)  # this module's own code: a summary never reads further modules
+            if "sync" in effects and _reads_host_draws_only(sem, func):
+                effects -= {"sync", "read"}  # (stylegan2's ``augment``: ``torch.empty(2).uniform_(...)...item()``)
             if asks_gpus and program.refuses_cpu(sem, func):
                 effects |= {"needs_gpu"}  # (not one of EFFECTS: said only to the callers in other modules)
             has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
@@ -469,6 +471,31 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
             or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
         return None  # (a Name called: a class's object; ``step = make_step(cfg)``, a function's result, is no object)
     return f"{ctor}.{func.attr}"
+
+
+_HOST_DRAW_METHODS = frozenset({"uniform_", "normal_", "random_", "fill_", "zero_", "bernoulli_", "round", "abs",
+                                "max", "min", "sum", "mean", "floor", "ceil", "float", "long", "int", "clone"})
+
+
+def _reads_host_draws_only(sem: SemanticModel, func: ast.AST) -> bool:
+    """Every read back in ``func``'s own body (``.item()``, ``.tolist()``) is of a tensor it drew on the host
+    (``shift = torch.empty(2).uniform_(-4, 4).round()``, then ``int(shift.abs().max().item())``), and it calls
+    nothing of this file that reads: it waits for no GPU."""
+    reads = [n for n in sem.local_nodes(func) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr in ("item", "tolist", "cpu") and not n.args]
+    if not reads or any(sem.effects(f) & {"sync"} for n in sem.local_nodes(func) if isinstance(n, ast.Call)
+                        for f in sem.resolve(n)):
+        return False
+    for read in reads:
+        recv = strip_methods(read.func.value, _HOST_DRAW_METHODS)  # type: ignore[attr-defined]
+        b = sem.binding_at(recv.id, read) if isinstance(recv, ast.Name) else None
+        made = strip_methods(b.value, _HOST_DRAW_METHODS) if b is not None and not b.is_param and b.value is not None \
+            else None
+        q = sem.call_name(made) or "" if isinstance(made, ast.Call) else ""
+        if not (q in ("torch.empty", "torch.zeros", "torch.ones", "torch.rand", "torch.randn", "torch.randint",
+                      "torch.randperm", "torch.arange") and not any(k.arg == "device" for k in made.keywords)):  # type: ignore[union-attr]
+            return False
+    return True
 
 
 def _in_a_forward(sem: SemanticModel, call: ast.Call, depth: int = 0) -> str:
