@@ -346,6 +346,14 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return True  # ``probs_host = probs.to("cpu")``: likewise
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE and not name.startswith("torch."):
         return made_on_host(ctx, expr.func.value, at, depth)  # ``losses.mean()`` of a host tensor
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("sample", "rsample") and not expr.args:
+        dist = expr.func.value  # ``Categorical(probs).sample()`` of host probabilities: drawn on the host
+        if isinstance(dist, ast.Name) and (b := ctx.semantic.binding_at(dist.id, at)) is not None and not b.is_param:
+            dist = b.value
+        if isinstance(dist, ast.Call) and (ctx.call_name(dist) or "").startswith("torch.distributions.") \
+                and (dist.args or dist.keywords):
+            values = [*dist.args, *(k.value for k in dist.keywords)]
+            return all(made_on_host(ctx, v, at, depth + 1) for v in values if not isinstance(v, ast.Constant))
     if name in _HOST_MAKERS:
         return name == "torch.from_numpy" or not any(tensor_value(ctx, a, at) for a in expr.args)
     if not name.startswith("torch.") and _returns_host_tensor(ctx, expr, None, depth):
