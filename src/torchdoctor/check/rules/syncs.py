@@ -161,14 +161,32 @@ def _forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     cls = sem.class_of(func) if func is not None else None
     if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
         return None
-    b = sem.binding_at(base.id, at)
+    return ctx.name(expr) if _of_the_forward(sem, base, at, func, 0) else None
+
+
+def _of_the_forward(sem, expr: ast.AST, at: ast.AST, func: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    """``expr`` is an input of the forward (not ``self``), what a part hands back (``self.rnn(x)``), or computed
+    from those (``h = x @ self.W``, ``torch.relu(h)``, ``h.view(-1)``, ``out[-1]``), a few bindings deep."""
+    if depth > 6:
+        return False
+    if isinstance(expr, ast.Subscript):
+        return _of_the_forward(sem, expr.value, at, func, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        return any(_of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, expr.right))
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "self":
+            return True  # ``self.rnn(x)``: a part's output
+        if (sem.call_name(expr) or "").startswith("torch."):
+            return bool(expr.args) and _of_the_forward(sem, expr.args[0], at, func, depth + 1)
+        return isinstance(expr.func, ast.Attribute) and _of_the_forward(sem, expr.func.value, at, func, depth + 1)
+    if not isinstance(expr, ast.Name) or expr.id == "self":
+        return False
+    b = sem.binding_at(expr.id, at)
     if b is None or b.node is not func and sem.function_of(b.node) is not func:
-        return None
+        return False
     if b.is_param:
-        return ctx.name(expr)
-    value = b.value
-    return ctx.name(expr) if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
-        and isinstance(value.func.value, ast.Name) and value.func.value.id == "self" else None
+        return True
+    return b.value is not None and _of_the_forward(sem, b.value, b.node, func, depth + 1)
 
 
 def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
