@@ -47,17 +47,43 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
 
 
 def _one_batch_loader(sem, it: ast.AST) -> bool:  # type: ignore[no-untyped-def]
-    """``it`` (or a name bound to it) is a DataLoader whose ``batch_size`` is ``len()`` of its own dataset."""
-    if isinstance(it, ast.Name):
-        b = sem.binding_at(it.id, it)
-        it = b.value if b is not None and not b.is_param and b.index is None else None
+    """``it`` (or a name bound to it, through ``enumerate``/``iter``/``tqdm``, or to what a function of the file
+    returns) is a DataLoader whose ``batch_size`` is ``len()`` of its dataset, or of what the dataset was built from
+    (``DataLoader(DS(val_images, val_targets), batch_size=len(val_images))``): the whole set in one batch."""
+    index = None  # (the element of a tuple a function returns: ``val_dl, small_dl = get_data()``)
+    for _ in range(8):
+        if isinstance(it, ast.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] in ("enumerate", "iter", "tqdm") \
+                and it.args:
+            it = it.args[0]
+            continue
+        if isinstance(it, ast.Name):
+            b = sem.binding_at(it.id, it)
+            it, index = (b.value, b.index) if b is not None and not b.is_param else (None, None)
+            continue
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and (funcs := sem.resolve(it)) and len(funcs) == 1:
+            returns = [n.value for n in sem.local_nodes(funcs[0]) if isinstance(n, ast.Return) and n.value is not None]
+            it = returns[0] if len(returns) == 1 else None  # ``val_dl = get_data()``: what it returns
+            if index is not None and isinstance(it, ast.Tuple):
+                it = it.elts[index] if isinstance(index, int) and index < len(it.elts) else None
+                index = None
+            continue
+        if index is not None:
+            return False
+        break
     if not (isinstance(it, ast.Call) and (dotted(it.func) or "").rsplit(".", 1)[-1] == "DataLoader"):
         return False
     data = it.args[0] if it.args else next((k.value for k in it.keywords if k.arg == "dataset"), None)
     size = it.args[1] if len(it.args) > 1 else next((k.value for k in it.keywords if k.arg == "batch_size"), None)
-    return data is not None and isinstance(size, ast.Call) and isinstance(size.func, ast.Name) \
-        and size.func.id == "len" and len(size.args) == 1 and dotted(size.args[0]) is not None \
-        and dotted(size.args[0]) == dotted(data)
+    if data is None or not (isinstance(size, ast.Call) and isinstance(size.func, ast.Name) and size.func.id == "len"
+                            and len(size.args) == 1 and dotted(size.args[0]) is not None):
+        return False
+    whole = dotted(size.args[0])
+    if whole == dotted(data):
+        return True
+    made = data
+    if isinstance(data, ast.Name) and (b := sem.binding_at(data.id, it)) is not None and not b.is_param:
+        made = b.value
+    return isinstance(made, ast.Call) and any(dotted(a) == whole for a in made.args[:1])
 
 
 def _enumerate_counter(loop: ast.AST, sem: object = None) -> str | None:
@@ -92,8 +118,9 @@ def _gradients_only(ctx: Context, loop: ast.AST) -> bool:
     check, or a few passes that optimise an input by hand (deep dream's ``x + step * x.grad``), not steps of a run."""
     sem = ctx.semantic
     calls = [n for n in sem.body(loop) if isinstance(n, ast.Call)]
-    return any(ctx.call_name(c) == "torch.autograd.grad" or isinstance(c.func, ast.Attribute) and c.func.attr == "backward"
-               for c in calls) and "step" not in sem.region_effects(sem.body(loop), deep=True)
+    effects = sem.region_effects(sem.body(loop), deep=True)  # (``grad_cam(x)``, whose backward is its own)
+    return (any(ctx.call_name(c) == "torch.autograd.grad" or isinstance(c.func, ast.Attribute)
+                and c.func.attr == "backward" for c in calls) or "backward" in effects) and "step" not in effects
 
 
 def while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
