@@ -228,3 +228,40 @@ def test_a_helper_that_reads_only_what_it_drew_on_the_host_syncs_nothing(project
     results = check_files(["train.py", "aug.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "aug.py") == [(10, "TD603")]  # brightness reads the device image; augment its host draw
     assert codes(results, "train.py") == []
+
+
+def test_a_helper_module_s_default_branch_that_every_caller_skips_copies_nothing(project: Path) -> None:
+    write(project, {
+        "commons.py": """\
+            import torch
+
+            def squeeze(x, x_mask=None, n=2):
+                b, c, t = x.size()
+                if x_mask is not None:
+                    x_mask = x_mask[:, :, n - 1::n]
+                else:
+                    x_mask = torch.ones(b, 1, t // n).to(device=x.device, dtype=x.dtype)
+                return x.view(b, c * n, t // n) * x_mask, x_mask
+
+            def pad_mask(x, x_mask=None):
+                if x_mask is None:
+                    x_mask = torch.ones(x.size(0), 1, x.size(2)).to(x.device)
+                return x * x_mask
+            """,
+        "models.py": """\
+            import torch
+            from torch import nn
+            import commons
+
+            class Flow(nn.Module):
+                def __init__(self, c):
+                    super().__init__()
+                    self.proj = nn.Conv1d(2 * c, 2 * c, 1)
+
+                def forward(self, x, x_mask):
+                    x, x_mask = commons.squeeze(x, x_mask, 2)
+                    return commons.pad_mask(self.proj(x))
+            """,
+    })
+    results = check_files(["commons.py", "models.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "commons.py") == [(13, "TD611")]  # every squeeze call passes the mask; pad_mask's omits it

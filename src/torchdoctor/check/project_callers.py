@@ -151,13 +151,15 @@ class Callers:
         return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
                    for r in self._callers(sem, func))
 
-    def callers_pass(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
-        """Some call of ``func`` in another module passes ``param`` (by name, by position, or unpacked)."""
+    def callers_pass(self, sem: SemanticModel, func: ast.AST, param: str, every: bool = False) -> bool:
+        """Some call (``every``: every call, and there is one) of ``func`` in another module passes ``param`` (by
+        name, by position, or unpacked)."""
         params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
         if params[:1] == ["self"]:
             params = params[1:]
         slot = f"#{params.index(param)}" if param in params else None
-        return any(param in r.passed or slot in r.passed or "*" in r.passed for r in self._callers(sem, func))
+        passes = [param in r.passed or slot in r.passed or "*" in r.passed for r in self._callers(sem, func)]
+        return bool(passes) and all(passes) if every else any(passes)
 
     def run_by_forwards_only(self, sem: SemanticModel, func: ast.AST) -> bool:
         """Every call of ``func`` in other modules is in a model's method, one of them its ``forward``

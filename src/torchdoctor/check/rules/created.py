@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, has_kwargs, keyword, method_name, root_name, strip_methods
+from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, dotted, has_kwargs, keyword, method_name, param_default, \
+    root_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -111,7 +112,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         if inner is None or inner is region or not sem.contains(region, inner) or sem.under_step_guard(node, inner):
             return
         region = inner
-    if sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) or _made_once(ctx, node, region) \
+    if _branch_no_caller_takes(ctx, node) or sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) \
+            or _made_once(ctx, node, region) \
             or sem.in_handler(node, region):  # (``except RuntimeError: return torch.rand(...).to(dev)``: a fallback)
         return
     if method_name(move) != "cuda" and not program.runs_on_accelerator(sem) and not (
@@ -253,6 +255,58 @@ def _other_side(sem, a: ast.AST, b: ast.AST) -> bool:  # type: ignore[no-untyped
         if isinstance(up, ast.stmt):
             return False
     return False
+
+
+def _branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
+    """``if x_mask is not None: ... else: x_mask = torch.ones(b, 1, t).to(x.device)`` in a function whose
+    ``x_mask=None`` every caller passes (here, or in the other modules of the project): the default's branch, which
+    no step takes (glow-tts's ``commons.squeeze(x, x_mask, n_sqz)``)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None:
+        return False
+    child = node
+    for up in sem.ancestors(node):
+        if up is func:
+            return False
+        if isinstance(up, ast.If) and isinstance(test := up.test, ast.Compare) and len(test.ops) == 1 \
+                and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
+                and test.comparators[0].value is None and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
+            in_body = any(sem.contains(s, child) or s is child for s in up.body)
+            none_branch = in_body == isinstance(test.ops[0], ast.Is)
+            param = test.left.id
+            if none_branch and isinstance(param_default(func, param), ast.Constant) \
+                    and param_default(func, param).value is None:  # type: ignore[union-attr]
+                sites = sem.call_sites(func) or _instance_sites(ctx, func)
+                here = bool(sites) and all(_passed(s, func, param) for s in sites)
+                return here or not sites and sem.project is not None and sem.project.callers_pass(  # type: ignore[attr-defined]
+                    sem, func, param, every=True)
+        child = up
+    return False
+
+
+def _passed(call: ast.Call, func: ast.AST, param: str) -> bool:
+    """``call`` passes ``param`` of ``func`` (an instance call ``norm(x, mask)`` of a ``forward(self, x, x_mask)``
+    passes no ``self``)."""
+    if any(k.arg == param or k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return True
+    names = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if names[:1] == ["self"]:
+        names = names[1:]
+    return param in names and names.index(param) < len(call.args)
+
+
+def _instance_sites(ctx: Context, func: ast.AST) -> list[ast.Call]:
+    """The calls of the instances of ``func``'s module class in this file (``norm = Norm(4).to(device)``, then
+    ``norm(x, mask)``; ``self.norm = Norm(c)``, then ``self.norm(x, x_mask)``), when ``func`` is its ``forward``."""
+    sem = ctx.semantic
+    cls = sem.class_of(func)
+    if func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
+        return []
+    keys = {dotted(t) for n in sem.of_type(ast.Assign) for t in n.targets  # type: ignore[attr-defined]
+            if isinstance(made := strip_methods(n.value, PLACEMENT_METHODS), ast.Call)  # type: ignore[attr-defined]
+            and (dotted(made.func) or "").rsplit(".", 1)[-1] == cls.name}  # type: ignore[attr-defined]
+    return [call for call in sem.calls if dotted(call.func) in keys]
 
 
 def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
