@@ -451,6 +451,9 @@ def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth:
     the tuple when one is unpacked)."""
     sem = ctx.semantic
     funcs = sem.resolve(call) if depth < 12 else []
+    if not funcs and isinstance(call.func, ast.Name) and index is None and depth < 12 \
+            and (b := sem.binding_at(call.func.id, call)) is not None and isinstance(b.value, ast.Lambda):
+        return made_on_host(ctx, b.value.body, b.value.body, depth + 2)  # ``score = lambda x: f(x).cpu().numpy()``
     if not funcs and sem.project is not None and isinstance(call.func, (ast.Name, ast.Attribute)) \
             and (dotted(call.func) or "").split(".")[0] in (*sem.names.from_imports, *sem.names.imports):
         # ``err = compute_error(pred, gt)`` of another module, whose every return is ``....cpu().numpy()``
