@@ -265,3 +265,35 @@ def test_a_helper_module_s_default_branch_that_every_caller_skips_copies_nothing
     })
     results = check_files(["commons.py", "models.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "commons.py") == [(13, "TD611")]  # every squeeze call passes the mask; pad_mask's omits it
+
+
+def test_a_loader_factory_whose_importer_trains_on_the_gpu_is_told_about_workers(project: Path) -> None:
+    data = """\
+        import torch
+
+        def make_loaders(train_set, test_set, batch_size):
+            train_loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size)
+            test_loader = torch.utils.data.DataLoader(test_set, batch_size=batch_size)
+            return train_loader, test_loader
+        """
+    train = """\
+        import torch
+        import torch.nn.functional as F
+        from data import make_loaders
+
+        ds = torch.utils.data.TensorDataset(torch.randn(64, 784), torch.randint(0, 10, (64,)))
+        train_loader, test_loader = make_loaders(ds, ds, 64)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.Linear(784, 10).to(device)
+        opt = torch.optim.Adam(model.parameters())
+        for x, y in train_loader:
+            x, y = x.to(device), y.to(device)
+            loss = F.cross_entropy(model(x), y)
+            {step}
+        """
+    write(project, {"data.py": data, "train.py": train.format(step="opt.zero_grad(); loss.backward(); opt.step()")})
+    results = check_files(["data.py", "train.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "data.py") == [(4, "TD304"), (4, "TD305"), (5, "TD304"), (5, "TD305")]
+    write(project, {"train.py": train.format(step="print(loss.item())")})  # an evaluation: workers are its own business
+    results = check_files(["data.py", "train.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "data.py") == [(4, "TD304"), (5, "TD304")]

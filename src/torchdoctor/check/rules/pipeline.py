@@ -272,11 +272,24 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     if workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
         return
-    if not _judged_loader(ctx, node) or not _trains(ctx) or workers is None and "num_workers" in _subclass_passes(ctx, node):
+    if not _judged_loader(ctx, node) or not (_trains(ctx) or _importer_trains(ctx, node)) \
+            or workers is None and "num_workers" in _subclass_passes(ctx, node):
         return
     what = "`num_workers=0`" if workers else "no `num_workers` (0)"
     ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
                fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
+
+
+def _importer_trains(ctx: Context, node: ast.AST) -> bool:
+    """A loader factory (``def make_loaders(root, bs): ... return train_loader, test_loader``) whose accelerated
+    importer backpropagates (``from data import make_loaders`` in train.py, then ``loss.backward()``)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if sem.project is None or func is None or program.runs_on_accelerator(sem):
+        return False
+    cls = sem.class_of(func)
+    user = sem.project.accelerated_importer(sem, cls.name if cls is not None else func.name)  # type: ignore[attr-defined]
+    return bool(user) and ".backward(" in (sem.project.state.text(user) or "")  # type: ignore[attr-defined]
 
 
 def _trains(ctx: Context) -> bool:
