@@ -19,6 +19,15 @@ __all__ = ["KINDS", "Kinds", "kind_from_name", "LOADERISH", "unwrap_iter"]
 KINDS = ("model", "tensor", "loader", "optimizer", "scaler", "sampler", "device", "loss_fn", "scheduler", "wrapper")
 
 MODULE_BASES = {"Module", "LightningModule", "PreTrainedModel", "Sequential", "ModuleList", "ModuleDict"}
+
+
+def _torch_layer(q: str) -> bool:
+    """``torch.nn.BatchNorm2d``, ``torch.nn.modules.conv.Conv2d``: a layer class of torch (not a parameter, not a
+    data-parallel wrapper, not a helper of ``torch.nn.utils``)."""
+    if not q.startswith("torch.nn.") or q.startswith(("torch.nn.utils.", "torch.nn.parallel.", "torch.nn.functional.")):
+        return False
+    last = q.rsplit(".", 1)[-1]
+    return last[:1].isupper() and last not in ("Parameter", "UninitializedParameter", "Buffer") and last not in _WRAPPERS
 _WRAPPERS = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
 _NOT_MODELS = lazy(r"(?i)Tokenizer|Processor|Config|Feature_?Extractor|Dataset|Pipeline|Scheduler|Accelerator")  # (``tokenizer_class.from_pretrained``)
 _OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
@@ -141,7 +150,8 @@ class Kinds:
                 for base in cls.bases:  # type: ignore[attr-defined]
                     q = self.names.qualname(base) or ""
                     last = q.rsplit(".", 1)[-1]
-                    if last in MODULE_BASES or last in found or self._imported_module_class(q, base):
+                    if last in MODULE_BASES or last in found or self._imported_module_class(q, base) \
+                            or _torch_layer(q):  # (``class BatchNormFw(nn.BatchNorm2d)``: a layer, forward overridden)
                         found.add(cls.name)  # type: ignore[attr-defined]
                         changed = True
                         break
