@@ -67,6 +67,19 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
         return False  # built and thrown away; ``train_dl, test_dl`` on a notebook cell's last line: displayed
     if isinstance(parent, ast.Attribute) and parent.value is child:
         return False  # ``loader.dataset``, ``loader.sampler.set_epoch(...)``: read, not iterated
+    if isinstance(parent, ast.Tuple) and isinstance(ret := sem.parent(parent), ast.Return) \
+            and (func := sem.function_of(ret)) is not None and (sites := sem.call_sites(func)):
+        # ``return train, unused``, then ``train_loader, unused_loader = make_loaders(ds)``: follow its own name
+        i = next(k for k, e in enumerate(parent.elts) if e is child)
+        for site in sites:
+            up = sem.parent(site)
+            target = up.targets[0] if isinstance(up, ast.Assign) and len(up.targets) == 1 else None
+            if not (isinstance(target, ast.Tuple) and len(target.elts) == len(parent.elts)
+                    and (key := dotted(target.elts[i]))):
+                return True  # (kept whole, or handed on: not followed)
+            if _key_feeds(sem, key, up, depth + 1):
+                return True
+        return False
     if isinstance(parent, ast.Return) and (func := sem.function_of(parent)) is not None:
         # ``self._dataloader = self._setup_data(...)`` where _setup_data returns it: followed from its callers here
         sites = sem.call_sites(func)
