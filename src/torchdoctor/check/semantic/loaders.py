@@ -184,6 +184,9 @@ def _stored(sem: SemanticModel, func: ast.AST, name: str) -> bool:
 def _loop_feeds(sem: SemanticModel, loop: ast.AST, depth: int) -> bool:
     """A loop over the loader runs a model or a loss, moves its batch, or calls a step of training; not one whose
     every batch is a few prompts handed to generation (``_generates``)."""
+    body = getattr(loop, "body", None)
+    if body and isinstance(body[-1], ast.Break):
+        return False  # ``x = x.to(device); break``: a look at the first batch, not a stream of them
     info = sem.loop_info(loop)
     batch = set(info.batch_vars)
     if batch and _generates(sem, loop, batch) or cpu_only_loop(sem, loop):
