@@ -18,7 +18,8 @@ from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, made_on_host, \
     sync_site, tensor_value
 from torchdoctor.check.rules.kept import collected_on_host, returned_copy
-from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, env_action, stepped_with, stop_signal
+from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, env_action, read_again, stepped_with, \
+    stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.summary import host_args_of
@@ -192,7 +193,8 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         return
     if isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS \
             and (host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
-                 or stop_signal(ctx, node, loop) or env_action(ctx, node, loop) or decoding_stop(ctx, node, loop)):
+                 or stop_signal(ctx, node, loop) or env_action(ctx, node, loop) or decoding_stop(ctx, node, loop)
+                 or read_again(ctx, node, loop)):
         return
     report_sync(ctx, node, what, loop)
 

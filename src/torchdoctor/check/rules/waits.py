@@ -190,6 +190,43 @@ def timed_iteration(ctx: Context, loop: ast.AST) -> bool:
                and any(_clock_call(ctx, n) for n in sem.local_nodes(f)) for f in sem.resolve(it))
 
 
+def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``top.item()`` read again after ``if top.item() == eos: break`` (or ``history[i] = loss.item()`` after
+    ``total = loss.item()``), the same tensor, with nothing but host work between: the first read waited for the
+    GPU; this one waits for nothing."""
+    sem = ctx.semantic
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("item", "tolist")):
+        return False
+    recv = node.func.value
+    if not isinstance(recv, ast.Name) or (bound := sem.binding_at(recv.id, node)) is None:
+        return False
+    block = None
+    top = node
+    for up in sem.ancestors(node):  # the statement of ``node`` in its own block of the loop
+        body = next((b for b in (getattr(up, "body", None), getattr(up, "orelse", None)) if isinstance(b, list)
+                     and any(s is top for s in b)), None)
+        if body is not None:
+            block = body
+            break
+        if up is loop:
+            return False
+        top = up
+    if block is None:
+        return False
+    if not all(_queues_nothing(ctx, c) for c in sem.subtree(top) if isinstance(c, ast.Call) and c is not node):
+        return False  # (``raw += [c.item() for c in confidence(net(x))]``: new GPU work in the statement itself)
+    i = next(k for k, s in enumerate(block) if s is top)
+    for stmt in reversed(block[:i]):
+        calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
+        if any(isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist") and not c.args
+               and isinstance(c.func.value, ast.Name) and c.func.value.id == recv.id
+               and sem.binding_at(recv.id, c) is bound for c in calls):
+            return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
+        if not all(_queues_nothing(ctx, c) for c in calls):
+            return False
+    return False
+
+
 def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``node`` reads after the step's own timing ``torch.cuda.synchronize()`` (a clock read in the loop beside
     it: the sync TD603 leaves alone), earlier in the loop's body, with no call but clock reads between: the GPU is
