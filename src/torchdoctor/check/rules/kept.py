@@ -119,6 +119,13 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 and isinstance(sel := sem.parent(up), ast.Call) and up in sel.args[:1] \
                 and (ctx.call_name(sel) or "") in _SELECTIONS:
             return True  # ``idxs = np.where(scores.cpu() > 0.5)``: the copy's indices, picked on the host
+        if as_array and isinstance(up, ast.Call) and up.args[:1] == [cur] and (q := ctx.call_name(up) or "").startswith(
+                "numpy.") and q.rsplit(".", 1)[-1] in ("argmax", "argmin", "argsort", "round", "clip", "squeeze",
+                                                        "transpose", "where") \
+                and (q.rsplit(".", 1)[-1] not in ("argmax", "argmin") or any(k.arg == "axis" for k in up.keywords)
+                     or len(up.args) > 1):
+            cur = up  # ``label = np.argmax(out.cpu().numpy(), axis=1)``: per-row results, a host array still
+            continue
         if as_array and isinstance(up, (ast.Tuple, ast.List)) and isinstance(joined := sem.parent(up), ast.Call) \
                 and joined.args[:1] == [up] and (ctx.call_name(joined) or "") in _JOINS:
             keeper = sem.parent(joined)  # ``all_boxes[j][i] = np.hstack((boxes.cpu().numpy(), scores[:, None]))``: one
