@@ -280,9 +280,32 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
     func = sem.function_of(node)
     region = sem.body(loop) if sem.contains(loop, node) else sem.local_nodes(func) if func is not None else []
     if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _async_copy_to_host(n))
-           for n in region) or _inside_a_timer(ctx, node) or sem.contains(loop, node) and timed_iteration(ctx, loop):
+           for n in region) or _inside_a_timer(ctx, node) or sem.contains(loop, node) and timed_iteration(ctx, loop) \
+            or not sem.contains(loop, node) and _loop_reads_a_clock(ctx, loop):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
     report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
+
+
+def _loop_reads_a_clock(ctx: Context, loop: ast.AST) -> bool:
+    """The loop that runs a helper's ``torch.cuda.synchronize()`` reads the clock itself, or through a function or
+    method of the file (``sync(device); prof.tick("forward")`` with ``tick`` calling ``time.perf_counter()``): the
+    helper's sync times the step."""
+    sem = ctx.semantic
+    for n in sem.body(loop):
+        if not isinstance(n, ast.Call):
+            continue
+        if (ctx.call_name(n) or "") in CLOCKS or timer_call(n):
+            return True
+        targets = sem.resolve(n)
+        if not targets and isinstance(n.func, ast.Attribute):  # ``prof.tick(...)`` of ``prof = Profiler()``
+            b = sem.binding_at(dotted(n.func.value) or "", n) if dotted(n.func.value) else None
+            cls = sem.calls_index.classes.get(dotted(b.value.func) or "") if b is not None and not b.is_param \
+                and isinstance(b.value, ast.Call) else None
+            targets = [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == n.func.attr]
+        if any(isinstance(c, ast.Call) and (ctx.call_name(c) or "") in CLOCKS for f in targets
+               for c in sem.local_nodes(f)):
+            return True
+    return False
 
 
 _TIMER_NAME = lazy(r"(?i)timer|stopwatch|timing|timeit|profil")
