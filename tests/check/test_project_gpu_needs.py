@@ -297,3 +297,37 @@ def test_a_loader_factory_whose_importer_trains_on_the_gpu_is_told_about_workers
     write(project, {"train.py": train.format(step="print(loss.item())")})  # an evaluation: workers are its own business
     results = check_files(["data.py", "train.py"], Settings(root=str(project), select=("TD304", "TD305")))
     assert codes(results, "data.py") == [(4, "TD304"), (5, "TD304")]
+
+
+def test_a_module_named_like_a_test_that_the_program_calls_is_judged(project: Path) -> None:
+    write(project, {
+        "batch_test.py": """\
+            import torch
+
+            def test(model, users):
+                scores = []
+                for start in range(0, len(users), 8):
+                    batch = torch.tensor(users[start:start + 8])
+                    out = model(batch.to(next(model.parameters()).device))
+                    scores.append(out.detach().cpu())
+                return torch.cat(scores)
+            """,
+        "main.py": """\
+            import torch
+            from torch import nn
+            from batch_test import test
+
+            dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Embedding(100, 4).to(dev)
+            opt = torch.optim.Adam(model.parameters())
+            for epoch in range(3):
+                loss = model(torch.arange(10, device=dev)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                res = test(model, list(range(100)))
+            """,
+    })
+    results = check_files(["main.py", "batch_test.py"], Settings(root=str(project), select=("TD401", "TD603")))
+    # NGCF's evaluation module: main.py calls its test(); its outputs are kept on the host, one copy a chunk
+    assert codes(results, "batch_test.py") == [(7, "TD401")]

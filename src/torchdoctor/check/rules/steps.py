@@ -332,6 +332,10 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
                                            or stepped_with(ctx, node, sem.local_nodes(func))):
         return  # a method of an object made in another module: its scalar reads are told (``return loss.item()``),
         # not its copies (``upsampler.enhance(img)`` handing back the image it made), nor ``self.env.step(a.item())``
+    inner = next(iter(sem.loops_around(node)), None)
+    if inner is not None and isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") \
+            and sem.loop_kind(inner) != "train" and collected_on_host(ctx, node, inner):
+        return  # ``scores.append(out.detach().cpu())`` in an evaluation helper's own loop: its outputs, kept
     callers = [c for c in sem.project.step_callers(sem, func) if _may_take_branch(ctx, node, func, c)]  # type: ignore[attr-defined]
     if not callers or _reads_host_arguments(ctx, node, func, callers) or decoding_stop(ctx, node):
         return

@@ -660,13 +660,15 @@ _TEST_CLASS = lazy(r"^Test($|[A-Z0-9_])")
 
 
 def _holds_tests(sem: SemanticModel) -> bool:
-    """Something for a test runner to collect: a ``test*`` function the file does not call itself (a training
-    script ``pmnist_test.py`` calls its ``test()`` evaluation after each epoch), a ``Test*`` class, pytest or
+    """Something for a test runner to collect: a ``test*`` function neither the file nor another module of the
+    project calls (a training script ``pmnist_test.py`` calls its ``test()`` evaluation after each epoch), a ``Test*`` class, pytest or
     unittest, or a script in a tests folder (an inference script ``esrgan/test_on_image.py`` with an argument
     parser is a program)."""
     if _TESTS_DIR.search(os.path.dirname(os.path.abspath(sem.path)).replace("\\", "/")):
         return True
-    return any(f.name.startswith("test") and not sem.call_sites(f) for fs in sem.functions.values() for f in fs) or \
+    return any(f.name.startswith("test") and not sem.call_sites(f) and not (  # (NGCF's ``batch_test.test(model, ...)``,
+        sem.project is not None and sem.project.has_callers(sem, f))  # type: ignore[attr-defined]  # called by main.py)
+               for fs in sem.functions.values() for f in fs) or \
         any(_TEST_CLASS.match(c.name) for c in sem.of_type(ast.ClassDef)) or \
         any(q.split(".")[0] in ("pytest", "unittest") for q in sem.imports.values())  # type: ignore[attr-defined]
 
