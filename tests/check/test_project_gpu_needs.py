@@ -331,3 +331,7 @@ def test_a_module_named_like_a_test_that_the_program_calls_is_judged(project: Pa
     results = check_files(["main.py", "batch_test.py"], Settings(root=str(project), select=("TD401", "TD603")))
     # NGCF's evaluation module: main.py calls its test(); its outputs are kept on the host, one copy a chunk
     assert codes(results, "batch_test.py") == [(7, "TD401")]
+    main = (project / "main.py").read_text().replace("from batch_test import test", "from batch_test import *")
+    (project / "main.py").write_text(main)  # as NGCF writes it: the star import's calls are followed too
+    results = check_files(["main.py", "batch_test.py"], Settings(root=str(project), select=("TD401", "TD603")))
+    assert codes(results, "batch_test.py") == [(7, "TD401")]

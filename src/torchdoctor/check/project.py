@@ -78,7 +78,8 @@ class Project(Callers):
         path = self.state.absolute(sem.path)
         self.state.current.pop(path, None)
         if path not in self.state.records:  # what a reverse question asks first, without parsing it again
-            self.state.imports_of[path] = (dict(sem.names.from_imports), dict(sem.names.imports))
+            self.state.imports_of[path] = (dict(sem.names.from_imports) | self.star_names(path, sem),
+                                           dict(sem.names.imports))
 
     def take(self, path: str, text: str) -> tuple | None:
         """The tree and syntax-only parts of the semantic model the index already built for ``path``

@@ -6,6 +6,7 @@ together, or, in a single-file run, of the ``.py`` files near it."""
 from __future__ import annotations
 
 import ast
+import builtins
 import os
 import re
 from collections.abc import Sequence
@@ -259,9 +260,10 @@ class Callers:
             if sem is not None:
                 from torchdoctor.check.semantic.summary import call_records
 
-                names = (dict(sem.names.from_imports), dict(sem.names.imports))
+                names = (dict(sem.names.from_imports) | self.star_names(path, sem), dict(sem.names.imports))
                 heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                          if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)
+                heads |= set(names[0]) - set(sem.names.from_imports)  # (called names a star import brings)
                 accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self) \
                     or model_from_project_builder(sem, self) or program.subclass_of_an_accelerated_class(sem, self)
                 # (a module read for the index resolves no import itself: the project answers for its bases)
@@ -270,6 +272,20 @@ class Callers:
                 self._done_with(path, sem)
             memo[path] = (names, grouped)
         return memo[path]
+
+    def star_names(self, path: str, sem: SemanticModel) -> dict[str, tuple[int, str, str]]:
+        """``from batch_test import *`` of a module of the project: the names this module calls and does not define
+        itself, as if imported one by one from that module (``{"test": (0, "batch_test", "test")}``)."""
+        if not sem.names.star:
+            return {}
+        source = next(((level, module) for level, module in sem.names.star
+                       if self._module_file(path, level, module) is not None), None)
+        if source is None:
+            return {}
+        defined = sem.bindings.defined
+        return {c.func.id: (source[0], source[1], c.func.id) for c in sem.calls if isinstance(c.func, ast.Name)
+                and c.func.id not in defined and c.func.id not in sem.names.from_imports
+                and c.func.id not in _BUILTINS}
 
     def _from_project(self, path: str, names, head: str) -> bool:  # type: ignore[no-untyped-def]
         """The local name ``head`` of module ``path`` comes from a module of the project (a file on disk)."""
@@ -464,6 +480,7 @@ class Callers:
 
 # a reader beside it that strips the first 7 characters of every key (``weights[name[7:]] = weights.pop(name)``), not
 # only of those that have the prefix (``k[7:] if k.startswith("module.") else k`` tolerates both formats)
+_BUILTINS = frozenset(dir(builtins))
 _STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
 _LOADS = lazy(r"(?i)load|restore|resume")

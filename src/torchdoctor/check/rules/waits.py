@@ -220,9 +220,23 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
         if any(isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist") and not c.args
                and isinstance(c.func.value, ast.Name) and c.func.value.id == recv.id
-               and sem.binding_at(recv.id, c) is bound for c in calls):
+               and sem.binding_at(recv.id, c) is bound and _runs_whenever(sem, c, stmt) for c in calls):
             return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
         if not all(_queues_nothing(ctx, c) for c in calls):
+            return False
+    return False
+
+
+def _runs_whenever(sem, call: ast.AST, stmt: ast.stmt) -> bool:  # type: ignore[no-untyped-def]
+    """``call`` runs whenever ``stmt`` does: not in a branch, loop or comprehension of it (``if batch_idx % 50 == 0:
+    print(loss.item())`` reads only now and then), though it may be the test of an ``if`` statement."""
+    if isinstance(stmt, ast.If) and not sem.contains(stmt.test, call) and stmt.test is not call:
+        return False
+    for up in sem.ancestors(call):
+        if up is stmt:
+            return True
+        if isinstance(up, (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.BoolOp, ast.ListComp,
+                           ast.GeneratorExp, ast.SetComp, ast.DictComp, ast.Lambda)):
             return False
     return False
 
