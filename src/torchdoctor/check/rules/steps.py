@@ -55,9 +55,32 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
         return None
     for call in [*sem.call_sites(func), *_handed_on(ctx, func), *_instance_calls(ctx, func)]:
         found = per_step_loop(ctx, call, depth + 1)
-        if found is not None and not _evaluation_pass(ctx, node, func, found):
+        if found is not None and not _evaluation_pass(ctx, node, func, found) and not _other_mode_branch(ctx, node, found):
             return found
     return None
+
+
+def _other_mode_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``node`` sits in the branch of ``if self.training:`` that the loop's mode never takes: the ``else`` (an
+    evaluation's exact decoding) in a training loop, the body in an evaluation loop."""
+    sem = ctx.semantic
+    kind = sem.loop_kind(loop)
+    if kind not in ("train", "eval"):
+        return False
+    child = node
+    for up in sem.ancestors(node):
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(up, ast.If):
+            test, negated = up.test, False
+            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+                test, negated = test.operand, True
+            if dotted(test) == "self.training" and child is not up.test:
+                in_body = any(s is child for s in up.body)
+                runs_in_training = in_body != negated
+                return runs_in_training != (kind == "train")
+        child = up
+    return False
 
 
 def _evaluation_pass(ctx: Context, node: ast.AST, func: ast.AST, loop: ast.AST) -> bool:
