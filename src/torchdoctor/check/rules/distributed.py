@@ -61,9 +61,6 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
 # ---- TD704 ---------------------------------------------------------------------
 
 
-_CUDA_PRESENT = ("torch.cuda.is_available", "torch.cuda.device_count")
-
-
 @rule("TD704", calls=("init_process_group",))
 def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     """`init_process_group("nccl")` hard-coded.

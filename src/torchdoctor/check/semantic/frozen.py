@@ -94,16 +94,10 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
                 and (n.lineno, n.col_offset) < here and same_model(n):
             return True
     for loop in sem.of_type(ast.For):
-        it = loop.iter  # type: ignore[attr-defined]
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("parameters",
-                "named_parameters") and dotted(it.func.value) == key and (loop.lineno, 0) < here  # type: ignore[attr-defined]
-                and same_model(loop)):
+        var = _parameter_loop_var(loop, key)
+        if var is None or (loop.lineno, 0) >= here or not same_model(loop):  # type: ignore[attr-defined]
             continue
-        target_var = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target  # type: ignore[attr-defined]
-        var = target_var.id if isinstance(target_var, ast.Name) else None
-        if var and any(isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)
-                       and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var
-                       and is_false(st.value) for st in loop.body):  # type: ignore[attr-defined]
+        if _sets_requires_grad_false(loop.body, var):  # type: ignore[attr-defined]
             return True
         if var and any(isinstance(st, ast.Expr) and isinstance(c := st.value, ast.Call) and method_name(c) == "requires_grad_"
                        and dotted(c.func.value) == var and c.args and is_false(c.args[0])  # type: ignore[attr-defined]
@@ -127,15 +121,27 @@ def _freezes_its_argument(sem: SemanticModel, func: ast.AST) -> bool:
         if isinstance(n, ast.Call) and method_name(n) == "requires_grad_" and dotted(n.func.value) == key \
                 and n.args and is_false(n.args[0]):  # type: ignore[attr-defined]
             return True
-        if isinstance(n, ast.For) and isinstance(it := n.iter, ast.Call) and isinstance(it.func, ast.Attribute) \
-                and it.func.attr in ("parameters", "named_parameters") and dotted(it.func.value) == key:
-            target = n.target.elts[-1] if isinstance(n.target, ast.Tuple) and n.target.elts else n.target
-            var = target.id if isinstance(target, ast.Name) else None
-            if var and any(isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)
-                           and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var
-                           and is_false(st.value) for st in n.body):
-                return True
+        if isinstance(n, ast.For) and (var := _parameter_loop_var(n, key)) is not None \
+                and _sets_requires_grad_false(n.body, var):
+            return True
     return False
+
+
+def _parameter_loop_var(loop: ast.AST, key: str) -> str | None:
+    """``p`` of ``for p in key.parameters()`` (or ``for name, p in key.named_parameters()``)."""
+    it = getattr(loop, "iter", None)
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute)
+            and it.func.attr in ("parameters", "named_parameters") and dotted(it.func.value) == key):
+        return None
+    target = loop.target.elts[-1] if isinstance(loop.target, ast.Tuple) and loop.target.elts else loop.target  # type: ignore[attr-defined]
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _sets_requires_grad_false(body: list[ast.stmt], var: str) -> bool:
+    """``var.requires_grad = False`` among the statements of ``body``."""
+    return any(isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)
+               and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var
+               and is_false(st.value) for st in body)
 
 
 def _frozen_by_every_caller(sem: SemanticModel, call: ast.Call, key: str) -> bool:

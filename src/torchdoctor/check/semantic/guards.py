@@ -29,7 +29,7 @@ _DISTRIBUTED_FLAG = lazy(r"(?i)(^|\.)(distributed|is_distributed|use_distributed
 _RANK_DECORATOR = lazy(r"rank_zero|main_process|master_only|main_only|rank0_only|on_rank_0|master_process")
 _DISTRIBUTED_WRAPPERS = {"FSDP", "FullyShardedDataParallel", "DDP", "DistributedDataParallel"}
 # (a CPU flag too: ``if not args.cpu:``, ``use_cpu``, ``cpu_only``; not ``os.cpu_count()``)
-_EXITS = ("sys.exit", "exit", "quit", "os._exit")
+EXITS = ("sys.exit", "exit", "quit", "os._exit")  # calls that end the program
 # Rank 0 runs the block first while the others wait, then they find its result (a cache) in place.
 _FIRST_CONTEXT = lazy(r"(?i)(zero_first|main_process_first|local_main_process_first|rank_zero_first)")
 _VERSION_TEST = lazy(r"(?i)(version|TORCH_\w*(GREATER|LESS|GE|LT|_\d)|torch_\d|is_torch_\w+|hasattr\(\s*torch)")
@@ -514,7 +514,7 @@ class Guards(GradModes, DeviceChoices):
         if isinstance(stmt, (ast.Raise, ast.Return, ast.Break)):
             return True
         return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
-            (self.names.call_name(stmt.value) or dotted(stmt.value.func) or "") in _EXITS
+            (self.names.call_name(stmt.value) or dotted(stmt.value.func) or "") in EXITS
 
     def in_other_branch(self, a: ast.AST, b: ast.AST) -> bool:
         """``a`` and ``b`` sit in the two exclusive branches of one ``if`` (AMP on / AMP off)."""

@@ -375,7 +375,7 @@ def _with_bases_here(sem: SemanticModel, cls: ast.AST) -> list[ast.AST]:
         if c in out:
             continue
         out.append(c)
-        todo += [b for base in c.bases if (b := sem.calls_index.classes.get(dotted(base) or "")) is not None]  # type: ignore[attr-defined]
+        todo += sem.calls_index._bases(c)  # (the file's own bases, as method resolution reads them)
     return out
 
 

@@ -11,6 +11,7 @@ from torchdoctor.check.astutil import call_argument, dotted, int_literal, keywor
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.cuda_sites import CUDA_DEVICE, CUDA_TEMPLATES, some_gpus
 from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
+from torchdoctor.check.semantic.guards import EXITS
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, \
     model_from_project_builder, runs_a_moved_model
@@ -119,7 +120,6 @@ def has_cuda_check(sem: SemanticModel) -> bool:
 
 
 _CUDA_PRESENT = ("torch.cuda.is_available", "torch.cuda.device_count")
-_EXITS = ("sys.exit", "exit", "quit", "os._exit")
 
 
 def states_gpu_need(sem: SemanticModel, stmt: ast.AST) -> bool:
@@ -144,7 +144,7 @@ def _asks_for_gpus(sem: SemanticModel, test: ast.AST) -> bool:
 def _stops(sem: SemanticModel, body: list[ast.stmt]) -> bool:
     last = body[-1] if body else None
     return isinstance(last, ast.Raise) or isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) \
-        and (sem.names.call_name(last.value) or dotted(last.value.func) or "") in _EXITS
+        and (sem.names.call_name(last.value) or dotted(last.value.func) or "") in EXITS
 
 
 def refuses_cpu(sem: SemanticModel, func: ast.AST | None = None, at: ast.AST | None = None) -> bool:
@@ -210,11 +210,9 @@ def _outermost(sem: SemanticModel, node: ast.AST) -> ast.AST | None:
 
 def _entry_points(sem: SemanticModel) -> set[ast.AST]:
     """The functions the module level calls by name (``main()`` under ``if __name__ == "__main__":``)."""
-    out = set()
-    for call in sem.calls:
-        if isinstance(call.func, ast.Name) and sem.function_of(call) is None:
-            out.update(f for f in sem.resolve(call) if sem.function_of(f) is None)
-    return out
+    return sem.cached("entry_points", lambda: {f for call in sem.calls if isinstance(call.func, ast.Name)  # type: ignore[no-any-return]
+                                               and sem.function_of(call) is None
+                                               for f in sem.resolve(call) if sem.function_of(f) is None})
 
 
 def _mentions_cuda(sem: SemanticModel) -> bool:
