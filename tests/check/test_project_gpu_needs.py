@@ -335,3 +335,40 @@ def test_a_module_named_like_a_test_that_the_program_calls_is_judged(project: Pa
     (project / "main.py").write_text(main)  # as NGCF writes it: the star import's calls are followed too
     results = check_files(["main.py", "batch_test.py"], Settings(root=str(project), select=("TD401", "TD603")))
     assert codes(results, "batch_test.py") == [(7, "TD401")]
+
+
+def test_loaders_a_factory_returns_in_a_tuple_feed_the_module_that_trains_on_them(project: Path) -> None:
+    write(project, {
+        "data.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+
+            def get_data(batch):
+                ds = torch.utils.data.TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+                train_dl = DataLoader(ds, batch_size=batch)
+                valid_dl = DataLoader(ds, batch_size=batch)
+                return train_dl, valid_dl, 2
+
+            if __name__ == "__main__":
+                train_dl, valid_dl, n = get_data(8)
+                print(n)
+            """,
+        "main.py": """\
+            import torch
+            from data import get_data
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            train_dl, valid_dl, n = get_data(8)
+            for x, y in train_dl:
+                loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["data.py", "main.py"], Settings(root=str(project), select=("TD304",)))
+    # the __main__ demo reads neither loader; main.py, another module, trains on them (pytorch/examples'
+    # language_translation)
+    assert codes(results, "data.py") == [(6, "TD304"), (7, "TD304")]

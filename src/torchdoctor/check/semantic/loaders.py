@@ -79,7 +79,8 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
                 return True  # (kept whole, or handed on: not followed)
             if _key_feeds(sem, key, up, depth + 1):
                 return True
-        return False
+        # (a demo under ``__main__`` that never iterates them; the training script of another module may)
+        return sem.project is not None and sem.project.has_callers(sem, func)  # type: ignore[attr-defined]
     if isinstance(parent, ast.Return) and (func := sem.function_of(parent)) is not None:
         # ``self._dataloader = self._setup_data(...)`` where _setup_data returns it: followed from its callers here
         sites = sem.call_sites(func)
