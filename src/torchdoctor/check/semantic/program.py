@@ -10,8 +10,8 @@ import os
 from torchdoctor.check.astutil import call_argument, dotted, int_literal, keyword, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.cuda_sites import CUDA_DEVICE, CUDA_TEMPLATES, some_gpus
-from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, uses_gpu_only_library
-from torchdoctor.check.semantic.guards import EXITS
+from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, refuses_cpu, states_gpu_need, \
+    uses_gpu_only_library
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, \
     model_from_project_builder, runs_a_moved_model
@@ -117,102 +117,6 @@ def has_cuda_check(sem: SemanticModel) -> bool:
         return False
 
     return sem.cached("has_cuda_check", compute)  # type: ignore[no-any-return]
-
-
-_CUDA_PRESENT = ("torch.cuda.is_available", "torch.cuda.device_count")
-
-
-def states_gpu_need(sem: SemanticModel, stmt: ast.AST) -> bool:
-    """``stmt`` stops the program when there is no GPU: ``assert torch.cuda.is_available(), ...``,
-    ``if not torch.cuda.is_available(): raise ...`` (or ``sys.exit``; ``if torch.cuda.device_count() < world:``),
-    or an ``if``/``elif
-    torch.cuda.is_available():`` whose ``else`` ends so (``else: print("no CPU training"); sys.exit(1)``)."""
-    if isinstance(stmt, ast.Assert):
-        return _asks_for_gpus(sem, stmt.test)
-    if not isinstance(stmt, ast.If) or not _asks_for_gpus(sem, stmt.test):
-        return False
-    test = stmt.test  # (the branch taken without GPUs: ``not is_available()``, ``device_count() < world``)
-    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) or isinstance(test, ast.Compare) \
-        and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE, ast.Eq))
-    return _stops(sem, stmt.body if negated else stmt.orelse)
-
-
-def _asks_for_gpus(sem: SemanticModel, test: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and (sem.names.call_name(n) or "") in _CUDA_PRESENT for n in sem.subtree(test))
-
-
-def _stops(sem: SemanticModel, body: list[ast.stmt]) -> bool:
-    last = body[-1] if body else None
-    return isinstance(last, ast.Raise) or isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) \
-        and (sem.names.call_name(last.value) or dotted(last.value.func) or "") in EXITS
-
-
-def refuses_cpu(sem: SemanticModel, func: ast.AST | None = None, at: ast.AST | None = None) -> bool:
-    """The program says it needs a GPU and stops without one (``states_gpu_need``), or calls a function of
-    another module of the project that does (DINO's ``utils.init_distributed_mode(args)``: "Does not support
-    training without GPU", ``sys.exit(1)``). With ``func``: in that function's own body (asked for the project's
-    summaries). With ``at``: where the stop covers ``at``: at module level (the ``__main__`` block), in the
-    function of ``at``, in one that names it (``mp.spawn(run, ...)``, ``train(model, loader)``) or in one the
-    module level calls (``main()``); a sibling worker's own check says nothing about ``at``'s."""
-    source = sem.text.source
-    if func is not None:
-        return ("is_available" in source or "device_count" in source) and \
-            any(states_gpu_need(sem, n) for n in sem.local_nodes(func) if isinstance(n, (ast.Assert, ast.If)))
-    holders = _cpu_refusals(sem)
-    if not holders or at is None:
-        return bool(holders)
-    if None in holders:
-        return True
-    site = _outermost(sem, at)
-    if site in holders and any(s in holders[site] for s in sem.index.earlier_statements(at)):
-        return True  # (an earlier statement of a block around ``at``: not one after it, nor one in another branch)
-    entries = _entry_points(sem)
-    for holder in holders:
-        if holder is site:
-            continue
-        if holder in entries:
-            return True
-        if site is not None and any(isinstance(n, ast.Name) and n.id == site.name  # type: ignore[attr-defined]
-                                    for n in sem.subtree(holder)):
-            return True
-    return False
-
-
-def _cpu_refusals(sem: SemanticModel) -> dict[ast.AST | None, set[ast.AST]]:
-    """The functions (None: the module level) that stop without a GPU or call a project helper that does, each
-    with the statements that do it."""
-
-    def compute() -> dict[ast.AST | None, set[ast.AST]]:
-        source = sem.text.source
-        out: dict[ast.AST | None, set[ast.AST]] = {}
-        if "is_available" in source or "device_count" in source:
-            for t in (ast.Assert, ast.If):
-                for n in sem.of_type(t):
-                    if states_gpu_need(sem, n):
-                        out.setdefault(_outermost(sem, n), set()).add(n)
-        for c in sem.calls:
-            if (isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-                    and c.func.value.id in sem.names.imports or isinstance(c.func, ast.Name)
-                    and c.func.id in sem.names.from_imports) \
-                    and "needs_gpu" in getattr(sem.external(c), "effects", ()):
-                out.setdefault(_outermost(sem, c), set()).add(sem.statement_of(c))  # type: ignore[arg-type]
-        return out
-
-    return sem.cached("cpu_refusals", compute)  # type: ignore[no-any-return]
-
-
-def _outermost(sem: SemanticModel, node: ast.AST) -> ast.AST | None:
-    func = sem.function_of(node)
-    while func is not None and (up := sem.function_of(func)) is not None:
-        func = up
-    return func
-
-
-def _entry_points(sem: SemanticModel) -> set[ast.AST]:
-    """The functions the module level calls by name (``main()`` under ``if __name__ == "__main__":``)."""
-    return sem.cached("entry_points", lambda: {f for call in sem.calls if isinstance(call.func, ast.Name)  # type: ignore[no-any-return]
-                                               and sem.function_of(call) is None
-                                               for f in sem.resolve(call) if sem.function_of(f) is None})
 
 
 def _mentions_cuda(sem: SemanticModel) -> bool:
