@@ -96,6 +96,24 @@ def test_a_module_the_index_read_first_is_not_parsed_again_for_its_own_check(pro
     assert codes(results, "model.py") == codes([alone], "model.py") != []
 
 
+def test_a_module_listed_before_its_importer_is_checked_after_it_and_parsed_once(project: Path, monkeypatch) -> None:
+    import torchdoctor.check.engine as engine
+    import torchdoctor.check.runner as runner
+
+    parsed: list[str] = []
+    real = engine.parse
+    counted = lambda text, path: parsed.append(Path(path).name) or real(text, path)  # noqa: E731
+    monkeypatch.setattr(engine, "parse", counted)
+    monkeypatch.setattr(runner, "parse", counted)
+    write(project, {"model.py": MODEL, "train.py": TRAIN, "other.py": "import torch\n"})
+    given = ["model.py", "other.py", "train.py"]  # (sorted: the module before its importer)
+    assert Project(given, str(project)).importers_first(given) == ["train.py", "model.py", "other.py"]
+    results = check_files(given, Settings(root=str(project)), jobs=1)
+    assert [r.path for r in results] == given  # reported in the order given
+    assert sorted(parsed) == ["model.py", "other.py", "train.py"]  # each once
+    assert codes(results, "train.py") == [(11, "TD402")]
+
+
 def test_a_single_file_run_still_reads_its_siblings(project: Path) -> None:
     write(project, {"model.py": MODEL, "train.py": TRAIN})
     result = check_file("train.py", Settings(root=str(project)))

@@ -325,6 +325,14 @@ def check_files(paths: Sequence[str], settings: Settings | None = None, mode: Mo
     settings = settings or Settings()
     project = Project(paths, getattr(settings, "root", None))
     jobs = jobs or os.cpu_count() or 1
+    if len(paths) > 1:  # (checked in another order, reported in this one)
+        ordered = project.importers_first(paths)
+        results = dict(zip(ordered, _check_ordered(ordered, settings, mode, project, jobs)))
+        return [results[p] for p in paths]
+    return _check_ordered(paths, settings, mode, project, jobs)
+
+
+def _check_ordered(paths: Sequence[str], settings: Settings, mode: Mode, project: Project, jobs: int) -> list[FileResult]:
     with _collector_paused():
         if jobs <= 1 or len(paths) < PARALLEL_MIN_FILES:
             return _check_in_turn(paths, settings, mode, project)
