@@ -79,14 +79,23 @@ def _sizes_only(call: ast.Call) -> bool:
     return len(call.args) >= 2 and all(size(a) for a in call.args) and not call.keywords
 
 
+def _counting(call: ast.Call) -> bool:
+    """``torch.LongTensor(range(n))`` (or of ``list(range(n))``): ``torch.arange(n)`` built on the host."""
+    arg = call.args[0] if len(call.args) == 1 and not call.keywords else None
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "list" and len(arg.args) == 1:
+        arg = arg.args[0]
+    return isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "range"
+
+
 @rule("TD611", calls=tuple(sorted(_MAKERS | _LEGACY_SIZED)))
 def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     """``torch.randn(b, k).cuda()`` in a training or evaluation loop, or in forward(): made on the CPU and
     copied to the device at once, on every step (TD303 is the case where it is not moved at all)."""
     assert isinstance(node, ast.Call)
     q = ctx.call_name(node) or ""
+    counting = q.split(".")[-1] in _LEGACY_SIZED and _counting(node)
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS and not (
-            q.split(".")[1] in _LEGACY_SIZED and _sizes_only(node)):
+            q.split(".")[1] in _LEGACY_SIZED and (_sizes_only(node) or counting)):
         return
     if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
         return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
@@ -121,8 +130,12 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
             and (device.endswith(".device") and not device.startswith("self.") or _input_device_alias(ctx, move, region))):
         return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too)
     made = ctx.name(node, 60)
-    there = f"`{ctx.name(node.func)}(..., device={device})`" if method_name(move) == "to" else \
-        f"`{ctx.name(node.func)}(..., device=...)` with the device `.cuda()` moves it to"
+    maker, dev = f"{ctx.name(node.func)}(...", device if method_name(move) == "to" else "..."
+    if counting:  # (a legacy constructor takes no device: its arange does)
+        rng = node.args[0] if node.args[0].func.id == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
+        maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
+    there = f"`{maker}, device={dev})`" if method_name(move) == "to" else \
+        f"`{maker}, device=...)` with the device `.cuda()` moves it to"
     where = "the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None and region.name == "forward" \
         else f"`{region.name}()`, which forward() calls" if caller is None else \
         f"the loop at line {caller.lineno}, through `{region.name}`"  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.rules.kept import bound_name, reads_after
+from torchdoctor.check.semantic.kinds import unwrap_iter
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -179,8 +180,12 @@ def _clock_call(ctx: Context, node: ast.AST) -> bool:
 def timed_iteration(ctx: Context, loop: ast.AST) -> bool:
     """The loop iterates a generator that reads a clock after each ``yield``, timing every step: a
     ``metric_logger.log_every(loader, freq)`` (detr, DeiT, MAE, DINO), or a generator of this file that calls
-    ``time.time()``."""
+    ``time.time()``; behind ``enumerate``/``tqdm`` too (MAE's ``enumerate(metric_logger.log_every(...))``)."""
     it = getattr(loop, "iter", None)
+    return any(_timing_generator(ctx, i) for i in unwrap_iter(it)[0]) if it is not None else False
+
+
+def _timing_generator(ctx: Context, it: ast.AST) -> bool:
     if not isinstance(it, ast.Call):
         return False
     if isinstance(it.func, ast.Attribute) and it.func.attr == "log_every":

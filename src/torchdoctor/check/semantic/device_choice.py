@@ -125,8 +125,11 @@ class DeviceChoices:
             return index  # ``if gpu_id >= 0:`` (else: the CPU, ``gpu_id = -1``)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
             text = " ".join(self._spelled(x) for x in (test.left, test.comparators[0]))
-            kind = "cpu" if re.search(r"""["']cpu["']""", text) else \
-                "gpu" if re.search(r"""["']cuda(:\d+)?["']""", text) else None
+            # A literal compared with decides (``device == 'cuda'``, ``device`` bound to ``'cuda' if ... else
+            # 'cpu'``: its value spells both); else the value a name holds (``_CPU = torch.device("cpu")``).
+            said = " ".join(repr(x.value) for x in (test.left, test.comparators[0])
+                            if isinstance(x, ast.Constant) and isinstance(x.value, str))
+            kind = _device_word(said) or _device_word(text)
             if kind is None or "device" not in text and ".type" not in text:
                 return None
             return kind if isinstance(test.ops[0], ast.Eq) else ("gpu" if kind == "cpu" else "cpu")
@@ -158,6 +161,12 @@ class DeviceChoices:
             if b is not None and b.value is not None and not b.is_param:
                 return f"{expr.id} {self.segment(b.value)}"
         return self.segment(expr)
+
+
+def _device_word(text: str) -> str | None:
+    """"cpu" or "gpu" for a text holding a quoted ``'cpu'`` or ``'cuda'``/``'cuda:N'``, else None."""
+    return "cpu" if re.search(r"""["']cpu["']""", text) else \
+        "gpu" if re.search(r"""["']cuda(:\d+)?["']""", text) else None
 
 
 def _option_dest(call: ast.Call) -> str | None:
