@@ -511,6 +511,45 @@ def test_a_loader_factory_is_judged_by_the_module_that_imports_it(project: Path)
     assert [f.location.line for f in check_file("data/alpaca.py", settings).findings] == [8]  # pre-commit, alone
 
 
+def test_loader_keywords_spread_from_a_helper_of_another_module(project: Path) -> None:
+    write(project, {
+        "config.py": """\
+            import platform
+
+            def loader_kwargs():
+                kwargs = {}
+                if platform.system() == "Darwin":
+                    kwargs = {"multiprocessing_context": "forkserver", "persistent_workers": True}
+                return kwargs
+
+            def pinned_kwargs(cfg):
+                return {"pin_memory": True, **cfg}
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from config import loader_kwargs, pinned_kwargs
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 1).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            ds = TensorDataset(torch.randn(32, 4), torch.randn(32, 1))
+            train_loader = DataLoader(ds, batch_size=8, num_workers=2, **loader_kwargs())
+            val_loader = DataLoader(ds, batch_size=8, num_workers=2, **pinned_kwargs({}))
+            for loader in (train_loader, val_loader):
+                for x, y in loader:
+                    loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD304",))
+    results = check_files(["config.py", "train.py"], settings)
+    assert codes(results, "train.py") == [(9, "TD304")]  # (pinned_kwargs takes a parameter: its keys are not known)
+    assert [f.location.line for f in check_file("train.py", settings).findings] == [9]  # pre-commit, alone
+
+
 def test_a_loader_factory_imported_only_by_cpu_code_is_quiet(project: Path) -> None:
     write(project, {
         "data/__init__.py": "from .alpaca import Alpaca\n",

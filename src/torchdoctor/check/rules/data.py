@@ -10,7 +10,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import collates_onto_device, dataset_on_device, is_torch_dataloader
-from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic import flow, loaders, program
 from torchdoctor.check.semantic.models import construction, moved_keys
 from torchdoctor.check.semantic.placement import never_moved
 from torchdoctor.findings import Severity
@@ -554,7 +554,7 @@ def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
     if loop is None or root_name(recv) not in set(sem.batch_vars(loop)):
         return
     loader = _loader_call(ctx, loop)
-    if loader is None or has_kwargs(loader) or dataset_on_device(ctx, loader):
+    if loader is None or _may_pin(ctx, loader) or dataset_on_device(ctx, loader):
         return
     pin = keyword(loader, "pin_memory")
     if pin is None or is_false(pin.value):
@@ -571,8 +571,16 @@ def _loader_call(ctx: Context, loop: ast.AST) -> ast.Call | None:
         found = _loader_construction(ctx, loader, loop)
         return found if found is not None and is_torch_dataloader(ctx, found) else None
     calls = [n for n in ctx.semantic.calls_named("DataLoader") if is_torch_dataloader(ctx, n)]
-    unpinned = [c for c in calls if keyword(c, "pin_memory") is None and not has_kwargs(c)]
+    unpinned = [c for c in calls if keyword(c, "pin_memory") is None and not _may_pin(ctx, c)]
     return unpinned[0] if calls and len(unpinned) == len(calls) else None
+
+
+def _may_pin(ctx: Context, loader: ast.Call) -> bool:
+    """A ``**`` argument of the loader call may turn pinning on (not ``**loader_kwargs()`` of other known keys)."""
+    if not has_kwargs(loader):
+        return False
+    keys = loaders.spread_keys(ctx.semantic, loader)
+    return keys is None or "pin_memory" in keys
 
 
 _READS = ("numpy", "item", "tolist")

@@ -19,8 +19,9 @@ __all__ = ["dataset_on_device", "is_torch_dataloader"]
 def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     """A DataLoader of a program that runs on an accelerator, whose batches reach a model or a device."""
     sem = ctx.semantic
-    if not (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node) and not has_kwargs(node)):
-        return False
+    if not (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node)) \
+            or has_kwargs(node) and loaders.spread_keys(sem, node) is None:
+        return False  # (``**kwargs`` may carry any keyword; ``**loader_kwargs()`` of known keys does not)
     accelerated = program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node)
     handed = not accelerated and _handed_to_accelerated_trainer(ctx, node)
     return (accelerated or handed) and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) \
@@ -248,7 +249,7 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
     if pin is not None and not is_false(pin.value):
         return  # (first: whether the loader is judged may read the modules that import this one)
-    if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _subclass_passes(ctx, node) \
+    if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _passes(ctx, node) \
             or _collates_raw_items(ctx, node) or _collates_arrays(ctx, node):
         return
     if program.is_rpc_program(ctx.semantic):
@@ -273,7 +274,7 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     if workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
         return
     if not _judged_loader(ctx, node) or not (_trains(ctx) or _importer_trains(ctx, node)) \
-            or workers is None and "num_workers" in _subclass_passes(ctx, node):
+            or workers is None and "num_workers" in _passes(ctx, node):
         return
     what = "`num_workers=0`" if workers else "no `num_workers` (0)"
     ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
@@ -332,6 +333,11 @@ def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
         return False
     return q in _TORCH_LOADERS or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader") \
         or q in _PYG_LOADERS or _loader_subclass(ctx, call, q)
+
+
+def _passes(ctx: Context, call: ast.Call) -> frozenset[str]:
+    """What a loader call turns on besides its own keywords: through its ``**`` arguments or its subclass."""
+    return (loaders.spread_keys(ctx.semantic, call) or frozenset()) | _subclass_passes(ctx, call)
 
 
 def _subclass_passes(ctx: Context, call: ast.Call) -> frozenset[str]:

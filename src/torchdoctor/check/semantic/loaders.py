@@ -509,3 +509,59 @@ def _text_comp(sem: SemanticModel, cls: ast.AST, comp: ast.ListComp, at: ast.AST
             value = inner.value if inner is not None else None
     # (``with gzip.open(path, "rt") as f:`` binds ``f`` to the open call: the loop reads the file's lines)
     return isinstance(value, ast.Call) and (sem.call_name(value) or "") in _TEXT_SOURCES
+
+
+def spread_keys(sem: SemanticModel, call: ast.Call) -> frozenset[str] | None:
+    """The keywords the ``**`` arguments of ``call`` can carry, when every one is known: a dict literal, a name bound
+    only to dict literals (``kw = {}``, then ``kw = {"persistent_workers": True}`` on macOS), or the call of a function
+    of this file or of another module of the project whose every return is one (3D-UNet's
+    ``**os_dependent_dataloader_kwargs()``); None when any may carry anything (``**cfg.loader``, a parameter)."""
+    out: set[str] = set()
+    for kw in call.keywords:
+        if kw.arg is None:
+            keys = _dict_keys(sem, kw.value, call)
+            if keys is None:
+                return None
+            out |= keys
+    return frozenset(out)
+
+
+def returned_keys(sem: SemanticModel, func: ast.AST) -> frozenset[str] | None:
+    """The keys of the dicts every ``return`` of ``func`` hands back (see ``spread_keys``), else None."""
+    returns = [n for n in sem.local_nodes(func) if isinstance(n, ast.Return)]
+    out: set[str] = set()
+    for r in returns:
+        keys = _dict_keys(sem, r.value, r, calls=False) if r.value is not None else None
+        if keys is None:
+            return None
+        out |= keys
+    return frozenset(out) if returns else None
+
+
+def _dict_keys(sem: SemanticModel, value: ast.AST, at: ast.AST, calls: bool = True) -> frozenset[str] | None:
+    if isinstance(value, ast.Dict):
+        keys = [string_value(k) if k is not None else None for k in value.keys]
+        return None if any(k is None for k in keys) else frozenset(keys)  # type: ignore[arg-type]
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" and not value.args:
+        return None if any(k.arg is None for k in value.keywords) else frozenset(k.arg for k in value.keywords)  # type: ignore[misc]
+    if isinstance(value, ast.Name):
+        scope = sem.scope_of(at)
+        bound = sem.bindings.in_scope(scope, value.id) if scope is not None else []
+        if not bound or any(b.is_param or b.index is not None or b.value is None for b in bound) \
+                or any(not isinstance(sem.parent(r), (ast.keyword, ast.Return)) for r in sem.reads_of(value.id)
+                       if sem.scope_of(r) is scope):  # (``kw["pin_memory"] = True``, ``kw.update(...)``: unknown)
+            return None
+        out: set[str] = set()
+        for b in bound:
+            keys = _dict_keys(sem, b.value, b.node, calls)  # type: ignore[arg-type]
+            if keys is None:
+                return None
+            out |= keys
+        return frozenset(out)
+    if calls and isinstance(value, ast.Call) and not value.args and not value.keywords:
+        local = sem.resolve(value)
+        if len(local) == 1:
+            return returned_keys(sem, local[0])
+        summary = sem.project.function_for(sem, value) if sem.project is not None and not local else None  # type: ignore[attr-defined]
+        return summary.keys if summary is not None else None
+    return None

@@ -12,7 +12,7 @@ from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, st
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
-    class_yields_text, loader_init_passes, numpy_params, only_python
+    class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
@@ -60,7 +60,7 @@ class ClassSummary(FrozenRecord):
 
 
 class FunctionSummary(FrozenRecord):
-    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params")
+    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params", "keys")
     name: str  # "f" or "Class.method"
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
@@ -73,10 +73,12 @@ class FunctionSummary(FrozenRecord):
 
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
     numpy_params: frozenset[str]  # parameters its first statement turns into NumPy arrays (``x = x.cpu().numpy()``)
+    keys: frozenset[str] | None  # every return is a dict of these keys (``loaders.returned_keys``), else None
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
-                 returns: str | None = None, one_step: bool = False, numpy_params: frozenset[str] = frozenset()) -> None:
-        self._fill(name, effects, loops, params, returns, one_step, numpy_params)
+                 returns: str | None = None, one_step: bool = False, numpy_params: frozenset[str] = frozenset(),
+                 keys: frozenset[str] | None = None) -> None:
+        self._fill(name, effects, loops, params, returns, one_step, numpy_params, keys)
 
 
 class ModuleSummary(Record):
@@ -198,7 +200,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "derived" if sem.kinds.computes_on_params([func]) else None
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
-            out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step, numpy_params(func))
+            keys = returned_keys(sem, func) if not params and returns is None else None  # (what ``**f()`` passes)
+            out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step, numpy_params(func),
+                                                 keys)
     return out
 
 
