@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, dotted, method_name, param_default, root_name, \
-    strip_methods
+    func_params, strip_methods
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
@@ -88,8 +88,45 @@ def _evaluation_pass(ctx: Context, node: ast.AST, func: ast.AST, loop: ast.AST) 
     that a full-batch training loop calls once per step: its metrics are read once per evaluation, as after an
     evaluation loop (``for split in ("train", "val"): acc = pred[m].eq(y[m]).sum().item()``)."""
     sem = ctx.semantic
-    return sem.grad_mode(node) == "off" and "eval" in sem.effects(func) and sem.enclosing_loop(node, "batch") is None \
+    return (sem.grad_mode(node) == "off" or _phase_without_backward(ctx, node, func)) and "eval" in sem.effects(func) \
+        and sem.enclosing_loop(node, "batch") is None \
         and "backward" in sem.cached(("loop_effects", loop, False), lambda: sem.region_effects(sem.body(loop)))
+
+
+def _phase_without_backward(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
+    """``node`` runs in a phase of ``func(phase)`` other than the one that backpropagates: in ``elif phase ==
+    Phase.VAL:`` (or the ``else`` of ``if phase == Phase.TRAIN:``) where every ``backward()`` of ``func`` sits under
+    ``if phase == Phase.TRAIN:`` (pyGAT-style full-batch ``main_loop(phase)``, its validation called under no_grad)."""
+    sem = ctx.semantic
+    params = set(func_params(func))  # type: ignore[arg-type]
+
+    def phase_test(test: ast.AST) -> tuple[str, str] | None:  # ``phase == Phase.TRAIN`` -> ("phase", "Phase.TRAIN")
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) \
+                and isinstance(test.left, ast.Name) and test.left.id in params:
+            return test.left.id, sem.segment(test.comparators[0])
+        return None
+
+    trains: set[tuple[str, str]] = set()
+    for call in sem.local_nodes(func):
+        if isinstance(call, ast.Call) and method_name(call) == "backward":
+            up = next((a for a in sem.ancestors(call) if isinstance(a, ast.If) and phase_test(a.test)
+                       and any(sem.contains(s, call) for s in a.body)), None)
+            if up is None:
+                return False  # (a backward in every phase)
+            trains.add(phase_test(up.test))  # type: ignore[arg-type]
+    if len(trains) != 1:
+        return False
+    (param, value), = trains
+    child = node
+    for up in sem.ancestors(node):
+        if up is func:
+            return False
+        if isinstance(up, ast.If) and child is not up.test and (said := phase_test(up.test)) and said[0] == param:
+            in_body = any(s is child for s in up.body)
+            if in_body != (said[1] == value):  # (the body of another phase, or the else of the training one)
+                return True
+        child = up
+    return False
 
 
 def _lambda_calls(ctx: Context, lam: ast.Lambda) -> list[ast.Call]:
