@@ -550,6 +550,44 @@ def test_loader_keywords_spread_from_a_helper_of_another_module(project: Path) -
     assert [f.location.line for f in check_file("train.py", settings).findings] == [9]  # pre-commit, alone
 
 
+def test_torch_s_dataloader_imported_through_a_module_of_the_project(project: Path) -> None:
+    write(project, {
+        "dataset.py": """\
+            import torch
+            from torch.utils.data import Dataset, DataLoader
+
+            class Frames(Dataset):
+                def __len__(self):
+                    return 8
+                def __getitem__(self, i):
+                    return torch.randn(4), torch.randn(1)
+
+            class DataLoader2:  # (a class of the project's own: not torch's)
+                def __init__(self, ds, batch_size=1):
+                    self.ds = ds
+            """,
+        "train.py": """\
+            import torch
+            from dataset import Frames, DataLoader, DataLoader2
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 1).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(Frames(), batch_size=4, shuffle=True, num_workers=0)
+            other = DataLoader2(Frames(), batch_size=4)
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD304", "TD305"))
+    results = check_files(["dataset.py", "train.py"], settings)
+    assert codes(results, "train.py") == [(7, "TD304"), (7, "TD305")]
+    assert codes([check_file("train.py", settings)], "train.py") == [(7, "TD304"), (7, "TD305")]  # pre-commit, alone
+
+
 def test_a_loader_factory_imported_only_by_cpu_code_is_quiet(project: Path) -> None:
     write(project, {
         "data/__init__.py": "from .alpaca import Alpaca\n",

@@ -228,6 +228,12 @@ class Project(Callers):
         on an accelerator itself (its trainer moves the model and each batch to the GPU)."""
         return self._lookup(sem, written, "accelerated") is not None
 
+    def external_origin(self, sem: SemanticModel, written: str) -> str | None:
+        """What ``written``, imported here from a module of the project, stands for when that module imports it from
+        outside the project (``from dataset import DataLoader``, dataset.py's ``from torch.utils.data import
+        DataLoader``): ``"torch.utils.data.DataLoader"``."""
+        return self._lookup(sem, written, "external")  # type: ignore[return-value]
+
     def function_for(self, sem: SemanticModel, call: ast.Call) -> FunctionSummary | None:
         written = dotted(call.func)
         if written is None:
@@ -314,6 +320,10 @@ class Project(Callers):
             return summary.functions[attr]
         if what == "cuda_setting" and attr in summary.cuda_names:
             return summary
+        if what == "external" and attr in summary.from_imports:  # ``from torch.utils.data import DataLoader`` there
+            level, module, name = summary.from_imports[attr]
+            if level == 0 and self._module_file(target, 0, module) is None:
+                return f"{module}.{name}"
         return self._find(target, summary.from_imports, summary.imports, attr, what, depth + 1, summary.star)  # a re-export
 
     def _split_module(self, path: str, module: str, rest: str) -> tuple[str | None, str]:

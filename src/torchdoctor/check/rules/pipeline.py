@@ -332,7 +332,18 @@ def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
             and ctx.semantic.project.defines_class(ctx.semantic, "DataLoader"):  # type: ignore[attr-defined]
         return False
     return q in _TORCH_LOADERS or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader") \
-        or q in _PYG_LOADERS or _loader_subclass(ctx, call, q)
+        or q in _PYG_LOADERS or _loader_subclass(ctx, call, q) or _reexported_loader(ctx, call, q)
+
+
+def _reexported_loader(ctx: Context, call: ast.Call, q: str) -> bool:
+    """``from dataset import BufferDataset, DataLoader`` where dataset.py imports torch's (FastSpeech)."""
+    sem = ctx.semantic
+    written = dotted(call.func)
+    if sem.project is None or not q.endswith(".DataLoader") or not written or written.split(".")[0] not in \
+            sem.names.from_imports and written.split(".")[0] not in sem.names.imports:
+        return False
+    origin = sem.project.external_origin(sem, written)  # type: ignore[attr-defined]
+    return origin in _TORCH_LOADERS[:2] or origin in _PYG_LOADERS
 
 
 def _passes(ctx: Context, call: ast.Call) -> frozenset[str]:

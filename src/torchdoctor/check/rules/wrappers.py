@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from torchdoctor.check.astutil import dotted, param_default, string_value
+from torchdoctor.check.astutil import dotted, func_params, param_default, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project import SELECTS_WRAPPED, STRIPS_WRAPPED
@@ -51,15 +51,62 @@ def _key_adapter(ctx: Context, call: ast.AST) -> bool:
     """``holder = nn.DataParallel(trunk)``, ``holder.load_state_dict(ckpt)``, ``trunk = holder.module``: borrowed only to
     read a checkpoint saved from a wrapper (its keys carry ``module.``), or to write one, never run."""
     sem = ctx.semantic
-    up = sem.parent(call)
+    value, up = call, sem.parent(call)
+    while isinstance(up, ast.Attribute) and up.attr in ("to", "cuda") and isinstance(sem.parent(up), ast.Call):
+        value = sem.parent(up)  # ``nn.DataParallel(Net()).to(device)``
+        up = sem.parent(value)
     if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
         return False
     name = up.targets[0].id
-    reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.value is call]
-    return bool(reads) and all(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in (
-        "module", "load_state_dict", "state_dict") for r in reads) and any(
-        sem.parent(r).attr in ("load_state_dict", "state_dict") for r in reads)  # type: ignore[attr-defined]
+    reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.value is value]
+    attrs = _borrowed_uses(ctx, reads, 0)
+    return attrs is not None and bool(attrs & {"load_state_dict", "state_dict"})
     # (or to write one with the prefix: ``net = nn.DataParallel(net)``, ``torch.save(net.state_dict(), path)``)
+
+
+_NOT_RUN = frozenset({"module", "load_state_dict", "state_dict", "eval", "train", "requires_grad_"})
+
+
+def _borrowed_uses(ctx: Context, reads: list[ast.AST], depth: int) -> set[str] | None:
+    """The attributes the reads of a wrapper use, when none runs it (``.module``, ``.load_state_dict``, ``.eval()``...),
+    followed through ``return model`` to the names this file's callers bind it to, and through arguments to the
+    parameters of this file's functions (FastSpeech's ``get_DNN`` and ``synthesis``'s ``model.module.forward``);
+    None when some read may run it, or goes elsewhere."""
+    sem = ctx.semantic
+    out: set[str] = set()
+    if not reads:
+        return None
+    for r in reads:
+        up = sem.parent(r)
+        if isinstance(up, ast.Attribute) and up.attr in _NOT_RUN:
+            out.add(up.attr)
+            continue
+        if depth >= 2:
+            return None
+        more: list[ast.AST] | None = None
+        if isinstance(up, ast.Return) and (func := sem.function_of(r)) is not None:
+            more = []
+            for site in sem.call_sites(func):
+                holder = sem.parent(site)
+                if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name)):
+                    return None
+                key = holder.targets[0].id
+                more += [n for n in sem.reads_of(key) if (b := sem.binding_at(key, n)) is not None and b.value is site]
+            if not more or sem.project is not None and sem.project.has_callers(sem, func):  # type: ignore[attr-defined]
+                return None
+        elif isinstance(up, ast.Call) and r in up.args and len(targets := sem.resolve(up)) == 1:
+            params = func_params(targets[0])  # type: ignore[arg-type]
+            index = up.args.index(r)
+            param = params[index] if index < len(params) else None
+            more = [n for n in sem.reads_of(param) if (b := sem.binding_at(param, n)) is not None and b.is_param
+                    and b.node is targets[0]] if param else None
+        if more is None:
+            return None
+        found = _borrowed_uses(ctx, more, depth + 1)
+        if found is None:
+            return None
+        out |= found
+    return out
 
 
 @rule("TD204", ast.ClassDef)

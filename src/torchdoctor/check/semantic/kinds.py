@@ -52,6 +52,7 @@ _NAME_HINTS = (
     (lazy(r"^(device|dev)$|_device$", re.I), "device"),
     (lazy(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
 )
+QUEUE_NAME = lazy(r"(?i)^(\w*_)?(queue|q)$")  # ``inputs, targets = queue.get()``: batches a loader thread puts there
 _COUNTER_NAME = lazy(r"^(i|j|k|n|ii|idx|index|ix|it|itr|iter|iters|iteration|step|batch_idx|batch_id|batch_i|i_batch|"
                      r"batch_index|batch_num|bi|bidx|b_idx|cnt|count|num)$")
 _BUILDER_NAME = lazy(r"(?i)^(get|build|create|make|load|init|setup|prepare|construct|define|new)_")
@@ -381,6 +382,9 @@ class Kinds:
             return "tensor"  # ``best, _ = probs.max(dim=2)``: values and indices, where the tensor is
         if q.startswith(_PACKING) and index == 0:
             return "tensor"  # ``scores, _ = pack_padded_sequence(scores, lengths, batch_first=True)``: the data
+        if meth == "get" and not value.args and isinstance(value.func, ast.Attribute) and \
+                QUEUE_NAME.match((dotted(value.func.value) or "").rsplit(".", 1)[-1]):
+            return "tensor"  # ``inputs, targets, lengths = queue.get()``: a batch a loader thread put there
         if meth in ("prepare", "setup") and index < len(value.args):
             return self.expr_kind(value.args[index], at)
         if meth in _COLLECTIVES and value.args and isinstance(value.args[0], (ast.Tuple, ast.List)):

@@ -9,7 +9,7 @@ from torchdoctor.check.astutil import dotted, method_name, root_name, target_nam
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.calls import Calls
 from torchdoctor.check.semantic.guards import Guards
-from torchdoctor.check.semantic.kinds import LOADERISH, Kinds, plain_values, unwrap_iter
+from torchdoctor.check.semantic.kinds import LOADERISH, QUEUE_NAME, Kinds, plain_values, unwrap_iter
 from torchdoctor.check.semantic.walk import COMP, FUNCTION, LAMBDA, LOOP, Index
 
 __all__ = ["LoopInfo", "Loops", "EVALISH", "EVAL_FUNC"]
@@ -90,7 +90,8 @@ class Loops:
         body = self.index.body(loop)
         info.has_backward = any(isinstance(n, ast.Call) and self.calls.is_backward_call(n) for n in body)
         if isinstance(loop, ast.While):
-            self._describe_while(info, body)
+            if not self._trains_over_a_loader(loop):
+                self._describe_while(info, body)
         else:
             self._describe_for(info)
         if info.is_batch:
@@ -103,8 +104,9 @@ class Loops:
         loaders = [it for it in iters if self._is_loader(it, loop)]
         if not loaders:
             # ``for k in range(eval_iters): X, Y = get_batch(split)``: steps that fetch their own batch
-            if all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters):
-                self._describe_while(info, self.index.body(loop))
+            if all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters) \
+                    and not self._trains_over_a_loader(loop):  # (an epoch loop: ``next(iter(test_loader))`` after
+                self._describe_while(info, self.index.body(loop))  # its training loop peeks once an epoch)
             elif len(iters) == 1 and isinstance(iters[0], (ast.Name, ast.Attribute)) and self._moves_its_items(loop):
                 loaders = iters  # ``for it, pack in enumerate(gen_val): xs = pack[0]; xs = xs.cuda(rank); net(xs)``
             if not loaders:
@@ -151,7 +153,9 @@ class Loops:
                 fetched = name == "next" or bool(_GETS_BATCH.search(name)) or bool(_GETS_FRAME.search(name))
                 func = node.value.func  # ``img = dataset.pull_item(i)``: an item of the dataset, by index
                 fetched = fetched or isinstance(func, ast.Attribute) and bool(_ITEM_GETTER.match(func.attr)) and \
-                    bool(_DATASET_NAME.search((dotted(func.value) or "").rsplit(".", 1)[-1]))
+                    bool(_DATASET_NAME.search((dotted(func.value) or "").rsplit(".", 1)[-1])) or \
+                    isinstance(func, ast.Attribute) and func.attr == "get" and not node.value.args and \
+                    bool(QUEUE_NAME.match((dotted(func.value) or "").rsplit(".", 1)[-1]))
             else:
                 fetched = isinstance(node.value, ast.Subscript) and bool(
                     _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1]))
@@ -159,6 +163,13 @@ class Loops:
                 info.is_batch = True
                 for t in node.targets:
                     info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
+
+    def _trains_over_a_loader(self, loop: ast.AST) -> bool:
+        """A loop inside ``loop`` iterates a loader and backpropagates: ``loop`` runs epochs."""
+        body = self.index.body(loop)
+        return any(isinstance(n, (ast.For, ast.AsyncFor)) and any(self._is_loader(it, n) for it in unwrap_iter(n.iter)[0])
+                   and any(isinstance(c, ast.Call) and self.calls.is_backward_call(c) for c in self.index.body(n))
+                   for n in body) if any(isinstance(n, (ast.For, ast.AsyncFor)) for n in body) else False
 
     def _moves_its_items(self, loop: ast.AST) -> bool:
         """The loop moves what it iterates to a device (its target, or a part of it: ``xs = pack[0]``) and calls
