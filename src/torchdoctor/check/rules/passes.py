@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 
+from torchdoctor.check.astutil import dotted
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -51,7 +52,7 @@ def pass_told_not_to_train(node: ast.AST, ctx: Context) -> None:
                 or _grad_mode_follows(ctx, func, param):
             continue
         value = _value_given(site, func, param)
-        if not isinstance(value, ast.Constant) or trains_when(value.value) is not False:
+        if value is None or trains_when(value) is not False:
             continue
         ctx.report("TD401", site, f"evaluation through `{ctx.name(site.func)}(...)` with `{param}={ctx.name(value)}` (so it "
                    "does not backpropagate) runs with autograd on: it builds a graph it never uses",
@@ -107,24 +108,34 @@ def _training_switch(ctx: Context, func: ast.AST):  # type: ignore[no-untyped-de
 
 
 def _switch(test: ast.AST, runs_if_true: bool, params: set[str]):  # type: ignore[no-untyped-def]
-    """``optimizer is not None``, ``optimizer``, ``not validate``, ``mode == "train"`` on a parameter."""
-    def yes(v: object) -> bool:
-        return bool(v) == runs_if_true
-
+    """``optimizer is not None``, ``optimizer``, ``not validate``, ``mode == "train"``, ``phase == Phase.TRAIN`` on a
+    parameter: the parameter, and a function of the value a call passes (a node) that says whether the pass trains
+    (None: cannot tell)."""
     if isinstance(test, ast.Name) and test.id in params:
-        return test.id, yes
+        return test.id, lambda v: bool(v.value) == runs_if_true if isinstance(v, ast.Constant) else None
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
-            and test.left.id in params and isinstance(test.comparators[0], ast.Constant):
-        op, other = test.ops[0], test.comparators[0].value
-        if isinstance(op, ast.IsNot) and other is None:
-            return test.left.id, lambda v: (v is not None) == runs_if_true
-        if isinstance(op, ast.Is) and other is None:
-            return test.left.id, lambda v: (v is None) == runs_if_true
-        if isinstance(op, ast.Eq):
-            return test.left.id, lambda v: (v == other) == runs_if_true
-        if isinstance(op, ast.NotEq):
-            return test.left.id, lambda v: (v != other) == runs_if_true
+            and test.left.id in params and (other := _phase_value(test.comparators[0])) is not None:
+        op = test.ops[0]
+        if isinstance(op, (ast.Is, ast.IsNot)) and other == ("constant", None):
+            return test.left.id, lambda v: None if not isinstance(v, ast.Constant) else \
+                ((v.value is None) == isinstance(op, ast.Is)) == runs_if_true
+        if isinstance(op, (ast.Eq, ast.NotEq)):
+            def trains(v: ast.AST) -> bool | None:
+                given = _phase_value(v)
+                if given is None or given[0] != other[0]:
+                    return None
+                return ((given == other) == isinstance(op, ast.Eq)) == runs_if_true
+            return test.left.id, trains
     return None
+
+
+def _phase_value(node: ast.AST) -> tuple[str, object] | None:
+    """A value a phase is told by: a constant, or an enum member or module constant (``LoopPhase.TEST``, ``TRAIN``:
+    upper-case, so ``args.mode`` is not one)."""
+    if isinstance(node, ast.Constant):
+        return "constant", node.value
+    name = dotted(node)
+    return ("name", name) if name and name.rsplit(".", 1)[-1].isupper() else None
 
 
 # ---- TD401: a loop over phases that backpropagates in one of them only ------------------------------------
