@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, method_name, strip_methods
+from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, func_params, method_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -193,7 +193,7 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
             return  # (asked last: it may read the other modules)
         for call in forwards:
             _report_inference(ctx, call, f" (after `{key}.{said}`)")
-        for site, name in _handed_back_in_eval_mode(ctx, node, key) if key else []:
+        for site, name in (_handed_back_in_eval_mode(ctx, node, key) + _left_in_eval_mode(ctx, node, key)) if key else []:
             for call in _forwards_after_eval(ctx, site, name):
                 _report_inference(ctx, call, f" (`{ctx.name(site.func)}()` put it in eval mode)")
     elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node) \
@@ -239,6 +239,32 @@ def _handed_back_in_eval_mode(ctx: Context, eval_call: ast.Call, key: str) -> li
         if isinstance(stmt, ast.Assign) and stmt.value is site and len(stmt.targets) == 1 \
                 and isinstance(stmt.targets[0], ast.Name):
             out.append((site, stmt.targets[0].id))
+    return out
+
+
+def _left_in_eval_mode(ctx: Context, eval_call: ast.Call, key: str) -> list[tuple[ast.Call, str]]:
+    """``def train(model, epochs): for ep in ...: model.train(); ...; model.eval(); validate(model)``, its last mode
+    call on the parameter an ``.eval()``, and ``train(net, 20)`` in this file: the calls, with the names they hand it
+    (the model stays in eval mode after them: a forward over the test set next is an inference)."""
+    sem = ctx.semantic
+    func = sem.function_of(eval_call)
+    if func is None or "." in key or sem.class_of(func) is not None or sem.function_of(func) is not None:
+        return []
+    params = func_params(func)  # type: ignore[arg-type]
+    b = sem.binding_at(key, eval_call)
+    if key not in params or b is None or not b.is_param or b.node is not func:
+        return []
+    later = [n for n in sem.local_nodes(func) if isinstance(n, ast.Call) and sem.mode_call(n) is not None
+             and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == key
+             and (n.lineno, n.col_offset) > (eval_call.lineno, eval_call.col_offset)]
+    if later or any(isinstance(r.value, ast.Name) and r.value.id == key for r in sem.kinds.returns_of(func)):
+        return []  # (put back in train mode after; handed back: ``_handed_back_in_eval_mode``)
+    out = []
+    for site in sem.call_sites(func):
+        if isinstance(up := sem.parent(site), ast.Expr) or isinstance(up, ast.Assign) and up.value is site:
+            given = call_argument(site, func, key)  # type: ignore[arg-type]
+            if isinstance(given, ast.Name):
+                out.append((site, given.id))
     return out
 
 

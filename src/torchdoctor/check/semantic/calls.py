@@ -215,11 +215,15 @@ class Calls:
 
     def _instance_class(self, key: str, at: ast.AST) -> ast.AST | None:
         """The in-file class whose instance ``key`` holds (``x = Cls(...)``), if the binding says so."""
-        b = self.bindings.at(key, at)
-        value = b.value if b is not None and not b.is_param and b.index is None else None
-        value = strip_methods(value, PLACEMENT_METHODS) if value is not None else None  # ``Transcriber().to(dev)``
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
-            return self.classes.get(value.func.id)
+        for _ in range(3):  # (``model = RNN(...)``, then ``model = model.to(device)``: the same instance)
+            b = self.bindings.at(key, at)
+            value = b.value if b is not None and not b.is_param and b.index is None else None
+            value = strip_methods(value, PLACEMENT_METHODS) if value is not None else None  # ``Transcriber().to(dev)``
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name):
+                return self.classes.get(value.func.id)
+            if value is None or dotted(value) != key:
+                return None
+            at = b.node  # type: ignore[union-attr]
         return None
 
     def _element_class(self, key: str, at: ast.AST) -> ast.AST | object | None:
