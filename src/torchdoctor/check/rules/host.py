@@ -290,3 +290,78 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
         fix=f"use `{recv}{missing or '.detach().cpu()'}.numpy()`",
         edits=edits,
     )
+
+
+# ---- TD501 without a `.numpy()`: NumPy converting a tensor itself -----------------------------------------------
+_NUMPY_GATHERS = frozenset({"numpy.concatenate", "numpy.stack", "numpy.vstack", "numpy.hstack", "numpy.array",
+                            "numpy.asarray"})
+_NUMPY_MAKERS = frozenset({"numpy.zeros", "numpy.ones", "numpy.empty", "numpy.full", "numpy.zeros_like",
+                           "numpy.ones_like"})
+
+
+@rule("TD501", calls=("concatenate", "stack", "vstack", "hstack", "array", "asarray"))
+def numpy_gathers_device_tensors(node: ast.Call, ctx: Context) -> None:
+    """``np.concatenate(preds)`` of a list the loop filled with GPU tensors (``preds.append(model(x).data)``): NumPy
+    converts each with ``Tensor.__array__``, that is ``.numpy()``, which raises on a CUDA tensor."""
+    if (ctx.call_name(node) or "") not in _NUMPY_GATHERS or len(node.args) != 1:
+        return
+    arg = node.args[0]
+    if not isinstance(arg, ast.Name) or not _on_gpu(ctx, arg, node) \
+            or any(_fed_numpy(ctx, v) for v in _appended(ctx, arg.id, node)):
+        return
+    ctx.report("TD501", node, f"`{ctx.name(node.func)}({arg.id})` converts the GPU tensors in `{arg.id}` to NumPy "
+               "(`Tensor.__array__` calls `.numpy()`): it raises on a CUDA tensor",
+               fix=f"collect host copies (`{arg.id}.append(t.detach().cpu())`), or `torch.cat` on the device first")
+
+
+@rule("TD501", ast.Assign)
+def device_tensor_into_numpy_array(node: ast.AST, ctx: Context) -> None:
+    """``canvas[i*28:(i+1)*28, :] = generator(z).data[0, 0]``: NumPy converts the tensor written into a slice of its
+    array with ``.numpy()``, which raises on a CUDA tensor (an element ``arr[i] = t`` reads a number instead: TD603)."""
+    assert isinstance(node, ast.Assign)
+    target = node.targets[0] if len(node.targets) == 1 else None
+    if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)) or not any(
+            isinstance(n, ast.Slice) for n in ctx.semantic.subtree(target.slice)):
+        return
+    b = ctx.semantic.binding_at(target.value.id, node)
+    if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "") not in _NUMPY_MAKERS:
+        return
+    if not _on_gpu(ctx, node.value, node) or _fed_numpy(ctx, node.value):
+        return
+    ctx.report("TD501", node, f"writing `{ctx.name(node.value)}` into NumPy array `{target.value.id}` converts it with "
+               "`.numpy()`, which raises on a CUDA tensor", fix="write a host copy: `(...).detach().cpu()`")
+
+
+def _on_gpu(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    sem = ctx.semantic
+    return _flags(ctx, expr)[0] and program.runs_on_accelerator(sem) and not sem.guards.on_cpu_branch(at)
+
+
+def _fed_numpy(ctx: Context, value: ast.AST) -> bool:
+    """``value`` is the output of a model called on NumPy arrays (``outputs = self.model(batch_x)`` with ``batch_x =
+    x.cpu().numpy()``: a statistical model of LTSF-Linear, no torch module): NumPy already."""
+    sem = ctx.semantic
+    for _ in range(6):
+        if isinstance(value, (ast.Subscript, ast.Attribute)):
+            value = value.value
+        elif isinstance(value, ast.Name):
+            b = sem.binding_at(value.id, value)
+            if b is None or b.value is None or b.is_param or b.index is not None:
+                return False
+            value = b.value
+        else:
+            break
+    if not isinstance(value, ast.Call) or not sem.is_model_call(value):
+        return False
+    for arg in value.args:
+        for _ in range(4):
+            if isinstance(arg, ast.Subscript):
+                arg = arg.value
+            elif isinstance(arg, ast.Name) and (b := sem.binding_at(arg.id, arg)) is not None and b.value is not None \
+                    and not b.is_param and b.index is None:
+                arg = b.value
+            else:
+                break
+        if isinstance(arg, ast.Call) and (method_name(arg) == "numpy" or (ctx.call_name(arg) or "").startswith("numpy.")):
+            return True
+    return False

@@ -521,13 +521,19 @@ _NOT_FORWARDS = frozenset({"eval", "train", "parameters", "named_parameters", "m
                            "state_dict", "zero_grad", "register_buffer", "apply", "half", "float", "requires_grad_"})
 
 
-def _forwards_under_no_grad(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+def _forwards_under_no_grad(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
     """``def predict(self, ids): ... with torch.no_grad(): logits = self.forward(x)``: every call the method makes of
     the module or its parts (``self(...)``, ``self.forward(...)``, ``self.decoder(...)``) runs with autograd off."""
     calls = [n for n in sem.local_nodes(func) if isinstance(n, ast.Call) and (
         isinstance(n.func, ast.Name) and n.func.id == "self" or isinstance(n.func, ast.Attribute)
         and isinstance(n.func.value, ast.Name) and n.func.value.id == "self" and n.func.attr not in _NOT_FORWARDS)]
-    return bool(calls) and all(sem.under_no_grad(n) for n in calls)
+    if not calls:
+        return False
+    cls = sem.class_of(func)
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)} if cls is not None else {}  # type: ignore[attr-defined]
+    return all(sem.under_no_grad(n) or depth < 2 and isinstance(n.func, ast.Attribute) and (own := methods.get(
+        n.func.attr)) is not None and own is not func and _forwards_under_no_grad(sem, own, depth + 1) for n in calls)
+    # (``def sample(self, x): return self._sample(x)``, whose ``_sample`` runs ``self(...)`` under no_grad)
 
 
 def _loaded_module(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
