@@ -195,10 +195,10 @@ def batch_on_device(ctx: Context, name: str, at: ast.AST, loop: ast.AST) -> bool
     if sem.is_moved(name, at) or sem.elements_moved(name, at) or program.accelerator_api(sem) \
             and sem.loop_kind(loop) in ("train", "eval"):
         return True
-    return _computed_from_moved(ctx, name, at, loop, 0)
+    return computed_from_moved(ctx, name, at, loop)
 
 
-def _computed_from_moved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, depth: int) -> bool:
+def computed_from_moved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, depth: int = 0) -> bool:
     """``pos_total = (label != 0).long().sum()`` with ``label`` taken from a batch moved in place (``data[i] =
     data[i].cuda()``) or moved itself: computed on the device."""
     sem = ctx.semantic
@@ -208,7 +208,7 @@ def _computed_from_moved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, de
     if sem.elements_moved(root_name(b.value) or "", b.node):
         return True
     names = {n.id for n in sem.subtree(b.value) if isinstance(n, ast.Name) and n.id != name}
-    return any(sem.is_moved(n, b.node) or _computed_from_moved(ctx, n, b.node, loop, depth + 1) for n in names
+    return any(sem.is_moved(n, b.node) or computed_from_moved(ctx, n, b.node, loop, depth + 1) for n in names
                if n in sem.batch_vars(loop))
 
 

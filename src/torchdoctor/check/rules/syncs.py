@@ -17,8 +17,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
-from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, host_number, is_sync_call, made_on_host, \
-    tensor_value
+from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, is_sync_call, \
+    made_on_host, tensor_value
 from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
@@ -61,8 +61,9 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         if loop is not None and expr.id in sem.batch_vars(loop):  # batch data is on the host until it is moved
             return expr.id if batch_on_device(ctx, expr.id, at, loop) else None
         if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at) \
-                and not _backpropagated_param(ctx, expr, at):
-            return None
+                and not _backpropagated_param(ctx, expr, at) \
+                and not (loop is not None and computed_from_moved(ctx, expr.id, at, loop)):
+            return None  # (``pos_total = (label != 0).sum()`` of a batch moved element by element: on the device)
         return None if host_number(ctx, expr, at) or made_on_host(ctx, expr, at) else expr.id
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"):
         return ctx.name(expr)  # (``p.grad``: a gradient lives where its parameter does)

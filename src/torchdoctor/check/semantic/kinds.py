@@ -91,6 +91,11 @@ def _kind_from_last(last: str) -> str | None:
     return None
 
 
+def _slices(index: ast.AST) -> bool:
+    """``[:eos]``, ``[:, 1:]``: a slice, or a tuple of indices with one (what cuts a tensor, not a list's element)."""
+    return isinstance(index, ast.Slice) or isinstance(index, ast.Tuple) and any(isinstance(e, ast.Slice) for e in index.elts)
+
+
 def unwrap_iter(node: ast.AST) -> tuple[list[ast.AST], bool]:
     """The iterables under enumerate/tqdm/zip wrappers, and whether an enumerate counter comes first."""
     counter = False
@@ -442,8 +447,8 @@ class Kinds:
                 not isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.In, ast.NotIn)):  # ``preds == y``: elementwise
             return "tensor" if "tensor" in (self.expr_kind(node.left, at), self.expr_kind(node.comparators[0], at)) \
                 else None
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.slice, ast.Slice):
-            return "tensor" if self._computed_tensor(node.value, at) else None  # ``probs = probs[:eos]``
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and _slices(node.slice):
+            return "tensor" if self._computed_tensor(node.value, at) else None  # ``probs = probs[:eos]``, ``x[:, 1:]``
         if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Call):  # ``out.max(-1)[1]``, ``net(x)[0]``
             if self.call_kind(node.value, at) == "tensor":
                 return "tensor"
