@@ -4497,3 +4497,43 @@ def test_a_notebook_checked_with_the_modules_is_one_of_their_callers(project: Pa
     assert codes(results, "fitting.py") == [(10, "TD304"), (18, "TD603")]
     alone = check_files(["fitting.py"], Settings(root=str(project), select=("TD304", "TD603")))
     assert codes(alone, "fitting.py") == []
+
+
+def test_a_loss_class_of_another_module_gives_a_loss_with_its_graph(project: Path) -> None:
+    write(project, {
+        "lossmod.py": """\
+            import torch
+            import torch.nn as nn
+
+            class PairLoss(nn.Module):
+                def __init__(self, device):
+                    super().__init__()
+                    self.w = nn.Parameter(torch.tensor(10.0).to(device))
+
+                def forward(self, emb):
+                    return (self.w * emb).pow(2).mean()
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn as nn
+            from lossmod import PairLoss
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(4, 2).to(device)
+            crit = PairLoss(device)
+            opt = torch.optim.SGD([*model.parameters(), *crit.parameters()], lr=0.1)
+            batches = [torch.randn(8, 4) for _ in range(8)]
+            for epoch in range(3):
+                total_loss, total_kept = 0, 0
+                for x in batches:
+                    loss = crit(model(x.to(device)))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    total_loss = total_loss + loss
+                    total_kept = total_kept + loss.item()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD405",))
+    results = check_files(["lossmod.py", "train.py"], settings)
+    assert codes(results, "train.py") == [(17, "TD405")]

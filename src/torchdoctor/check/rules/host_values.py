@@ -362,9 +362,19 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
             and ctx.semantic.expr_kind(expr.func, at) is None and ctx.semantic.call_kind(expr, at) is None:
         # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors
         values = [a for a in expr.args if not isinstance(a, ast.Constant)]
-        return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values)
+        return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values) \
+            and not _moving_lambda(ctx, expr.func, at)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _moving_lambda(ctx: Context, func: ast.Name, at: ast.AST) -> bool:
+    """``Variable = lambda *a, **k: autograd.Variable(*a, **k).cuda() if USE_CUDA else autograd.Variable(*a, **k)``
+    (RL notebooks): the helper moves what it wraps to the device."""
+    sem = ctx.semantic
+    b = sem.binding_at(func.id, at)
+    return b is not None and isinstance(b.value, ast.Lambda) and any(
+        isinstance(n, ast.Call) and sem.is_device_move(n) for n in sem.subtree(b.value.body))
 
 
 _BINARY_OPS = frozenset({"torch.matmul", "torch.mm", "torch.bmm", "torch.mv", "torch.dot", "torch.add", "torch.sub",

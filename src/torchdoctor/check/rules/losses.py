@@ -72,7 +72,8 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
         if method_name(expr) in ("mean", "sum", "cpu", "clone") and not expr.args:
             return _is_loss_tensor(ctx, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
         # ``criterion(pred.detach().cpu(), true.detach().cpu())``: a loss of detached copies has no graph
-        return flow.consumer_kind(sem, expr) == "loss" and not (expr.args and all(_detached(a) for a in expr.args))
+        return (flow.consumer_kind(sem, expr) == "loss" or _loss_module_call(ctx, expr)) \
+            and not (expr.args and all(_detached(a) for a in expr.args))
     if isinstance(expr, ast.Attribute):
         if expr.attr != "loss":
             return False
@@ -94,6 +95,16 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
             flow.consumer_kind(sem, b.value) == "model" or _sibling_backpropagated(ctx, b.node)
             and (_returns_graph_at(ctx, b.value, b.index) or _made_loss_module(ctx, b.value)))
     return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
+
+
+def _loss_module_call(ctx: Context, call: ast.Call) -> bool:
+    """``loss = crit(emb)`` of ``crit = GE2ELoss(device)``, a loss module of another module of the project (a class of
+    this file or torch's named so is a loss function already)."""
+    sem = ctx.semantic
+    b = sem.binding_at(call.func.id, call) if isinstance(call.func, ast.Name) else None
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    return isinstance(made, ast.Call) and (dotted(made.func) or "").rsplit(".", 1)[-1].endswith("Loss") \
+        and flow.consumer_kind(sem, call) == "model"
 
 
 def _numbers_stored_as_loss(ctx: Context, expr: ast.Subscript, at: ast.AST) -> bool:
