@@ -187,6 +187,8 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         return (on_gpu, grad)
     from torchdoctor.check.astutil import root_name
 
+    if (sem.call_name(call) or "") in _GRAD_NORMS:  # the total norm, where the model's gradients are
+        return (program.runs_on_accelerator(sem), False)
     imported = root_name(call.func) in ctx.imports and isinstance(call.func, (ast.Name, ast.Attribute))
     if isinstance(call.func, ast.Attribute) and not (imported and dotted(call.func)):
         meth, recv = call.func.attr, call.func.value
@@ -293,21 +295,31 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
 
 
 # ---- TD501 without a `.numpy()`: NumPy converting a tensor itself -----------------------------------------------
+_GRAD_NORMS = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_norm_",
+                         "torch.nn.utils.get_total_norm"})
 _NUMPY_GATHERS = frozenset({"numpy.concatenate", "numpy.stack", "numpy.vstack", "numpy.hstack", "numpy.array",
                             "numpy.asarray"})
+_NUMPY_TESTS = frozenset({"numpy.isnan", "numpy.isinf", "numpy.isfinite"})
 _NUMPY_MAKERS = frozenset({"numpy.zeros", "numpy.ones", "numpy.empty", "numpy.full", "numpy.zeros_like",
                            "numpy.ones_like"})
 
 
-@rule("TD501", calls=("concatenate", "stack", "vstack", "hstack", "array", "asarray"))
+@rule("TD501", calls=("concatenate", "stack", "vstack", "hstack", "array", "asarray", "isnan", "isinf", "isfinite"))
 def numpy_gathers_device_tensors(node: ast.Call, ctx: Context) -> None:
-    """``np.concatenate(preds)`` of a list the loop filled with GPU tensors (``preds.append(model(x).data)``): NumPy
-    converts each with ``Tensor.__array__``, that is ``.numpy()``, which raises on a CUDA tensor."""
-    if (ctx.call_name(node) or "") not in _NUMPY_GATHERS or len(node.args) != 1:
+    """``np.concatenate(preds)`` of a list the loop filled with GPU tensors (``preds.append(model(x).data)``), or
+    ``np.isnan(grad_norm)`` of the norm ``clip_grad_norm_`` returns (WaveRNN): NumPy converts the tensor with
+    ``Tensor.__array__``, that is ``.numpy()``, which raises on a CUDA tensor."""
+    name = ctx.call_name(node) or ""
+    if not name.startswith("numpy.") or (name not in _NUMPY_GATHERS and name not in _NUMPY_TESTS) or len(node.args) != 1:
         return
     arg = node.args[0]
     if not isinstance(arg, ast.Name) or not _on_gpu(ctx, arg, node) \
             or any(_fed_numpy(ctx, v) for v in _appended(ctx, arg.id, node)):
+        return
+    if name in _NUMPY_TESTS:
+        ctx.report("TD501", node, f"`{ctx.name(node.func)}({arg.id})` converts the GPU tensor `{arg.id}` to NumPy "
+                   "(`Tensor.__array__` calls `.numpy()`): it raises on a CUDA tensor",
+                   fix=f"test it with torch: `torch.{name.rsplit('.', 1)[-1]}({arg.id})` (or `math` on `{arg.id}.item()`)")
         return
     ctx.report("TD501", node, f"`{ctx.name(node.func)}({arg.id})` converts the GPU tensors in `{arg.id}` to NumPy "
                "(`Tensor.__array__` calls `.numpy()`): it raises on a CUDA tensor",

@@ -437,6 +437,10 @@ def _trained_as_a_model(ctx: Context, name: str, bound: ast.AST) -> bool:
 
 def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     """``expr`` is (very likely) an nn.Module object rather than a state dict or tensor."""
+    if isinstance(expr, ast.Call) and method_name(expr) in ("cpu", "cuda", "eval", "half", "float") and not expr.args \
+            and isinstance(expr.func.value, (ast.Name, ast.Attribute)):  # type: ignore[attr-defined]
+        expr = expr.func.value  # type: ignore[attr-defined]  # ``torch.save(self.bert.cpu(), path)``: the module itself
+        # (``.cpu()``/``.eval()`` hand back the same module; of a tensor, the tensor: asked the same way below)
     name = dotted(expr)
     if name is None:
         if isinstance(expr, ast.Call):

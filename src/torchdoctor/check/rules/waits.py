@@ -269,8 +269,8 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-_HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "len", "isinstance", "float", "int", "print",
-                        "append", "format"})
+_HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "nelement", "ndimension", "len", "isinstance", "float",
+                        "int", "print", "append", "format"})
 
 
 _METER = lazy(r"(?i)meter|logger|avg|average|stat")
