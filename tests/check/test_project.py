@@ -4537,3 +4537,30 @@ def test_a_loss_class_of_another_module_gives_a_loss_with_its_graph(project: Pat
     settings = Settings(root=str(project), select=("TD405",))
     results = check_files(["lossmod.py", "train.py"], settings)
     assert codes(results, "train.py") == [(17, "TD405")]
+
+
+def test_a_tests_py_of_pytest_functions_is_test_code(project: Path) -> None:
+    body = """\
+        import torch
+        import torch.nn as nn
+
+        class Attn(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.proj = nn.Linear(d, d)
+                self.drop = nn.Dropout(0.1)
+
+            def forward(self, x):
+                return self.drop(self.proj(x))
+
+        def test_cached_matches_uncached():
+            att = Attn(8)
+            att.eval()
+            x = torch.randn(1, 6, 8)
+            assert torch.allclose(att(x), att(x))
+        """
+    write(project, {"ch04/tests.py": body, "ch04/demo.py": body.replace("def test_", "def check_") + "check_cached_matches_uncached()\n"})
+    settings = Settings(root=str(project), select=("TD401",))
+    results = check_files(["ch04/tests.py", "ch04/demo.py"], settings)
+    assert codes(results, "tests.py") == []  # (a file pytest-style tests fill: test code, not judged)
+    assert codes(results, "demo.py") == [(17, "TD401"), (17, "TD401")]  # (both forwards of the line)

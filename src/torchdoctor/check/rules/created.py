@@ -406,11 +406,25 @@ def _scalar_tensor(call: ast.Call) -> bool:
     """``torch.tensor(0.5)``: a 0-dim CPU tensor mixes with CUDA tensors without error."""
     if not call.args:
         return False
-    arg = call.args[0]
-    if isinstance(arg, ast.UnaryOp):
-        arg = arg.operand
     name = dotted(call.func) or ""
-    return name.endswith(("tensor", "as_tensor")) and isinstance(arg, (ast.Constant, ast.Name))
+    return name.endswith(("tensor", "as_tensor")) and _scalar_expr(call.args[0])
+
+
+def _scalar_expr(arg: ast.AST) -> bool:
+    """A number, a name, a module's constant (``torch.pi``) or arithmetic of those (``2.0 / torch.pi``: GPT-2's GELU)."""
+    if isinstance(arg, ast.UnaryOp):
+        return _scalar_expr(arg.operand)
+    if isinstance(arg, ast.BinOp):
+        return _scalar_expr(arg.left) and _scalar_expr(arg.right)
+    if isinstance(arg, ast.Attribute):
+        return (dotted(arg) or "").split(".")[0] in ("math", "torch", "np", "numpy")
+    if isinstance(arg, ast.Call):  # ``-math.log(10000.0) / x.size(-1)``, ``float(n)``: numbers
+        name = dotted(arg.func) or ""
+        return (name.startswith("math.") or name in ("float", "int", "len") or method_name(arg) == "size" and bool(arg.args)) \
+            and all(_scalar_expr(a) for a in arg.args) and not arg.keywords
+    if isinstance(arg, ast.Subscript):  # ``x.shape[-1]``
+        return isinstance(arg.value, ast.Attribute) and arg.value.attr == "shape"
+    return isinstance(arg, ast.Name) or isinstance(arg, ast.Constant) and type(arg.value) in (int, float, bool)
 
 
 def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
@@ -535,6 +549,8 @@ def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) 
         name = targets[0].id
         for use in ctx.semantic.body(region):
             if isinstance(use, ast.Name) and use.id == name and isinstance(use.ctx, ast.Load) and use.lineno >= node.lineno:
+                if (b := sem.binding_at(name, use)) is not None and b.node is not parent:
+                    continue  # (``scores = copy_to(scores, gpu)`` rebound it: later uses are of the moved copy)
                 if _moved_through_methods(sem, use):
                     return None  # ``z = z.view(4, 16).to(dev)``: moved before it meets anything (TD611's case)
                 partner = _meets(ctx, use, hot - {name})

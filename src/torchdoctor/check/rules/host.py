@@ -178,7 +178,8 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
         key = dotted(call.func)
         on_gpu = program.runs_on_accelerator(sem) and not (key and placement.moved_to_host_before(sem, key, call)) \
             and not (isinstance(call.func, ast.Name) and (placement.never_moved(sem, call.func.id)
-                                                         or placement.never_moved(sem, call.func.id, call))) \
+                                                         or placement.never_moved(sem, call.func.id, call)
+                                                         or _unmoved_yet(sem, call))) \
             and not _fed_a_host_tensor(ctx, call) and not _callers_hand_a_host_model(ctx, call)
         grad = not sem.under_no_grad(call)
         if grad and models.model_has_no_parameters(sem, call.func, call):
@@ -342,6 +343,15 @@ def device_tensor_into_numpy_array(node: ast.AST, ctx: Context) -> None:
         return
     ctx.report("TD501", node, f"writing `{ctx.name(node.value)}` into NumPy array `{target.value.id}` converts it with "
                "`.numpy()`, which raises on a CUDA tensor", fix="write a host copy: `(...).detach().cpu()`")
+
+
+def _unmoved_yet(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """A script's (a notebook's) statement outside any function and loop, calling a model nothing has moved or been
+    handed by then (``G = Generator()``, ``G(z).detach().numpy()`` in a quick-check cell; ``train(G, ...)`` cells
+    later moves it): run once, on the CPU."""
+    if sem.function_of(call) is not None or sem.loops_around(call):
+        return False
+    return placement.never_moved(sem, call.func.id, call, upto=sem.index.pos[call])
 
 
 def _on_gpu(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:

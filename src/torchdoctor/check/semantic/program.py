@@ -30,7 +30,7 @@ __all__ = ["has_cuda_check", "is_ddp_program",
 QUIET_IN_TESTS = frozenset({"TD102", "TD201", "TD204", "TD304", "TD305", "TD306", "TD401", "TD402", "TD502",
                             "TD602", "TD603", "TD604", "TD701", "TD703", "TD705", "TD706"})
 _TESTS_DIR = lazy(r"(^|/)(tests?|testing|test_utils|unittests?)(/|$)")
-_TEST_FILE = lazy(r"(^|/)(test_[^/]*|[^/]*_test|conftest)\.py$")
+_TEST_FILE = lazy(r"(^|/)(test_[^/]*|[^/]*_test|conftest|tests)\.py$")  # (``tests.py``: Django's, a chapter's pytest file)
 
 # A device given as a process's GPU index: `.to(local_rank)`, `.cuda(args.gpu)`, `torch.device(rank)`.
 _RANK_DEVICE = lazy(r"(?i)(^|[._])(local_rank|rank|gpu|gpu_id|gpus|device_id|local_gpu|cuda_device)$")
@@ -54,6 +54,11 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
             return True
     if bool(_GPU_MARK.search(sem.text.source[:4000])) and "pytestmark" in sem.text.source[:4000]:
         return True
+    func = sem.function_of(node)
+    if func is not None and "device_ids" in sem.segment(func) and any(  # (a substring test first: most tests have none)
+            isinstance(n, ast.keyword) and n.arg == "device_ids" and isinstance(n.value, (ast.List, ast.Tuple))
+            and len(n.value.elts) > 1 for n in sem.subtree(func)):
+        return True  # ``DataParallelWithCallback(sync_bn, device_ids=[0, 1])``: a test of two GPUs, none to fall back on
     return _beside_cuda_sources(os.path.dirname(os.path.abspath(sem.path)))
 
 
@@ -576,7 +581,7 @@ def _holds_tests(sem: SemanticModel) -> bool:
 
 
 def in_test(sem: SemanticModel, node: ast.AST) -> bool:
-    """``node`` is test code: a ``test_*.py``/``*_test.py``/``conftest.py`` file (where pytest collects), or a
+    """``node`` is test code: a ``test_*.py``/``*_test.py``/``conftest.py``/``tests.py`` file holding tests, or a
     method of a ``Test*`` class or of a ``unittest.TestCase``. A ``def test(model, loader)`` in a training
     script is its evaluation, not a test."""
     if sem.cached("test_file", lambda: bool(_TEST_FILE.search(sem.path.replace("\\", "/"))) and _holds_tests(sem)):
