@@ -176,11 +176,20 @@ def retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     goes round again only when its ``try`` fails (a batch-size retry), so ``node`` in that ``try`` runs once."""
     if not isinstance(loop, ast.While):
         return False
+    sem = ctx.semantic
     for stmt in loop.body:
-        if isinstance(stmt, ast.Try) and stmt.handlers and ctx.semantic.index.contains(stmt, node) and \
-                any(isinstance(s, (ast.Return, ast.Break)) for s in stmt.body):
+        if isinstance(stmt, ast.Try) and stmt.handlers and sem.index.contains(stmt, node) and (
+                any(isinstance(s, (ast.Return, ast.Break)) for s in stmt.body) or _oom_search(sem, stmt, loop)):
             return True
     return False
+
+
+def _oom_search(sem, stmt: ast.Try, loop: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``while lo <= hi: bs = (lo + hi) // 2; try: ... lo = bs + 1 except RuntimeError as e: if "out of memory" ...:
+    hi = bs - 1``: a search for the largest batch that fits, one trial a pass (no optimizer steps), not training."""
+    catches_oom = any("out of memory" in sem.segment(h).lower() or "OutOfMemory" in sem.segment(h) for h in stmt.handlers)
+    return catches_oom and not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
+                                   for n in sem.body(loop))
 
 
 def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

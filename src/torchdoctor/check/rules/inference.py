@@ -362,6 +362,11 @@ def _shape_read(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("sorted", "len", "list") \
             and up.args == [read] or isinstance(up, ast.For) and up.iter is read:
         return True  # ``for name in sorted(result): print(name, result[name].shape)``: the keys, then the shapes
+    if isinstance(up, ast.comprehension) and up.iter is read and isinstance(up.target, ast.Name):
+        comp = sem.parent(up)  # ``[f.shape[1] for f in feat_t[1:-1]]``: the shape of each element
+        reads = [n for n in sem.subtree(comp) if isinstance(n, ast.Name) and n.id == up.target.id
+                 and isinstance(n.ctx, ast.Load)]
+        return bool(reads) and all(_shape_read(sem, n) for n in reads)
     return isinstance(up, ast.Attribute) and up.attr in _SHAPES
 
 
@@ -403,6 +408,9 @@ def _rebound_since(ctx: Context, key: str, eval_call: ast.AST, call: ast.AST) ->
 _FEATURE_METHOD = lazy(r"(?i)^(extract|encode|embed|forward_|get_feat)|feature")
 
 
+_PARTS_GETTER = lazy(r"(?i)(modules|layers|params|parameters|channels|dims?|names)$")  # ``get_feat_modules()``: parts, no forward
+
+
 def _feature_method(ctx: Context, call: ast.Call, keys: set[str]) -> bool:
     """``self.model.extract_feature(data)`` of the model put in eval mode: a forward through another method, run with
     autograd on (not under no_grad, in no training or evaluation loop). A method of this file is judged by its body
@@ -410,6 +418,7 @@ def _feature_method(ctx: Context, call: ast.Call, keys: set[str]) -> bool:
     sem = ctx.semantic
     func = call.func
     return isinstance(func, ast.Attribute) and dotted(func.value) in keys and bool(_FEATURE_METHOD.search(func.attr)) \
+        and bool(call.args or call.keywords) and not _PARTS_GETTER.search(func.attr) \
         and not sem.functions.get(func.attr) and ((cls := sem.class_of(call)) is None or cls.name not in sem.module_classes) \
         and sem.expr_kind(func.value, call) in ("model", "wrapper") and not sem.under_no_grad(call) \
         and sem.enclosing_loop(call, "train") is None and sem.enclosing_loop(call, "eval") is None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.bounded import few_in_range
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, is_sync_call, \
@@ -47,7 +48,7 @@ def _report(ctx: Context, node: ast.AST, what: str) -> None:
     about a site already known to read a device tensor: few in a file.)"""
     loop = per_step_loop(ctx, node)
     if loop is not None:
-        if _accelerated(ctx):
+        if _accelerated(ctx) and not few_in_range(ctx, loop):  # (``for i in range(9)``: a grid of 9 images shown)
             report_sync(ctx, node, what, loop)
     elif not program.is_rpc_program(ctx.semantic):
         report_sync_for_callers(ctx, node, what)  # (callers that run on an accelerator only)

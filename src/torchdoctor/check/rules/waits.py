@@ -169,8 +169,8 @@ SYNCHRONIZE = ("torch.cuda.synchronize", "torch.accelerator.synchronize")
 
 def timer_call(call: ast.Call) -> bool:
     """``fw_timer.tic()``, ``timer.toc()``, ``self.timer.stop()``: a stopwatch object's reading."""
-    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc") or "timer" in (
-        dotted(call.func.value) or "").lower())
+    return isinstance(call.func, ast.Attribute) and (call.func.attr in ("tic", "toc", "elapsed_time") or "timer" in (
+        dotted(call.func.value) or "").lower())  # (``start.elapsed_time(end)`` of CUDA events: the GPU's own clock)
 
 
 def _clock_call(ctx: Context, node: ast.AST) -> bool:
@@ -270,7 +270,7 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
 
 
 _HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "nelement", "ndimension", "len", "isinstance", "float",
-                        "int", "print", "append", "format"})
+                        "int", "print", "append", "format", "add_scalar", "add_scalars"})  # (TensorBoard's writer)
 
 
 _METER = lazy(r"(?i)meter|logger|avg|average|stat")
