@@ -4564,3 +4564,42 @@ def test_a_tests_py_of_pytest_functions_is_test_code(project: Path) -> None:
     results = check_files(["ch04/tests.py", "ch04/demo.py"], settings)
     assert codes(results, "tests.py") == []  # (a file pytest-style tests fill: test code, not judged)
     assert codes(results, "demo.py") == [(17, "TD401"), (17, "TD401")]  # (both forwards of the line)
+
+
+def test_a_data_parallel_subclass_of_another_module(project: Path) -> None:
+    write(project, {
+        "utils/__init__.py": "",
+        "utils/data_parallel.py": """\
+            import torch.nn as nn
+            from torch.nn.parallel import DataParallel
+
+            class BalancedDataParallel(DataParallel):
+                def __init__(self, gpu0_bsz, *args, **kwargs):
+                    self.gpu0_bsz = gpu0_bsz
+                    super().__init__(*args, **kwargs)
+
+            class DictGatherDataParallel(nn.DataParallel):
+                pass
+
+            class UserScatteredDataParallel(DictGatherDataParallel):
+                pass
+
+            class ModelParallel(nn.Module):
+                pass
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn as nn
+            from utils.data_parallel import BalancedDataParallel, ModelParallel, UserScatteredDataParallel
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(8, 2).to(device)
+            para = BalancedDataParallel(4, model, dim=1).to(device)
+            seg = UserScatteredDataParallel(nn.Linear(8, 2), device_ids=[0, 1]).to(device)
+            pipe = ModelParallel()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD204",))
+    results = check_files(["utils/data_parallel.py", "train.py"], settings)
+    assert codes(results, "train.py") == [(7, "TD204"), (8, "TD204")]
+    assert [f.location.line for f in check_file("train.py", settings).findings] == [7, 8]  # pre-commit, alone

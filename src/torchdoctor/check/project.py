@@ -228,6 +228,11 @@ class Project(Callers):
         on an accelerator itself (its trainer moves the model and each batch to the GPU)."""
         return self._lookup(sem, written, "accelerated") is not None
 
+    def is_data_parallel_class(self, sem: SemanticModel, written: str) -> bool:
+        """``written`` (imported here) is a class of the project that subclasses ``torch.nn.DataParallel``, directly or
+        through classes of other modules (``UserScatteredDataParallel(DictGatherDataParallel(DataParallel))``)."""
+        return self._lookup(sem, written, "data_parallel_class") is not None
+
     def external_origin(self, sem: SemanticModel, written: str) -> str | None:
         """What ``written``, imported here from a module of the project, stands for when that module imports it from
         outside the project (``from dataset import DataLoader``, dataset.py's ``from torch.utils.data import
@@ -320,6 +325,15 @@ class Project(Callers):
             return summary.functions[attr]
         if what == "cuda_setting" and attr in summary.cuda_names:
             return summary
+        if what == "data_parallel_class" and attr in summary.classes:  # a subclass of torch's DataParallel, maybe
+            for base in summary.classes[attr].bases:  # through classes of other modules (``BalancedDataParallel``)
+                if _names_torch_data_parallel(summary, base):
+                    return summary.classes[attr]
+                found = self._in_module(target, base, what, depth + 1) if base in summary.classes else \
+                    self._find(target, summary.from_imports, summary.imports, base, what, depth + 1, summary.star)
+                if found is not None:
+                    return found
+            return None
         if what == "external" and attr in summary.from_imports:  # ``from torch.utils.data import DataLoader`` there
             level, module, name = summary.from_imports[attr]
             if level == 0 and self._module_file(target, 0, module) is None:
@@ -458,6 +472,19 @@ class Project(Callers):
         if path in self._checked and path not in state.finished and len(state.pending) < MAX_PENDING:
             state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
         return sem
+
+
+def _names_torch_data_parallel(summary: ModuleSummary, base: str) -> bool:
+    """``base``, written in the module ``summary`` describes, is torch's ``DataParallel``."""
+    head, _, rest = base.partition(".")
+    if base.rsplit(".", 1)[-1] != "DataParallel":
+        return False
+    if not rest:
+        origin = summary.from_imports.get(head)
+        return origin is not None and origin[0] == 0 and origin[1].split(".")[0] == "torch"
+    if head in summary.from_imports:  # ``from torch import nn``
+        return summary.from_imports[head][1].split(".")[0] == "torch"
+    return summary.imports.get(head, head).split(".")[0] == "torch"  # ``nn.DataParallel``, ``torch.nn.DataParallel``
 
 
 _HERE = lazy(r"""(?m)^\s*(\w+)\s*=\s*(?:os\.path|osp)\.dirname\(\s*(?:os\.path|osp)\.(?:abspath|realpath)\(\s*__file__\s*\)\s*\)""")

@@ -88,9 +88,9 @@ def _evaluation_pass(ctx: Context, node: ast.AST, func: ast.AST, loop: ast.AST) 
     that a full-batch training loop calls once per step: its metrics are read once per evaluation, as after an
     evaluation loop (``for split in ("train", "val"): acc = pred[m].eq(y[m]).sum().item()``)."""
     sem = ctx.semantic
-    return (sem.grad_mode(node) == "off" or _phase_without_backward(ctx, node, func)) and "eval" in sem.effects(func) \
-        and sem.enclosing_loop(node, "batch") is None \
-        and "backward" in sem.cached(("loop_effects", loop, False), lambda: sem.region_effects(sem.body(loop)))
+    return "eval" in sem.effects(func) and sem.enclosing_loop(node, "batch") is None \
+        and "backward" in sem.cached(("loop_effects", loop, False), lambda: sem.region_effects(sem.body(loop))) \
+        and (sem.grad_mode(node) == "off" or _phase_without_backward(ctx, node, func))
 
 
 def _phase_without_backward(ctx: Context, node: ast.AST, func: ast.AST) -> bool:

@@ -127,6 +127,26 @@ def data_parallel_subclass(node: ast.AST, ctx: Context) -> None:
                        "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
 
 
+@rule("TD204", ast.Module)
+def imported_data_parallel_subclass(node: ast.AST, ctx: Context) -> None:
+    """``BalancedDataParallel(gpu0_bsz, model)`` of a class another module of the project derives from
+    ``nn.DataParallel`` (transformer-xl's ``utils/data_parallel.py``): DataParallel all the same."""
+    sem = ctx.semantic
+    if sem.project is None:
+        return
+    named = [n for n in sem.calls_index.by_name if "Parallel" in n and n not in ("DataParallel", "DistributedDataParallel")]
+    for call in sem.calls_named(*named) if named else ():
+        written = dotted(call.func)
+        if not written or written.split(".")[0] not in sem.names.from_imports \
+                and written.split(".")[0] not in sem.names.imports or (ctx.call_name(call) or "") in _DATA_PARALLEL:
+            continue
+        if program.in_dead_branch(sem, call) or sem.guards.on_cpu_branch(call) or _key_adapter(ctx, call) \
+                or not sem.project.is_data_parallel_class(sem, written):  # type: ignore[attr-defined]
+            continue
+        ctx.report("TD204", call, f"`{written}` is a `DataParallel` (of another module): it runs one process over all "
+                   "GPUs (GIL-bound, unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+
+
 # ---- TD205 --------------------------------------------------------------------------------
 def _wrapped_by_fsdp(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     """``model = FSDP(model, ...)``: FSDP's ``state_dict()`` hands back the model's own names (its hooks strip the

@@ -144,8 +144,8 @@ class DeviceChoices:
         value = right.value if isinstance(right, ast.Constant) else -right.operand.value \
             if isinstance(right, ast.UnaryOp) and isinstance(right.op, ast.USub) and isinstance(right.operand, ast.Constant) \
             else None
-        if "gpu" not in name or type(value) is not int:
-            return None
+        if not _GPU_INDEX_NAME.search(name) or type(value) is not int:
+            return None  # (``gpu0_bsz >= 0``: a batch size for GPU 0, no device index)
         op = test.ops[0]
         if isinstance(op, ast.GtE) and value == 0 or isinstance(op, ast.Gt) and value == -1 or isinstance(op, ast.NotEq) \
                 and value == -1:
@@ -161,6 +161,9 @@ class DeviceChoices:
             if b is not None and b.value is not None and not b.is_param:
                 return f"{expr.id} {self.segment(b.value)}"
         return self.segment(expr)
+
+
+_GPU_INDEX_NAME = lazy(r"(^|_)gpus?(_?(ids?|index|idx|num|no|number|device))?$")
 
 
 def _device_word(text: str) -> str | None:

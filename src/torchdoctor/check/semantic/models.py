@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, dotted, is_false, method_name
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, method_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
@@ -308,9 +308,26 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
         earlier = [o for o in sem.bindings_of(key) if o.scope is b.scope and o.pos < b.pos  # model = DP(model)``
                    and not sem.in_other_branch(o.node, at)]
         b = max(earlier, key=lambda o: o.pos) if earlier else None
+    if b is not None and b.is_param and isinstance(b.node, ast.FunctionDef) and "." not in key and depth < 4:
+        return _prefix_every_caller_hands(sem, b.node, key, depth)  # type: ignore[arg-type]
     if b is None or b.value is None or b.index is not None or b.is_param:
         return None
     return wrapper_prefix(sem, b.value, b.node, depth + 1)
+
+
+def _prefix_every_caller_hands(sem: SemanticModel, func: ast.FunctionDef, param: str, depth: int) -> str | None:
+    """``def save_best(model, path): torch.save(model.state_dict(), ...)`` that every call of this file hands the same
+    wrapper (``save_best(model, "ckpt")`` after ``model = nn.DataParallel(model)``): that wrapper's prefix."""
+    sites = sem.call_sites(func)
+    if not sites or sem.class_of(func) is not None:
+        return None
+    found = set()
+    for site in sites:
+        given = call_argument(site, func, param)
+        if given is None:
+            return None
+        found.add(wrapper_prefix(sem, given, site, depth + 1))
+    return found.pop() if len(found) == 1 else None
 
 
 def _wrapped_argument(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int) -> tuple[ast.AST, ast.AST] | None:
