@@ -4603,3 +4603,46 @@ def test_a_data_parallel_subclass_of_another_module(project: Path) -> None:
     results = check_files(["utils/data_parallel.py", "train.py"], settings)
     assert codes(results, "train.py") == [(7, "TD204"), (8, "TD204")]
     assert [f.location.line for f in check_file("train.py", settings).findings] == [7, 8]  # pre-commit, alone
+
+
+def test_loaders_handed_to_a_gpu_trainer_a_package_re_exports(project: Path) -> None:
+    write(project, {
+        "pkg/__init__.py": "",
+        "pkg/trainer/__init__.py": "from .pretrain import Trainer\n",
+        "pkg/trainer/pretrain.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Trainer:
+                def __init__(self, model, train_dataloader, test_dataloader=None):
+                    self.device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+                    self.model = model.to(self.device)
+                    self.train_data, self.test_data = train_dataloader, test_dataloader
+                    self.optim = torch.optim.Adam(self.model.parameters())
+
+                def train(self, epoch):
+                    for x, y in self.train_data:
+                        loss = nn.functional.cross_entropy(self.model(x.to(self.device)), y.to(self.device))
+                        self.optim.zero_grad()
+                        loss.backward()
+                        self.optim.step()
+            """,
+        "pkg/__main__.py": """\
+            import torch
+            import torch.nn as nn
+            from torch.utils.data import DataLoader, TensorDataset
+            from .trainer import Trainer
+
+            def main(test=True):
+                ds = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+                train_loader = DataLoader(ds, batch_size=32, num_workers=4)
+                test_loader = DataLoader(ds, batch_size=32, num_workers=4) if test else None
+                trainer = Trainer(nn.Linear(8, 2), train_dataloader=train_loader, test_dataloader=test_loader)
+                for epoch in range(3):
+                    trainer.train(epoch)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD304",))
+    results = check_files(["pkg/__init__.py", "pkg/trainer/__init__.py", "pkg/trainer/pretrain.py", "pkg/__main__.py"],
+                          settings)
+    assert codes(results, "__main__.py") == [(8, "TD304"), (9, "TD304")]

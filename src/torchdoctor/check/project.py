@@ -294,8 +294,9 @@ class Project(Callers):
         summary = self.summary(target)
         if summary is None:
             return None
-        if what == "accelerated":  # the module that defines ``attr`` puts work on an accelerator itself
-            return summary if summary.accelerated and (attr in summary.classes or attr in summary.functions) else None
+        if what == "accelerated" and (attr in summary.classes or attr in summary.functions):
+            return summary if summary.accelerated else None  # the module that defines ``attr`` puts work on an
+            # accelerator itself (a package's ``__init__`` that re-exports it: followed below)
         if what == "class" and attr in summary.classes:
             return summary.classes[attr]
         if what == "module_class" and attr in summary.classes:

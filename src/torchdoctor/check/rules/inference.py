@@ -193,7 +193,7 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
             return  # (asked last: it may read the other modules)
         for call in forwards:
             _report_inference(ctx, call, f" (after `{key}.{said}`)")
-        for site, name in (_handed_back_in_eval_mode(ctx, node, key) + _left_in_eval_mode(ctx, node, key)) if key else []:
+        for site, name in _eval_mode_callers(ctx, node, key) if key else []:
             for call in _forwards_after_eval(ctx, site, name):
                 _report_inference(ctx, call, f" (`{ctx.name(site.func)}()` put it in eval mode)")
     elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node) \
@@ -239,6 +239,23 @@ def _handed_back_in_eval_mode(ctx: Context, eval_call: ast.Call, key: str) -> li
         if isinstance(stmt, ast.Assign) and stmt.value is site and len(stmt.targets) == 1 \
                 and isinstance(stmt.targets[0], ast.Name):
             out.append((site, stmt.targets[0].id))
+    return out
+
+
+def _eval_mode_callers(ctx: Context, eval_call: ast.Call, key: str) -> list[tuple[ast.Call, str]]:
+    """The calls after which the model ``key`` is in eval mode in the caller's hands, with the name it has there:
+    handed back (``clf = build_classifier(p)``) or left so (``train(model, 20)``), and one call further out
+    (``model = train(data)``, whose ``eval_epoch(model, data)`` puts it in eval mode last)."""
+    out = _handed_back_in_eval_mode(ctx, eval_call, key) + _left_in_eval_mode(ctx, eval_call, key)
+    sem = ctx.semantic
+    for site, name in list(out):
+        func = sem.function_of(site)
+        if func is None or any(  # (put back in train mode after the call, further down its function)
+                isinstance(n, ast.Call) and sem.mode_call(n) is not None and isinstance(n.func, ast.Attribute)
+                and dotted(n.func.value) == name and (n.lineno, n.col_offset) > (site.lineno, site.col_offset)
+                for n in sem.local_nodes(func)):
+            continue
+        out += _handed_back_in_eval_mode(ctx, site, name) + _left_in_eval_mode(ctx, site, name)
     return out
 
 

@@ -33,12 +33,14 @@ def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
     """``loader = DataLoader(...)`` handed to ``Coach(net, loader, args)``, a class of another module of the project
     that runs on the GPU itself (it moves the model and every batch there): the batches it iterates feed the GPU."""
     sem = ctx.semantic
-    up = sem.parent(node)
+    value, up = node, sem.parent(node)
+    if isinstance(up, ast.IfExp) and up.test is not node:  # ``DataLoader(test_ds, ...) if test_ds is not None else None``
+        value, up = up, sem.parent(up)
     if sem.project is None or not (isinstance(up, ast.Assign) and len(up.targets) == 1
                                    and isinstance(up.targets[0], ast.Name)):
         return False
     key = up.targets[0].id
-    reads = [r for r in sem.reads_of(key) if (b := sem.binding_at(key, r)) is not None and b.value is node]
+    reads = [r for r in sem.reads_of(key) if (b := sem.binding_at(key, r)) is not None and b.value is value]
     # (only this binding's reads: a notebook cell may make the loader again, pinned, before it is handed on)
     for r in list(reads):  # ``val_loaders.append(loader)``, then ``Trainer(..., val_dataloaders=val_loaders)``
         holder = sem.parent(r)
