@@ -81,7 +81,7 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
         # worker, or in a project helper it calls): the author states the need
     if _under_a_gpu_count_test(ctx, node):
         return  # ``world_size = torch.cuda.device_count()``, ``if world_size > 1:``: it runs only with GPUs
-    if program.uses_gpu_only_library(ctx.semantic, node):
+    if program.requires_gpu_only_library(ctx.semantic):
         return  # ``from apex.parallel import DistributedDataParallel``: the program needs NVIDIA GPUs, gloo or not
     set_at = _set_to_nccl(ctx, backend, node)
     if (string_value(backend) or "").strip().lower() == "nccl" or set_at is not None:

@@ -265,6 +265,16 @@ def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bo
         for c in sem.calls_with_keyword("attn_implementation") for k in c.keywords)
 
 
+def requires_gpu_only_library(sem: SemanticModel) -> bool:
+    """The program imports a GPU-only library unconditionally: at module level, outside any ``if``/``try`` (or in a
+    ``try`` whose ``except ImportError`` raises): ``from apex.parallel import DistributedDataParallel``. (An ``if
+    args.fp16: from apex import amp`` is an option, not a need.)"""
+    if any(isinstance(sem.parent(imp), ast.Module) or _required(sem, imp) for imp in _gpu_only_imports(sem)):
+        return True
+    return _imports_own_extension(sem) or _compiles_kernel_on_import(sem) or \
+        sem.project is not None and sem.project.imports_gpu_only_module(sem)  # type: ignore[attr-defined]
+
+
 def _gpu_only_imports(sem: SemanticModel) -> list[ast.AST]:
     return sem.cached("gpu_only_imports", lambda: [imp for imp in sem.of_type(ast.Import, ast.ImportFrom)  # type: ignore[no-any-return]
                                                    if _imports_gpu_only(imp, _GPU_ONLY)])  # type: ignore[arg-type]

@@ -319,8 +319,11 @@ def _prefix_every_caller_hands(sem: SemanticModel, func: ast.FunctionDef, param:
     """``def save_best(model, path): torch.save(model.state_dict(), ...)`` that every call of this file hands the same
     wrapper (``save_best(model, "ckpt")`` after ``model = nn.DataParallel(model)``): that wrapper's prefix."""
     sites = sem.call_sites(func)
-    if not sites or sem.class_of(func) is not None:
-        return None
+    if not sites or sem.class_of(func) is not None or any(
+            isinstance(n, ast.Name) and n.id == param and (isinstance(up := sem.parent(n), ast.Attribute) and up.attr in (
+                "module", "_orig_mod") or isinstance(up, ast.Call) and dotted(up.func) in ("hasattr", "isinstance"))
+            for n in sem.local_nodes(func)):
+        return None  # (``g_module = generator.module`` under ``if args.distributed:``: the helper unwraps it itself)
     found = set()
     for site in sites:
         given = call_argument(site, func, param)

@@ -10,8 +10,8 @@ import os
 from torchdoctor.check.astutil import call_argument, dotted, int_literal, keyword, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.cuda_sites import CUDA_DEVICE, CUDA_TEMPLATES, some_gpus
-from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, refuses_cpu, states_gpu_need, \
-    uses_gpu_only_library
+from torchdoctor.check.semantic.gpu_only import imports_gpu_only, in_gpu_only_branch, refuses_cpu, \
+    requires_gpu_only_library, states_gpu_need, uses_gpu_only_library
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, \
     model_from_project_builder, runs_a_moved_model
@@ -20,7 +20,7 @@ from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program,
 
 __all__ = ["has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "device_params", "in_test",
-           "QUIET_IN_TESTS", "uses_gpu_only_library", "subclass_of_an_accelerated_class", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
+           "QUIET_IN_TESTS", "uses_gpu_only_library", "requires_gpu_only_library", "subclass_of_an_accelerated_class", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
            "sets_device_through_helper", "imports_gpu_only", "single_process_world", "in_dead_branch",
            "states_gpu_need", "refuses_cpu"]
 
