@@ -79,7 +79,8 @@ def test_a_model_class_of_another_module_brings_its_dropout(project: Path) -> No
     assert codes(results, "train.py") == [(11, "TD402")]
 
 
-def test_a_module_the_index_read_first_is_not_parsed_again_for_its_own_check(project: Path, monkeypatch) -> None:
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files parsed from now on, in order (the runner's and the index's parses both)."""
     import torchdoctor.check.engine as engine
     import torchdoctor.check.runner as runner
 
@@ -88,6 +89,11 @@ def test_a_module_the_index_read_first_is_not_parsed_again_for_its_own_check(pro
     counted = lambda text, path: parsed.append(Path(path).name) or real(text, path)  # noqa: E731
     monkeypatch.setattr(engine, "parse", counted)
     monkeypatch.setattr(runner, "parse", counted)
+    return parsed
+
+
+def test_a_module_the_index_read_first_is_not_parsed_again_for_its_own_check(project: Path, monkeypatch) -> None:
+    parsed = _count_parses(monkeypatch)
     write(project, {"model.py": MODEL + "\nnet = Classifier().cuda()\nnet.cuda()\n", "train.py": TRAIN})
     results = check_files(["train.py", "model.py"], Settings(root=str(project)), jobs=1)
     assert sorted(parsed) == ["model.py", "train.py"]  # model.py once: for train.py's question, kept for its check
@@ -97,14 +103,7 @@ def test_a_module_the_index_read_first_is_not_parsed_again_for_its_own_check(pro
 
 
 def test_a_module_listed_before_its_importer_is_checked_after_it_and_parsed_once(project: Path, monkeypatch) -> None:
-    import torchdoctor.check.engine as engine
-    import torchdoctor.check.runner as runner
-
-    parsed: list[str] = []
-    real = engine.parse
-    counted = lambda text, path: parsed.append(Path(path).name) or real(text, path)  # noqa: E731
-    monkeypatch.setattr(engine, "parse", counted)
-    monkeypatch.setattr(runner, "parse", counted)
+    parsed = _count_parses(monkeypatch)
     write(project, {"model.py": MODEL, "train.py": TRAIN, "other.py": "import torch\n"})
     given = ["model.py", "other.py", "train.py"]  # (sorted: the module before its importer)
     assert Project(given, str(project)).importers_first(given) == ["train.py", "model.py", "other.py"]
@@ -1553,14 +1552,7 @@ def test_a_metric_helper_fed_the_data_of_packed_sequences_every_step_is_a_sync(p
 
 def test_a_reverse_question_does_not_parse_again_a_checked_file_that_cannot_call_the_function(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import torchdoctor.check.engine as engine
-    import torchdoctor.check.runner as runner
-
-    parsed: list[str] = []
-    real = engine.parse
-    counted = lambda text, path: parsed.append(Path(path).name) or real(text, path)  # noqa: E731
-    monkeypatch.setattr(engine, "parse", counted)
-    monkeypatch.setattr(runner, "parse", counted)
+    parsed = _count_parses(monkeypatch)
     write(project, {
         "a_other.py": "import torch\nfrom tools import engine  # another package's `engine`\n\nengine.train_one_epoch(torch.zeros(1))\n",
         "b_main.py": "import torch\nfrom engine import train_one_epoch\n\ndevice = torch.device('cuda')\n"
