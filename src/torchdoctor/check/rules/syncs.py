@@ -130,7 +130,8 @@ def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
                 isinstance(v, ast.Constant) and v.value is None for v in expr.comparators):
             return None  # ``x is None``, ``k in batch``, ``x == None`` (a tensor compared to None is plain False)
         return next((t for v in (expr.left, *expr.comparators) if (t := _reduced_tensor(ctx, v, at)
-                                                                      or _device_tensor_name(ctx, v, at))), None)
+                                                                      or _device_tensor_name(ctx, v, at)
+                                                                      or _computed_in_forward(ctx, v, at))), None)
     return _reduced_tensor(ctx, expr, at) or _device_tensor_name(ctx, expr, at)
 
 
@@ -166,6 +167,17 @@ def _forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     return ctx.name(expr) if _of_the_forward(sem, base, at, func, 0) else None
 
 
+def _computed_in_forward(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """``n = torch.sum(mask)`` in a module's ``forward``, of its inputs (``if n != 0:``, a loss module's test): a tensor
+    where the model runs. A parameter itself may be a Python flag (``if mode == "train":``): not this."""
+    sem = ctx.semantic
+    if not isinstance(expr, ast.Name) or (b := sem.binding_at(expr.id, at)) is None or b.is_param \
+            or not isinstance(b.value, ast.Call) or not (sem.call_name(b.value) or "").startswith("torch.") \
+            or host_number(ctx, expr, at):
+        return None
+    return _forward_value(ctx, expr, at)
+
+
 def _of_the_forward(sem, expr: ast.AST, at: ast.AST, func: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
     """``expr`` is an input of the forward (not ``self``), what a part hands back (``self.rnn(x)``), or computed
     from those (``h = x @ self.W``, ``torch.relu(h)``, ``h.view(-1)``, ``out[-1]``), a few bindings deep."""
@@ -175,6 +187,8 @@ def _of_the_forward(sem, expr: ast.AST, at: ast.AST, func: ast.AST, depth: int) 
         return _of_the_forward(sem, expr.value, at, func, depth + 1)
     if isinstance(expr, ast.BinOp):
         return any(_of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, expr.right))
+    if isinstance(expr, ast.Compare):  # ``torch.sum(a > 0)``: a mask of an input
+        return any(_of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, *expr.comparators))
     if isinstance(expr, ast.Call):
         if isinstance(expr.func, ast.Attribute) and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "self":
             return True  # ``self.rnn(x)``: a part's output
@@ -230,8 +244,9 @@ def _device_value(ctx: Context, value: ast.AST, at: ast.AST) -> str | None:
     if isinstance(value, ast.Call):
         if is_sync_call(value):
             return None  # ``losses[k] = loss.item()``: the ``.item()`` is reported where it is
-        if ctx.semantic.is_model_call(value):
-            return f"{ctx.name(value.func)}(...)"
+        if ctx.semantic.is_model_call(value) or isinstance(value.func, ast.Subscript) and (key := dotted(
+                value.func.value)) and ctx.semantic.kind_of(key, value) in ("model", "wrapper"):
+            return f"{ctx.name(value.func)}(...)"  # (``heads[i](x[:, i])``: a layer of a ModuleList)
         callee = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
         if _LOSSISH_CALL.search(callee or ""):
             return f"{callee}(...)"

@@ -110,7 +110,19 @@ def _same_binding(sem: SemanticModel, key: str, bound: ast.AST, at: ast.AST) -> 
     if b is not None and b.node is not bound and isinstance(sem.scope_of(bound), ast.Module) and not b.is_param \
             and b.value is not None and sem.scope_of(b.node) is sem.scope_of(at) is not sem.scope_of(bound):
         return False  # a function's own ``loader = DataLoader(...)``, shadowing the script's loader of that name
-    return b is None or b.node is bound or b.scope is not sem.scope_of(bound) or sem.in_other_branch(b.node, bound)
+    return b is None or b.node is bound or b.scope is not sem.scope_of(bound) or sem.in_other_branch(b.node, bound) \
+        or _rebound_only_if(sem, b.node, bound, at)
+
+
+def _rebound_only_if(sem: SemanticModel, rebinding: ast.AST, bound: ast.AST, at: ast.AST) -> bool:
+    """``loader = DataLoader(ds, ...)``, then ``if opt.subset is not None: loader = DataLoader(small, ...)``, then the
+    loop: the rebinding runs only when the test holds, so the first loader reaches the loop too (the default one)."""
+    for up in sem.ancestors(rebinding):
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.Module)):
+            return False
+        if isinstance(up, ast.If) and not sem.contains(up, at) and not sem.contains(up, bound):
+            return sem.index.pos.get(bound, -1) < sem.index.pos[up]
+    return False
 
 
 def _passed_feeds(sem: SemanticModel, call: ast.Call, arg: ast.AST, depth: int) -> bool:
