@@ -4638,3 +4638,75 @@ def test_loaders_handed_to_a_gpu_trainer_a_package_re_exports(project: Path) -> 
     results = check_files(["pkg/__init__.py", "pkg/trainer/__init__.py", "pkg/trainer/pretrain.py", "pkg/__main__.py"],
                           settings)
     assert codes(results, "__main__.py") == [(8, "TD304"), (9, "TD304")]
+
+
+def test_the_own_cuda_of_a_plain_class_made_by_its_factory_method(project: Path) -> None:
+    write(project, {
+        "reader.py": """\
+            import torch.nn as nn
+
+            class Reader:
+                def __init__(self):
+                    self.net = nn.Linear(4, 2)
+
+                @staticmethod
+                def load(path):
+                    return Reader()
+
+                def cuda(self):
+                    self.net = self.net.cuda()
+            """,
+        "train.py": """\
+            import torch
+            from reader import Reader
+
+            class Pipeline:
+                def __init__(self, path):
+                    self.reader = Reader.load(path)
+                    if torch.cuda.is_available():
+                        self.reader.cuda()
+
+            model = Reader.load("ckpt.pt")
+            if torch.cuda.is_available():
+                model.cuda()
+            net = torch.nn.Linear(2, 2)
+            net.cuda()
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD102",))
+    results = check_files(["reader.py", "train.py"], settings)
+    assert codes(results, "reader.py") == [(12, "TD102")]  # (the torch call inside the class's own cuda())
+    assert codes(results, "train.py") == [(14, "TD102")]  # (DrQA's DocReader: its own cuda(), no torch .cuda())
+
+
+def test_numpy_of_an_action_whose_callers_in_other_modules_turn_grad_off(project: Path) -> None:
+    write(project, {
+        "agent.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Agent:
+                def __init__(self):
+                    self.actor = nn.Linear(4, 2)
+
+                def act(self, obs):
+                    action = self.actor(torch.as_tensor(obs).float())
+                    return action.cpu().numpy()
+
+                def explore(self, obs):
+                    return self.actor(torch.as_tensor(obs).float()).cpu().numpy()
+            """,
+        "train.py": """\
+            import torch
+            from agent import Agent
+
+            agent = Agent()
+            for step in range(100):
+                with torch.no_grad():
+                    action = agent.act([0.0] * 4)
+                noisy = agent.explore([0.0] * 4)
+            """,
+    })
+    settings = Settings(root=str(project), select=("TD501",))
+    results = check_files(["agent.py", "train.py"], settings)
+    assert codes(results, "agent.py") == [(13, "TD501")]  # (act: its every caller turns grad off; explore: not)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, dotted, has_kwargs, keyword, method_name, param_default, \
-    root_name, strip_methods
+from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, call_argument, dotted, has_kwargs, keyword, method_name, \
+    param_default, root_name, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -537,7 +537,28 @@ def _chosen_by_caller(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
 def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:
     if isinstance(region, _LOOPS):
         return set()
-    return {a.arg for a in region.args.args[1:] if not flow.is_cpu_name(a.arg)}  # type: ignore[attr-defined]
+    return {a.arg for a in region.args.args[1:] if not flow.is_cpu_name(a.arg)  # type: ignore[attr-defined]
+            and not _handed_numbers(ctx, region, a.arg)}
+
+
+def _handed_numbers(ctx: Context, func: ast.AST, param: str) -> bool:
+    """Every call of ``func`` in this file hands ``param`` a Python number: a literal, or ``self.noobject_scale`` that
+    the class sets to one (YOLOv4's ``build_targets(..., self.noobject_scale, ...)``)."""
+    sem = ctx.semantic
+    sites = sem.call_sites(func)
+    if not sites:
+        return False
+    for site in sites:
+        given = call_argument(site, func, param)  # type: ignore[arg-type]
+        if isinstance(given, ast.UnaryOp):
+            given = given.operand
+        if isinstance(given, ast.Constant) and type(given.value) in (int, float):
+            continue
+        b = sem.binding_at(dotted(given), site) if isinstance(given, (ast.Name, ast.Attribute)) and dotted(given) else None
+        value = b.value if b is not None and not b.is_param and b.index is None else None
+        if not (isinstance(value, ast.Constant) and type(value.value) in (int, float)):
+            return False
+    return True
 
 
 def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) -> str | None:

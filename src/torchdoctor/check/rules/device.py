@@ -31,7 +31,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or _moves_nothing(sem, site.node) or sem.chooses_device(site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
-                or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node):
+                or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
+                or _rebound_to_the_cpu(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -159,6 +160,20 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
     if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return False
     return not sem.reads_of(node.targets[0].id) or _overridden_by_exec(sem, node)  # type: ignore[attr-defined]
+
+
+def _rebound_to_the_cpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``device = torch.device('cuda')`` in a notebook's early cell, rebound by ``device = torch.device('cpu')`` at module
+    level before the cell that trains, in a program whose every move ends on the CPU: making the CUDA device object
+    needs no GPU, and nothing uses it."""
+    setting = sem.parent(node)
+    if not (isinstance(setting, ast.Assign) and setting.value is node and sem.function_of(setting) is None
+            and len(setting.targets) == 1 and isinstance(setting.targets[0], ast.Name)):
+        return False
+    name = setting.targets[0].id
+    return any(b.node is not setting and sem.function_of(b.node) is None and b.value is not None
+               and sem.index.pos.get(b.node, -1) > sem.index.pos[setting] and program.cpu_device_value(sem, b.value)
+               for b in sem.bindings_of(name)) and not program.runs_on_accelerator(sem)
 
 
 def _used_only_when_asked(sem, node: ast.AST) -> bool:

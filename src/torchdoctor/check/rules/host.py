@@ -273,6 +273,8 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
         return
     gpu, grad = _flags(ctx, func.value)
     gpu = gpu and program.runs_on_accelerator(ctx.semantic) and not ctx.semantic.guards.on_cpu_branch(node)
+    if grad and _callers_turn_grad_off(ctx, node):
+        grad = False
     if not (gpu or grad):
         return
     chain = _chain_methods(func.value)
@@ -343,6 +345,16 @@ def device_tensor_into_numpy_array(node: ast.AST, ctx: Context) -> None:
         return
     ctx.report("TD501", node, f"writing `{ctx.name(node.value)}` into NumPy array `{target.value.id}` converts it with "
                "`.numpy()`, which raises on a CUDA tensor", fix="write a host copy: `(...).detach().cpu()`")
+
+
+def _callers_turn_grad_off(ctx: Context, node: ast.AST) -> bool:
+    """``def act(self, obs): ... return action.cpu().numpy()``, called only from other modules, each time under
+    ``torch.no_grad()`` (drqv2's ``with torch.no_grad(): action = agent.act(...)``): nothing it computes needs grad."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.project is None or sem.call_sites(func) or sem.grad_mode(node) == "off":
+        return False
+    return sem.project.callers_grad_mode(sem, func, by_class=sem.class_of(func) is not None) == "off"  # type: ignore[attr-defined]
 
 
 def _unmoved_yet(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]

@@ -64,6 +64,9 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> b
     take its next step without it; the results the call hands back are what makes it an environment's step, not an
     optimizer's or a scheduler's (``scheduler.step(val_loss.item())`` hands back nothing)."""
     sem = ctx.semantic
+    inner = next(iter(sem.loops_around(node)), None)
+    if inner is not None and inner is not loop and stepped_with(ctx, node, sem.body(inner)):
+        return True  # ``env.step(action.item())`` in an episode's ``while not done:`` of a ``train()`` the loop calls
     if not sem.contains(loop, node):  # ``def select_action(...): return q.argmax().cpu().numpy()``, whose calls in
         func = sem.function_of(node)  # the loop hand the action to ``env.step``
         sites = [c for c in sem.call_sites(func) if sem.contains(loop, c)] if func is not None else []
@@ -197,10 +200,11 @@ def _timing_generator(ctx: Context, it: ast.AST) -> bool:
 
 def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``top.item()`` read again after ``if top.item() == eos: break`` (or ``history[i] = loss.item()`` after
-    ``total = loss.item()``), the same tensor, with nothing but host work between: the first read waited for the
-    GPU; this one waits for nothing."""
+    ``total = loss.item()``, ``y.cpu()`` after ``y.cpu()``), the same tensor, with nothing but host work between: the
+    first read waited for the GPU; this one waits for nothing. (A read of *another* tensor after a sync is still
+    reported: remove the first read, and it is the one that waits.)"""
     sem = ctx.semantic
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("item", "tolist")):
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _READS):
         return False
     recv = node.func.value
     if not isinstance(recv, ast.Name) or (bound := sem.binding_at(recv.id, node)) is None:
@@ -223,13 +227,16 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     i = next(k for k, s in enumerate(block) if s is top)
     for stmt in reversed(block[:i]):
         calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
-        if any(isinstance(c.func, ast.Attribute) and c.func.attr in ("item", "tolist") and not c.args
+        if any(isinstance(c.func, ast.Attribute) and c.func.attr in _READS and not c.args
                and isinstance(c.func.value, ast.Name) and c.func.value.id == recv.id
                and sem.binding_at(recv.id, c) is bound and _runs_whenever(sem, c, stmt) for c in calls):
             return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
         if not all(_queues_nothing(ctx, c) for c in calls):
             return False
     return False
+
+
+_READS = ("item", "tolist", "cpu")
 
 
 def _runs_whenever(sem, call: ast.AST, stmt: ast.stmt) -> bool:  # type: ignore[no-untyped-def]
@@ -269,8 +276,9 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-_HOST_ONLY = frozenset({"item", "tolist", "size", "dim", "numel", "nelement", "ndimension", "len", "isinstance", "float",
-                        "int", "print", "append", "format", "add_scalar", "add_scalars"})  # (TensorBoard's writer)
+_HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "size", "dim", "numel", "nelement", "ndimension", "len",
+                        "isinstance", "float", "int", "print", "append", "format", "add_scalar", "add_scalars"})
+# (TensorBoard's writer; ``.cpu()``/``.numpy()``: copies to the host, GPU work only as reads)
 
 
 _METER = lazy(r"(?i)meter|logger|avg|average|stat")

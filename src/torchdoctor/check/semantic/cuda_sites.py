@@ -182,20 +182,26 @@ def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
     if isinstance(node, ast.Name) and node.id in sem.names.modules:
         b = sem.binding_at(node.id, receiver)  # ``import model`` then ``model = model.cifar10(...)``: a model now
         return b is None or not isinstance(b.node, ast.Assign)
-    return isinstance(receiver, ast.Name) and (_own_cuda_class(sem, receiver) is not None
-                                               or _project_plain_class(sem, receiver))
+    return isinstance(receiver, ast.Name) and _own_cuda_class(sem, receiver) is not None \
+        or isinstance(receiver, (ast.Name, ast.Attribute)) and _project_plain_class(sem, receiver)
 
 
-def _built_by(sem: SemanticModel, receiver: ast.Name) -> ast.Call | None:
-    """The call ``receiver`` was last bound to (``bundle = Bundle()``), if it was bound to one whole."""
-    b = sem.binding_at(receiver.id, receiver)
-    value = b.value if b is not None and b.index is None else None
+def _built_by(sem: SemanticModel, receiver: ast.AST) -> ast.Call | None:
+    """The call ``receiver`` (a name, or ``self.reader``) was last bound to (``bundle = Bundle()``), if it was bound to
+    one whole."""
+    key = dotted(receiver)
+    b = sem.binding_at(key, receiver) if key else None
+    value = b.value if b is not None and b.index is None and not b.is_param else None
     return value if isinstance(value, ast.Call) else None
 
 
-def _project_plain_class(sem: SemanticModel, receiver: ast.Name) -> bool:
+def _project_plain_class(sem: SemanticModel, receiver: ast.AST) -> bool:
     built, project = _built_by(sem, receiver), sem.project
     written = dotted(built.func) if built is not None else None
+    if written and "." in written and written.rsplit(".", 1)[-1][:1].islower() \
+            and written.rsplit(".", 2)[-2][:1].isupper() and project is not None \
+            and project.function_for(sem, built) is not None:  # type: ignore[attr-defined,arg-type]
+        written = written.rsplit(".", 1)[0]  # ``DocReader.load(path)``: a factory method of the class (DrQA), its instance
     return bool(written and written.rsplit(".", 1)[-1][:1].isupper()) and project is not None \
         and project.defines_class(sem, written) and not project.inherits_module(sem, written)  # type: ignore[attr-defined,arg-type]
 

@@ -51,6 +51,10 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
             and all(few_passes(sem, a) for a in sem.ancestors(parent) if isinstance(a, (ast.For, ast.AsyncFor, ast.While))):
         return False  # ``xb, yb = next(iter(loader))`` (or ``it = iter(loader); first = next(it)``): one batch to look
         # at (or three, to plot), not a stream of steps
+    if isinstance(parent, ast.Call) and dotted(parent.func) == "list" and parent.args == [child] \
+            and isinstance(up := sem.parent(parent), ast.Subscript) and up.value is parent \
+            and isinstance(up.slice, ast.Constant) and not sem.loops_around(parent):
+        return False  # ``g, labels = list(loader)[0]``: one batch printed (a DGL lab), the loader never iterated again
     if isinstance(parent, (ast.For, ast.AsyncFor)) and child is parent.iter:
         return _loop_feeds(sem, parent, depth)
     if isinstance(parent, ast.comprehension) and child is parent.iter:

@@ -20,7 +20,7 @@ from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program,
 
 __all__ = ["has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "device_params", "in_test",
-           "QUIET_IN_TESTS", "uses_gpu_only_library", "requires_gpu_only_library", "subclass_of_an_accelerated_class", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
+           "QUIET_IN_TESTS", "uses_gpu_only_library", "requires_gpu_only_library", "cpu_device_value", "subclass_of_an_accelerated_class", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
            "sets_device_through_helper", "imports_gpu_only", "single_process_world", "in_dead_branch",
            "states_gpu_need", "refuses_cpu"]
 
@@ -461,11 +461,30 @@ def _devices_end_on_cpu(sem: SemanticModel) -> bool:
             return False
         if arg.id not in names:
             names[arg.id] = _ends_on_cpu(sem, arg.id)
-        if not names[arg.id]:
+        if not names[arg.id] and not _handed_the_cpu(sem, arg.id, call, 0):
             return False
     return bool(names) and not any(k.arg == "device" and not (isinstance(k.value, ast.Name) and names.get(k.value.id)
                                                               or string_value(k.value) == "cpu")
                                    for c in sem.calls_with_keyword("device") for k in c.keywords)
+
+
+def _handed_the_cpu(sem: SemanticModel, name: str, at: ast.AST, depth: int) -> bool:
+    """``name`` at ``at`` is a parameter that every call of its function in this file hands the CPU device: a
+    module-level name whose binding reaching the call is the CPU (a notebook's ``device = torch.device('cuda')``
+    cell, then ``device = torch.device('cpu')`` in the cell that trains), or a parameter handed it in turn."""
+    b = sem.binding_at(name, at)
+    if b is None or depth > 3:
+        return False
+    if not b.is_param:
+        return b.value is not None and b.index is None and sem.function_of(b.node) is None and _cpu_value(sem, b.value)
+    func = b.node
+    sites = sem.call_sites(func) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+    for site in sites:
+        given = call_argument(site, func, name)  # type: ignore[arg-type]
+        if not (isinstance(given, ast.Name) and _handed_the_cpu(sem, given.id, site, depth + 1)
+                or given is not None and string_value(given) == "cpu"):
+            return False
+    return bool(sites)
 
 
 def _ends_on_cpu(sem: SemanticModel, name: str) -> bool:
@@ -479,6 +498,11 @@ def _ends_on_cpu(sem: SemanticModel, name: str) -> bool:
         return False
     last = max(bindings, key=lambda b: sem.index.pos.get(b.node, -1))
     return sem.parent(last.node) is (scopes.pop() or sem.index.tree) and _cpu_value(sem, last.value)
+
+
+def cpu_device_value(sem: SemanticModel, value: ast.AST) -> bool:
+    """``"cpu"``, ``torch.device("cpu")``, or a choice whose GPU side is always off."""
+    return _cpu_value(sem, value)
 
 
 def _cpu_value(sem: SemanticModel, value: ast.AST) -> bool:
