@@ -53,8 +53,9 @@ def tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     if isinstance(expr, ast.Name):
         b = ctx.semantic.binding_at(expr.id, at)
         return (ctx.semantic.kind_of(expr.id, at) == "tensor" or bool(_LOSS_NAME.match(expr.id))
-                or b is not None and b.value is not None and _grown_by_tensors(ctx, expr.id, b)) \
-            and not host_number(ctx, expr, at)
+                or b is not None and b.value is not None and _grown_by_tensors(ctx, expr.id, b)
+                or b is not None and not b.is_param and isinstance(b.value, ast.Call) and forward_value(ctx, expr, at)) \
+            and not host_number(ctx, expr, at)  # (``nlabel = (labels.sum(2) > 0).sum(1)`` of a loss forward's input)
     return False
 
 
@@ -491,13 +492,27 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
         arg = node.args[0]  # ``float(loss)``, ``bool(loss == 0)``, ``10 * log10(1 / mse)``
         parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
             [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
-        tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) for p in parts)  # float(loss.detach())
+        tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) or _device_element(ctx, p, node)
+                     for p in parts)  # float(loss.detach())
         return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
             if not isinstance(arg, ast.JoinedStr) and tensor_value(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):
                 return f"`print` of tensor `{ctx.name(arg)}`"
     return None
+
+
+def _device_element(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``int(nlabel[b])``: an element of a tensor computed on the device (not of a batch still on the host, nor of a
+    list of names a loader yields)."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
+            and isinstance(expr.slice, (ast.Name, ast.Constant))):
+        return False
+    sem, name = ctx.semantic, expr.value.id
+    loop = sem.enclosing_loop(at, "batch")
+    if loop is not None and name in sem.batch_vars(loop):
+        return batch_on_device(ctx, name, at, loop)
+    return tensor_value(ctx, expr.value, at) and not made_on_host(ctx, expr.value, at)
 
 
 def _own_method(ctx: Context, call: ast.Call) -> bool:
@@ -526,3 +541,56 @@ def loader_batch_on_host(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
         return False
     return any(sem.kinds.is_loader_expr(i) for i in unwrap_iter(loop.iter)[0]) and \
         not batch_on_device(ctx, expr.id, at, loop)  # type: ignore[attr-defined]
+
+
+def forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """A tensor of a module's ``forward``: one of its inputs (``torch.min(x)``), or what a part returns (``out, h =
+    self.rnn(x)``; ``out[-1]``). Asked only of a reduction's operand: a reduction of it is a tensor where the model
+    runs."""
+    sem = ctx.semantic
+    base = expr.value if isinstance(expr, ast.Subscript) else expr
+    if not isinstance(base, ast.Name) or base.id == "self":
+        return None
+    func = sem.function_of(at)
+    cls = sem.class_of(func) if func is not None else None
+    if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
+        return None
+    return ctx.name(expr) if of_the_forward(sem, base, at, func, 0) else None
+
+
+def computed_in_forward(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """``n = torch.sum(mask)`` in a module's ``forward``, of its inputs (``if n != 0:``, a loss module's test): a tensor
+    where the model runs. A parameter itself may be a Python flag (``if mode == "train":``): not this."""
+    sem = ctx.semantic
+    if not isinstance(expr, ast.Name) or (b := sem.binding_at(expr.id, at)) is None or b.is_param \
+            or not isinstance(b.value, ast.Call) or not (sem.call_name(b.value) or "").startswith("torch.") \
+            or host_number(ctx, expr, at):
+        return None
+    return forward_value(ctx, expr, at)
+
+
+def of_the_forward(sem, expr: ast.AST, at: ast.AST, func: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    """``expr`` is an input of the forward (not ``self``), what a part hands back (``self.rnn(x)``), or computed
+    from those (``h = x @ self.W``, ``torch.relu(h)``, ``h.view(-1)``, ``out[-1]``), a few bindings deep."""
+    if depth > 6:
+        return False
+    if isinstance(expr, ast.Subscript):
+        return of_the_forward(sem, expr.value, at, func, depth + 1)
+    if isinstance(expr, ast.BinOp):
+        return any(of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, expr.right))
+    if isinstance(expr, ast.Compare):  # ``torch.sum(a > 0)``: a mask of an input
+        return any(of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, *expr.comparators))
+    if isinstance(expr, ast.Call):
+        if isinstance(expr.func, ast.Attribute) and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "self":
+            return True  # ``self.rnn(x)``: a part's output
+        if (sem.call_name(expr) or "").startswith("torch."):
+            return bool(expr.args) and of_the_forward(sem, expr.args[0], at, func, depth + 1)
+        return isinstance(expr.func, ast.Attribute) and of_the_forward(sem, expr.func.value, at, func, depth + 1)
+    if not isinstance(expr, ast.Name) or expr.id == "self":
+        return False
+    b = sem.binding_at(expr.id, at)
+    if b is None or b.node is not func and sem.function_of(b.node) is not func:
+        return False
+    if b.is_param:
+        return True
+    return b.value is not None and of_the_forward(sem, b.value, b.node, func, depth + 1)

@@ -18,8 +18,8 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
-from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, is_sync_call, \
-    made_on_host, tensor_value
+from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, computed_in_forward, \
+    forward_value, host_number, is_sync_call, made_on_host, tensor_value
 from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
@@ -131,7 +131,7 @@ def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
             return None  # ``x is None``, ``k in batch``, ``x == None`` (a tensor compared to None is plain False)
         return next((t for v in (expr.left, *expr.comparators) if (t := _reduced_tensor(ctx, v, at)
                                                                       or _device_tensor_name(ctx, v, at)
-                                                                      or _computed_in_forward(ctx, v, at))), None)
+                                                                      or computed_in_forward(ctx, v, at))), None)
     return _reduced_tensor(ctx, expr, at) or _device_tensor_name(ctx, expr, at)
 
 
@@ -143,66 +143,13 @@ def _reduced_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         if not expr.args:
             return None
         inner = _reduced_tensor(ctx, expr.args[0], at) or _device_tensor_name(ctx, expr.args[0], at) \
-            or _forward_value(ctx, expr.args[0], at)
+            or forward_value(ctx, expr.args[0], at)
         return f"{dotted(expr.func)}({inner})" if inner and "(" not in inner else inner
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in _REDUCTIONS:
         recv = expr.func.value
-        inner = _reduced_tensor(ctx, recv, at) or _tensor_operand(ctx, recv, at) or _forward_value(ctx, recv, at)
+        inner = _reduced_tensor(ctx, recv, at) or _tensor_operand(ctx, recv, at) or forward_value(ctx, recv, at)
         return f"{inner}.{expr.func.attr}()" if inner and "(" not in inner else inner
     return None
-
-
-def _forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
-    """A tensor of a module's ``forward``: one of its inputs (``torch.min(x)``), or what a part returns (``out, h =
-    self.rnn(x)``; ``out[-1]``). Asked only of a reduction's operand: a reduction of it is a tensor where the model
-    runs."""
-    sem = ctx.semantic
-    base = expr.value if isinstance(expr, ast.Subscript) else expr
-    if not isinstance(base, ast.Name) or base.id == "self":
-        return None
-    func = sem.function_of(at)
-    cls = sem.class_of(func) if func is not None else None
-    if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
-        return None
-    return ctx.name(expr) if _of_the_forward(sem, base, at, func, 0) else None
-
-
-def _computed_in_forward(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
-    """``n = torch.sum(mask)`` in a module's ``forward``, of its inputs (``if n != 0:``, a loss module's test): a tensor
-    where the model runs. A parameter itself may be a Python flag (``if mode == "train":``): not this."""
-    sem = ctx.semantic
-    if not isinstance(expr, ast.Name) or (b := sem.binding_at(expr.id, at)) is None or b.is_param \
-            or not isinstance(b.value, ast.Call) or not (sem.call_name(b.value) or "").startswith("torch.") \
-            or host_number(ctx, expr, at):
-        return None
-    return _forward_value(ctx, expr, at)
-
-
-def _of_the_forward(sem, expr: ast.AST, at: ast.AST, func: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
-    """``expr`` is an input of the forward (not ``self``), what a part hands back (``self.rnn(x)``), or computed
-    from those (``h = x @ self.W``, ``torch.relu(h)``, ``h.view(-1)``, ``out[-1]``), a few bindings deep."""
-    if depth > 6:
-        return False
-    if isinstance(expr, ast.Subscript):
-        return _of_the_forward(sem, expr.value, at, func, depth + 1)
-    if isinstance(expr, ast.BinOp):
-        return any(_of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, expr.right))
-    if isinstance(expr, ast.Compare):  # ``torch.sum(a > 0)``: a mask of an input
-        return any(_of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, *expr.comparators))
-    if isinstance(expr, ast.Call):
-        if isinstance(expr.func, ast.Attribute) and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "self":
-            return True  # ``self.rnn(x)``: a part's output
-        if (sem.call_name(expr) or "").startswith("torch."):
-            return bool(expr.args) and _of_the_forward(sem, expr.args[0], at, func, depth + 1)
-        return isinstance(expr.func, ast.Attribute) and _of_the_forward(sem, expr.func.value, at, func, depth + 1)
-    if not isinstance(expr, ast.Name) or expr.id == "self":
-        return False
-    b = sem.binding_at(expr.id, at)
-    if b is None or b.node is not func and sem.function_of(b.node) is not func:
-        return False
-    if b.is_param:
-        return True
-    return b.value is not None and _of_the_forward(sem, b.value, b.node, func, depth + 1)
 
 
 def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
