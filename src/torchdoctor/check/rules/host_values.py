@@ -512,7 +512,11 @@ def _device_element(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     loop = sem.enclosing_loop(at, "batch")
     if loop is not None and name in sem.batch_vars(loop):
         return batch_on_device(ctx, name, at, loop)
-    return tensor_value(ctx, expr.value, at) and not made_on_host(ctx, expr.value, at)
+    b = sem.binding_at(name, at)  # (its kind, or computed in a forward; not a name that sounds like a loss:
+    # yolov3's ``loss_components`` is a host copy its loss function hands back)
+    return (sem.kind_of(name, at) == "tensor" or b is not None and not b.is_param and isinstance(b.value, ast.Call)
+            and bool(forward_value(ctx, expr.value, at))) and not made_on_host(ctx, expr.value, at) \
+        and not host_number(ctx, expr.value, at)
 
 
 def _own_method(ctx: Context, call: ast.Call) -> bool:

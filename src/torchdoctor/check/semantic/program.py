@@ -475,8 +475,9 @@ def _handed_the_cpu(sem: SemanticModel, name: str, at: ast.AST, depth: int) -> b
     b = sem.binding_at(name, at)
     if b is None or depth > 3:
         return False
-    if not b.is_param:
-        return b.value is not None and b.index is None and sem.function_of(b.node) is None and _cpu_value(sem, b.value)
+    if not b.is_param:  # (a statement of the module's own body: under an ``if``, another branch may bind the GPU)
+        return b.value is not None and b.index is None and sem.parent(b.node) is sem.index.tree \
+            and _cpu_value(sem, b.value)
     func = b.node
     sites = sem.call_sites(func) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
     for site in sites:
