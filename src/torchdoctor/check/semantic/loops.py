@@ -155,7 +155,9 @@ class Loops:
                 fetched = fetched or isinstance(func, ast.Attribute) and bool(_ITEM_GETTER.match(func.attr)) and \
                     bool(_DATASET_NAME.search((dotted(func.value) or "").rsplit(".", 1)[-1])) or \
                     isinstance(func, ast.Attribute) and func.attr == "get" and not node.value.args and \
-                    bool(QUEUE_NAME.match((dotted(func.value) or "").rsplit(".", 1)[-1]))
+                    bool(QUEUE_NAME.match((dotted(func.value) or "").rsplit(".", 1)[-1])) and \
+                    self._moves_one_of(body, {n for t in node.targets for n in target_names(t)})
+                # (a queue of batches a loader thread fills, moved to the device here; not A3C's queue of gradients)
             else:
                 fetched = isinstance(node.value, ast.Subscript) and bool(
                     _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1]))
@@ -163,6 +165,12 @@ class Loops:
                 info.is_batch = True
                 for t in node.targets:
                     info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
+
+    @staticmethod
+    def _moves_one_of(body: list[ast.AST], names: set[str]) -> bool:
+        """Some ``x.to(...)``/``x.cuda()`` in ``body`` moves one of ``names``."""
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("to", "cuda")
+                   and isinstance(n.func.value, ast.Name) and n.func.value.id in names for n in body)
 
     def _trains_over_a_loader(self, loop: ast.AST) -> bool:
         """A loop inside ``loop`` iterates a loader and backpropagates: ``loop`` runs epochs."""
