@@ -254,8 +254,8 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS \
             and (host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
                  or stop_signal(ctx, node, loop) or env_action(ctx, node, loop) or decoding_stop(ctx, node, loop)
-                 or read_again(ctx, node, loop)):
-        return
+                 or read_again(ctx, node, loop)) or isinstance(node.func, ast.Name) and read_again(ctx, node, loop):
+        return  # (``float(loss)`` after ``loss.item()``: read again too)
     report_sync(ctx, node, what, loop)
 
 

@@ -204,36 +204,50 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     first read waited for the GPU; this one waits for nothing. (A read of *another* tensor after a sync is still
     reported: remove the first read, and it is the one that waits.)"""
     sem = ctx.semantic
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _READS):
+    if not isinstance(node, ast.Call):
         return False
-    recv = node.func.value
-    if not isinstance(recv, ast.Name) or (bound := sem.binding_at(recv.id, node)) is None:
+    recv = node.func.value if isinstance(node.func, ast.Attribute) else node.args[0] if node.args else None
+    if not isinstance(recv, ast.Name) or not _reads_name(node, recv.id) or (bound := sem.binding_at(recv.id, node)) is None:
         return False
-    block = None
-    top = node
-    for up in sem.ancestors(node):  # the statement of ``node`` in its own block of the loop
+    top: ast.AST = node
+    first = True
+    for up in sem.ancestors(node):  # each block around ``node``, inside out, up to the loop's body
         body = next((b for b in (getattr(up, "body", None), getattr(up, "orelse", None)) if isinstance(b, list)
                      and any(s is top for s in b)), None)
-        if body is not None:
-            block = body
-            break
+        if body is None:
+            if up is loop:
+                return False
+            top = up
+            continue
+        if first and not all(_queues_nothing(ctx, c) for c in sem.subtree(top) if isinstance(c, ast.Call) and c is not node
+                             and not sem.contains(c, node)):  # (a call given the read runs after it: ``callback(loss.item())``)
+            return False  # (``raw += [c.item() for c in confidence(net(x))]``: new GPU work in the statement itself)
+        first = False
+        k = next(n for n, st in enumerate(body) if st is top)
+        for stmt in reversed(body[:k]):
+            calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
+            if any(_reads_name(c, recv.id) and sem.binding_at(recv.id, c) is bound and _runs_whenever(sem, c, stmt)
+                   for c in calls):
+                return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
+            if not all(_queues_nothing(ctx, c) for c in calls):
+                return False
         if up is loop:
             return False
-        top = up
-    if block is None:
-        return False
-    if not all(_queues_nothing(ctx, c) for c in sem.subtree(top) if isinstance(c, ast.Call) and c is not node):
-        return False  # (``raw += [c.item() for c in confidence(net(x))]``: new GPU work in the statement itself)
-    i = next(k for k, s in enumerate(block) if s is top)
-    for stmt in reversed(block[:i]):
-        calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
-        if any(isinstance(c.func, ast.Attribute) and c.func.attr in _READS and not c.args
-               and isinstance(c.func.value, ast.Name) and c.func.value.id == recv.id
-               and sem.binding_at(recv.id, c) is bound and _runs_whenever(sem, c, stmt) for c in calls):
-            return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
-        if not all(_queues_nothing(ctx, c) for c in calls):
+        if isinstance(up, (ast.If, ast.While)) and not all(  # (``if self.after_iter_callback is not None:``: its test
+                _queues_nothing(ctx, c) for c in sem.subtree(up.test) if isinstance(c, ast.Call)):  # queues nothing)
             return False
+        if not isinstance(up, (ast.If, ast.With)):
+            return False  # (out of a loop or a handler of its own: the earlier statements ran some passes ago)
+        top = up
     return False
+
+
+def _reads_name(call: ast.Call, name: str) -> bool:
+    """``name.item()``/``.tolist()``/``.cpu()``, or ``float(name)``/``int(name)``: a read of the tensor ``name``."""
+    if isinstance(call.func, ast.Attribute) and call.func.attr in _READS and not call.args:
+        return isinstance(call.func.value, ast.Name) and call.func.value.id == name
+    return isinstance(call.func, ast.Name) and call.func.id in ("float", "int") and len(call.args) == 1 \
+        and isinstance(call.args[0], ast.Name) and call.args[0].id == name
 
 
 _READS = ("item", "tolist", "cpu")

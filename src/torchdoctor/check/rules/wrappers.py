@@ -78,11 +78,11 @@ def _borrowed_uses(ctx: Context, reads: list[ast.AST], depth: int) -> set[str] |
         return None
     for r in reads:
         up = sem.parent(r)
-        if isinstance(up, ast.Attribute) and up.attr in _NOT_RUN:
-            if up.attr in ("eval", "train", "requires_grad_") and isinstance(call := sem.parent(up), ast.Call) \
+        if isinstance(up, ast.Attribute) and (up.attr in _NOT_RUN or up.attr in ("cuda", "to")):
+            if up.attr in ("eval", "train", "requires_grad_", "cuda", "to") and isinstance(call := sem.parent(up), ast.Call) \
                     and not isinstance(sem.parent(call), ast.Expr):
                 return None  # ``model = model.eval()``: the wrapper itself, handed on (and run, most likely)
-            out.add(up.attr)
+            out.add(up.attr)  # (``model.cuda()`` as a statement: placed, not run; RAFT's evaluate.py)
             continue
         if depth >= 2:
             return None
