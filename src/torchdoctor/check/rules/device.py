@@ -6,6 +6,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, param_default
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, models, program
 
@@ -32,7 +33,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
-                or _rebound_to_the_cpu(sem, site.node):
+                or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -160,6 +161,28 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
     if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return False
     return not sem.reads_of(node.targets[0].id) or _overridden_by_exec(sem, node)  # type: ignore[attr-defined]
+
+
+_WORLD = lazy(r"(?i)^(world_size|world|n_gpus?|num_gpus|ngpus?|nprocs)$")
+
+
+def _only_with_several_processes(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``if world_size == 1: return values`` earlier in the function, in a module whose distributed set-up gives each
+    process a GPU (``torch.cuda.set_device(rank)``, or NCCL): the CUDA literal after it runs only in that
+    GPU-only mode (denoiser's ``distrib.average``), never on a machine without GPUs."""
+    func = sem.function_of(node)
+    source = sem.text.source
+    if func is None or "set_device" not in source and "nccl" not in source:
+        return False
+    for stmt in func.body:  # type: ignore[attr-defined]
+        if sem.contains(stmt, node):
+            return False
+        if isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Return) \
+                and isinstance(t := stmt.test, ast.Compare) and len(t.ops) == 1 and isinstance(t.left, ast.Name) \
+                and _WORLD.match(t.left.id) and isinstance(c := t.comparators[0], ast.Constant) and (
+                    isinstance(t.ops[0], (ast.Eq, ast.LtE)) and c.value == 1 or isinstance(t.ops[0], ast.Lt) and c.value == 2):
+            return True
+    return False
 
 
 def _rebound_to_the_cpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]

@@ -56,6 +56,9 @@ def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool
     sem = ctx.semantic
     if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in sem.guards.rank_aliases() for n in sem.subtree(arg)):
         return True
+    if any(isinstance(n, ast.Name) and _GPU_INDEX_NAME.match(n.id) for n in sem.subtree(arg)) \
+            and not isinstance(arg, ast.Name):
+        return True  # (``"embd_{}.pt".format(gpu)``: each process's GPU index names its own file, RawNet2's)
     if not isinstance(arg, ast.Name):
         return False
     if any(b.value is not None and not b.is_param and re.search(r"(?i)rank", ctx.segment(b.value))
@@ -69,6 +72,9 @@ def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool
     given = [call_argument(site, func, arg.id) for site in sites]  # type: ignore[arg-type]
     return bool(sites) and all(g is not None and _per_rank_value(ctx, g, site, depth + 1)
                                for g, site in zip(given, sites))
+
+
+_GPU_INDEX_NAME = lazy(r"(?i)^(gpu|gpu_?id|gpu_?idx|local_gpu|device_?id)$")
 
 
 def _write_target(ctx: Context, call: ast.Call) -> ast.AST | None:

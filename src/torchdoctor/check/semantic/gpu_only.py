@@ -316,7 +316,15 @@ def states_gpu_need(sem: SemanticModel, stmt: ast.AST) -> bool:
 
 
 def _asks_for_gpus(sem: SemanticModel, test: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and (sem.names.call_name(n) or "") in _CUDA_PRESENT for n in sem.subtree(test))
+    """The test asks whether there are GPUs: ``torch.cuda.is_available()``, ``device_count()``, or a name bound to one
+    (``ok = torch.cuda.is_available()``, then ``if not ok: raise ...``)."""
+    for n in sem.subtree(test):
+        if isinstance(n, ast.Call) and (sem.names.call_name(n) or "") in _CUDA_PRESENT:
+            return True
+        if isinstance(n, ast.Name) and (b := sem.bindings.at(n.id, n)) is not None and not b.is_param \
+                and isinstance(b.value, ast.Call) and (sem.names.call_name(b.value) or "") in _CUDA_PRESENT:
+            return True
+    return False
 
 
 def _stops(sem: SemanticModel, body: list[ast.stmt]) -> bool:
