@@ -81,10 +81,10 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
         # worker, or in a project helper it calls): the author states the need
     if _under_a_gpu_count_test(ctx, node):
         return  # ``world_size = torch.cuda.device_count()``, ``if world_size > 1:``: it runs only with GPUs
-    if program.requires_gpu_only_library(ctx.semantic):
-        return  # ``from apex.parallel import DistributedDataParallel``: the program needs NVIDIA GPUs, gloo or not
     set_at = _set_to_nccl(ctx, backend, node)
-    if (string_value(backend) or "").strip().lower() == "nccl" or set_at is not None:
+    if ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None) \
+            and not program.requires_gpu_only_library(ctx.semantic):  # (asked last: it may read the imported modules)
+        # (``from apex.parallel import DistributedDataParallel``: the program needs NVIDIA GPUs, gloo or not)
         where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else ""  # type: ignore[arg-type]
         ctx.report(
             "TD704",
