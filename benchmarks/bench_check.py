@@ -11,6 +11,8 @@ DIR, as ``check`` discovers them), else this repository's examples and checker c
   (e) TorchFix on the same files, when it is installed: its CPU over check's           (goal >= 80x)
   (f) with ``--stdlib``: the standard library with the torch gate off (every file analysed as PyTorch
       code): internal errors and findings must be 0.
+  (g) how many parses ``check --jobs 1`` makes of the files (each once is the floor: a module the project index
+      reads for another file's questions is kept for its own check when it comes soon enough).
 
 With ``--compare-src DIR`` (another checkout's ``src``, e.g. the commit before a change), (a), (b) and (d)
 also run that tree's checker in the same rounds, interleaved, and print its figures beside this one's.
@@ -41,6 +43,23 @@ for path in open(sys.argv[1]).read().splitlines():
         ast.parse(open(path, "rb").read(), path)
     except (SyntaxError, ValueError):
         pass
+"""
+
+
+PARSE_COUNT = r"""
+import sys
+import torchdoctor.check.engine as engine
+import torchdoctor.check.runner as runner
+from torchdoctor.check.runner import check_files
+from torchdoctor.config import Settings
+count = [0]
+real = engine.parse
+def counted(text, path):
+    count[0] += 1
+    return real(text, path)
+engine.parse = runner.parse = counted
+check_files(open(sys.argv[1]).read().splitlines(), Settings(), jobs=1)
+print(count[0])
 """
 
 
@@ -176,6 +195,14 @@ def stdlib(tmp: str) -> None:
           f"{done.stderr.count('internal error')}, findings {len(found)}")
 
 
+def parses(listfile: str, trees: list[tuple[str, str | None]]) -> None:
+    n = len(Path(listfile).read_text().splitlines())
+    for name, src in trees:
+        _, _, _, done = measure([sys.executable, "-c", PARSE_COUNT, listfile], src)
+        counted = done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else "?"
+        print(f"(g) parses by check -j1{_tag(name, trees)}: {counted} of {n} files (each once is the floor)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", action="append", default=[], metavar="DIR", help="real PyTorch code (repeatable)")
@@ -201,6 +228,7 @@ def main() -> None:
         Path(listfile).write_text("\n".join(files))
         trees = [("this", None)] + [(d, os.path.abspath(d)) for d in args.compare_src]
         cpu_and_memory(listfile, args.rounds, trees)
+        parses(listfile, trees)
         parallel(files, tmp, args.rounds)
         startup(tmp, args.rounds, trees)
         torchfix(files, listfile)
