@@ -52,6 +52,7 @@ _NAME_HINTS = (
     (lazy(r"^(device|dev)$|_device$", re.I), "device"),
     (lazy(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
 )
+_SUBMODULE_FIELDS = frozenset({"features", "backbone", "encoder", "decoder", "body", "trunk", "classifier", "head"})
 QUEUE_NAME = lazy(r"(?i)^(\w*_)?(queue|q)$")  # ``inputs, targets = queue.get()``: batches a loader thread puts there
 _COUNTER_NAME = lazy(r"^(i|j|k|n|ii|idx|index|ix|it|itr|iter|iters|iteration|step|batch_idx|batch_id|batch_i|i_batch|"
                      r"batch_index|batch_num|bi|bidx|b_idx|cnt|count|num)$")
@@ -413,6 +414,9 @@ class Kinds:
                 return "tensor"  # ``scores = pack_padded_sequence(scores, lengths, batch_first=True).data``
             if node.attr in OUTPUT_FIELDS and isinstance(node.value, ast.Call) and self.call_kind(node.value, at) == "tensor":
                 return "tensor"  # ``loss = model(**batch).loss``
+            if node.attr in _SUBMODULE_FIELDS and isinstance(node.value, ast.Call) \
+                    and self.call_kind(node.value, at) == "model":
+                return "model"  # ``densenet121(pretrained=True).features``: a part of a model just built
             key = dotted(node)
             if key is None:
                 return None

@@ -33,17 +33,43 @@ def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | 
     """Whether the model ``expr`` evaluates to uses dropout or batch-norm (None: unknown)."""
     value = construction(sem, expr, at)
     if value is None:
-        return _handed_self(sem, expr, at)
+        return _part_of_a_library_model(sem, expr, at) or _handed_self(sem, expr, at)
     q = sem.call_name(value) or ""
     if q in sem.module_classes:
         return class_has_dropout_or_bn(sem, q, cls=class_in_effect(sem, q, value))
     if q.startswith(_LIBRARY_MODELS) or q.endswith("from_pretrained"):
         return True
     if q.startswith("torch.nn."):
-        return bool(DROPOUT_BN.search(sem.segment(value)))
+        if DROPOUT_BN.search(sem.segment(value)):
+            return True
+        for arg in value.args:  # ``nn.Sequential(*list(resnet.children())[:-1])``: the parts of another model
+            inner = arg.value if isinstance(arg, ast.Starred) else arg
+            while isinstance(inner, ast.Subscript):
+                inner = inner.value
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "list" and inner.args:
+                inner = inner.args[0]
+            if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in (
+                    "children", "modules") and has_dropout_or_bn(sem, inner.func.value, at):
+                return True
+        return False
     written = dotted(value.func)
     if sem.project is not None and written:  # a class of another module of the project
         return sem.project.class_dropout_bn(sem, written)  # type: ignore[attr-defined]
+    return None
+
+
+def _part_of_a_library_model(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | None:
+    """``dense = densenet121(pretrained=True).features.to(device)``: a part of a library model (its feature extractor,
+    BatchNorm inside); None when ``expr`` is not bound so."""
+    key = dotted(expr)
+    b = sem.binding_at(key, at) if key else None
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "eval",
+                                                                                                      "train", "float"):
+        value = value.func.value
+    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Call) \
+            and (sem.call_name(value.value) or "").startswith(_LIBRARY_MODELS):
+        return True
     return None
 
 
