@@ -49,8 +49,9 @@ def has_dropout_or_bn(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool | 
             if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Name) and inner.func.id == "list" and inner.args:
                 inner = inner.args[0]
             if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in (
-                    "children", "modules") and has_dropout_or_bn(sem, inner.func.value, at):
-                return True
+                    "children", "modules") and inner.func.value is not expr \
+                    and has_dropout_or_bn(sem, inner.func.value, value):  # (asked where the Sequential is built:
+                return True  # ``my_resnet = nn.Sequential(*list(my_resnet.children())[:-1])`` means the model before)
         return False
     written = dotted(value.func)
     if sem.project is not None and written:  # a class of another module of the project
@@ -62,14 +63,18 @@ def _part_of_a_library_model(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> 
     """``dense = densenet121(pretrained=True).features.to(device)``: a part of a library model (its feature extractor,
     BatchNorm inside); None when ``expr`` is not bound so."""
     key = dotted(expr)
-    b = sem.binding_at(key, at) if key else None
-    value = b.value if b is not None and not b.is_param and b.index is None else None
-    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "eval",
-                                                                                                      "train", "float"):
-        value = value.func.value
-    if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Call) \
-            and (sem.call_name(value.value) or "").startswith(_LIBRARY_MODELS):
-        return True
+    for _ in range(3):  # (through ``dense = dense.cuda()``)
+        b = sem.binding_at(key, at) if key else None
+        value = b.value if b is not None and not b.is_param and b.index is None else None
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in (
+                "to", "cuda", "eval", "train", "float"):
+            value = value.func.value
+        if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Call) \
+                and (sem.call_name(value.value) or "").startswith(_LIBRARY_MODELS):
+            return True
+        if not (isinstance(value, ast.Name) and value.id == key) or b is None:
+            return None
+        at = b.node
     return None
 
 
