@@ -103,28 +103,28 @@ class Project(Callers):
         their importers were read and walked a second time (50 of 620 files; 40 in this order; cycles and
         modules of the same name in other folders keep the rest). Findings do not depend on the order."""
         state = self.state
-        stems: dict[str, str] = {}
-        importers: dict[str, list[str]] = {}
-        for p in paths:
+        given = {state.absolute(p): p for p in paths}
+        index = self.word_index()  # (the index the reverse questions use: built now instead of later)
+
+        def importers(p: str) -> list[str]:
             full = state.absolute(p)
             stem = os.path.splitext(os.path.basename(full))[0]
-            stems[p] = os.path.basename(os.path.dirname(full)) if stem == "__init__" else stem
-            if p.endswith(".py"):
-                for word in state.import_words(full):
-                    importers.setdefault(word, []).append(p)
+            word = os.path.basename(os.path.dirname(full)) if stem == "__init__" else stem
+            return [given[f] for n in index.get(word, ()) if (f := self.files[n]) in given and f.endswith(".py")]
+
         out: list[str] = []
         seen: set[str] = set()
         for first in paths:  # depth first over "is imported by": a file is listed once all its importers are
             if first in seen:
                 continue
             seen.add(first)
-            stack = [(first, iter(importers.get(stems[first], ())))]
+            stack = [(first, iter(importers(first)))]
             while stack:
                 node, rest = stack[-1]
                 for other in rest:
                     if other not in seen:
                         seen.add(other)
-                        stack.append((other, iter(importers.get(stems[other], ()))))
+                        stack.append((other, iter(importers(other))))
                         break
                 else:
                     stack.pop()

@@ -362,14 +362,20 @@ class Callers:
         candidates = self._candidates(here)
         if len(self.files) <= 1:
             return [f for f in candidates if not words.isdisjoint(self.state.import_words(f))]
+        index = self.word_index()
+        hits = sorted({n for w in words for n in index.get(w, ())})
+        return [self.files[n] for n in hits if self.files[n] != here]
+
+    def word_index(self) -> dict[str, list[int]]:
+        """Every checked file's import words, to its positions in ``files``: built once per run, then a question
+        (who imports this module?) is a lookup."""
         index = self.state.by_word
-        if index is None:  # every checked file's import words, once per run: a question is then a lookup
+        if index is None:
             index = self.state.by_word = {}
             for n, f in enumerate(self.files):
                 for w in self.state.import_words(f):
                     index.setdefault(w, []).append(n)
-        hits = sorted({n for w in words for n in index.get(w, ())})
-        return [self.files[n] for n in hits if self.files[n] != here]
+        return index
 
     def _candidates(self, here: str) -> list[str]:
         if len(self.files) > 1:

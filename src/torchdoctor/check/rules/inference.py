@@ -250,13 +250,17 @@ def _eval_mode_callers(ctx: Context, eval_call: ast.Call, key: str) -> list[tupl
     sem = ctx.semantic
     for site, name in list(out):
         func = sem.function_of(site)
-        if func is None or any(  # (put back in train mode after the call, further down its function)
-                isinstance(n, ast.Call) and sem.mode_call(n) is not None and isinstance(n.func, ast.Attribute)
-                and dotted(n.func.value) == name and (n.lineno, n.col_offset) > (site.lineno, site.col_offset)
-                for n in sem.local_nodes(func)):
+        if func is None or _mode_set_later(sem, func, name, site):  # (put back in train mode further down)
             continue
         out += _handed_back_in_eval_mode(ctx, site, name) + _left_in_eval_mode(ctx, site, name)
     return out
+
+
+def _mode_set_later(sem, func: ast.AST, key: str, after: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``func`` calls ``key.train()``/``key.eval()`` after ``after`` in its own body."""
+    return any(isinstance(n, ast.Call) and sem.mode_call(n) is not None and isinstance(n.func, ast.Attribute)
+               and dotted(n.func.value) == key and (n.lineno, n.col_offset) > (after.lineno, after.col_offset)  # type: ignore[attr-defined]
+               for n in sem.local_nodes(func))
 
 
 def _left_in_eval_mode(ctx: Context, eval_call: ast.Call, key: str) -> list[tuple[ast.Call, str]]:
@@ -271,10 +275,8 @@ def _left_in_eval_mode(ctx: Context, eval_call: ast.Call, key: str) -> list[tupl
     b = sem.binding_at(key, eval_call)
     if key not in params or b is None or not b.is_param or b.node is not func:
         return []
-    later = [n for n in sem.local_nodes(func) if isinstance(n, ast.Call) and sem.mode_call(n) is not None
-             and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == key
-             and (n.lineno, n.col_offset) > (eval_call.lineno, eval_call.col_offset)]
-    if later or any(isinstance(r.value, ast.Name) and r.value.id == key for r in sem.kinds.returns_of(func)):
+    if _mode_set_later(sem, func, key, eval_call) or any(isinstance(r.value, ast.Name) and r.value.id == key
+                                                       for r in sem.kinds.returns_of(func)):
         return []  # (put back in train mode after; handed back: ``_handed_back_in_eval_mode``)
     out = []
     for site in sem.call_sites(func):

@@ -64,7 +64,8 @@ def _key_adapter(ctx: Context, call: ast.AST) -> bool:
     # (or to write one with the prefix: ``net = nn.DataParallel(net)``, ``torch.save(net.state_dict(), path)``)
 
 
-_NOT_RUN = frozenset({"module", "load_state_dict", "state_dict", "eval", "train", "requires_grad_"})
+_RETURNS_ITSELF = frozenset({"eval", "train", "requires_grad_", "cuda", "to"})  # (as a statement: runs nothing)
+_NOT_RUN = frozenset({"module", "load_state_dict", "state_dict"}) | _RETURNS_ITSELF
 
 
 def _borrowed_uses(ctx: Context, reads: list[ast.AST], depth: int) -> set[str] | None:
@@ -78,8 +79,8 @@ def _borrowed_uses(ctx: Context, reads: list[ast.AST], depth: int) -> set[str] |
         return None
     for r in reads:
         up = sem.parent(r)
-        if isinstance(up, ast.Attribute) and (up.attr in _NOT_RUN or up.attr in ("cuda", "to")):
-            if up.attr in ("eval", "train", "requires_grad_", "cuda", "to") and isinstance(call := sem.parent(up), ast.Call) \
+        if isinstance(up, ast.Attribute) and up.attr in _NOT_RUN:
+            if up.attr in _RETURNS_ITSELF and isinstance(call := sem.parent(up), ast.Call) \
                     and not isinstance(sem.parent(call), ast.Expr):
                 return None  # ``model = model.eval()``: the wrapper itself, handed on (and run, most likely)
             out.add(up.attr)  # (``model.cuda()`` as a statement: placed, not run; RAFT's evaluate.py)

@@ -174,10 +174,9 @@ class Loops:
 
     def _trains_over_a_loader(self, loop: ast.AST) -> bool:
         """A loop inside ``loop`` iterates a loader and backpropagates: ``loop`` runs epochs."""
-        body = self.index.body(loop)
         return any(isinstance(n, (ast.For, ast.AsyncFor)) and any(self._is_loader(it, n) for it in unwrap_iter(n.iter)[0])
                    and any(isinstance(c, ast.Call) and self.calls.is_backward_call(c) for c in self.index.body(n))
-                   for n in body) if any(isinstance(n, (ast.For, ast.AsyncFor)) for n in body) else False
+                   for n in self.index.body(loop))
 
     def _moves_its_items(self, loop: ast.AST) -> bool:
         """The loop moves what it iterates to a device (its target, or a part of it: ``xs = pack[0]``) and calls

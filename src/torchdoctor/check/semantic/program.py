@@ -477,7 +477,7 @@ def _handed_the_cpu(sem: SemanticModel, name: str, at: ast.AST, depth: int) -> b
         return False
     if not b.is_param:  # (a statement of the module's own body: under an ``if``, another branch may bind the GPU)
         return b.value is not None and b.index is None and sem.parent(b.node) is sem.index.tree \
-            and _cpu_value(sem, b.value)
+            and cpu_device_value(sem, b.value)
     func = b.node
     sites = sem.call_sites(func) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) else []
     for site in sites:
@@ -498,23 +498,19 @@ def _ends_on_cpu(sem: SemanticModel, name: str) -> bool:
     if len(scopes) != 1:
         return False
     last = max(bindings, key=lambda b: sem.index.pos.get(b.node, -1))
-    return sem.parent(last.node) is (scopes.pop() or sem.index.tree) and _cpu_value(sem, last.value)
+    return sem.parent(last.node) is (scopes.pop() or sem.index.tree) and cpu_device_value(sem, last.value)
 
 
 def cpu_device_value(sem: SemanticModel, value: ast.AST) -> bool:
     """``"cpu"``, ``torch.device("cpu")``, or a choice whose GPU side is always off."""
-    return _cpu_value(sem, value)
-
-
-def _cpu_value(sem: SemanticModel, value: ast.AST) -> bool:
     if string_value(value) == "cpu":
         return True
     if isinstance(value, ast.Call) and (sem.call_name(value) or "") == "torch.device" and len(value.args) == 1:
-        return _cpu_value(sem, value.args[0])
+        return cpu_device_value(sem, value.args[0])
     if isinstance(value, ast.IfExp):  # ``"cuda" if torch.cuda.is_available() and use_gpu else "cpu"``
         test = value.test
         off = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(_always_false(sem, v) for v in test.values)
-        return off and _cpu_value(sem, value.orelse) or _always_false(sem, test) and _cpu_value(sem, value.orelse)
+        return off and cpu_device_value(sem, value.orelse) or _always_false(sem, test) and cpu_device_value(sem, value.orelse)
     return False
 
 
