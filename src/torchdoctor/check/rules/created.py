@@ -278,23 +278,16 @@ def _branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
     func = sem.function_of(node)
     if func is None:
         return False
-    child = node
-    for up in sem.ancestors(node):
-        if up is func:
-            return False
-        if isinstance(up, ast.If) and isinstance(test := up.test, ast.Compare) and len(test.ops) == 1 \
-                and isinstance(test.left, ast.Name) and isinstance(test.comparators[0], ast.Constant) \
-                and test.comparators[0].value is None and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
-            in_body = any(sem.contains(s, child) or s is child for s in up.body)
-            none_branch = in_body == isinstance(test.ops[0], ast.Is)
-            param = test.left.id
-            if none_branch and isinstance(param_default(func, param), ast.Constant) \
-                    and param_default(func, param).value is None:  # type: ignore[union-attr]
+    for test, holds in sem.guards.branch_tests(node):
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
+                and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and holds == isinstance(test.ops[0], ast.Is):
+            param = test.left.id  # (the branch where ``param`` is None)
+            if isinstance(default := param_default(func, param), ast.Constant) and default.value is None:
                 sites = sem.call_sites(func) or _instance_sites(ctx, func)
                 here = bool(sites) and all(_passed(s, func, param) for s in sites)
                 return here or not sites and sem.project is not None and sem.project.callers_pass(  # type: ignore[attr-defined]
                     sem, func, param, every=True)
-        child = up
     return False
 
 

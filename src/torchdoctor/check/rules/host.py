@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, strip_methods
+from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, root_name, strip_methods
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import models, placement, program
 from torchdoctor.findings import Edit
@@ -186,8 +186,6 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
             # ``FCLegendre(d=2)(f, dim=1)``: a module of buffers records a graph only from inputs that need one
             grad = any(_flags(ctx, a, depth + 1)[1] for a in call.args)
         return (on_gpu, grad)
-    from torchdoctor.check.astutil import root_name
-
     if (sem.call_name(call) or "") in _GRAD_NORMS:  # the total norm, where the model's gradients are
         return (program.runs_on_accelerator(sem), False)
     imported = root_name(call.func) in ctx.imports and isinstance(call.func, (ast.Name, ast.Attribute))
@@ -352,9 +350,8 @@ def _callers_turn_grad_off(ctx: Context, node: ast.AST) -> bool:
     ``torch.no_grad()`` (drqv2's ``with torch.no_grad(): action = agent.act(...)``): nothing it computes needs grad."""
     sem = ctx.semantic
     func = sem.function_of(node)
-    if func is None or sem.project is None or sem.call_sites(func) or sem.grad_mode(node) == "off":
-        return False
-    return sem.project.callers_grad_mode(sem, func, by_class=sem.class_of(func) is not None) == "off"  # type: ignore[attr-defined]
+    return func is not None and sem.grad_mode(node) != "off" \
+        and sem.called_elsewhere_without_grad(func, by_class=sem.class_of(func) is not None)
 
 
 def _unmoved_yet(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]

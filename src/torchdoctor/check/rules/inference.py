@@ -158,7 +158,7 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
     if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
         return  # a model's own computation (Transformer-XL's ``sample_logits``, its sampled-softmax loss in ``forward``)
-    if not sites and sem.project is not None and sem.project.callers_grad_mode(sem, func) == "off":
+    if sem.called_elsewhere_without_grad(func):
         return  # every caller in another module runs it under no_grad (facenet's MTCNN.detect -> detect_face)
     for call in nodes:
         if isinstance(call, ast.Call) and flow.consumer_kind(sem, call) == "model" and not sem.under_no_grad(call) \
@@ -530,7 +530,7 @@ def _paths_without_grad(ctx: Context, func: ast.AST, depth: int, seen: set[ast.A
     seen.add(func)
     sites = sem.call_sites(func)
     if not sites:
-        return sem.project.callers_grad_mode(sem, func) == "off"  # type: ignore[union-attr]
+        return sem.called_elsewhere_without_grad(func)
     return all(sem.grad_mode(s) == "off" or (outer := sem.function_of(s)) is not None and not sem.under_no_grad(s)
                and _paths_without_grad(ctx, outer, depth + 1, seen) for s in sites)
 
@@ -542,7 +542,7 @@ def _callers_without_grad(ctx: Context, func: ast.AST) -> bool:
     sites = sem.call_sites(func)
     if sites:
         return all(sem.under_no_grad(s) for s in sites)
-    return sem.project is not None and sem.project.callers_grad_mode(sem, func, by_class=True) == "off"  # type: ignore[attr-defined]
+    return sem.called_elsewhere_without_grad(func, by_class=True)
 
 
 _NOT_FORWARDS = frozenset({"eval", "train", "parameters", "named_parameters", "modules", "children", "to", "cuda", "cpu",

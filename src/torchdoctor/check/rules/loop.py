@@ -87,8 +87,7 @@ def _callers_elsewhere_without_grad(ctx: Context, loop: ast.AST) -> bool:
     (``with torch.no_grad(): validate(hp, generator, loader)`` in the trainer)."""
     sem = ctx.semantic
     func = sem.function_of(loop)
-    return func is not None and sem.project is not None and not sem.call_sites(func) \
-        and sem.project.callers_grad_mode(sem, func) == "off"  # type: ignore[attr-defined]
+    return func is not None and sem.called_elsewhere_without_grad(func)
 
 
 def _eval_helper_forwards(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, str]]:

@@ -48,8 +48,9 @@ def pass_told_not_to_train(node: ast.AST, ctx: Context) -> None:
             continue
         func, flag = switches[id(resolved[0])]
         param, trains_when = flag
-        if sem.under_no_grad(site) or program.in_test(sem, site) or _callers_turn_grad_off(ctx, site) \
-                or _grad_mode_follows(ctx, func, param):
+        holder = sem.function_of(site)
+        if sem.under_no_grad(site) or program.in_test(sem, site) or _grad_mode_follows(ctx, func, param) \
+                or holder is not None and sem.called_elsewhere_without_grad(holder):
             continue
         value = _value_given(site, func, param)
         if value is None or trains_when(value) is not False:
@@ -57,15 +58,6 @@ def pass_told_not_to_train(node: ast.AST, ctx: Context) -> None:
         ctx.report("TD401", site, f"evaluation through `{ctx.name(site.func)}(...)` with `{param}={ctx.name(value)}` (so it "
                    "does not backpropagate) runs with autograd on: it builds a graph it never uses",
                    fix="call it under `with torch.no_grad():` (or `torch.inference_mode()`)")
-
-
-def _callers_turn_grad_off(ctx: Context, site: ast.Call) -> bool:
-    """``def val(self, ...): return self.run_epoch("val", ...)``, called only from other modules, each time under
-    ``torch.no_grad()``."""
-    sem = ctx.semantic
-    holder = sem.function_of(site)
-    return holder is not None and sem.project is not None and not sem.call_sites(holder) \
-        and sem.project.callers_grad_mode(sem, holder) == "off"  # type: ignore[attr-defined]
 
 
 def _value_given(site: ast.Call, func: ast.AST, param: str) -> ast.AST | None:

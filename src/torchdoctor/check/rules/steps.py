@@ -67,20 +67,9 @@ def _other_mode_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     kind = sem.loop_kind(loop)
     if kind not in ("train", "eval"):
         return False
-    child = node
-    for up in sem.ancestors(node):
-        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            return False
-        if isinstance(up, ast.If):
-            test, negated = up.test, False
-            if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-                test, negated = test.operand, True
-            if dotted(test) == "self.training" and child is not up.test:
-                in_body = any(s is child for s in up.body)
-                runs_in_training = in_body != negated
-                return runs_in_training != (kind == "train")
-        child = up
-    return False
+    runs_in_training = next((holds for test, holds in sem.guards.branch_tests(node) if dotted(test) == "self.training"),
+                            None)
+    return runs_in_training is not None and runs_in_training != (kind == "train")
 
 
 def _evaluation_pass(ctx: Context, node: ast.AST, func: ast.AST, loop: ast.AST) -> bool:
@@ -117,16 +106,8 @@ def _phase_without_backward(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
     if len(trains) != 1:
         return False
     (param, value), = trains
-    child = node
-    for up in sem.ancestors(node):
-        if up is func:
-            return False
-        if isinstance(up, ast.If) and child is not up.test and (said := phase_test(up.test)) and said[0] == param:
-            in_body = any(s is child for s in up.body)
-            if in_body != (said[1] == value):  # (the body of another phase, or the else of the training one)
-                return True
-        child = up
-    return False
+    return any((said := phase_test(test)) and said[0] == param and holds != (said[1] == value)
+               for test, holds in sem.guards.branch_tests(node))  # (the body of another phase, or the training one's else)
 
 
 def _lambda_calls(ctx: Context, lam: ast.Lambda) -> list[ast.Call]:

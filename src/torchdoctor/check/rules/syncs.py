@@ -252,21 +252,15 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
 
 def _loop_reads_a_clock(ctx: Context, loop: ast.AST) -> bool:
     """The loop that runs a helper's ``torch.cuda.synchronize()`` reads the clock itself, or through a function or
-    method of the file (``sync(device); prof.tick("forward")`` with ``tick`` calling ``time.perf_counter()``): the
-    helper's sync times the step."""
+    method of the file (``sync(device); prof.tick("forward")`` with ``tick`` of ``prof = Profiler()`` calling
+    ``time.perf_counter()``): the helper's sync times the step."""
     sem = ctx.semantic
     for n in sem.body(loop):
         if not isinstance(n, ast.Call):
             continue
         if (ctx.call_name(n) or "") in CLOCKS or timer_call(n):
             return True
-        targets = sem.resolve(n)
-        if not targets and isinstance(n.func, ast.Attribute):  # ``prof.tick(...)`` of ``prof = Profiler()``
-            b = sem.binding_at(dotted(n.func.value) or "", n) if dotted(n.func.value) else None
-            cls = sem.calls_index.classes.get(dotted(b.value.func) or "") if b is not None and not b.is_param \
-                and isinstance(b.value, ast.Call) else None
-            targets = [f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == n.func.attr]
-        if any(isinstance(c, ast.Call) and (ctx.call_name(c) or "") in CLOCKS for f in targets
+        if any(isinstance(c, ast.Call) and (ctx.call_name(c) or "") in CLOCKS for f in sem.resolve(n)
                for c in sem.local_nodes(f)):
             return True
     return False

@@ -16,6 +16,8 @@ from torchdoctor.check.semantic.models import wrapper_prefix
 
 
 # ---- TD204 --------------------------------------------------------------------------------
+_ONE_PROCESS = "runs one process over all GPUs (GIL-bound, unbalanced on GPU 0)"
+_USE_DDP = "use DistributedDataParallel launched with torchrun"
 _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
                   "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")
 
@@ -26,8 +28,7 @@ def data_parallel(node: ast.AST, ctx: Context) -> None:
     q = ctx.call_name(node) or ""
     if q in _DATA_PARALLEL and not _key_adapter(ctx, node) and not program.in_dead_branch(ctx.semantic, node) \
             and not ctx.semantic.guards.on_cpu_branch(node) and not _one_device(ctx, node):
-        ctx.report("TD204", node, f"`{ctx.name(node.func)}` runs one process over all GPUs (GIL-bound, "  # type: ignore[attr-defined]
-                   "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+        ctx.report("TD204", node, f"`{ctx.name(node.func)}` {_ONE_PROCESS}", fix=_USE_DDP)  # type: ignore[attr-defined]
 
 
 def _one_device(ctx: Context, call: ast.AST) -> bool:
@@ -124,8 +125,7 @@ def data_parallel_subclass(node: ast.AST, ctx: Context) -> None:
     for call in sem.calls_named(node.name):
         if isinstance(call.func, ast.Name) and call.func.id == node.name and sem.binding_at(node.name, call) is None \
                 and sem.calls_index.classes.get(node.name) is node:
-            ctx.report("TD204", call, f"`{node.name}` is a `DataParallel`: it runs one process over all GPUs (GIL-bound, "
-                       "unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+            ctx.report("TD204", call, f"`{node.name}` is a `DataParallel`: it {_ONE_PROCESS}", fix=_USE_DDP)
 
 
 @rule("TD204", ast.Module)
@@ -144,8 +144,7 @@ def imported_data_parallel_subclass(node: ast.AST, ctx: Context) -> None:
         if program.in_dead_branch(sem, call) or sem.guards.on_cpu_branch(call) or _key_adapter(ctx, call) \
                 or not sem.project.is_data_parallel_class(sem, written):  # type: ignore[attr-defined]
             continue
-        ctx.report("TD204", call, f"`{written}` is a `DataParallel` (of another module): it runs one process over all "
-                   "GPUs (GIL-bound, unbalanced on GPU 0)", fix="use DistributedDataParallel launched with torchrun")
+        ctx.report("TD204", call, f"`{written}` is a `DataParallel` (of another module): it {_ONE_PROCESS}", fix=_USE_DDP)
 
 
 # ---- TD205 --------------------------------------------------------------------------------

@@ -198,19 +198,23 @@ class Calls:
         frame = self.index.frame.get(func)
         return frame is not None and frame.kind == CLASS
 
-    def _methods(self, cls: ast.AST, name: str) -> list[ast.AST]:
-        """``name`` of an in-file class, or of its in-file base classes."""
-        seen: list[ast.AST] = []
+    def lineage(self, cls: ast.AST) -> list[ast.AST]:
+        """``cls`` and its base classes that this file defines, nearest first (as method resolution reads them)."""
+        out: list[ast.AST] = []
         todo = [cls]
         while todo:
             c = todo.pop(0)
-            if c in seen:
-                continue
-            seen.append(c)
+            if c not in out:
+                out.append(c)
+                todo += self._bases(c)
+        return out
+
+    def _methods(self, cls: ast.AST, name: str) -> list[ast.AST]:
+        """``name`` of an in-file class, or of its in-file base classes."""
+        for c in self.lineage(cls):
             own = [f for f in self.functions.get(name, []) if self.class_of(f) is c]
             if own:
                 return own
-            todo += self._bases(c)
         return []
 
     def _instance_class(self, key: str, at: ast.AST) -> ast.AST | None:

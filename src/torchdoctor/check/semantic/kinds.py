@@ -19,15 +19,6 @@ __all__ = ["KINDS", "Kinds", "kind_from_name", "LOADERISH", "unwrap_iter"]
 KINDS = ("model", "tensor", "loader", "optimizer", "scaler", "sampler", "device", "loss_fn", "scheduler", "wrapper")
 
 MODULE_BASES = {"Module", "LightningModule", "PreTrainedModel", "Sequential", "ModuleList", "ModuleDict"}
-
-
-def _torch_layer(q: str) -> bool:
-    """``torch.nn.BatchNorm2d``, ``torch.nn.modules.conv.Conv2d``: a layer class of torch (not a parameter, not a
-    data-parallel wrapper, not a helper of ``torch.nn.utils``)."""
-    if not q.startswith("torch.nn.") or q.startswith(("torch.nn.utils.", "torch.nn.parallel.", "torch.nn.functional.")):
-        return False
-    last = q.rsplit(".", 1)[-1]
-    return last[:1].isupper() and last not in ("Parameter", "UninitializedParameter", "Buffer") and last not in _WRAPPERS
 _WRAPPERS = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
 _NOT_MODELS = lazy(r"(?i)Tokenizer|Processor|Config|Feature_?Extractor|Dataset|Pipeline|Scheduler|Accelerator")  # (``tokenizer_class.from_pretrained``)
 _OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
@@ -80,6 +71,15 @@ _WRAPPER_CALLS = {"enumerate", "tqdm", "trange", "iter", "zip", "islice", "track
 def kind_from_name(key: str) -> str | None:
     """A weak guess from a name alone (``train_loader`` -> loader), used when nothing better is known."""
     return _kind_from_last(key.rsplit(".", 1)[-1])
+
+
+def _torch_layer(q: str) -> bool:
+    """``torch.nn.BatchNorm2d``, ``torch.nn.modules.conv.Conv2d``: a layer class of torch (not a parameter, not a
+    data-parallel wrapper, not a helper of ``torch.nn.utils``)."""
+    if not q.startswith("torch.nn.") or q.startswith(("torch.nn.utils.", "torch.nn.parallel.", "torch.nn.functional.")):
+        return False
+    last = q.rsplit(".", 1)[-1]
+    return last[:1].isupper() and last not in ("Parameter", "UninitializedParameter", "Buffer") and last not in _WRAPPERS
 
 
 @lru_cache(maxsize=4096)  # the same few names are asked about over and over (9 regex searches each)

@@ -384,23 +384,11 @@ _PLAIN_CALLS = frozenset({"len", "list", "tuple", "dict", "range", "zip", "enume
                           "float", "str", "isinstance"})
 
 
-def _with_bases_here(sem: SemanticModel, cls: ast.AST) -> list[ast.AST]:
-    """``cls`` and its base classes defined in this file, nearest first."""
-    out, todo = [], [cls]
-    while todo and len(out) < 6:
-        c = todo.pop(0)
-        if c in out:
-            continue
-        out.append(c)
-        todo += sem.calls_index._bases(c)  # (the file's own bases, as method resolution reads them)
-    return out
-
-
 def class_yields_device_tensors(sem: SemanticModel, cls: ast.AST) -> bool:
     """The dataset class ``cls``'s items are tensors it moved to a device itself (see
     ``dataset_yields_device_tensors``)."""
     methods: dict[str, ast.AST] = {}
-    for c in _with_bases_here(sem, cls):  # (``class Crops(Base): pass`` inherits Base's ``__getitem__``)
+    for c in sem.calls_index.lineage(cls)[:6]:  # (``class Crops(Base): pass`` inherits Base's ``__getitem__``)
         for f in c.body:  # type: ignore[attr-defined]
             if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 methods.setdefault(f.name, f)

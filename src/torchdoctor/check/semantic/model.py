@@ -102,6 +102,13 @@ class SemanticModel:
     def _project_function(self, call: ast.Call) -> object | None:
         return self.project.function_for(self, call)  # type: ignore[attr-defined]
 
+    def called_elsewhere_without_grad(self, func: ast.AST, by_class: bool = False) -> bool:
+        """No call of ``func`` in this file, and every call of it from the project's other modules runs without
+        autograd (``with torch.no_grad(): validate(hp, generator, loader)`` in the trainer); ``by_class``: a method's
+        calls made through objects of its class count too (``self.critic.estimate(obs)``)."""
+        return self.project is not None and not self.call_sites(func) \
+            and self.project.callers_grad_mode(self, func, by_class=by_class) == "off"  # type: ignore[attr-defined]
+
     # ---- tree ---------------------------------------------------------------------------------------
     def segment(self, node: ast.AST | None) -> str:
         return self.text.segment(node)
