@@ -509,7 +509,14 @@ def _appended_folders(text: str, directory: str) -> tuple[str, ...]:
         folder = os.path.normpath(os.path.join(base, *parts))
         if folder not in out and os.path.isdir(folder):
             out.append(folder)
+    for m in _APPENDED_LITERAL.finditer(text):  # ``sys.path.append('core')``: run from the script's folder
+        folder = os.path.normpath(os.path.join(directory, m.group(1)))
+        if folder not in out and not os.path.isabs(m.group(1)) and os.path.isdir(folder):
+            out.append(folder)
     return tuple(out)
+
+
+_APPENDED_LITERAL = lazy(r"""sys\.path\.(?:append|insert)\(\s*(?:\d+\s*,\s*)?['"]([\w./-]+)['"]\s*\)""")
 
 
 _JOINED = lazy(r"""join\(\s*(?:this_dir|osp\.dirname\(__file__\)|os\.path\.dirname\(__file__\))\s*((?:,\s*['"][^'"]+['"]\s*)+)\)""")

@@ -30,6 +30,9 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
         return
     if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value) or _made_on_a_given_device(value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
+    if isinstance(value, ast.Call) and (ctx.call_name(value) or "").rsplit(".", 1)[-1] == "Variable" and value.args \
+            and isinstance(value.args[0], ast.Name) and sem.is_moved(value.args[0].id, node):
+        return  # ``if torch.cuda.is_available(): mask = mask.cuda()``, then ``self.mask = Variable(mask)``: moved
     if any(b.node is not node and b.pos > (node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[operator]
            and sem.function_of(b.node) is func and not sem.in_other_branch(b.node, node)
            for b in sem.bindings.in_scope(cls, f"self.{target.attr}")):

@@ -79,7 +79,7 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     if program.refuses_cpu(ctx.semantic, at=node):
         return  # ``assert torch.cuda.is_available(), "DDP needs CUDA"`` (here, in the process that spawns this
         # worker, or in a project helper it calls): the author states the need
-    if _under_a_gpu_count_test(ctx, node):
+    if _under_a_gpu_count_test(ctx, node) or _flag_cleared_without_gpus(ctx, node):
         return  # ``world_size = torch.cuda.device_count()``, ``if world_size > 1:``: it runs only with GPUs
     set_at = _set_to_nccl(ctx, backend, node)
     if ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None) \
@@ -93,6 +93,26 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
             "the program cannot run on CPUs (gloo)",
             fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',
         )
+
+
+def _flag_cleared_without_gpus(ctx: Context, node: ast.AST) -> bool:
+    """``node`` runs under ``if args.distributed:`` where the CPU branch of a CUDA test clears that flag (``if
+    torch.cuda.is_available(): args.device = "cuda"`` / ``else: args.distributed = False``): NCCL is reached with
+    GPUs only."""
+    sem = ctx.semantic
+    flags = {dotted(up.test) for up in sem.ancestors(node) if isinstance(up, ast.If) and dotted(up.test)
+             and any(sem.contains(s, node) for s in up.body)}
+    if not flags:
+        return False
+    for test in sem.of_type(ast.If):
+        if not test.orelse or "is_available" not in sem.segment(test.test) or \
+                isinstance(test.test, ast.UnaryOp) and isinstance(test.test.op, ast.Not):  # type: ignore[attr-defined]
+            continue
+        for stmt in test.orelse:  # type: ignore[attr-defined]
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is False \
+                    and any(dotted(t) in flags for t in stmt.targets):
+                return True
+    return False
 
 
 def _under_a_gpu_count_test(ctx: Context, node: ast.AST) -> bool:

@@ -85,6 +85,11 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
         if value.args and all(_host_leaf(a) for a in value.args) and not value.keywords:
             return True  # ``overflow = bad_number(loss.item())``: an in-file helper handed host numbers only
         return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
+    if isinstance(value, ast.Call) and b.index is None and ctx.semantic.project is not None \
+            and (head := (dotted(value.func) or "").split(".")[0]) and (
+                head in ctx.semantic.names.from_imports or head in ctx.semantic.names.imports or ctx.semantic.names.star) \
+            and getattr(ctx.semantic.project.function_for(ctx.semantic, value), "returns", None) == "host":
+        return True  # ``train_iou = iou_on_batch(masks, preds)`` of another module, returning ``np.mean(ious)``
     return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b) or _tracker_reading(ctx, value)
 
 
@@ -495,6 +500,13 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
         tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) or _device_element(ctx, p, node)
                      for p in parts)  # float(loss.detach())
         return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None
+    if isinstance(node.func, ast.Name) and node.func.id in ("max", "min") and len(node.args) == 1 and not node.keywords:
+        arg = node.args[0]  # ``range(max(lengths))``: Python compares element by element, one read of each
+        if isinstance(arg, ast.Name) and tensor_value(ctx, arg, node) \
+                and not made_on_host(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node) \
+                and not host_number(ctx, arg, node):
+            return f"`{node.func.id}({arg.id})` (Python's, over a tensor: one read per element)"
+        return None
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
             if not isinstance(arg, ast.JoinedStr) and tensor_value(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):

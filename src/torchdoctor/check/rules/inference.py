@@ -44,7 +44,7 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
         if sem.under_no_grad(call) or sem.enclosing_loop(call, "eval") is not None or program.in_test(sem, call):
             continue
         if sem.feeds_backward(call) or _untrained_instance(sem, call) or _synthetic_probe(sem, call) \
-                or _model_of_plain_tensors(sem, call) or _shape_only(sem, call):
+                or _model_of_plain_tensors(sem, call) or _shape_only(sem, call) or _unit_test(sem, call):
             continue  # (``out = model(test_input); print(out.shape)``: a demo of the output's shape)
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
                    f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
@@ -124,6 +124,21 @@ def _synthetic_probe(sem, call: ast.Call) -> bool:
             isinstance(a, ast.Constant) and type(a.value) is int for a in value.args):  # type: ignore[union-attr]
         return True  # ``torch.Tensor(2, 3, 16, 16)``: an uninitialised tensor of that shape, like ``torch.empty``
     return name.startswith("torch.") and name.rsplit(".", 1)[-1] in _PROBES
+
+
+def _unit_test(sem, call: ast.Call) -> bool:
+    """``def test_gen_block(i, o): block = get_block(i, o); x = torch.randn(n, i); out = block(x); assert ...``: a
+    unit test (a course notebook's), named so and asserting on the output of a forward over random data it made
+    itself: no held-out evaluation."""
+    func = sem.function_of(call)
+    if func is None or not func.name.startswith("test_") or not any(  # type: ignore[attr-defined]
+            isinstance(n, ast.Assert) and sem.function_of(n) is func for n in sem.of_type(ast.Assert)):
+        return False
+    base = strip_methods(call.args[0], _AS_IS, subscripts=True)
+    b = sem.binding_at(base.id, call) if isinstance(base, ast.Name) else None
+    value = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.value is not None else None
+    name = sem.call_name(value) or "" if isinstance(value, ast.Call) else ""
+    return name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("randn", "rand", "randint", "randn_like", "rand_like")
 
 
 _INFERENCE_FUNC = lazy(r"(?i)^((predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)"

@@ -308,7 +308,7 @@ def _trains(ctx: Context) -> bool:
         for call in sem.calls:
             head = (dotted(call.func) or "").split(".")[0]
             if head and (head in sem.names.from_imports or head in sem.names.imports) and any(
-                    isinstance(a, ast.Name) and sem.expr_kind(a, call) == "loader" for a in call.args):  # (handed a loader)
+                    _holds_loader(ctx, a, call) for a in call.args):  # (handed a loader)
                 found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
                 if found is not None and "backward" in found.effects:
                     return True
@@ -324,6 +324,21 @@ def _trains(ctx: Context) -> bool:
         return False
 
     return sem.cached("trains_through_project", compute)  # type: ignore[no-any-return]
+
+
+def _holds_loader(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
+    """``arg`` is a loader, or a dict that holds one (``params_train = {"train_dl": train_dl, "val_dl": val_dl,
+    ...}`` handed to ``train_val(model, params_train)``)."""
+    sem = ctx.semantic
+    if not isinstance(arg, ast.Name):
+        return False
+    if sem.expr_kind(arg, at) == "loader":
+        return True
+    b = sem.binding_at(arg.id, at)
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    values = value.values if isinstance(value, ast.Dict) else [k.value for k in value.keywords] \
+        if isinstance(value, ast.Call) and dotted(value.func) == "dict" else []
+    return any(isinstance(v, ast.Name) and sem.expr_kind(v, b.node) == "loader" for v in values)  # type: ignore[union-attr]
 
 
 def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:

@@ -210,7 +210,7 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
 
 
 @rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "str", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
-                    "isinf", "isfinite", "floor", "ceil"))
+                    "isinf", "isfinite", "floor", "ceil", "max", "min"))
 def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """Host-device synchronisation every step.
 
@@ -310,12 +310,11 @@ def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> 
             return  # one statement, one finding: ``crit(p.detach().cpu(), t.detach().cpu())`` waits once
         told.add(id(stmt))
     where = loop if isinstance(loop, str) else f"the loop at line {loop.lineno}"  # type: ignore[attr-defined]
-    ctx.report(
-        "TD603",
-        node,
-        f"{what} synchronises with the GPU on every step of {where}",
-        fix="keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch",
-    )
+    fix = "keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min"):
+        fix = (f"read it once with `int({ctx.name(node.args[0])}.{node.func.id}())`, or keep a host copy of it "
+               "(lengths as the loader made them)")
+    ctx.report("TD603", node, f"{what} synchronises with the GPU on every step of {where}", fix=fix)
 
 
 def _report_for_base_loop(ctx: Context, node: ast.AST, what: str) -> None:

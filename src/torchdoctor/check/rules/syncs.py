@@ -66,12 +66,41 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
                 and not (loop is not None and computed_from_moved(ctx, expr.id, at, loop)):
             return None  # (``pos_total = (label != 0).sum()`` of a batch moved element by element: on the device)
         return None if host_number(ctx, expr, at) or made_on_host(ctx, expr, at) else expr.id
-    if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"):
+    if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"
+                                            or _meter_of_device_tensors(ctx, expr, at)):
         return ctx.name(expr)  # (``p.grad``: a gradient lives where its parameter does)
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, (ast.Name, ast.Constant)) \
             and _device_tensor_name(ctx, expr.value, at) and ctx.semantic.kind_of(expr.value.id, at) == "tensor":
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
     return None
+
+
+_METER_READS = frozenset({"avg", "val", "sum", "mean", "average", "value"})
+
+
+def _meter_of_device_tensors(ctx: Context, expr: ast.Attribute, at: ast.AST) -> bool:
+    """``top1.avg`` of ``top1 = AverageMeter()`` that this function feeds device tensors (``top1.update(prec1[0],
+    n)`` of ``prec1 = accuracy(outputs.data, targets.data)``, no ``.item()``): the meter's sums are device tensors,
+    so formatting its average reads one back."""
+    sem = ctx.semantic
+    if expr.attr not in _METER_READS or not isinstance(expr.value, ast.Name):
+        return False
+    name = expr.value.id
+    b = sem.binding_at(name, at)
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    if not isinstance(made, ast.Call) or not (dotted(made.func) or "").rsplit(".", 1)[-1][:1].isupper():
+        return False
+    scope = sem.scope_of(at)
+    for call in sem.calls_named("update"):
+        recv = call.func.value if isinstance(call.func, ast.Attribute) else None
+        if not (isinstance(recv, ast.Name) and recv.id == name and call.args and sem.scope_of(call) is scope
+                and sem.binding_at(name, call) is b):
+            continue
+        arg = call.args[0]
+        base = arg.value if isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Constant) else arg
+        if isinstance(base, ast.Name) and _device_tensor_name(ctx, base, call) is not None:
+            return True
+    return False
 
 
 def _backpropagated_param(ctx: Context, name: ast.Name, at: ast.AST) -> bool:

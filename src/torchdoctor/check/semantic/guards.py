@@ -7,7 +7,7 @@ import ast
 import re
 from collections.abc import Callable, Iterator
 
-from torchdoctor.check.astutil import dotted, int_literal
+from torchdoctor.check.astutil import call_argument, dotted, int_literal
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.bindings import Bindings
 from torchdoctor.check.semantic.device_choice import DeviceChoices
@@ -85,11 +85,54 @@ class Guards(GradModes, DeviceChoices):
             for n in self.index.subtree(test):
                 if isinstance(n, ast.Name):
                     b = self.bindings.at(n.id, test)
-                    if b is not None and b.value is not None and mod_in(b.value):
+                    if b is not None and b.value is not None and not b.is_param and mod_in(b.value):
+                        return True
+                    if b is not None and b.is_param and self._flag_of_callers(b.node, n.id, mod_in):
                         return True
             return False
 
         return self._test_memo(test, "mod", compute)
+
+    def _flag_of_callers(self, func: ast.AST, param: str, mod_in: Callable[[ast.AST], bool]) -> bool:
+        """``if do_eval:`` on a parameter that every call of the function in this file passes a step test
+        (``do_eval = i % every == 0``, then ``step(model, x, y, do_eval)``): the caller's guard, handed down."""
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+        sites = self.call_sites(func)
+        if not sites:
+            return False
+        for site in sites:
+            arg = call_argument(site, func, param)
+            if arg is None:
+                return False
+            if isinstance(arg, ast.Name):
+                if not self._set_on_guarded_steps(arg.id, site, mod_in):
+                    return False
+            elif not mod_in(arg):
+                return False
+        return True
+
+    def _set_on_guarded_steps(self, name: str, site: ast.AST, mod_in: Callable[[ast.AST], bool]) -> bool:
+        """Every binding of the flag ``name`` in the function of ``site`` is a step test (``do_eval = i % n == 0``),
+        False, or True under an ``if`` that tests ``%`` (``do_eval = False``, then ``if step % every == 0: do_eval =
+        True``)."""
+        scope = self.bindings.at(name, site)
+        scope = scope.scope if scope is not None else None
+        found = [b for b in self.bindings.by_key.get(name, []) if b.scope is scope]
+        if not found or any(b.is_param or b.value is None for b in found):
+            return False
+        guarded = False
+        for b in found:
+            value = b.value
+            if isinstance(value, ast.Constant) and value.value in (False, None, 0):
+                continue
+            if isinstance(value, ast.Constant) and value.value is True:
+                if not any(isinstance(up, ast.If) and mod_in(up.test) for up in self.index.ancestors(b.node)):
+                    return False
+            elif not mod_in(value):
+                return False
+            guarded = True
+        return guarded
 
     def _returns_mod(self, call: ast.Call) -> bool:
         """``self.should_log_this_step()`` whose function of this file returns ``self.global_step % interval == 0``."""

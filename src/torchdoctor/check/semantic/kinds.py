@@ -399,7 +399,26 @@ class Kinds:
         if index == 0 and isinstance(value.func, ast.Name | ast.Attribute) and dotted(value.func) \
                 and self.expr_kind(value.func, at) in ("model", "wrapper"):
             return "tensor"  # ``out, _ = gru(seq)``: a model's first output (an RNN's, beside its hidden state)
+        if isinstance(value.func, ast.Name) and value.func.id in self.bindings.functions:
+            return self._unpacked_return_kind(self.bindings.functions[value.func.id], index)
         return None
+
+    def _unpacked_return_kind(self, funcs: list[ast.AST], index: int) -> str | None:
+        """``x, y, lengths = fetch_data(batch)`` of an in-file helper whose every ``return`` is a tuple: what its
+        element ``index`` is, when every return agrees (``return x, y, torch.sum(y != 0, dim=-1)``: a tensor)."""
+        kinds: set[str | None] = set()
+        for func in funcs:
+            if id(func) in self._busy:
+                return None
+            self._busy.add(id(func))
+            try:
+                values = self.returned_values(func, index)
+                if values is None:
+                    return None
+                kinds.update(self.expr_kind(v, v) for v in values)
+            finally:
+                self._busy.discard(id(func))
+        return kinds.pop() if len(kinds) == 1 else None
 
     # ---- expressions ----------------------------------------------------------------------------------
     def expr_kind(self, node: ast.AST, at: ast.AST) -> str | None:

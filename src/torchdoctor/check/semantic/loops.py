@@ -107,8 +107,11 @@ class Loops:
             if all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters) \
                     and not self._trains_over_a_loader(loop):  # (an epoch loop: ``next(iter(test_loader))`` after
                 self._describe_while(info, self.index.body(loop))  # its training loop peeks once an epoch)
-            elif len(iters) == 1 and isinstance(iters[0], (ast.Name, ast.Attribute)) and self._moves_its_items(loop):
-                loaders = iters  # ``for it, pack in enumerate(gen_val): xs = pack[0]; xs = xs.cuda(rank); net(xs)``
+            elif len(iters) == 1 and isinstance(iters[0], (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) \
+                    and not (isinstance(iters[0], ast.Call) and (dotted(iters[0].func) or "") in ("range", "zip")) \
+                    and self._moves_its_items(loop):
+                loaders = iters  # ``for it, pack in enumerate(gen_val): xs = pack[0]; xs = xs.cuda(rank); net(xs)``;
+                # ``for x, y in self.get_iterator(split)``, a generator method; ``for x, y in self.data[split]``
             if not loaders:
                 return
         target = loop.target  # type: ignore[attr-defined]

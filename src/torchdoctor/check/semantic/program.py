@@ -59,6 +59,10 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
             isinstance(n, ast.keyword) and n.arg == "device_ids" and isinstance(n.value, (ast.List, ast.Tuple))
             and len(n.value.elts) > 1 for n in sem.subtree(func)):
         return True  # ``DataParallelWithCallback(sync_bn, device_ids=[0, 1])``: a test of two GPUs, none to fall back on
+    if func is not None and "sync" in sem.segment(func).lower() and any(
+            isinstance(n, ast.Call) and (dotted(n.func) or "").endswith("DataParallel") and n.args
+            and "sync" in sem.segment(n.args[0]).lower() for n in sem.subtree(func)):
+        return True  # ``DataParallel(SyncBN(8)).cuda()``, ``DataParallel(sync_bn)``: synchronised batch norm across GPUs
     return _beside_cuda_sources(os.path.dirname(os.path.abspath(sem.path)))
 
 

@@ -220,6 +220,8 @@ def _returns_host_copies(sem: SemanticModel, func: ast.AST) -> bool:
         return False
     for r in returns:
         value, copied = r.value, False  # type: ignore[attr-defined]
+        if isinstance(value, ast.Call) and (sem.qualname(value.func) or "").startswith("numpy."):
+            continue  # ``return np.mean(ious)``: NumPy hands back host values (it cannot take a CUDA tensor)
         while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)) and not copied:
             if isinstance(value, ast.Call):
                 if not isinstance(value.func, ast.Attribute):
@@ -238,7 +240,7 @@ def _returns_by_unit(sem: SemanticModel) -> dict[ast.AST, list[ast.Return]]:
     the host at all (most modules: an empty dict, no walk)."""
     out: dict[ast.AST, list[ast.Return]] = {}
     source = sem.text.source
-    if ".cpu()" not in source and ".numpy()" not in source and ".tolist()" not in source:
+    if ".cpu()" not in source and ".numpy()" not in source and ".tolist()" not in source and "np." not in source:
         return out
     frames = sem.index.frame
     for r in sem.of_type(ast.Return):
@@ -356,6 +358,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
             given |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
                       and kw.value.id in carriers}
             given |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in carriers}
+        if not accelerator and _cuda_choices(sem):  # ``device = "cuda" if ... else "cpu"``, handed to a trainer
+            given |= {kw.arg for kw in call.keywords if kw.arg and _chosen_cuda(sem, kw.value, call)}
+            given |= {f"#{i}" for i, arg in enumerate(call.args) if _chosen_cuda(sem, arg, call)}
         if accelerator:
             carriers = _device_carriers(sem)
             for i, arg in enumerate(call.args):
@@ -556,6 +561,38 @@ def _cuda_carriers(sem: SemanticModel) -> set[str]:
                 and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device"  # type: ignore[attr-defined]
                 and isinstance(t.value, ast.Name) and "cuda" in sem.segment(n.value)}  # type: ignore[attr-defined]
     return sem.cached("cuda_carriers", compute)  # type: ignore[no-any-return]
+
+
+def _cuda_choices(sem: SemanticModel) -> list[ast.AST]:
+    """The bindings of names to a CUDA device choice: ``device = "cuda" if torch.cuda.is_available() else "cpu"``,
+    ``device = torch.device("cuda:0")``, ``dev = "cuda"``: a module that places no work itself hands the device
+    to the project's trainer, which does."""
+    def compute() -> list[ast.AST]:
+        if "cuda" not in sem.text.source:
+            return []
+        out = []
+        for n in sem.of_type(ast.Assign):
+            value = n.value  # type: ignore[attr-defined]
+            if len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and (  # type: ignore[attr-defined]
+                    isinstance(value, (ast.IfExp, ast.Constant)) or isinstance(value, ast.Call)
+                    and (sem.call_name(value) or "") == "torch.device") and _names_cuda(sem, value):
+                out.append(n)
+        return out
+    return sem.cached("cuda_choices", compute)  # type: ignore[no-any-return]
+
+
+def _names_cuda(sem: SemanticModel, value: ast.AST) -> bool:
+    """A string of the expression names a CUDA device (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``)."""
+    return any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("cuda")
+               for c in sem.subtree(value))
+
+
+def _chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
+    """``arg`` is a name whose binding there is one of ``_cuda_choices``."""
+    if not isinstance(arg, ast.Name):
+        return False
+    b = sem.binding_at(arg.id, at)
+    return b is not None and not b.is_param and any(b.node is t for t in _cuda_choices(sem))
 
 
 def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:

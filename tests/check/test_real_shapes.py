@@ -1,0 +1,234 @@
+"""Shapes of whole programs seen on public code that the single-file fixtures cannot hold: values one module hands
+another (a device chosen in a script and given to a trainer class, loaders handed in a dict, a folder put on
+``sys.path`` by a relative literal), notebooks, test files. Each was a miss or a wrong finding there."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.check.test_project import codes, write
+from torchdoctor.check.runner import check_files
+from torchdoctor.config import Settings
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'p'\n")
+    return tmp_path
+
+
+TRAINER = """\
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, model, optim, device):
+        self.model = model.to(device)
+        self.optim = optim
+        self.device = device
+        self.loss = nn.BCELoss(reduction="none")
+
+    def train(self, batches, steps):
+        for step, batch in enumerate(batches):
+            self._accumulate([batch])
+            if step >= steps:
+                break
+
+    def _accumulate(self, true_batches):
+        self.optim.zero_grad()
+        for batch in true_batches:
+            src = batch.src.to(self.device)
+            labels = batch.labels.to(self.device)
+            loss = self.loss(self.model(src), labels.float())
+            loss.sum().backward()
+            kept = float(loss.cpu().data.numpy())
+        self.optim.step()
+"""
+
+
+def test_a_device_chosen_in_a_script_and_handed_to_a_trainer_class_puts_it_on_the_gpu(project: Path) -> None:
+    script = """\
+        import torch
+        import torch.nn as nn
+        from trainer import Trainer
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model = nn.Linear(4, 1)
+        trainer = Trainer(model, torch.optim.Adam(model.parameters()), device)
+        trainer.train([], 1000)
+    """
+    write(project, {"trainer.py": TRAINER, "train.py": script})
+    results = check_files(["trainer.py", "train.py"], Settings(root=str(project)))
+    assert codes(results, "trainer.py") == [(24, "TD603")]  # the per-step `.cpu()` read of the loss
+
+
+def test_a_device_the_script_keeps_on_the_cpu_gives_the_trainer_no_gpu(project: Path) -> None:
+    script = """\
+        import torch
+        import torch.nn as nn
+        from trainer import Trainer
+
+        device = "cpu"  # the tutorial's CPU run (it says "cuda" only here)
+        model = nn.Linear(4, 1)
+        trainer = Trainer(model, torch.optim.Adam(model.parameters()), device)
+        trainer.train([], 1000)
+    """
+    write(project, {"trainer.py": TRAINER, "train.py": script})
+    results = check_files(["trainer.py", "train.py"], Settings(root=str(project)))
+    assert codes(results, "trainer.py") == []
+
+
+HELPERS = """\
+import torch
+
+
+def loss_batch(loss_func, output, target, opt=None):
+    loss = loss_func(output, target)
+    if opt is not None:
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return loss
+
+
+def train_val(model, params):
+    device = params["device"]
+    for epoch in range(params["num_epochs"]):
+        model.train()
+        for xb, yb in params["train_dl"]:
+            loss_batch(params["loss_func"], model(xb.to(device)), yb.to(device), params["optimizer"])
+"""
+
+
+def _notebook(cells: list[str]) -> str:
+    return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [],
+                                  "execution_count": None} for c in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+@pytest.mark.parametrize("handed, expected", [
+    ("params = {'num_epochs': 3, 'optimizer': opt, 'loss_func': nn.CrossEntropyLoss(),\n"
+     "          'train_dl': train_dl, 'device': device}", [(3, "TD305")]),
+    ("params = dict(num_epochs=3, optimizer=opt, loss_func=nn.CrossEntropyLoss(), train_dl=train_dl, device=device)",
+     [(3, "TD305")]),
+    ("params = {'num_epochs': 3, 'optimizer': opt, 'device': device}", []),  # no loader in it: nothing known
+])
+def test_loaders_handed_in_a_dict_to_another_module_s_training_loop(project: Path, handed: str, expected) -> None:
+    cells = [
+        "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\nimport helpers",
+        "device = torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')\n"
+        "ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))\n"
+        "train_dl = DataLoader(ds, batch_size=8, shuffle=True, pin_memory=True)",
+        f"model = nn.Linear(4, 2).to(device)\nopt = torch.optim.Adam(model.parameters())\n{handed}\n"
+        "helpers.train_val(model, params)",
+    ]
+    write(project, {"helpers.py": HELPERS, "course.ipynb": _notebook(cells)})
+    results = check_files(["helpers.py", "course.ipynb"], Settings(root=str(project)))
+    assert [code for line, code in codes(results, "course.ipynb")] == [c for _, c in expected]
+
+
+DATASETS = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Flow(Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return torch.zeros(3), torch.zeros(2)
+
+
+def fetch_dataloader(args):
+    return DataLoader(Flow(), batch_size=args.batch_size, pin_memory=False, shuffle=True, num_workers=4)
+"""
+
+
+@pytest.mark.parametrize("appended, expected", [
+    ("sys.path.append('core')", [(14, "TD304")]),
+    ("sys.path.insert(0, 'core')", [(14, "TD304")]),
+    ("sys.path.append('elsewhere')", []),  # no such folder: the import is not this module
+])
+def test_a_folder_put_on_sys_path_by_a_relative_literal_finds_the_module(project: Path, appended: str, expected) -> None:
+    script = f"""\
+import sys
+{appended}
+import torch
+import torch.nn as nn
+import datasets
+
+model = nn.Linear(3, 2).cuda()
+opt = torch.optim.Adam(model.parameters())
+
+
+def train(args):
+    for x, y in datasets.fetch_dataloader(args):
+        x, y = x.cuda(), y.cuda()
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+"""
+    write(project, {"core/datasets.py": DATASETS, "train.py": script})
+    results = check_files(["core/datasets.py", "train.py"], Settings(root=str(project)))
+    assert codes(results, "datasets.py") == expected
+
+
+def test_a_notebook_unit_test_of_a_block_on_random_data_is_no_heldout_evaluation(project: Path) -> None:
+    cells = [
+        "import torch\nfrom torch import nn\n\ndef get_block(i, o):\n"
+        "    return nn.Sequential(nn.Linear(i, o), nn.BatchNorm1d(o), nn.ReLU())",
+        "def test_gen_block(in_features, out_features, num_test=1000):\n"
+        "    block = get_block(in_features, out_features)\n"
+        "    assert len(block) == 3\n"
+        "    test_input = torch.randn(num_test, in_features)\n"
+        "    test_output = block(test_input)\n"
+        "    assert tuple(test_output.shape) == (num_test, out_features)\n"
+        "    assert test_output.std() > 0.55\n\n"
+        "test_gen_block(25, 12)",
+        "def check_block(in_features, out_features, num_test=1000):\n"
+        "    block = get_block(in_features, out_features)\n"  # (not named as a test: an evaluation)
+        "    assert len(block) == 3\n"
+        "    test_input = torch.randn(num_test, in_features)\n"
+        "    test_output = block(test_input)\n"
+        "    assert tuple(test_output.shape) == (num_test, out_features)\n"
+        "    assert test_output.std() > 0.55\n\n"
+        "check_block(25, 12)",
+    ]
+    write(project, {"course.ipynb": _notebook(cells)})
+    results = check_files(["course.ipynb"], Settings(root=str(project)))
+    assert codes(results, "course.ipynb") == [(5, "TD401")]  # check_block's forward (cell 3), not the unit test's
+
+
+def test_a_sync_batchnorm_test_wrapped_in_data_parallel_needs_gpus_by_nature(project: Path) -> None:
+    test = """\
+        import torch
+        from mylib import SyncBN
+
+
+        def testSyncBN():
+            bn = torch.nn.BatchNorm2d(8).cuda()
+            sbn = torch.nn.DataParallel(SyncBN(8)).cuda()
+            x = torch.rand(16, 8, 4, 4).cuda()
+            assert torch.allclose(bn(x), sbn(x), atol=1e-3)
+
+
+        def testSyncBNOfANamedModule():
+            sync_bn = SyncBN(8).cuda().double()
+            sync_bn = torch.nn.DataParallel(sync_bn).cuda()
+            assert sync_bn.module.weight.is_cuda
+
+
+        def testPlainBN():
+            bn = torch.nn.BatchNorm2d(8).cuda()
+            assert bn.weight.is_cuda
+    """
+    write(project, {"mylib.py": "import torch.nn as nn\n\nclass SyncBN(nn.BatchNorm2d):\n    pass\n",
+                    "test_syncbn.py": test})
+    results = check_files(["mylib.py", "test_syncbn.py"], Settings(root=str(project)))
+    assert codes(results, "test_syncbn.py") == [(19, "TD101")]  # the single-GPU test only
