@@ -400,25 +400,9 @@ class Kinds:
                 and self.expr_kind(value.func, at) in ("model", "wrapper"):
             return "tensor"  # ``out, _ = gru(seq)``: a model's first output (an RNN's, beside its hidden state)
         if isinstance(value.func, ast.Name) and value.func.id in self.bindings.functions:
-            return self._unpacked_return_kind(self.bindings.functions[value.func.id], index)
+            # ``x, y, lengths = fetch_data(batch)`` of an in-file helper whose every ``return`` is a tuple
+            return self._return_kind(self.bindings.functions[value.func.id], index)
         return None
-
-    def _unpacked_return_kind(self, funcs: list[ast.AST], index: int) -> str | None:
-        """``x, y, lengths = fetch_data(batch)`` of an in-file helper whose every ``return`` is a tuple: what its
-        element ``index`` is, when every return agrees (``return x, y, torch.sum(y != 0, dim=-1)``: a tensor)."""
-        kinds: set[str | None] = set()
-        for func in funcs:
-            if id(func) in self._busy:
-                return None
-            self._busy.add(id(func))
-            try:
-                values = self.returned_values(func, index)
-                if values is None:
-                    return None
-                kinds.update(self.expr_kind(v, v) for v in values)
-            finally:
-                self._busy.discard(id(func))
-        return kinds.pop() if len(kinds) == 1 else None
 
     # ---- expressions ----------------------------------------------------------------------------------
     def expr_kind(self, node: ast.AST, at: ast.AST) -> str | None:
@@ -576,8 +560,9 @@ class Kinds:
         """What ``func`` returns, when every ``return`` agrees (for the project index)."""
         return self._return_kind([func])
 
-    def _return_kind(self, funcs: list[ast.AST]) -> str | None:
-        """What an in-file function returns, when every ``return`` agrees (``build_model()`` -> model)."""
+    def _return_kind(self, funcs: list[ast.AST], index: int | None = None) -> str | None:
+        """What an in-file function returns, when every ``return`` agrees (``build_model()`` -> model); with ``index``,
+        element ``index`` of the tuple every ``return`` hands back (``return x, y, torch.sum(y != 0, dim=-1)``)."""
         kinds: set[str | None] = set()
         for func in funcs:
             if id(func) in self._busy:
@@ -585,7 +570,12 @@ class Kinds:
             self._busy.add(id(func))
             try:
                 for node in self.returns_of(func):
-                    kinds.add(self.expr_kind(node.value, node))  # type: ignore[arg-type]
+                    value = node.value
+                    if index is not None:
+                        if not (isinstance(value, ast.Tuple) and index < len(value.elts)):
+                            return None
+                        value = value.elts[index]
+                    kinds.add(self.expr_kind(value, node))  # type: ignore[arg-type]
             finally:
                 self._busy.discard(id(func))
         return kinds.pop() if len(kinds) == 1 else None
