@@ -102,17 +102,9 @@ def _flag_cleared_without_gpus(ctx: Context, node: ast.AST) -> bool:
     sem = ctx.semantic
     flags = {dotted(up.test) for up in sem.ancestors(node) if isinstance(up, ast.If) and dotted(up.test)
              and any(sem.contains(s, node) for s in up.body)}
-    if not flags:
-        return False
-    for test in sem.of_type(ast.If):
-        if not test.orelse or "is_available" not in sem.segment(test.test) or \
-                isinstance(test.test, ast.UnaryOp) and isinstance(test.test.op, ast.Not):  # type: ignore[attr-defined]
-            continue
-        for stmt in test.orelse:  # type: ignore[attr-defined]
-            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Constant) and stmt.value.value is False \
-                    and any(dotted(t) in flags for t in stmt.targets):
-                return True
-    return False
+    return bool(flags) and any(
+        isinstance(n.value, ast.Constant) and n.value.value is False and any(dotted(t) in flags for t in n.targets)  # type: ignore[attr-defined]
+        and sem.guards.on_cpu_branch(n) for n in sem.of_type(ast.Assign))
 
 
 def _under_a_gpu_count_test(ctx: Context, node: ast.AST) -> bool:

@@ -85,10 +85,7 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
         if value.args and all(_host_leaf(a) for a in value.args) and not value.keywords:
             return True  # ``overflow = bad_number(loss.item())``: an in-file helper handed host numbers only
         return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
-    if isinstance(value, ast.Call) and b.index is None and ctx.semantic.project is not None \
-            and (head := (dotted(value.func) or "").split(".")[0]) and (
-                head in ctx.semantic.names.from_imports or head in ctx.semantic.names.imports or ctx.semantic.names.star) \
-            and getattr(ctx.semantic.project.function_for(ctx.semantic, value), "returns", None) == "host":
+    if isinstance(value, ast.Call) and b.index is None and getattr(ctx.semantic.external(value), "returns", None) == "host":
         return True  # ``train_iou = iou_on_batch(masks, preds)`` of another module, returning ``np.mean(ious)``
     return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b) or _tracker_reading(ctx, value)
 
@@ -158,9 +155,15 @@ def _meter_reading(ctx: Context, value: ast.AST, func: ast.AST) -> bool:
     if b is None or not isinstance(b.value, ast.Call) or b.index is not None or sem.scope_of(b.node) is not func \
             or sem.expr_kind(b.value.func, b.node) is not None:
         return False
-    fed = [c for c in sem.body(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-           and isinstance(c.func.value, ast.Name) and c.func.value.id == name]
+    fed = meter_feeds(sem, name, func)
     return bool(fed) and all(c.args and _host_leaf(c.args[0]) for c in fed)
+
+
+def meter_feeds(sem, name: str, func: ast.AST) -> list[ast.Call]:  # type: ignore[no-untyped-def]
+    """The method calls on the object ``name`` in the body of ``func`` (``losses.update(loss.item(), n)``): what feeds
+    a meter there."""
+    return [c for c in sem.body(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+            and isinstance(c.func.value, ast.Name) and c.func.value.id == name]
 
 
 def _host_leaf(value: ast.AST) -> bool:
@@ -503,8 +506,7 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
     if isinstance(node.func, ast.Name) and node.func.id in ("max", "min") and len(node.args) == 1 and not node.keywords:
         arg = node.args[0]  # ``range(max(lengths))``: Python compares element by element, one read of each
         if isinstance(arg, ast.Name) and tensor_value(ctx, arg, node) \
-                and not made_on_host(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node) \
-                and not host_number(ctx, arg, node):
+                and not made_on_host(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):
             return f"`{node.func.id}({arg.id})` (Python's, over a tensor: one read per element)"
         return None
     if isinstance(node.func, ast.Name) and node.func.id == "print":

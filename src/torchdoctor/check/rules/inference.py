@@ -110,16 +110,22 @@ def _model_of_plain_tensors(sem, call: ast.Call) -> bool:
 _PROBES = frozenset({"zeros", "ones", "empty", "full", "zeros_like", "ones_like"})  # (random data may be a made-up test set)
 
 
-def _synthetic_probe(sem, call: ast.Call) -> bool:
-    """``test_x = torch.zeros(1, 3, 32, 32); print(net(test_x).shape)``: a made-up tensor run through the model to
-    look at the output shape; held-out data is not made by ``torch.zeros``."""
+def _input_maker(sem, call: ast.Call) -> tuple[ast.AST | None, str]:
+    """The call that made the forward's first argument, and its name (``test_x = Variable(torch.zeros(1, 3, 32,
+    32)).to(dev)``: ``torch.zeros(...)``), when a binding of this file made it; else (None, "")."""
     base = strip_methods(call.args[0], _AS_IS, subscripts=True)
     b = sem.binding_at(base.id, call) if isinstance(base, ast.Name) else None
     value = b.value if b is not None and not b.is_param else None
     while isinstance(value, ast.Call) and (sem.call_name(value) or "") in ("torch.autograd.Variable", "Variable") and value.args:
         value = value.args[0]  # ``Variable(torch.zeros(1, 3, 256, 256))``
     value = strip_methods(value, PLACEMENT_METHODS) if value is not None else None  # ``torch.Tensor(2, 3).to(dev)``
-    name = sem.call_name(value) or "" if isinstance(value, ast.Call) else ""
+    return (value, sem.call_name(value) or "") if isinstance(value, ast.Call) else (None, "")
+
+
+def _synthetic_probe(sem, call: ast.Call) -> bool:
+    """``test_x = torch.zeros(1, 3, 32, 32); print(net(test_x).shape)``: a made-up tensor run through the model to
+    look at the output shape; held-out data is not made by ``torch.zeros``."""
+    value, name = _input_maker(sem, call)
     if name in ("torch.Tensor", "torch.FloatTensor") and value.args and all(  # type: ignore[union-attr]
             isinstance(a, ast.Constant) and type(a.value) is int for a in value.args):  # type: ignore[union-attr]
         return True  # ``torch.Tensor(2, 3, 16, 16)``: an uninitialised tensor of that shape, like ``torch.empty``
@@ -134,10 +140,7 @@ def _unit_test(sem, call: ast.Call) -> bool:
     if func is None or not func.name.startswith("test_") or not any(  # type: ignore[attr-defined]
             isinstance(n, ast.Assert) and sem.function_of(n) is func for n in sem.of_type(ast.Assert)):
         return False
-    base = strip_methods(call.args[0], _AS_IS, subscripts=True)
-    b = sem.binding_at(base.id, call) if isinstance(base, ast.Name) else None
-    value = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.value is not None else None
-    name = sem.call_name(value) or "" if isinstance(value, ast.Call) else ""
+    name = _input_maker(sem, call)[1]
     return name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("randn", "rand", "randint", "randn_like", "rand_like")
 
 

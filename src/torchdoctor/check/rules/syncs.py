@@ -19,7 +19,7 @@ from torchdoctor.check.rules.bounded import few_in_range
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, computed_in_forward, \
-    forward_value, host_number, is_sync_call, made_on_host, tensor_value
+    forward_value, host_number, is_sync_call, made_on_host, meter_feeds, tensor_value
 from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
@@ -90,11 +90,8 @@ def _meter_of_device_tensors(ctx: Context, expr: ast.Attribute, at: ast.AST) -> 
     made = b.value if b is not None and not b.is_param and b.index is None else None
     if not isinstance(made, ast.Call) or not (dotted(made.func) or "").rsplit(".", 1)[-1][:1].isupper():
         return False
-    scope = sem.scope_of(at)
-    for call in sem.calls_named("update"):
-        recv = call.func.value if isinstance(call.func, ast.Attribute) else None
-        if not (isinstance(recv, ast.Name) and recv.id == name and call.args and sem.scope_of(call) is scope
-                and sem.binding_at(name, call) is b):
+    for call in meter_feeds(sem, name, sem.scope_of(at)):
+        if call.func.attr != "update" or not call.args or sem.binding_at(name, call) is not b:  # type: ignore[attr-defined]
             continue
         arg = call.args[0]
         base = arg.value if isinstance(arg, ast.Subscript) and isinstance(arg.slice, ast.Constant) else arg

@@ -113,6 +113,9 @@ class DeviceChoices:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self._device_test(test.operand)
             return None if inner is None else "gpu" if inner == "cpu" else "cpu"
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):  # ``not args.no_cuda and is_available()``:
+            said = {self._device_test(v) for v in test.values} - {None}  # its body needs the GPU, its ``else`` is
+            return "gpu" if said == {"gpu"} else None  # where the program runs without one
         if isinstance(test, ast.Call):
             if (self.names.call_name(test) or "") == "isinstance" and len(test.args) == 2 \
                     and (self.names.qualname(test.args[1]) or "") in ("torch.nn.Module", "torch.nn.modules.module.Module"):

@@ -116,9 +116,8 @@ class Guards(GradModes, DeviceChoices):
         """Every binding of the flag ``name`` in the function of ``site`` is a step test (``do_eval = i % n == 0``),
         False, or True under an ``if`` that tests ``%`` (``do_eval = False``, then ``if step % every == 0: do_eval =
         True``)."""
-        scope = self.bindings.at(name, site)
-        scope = scope.scope if scope is not None else None
-        found = [b for b in self.bindings.by_key.get(name, []) if b.scope is scope]
+        last = self.bindings.at(name, site)
+        found = [b for b in self.bindings.by_key.get(name, []) if last is not None and b.scope is last.scope]
         if not found or any(b.is_param or b.value is None for b in found):
             return False
         guarded = False

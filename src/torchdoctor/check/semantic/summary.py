@@ -290,8 +290,7 @@ def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
             if isinstance(n.value, ast.Name):
                 values += [b.value for b in sem.bindings_of(n.value.id) if b.value is not None and not b.is_param
                            and sem.scope_of(b.node) is func]
-            if any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.split(":")[0] == "cuda"
-                   for v in values for c in sem.subtree(v)):
+            if any(_names_cuda(sem, v) for v in values):
                 return True
     return False
 
@@ -358,7 +357,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
             given |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
                       and kw.value.id in carriers}
             given |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in carriers}
-        if not accelerator and _cuda_choices(sem):  # ``device = "cuda" if ... else "cpu"``, handed to a trainer
+        if not accelerator and "cuda" in sem.text.source:  # ``device = "cuda" if ... else "cpu"``, handed to a trainer
             given |= {kw.arg for kw in call.keywords if kw.arg and _chosen_cuda(sem, kw.value, call)}
             given |= {f"#{i}" for i, arg in enumerate(call.args) if _chosen_cuda(sem, arg, call)}
         if accelerator:
@@ -563,36 +562,20 @@ def _cuda_carriers(sem: SemanticModel) -> set[str]:
     return sem.cached("cuda_carriers", compute)  # type: ignore[no-any-return]
 
 
-def _cuda_choices(sem: SemanticModel) -> list[ast.AST]:
-    """The bindings of names to a CUDA device choice: ``device = "cuda" if torch.cuda.is_available() else "cpu"``,
-    ``device = torch.device("cuda:0")``, ``dev = "cuda"``: a module that places no work itself hands the device
-    to the project's trainer, which does."""
-    def compute() -> list[ast.AST]:
-        if "cuda" not in sem.text.source:
-            return []
-        out = []
-        for n in sem.of_type(ast.Assign):
-            value = n.value  # type: ignore[attr-defined]
-            if len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and (  # type: ignore[attr-defined]
-                    isinstance(value, (ast.IfExp, ast.Constant)) or isinstance(value, ast.Call)
-                    and (sem.call_name(value) or "") == "torch.device") and _names_cuda(sem, value):
-                out.append(n)
-        return out
-    return sem.cached("cuda_choices", compute)  # type: ignore[no-any-return]
+def _chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
+    """``arg`` is a name bound there to a CUDA device choice (``device = "cuda" if torch.cuda.is_available() else
+    "cpu"``, ``device = torch.device("cuda:0")``, ``dev = "cuda"``): a module that places no work itself hands the
+    device to the project's trainer, which does."""
+    b = sem.binding_at(arg.id, at) if isinstance(arg, ast.Name) else None
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    return (isinstance(value, (ast.IfExp, ast.Constant)) or isinstance(value, ast.Call)
+            and (sem.call_name(value) or "") == "torch.device") and _names_cuda(sem, value)  # type: ignore[arg-type]
 
 
 def _names_cuda(sem: SemanticModel, value: ast.AST) -> bool:
     """A string of the expression names a CUDA device (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``)."""
-    return any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("cuda")
+    return any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.split(":")[0] == "cuda"
                for c in sem.subtree(value))
-
-
-def _chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
-    """``arg`` is a name whose binding there is one of ``_cuda_choices``."""
-    if not isinstance(arg, ast.Name):
-        return False
-    b = sem.binding_at(arg.id, at)
-    return b is not None and not b.is_param and any(b.node is t for t in _cuda_choices(sem))
 
 
 def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
