@@ -5,6 +5,7 @@ another (a device chosen in a script and given to a trainer class, loaders hande
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,89 @@ def test_a_sync_batchnorm_test_wrapped_in_data_parallel_needs_gpus_by_nature(pro
                     "test_syncbn.py": test})
     results = check_files(["mylib.py", "test_syncbn.py"], Settings(root=str(project)))
     assert codes(results, "test_syncbn.py") == [(19, "TD101")]  # the single-GPU test only
+
+
+LOSSES = """\
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class DetLoss(nn.Module):
+    def forward(self, pred, target):
+        positive = target > 0
+        if positive.sum() > 0:
+            return F.l1_loss(pred[positive], target[positive])
+        return pred.sum() * 0
+
+
+class OhemLoss(nn.Module):
+    def forward(self, pred, target):
+        n_valid = target.ne(-1).sum()
+        if n_valid < 16:
+            print("few labels")
+        return F.cross_entropy(pred, target, ignore_index=-1)
+"""
+
+
+@pytest.mark.parametrize("script, expected", [
+    # the loss held by a wrapper module whose objects the loop calls (a detector's `ModelWithLoss`)
+    ("""\
+        class ModelWithLoss(nn.Module):
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+                self.criterion = DetLoss()
+
+            def forward(self, x, t):
+                return self.criterion(self.model(x), t)
+
+        net = ModelWithLoss(nn.Linear(4, 4)).to(device)
+        for x, t in loader:
+            loss = net(x.to(device), t.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """, [(8, "TD603")]),
+    # the loss called by the loop itself: a reduction by method (`n_valid = ....sum()`) is a device tensor too
+    ("""\
+        net = nn.Linear(4, 3).to(device)
+        crit = OhemLoss().to(device)
+        for x, t in loader:
+            loss = crit(net(x.to(device)), t.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """, [(16, "TD603")]),
+    # the wrapper's objects are called once, outside any loop: its loss runs once
+    ("""\
+        class ModelWithLoss(nn.Module):
+            def __init__(self, model):
+                super().__init__()
+                self.model = model
+                self.criterion = DetLoss()
+
+            def forward(self, x, t):
+                return self.criterion(self.model(x), t)
+
+        net = ModelWithLoss(nn.Linear(4, 4)).to(device)
+        x, t = next(iter(loader))
+        print(net(x.to(device), t.to(device)))
+    """, []),
+], ids=["held_by_a_wrapper", "called_by_the_loop", "wrapper_called_once"])
+def test_a_loss_module_s_test_of_a_device_tensor_runs_every_step_its_callers_run(project: Path, script: str,
+                                                                                   expected) -> None:
+    head = """\
+        import torch
+        import torch.nn as nn
+        from losses import DetLoss, OhemLoss
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, pin_memory=True, num_workers=2)
+        opt = None
+    """
+    write(project, {"losses.py": LOSSES, "train.py": textwrap.dedent(head) + textwrap.dedent(script)})
+    results = check_files(["losses.py", "train.py"], Settings(root=str(project)))
+    assert codes(results, "losses.py") == expected
+    if expected:
+        [finding] = [f for r in results for f in r.findings if r.path.endswith("losses.py")]
+        assert "Loss.forward` at train.py:" in finding.message  # the class's forward, where it is called

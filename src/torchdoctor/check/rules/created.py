@@ -52,7 +52,8 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
 # ---- TD611 ----------------------------------------------------------------------------
 # Factories that make their own values (no host data to copy): made on the device, nothing crosses the bus.
 _MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
-                     "logspace", "eye", "normal"})
+                     "logspace", "eye", "normal", "hann_window", "hamming_window", "blackman_window", "bartlett_window",
+                     "kaiser_window"})
 _CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
 _MASK_OPS = frozenset({"torch.triu", "torch.tril", "torch.diag", "torch.diag_embed", "torch.flip", "torch.roll"})
 _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "repeat", "flatten", "permute", "transpose",
@@ -110,9 +111,10 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     move = _moved_at_once(ctx, node) or _moved_next(ctx, node, region)
     if move is None:
         return
-    device = sem.move_device(move)
-    if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(device.rsplit(".", 1)[-1]) \
-            or _device_of_host_batch(ctx, move):
+    device = _move_target(sem, move)
+    last = device.rsplit(".", 1)[-1] if device is not None else ""
+    if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(last) and not _GPU_WORD.search(last) \
+            or _device_of_host_batch(ctx, move):  # (``.to(self.gpu_id)``: a GPU index, though named as an id)
         return
     if isinstance(region, _LOOPS) and sem.under_step_guard(node, region):
         # (``if i % GENERATE_EVERY == 0:``: a copy every N steps costs nothing worth telling, unless a sampling loop
@@ -130,11 +132,11 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
             and (device.endswith(".device") and not device.startswith("self.") or _input_device_alias(ctx, move, region))):
         return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too)
     made = ctx.name(node, 60)
-    maker, dev = f"{ctx.name(node.func)}(...", device if method_name(move) == "to" else "..."
+    maker, dev = f"{ctx.name(node.func)}(...", device if method_name(move) in ("to", "type_as") else "..."
     if counting:  # (a legacy constructor takes no device: its arange does)
         rng = node.args[0] if node.args[0].func.id == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
-    there = f"`{maker}, device={dev})`" if method_name(move) == "to" else \
+    there = f"`{maker}, device={dev})`" if method_name(move) in ("to", "type_as") else \
         f"`{maker}, device=...)` with the device `.cuda()` moves it to"
     where = "the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None and region.name == "forward" \
         else f"`{region.name}()`, which forward() calls" if caller is None else \
@@ -144,6 +146,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
                fix=f"make it there: {there}")
 
 
+_GPU_WORD = lazy(r"(?i)gpu|cuda|rank|dev")
 _DEVICE_WORD = lazy(r"(?i)dev|gpu|cuda|cpu|rank")
 
 
@@ -321,8 +324,17 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     (``.random_(10)``) or a scaling by a number, or through ``Variable(...)``."""
     top = _host_made(ctx, node)
     up = ctx.semantic.parent(top)
-    call = ctx.semantic.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda") else None
-    return call if isinstance(call, ast.Call) and call.func is up and ctx.semantic.is_device_move(call) else None
+    call = ctx.semantic.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda", "type_as") else None
+    return call if isinstance(call, ast.Call) and call.func is up and _move_target(ctx.semantic, call) is not None else None
+
+
+def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-def]
+    """Where a move sends a tensor (``sem.move_device``), and for ``t.type_as(ref)`` the device of ``ref``
+    (``ref.device``): a cast to the type of a tensor moves to its device too (a CUDA ``ref``: a copy to the GPU)."""
+    if method_name(call) == "type_as":
+        return f"{sem.segment(call.args[0])}.device" if len(call.args) == 1 and not call.keywords \
+            and isinstance(call.args[0], (ast.Name, ast.Attribute)) else None
+    return sem.move_device(call)
 
 
 _ELEMENTWISE = frozenset({"torch.exp", "torch.log", "torch.sqrt", "torch.rsqrt", "torch.sin", "torch.cos", "torch.pow",
@@ -338,9 +350,12 @@ def _host_number(expr: ast.AST) -> bool:
         return _host_number(expr.operand)
     if isinstance(expr, ast.BinOp):
         return _host_number(expr.left) and _host_number(expr.right)
-    if isinstance(expr, ast.Call):
+    if isinstance(expr, ast.Call):  # (``gt.size(1)``, ``x.dim()``: a shape is a Python int)
         name = dotted(expr.func) or ""
-        return (name.startswith("math.") or name in ("len", "int", "float")) and all(map(_host_number, expr.args))
+        return (name.startswith("math.") or name in ("len", "int", "float") or method_name(expr) in ("size", "dim", "numel")) \
+            and all(map(_host_number, expr.args))
+    if isinstance(expr, ast.Subscript):  # ``x.shape[1]``
+        return isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape" and _host_number(expr.slice)
     return False
 
 
@@ -382,8 +397,8 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
         if not isinstance(call, ast.Call) or call.func is not up:
             return cur
         if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr in _FILLS
-                or up.attr in ("type_as", "expand_as")):
-            return cur
+                or up.attr == "expand_as"):
+            return cur  # (``.type_as(ref)``: a move to ``ref``'s device, ``_moved_at_once``'s)
         cur = call
     return cur
 
@@ -587,8 +602,8 @@ def _move_through_methods(sem, use: ast.AST) -> ast.Call | None:
         cur = wrap
     while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
             and call.func is up:
-        if up.attr in ("to", "cuda"):
-            return call if sem.is_device_move(call) else None
+        if up.attr in ("to", "cuda", "type_as"):
+            return call if _move_target(sem, call) is not None else None
         if up.attr not in _CASTS and up.attr not in _RESHAPES and up.attr not in _FILLS and up.attr != "expand_as":
             return None
         cur = call

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, root_name, strip_methods, target_names
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name, strip_methods, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
@@ -576,14 +576,18 @@ def forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     return ctx.name(expr) if of_the_forward(sem, base, at, func, 0) else None
 
 
+_REDUCING_METHODS = frozenset({"sum", "mean", "max", "min", "norm", "amax", "amin", "count_nonzero", "prod", "std", "var"})
+
+
 def computed_in_forward(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     """``n = torch.sum(mask)`` in a module's ``forward``, of its inputs (``if n != 0:``, a loss module's test): a tensor
     where the model runs. A parameter itself may be a Python flag (``if mode == "train":``): not this."""
     sem = ctx.semantic
     if not isinstance(expr, ast.Name) or (b := sem.binding_at(expr.id, at)) is None or b.is_param \
-            or not isinstance(b.value, ast.Call) or not (sem.call_name(b.value) or "").startswith("torch.") \
+            or not isinstance(b.value, ast.Call) or not ((sem.call_name(b.value) or "").startswith("torch.")
+                                                         or method_name(b.value) in _REDUCING_METHODS) \
             or host_number(ctx, expr, at):
-        return None
+        return None  # (``n_valid = valid.sum()``: a reduction of a mask of the inputs, as ``torch.sum(valid)``)
     return forward_value(ctx, expr, at)
 
 

@@ -10,8 +10,7 @@ import builtins
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, dotted, method_name, param_default, root_name, \
-    func_params, strip_methods
+from torchdoctor.check.astutil import FACTORIES, dotted, func_params, method_name, param_default, root_name
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
@@ -130,12 +129,9 @@ def _instance_calls(ctx: Context, func: ast.AST) -> list[ast.Call]:
     cls = sem.class_of(func)
     if func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
         return []
-    def compute() -> list[ast.Call]:
-        keys = [key for key, bound in sem.bindings.by_key.items() if any(  # type: ignore[attr-defined]
-            isinstance(made := strip_methods(b.value, PLACEMENT_METHODS), ast.Call) and (dotted(made.func) or "").rsplit(".", 1)[-1]
-            == cls.name for b in bound if b.value is not None)]  # (``head = DetHead().to(device)``)
-        return [call for key in keys for r in sem.reads_of(key) if isinstance(call := sem.parent(r), ast.Call)
-                and call.func is r and (sem.feeds_backward(call) or _in_a_forward(sem, call))] + _injected_calls(sem, cls)
+    def compute() -> list[ast.Call]:  # (``head = DetHead().to(device)``)
+        return [call for call in sem.object_calls(cls.name)  # type: ignore[attr-defined]
+                if sem.feeds_backward(call) or _in_a_forward(sem, call)] + _injected_calls(sem, cls)
 
     return sem.cached(("instance_calls", cls.name), compute)  # type: ignore[no-any-return]
 
@@ -235,8 +231,8 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS \
             and (host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
                  or stop_signal(ctx, node, loop) or env_action(ctx, node, loop) or decoding_stop(ctx, node, loop)
-                 or read_again(ctx, node, loop)) or isinstance(node.func, ast.Name) and read_again(ctx, node, loop):
-        return  # (``float(loss)`` after ``loss.item()``: read again too)
+                 ):
+        return
     report_sync(ctx, node, what, loop)
 
 
@@ -300,7 +296,7 @@ def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
 
 
 def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
-    if not isinstance(loop, str) and after_timing_sync(ctx, node, loop):
+    if not isinstance(loop, str) and (after_timing_sync(ctx, node, loop) or read_again(ctx, node, loop)):
         return
     sem = ctx.semantic
     stmt = sem.statement_of(node)
@@ -384,12 +380,14 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         return  # (``bert_extract_item(start_logits, end_logits)`` decoding an evaluation's outputs on the host)
     here = os.path.dirname(os.path.abspath(sem.path))
     sites = sorted({f"{os.path.relpath(c.path, here)}:{c.line}" for c in callers})
+    cls = sem.class_of(func)
+    callee = f"{cls.name}.forward" if func.name == "forward" and cls is not None else func.name  # (``crit(out, y)``)
     if len(sites) == 1:
-        report_sync(ctx, node, what, f"the loop that calls `{func.name}` at {sites[0]}")
+        report_sync(ctx, node, what, f"the loop that calls `{callee}` at {sites[0]}")
     else:
         more = f" and {len(sites) - 2} more" if len(sites) > 2 else ""
         loops = "loops that call" if len({c.path for c in callers}) > 1 else "loop that calls"  # (one file: one loop, mostly)
-        report_sync(ctx, node, what, f"the {loops} `{func.name}` at {sites[0]}, {sites[1]}{more}")
+        report_sync(ctx, node, what, f"the {loops} `{callee}` at {sites[0]}, {sites[1]}{more}")
 
 
 def _method_entries(ctx: Context, func: ast.AST) -> list[ast.AST]:

@@ -200,14 +200,13 @@ def _timing_generator(ctx: Context, it: ast.AST) -> bool:
 
 def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``top.item()`` read again after ``if top.item() == eos: break`` (or ``history[i] = loss.item()`` after
-    ``total = loss.item()``, ``y.cpu()`` after ``y.cpu()``), the same tensor, with nothing but host work between: the
-    first read waited for the GPU; this one waits for nothing. (A read of *another* tensor after a sync is still
-    reported: remove the first read, and it is the one that waits.)"""
+    ``total = loss.item()``, ``"%.3f" % loss`` after ``writer.add_scalar("loss", loss, step)``), the same tensor, with
+    nothing but host work between: the first read waited for the GPU; this one waits for nothing. GPU work behind a
+    step guard between them (``if i % 1000 == 0: sample(model)``) runs on few steps: on the others, nothing is queued.
+    (A read of *another* tensor after a sync is still reported: remove the first read, and it is the one that waits.)"""
     sem = ctx.semantic
-    if not isinstance(node, ast.Call):
-        return False
-    recv = node.func.value if isinstance(node.func, ast.Attribute) else node.args[0] if node.args else None
-    if not isinstance(recv, ast.Name) or not _reads_name(node, recv.id) or (bound := sem.binding_at(recv.id, node)) is None:
+    name = _read_tensor(node)
+    if name is None or (bound := sem.binding_at(name, node)) is None:
         return False
     top: ast.AST = node
     first = True
@@ -225,11 +224,13 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         first = False
         k = next(n for n, st in enumerate(body) if st is top)
         for stmt in reversed(body[:k]):
-            calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
-            if any(_reads_name(c, recv.id) and sem.binding_at(recv.id, c) is bound and _runs_whenever(sem, c, stmt)
-                   for c in calls):
+            nodes = sem.subtree(stmt)
+            if any(_reads_name(c, name) and sem.binding_at(name, c) is bound and _runs_whenever(sem, c, stmt)
+                   for c in nodes):
                 return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
-            if not all(_queues_nothing(ctx, c) for c in calls):
+            if isinstance(stmt, ast.If) and sem.under_step_guard(stmt.body[0], loop):
+                continue  # (work on every N-th step only)
+            if not all(_queues_nothing(ctx, c) for c in nodes if isinstance(c, ast.Call)):
                 return False
         if up is loop:
             return False
@@ -242,15 +243,44 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-def _reads_name(call: ast.Call, name: str) -> bool:
-    """``name.item()``/``.tolist()``/``.cpu()``, or ``float(name)``/``int(name)``: a read of the tensor ``name``."""
-    if isinstance(call.func, ast.Attribute) and call.func.attr in _READS and not call.args:
-        return isinstance(call.func.value, ast.Name) and call.func.value.id == name
-    return isinstance(call.func, ast.Name) and call.func.id in ("float", "int") and len(call.args) == 1 \
-        and isinstance(call.args[0], ast.Name) and call.args[0].id == name
+def _read_tensor(node: ast.AST) -> str | None:
+    """The tensor name a reported read reads: ``loss`` of ``loss.item()``, ``float(loss)``, ``writer.add_scalar("l",
+    loss)``, of the name itself (a ``%``-formatted value, a test), or of an f-string's one formatted name."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.JoinedStr):
+        values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+        return values[0].id if len(values) == 1 and isinstance(values[0], ast.Name) else None
+    if not isinstance(node, ast.Call):
+        return None
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _LOGGED and len(node.args) > 1:
+        return node.args[1].id if isinstance(node.args[1], ast.Name) else None
+    recv = node.func.value if isinstance(node.func, ast.Attribute) else node.args[0] if node.args else None
+    return recv.id if isinstance(recv, ast.Name) and _reads_name(node, recv.id) else None
+
+
+def _reads_name(node: ast.AST, name: str) -> bool:
+    """``name.item()``/``.tolist()``/``.cpu()``, ``float(name)``/``int(name)``, ``writer.add_scalar(tag, name)``, ``"%.3f" %
+    name``, ``f"{name}"``: a read of the tensor ``name``."""
+    if isinstance(node, ast.BinOp):
+        if not isinstance(node.op, ast.Mod) or not (isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)):
+            return False
+        values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+        return any(isinstance(v, ast.Name) and v.id == name for v in values)
+    if isinstance(node, ast.FormattedValue):
+        return isinstance(node.value, ast.Name) and node.value.id == name
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _LOGGED:
+        return len(node.args) > 1 and isinstance(node.args[1], ast.Name) and node.args[1].id == name
+    if isinstance(node.func, ast.Attribute) and node.func.attr in _READS and not node.args:
+        return isinstance(node.func.value, ast.Name) and node.func.value.id == name
+    return isinstance(node.func, ast.Name) and node.func.id in ("float", "int") and len(node.args) == 1 \
+        and isinstance(node.args[0], ast.Name) and node.args[0].id == name
 
 
 _READS = ("item", "tolist", "cpu")
+_LOGGED = ("add_scalar",)  # (TensorBoard copies the value to the host)
 
 
 def _runs_whenever(sem, call: ast.AST, stmt: ast.stmt) -> bool:  # type: ignore[no-untyped-def]
@@ -291,7 +321,8 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
 
 
 _HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "size", "dim", "numel", "nelement", "ndimension", "len",
-                        "isinstance", "float", "int", "print", "append", "format", "add_scalar", "add_scalars"})
+                        "isinstance", "float", "int", "print", "append", "format", "add_scalar", "add_scalars",
+                        "set_postfix", "set_postfix_str", "set_description", "info", "debug", "warning"})
 # (TensorBoard's writer; ``.cpu()``/``.numpy()``: copies to the host, GPU work only as reads)
 
 

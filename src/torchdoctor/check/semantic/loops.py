@@ -246,7 +246,7 @@ class Loops:
         # ``for x, y in val_data:`` counts when the body runs a model on it, or moves what it yields to a device;
         # so does ``for batch in iterator:`` over a parameter of ``evaluate(model, iterator, criterion)``.
         return (bool(EVALISH.search(text)) or self._param_of_eval_function(it, loop) or _batch_generator(it)) and \
-            (self._calls_model(loop) or self._moves_target(loop))
+            (self._calls_model(loop) or self._moves_target(loop) or self._hands_items_to_a_mover(loop))
 
     def _param_of_eval_function(self, it: ast.AST, loop: ast.AST) -> bool:
         func = self.index.frame[loop].function
@@ -272,6 +272,24 @@ class Loops:
                     and any(isinstance(c, ast.Call) and method_name(c) in ("to", "cuda")
                             for c in self.index.subtree(n.args[0].body)):
                 return True
+        return False
+
+    def _hands_items_to_a_mover(self, loop: ast.AST) -> bool:
+        """``loss = self.test_step(batch)`` where the step, a function of this file, moves what it is handed
+        (``clean = batch[0].to(self.gpu_id)``): the loop's items are batches on their way to a device."""
+        names = set(target_names(getattr(loop, "target", None))) if getattr(loop, "target", None) is not None else set()
+        for n in self.index.body(loop):
+            if not isinstance(n, ast.Call) or not names:
+                continue
+            slots = [i for i, a in enumerate(n.args) if isinstance(a, ast.Name) and a.id in names]
+            for func in self.calls.resolve(n) if slots else ():
+                params = [a.arg for a in func.args.args]  # type: ignore[attr-defined]
+                if params[:1] == ["self"] and isinstance(n.func, ast.Attribute):
+                    params = params[1:]
+                handed = {params[i] for i in slots if i < len(params)}
+                if any(isinstance(c, ast.Call) and method_name(c) in ("to", "cuda") and root_name(c.func.value) in handed
+                       for c in self.calls.local_nodes(func)):  # type: ignore[attr-defined]
+                    return True
         return False
 
     def _calls_model(self, loop: ast.AST) -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterator
 
-from torchdoctor.check.astutil import DTYPES, dotted, keyword, method_name, string_value
+from torchdoctor.check.astutil import DTYPES, PLACEMENT_METHODS, dotted, keyword, method_name, string_value, strip_methods
 from torchdoctor.check.semantic.bindings import Binding, Bindings
 from torchdoctor.check.semantic.calls import Calls
 from torchdoctor.check.semantic.guards import Guards
@@ -170,6 +170,17 @@ class SemanticModel:
 
     def calls_named(self, *names: str) -> list[ast.Call]:
         return self.calls_index.named(*names)
+
+    def object_calls(self, cls_name: str) -> list[ast.Call]:
+        """The calls of objects this file makes of the class ``cls_name``: ``crit(pred, y)`` of ``crit =
+        OhemCE().to(device)`` (every name ever bound to one: ``model = Wrapper(net)``, then ``model = model.cuda()``)."""
+        def compute() -> list[ast.Call]:
+            keys = [key for key, bound in self.bindings.by_key.items() if any(
+                isinstance(made := strip_methods(b.value, PLACEMENT_METHODS), ast.Call)
+                and (dotted(made.func) or "").rsplit(".", 1)[-1] == cls_name for b in bound if b.value is not None)]
+            return [call for key in keys for r in self.reads_of(key) if isinstance(call := self.parent(r), ast.Call)
+                    and call.func is r]
+        return self.cached(("object_calls", cls_name), compute)  # type: ignore[no-any-return]
 
     def calls_with_keyword(self, arg: str) -> list[ast.Call]:
         return self.calls_index.by_keyword.get(arg, [])

@@ -521,13 +521,27 @@ def _in_a_forward(sem: SemanticModel, call: ast.Call, depth: int = 0) -> str:
     return "" if not kinds or "" in kinds else "forward" if "forward" in kinds else "method"
 
 
-def _per_step(sem: SemanticModel, call: ast.Call) -> bool:
+def _per_step(sem: SemanticModel, call: ast.Call, depth: int = 0) -> bool:
     """``call`` runs on every iteration of the batch loop around it (not every N steps, not on an error, not behind a
-    debug or test switch of the options: ``if opt.debug > 0: self.debug(batch, output)``)."""
+    debug or test switch of the options: ``if opt.debug > 0: self.debug(batch, output)``); or it runs in the forward of a
+    module class whose objects that loop calls."""
     loop = sem.enclosing_loop(call, "batch")
-    return loop is not None and not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop)
+    if loop is None:
+        return depth < 2 and _in_a_stepped_forward(sem, call, depth)
+    return not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop)
                                      or sem.in_exit_branch(call, loop) or _behind_a_debug_switch(sem, call, loop)
                                      or cpu_only_loop(sem, loop))  # (a notebook's CPU baseline loop)
+
+
+def _in_a_stepped_forward(sem: SemanticModel, call: ast.Call, depth: int) -> bool:
+    """``self.criterion(out, y)`` in the ``forward`` of ``ModelWithLoss``, a module class of this file, unguarded, whose
+    objects a batch loop here calls every step (``loss = model(x, y)`` of ``model = ModelWithLoss(net).cuda()``)."""
+    func = sem.function_of(call)
+    cls = sem.class_of(func) if func is not None else None
+    if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes \
+            or sem.under_step_guard(call):
+        return False
+    return any(_per_step(sem, c, depth + 1) for c in sem.object_calls(cls.name))
 
 
 _DEBUG_SWITCH = lazy(r"(?i)^(debug|verbose|test|vis|visuali[sz]e|show|plot|save_results?)$")
