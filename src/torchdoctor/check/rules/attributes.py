@@ -28,7 +28,8 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     func, cls = sem.function_of(node), sem.class_of(node)
     if func is None or func.name != "__init__" or cls is None or cls.name not in sem.module_classes:
         return
-    if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value) or _made_on_a_given_device(value):
+    if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value) or _made_on_a_given_device(value) \
+            or _cast_to_a_cuda_type(ctx, value, node):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if isinstance(value, ast.Call) and (ctx.call_name(value) or "").rsplit(".", 1)[-1] == "Variable" and value.args \
             and isinstance(value.args[0], ast.Name) and sem.is_moved(value.args[0].id, node):
@@ -66,6 +67,19 @@ def _made_on_a_given_device(value: ast.AST) -> bool:
     dev = keyword(value, "device") if isinstance(value, ast.Call) else None
     return dev is not None and string_value(dev.value) != "cpu" and not (
         isinstance(dev.value, ast.Constant) and dev.value.value is None)
+
+
+def _cast_to_a_cuda_type(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
+    """``torch.zeros(k).type(dtype)`` with ``dtype = torch.cuda.FloatTensor if use_cuda else torch.FloatTensor``: a cast
+    to a CUDA tensor type when there is a GPU, a copy there (the type named in the call, or bound to a name before)."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr != "type":
+        value = value.func.value
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and len(value.args) == 1):
+        return False
+    kind = value.args[0]
+    if isinstance(kind, ast.Name) and (b := ctx.semantic.binding_at(kind.id, at)) is not None and b.value is not None:
+        kind = b.value
+    return "torch.cuda." in ctx.semantic.segment(kind)
 
 
 def _moved_at_every_use(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
@@ -146,6 +160,8 @@ def _moved_after_reshapes(sem: object, read: ast.AST) -> bool:
     if isinstance(wrap := sem.parent(read), ast.Call) and wrap.args and wrap.args[0] is read \
             and (dotted(wrap.func) or "").rsplit(".", 1)[-1] in ("Parameter", "Variable"):  # type: ignore[attr-defined]
         cur = wrap
+    while isinstance(p := sem.parent(cur), ast.Subscript) and p.value is cur:  # type: ignore[attr-defined]
+        cur = p  # ``self.freqs[None, :].to(x.device)``: a view of it, moved
     while isinstance(p := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(p), ast.Call) \
             and call.func is p:  # type: ignore[attr-defined]
         if p.attr in ("to", "type_as", "cuda"):

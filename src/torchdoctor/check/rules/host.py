@@ -337,8 +337,9 @@ def device_tensor_into_numpy_array(node: ast.AST, ctx: Context) -> None:
             isinstance(n, ast.Slice) for n in ctx.semantic.subtree(target.slice)):
         return
     b = ctx.semantic.binding_at(target.value.id, node)
-    if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "") not in _NUMPY_MAKERS:
-        return
+    if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "") not in _NUMPY_MAKERS \
+            or ctx.semantic.guards.never_together(b.node, node):
+        return  # (``else: acts = np.empty(n)`` of ``if use_torch:``, written under ``if use_torch:``: a tensor there)
     if not _on_gpu(ctx, node.value, node) or _fed_numpy(ctx, node.value):
         return
     ctx.report("TD501", node, f"writing `{ctx.name(node.value)}` into NumPy array `{target.value.id}` converts it with "

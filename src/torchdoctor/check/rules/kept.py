@@ -56,13 +56,50 @@ def _walked_on_the_host(ctx: Context, node: ast.Call) -> bool:
     return isinstance(up, (ast.For, ast.comprehension)) and up.iter is cur
 
 
+def phase_without_backward(ctx: Context, node: ast.AST, region: ast.AST) -> bool:
+    """``node`` runs in a phase other than the one that backpropagates, in ``region`` (a function ``f(phase)``, or a
+    loop of one): in ``elif phase == Phase.VAL:`` (or the ``else`` of ``if phase == Phase.TRAIN:``) where every
+    ``backward()`` of the region sits under ``if phase == Phase.TRAIN:`` (pyGAT-style full-batch ``main_loop(phase)``;
+    a loop shared by ``to_do`` "train", "valid" and "forward" that writes the outputs out in its forward phase)."""
+    sem = ctx.semantic
+    func = region if isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef)) else sem.function_of(region)
+    if func is None:
+        return False
+    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
+
+    def setting(name: str, at: ast.AST) -> bool:  # a parameter; in a loop, also a name bound before it (``to_do = ...``)
+        b = sem.binding_at(name, at)
+        return name in params if region is func else b is not None and not sem.contains(region, b.node)
+
+    def phase_test(test: ast.AST) -> tuple[str, str] | None:  # ``phase == Phase.TRAIN`` -> ("phase", "Phase.TRAIN")
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) \
+                and isinstance(test.left, ast.Name) and setting(test.left.id, test):
+            return test.left.id, sem.segment(test.comparators[0])
+        return None
+
+    trains: set[tuple[str, str]] = set()
+    for call in sem.local_nodes(func) if region is func else sem.body(region):
+        if isinstance(call, ast.Call) and (method_name(call) == "backward" or not isinstance(call.func, ast.Attribute)
+                                           and "backward" in sem.region_effects([call])):  # (``_optimization_step(...)``)
+            up = next((a for a in sem.ancestors(call) if isinstance(a, ast.If) and phase_test(a.test)
+                       and any(sem.contains(s, call) for s in a.body)), None)
+            if up is None:
+                return False  # (a backward in every phase)
+            trains.add(phase_test(up.test))  # type: ignore[arg-type]
+    if len(trains) != 1:
+        return False
+    (param, value), = trains
+    return any((said := phase_test(test)) and said[0] == param and holds != (said[1] == value)
+               for test, holds in sem.guards.branch_tests(node))  # (the body of another phase, or the training one's else)
+
+
 def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """An evaluation loop's outputs copied to the host to be kept there: ``feats.append(out.cpu())``,
     ``preds.extend(logits.argmax(-1).tolist())``, ``bank.index_copy_(0, idx.cpu(), out.cpu())``, ``preds[i] =
     out.cpu()``, or written out: ``save_image(denorm(x.cpu()), path)``. The metrics (or a feature bank bigger than the GPU's memory) need them on the host, and the only
     copy-free way keeps every batch on the device; a scalar read (``.item()``) still counts."""
     sem = ctx.semantic
-    if node.func.attr == "item" or sem.loop_kind(loop) == "train":  # type: ignore[attr-defined]
+    if node.func.attr == "item" or sem.loop_kind(loop) == "train" and not phase_without_backward(ctx, node, loop):  # type: ignore[attr-defined]
         return False  # (a loop that neither trains nor is named for evaluation, edm's sampling loop, keeps them too)
     if _copied_for_host_processing(ctx, node, loop) or _walked_on_the_host(ctx, node):
         return True

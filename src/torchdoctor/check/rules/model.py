@@ -231,6 +231,19 @@ def _moves_itself(ctx: Context, cls: ast.AST, depth: int = 0) -> bool:
     return True
 
 
+def _of_a_class_that_moves_itself(ctx: Context, call: ast.Call) -> bool:
+    """``Net(device=args.device)``: a model class (of this file or of another module of the project) whose
+    ``__init__`` moves it."""
+    sem = ctx.semantic
+    q = ctx.call_name(call) or ""
+    cls = sem.calls_index.classes.get(q)
+    if cls is not None:
+        return q in sem.module_classes and _moves_itself(ctx, cls)
+    written = dotted(call.func)
+    return bool(sem.project is not None and written and written.rsplit(".", 1)[-1][:1].isupper()
+                and sem.project.class_moves_itself(sem, written))  # type: ignore[attr-defined]
+
+
 def _returns_moved(ctx: Context, func: ast.AST) -> bool:
     """A builder that moves what it returns (``return Net().to(args.device)``, or a moved name), or hands it to a
     trainer's ``fit`` first (a Lightning ``Trainer`` puts it on its accelerator)."""
@@ -239,6 +252,12 @@ def _returns_moved(ctx: Context, func: ast.AST) -> bool:
         value = ret.value
         if value is not None and (sem.value_is_moved(value) or isinstance(value, ast.Name) and sem.is_moved(value.id, ret)):
             return True
+        made = value
+        if isinstance(made, ast.Name) and (b := sem.binding_at(made.id, ret)) is not None and not b.is_param \
+                and b.index is None:
+            made = b.value
+        if isinstance(made, ast.Call) and _of_a_class_that_moves_itself(ctx, made):
+            return True  # ``return Net(device=args.device)`` whose ``__init__`` ends with ``self.to(device)``
         if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, ret)) is not None and not b.is_param \
                 and isinstance(b.value, ast.Call) and sem.project is not None \
                 and getattr(sem.project.function_for(sem, b.value), "returns", None) == "cuda_model":  # type: ignore[attr-defined]

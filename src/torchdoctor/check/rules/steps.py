@@ -10,13 +10,13 @@ import builtins
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, func_params, method_name, param_default, root_name
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, made_on_host, \
     sync_site, tensor_value
-from torchdoctor.check.rules.kept import collected_on_host, returned_copy
+from torchdoctor.check.rules.kept import collected_on_host, phase_without_backward, returned_copy
 from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, env_action, read_again, stepped_with, \
     stop_signal
 from torchdoctor.check.semantic import program
@@ -78,35 +78,7 @@ def _evaluation_pass(ctx: Context, node: ast.AST, func: ast.AST, loop: ast.AST) 
     sem = ctx.semantic
     return "eval" in sem.effects(func) and sem.enclosing_loop(node, "batch") is None \
         and "backward" in sem.cached(("loop_effects", loop, False), lambda: sem.region_effects(sem.body(loop))) \
-        and (sem.grad_mode(node) == "off" or _phase_without_backward(ctx, node, func))
-
-
-def _phase_without_backward(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
-    """``node`` runs in a phase of ``func(phase)`` other than the one that backpropagates: in ``elif phase ==
-    Phase.VAL:`` (or the ``else`` of ``if phase == Phase.TRAIN:``) where every ``backward()`` of ``func`` sits under
-    ``if phase == Phase.TRAIN:`` (pyGAT-style full-batch ``main_loop(phase)``, its validation called under no_grad)."""
-    sem = ctx.semantic
-    params = set(func_params(func))  # type: ignore[arg-type]
-
-    def phase_test(test: ast.AST) -> tuple[str, str] | None:  # ``phase == Phase.TRAIN`` -> ("phase", "Phase.TRAIN")
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) \
-                and isinstance(test.left, ast.Name) and test.left.id in params:
-            return test.left.id, sem.segment(test.comparators[0])
-        return None
-
-    trains: set[tuple[str, str]] = set()
-    for call in sem.local_nodes(func):
-        if isinstance(call, ast.Call) and method_name(call) == "backward":
-            up = next((a for a in sem.ancestors(call) if isinstance(a, ast.If) and phase_test(a.test)
-                       and any(sem.contains(s, call) for s in a.body)), None)
-            if up is None:
-                return False  # (a backward in every phase)
-            trains.add(phase_test(up.test))  # type: ignore[arg-type]
-    if len(trains) != 1:
-        return False
-    (param, value), = trains
-    return any((said := phase_test(test)) and said[0] == param and holds != (said[1] == value)
-               for test, holds in sem.guards.branch_tests(node))  # (the body of another phase, or the training one's else)
+        and (sem.grad_mode(node) == "off" or phase_without_backward(ctx, node, func))
 
 
 def _lambda_calls(ctx: Context, lam: ast.Lambda) -> list[ast.Call]:

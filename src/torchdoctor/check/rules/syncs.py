@@ -207,7 +207,8 @@ def _host_tensor(ctx: Context, target: ast.AST, at: ast.AST) -> str | None:
     if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
         return None
     b = ctx.semantic.binding_at(target.value.id, at)
-    if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "") not in _HOST_TENSORS:
+    if b is None or not isinstance(b.value, ast.Call) or (ctx.call_name(b.value) or "") not in _HOST_TENSORS \
+            or ctx.semantic.guards.never_together(b.node, at):
         return None
     return None if any(k.arg == "device" for k in b.value.keywords) else target.value.id
 

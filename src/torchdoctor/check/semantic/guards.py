@@ -558,6 +558,15 @@ class Guards(GradModes, DeviceChoices):
         return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
             (self.names.call_name(stmt.value) or dotted(stmt.value.func) or "") in EXITS
 
+    def never_together(self, a: ast.AST, b: ast.AST) -> bool:
+        """``a`` and ``b`` sit on opposite sides of one test, or of two tests of the same text (``if use_torch:
+        acts = torch.empty(n)`` / ``else: acts = np.empty(n)``, later ``if use_torch: acts[i] = out``): a run takes
+        one or the other (the flag is a setting, not rebound between them)."""
+        if self.in_other_branch(a, b):
+            return True
+        sides = {self.segment(t): holds for t, holds in self.branch_tests(a)}
+        return any(sides.get(self.segment(t), holds) != holds for t, holds in self.branch_tests(b))
+
     def in_other_branch(self, a: ast.AST, b: ast.AST) -> bool:
         """``a`` and ``b`` sit in the two exclusive branches of one ``if`` (AMP on / AMP off)."""
         fa = self.index.frame.get(a)

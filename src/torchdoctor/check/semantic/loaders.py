@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import call_argument, dotted, method_name, param_default, string_value
+from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.counts import few_passes
@@ -446,15 +446,36 @@ def _moves_off_cpu(sem: SemanticModel, node: ast.Call) -> bool:
 
 def _transform_moves(sem: SemanticModel, dataset: ast.Call) -> bool:
     """``datasets.MNIST(..., transform=img_transform)`` whose transform ends with ``transforms.Lambda(lambda x:
-    x.to(device))``: every item comes out on the device."""
-    for kw in dataset.keywords:
-        if kw.arg not in ("transform", "transforms"):
-            continue
-        value = kw.value
+    x.to(device))``, or ``Rows(rows, MakeMask(device))`` handed an object of a class of this file whose ``__call__``
+    makes part of each item on a device (``torch.ones(n, device=self.device)``): items come out on the device."""
+    handed = [kw.value for kw in dataset.keywords if kw.arg in ("transform", "transforms")]
+    handed += [a for a in dataset.args if isinstance(a, ast.Call)]
+    for value in handed:
         if isinstance(value, ast.Name):
             b = sem.binding_at(value.id, dataset)
             value = b.value if b is not None and b.value is not None and not b.is_param else value
-        if any(isinstance(n, ast.Call) and _moves_off_cpu(sem, n) for n in sem.subtree(value)):
+        if value in dataset.args and not _call_makes_on_device(sem, value):
+            continue  # (a positional argument counts as an object of such a class only)
+        if any(isinstance(n, ast.Call) and _moves_off_cpu(sem, n) for n in sem.subtree(value)) \
+                or _call_makes_on_device(sem, value):
+            return True
+    return False
+
+
+def _call_makes_on_device(sem: SemanticModel, value: ast.AST) -> bool:
+    """``MakeMask(device)`` of a class of this file whose ``__call__`` moves what it makes, or makes it with a device
+    that is not the CPU (``torch.ones(a.shape[0], device=self.device)``)."""
+    cls = sem.calls_index.classes.get(dotted(value.func) or "") if isinstance(value, ast.Call) else None
+    call = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__call__"), None) \
+        if cls is not None else None  # type: ignore[attr-defined]
+    if call is None:
+        return False
+    for n in sem.local_nodes(call):
+        if not isinstance(n, ast.Call):
+            continue
+        dev = keyword(n, "device")
+        if _moves_off_cpu(sem, n) or dev is not None and (sem.call_name(n) or "").startswith("torch.") \
+                and string_value(dev.value) != "cpu" and not (isinstance(dev.value, ast.Constant) and dev.value.value is None):
             return True
     return False
 

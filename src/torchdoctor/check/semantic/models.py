@@ -426,8 +426,11 @@ def holds_plain_tensors_only(sem: SemanticModel, cls: ast.AST) -> bool:
 
 
 def _held_parts(value: ast.AST) -> list[ast.AST]:
-    """What an attribute is given: ``self.layers + [Layer(d, d2).to(device)]`` gives the list it appends."""
-    return [value.left, value.right] if isinstance(value, ast.BinOp) else [value]
+    """What an attribute is given: ``self.layers + [Layer(d, d2).to(device)]`` gives the list it appends; other
+    arithmetic (``self.w += x.t() @ err``, a hand-written update) gives a tensor, no layer."""
+    if isinstance(value, ast.BinOp):
+        return [value.left, value.right] if isinstance(value.op, ast.Add) else []
+    return [value]
 
 
 _HELD = (ast.Call, ast.ListComp, ast.List, ast.Dict, ast.Name, ast.Attribute)
@@ -488,9 +491,17 @@ def class_has_no_parameters(sem: SemanticModel, cls: ast.AST, depth: int = 0) ->
             return False
         for _, value in _self_assignments(n):
             if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) and not _plain_tensor(sem, v)
-                   and not _parameter_free_transform(sem, v) for v in _held_parts(value)):
+                   and not _parameter_free_transform(sem, v) and not _activation_kept(sem, v, n) for v in _held_parts(value)):
                 return False
     return True
+
+
+def _activation_kept(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
+    """``self.z2 = self.sigmoid(self.z)`` in ``forward``: an activation kept for a hand-written backward, no layer (a
+    layer made there lazily is a class's: ``self.fc = nn.Linear(n, 1)``)."""
+    func = sem.function_of(stmt)
+    return func is not None and func.name == "forward" and isinstance(value, ast.Call) \
+        and not (dotted(value.func) or "").rsplit(".", 1)[-1][:1].isupper()
 
 
 def _parameter_free_transform(sem: SemanticModel, value: ast.AST) -> bool:
