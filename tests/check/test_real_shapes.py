@@ -319,3 +319,49 @@ def test_a_loss_module_s_test_of_a_device_tensor_runs_every_step_its_callers_run
     if expected:
         [finding] = [f for r in results for f in r.findings if r.path.endswith("losses.py")]
         assert "Loss.forward` at train.py:" in finding.message  # the class's forward, where it is called
+
+
+FIT = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, log_every=100):
+        self.log_every = log_every
+
+    def train(self, model, loader, opt):
+        for epoch in range(3):
+            self.train_session(model, loader, opt)
+
+    def train_session(self, model, loader, opt):
+        device = next(model.parameters()).device  # the device of the model it is handed
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            loss = (model(x) - y).abs().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            print(loss.item())
+"""
+
+
+@pytest.mark.parametrize("call, expected", [
+    ("trainer = Trainer()\ntrainer.train(model, loader, opt)", [(20, "TD603")]),
+    ("Trainer(log_every=10).train(model, loader, opt)", [(20, "TD603")]),
+    ("Trainer().train(torch.nn.Linear(4, 1), loader, opt)", []),  # a model left on the CPU: its batches stay there
+], ids=["through_an_object", "through_a_chained_call", "model_on_the_cpu"])
+def test_a_trainer_class_runs_on_the_device_of_the_moved_model_a_script_hands_it(project: Path, call: str,
+                                                                                  expected) -> None:
+    script = """\
+        import torch
+        from trainer.fit import Trainer
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, pin_memory=True, num_workers=2)
+    """
+    write(project, {"trainer/__init__.py": "", "trainer/fit.py": FIT,
+                    "train.py": textwrap.dedent(script) + call + "\n"})
+    results = check_files(["trainer/fit.py", "train.py"], Settings(root=str(project)))
+    assert codes(results, "fit.py") == expected

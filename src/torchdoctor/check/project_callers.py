@@ -168,15 +168,16 @@ class Callers:
         callers = self._callers(sem, func)
         return bool(callers) and all(r.in_forward for r in callers) and any(r.in_forward == "forward" for r in callers)
 
-    def passes_moved_model(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
+    def passes_moved_model(self, sem: SemanticModel, func: ast.AST, param: str, by_class: bool = False) -> bool:
         """A caller in another module hands ``param`` of ``func`` a model it moved to an accelerator (``Runner(model,
-        opt, cfg)`` after ``model.cuda()``; a method's ``self`` takes no argument slot)."""
+        opt, cfg)`` after ``model.cuda()``; a method's ``self`` takes no argument slot); ``by_class``: a method's
+        calls made through objects of its class (``trainer.train(model, opt)``)."""
         params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
         if params[:1] == ["self"]:
             params = params[1:]
         slot = f"#{params.index(param)}" if param in params else None
         return any(param in r.moved_models or (slot is not None and slot in r.moved_models)
-                   for r in self._callers(sem, func))
+                   for r in self._callers(sem, func, by_class=by_class))
 
     def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False) -> list[CallRecord]:
         """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process

@@ -226,8 +226,23 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
     if not isinstance(parent, ast.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0], ast.Name):
         return None
     name, end = parent.targets[0].id, (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
+    hops = 0
     for use in sem.body(region):
         if isinstance(use, ast.Name) and use.id == name and (use.lineno, use.col_offset) > end:
+            up = sem.parent(use)
+            if isinstance(up, ast.Subscript) and up.value is use and isinstance(up.ctx, ast.Store):
+                if _number(getattr(sem.parent(up), "value", None)):
+                    continue  # ``stop[j, :n] = 0``: marked in place on the host first, with numbers
+                return None  # ``grid[row, :n] = torch.LongTensor(s)``: host data, which must cross the bus anyway
+            again = _rebound_reshaped(sem, use, name)
+            if again is not None and hops < 3:  # ``rng = rng.unsqueeze(0).expand(b, n)``: still the host tensor
+                hops += 1
+                end = (again.end_lineno or again.lineno, again.end_col_offset or 0)
+                continue
+            if (use.lineno, use.col_offset) <= end:
+                continue
+            if not isinstance(use.ctx, ast.Load) and sem.in_other_branch(use, parent):
+                continue  # ``if bi: h0 = torch.zeros(2, b, h)`` / ``else: h0 = torch.zeros(1, b, h)``: the other arm's
             if not isinstance(use.ctx, ast.Load):
                 stmt = sem.statement_of(use)
                 if isinstance(stmt, ast.Assign) and any(isinstance(n, ast.Name) and n.id == name and
@@ -239,6 +254,24 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
                 return None  # ``net(x, t.to(dev))`` then ``host_update(x, t, eps)``: the host needs it as well
             return move
     return None
+
+
+def _number(expr: ast.AST | None) -> bool:
+    if isinstance(expr, ast.UnaryOp):
+        expr = expr.operand
+    return isinstance(expr, ast.Constant) and type(expr.value) in (int, float, bool)
+
+
+def _rebound_reshaped(sem, use: ast.Name, name: str) -> ast.Assign | None:  # type: ignore[no-untyped-def]
+    """The statement ``name = name.unsqueeze(0).expand(b, n)`` (casts, reshapes, fills) that ``use`` starts: the name
+    still holds the host tensor after it."""
+    cur: ast.AST = use
+    while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
+            and call.func is up and (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr in _FILLS):
+        cur = call
+    stmt = sem.parent(cur)
+    return stmt if cur is not use and isinstance(stmt, ast.Assign) and stmt.value is cur and len(stmt.targets) == 1 \
+        and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == name else None
 
 
 def _read_on_the_host_too(sem, name: str, moved: ast.Name, region: ast.AST) -> bool:  # type: ignore[no-untyped-def]
@@ -397,10 +430,15 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
         if not isinstance(call, ast.Call) or call.func is not up:
             return cur
         if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr in _FILLS
-                or up.attr == "expand_as"):
+                or up.attr == "expand_as" or _host_type_cast(sem, call)):
             return cur  # (``.type_as(ref)``: a move to ``ref``'s device, ``_moved_at_once``'s)
         cur = call
     return cur
+
+
+def _host_type_cast(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``.type(torch.ByteTensor)``: a cast to a host tensor type (or a dtype), made on the host."""
+    return method_name(call) == "type" and len(call.args) == 1 and "cuda" not in sem.segment(call.args[0])
 
 
 def _host_factory(ctx: Context, expr: ast.AST) -> bool:

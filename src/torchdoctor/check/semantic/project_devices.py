@@ -43,18 +43,39 @@ def runs_a_moved_model(sem: SemanticModel) -> bool:
 
 
 def _loop_function_given_moved_model(sem: SemanticModel) -> bool:
-    """A training function of this file that calls the model it is given (``def train(model, loader, ...)``:
+    """A training function (or method) of this file that calls the model it is given (``def train(model, loader, ...)``:
     ``loss = model(batch)``, then ``loss.backward()``; the model moves its batches itself), and a caller in another
     module hands it a model it moved to the GPU (``train(net.to(args.device), ...)`` with ``--device cuda:0``)."""
     for call in sem.calls_named("backward"):
         func = sem.function_of(call)
-        if func is None or sem.class_of(func) is not None or sem.function_of(func) is not None \
-                or not sem.is_backward_call(call):
-            continue
+        if func is None or sem.function_of(func) is not None or not sem.is_backward_call(call):
+            continue  # (a method too: ``Trainer().train(model, opt)``, through objects of its class)
         params = {a.arg for a in func.args.args}  # type: ignore[attr-defined]
         called = {c.func.id for c in sem.local_nodes(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
                   and c.func.id in params}
-        if any(sem.project.passes_moved_model(sem, func, param) for param in sorted(called)):  # type: ignore[union-attr]
+        if any(_handed_a_moved_model(sem, func, param, 0) for param in sorted(called)):
+            return True
+    return False
+
+
+def _handed_a_moved_model(sem: SemanticModel, func: ast.AST, param: str, depth: int) -> bool:
+    """A caller in another module hands ``param`` of ``func`` a model it moved, or (two levels up at most) a function of
+    this file hands on its own parameter that such a caller gives it (``def train(self, model, opt):
+    self.train_session(model, opt, session)``, after ``trainer.train(model.to(device), opt)`` elsewhere)."""
+    if sem.project.passes_moved_model(sem, func, param, by_class=sem.class_of(func) is not None):  # type: ignore[union-attr]
+        return True
+    if depth >= 2:
+        return False
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if params[:1] == ["self"]:
+        params = params[1:]
+    slot = params.index(param) if param in params else None
+    for site in sem.call_sites(func):
+        arg = site.args[slot] if slot is not None and slot < len(site.args) else next(
+            (k.value for k in site.keywords if k.arg == param), None)
+        outer = sem.function_of(site)
+        b = sem.binding_at(arg.id, site) if isinstance(arg, ast.Name) and outer is not None else None
+        if b is not None and b.is_param and b.node is outer and _handed_a_moved_model(sem, outer, arg.id, depth + 1):
             return True
     return False
 

@@ -327,6 +327,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     held = _held_instances(sem, names)
     for call in sem.calls:
         written = dotted(call.func)
+        if written is None and isinstance(call.func, ast.Attribute) and isinstance(obj := call.func.value, ast.Call) \
+                and (ctor := dotted(obj.func)) and ctor.split(".")[0] in names and ctor.rsplit(".", 1)[-1][:1].isupper():
+            written = f"{ctor}.{call.func.attr}"  # ``Trainer(cfg).train(model, opt)``: the method of an object made here
         if written is None:
             continue
         if written.split(".")[0] not in names:
