@@ -365,3 +365,81 @@ def test_a_trainer_class_runs_on_the_device_of_the_moved_model_a_script_hands_it
                     "train.py": textwrap.dedent(script) + call + "\n"})
     results = check_files(["trainer/fit.py", "train.py"], Settings(root=str(project)))
     assert codes(results, "fit.py") == expected
+
+
+@pytest.mark.parametrize("data, train, expected", [
+    # loaders a factory returns in a dict comprehension (QM9 pipelines), to a script that trains on the GPU
+    ("""\
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+
+
+        def get_loaders(bs, workers):
+            sets = {s: TensorDataset(torch.randn(64, 4), torch.randn(64, 1)) for s in ("train", "valid")}
+            return {s: DataLoader(ds, batch_size=bs, shuffle=s == "train", num_workers=workers) for s, ds in sets.items()}
+    """, """\
+        loaders = get_loaders(8, 2)
+        for x, y in loaders["train"]:
+            loss = ((model(x.to(device)) - y.to(device)) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """, [(7, "TD304")]),
+    # a loader factory whose importer trains through a method of a model class of a third module
+    ("""\
+        from torch.utils.data import DataLoader
+
+
+        def get_loaders(ds, bs):
+            return DataLoader(ds, batch_size=bs, shuffle=True, pin_memory=True)
+    """, """\
+        loader = get_loaders(None, 8)
+        for epoch in range(3):
+            model.run_epoch(loader, opt)
+    """, [(5, "TD305")]),
+    # the same factory for a script that only evaluates: no training program
+    ("""\
+        from torch.utils.data import DataLoader
+
+
+        def get_loaders(ds, bs):
+            return DataLoader(ds, batch_size=bs, shuffle=True, pin_memory=True)
+    """, """\
+        loader = get_loaders(None, 8)
+        with torch.no_grad():
+            for x, y in loader:
+                print(model(x.to(device)).sum().item())
+    """, []),
+], ids=["dict_comprehension_of_loaders", "importer_trains_through_a_model_method", "importer_evaluates"])
+def test_loaders_a_factory_builds_for_a_gpu_training_script(project: Path, data: str, train: str, expected) -> None:
+    model = """\
+        import torch
+
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(4, 1)
+
+            def forward(self, x):
+                return self.fc(x)
+
+            def run_epoch(self, loader, opt):
+                for x, y in loader:
+                    loss = (self(x.cuda()) - y.cuda()).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+    """
+    head = """\
+        import torch
+        from data import get_loaders
+        from model import Net
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = Net().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    """
+    write(project, {"data.py": data, "model.py": model, "train.py": textwrap.dedent(head) + textwrap.dedent(train)})
+    results = check_files(["data.py", "model.py", "train.py"], Settings(root=str(project)))
+    assert codes(results, "data.py") == expected

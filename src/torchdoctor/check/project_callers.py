@@ -90,6 +90,33 @@ class Callers:
         importers = self._module_importers(self.state.absolute(sem.path))
         return any(_DATA_PARALLEL.search(self.state.text(path) or "") for path in importers)
 
+    def trains_here_or_through(self, path: str) -> bool:
+        """The module ``path`` backpropagates, or a module of the project it imports does (``model.run_epoch(loader,
+        opt)`` of a model class whose method trains) and ``path`` turns autograd off nowhere (an evaluation script
+        says ``no_grad``): a training program (memoised per module)."""
+        key = (path, "trains")
+        memo = self.state.mentions
+        if key not in memo:
+            text = self.state.text(path) or ""
+            memo[key] = ".backward(" in text or "no_grad" not in text and "inference_mode" not in text and any(
+                ".backward(" in (self.state.text(found) or "") for found in self._imported_files(path, text))
+        return memo[key]
+
+    def _imported_files(self, path: str, text: str) -> list[str]:
+        """The project's files that the import statements of ``path`` name (read from its import lines)."""
+        out = []
+        for line in import_statements(text):
+            try:
+                stmt = ast.parse(line.strip()).body[0]
+            except (SyntaxError, ValueError, IndexError):
+                continue
+            if isinstance(stmt, ast.ImportFrom):
+                module = stmt.module or ""
+                out += [f for f in [self._module_file(path, stmt.level, module)] if f]
+            elif isinstance(stmt, ast.Import):
+                out += [f for a in stmt.names if (f := self._module_file(path, 0, a.name))]
+        return out
+
     def _imports_module(self, path: str, target: str) -> bool:
         """An import statement of ``path`` (read from its import lines, not its tree) names the module ``target``."""
         for line in import_statements(self.state.text(path) or ""):

@@ -10,7 +10,7 @@ from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, call_argumen
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.host_values import batch_on_device
+from torchdoctor.check.rules.host_values import batch_on_device, reached_from_forward, run_by_forwards
 from torchdoctor.check.rules.steps import per_step_loop
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.models import model_is_stateless, moved_keys
@@ -481,41 +481,14 @@ def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
     func = sem.function_of(node)
     cls = sem.class_of(node)
     if func is not None and cls is not None and cls.name in sem.module_classes and \
-            (func.name == "forward" or _reached_from_forward(ctx, func, cls)):
+            (func.name == "forward" or reached_from_forward(sem, func, cls)):
         return func
-    if func is not None and cls is None and sem.function_of(func) is None and _run_by_forwards(ctx, func):
+    if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func):
         return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
     if func is not None and cls is None and sem.function_of(func) is None and not sem.call_sites(func) \
             and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
         return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules
     return None
-
-
-def _run_by_forwards(ctx: Context, func: ast.AST, depth: int = 0) -> bool:
-    """A module-level helper every call of which is in a module class's ``forward`` (or a method only it calls), or
-    in another such helper (PointNet++'s ``farthest_point_sample``, called by ``sample_and_group``, called by the
-    set abstraction's forward): it runs on every forward."""
-    sem = ctx.semantic
-    sites = sem.call_sites(func)
-    return bool(sites) and depth <= 2 and all(
-        (f := sem.function_of(c)) is not None and f is not func and (
-            (k := sem.class_of(c)) is not None and k.name in sem.module_classes
-            and (f.name == "forward" or _reached_from_forward(ctx, f, k))  # type: ignore[attr-defined]
-            or k is None and sem.function_of(f) is None and _run_by_forwards(ctx, f, depth + 1)) for c in sites)
-
-
-def _reached_from_forward(ctx: Context, func: ast.AST, cls: ast.AST, depth: int = 0) -> bool:
-    """A method of a module class that only its ``forward`` calls (``self._lag_index(x)``, maybe through another
-    such method): it runs on every forward too."""
-    sem = ctx.semantic
-    name = func.name  # type: ignore[attr-defined]
-    if depth > 2 or name.startswith("__"):
-        return False
-    calls = [c for c in sem.calls_named(name) if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
-             and c.func.value.id == "self" and sem.class_of(c) is cls]
-    callers = {sem.function_of(c) for c in calls}
-    return bool(callers) and all(f is not None and f is not func and (f.name == "forward" or _reached_from_forward(  # type: ignore[attr-defined]
-        ctx, f, cls, depth + 1)) for f in callers)
 
 
 def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:

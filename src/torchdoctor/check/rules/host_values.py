@@ -563,17 +563,45 @@ def loader_batch_on_host(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
 
 def forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     """A tensor of a module's ``forward``: one of its inputs (``torch.min(x)``), or what a part returns (``out, h =
-    self.rnn(x)``; ``out[-1]``). Asked only of a reduction's operand: a reduction of it is a tensor where the model
-    runs."""
+    self.rnn(x)``; ``out[-1]``); also of a helper only forwards run (``def focal(pred, gt)``, a loss's). Asked only of
+    a reduction's operand: a reduction of it is a tensor where the model runs."""
     sem = ctx.semantic
     base = expr.value if isinstance(expr, ast.Subscript) else expr
     if not isinstance(base, ast.Name) or base.id == "self":
         return None
     func = sem.function_of(at)
     cls = sem.class_of(func) if func is not None else None
-    if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
+    if func is None or not (cls is not None and cls.name in sem.module_classes  # type: ignore[attr-defined]
+                            and (func.name == "forward" or reached_from_forward(sem, func, cls))
+                            or cls is None and sem.function_of(func) is None and run_by_forwards(sem, func)):
         return None
     return ctx.name(expr) if of_the_forward(sem, base, at, func, 0) else None
+
+
+def run_by_forwards(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    """A module-level helper every call of which is in a module class's ``forward`` (or a method only it calls), or
+    in another such helper (PointNet++'s ``farthest_point_sample``, called by ``sample_and_group``, called by the
+    set abstraction's forward): it runs on every forward."""
+    sites = sem.call_sites(func)
+    return bool(sites) and depth <= 2 and all(
+        (f := sem.function_of(c)) is not None and f is not func and (
+            (k := sem.class_of(c)) is not None and k.name in sem.module_classes
+            and (f.name == "forward" or reached_from_forward(sem, f, k))  # type: ignore[attr-defined]
+            or k is None and sem.function_of(f) is None and run_by_forwards(sem, f, depth + 1)) for c in sites)
+
+
+def reached_from_forward(sem, func: ast.AST, cls: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    """A method of a module class that only its ``forward`` calls (``self._lag_index(x)``, maybe through another
+    such method): it runs on every forward too."""
+    name = func.name  # type: ignore[attr-defined]
+    if depth > 2 or name.startswith("__"):
+        return False
+    calls = [c for c in sem.calls_named(name) if isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+             and c.func.value.id == "self" and sem.class_of(c) is cls]
+    callers = {sem.function_of(c) for c in calls}
+    return bool(callers) and all(f is not None and f is not func and (f.name == "forward" or reached_from_forward(  # type: ignore[attr-defined]
+        sem, f, cls, depth + 1)) for f in callers)
+
 
 
 _REDUCING_METHODS = frozenset({"sum", "mean", "max", "min", "norm", "amax", "amin", "count_nonzero", "prod", "std", "var"})
@@ -603,6 +631,8 @@ def of_the_forward(sem, expr: ast.AST, at: ast.AST, func: ast.AST, depth: int) -
     if isinstance(expr, ast.Compare):  # ``torch.sum(a > 0)``: a mask of an input
         return any(of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, *expr.comparators))
     if isinstance(expr, ast.Call):
+        if method_name(expr) in ("size", "dim", "numel", "nelement", "ndimension", "stride", "tolist", "item"):
+            return False  # ``b, v, f = x.size()``: Python ints (a read already, when ``.item()``)
         if isinstance(expr.func, ast.Attribute) and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "self":
             return True  # ``self.rnn(x)``: a part's output
         if (sem.call_name(expr) or "").startswith("torch."):

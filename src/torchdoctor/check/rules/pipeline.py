@@ -226,7 +226,10 @@ def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:
     sem = ctx.semantic
     if sem.project is None or sem.function_of(node) is None or program.in_test(sem, node):
         return False
-    parent = sem.parent(node)
+    top = node
+    while isinstance(up := sem.parent(top), (ast.DictComp, ast.ListComp, ast.Dict, ast.List, ast.Tuple)):
+        top = up  # ``return {split: DataLoader(ds, ...) for split, ds in sets.items()}``: loaders in a container
+    parent = sem.parent(top)
     names = {dotted(t) for t in parent.targets} if isinstance(parent, ast.Assign) else set()
     func = sem.function_of(node)
     yields = any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in sem.local_nodes(func))
@@ -285,14 +288,15 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
 
 def _importer_trains(ctx: Context, node: ast.AST) -> bool:
     """A loader factory (``def make_loaders(root, bs): ... return train_loader, test_loader``) whose accelerated
-    importer backpropagates (``from data import make_loaders`` in train.py, then ``loss.backward()``)."""
+    importer backpropagates (``from data import make_loaders`` in train.py, then ``loss.backward()``), itself or in a
+    module it imports (``model.run_epoch(loader, opt)`` of a model class whose method trains)."""
     sem = ctx.semantic
     func = sem.function_of(node)
     if sem.project is None or func is None or program.runs_on_accelerator(sem):
         return False
     cls = sem.class_of(func)
     user = sem.project.accelerated_importer(sem, cls.name if cls is not None else func.name)  # type: ignore[attr-defined]
-    return bool(user) and ".backward(" in (sem.project.state.text(user) or "")  # type: ignore[attr-defined]
+    return bool(user) and sem.project.trains_here_or_through(user)  # type: ignore[attr-defined]
 
 
 def _trains(ctx: Context) -> bool:

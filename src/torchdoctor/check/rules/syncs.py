@@ -54,7 +54,27 @@ def _report(ctx: Context, node: ast.AST, what: str) -> None:
         report_sync_for_callers(ctx, node, what)  # (callers that run on an accelerator only)
 
 
-def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+def _handed_device_tensors(ctx: Context, name: ast.Name, at: ast.AST, depth: int) -> bool:
+    """``yhat`` of ``def accuracy(yhat, y)``, a helper of this file every call of which hands it a device tensor at that
+    place (``accuracy(torch.sigmoid(model(x)), y)`` after the model moved): one on the device here too."""
+    sem = ctx.semantic
+    b = sem.binding_at(name.id, at)
+    func = b.node if b is not None and b.is_param else None
+    if depth > 1 or func is None or isinstance(func, ast.Lambda) or sem.function_of(func) is not None \
+            or sem.class_of(func) is not None:
+        return False
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    slot = params.index(name.id) if name.id in params else None
+    sites = sem.call_sites(func)
+    if not all(isinstance(site.func, ast.Name) and site.func.id == func.name for site in sites):
+        return False  # (through ``partial(helper, flag)`` or an alias: the arguments sit in other places)
+    args = [site.args[slot] if slot is not None and slot < len(site.args) else
+            next((k.value for k in site.keywords if k.arg == name.id), None) for site in sites]
+    return bool(sites) and all(isinstance(arg, ast.Name) and _device_tensor_name(ctx, arg, site, depth + 1)
+                               for arg, site in zip(args, sites))
+
+
+def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
     """``expr`` names a tensor the program keeps on the device (its kind is known to be a tensor)."""
     if isinstance(expr, ast.Name):
         sem = ctx.semantic
@@ -63,14 +83,16 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
             return expr.id if batch_on_device(ctx, expr.id, at, loop) else None
         if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at) \
                 and not _backpropagated_param(ctx, expr, at) \
-                and not (loop is not None and computed_from_moved(ctx, expr.id, at, loop)):
+                and not (loop is not None and computed_from_moved(ctx, expr.id, at, loop)) \
+                and not _handed_device_tensors(ctx, expr, at, depth):
             return None  # (``pos_total = (label != 0).sum()`` of a batch moved element by element: on the device)
         return None if host_number(ctx, expr, at) or made_on_host(ctx, expr, at) else expr.id
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"
                                             or _meter_of_device_tensors(ctx, expr, at)):
         return ctx.name(expr)  # (``p.grad``: a gradient lives where its parameter does)
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, (ast.Name, ast.Constant)) \
-            and _device_tensor_name(ctx, expr.value, at) and ctx.semantic.kind_of(expr.value.id, at) == "tensor":
+            and _device_tensor_name(ctx, expr.value, at, depth) and (ctx.semantic.kind_of(expr.value.id, at) == "tensor"
+                                                                     or _handed_device_tensors(ctx, expr.value, at, depth)):
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
     return None
 
