@@ -443,3 +443,46 @@ def test_loaders_a_factory_builds_for_a_gpu_training_script(project: Path, data:
     write(project, {"data.py": data, "model.py": model, "train.py": textwrap.dedent(head) + textwrap.dedent(train)})
     results = check_files(["data.py", "model.py", "train.py"], Settings(root=str(project)))
     assert codes(results, "data.py") == expected
+
+
+@pytest.mark.parametrize("loaders, epoch_body, expected", [
+    ("return DataLoader(ds, batch_size=bs, sampler=DistributedSampler(ds), pin_memory=True, num_workers=2)",
+     "", [(13, "TD701")]),
+    ("return DataLoader(ds, batch_size=bs, sampler=DistributedSampler(ds), pin_memory=True, num_workers=2)",
+     "loader.sampler.set_epoch(epoch)", []),
+    ("return DataLoader(ds, batch_size=bs, sampler=DistributedSampler(ds, shuffle=False), pin_memory=True, "
+     "num_workers=2)", "", []),
+], ids=["sampler_of_a_helper", "set_epoch_called", "sampler_that_does_not_shuffle"])
+def test_a_distributed_sampler_a_helper_module_builds_needs_set_epoch(project: Path, loaders: str, epoch_body: str,
+                                                                      expected) -> None:
+    helper = f"""\
+        from torch.utils.data import DataLoader, DistributedSampler
+
+
+        def load_data(ds, bs):
+            {loaders}
+    """
+    script = f"""\
+        import torch
+        import torch.multiprocessing as mp
+        from torch.distributed import init_process_group
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        import loaders
+
+
+        def main(rank, world, ds):
+            init_process_group("nccl" if torch.cuda.is_available() else "gloo", rank=rank, world_size=world)
+            loader = loaders.load_data(ds, 4)
+            model = DDP(torch.nn.Linear(4, 1).to(rank), device_ids=[rank])
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                {epoch_body or "pass"}
+                for x, y in loader:
+                    loss = (model(x.to(rank)) - y.to(rank)).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+    """
+    write(project, {"loaders.py": helper, "train.py": script})
+    results = check_files(["loaders.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "train.py") if c[1] == "TD701"] == expected

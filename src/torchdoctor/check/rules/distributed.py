@@ -10,6 +10,7 @@ from torchdoctor.check.astutil import argument, dotted, is_true, method_name, st
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, program
+from torchdoctor.check.semantic.processes import shuffling_samplers
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -233,24 +234,40 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
     Use instead: `torch.cuda.set_device(local_rank)` at start-up, or `torch.device("cuda", local_rank)`.
     """
     sem = ctx.semantic
-    if not program.is_ddp_program(sem) or _sets_rank_device(ctx) or _has_indexed_device(ctx) \
+    if not program.is_ddp_program(sem) or _sets_rank_device(ctx) \
             or program.accelerator_api(sem) or program.sets_device_through_helper(sem) or not _starts_processes(ctx) \
             or program.single_process_world(sem) or _hf_trainer(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
-    sites = [site for site in cuda_sites.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)]
+    sites = [site for site in cuda_sites.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)
+             and not _moved_again_to_an_index(ctx, site.node)]
     if sites and _rank_per_node(ctx):
         return
     if sites and (_helper_sets_device(ctx) or sem.project is not None and (
             sem.project.importer_sets_device(sem) or sem.project.importer_wraps_data_parallel(sem))):
         return  # (asked last: it reads the modules the file calls into, or those that import it)
+    where = "it lands on GPU 0 in every rank, while the rank's other work goes to its own GPU" \
+        if sites and _has_indexed_device(ctx) else "every rank runs on GPU 0"
     for site in sites:
         ctx.report(
             "TD705",
             site.node,
-            f"`{site.text}` names no GPU index in a DDP program that never calls `torch.cuda.set_device`: "
-            "every rank runs on GPU 0",
+            f"`{site.text}` names no GPU index in a DDP program that never calls `torch.cuda.set_device`: {where}",
             fix='call `torch.cuda.set_device(local_rank)` first, or use `torch.device("cuda", local_rank)`',
         )
+
+
+def _moved_again_to_an_index(ctx: Context, node: ast.AST) -> bool:
+    """``model = model.cuda()``, then ``model = model.to(opt.local_rank)`` before DDP wraps it: on its rank's GPU in the
+    end (a move to a rank index of the same name, later in the same scope)."""
+    sem = ctx.semantic
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return False
+    stmt = sem.parent(node)
+    key = dotted(stmt.targets[0]) if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else dotted(node.func.value)
+    return bool(key) and any(
+        dotted(c.func.value) == key and (c.args or c.keywords) and sem.scope_of(c) is sem.scope_of(node)  # type: ignore[attr-defined]
+        and (c.lineno, c.col_offset) > (node.lineno, node.col_offset) for c in sem.calls_named("to", "cuda")
+        if isinstance(c.func, ast.Attribute) and _has_indexed_device(ctx))
 
 
 def _rank_per_node(ctx: Context) -> bool:
@@ -376,23 +393,6 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
 # ---- TD701 ---------------------------------------------------------------------
 
 
-def _shuffling_samplers(ctx: Context) -> list[ast.Call]:
-    """DistributedSampler constructions that shuffle (the default), and mmengine's DefaultSampler (it shuffles
-    by seed + epoch, distributed, and learns the epoch from ``set_epoch`` too)."""
-    out = []
-    for n in ctx.semantic.calls_named("DistributedSampler", "DefaultSampler"):
-        name = ctx.call_name(n) or ""
-        if name.startswith("torch.utils.data") and name.endswith(".DistributedSampler"):
-            shuffle = argument(n, "shuffle", 3)
-        elif name.startswith("mmengine.") and name.endswith(".DefaultSampler"):
-            shuffle = argument(n, "shuffle", 1)
-        else:
-            continue
-        if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
-            out.append(n)
-    return out
-
-
 @rule("TD701", ast.For, ast.AsyncFor)
 def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
     """`DistributedSampler` without `sampler.set_epoch(epoch)`: reported on the outermost epoch loop of a file
@@ -401,17 +401,21 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
     sem = ctx.semantic
     if sem.loop_kind(node) != "epoch" or sem.enclosing_loop(node, "epoch") is not None:
         return
-    samplers = _shuffling_samplers(ctx)
-    if not samplers:
+    samplers = shuffling_samplers(sem)
+    helper = None if samplers else _sampler_from_a_helper(ctx, node)
+    if not samplers and helper is None:
         return
-    sampler = ctx.name(samplers[0], 50)
+    sampler = ctx.name(samplers[0], 50) if samplers else ""
     if len(sampler) > 50:
         sampler = "DistributedSampler(...)"
+    sampler = f"`{sampler}`" if samplers else f"the DistributedSampler that `{ctx.name(helper.func)}(...)` builds"
     set_epochs = sem.calls_named("set_epoch")
+    if set_epochs and not samplers:
+        return  # (a helper's sampler, and a ``set_epoch`` here: told the epoch)
     if set_epochs:
         flag = _flag_only_set_epoch(ctx, set_epochs, samplers)
         if flag is not None:
-            ctx.report("TD701", node, f"`{sampler}` is built (and shuffles) whatever `{flag}` is, but `set_epoch(epoch)` "
+            ctx.report("TD701", node, f"{sampler} is built (and shuffles) whatever `{flag}` is, but `set_epoch(epoch)` "
                        f"is only called `if {flag}`: when it is false, every epoch sees the same order",
                        fix=f"call `set_epoch(epoch)` whenever the sampler is a DistributedSampler, not only `if {flag}`")
         return
@@ -421,10 +425,25 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
     ctx.report(
         "TD701",
         node,
-        f"`{sampler}` shuffles, but this epoch loop never calls `set_epoch(epoch)`: "
+        f"{sampler} shuffles, but this epoch loop never calls `set_epoch(epoch)`: "
         "every epoch sees the same order",
         fix="call `sampler.set_epoch(epoch)` at the start of each epoch",
     )
+
+
+def _sampler_from_a_helper(ctx: Context, loop: ast.AST) -> ast.Call | None:
+    """``loader = loaders.load_data(ds, bs)``, a function of another module that builds the loader with a shuffling
+    DistributedSampler and calls no ``set_epoch``, iterated by a batch loop of this epoch loop: the call."""
+    sem = ctx.semantic
+    for inner in [n for n in sem.body(loop) if isinstance(n, (ast.For, ast.AsyncFor))]:
+        source = sem.loader_of(inner) if sem.is_batch_loop(inner) else None
+        b = sem.binding_at(source.id, inner) if isinstance(source, ast.Name) else None
+        made = b.value if b is not None and not b.is_param and b.index is None else source
+        ext = sem.external(made) if isinstance(made, ast.Call) else None
+        effects = getattr(ext, "effects", ())
+        if "dsampler" in effects and "set_epoch" not in effects:
+            return made  # type: ignore[return-value]
+    return None
 
 
 def _counts_epochs(loop: ast.For) -> bool:

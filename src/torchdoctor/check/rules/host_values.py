@@ -582,6 +582,12 @@ def run_by_forwards(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore
     """A module-level helper every call of which is in a module class's ``forward`` (or a method only it calls), or
     in another such helper (PointNet++'s ``farthest_point_sample``, called by ``sample_and_group``, called by the
     set abstraction's forward): it runs on every forward."""
+    if depth == 0:
+        return sem.cached(("run_by_forwards", func), lambda: _run_by_forwards(sem, func, 0))  # type: ignore[no-any-return]
+    return _run_by_forwards(sem, func, depth)
+
+
+def _run_by_forwards(sem, func: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
     sites = sem.call_sites(func)
     return bool(sites) and depth <= 2 and all(
         (f := sem.function_of(c)) is not None and f is not func and (

@@ -63,6 +63,11 @@ def _handed_device_tensors(ctx: Context, name: ast.Name, at: ast.AST, depth: int
     if depth > 1 or func is None or isinstance(func, ast.Lambda) or sem.function_of(func) is not None \
             or sem.class_of(func) is not None:
         return False
+    return sem.cached(("handed_device_tensors", func, name.id), lambda: _all_sites_hand_device_tensors(ctx, func, name, depth))
+
+
+def _all_sites_hand_device_tensors(ctx: Context, func: ast.AST, name: ast.Name, depth: int) -> bool:
+    sem = ctx.semantic
     params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
     slot = params.index(name.id) if name.id in params else None
     sites = sem.call_sites(func)

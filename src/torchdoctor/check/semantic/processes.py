@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, int_literal, keyword, string_value
+from torchdoctor.check.astutil import argument, dotted, int_literal, keyword, string_value
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["names_process_group", "is_ddp_program", "is_rpc_program", "single_process_world"]
+__all__ = ["names_process_group", "is_ddp_program", "is_rpc_program", "single_process_world", "shuffling_samplers"]
 
 
 _PROCESS_GROUP_WORDS = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP", "RANK", "WORLD_SIZE")
@@ -66,3 +66,26 @@ def single_process_world(sem: SemanticModel) -> bool:
                 and string_value(target.slice) == "WORLD_SIZE" and string_value(n.value) == "1":  # type: ignore[attr-defined]
             return True
     return False
+
+
+def shuffling_samplers(sem: SemanticModel, nodes: list[ast.AST] | None = None) -> list[ast.Call]:
+    """DistributedSampler constructions that shuffle (the default), and mmengine's DefaultSampler (it shuffles by seed
+    + epoch, distributed, and learns the epoch from ``set_epoch`` too): of the file, or among ``nodes``."""
+    if "Sampler" not in sem.text.source:
+        return []
+    calls = sem.calls_named("DistributedSampler", "DefaultSampler")
+    if nodes is not None:
+        inside = {id(n) for n in nodes}
+        calls = [c for c in calls if id(c) in inside]
+    out = []
+    for n in calls:
+        name = sem.call_name(n) or ""
+        if name.startswith("torch.utils.data") and name.endswith(".DistributedSampler"):
+            shuffle = argument(n, "shuffle", 3)
+        elif name.startswith("mmengine.") and name.endswith(".DefaultSampler"):
+            shuffle = argument(n, "shuffle", 1)
+        else:
+            continue
+        if not (isinstance(shuffle, ast.Constant) and shuffle.value is False):
+            out.append(n)
+    return out

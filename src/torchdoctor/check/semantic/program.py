@@ -16,13 +16,13 @@ from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.project_devices import MOVE_CALLS, device_from_project_helper, \
     model_from_project_builder, runs_a_moved_model
 from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program, names_process_group, \
-    single_process_world
+    shuffling_samplers, single_process_world
 
 __all__ = ["has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "device_params", "in_test",
            "QUIET_IN_TESTS", "uses_gpu_only_library", "requires_gpu_only_library", "cpu_device_value", "subclass_of_an_accelerated_class", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
            "sets_device_through_helper", "imports_gpu_only", "single_process_world", "in_dead_branch",
-           "states_gpu_need", "refuses_cpu"]
+           "states_gpu_need", "refuses_cpu", "shuffling_samplers"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
 # sharded, a tiny model on whatever device): these hints about speed, style and multi-GPU wiring are

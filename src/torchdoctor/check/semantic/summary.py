@@ -176,6 +176,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         "compile(" not in source
     says_cuda, moves_to_cuda = "cuda" in source, ".cuda(" in source  # (once: a scan of the text for each function cost 2 %)
     asks_gpus = "is_available" in source or "device_count" in source
+    samplers = "Sampler(" in source
     for funcs in sem.functions.values():
         for func in funcs:
             frame = sem.frame(func)
@@ -190,6 +191,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 effects -= {"sync", "read"}  # (stylegan2's ``augment``: ``torch.empty(2).uniform_(...)...item()``)
             if asks_gpus and program.refuses_cpu(sem, func):
                 effects |= {"needs_gpu"}  # (not one of EFFECTS: said only to the callers in other modules)
+            if samplers and program.shuffling_samplers(sem, sem.local_nodes(func)):
+                effects |= {"dsampler"}  # (builds a shuffling DistributedSampler: its caller must call set_epoch)
             has_loop = "backward" in effects or bool(EVAL_FUNC.search(func.name)) and any(  # type: ignore[attr-defined]
                 isinstance(n, _LOOPS) for n in sem.local_nodes(func))
             returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else \
@@ -544,7 +547,8 @@ def _in_a_stepped_forward(sem: SemanticModel, call: ast.Call, depth: int) -> boo
     if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes \
             or sem.under_step_guard(call):
         return False
-    return any(_per_step(sem, c, depth + 1) for c in sem.object_calls(cls.name))
+    return sem.cached(("stepped_objects", cls.name, depth),  # type: ignore[no-any-return]
+                      lambda: any(_per_step(sem, c, depth + 1) for c in sem.object_calls(cls.name)))
 
 
 _DEBUG_SWITCH = lazy(r"(?i)^(debug|verbose|test|vis|visuali[sz]e|show|plot|save_results?)$")
