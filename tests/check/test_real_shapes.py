@@ -486,3 +486,41 @@ def test_a_distributed_sampler_a_helper_module_builds_needs_set_epoch(project: P
     write(project, {"loaders.py": helper, "train.py": script})
     results = check_files(["loaders.py", "train.py"], Settings(root=str(project)))
     assert [c for c in codes(results, "train.py") if c[1] == "TD701"] == expected
+
+
+@pytest.mark.parametrize("under, expected", [
+    ("with torch.no_grad():", []),
+    ("if True:", [(6, "TD401")]),
+], ids=["callers_two_calls_up_without_grad", "callers_with_autograd"])
+def test_an_inference_helper_whose_callers_two_calls_up_turn_autograd_off(project: Path, under: str, expected) -> None:
+    data = """\
+        import torch
+
+
+        class Scales:
+            def infer(self, model, img):
+                return model(img)
+
+            def multi_scale(self, model, img):
+                out = torch.zeros(1, device=img.device)
+                for s in [1.0, 1.5]:
+                    out = out + self.infer(model, img * s).sum()
+                return out
+    """
+    script = f"""\
+        import torch
+        from pkg.data import Scales
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+        def testval(model, loader):
+            scales = Scales()
+            model.eval()
+            {under}
+                for img in loader:
+                    print(scales.multi_scale(model, img.to(device)))
+    """
+    write(project, {"pkg/__init__.py": "", "pkg/data.py": data, "evaluate.py": script})
+    results = check_files(["pkg/data.py", "evaluate.py"], Settings(root=str(project)))
+    assert codes(results, "data.py") == expected

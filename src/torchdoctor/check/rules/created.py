@@ -571,8 +571,9 @@ def _handed_numbers(ctx: Context, func: ast.AST, param: str) -> bool:
         given = call_argument(site, func, param)  # type: ignore[arg-type]
         if isinstance(given, ast.UnaryOp):
             given = given.operand
-        if isinstance(given, ast.Constant) and type(given.value) in (int, float):
-            continue
+        if isinstance(given, ast.Constant) and type(given.value) in (int, float) \
+                or isinstance(given, (ast.Call, ast.Subscript)) and _host_number(given):
+            continue  # (``y.size(1)``, ``x.shape[0]``, ``len(xs)``: shapes and counts are Python ints)
         b = sem.binding_at(dotted(given), site) if isinstance(given, (ast.Name, ast.Attribute)) and dotted(given) else None
         value = b.value if b is not None and not b.is_param and b.index is None else None
         if not (isinstance(value, ast.Constant) and type(value.value) in (int, float)):

@@ -351,8 +351,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("cpu", "numpy") and not expr.args:
         return True  # ``out.detach().cpu()``: copied to the host (that copy is the sync, reported where it is)
     if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to" and ctx.semantic.is_device_move(expr) \
-            and (ctx.semantic.move_device(expr) or "").strip("'\"") == "cpu":
-        return True  # ``probs_host = probs.to("cpu")``: likewise
+            and ((ctx.semantic.move_device(expr) or "").strip("'\"") == "cpu" or _cpu_device_name(ctx, expr)):
+        return True  # ``probs_host = probs.to("cpu")``: likewise; ``.to(loss_device)`` of ``torch.device("cpu")``
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE and not name.startswith("torch."):
         return made_on_host(ctx, expr.func.value, at, depth)  # ``losses.mean()`` of a host tensor
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("sample", "rsample") and not expr.args:
@@ -375,6 +375,15 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
             and not _moving_lambda(ctx, expr.func, at)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _cpu_device_name(ctx: Context, move: ast.Call) -> bool:
+    """``.to(loss_device)`` where every binding of ``loss_device`` is the CPU (``torch.device("cpu")``: a loss computed
+    on the host on purpose)."""
+    arg = move.args[0] if move.args else next((k.value for k in move.keywords if k.arg == "device"), None)
+    bound = ctx.semantic.bindings_of(arg.id) if isinstance(arg, ast.Name) else []
+    return bool(bound) and all(not b.is_param and b.value is not None and program.cpu_device_value(ctx.semantic, b.value)
+                               for b in bound)
 
 
 def _moving_lambda(ctx: Context, func: ast.Name, at: ast.AST) -> bool:

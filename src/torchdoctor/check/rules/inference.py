@@ -172,12 +172,12 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     if any(isinstance(n, ast.Call) and sem.mode_call(n) == "eval" for n in nodes):
         return  # (its forwards after the ``.eval()`` are reported as such)
     sites = sem.call_sites(func)
-    if sites and all(sem.under_no_grad(c) for c in sites) or any(sem.feeds_backward(c) for c in sites):
+    if any(sem.feeds_backward(c) for c in sites):
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
     if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
         return  # a model's own computation (Transformer-XL's ``sample_logits``, its sampled-softmax loss in ``forward``)
-    if sem.called_elsewhere_without_grad(func):
-        return  # every caller in another module runs it under no_grad (facenet's MTCNN.detect -> detect_face)
+    if _callers_without_grad(ctx, func):
+        return  # every caller runs it under no_grad, here or in another module (facenet's MTCNN.detect -> detect_face)
     for call in nodes:
         if isinstance(call, ast.Call) and flow.consumer_kind(sem, call) == "model" and not sem.under_no_grad(call) \
                 and sem.enclosing_loop(call, "eval") is None:
@@ -553,14 +553,18 @@ def _paths_without_grad(ctx: Context, func: ast.AST, depth: int, seen: set[ast.A
                and _paths_without_grad(ctx, outer, depth + 1, seen) for s in sites)
 
 
-def _callers_without_grad(ctx: Context, func: ast.AST) -> bool:
-    """Every call of the method runs without autograd: in this file, or, when it has none here, in the other modules
-    of the project (``self.critic.estimate(obs)`` of an agent, reached under ``torch.no_grad()``)."""
+def _callers_without_grad(ctx: Context, func: ast.AST, depth: int = 0) -> bool:
+    """Every call of the function (a method: through objects of its class) runs without autograd: in this file, or,
+    when it has none here, in the other modules of the project (``self.critic.estimate(obs)`` of an agent, reached
+    under ``torch.no_grad()``); a call here in a function whose own callers all run without it counts too, two
+    levels up (``self.inference(model, img)`` in ``multi_scale_inference``, which ``testval`` calls under no_grad)."""
     sem = ctx.semantic
     sites = sem.call_sites(func)
     if sites:
-        return all(sem.under_no_grad(s) for s in sites)
-    return sem.called_elsewhere_without_grad(func, by_class=True)
+        return all(sem.under_no_grad(s) or depth < 2 and (outer := sem.function_of(s)) is not None and outer is not func
+                   and not any(sem.guards.grad_call(d) == "on" for d in outer.decorator_list)  # type: ignore[attr-defined]
+                   and _callers_without_grad(ctx, outer, depth + 1) for s in sites)
+    return sem.called_elsewhere_without_grad(func, by_class=sem.class_of(func) is not None)
 
 
 _NOT_FORWARDS = frozenset({"eval", "train", "parameters", "named_parameters", "modules", "children", "to", "cuda", "cpu",

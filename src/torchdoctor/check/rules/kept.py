@@ -354,9 +354,11 @@ def returned_copy(ctx: Context, node: ast.Call) -> bool:
     sem = ctx.semantic
     cur: ast.AST = node
     up = sem.parent(cur)
-    while isinstance(up, ast.Attribute) and up.attr in _ON_HOST and isinstance(call := sem.parent(up), ast.Call) \
+    as_array = False  # (after ``.numpy()`` every method is NumPy's: ``.astype(np.float64)``, ``.ravel()``)
+    while isinstance(up, ast.Attribute) and (up.attr in _ON_HOST or as_array) and isinstance(call := sem.parent(up), ast.Call) \
             and call.func is up or isinstance(up, ast.Subscript) and up.value is cur and method_name(cur) == "numpy":
         cur = up if isinstance(up, ast.Subscript) else sem.parent(up)  # (``.cpu().numpy()[:, 0]``: a slice of the array)
+        as_array = as_array or method_name(cur) in ("numpy", "tolist")
         up = sem.parent(cur)
     if isinstance(up, ast.Dict) and cur in up.values:  # ``{"rois": boxes.cpu().numpy(), ...}``: a record of arrays
         cur, up = up, sem.parent(up)
