@@ -524,3 +524,48 @@ def test_an_inference_helper_whose_callers_two_calls_up_turn_autograd_off(projec
     write(project, {"pkg/__init__.py": "", "pkg/data.py": data, "evaluate.py": script})
     results = check_files(["pkg/data.py", "evaluate.py"], Settings(root=str(project)))
     assert codes(results, "data.py") == expected
+
+
+@pytest.mark.parametrize("decorator, expected", [
+    ("@torch.no_grad()", []),
+    ("", [(9, "TD401")]),
+], ids=["forward_turns_autograd_off", "forward_records_a_graph"])
+def test_a_model_class_whose_base_lives_in_a_third_module(project: Path, decorator: str, expected) -> None:
+    base = """\
+        import torch
+
+
+        class BaseModule(torch.nn.Module):
+            def relocate_input(self, xs):
+                device = next(self.parameters()).device
+                return [x.to(device) for x in xs]
+    """
+    vc = f"""\
+        import torch
+        from model.base import BaseModule
+
+
+        class DiffVC(BaseModule):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 8)
+
+            {decorator or "# (no decorator)"}
+            def forward(self, x):
+                return self.fc(x), x
+    """
+    script = """\
+        import torch
+        from model import DiffVC
+
+        use_gpu = torch.cuda.is_available()
+        generator = DiffVC()
+        if use_gpu:
+            generator = generator.cuda()
+        generator.eval()
+        encoded, source = generator.forward(torch.randn(1, 8))
+    """
+    write(project, {"model/__init__.py": "from .vc import DiffVC\n", "model/base.py": base, "model/vc.py": vc,
+                    "infer.py": script})
+    results = check_files(["infer.py", "model/__init__.py", "model/base.py", "model/vc.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "infer.py") if c[1] == "TD401"] == expected

@@ -42,6 +42,10 @@ _RUNS = itertools.count()
 _WORKER_STATES: dict[str, State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
 
 
+_NOT_MODULE_BASES = frozenset({"Dataset", "IterableDataset", "DataLoader", "Exception", "Enum", "ABC", "object", "dict",
+                               "NamedTuple", "Sampler"})
+
+
 class Project(Callers):
     """``files``: the paths checked together; ``root``: where absolute imports of the project start."""
 
@@ -149,8 +153,14 @@ class Project(Callers):
         return self._lookup(sem, written, "class") is not None
 
     def is_module_class(self, sem: SemanticModel, written: str) -> bool | None:
+        """Whether the class ``written`` (imported here) is an ``nn.Module``; None when it is not the project's. A class
+        whose base comes from a third module (``DiffVC(BaseModule)``, read without resolving its imports) is asked
+        through its bases."""
         cls = self._lookup(sem, written, "class")
-        return None if cls is None else cls.is_module  # type: ignore[attr-defined]
+        if cls is None:
+            return None
+        return cls.is_module or any(b[:1].isupper() and b not in _NOT_MODULE_BASES for b in cls.bases) \
+            and self.inherits_module(sem, written)  # type: ignore[attr-defined]
 
     def inherits_module(self, sem: SemanticModel, written: str) -> bool:
         """The class ``written`` (imported here) is an ``nn.Module``, through base classes of other modules too
@@ -216,8 +226,8 @@ class Project(Callers):
 
     def class_quiet_methods(self, sem: SemanticModel, written: str) -> frozenset[str]:
         """The methods of the module class ``written`` (imported here) that turn autograd off themselves."""
-        cls = self._lookup(sem, written, "class")
-        return cls.quiet_methods if cls is not None and cls.is_module else frozenset()  # type: ignore[attr-defined]
+        cls = self._lookup(sem, written, "class")  # (a class whose base comes from a third module: its ``is_module``
+        return cls.quiet_methods if cls is not None else frozenset()  # may be unknown; quiet methods are its own)
 
     def class_paramless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")

@@ -168,7 +168,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          loader_init_passes(sem, cls) if not is_module and builds_a_loader(sem, cls)
                                          else frozenset(),
                                          not is_module and class_collates_arrays(sem, cls),
-                                         methods_without_grad(sem, cls) if is_module else frozenset())
+                                         methods_without_grad(sem, cls) if is_module or cls.bases  # type: ignore[attr-defined]
+                                         else frozenset())  # (a base of another module: maybe a module class)
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
