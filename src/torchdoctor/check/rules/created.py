@@ -357,7 +357,7 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     (``.random_(10)``) or a scaling by a number, or through ``Variable(...)``."""
     top = _host_made(ctx, node)
     up = ctx.semantic.parent(top)
-    call = ctx.semantic.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda", "type_as") else None
+    call = ctx.semantic.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda", "type_as", "type") else None
     return call if isinstance(call, ast.Call) and call.func is up and _move_target(ctx.semantic, call) is not None else None
 
 
@@ -367,6 +367,9 @@ def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-
     if method_name(call) == "type_as":
         return f"{sem.segment(call.args[0])}.device" if len(call.args) == 1 and not call.keywords \
             and isinstance(call.args[0], (ast.Name, ast.Attribute)) else None
+    if method_name(call) == "type":  # ``.type(ref.type())``: cast to the type of ``ref``, on its device
+        ref = _type_of(call.args[0]) if len(call.args) == 1 else None
+        return f"{sem.segment(ref)}.device" if ref is not None else None
     return sem.move_device(call)
 
 
@@ -413,6 +416,10 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
         if isinstance(up, ast.UnaryOp) and isinstance(up.op, ast.USub):
             cur = up
             continue
+        if isinstance(up, ast.Compare) and up.left is cur and len(up.comparators) == 1 \
+                and (_host_number(up.comparators[0]) or isinstance(up.comparators[0], ast.Attribute)):
+            cur = up  # ``(torch.rand(b, n) < p).to(x.device)``: a mask drawn and cut on the host
+            continue
         if isinstance(up, ast.BinOp) and up.left is cur and _host_factory(ctx, up.right):
             cur = up  # ``(torch.ones(k, k) - torch.eye(k)).to(dev)``: two host factories combined, then moved
             continue
@@ -438,7 +445,14 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
 
 def _host_type_cast(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
     """``.type(torch.ByteTensor)``: a cast to a host tensor type (or a dtype), made on the host."""
-    return method_name(call) == "type" and len(call.args) == 1 and "cuda" not in sem.segment(call.args[0])
+    return method_name(call) == "type" and len(call.args) == 1 and "cuda" not in sem.segment(call.args[0]) \
+        and _type_of(call.args[0]) is None
+
+
+def _type_of(arg: ast.AST) -> ast.AST | None:
+    """``ref`` of ``ref.type()``: the tensor whose type (device included) a ``.type(...)`` cast takes."""
+    return arg.func.value if isinstance(arg, ast.Call) and method_name(arg) == "type" and not arg.args \
+        and not arg.keywords and isinstance(arg.func.value, (ast.Name, ast.Attribute)) else None  # type: ignore[attr-defined]
 
 
 def _host_factory(ctx: Context, expr: ast.AST) -> bool:
@@ -614,7 +628,7 @@ def _move_through_methods(sem, use: ast.AST) -> ast.Call | None:
         cur = wrap
     while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
             and call.func is up:
-        if up.attr in ("to", "cuda", "type_as"):
+        if up.attr in ("to", "cuda", "type_as") or up.attr == "type" and _move_target(sem, call) is not None:
             return call if _move_target(sem, call) is not None else None
         if up.attr not in _CASTS and up.attr not in _RESHAPES and up.attr not in _FILLS and up.attr != "expand_as":
             return None

@@ -325,8 +325,9 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
             isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id in _NUMBERS)]  # place nothing)
         return bool(sides) and any(made_on_host(ctx, x, at, depth + 1) for x in sides)
     if isinstance(expr, ast.Compare) and len(expr.comparators) == 1:  # ``pred[:, None] > iouv[None]``
-        sides = [expr.left, expr.comparators[0]]
-        return all(isinstance(x, ast.Constant) or made_on_host(ctx, x, at, depth + 1) for x in sides)
+        sides = [expr.left, expr.comparators[0]]  # (``int(y[0])``: a Python number, read already)
+        return all(isinstance(x, ast.Constant) or isinstance(x, ast.Call) and isinstance(x.func, ast.Name)
+                   and x.func.id in _NUMBERS or made_on_host(ctx, x, at, depth + 1) for x in sides)
     if isinstance(expr, ast.Call) and dotted(expr.func) in ("copy.deepcopy", "deepcopy") and expr.args:
         return made_on_host(ctx, expr.args[0], at, depth + 1)
     if not isinstance(expr, ast.Call) or any(k.arg == "device" for k in expr.keywords):
@@ -518,6 +519,12 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
                 and not made_on_host(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):
             return f"`{node.func.id}({arg.id})` (Python's, over a tensor: one read per element)"
         return None
+    if isinstance(node.func, ast.Name) and node.func.id in ("max", "min") and len(node.args) == 2 and not node.keywords \
+            and ctx.semantic.qualname(node.func) in (None, "max", "min", "builtins.max", "builtins.min"):
+        names = [a for a in node.args if isinstance(a, ast.Name)]  # ``max(n_valid, 1.0)``: Python compares the two
+        if len(names) == 1 and isinstance(other := next(a for a in node.args if a is not names[0]), ast.Constant) \
+                and tensor_value(ctx, names[0], node) and not made_on_host(ctx, names[0], node):
+            return f"`{node.func.id}({ctx.name(names[0])}, {ctx.name(other)})` (Python's: a bool of the tensor)"
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
             if not isinstance(arg, ast.JoinedStr) and tensor_value(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):

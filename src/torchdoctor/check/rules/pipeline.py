@@ -276,12 +276,13 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
 def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     """A DataLoader with num_workers=0 in a CUDA training script."""
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
-    if workers is not None and not (isinstance(workers.value, ast.Constant) and workers.value.value == 0):
-        return
+    value = workers.value if workers is not None else loaders.spread_value(ctx.semantic, node, "num_workers")  # type: ignore[arg-type]
+    if value is not None and not (isinstance(value, ast.Constant) and value.value == 0):
+        return  # (``**params`` of ``params = {"num_workers": 0, ...}``: told 0, as a keyword would)
     if not _judged_loader(ctx, node) or not (_trains(ctx) or _importer_trains(ctx, node)) \
-            or workers is None and "num_workers" in _passes(ctx, node):
+            or value is None and "num_workers" in _passes(ctx, node):
         return
-    what = "`num_workers=0`" if workers else "no `num_workers` (0)"
+    what = "`num_workers=0`" if value is not None else "no `num_workers` (0)"
     ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
                fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
 

@@ -473,7 +473,9 @@ def tensor_formatted_every_step(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
     tensor = next((v for v in values if tensor_value(ctx, v, node)  # also ``{loss.detach().float()}``
-                   or isinstance(v, ast.Call) and sem.expr_kind(v, node) == "tensor"), None)
+                   or isinstance(v, ast.Call) and sem.expr_kind(v, node) == "tensor"
+                   or isinstance(v, ast.BinOp) and any(isinstance(o, ast.Name) and tensor_value(ctx, o, node)
+                                                       for o in (v.left, v.right))), None)  # ``{total / n:.3f}``
     if tensor is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
         return
     loop = per_step_loop(ctx, node)

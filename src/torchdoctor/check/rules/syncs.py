@@ -219,13 +219,14 @@ def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) ->
     return _device_tensor_name(ctx, expr, at)
 
 
-@rule("TD603", ast.If, ast.Assert)
+@rule("TD603", ast.If, ast.Assert, ast.IfExp)
 def tensor_tested_every_step(node: ast.AST, ctx: Context) -> None:
-    """``if torch.isnan(loss):`` / ``assert mask.max() <= 1`` in a step: Python needs a bool, so the CPU waits
-    for the GPU to compute the tensor and copies it back, on every step."""
+    """``if torch.isnan(loss):`` / ``assert mask.max() <= 1`` / ``a if loss < 1 else b`` in a step: Python needs a bool,
+    so the CPU waits for the GPU to compute the tensor and copies it back, on every step."""
     tensor = _tested_tensor(ctx, node.test, node)  # type: ignore[attr-defined]
     if tensor is not None:
-        what = "`assert`" if isinstance(node, ast.Assert) else "`if`"
+        what = "`assert`" if isinstance(node, ast.Assert) else "a conditional expression" if isinstance(node, ast.IfExp) \
+            else "`if`"
         _report(ctx, node.test, f"{what} on tensor `{tensor}` (its truth value)")  # type: ignore[attr-defined]
 
 

@@ -551,6 +551,23 @@ def spread_keys(sem: SemanticModel, call: ast.Call) -> frozenset[str] | None:
     return frozenset(out)
 
 
+def spread_value(sem: SemanticModel, call: ast.Call, key: str) -> ast.AST | None:
+    """The value a ``**`` argument of ``call`` gives ``key`` when it is a dict literal, or a name bound once to one
+    (``params = {"batch_size": 64, "num_workers": 0}``, then ``DataLoader(ds, **params)``); else None."""
+    for kw in call.keywords:
+        value = kw.value
+        if kw.arg is not None:
+            continue
+        if isinstance(value, ast.Name):
+            bound = sem.bindings_of(value.id)
+            value = bound[0].value if len(bound) == 1 and not bound[0].is_param else None
+        if isinstance(value, ast.Dict):
+            for k, v in zip(value.keys, value.values):
+                if k is not None and string_value(k) == key:
+                    return v
+    return None
+
+
 def returned_keys(sem: SemanticModel, func: ast.AST) -> frozenset[str] | None:
     """The keys of the dicts every ``return`` of ``func`` hands back (see ``spread_keys``), else None."""
     returns = [n for n in sem.local_nodes(func) if isinstance(n, ast.Return)]
