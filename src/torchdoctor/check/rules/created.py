@@ -60,6 +60,7 @@ _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "rep
                        "t", "contiguous"})
 
 
+_LEGACY_WRAPS = frozenset({"torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.DoubleTensor"})
 _LEGACY_SIZED = frozenset({"FloatTensor", "LongTensor", "Tensor", "ByteTensor", "DoubleTensor", "IntTensor",
                            "BoolTensor", "HalfTensor"})
 
@@ -407,9 +408,11 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
     for _ in range(8):
         up = sem.parent(cur)
         if isinstance(up, ast.Call) and cur in up.args[:1] and ((dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable"
-                                                                 or model_is_stateless(sem, up.func, up)):
-            cur = up  # ``Variable(...)``; ``drop(torch.ones(x.shape))`` through a module that holds nothing
-            continue
+                                                                 or model_is_stateless(sem, up.func, up)
+                                                                 or len(up.args) == 1 and not up.keywords and
+                                                                 (ctx.call_name(up) or "") in _LEGACY_WRAPS):
+            cur = up  # ``Variable(...)``; ``drop(torch.ones(x.shape))`` through a module that holds nothing;
+            continue  # ``torch.Tensor(torch.zeros(b, n))``: the same host tensor
         if isinstance(up, ast.BinOp) and _host_number(up.right if up.left is cur else up.left):
             cur = up  # ``(torch.ones(b, l) / l).to(x.device)``: scaled by a number on the host first
             continue  # (``-math.log(10000) * torch.arange(half) / half``)
@@ -514,9 +517,15 @@ def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
             and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():
         return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
         # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
-    return loop if any(isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model"
+    return loop if any(isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or _helper_runs_a_model(sem, c))
                        and next(iter(sem.loops_around(c)), None) is loop and _runs_a_model(c)
                        for c in sem.body(loop)) else None
+
+
+def _helper_runs_a_model(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``self.inference(model, img * scale)``, a function of this file whose own body runs a model (unguarded)."""
+    return any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" and not sem.loops_around(n)
+               for f in sem.resolve(call) for n in sem.local_nodes(f))
     # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
 
 

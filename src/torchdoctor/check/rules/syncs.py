@@ -230,6 +230,21 @@ def tensor_tested_every_step(node: ast.AST, ctx: Context) -> None:
         _report(ctx, node.test, f"{what} on tensor `{tensor}` (its truth value)")  # type: ignore[attr-defined]
 
 
+@rule("TD603", ast.Slice)
+def tensor_slice_bound_every_step(node: ast.AST, ctx: Context) -> None:
+    """``o[:n]`` with ``n`` a 0-dim device tensor (a length the batch carries, ``mask[:, t].sum()``): Python asks the
+    tensor for its index value, a read back per slice, on every step."""
+    assert isinstance(node, ast.Slice)
+    for bound in (node.lower, node.upper):
+        if bound is None:
+            continue
+        name = (_device_tensor_name(ctx, bound, node) or computed_in_forward(ctx, bound, node)) \
+            if isinstance(bound, ast.Name) else _tensor_operand(ctx, bound, node) if isinstance(bound, ast.BinOp) else None
+        if name is not None:
+            _report(ctx, bound, f"slicing with tensor `{name}` as a bound (Python reads its value)")
+            return
+
+
 def _host_tensor(ctx: Context, target: ast.AST, at: ast.AST) -> str | None:
     """``losses`` of ``losses[k] = ...`` when it was made on the host: ``torch.zeros(n)`` without a device."""
     if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name)):
