@@ -257,9 +257,7 @@ class OhemLoss(nn.Module):
 """
 
 
-@pytest.mark.parametrize("script, expected", [
-    # the loss held by a wrapper module whose objects the loop calls (a detector's `ModelWithLoss`)
-    ("""\
+WRAPPER = """\
         class ModelWithLoss(nn.Module):
             def __init__(self, model):
                 super().__init__()
@@ -270,6 +268,12 @@ class OhemLoss(nn.Module):
                 return self.criterion(self.model(x), t)
 
         net = ModelWithLoss(nn.Linear(4, 4)).to(device)
+"""
+
+
+@pytest.mark.parametrize("script, expected", [
+    # the loss held by a wrapper module whose objects the loop calls (a detector's `ModelWithLoss`)
+    (WRAPPER + """\
         for x, t in loader:
             loss = net(x.to(device), t.to(device))
             opt.zero_grad()
@@ -287,17 +291,7 @@ class OhemLoss(nn.Module):
             opt.step()
     """, [(16, "TD603")]),
     # the wrapper's objects are called once, outside any loop: its loss runs once
-    ("""\
-        class ModelWithLoss(nn.Module):
-            def __init__(self, model):
-                super().__init__()
-                self.model = model
-                self.criterion = DetLoss()
-
-            def forward(self, x, t):
-                return self.criterion(self.model(x), t)
-
-        net = ModelWithLoss(nn.Linear(4, 4)).to(device)
+    (WRAPPER + """\
         x, t = next(iter(loader))
         print(net(x.to(device), t.to(device)))
     """, []),

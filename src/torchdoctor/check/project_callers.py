@@ -26,6 +26,15 @@ __all__ = ["Callers", "MAX_NEAR", "SELECTS_WRAPPED"]
 MAX_NEAR = 200  # .py files looked at for reverse questions in a single-file run
 
 
+def _import_nodes(text: str):  # type: ignore[no-untyped-def]
+    """The import statements of a module's text, parsed one line at a time (its tree is not needed)."""
+    for line in import_statements(text):
+        try:
+            yield ast.parse(line.strip()).body[0]
+        except (SyntaxError, ValueError, IndexError):
+            continue
+
+
 class Callers:
     """Needs ``files``, ``root``, ``state``, ``summary()``, ``_module_file()``, ``_model()`` and ``_done_with()``
     (``Project`` has them)."""
@@ -105,11 +114,7 @@ class Callers:
     def _imported_files(self, path: str, text: str) -> list[str]:
         """The project's files that the import statements of ``path`` name (read from its import lines)."""
         out = []
-        for line in import_statements(text):
-            try:
-                stmt = ast.parse(line.strip()).body[0]
-            except (SyntaxError, ValueError, IndexError):
-                continue
+        for stmt in _import_nodes(text):
             if isinstance(stmt, ast.ImportFrom):
                 module = stmt.module or ""
                 out += [f for f in [self._module_file(path, stmt.level, module)] if f]
@@ -119,11 +124,7 @@ class Callers:
 
     def _imports_module(self, path: str, target: str) -> bool:
         """An import statement of ``path`` (read from its import lines, not its tree) names the module ``target``."""
-        for line in import_statements(self.state.text(path) or ""):
-            try:
-                stmt = ast.parse(line.strip()).body[0]
-            except (SyntaxError, ValueError, IndexError):
-                continue
+        for stmt in _import_nodes(self.state.text(path) or ""):
             if isinstance(stmt, ast.ImportFrom):
                 module = stmt.module or ""
                 if self._module_file(path, stmt.level, module) == target or \
