@@ -563,3 +563,36 @@ def test_a_model_class_whose_base_lives_in_a_third_module(project: Path, decorat
                     "infer.py": script})
     results = check_files(["infer.py", "model/__init__.py", "model/base.py", "model/vc.py"], Settings(root=str(project)))
     assert [c for c in codes(results, "infer.py") if c[1] == "TD401"] == expected
+
+
+@pytest.mark.parametrize("returned, expected", [
+    ("loss.item() / 2.0", []),  # a Python number: TensorBoard reads nothing back
+    ("loss.detach() / 2.0", [(15, "TD603")]),  # still a device tensor
+], ids=["number", "device_tensor"])
+def test_a_helper_of_another_module_that_returns_arithmetic_of_a_read(project: Path, returned: str, expected) -> None:
+    helper = f"""\
+        def compute_loss(model, x, y, criterion):
+            loss = criterion(model(x), y)
+            loss.backward()
+            return {returned}
+    """
+    script = """\
+        import torch
+        from torch.utils.tensorboard import SummaryWriter
+        import utils
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.Linear(4, 1).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, pin_memory=True, num_workers=2)
+        writer = SummaryWriter()
+        for step, (x, y) in enumerate(loader):
+            x, y = x.to(device), y.to(device)
+            opt.zero_grad()
+            avg_loss = utils.compute_loss(model, x, y, torch.nn.MSELoss())
+            opt.step()
+            writer.add_scalar("train_loss", avg_loss, step)
+    """
+    write(project, {"utils.py": helper, "train.py": script})
+    results = check_files(["utils.py", "train.py"], Settings(root=str(project)))
+    assert codes(results, "train.py") == expected

@@ -111,6 +111,16 @@ class Callers:
                 ".backward(" in (self.state.text(found) or "") for found in self._imported_files(path, text))
         return memo[key]
 
+    def a_class_defines(self, method: str) -> bool:
+        """Some file of the project defines a method ``method`` (``def cuda(self):`` of a plain class that passes the
+        call on to its modules: pymarl's controllers and learners), by its text (memoised)."""
+        key = ("", method, "defined")
+        memo = self.state.mentions
+        if key not in memo:
+            word = f"def {method}(self"
+            memo[key] = any(word in (self.state.text(path) or "") for path in self.files)
+        return memo[key]
+
     def _imported_files(self, path: str, text: str) -> list[str]:
         """The project's files that the import statements of ``path`` name (read from its import lines)."""
         out = []

@@ -9,6 +9,7 @@ from torchdoctor.check.astutil import dotted, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, models, program
+from torchdoctor.check.semantic.kinds import kind_from_name
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -130,6 +131,8 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
     if sem.qualname(func.value) == "torch" or cuda_sites.on_module(sem, func.value) or dotted(func.value) == "self" \
             and sem.resolve(node):
         return  # (``self.cuda(*items)`` of a class's own ``def cuda``: the project's helper, not torch's)
+    if not node.args and not node.keywords and _project_cuda_method(sem, node):
+        return  # (``self.mac.cuda()`` of an object of a plain class whose own ``def cuda`` moves its modules)
     own = sem.function_of(node)
     cls = sem.class_of(own) if own is not None else None
     if own is not None and own.name in ("cuda", "to", "_apply") and cls is not None and (
@@ -149,6 +152,38 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
         f"`{receiver}.cuda{args}` hard-wires CUDA at this call: placement is not controlled by one `device` variable",
         fix=f"use `{receiver}.to(device)`, with `device` chosen once at start-up ({chosen})",
     )
+
+
+def _project_cuda_method(sem, node: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``learner.cuda()`` of an object whose kind is unknown here (a constructor's parameter, a registry's product),
+    in a program where a plain class (no ``nn.Module``) defines its own ``def cuda(self)``: most likely that method,
+    whose own moves are judged where they are."""
+    recv = node.func.value  # type: ignore[attr-defined]
+    own = sem.function_of(node)
+    cls = sem.class_of(own) if own is not None else None
+    delegating = own is not None and own.name == "cuda" and cls is not None and cls.name not in sem.module_classes
+    if not _handed_object(sem, recv, node) or not delegating and sem.expr_kind(recv, node) is not None \
+            or kind_from_name(dotted(recv) or "") is not None:
+        return False  # (a plain class's own ``def cuda`` passing the call on to what its constructor was handed; one
+        # named as a module, ``self.model``, ``self.criterion``, is torch's)
+    if "def cuda(self" in sem.text.source:
+        return any(isinstance(f, ast.FunctionDef) and f.name == "cuda" and sem.class_of(f) is not None
+                   and sem.class_of(f).name not in sem.module_classes for f in sem.of_type(ast.FunctionDef))
+    return sem.project is not None and sem.project.a_class_defines("cuda")  # type: ignore[attr-defined]
+
+
+def _handed_object(sem, recv: ast.AST, at: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``self.mac`` kept from a constructor's parameter (``self.mac = mac``), or ``learner`` made by a registry's
+    class (``learner = REGISTRY[name](...)``): an object of a class this expression does not name."""
+    b = sem.binding_at(dotted(recv) or "", at) if isinstance(recv, (ast.Name, ast.Attribute)) else None
+    if b is None or b.value is None or b.index is not None:
+        return False
+    if isinstance(recv, ast.Attribute):
+        value = b.value.args[0] if isinstance(b.value, ast.Call) and (dotted(b.value.func) or "").endswith("deepcopy") \
+            and b.value.args else b.value  # (``self.target_mac = copy.deepcopy(mac)``: an object of the same class)
+        param = sem.binding_at(value.id, b.node) if isinstance(value, ast.Name) else None
+        return param is not None and param.is_param and getattr(param.node, "name", "") == "__init__"
+    return isinstance(b.value, ast.Call) and isinstance(b.value.func, ast.Subscript)
 
 
 def _unused_setting(sem: object, node: ast.AST) -> bool:

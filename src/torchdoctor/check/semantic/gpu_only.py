@@ -260,9 +260,21 @@ def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bo
         # (a function of a script runs after its module-level code; one of a notebook's earlier cell may run before)
     if sem.project is not None and sem.project.imports_gpu_only_module(sem):  # type: ignore[attr-defined]
         return True  # ``from gnn_reranking import rerank``, a module of the project that needs those kernels
-    return "flash_attention_" in sem.text.source and any(
-        k.arg == "attn_implementation" and (string_value(k.value) or "").startswith("flash_attention_")
-        for c in sem.calls_with_keyword("attn_implementation") for k in c.keywords)
+    if "flash_attention_" in sem.text.source and any(
+            k.arg in ("attn_implementation", "_attn_implementation") and (string_value(k.value) or "").startswith("flash_attention_")
+            for arg in ("attn_implementation", "_attn_implementation")
+            for c in sem.calls_with_keyword(arg) for k in c.keywords):
+        return True
+    return _quantized_with_bitsandbytes(sem)
+
+
+def _quantized_with_bitsandbytes(sem: SemanticModel) -> bool:
+    """``from_pretrained(..., load_in_4bit=True)`` or ``BitsAndBytesConfig(load_in_8bit=True)``: transformers loads the
+    model through bitsandbytes' CUDA kernels (a notebook that never imports ``bitsandbytes`` itself)."""
+    if "load_in_" not in sem.text.source:
+        return False
+    return any(k.arg in ("load_in_4bit", "load_in_8bit") and isinstance(k.value, ast.Constant) and k.value.value is True
+               for arg in ("load_in_4bit", "load_in_8bit") for c in sem.calls_with_keyword(arg) for k in c.keywords)
 
 
 def requires_gpu_only_library(sem: SemanticModel) -> bool:

@@ -222,21 +222,26 @@ def _returns_host_copies(sem: SemanticModel, func: ast.AST) -> bool:
     returns = by_unit.get(func)
     if not returns:
         return False
-    for r in returns:
-        value, copied = r.value, False  # type: ignore[attr-defined]
-        if isinstance(value, ast.Call) and (sem.qualname(value.func) or "").startswith("numpy."):
-            continue  # ``return np.mean(ious)``: NumPy hands back host values (it cannot take a CUDA tensor)
-        while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)) and not copied:
-            if isinstance(value, ast.Call):
-                if not isinstance(value.func, ast.Attribute):
-                    break
-                copied = value.func.attr in _HOST_COPIES
-                value = value.func.value
-            else:
-                value = value.value
-        if not copied:
-            return False
-    return True
+    return all(_host_copy(sem, r.value) for r in returns)  # type: ignore[attr-defined]
+
+
+def _host_copy(sem: SemanticModel, value: ast.AST | None) -> bool:
+    """``out.cpu().numpy()[:, 0]``, ``np.mean(ious)``, ``loss.item() / n`` (arithmetic of such values and numbers)."""
+    if isinstance(value, ast.BinOp):
+        return all(isinstance(v, ast.Constant) and type(v.value) in (int, float) or _host_copy(sem, v)
+                   for v in (value.left, value.right))
+    if isinstance(value, ast.Call) and (sem.qualname(value.func) or "").startswith("numpy."):
+        return True  # ``return np.mean(ious)``: NumPy hands back host values (it cannot take a CUDA tensor)
+    while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)):
+        if isinstance(value, ast.Call):
+            if not isinstance(value.func, ast.Attribute):
+                return False
+            if value.func.attr in _HOST_COPIES:
+                return True
+            value = value.func.value
+        else:
+            value = value.value
+    return False
 
 
 def _returns_by_unit(sem: SemanticModel) -> dict[ast.AST, list[ast.Return]]:
@@ -244,7 +249,8 @@ def _returns_by_unit(sem: SemanticModel) -> dict[ast.AST, list[ast.Return]]:
     the host at all (most modules: an empty dict, no walk)."""
     out: dict[ast.AST, list[ast.Return]] = {}
     source = sem.text.source
-    if ".cpu()" not in source and ".numpy()" not in source and ".tolist()" not in source and "np." not in source:
+    if ".cpu()" not in source and ".numpy()" not in source and ".tolist()" not in source and "np." not in source \
+            and ".item()" not in source:
         return out
     frames = sem.index.frame
     for r in sem.of_type(ast.Return):
