@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import argument, dotted, has_kwargs, is_false, keyword, string_value
+from torchdoctor.check.astutil import argument, dotted, has_kwargs, is_false, keyword, method_name, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, loaders, program
@@ -446,10 +446,30 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
     return sem.cached("renamed_loaders", compute)  # type: ignore[no-any-return]
 
 
+def _formatted_onto_a_device(ctx: Context, arg: ast.AST | None, at: ast.AST) -> bool:
+    """A Hugging Face ``datasets`` dataset whose format puts its items on a device: ``ds.set_format(type="torch",
+    device="cuda")`` before the loader, or ``ds = raw.with_format("torch", device="cuda")``."""
+    key = dotted(arg) if arg is not None else None
+    if not key:
+        return False
+    sem = ctx.semantic
+
+    def on_device(c: ast.Call) -> bool:
+        dev = keyword(c, "device")
+        return dev is not None and string_value(dev.value) != "cpu" and not (
+            isinstance(dev.value, ast.Constant) and dev.value.value is None)
+
+    b = sem.binding_at(key, at)
+    if b is not None and isinstance(b.value, ast.Call) and method_name(b.value) == "with_format" and on_device(b.value):
+        return True
+    return any(dotted(c.func.value) == key and on_device(c) and c.lineno <= at.lineno  # type: ignore[attr-defined]
+               for c in sem.calls_named("set_format"))
+
+
 def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
     """The dataset already holds device tensors (pinning would fail; workers cannot share them)."""
     arg = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
-    if _cut_from_model_input(ctx, arg, call):
+    if _cut_from_model_input(ctx, arg, call) or _formatted_onto_a_device(ctx, arg, call):
         return True
     for _ in range(5):
         if arg is None:

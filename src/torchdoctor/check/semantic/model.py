@@ -381,6 +381,8 @@ class SemanticModel:
                     continue
                 if isinstance(node.func, ast.Name) and node.func.id in MOVING_HELPERS:
                     return self.moves_by_helper(node)
+                if any(isinstance(a, ast.Lambda) and self.value_is_moved(a.body, depth + 1) for a in node.args[1:]):
+                    return True  # ``_nested_map(features, lambda x: x.to(device) if ... else x)``: mapped onto it
                 if isinstance(node.func, ast.Name) and depth < 2 and (funcs := self.resolve(node)) and all(
                         returns and all(r.value is not None and self.value_is_moved(r.value, depth + 1) for r in returns)
                         for returns in (self.kinds.returns_of(f) for f in funcs)):
