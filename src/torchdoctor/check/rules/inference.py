@@ -176,8 +176,7 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
     if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
         return  # a model's own computation (Transformer-XL's ``sample_logits``, its sampled-softmax loss in ``forward``)
-    if _callers_without_grad(ctx, func):
-        return  # every caller runs it under no_grad, here or in another module (facenet's MTCNN.detect -> detect_face)
+    found = []
     for call in nodes:
         if isinstance(call, ast.Call) and flow.consumer_kind(sem, call) == "model" and not sem.under_no_grad(call) \
                 and sem.enclosing_loop(call, "eval") is None:
@@ -187,7 +186,12 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
             b = sem.binding_at(dotted(target) or "", call)
             if b is not None and b.node is not func and sem.scope_of(b.node) is func:
                 continue  # ``up = nn.Upsample(...)`` made here: a layer used as a function, not the model
-            _report_inference(ctx, call, f" (in `{name}()`, which trains nothing)")
+            found.append(call)
+    if not found or _callers_without_grad(ctx, func):
+        return  # every caller runs it under no_grad, here or in another module (facenet's MTCNN.detect -> detect_face)
+        # (asked last: it may read the other modules)
+    for call in found:
+        _report_inference(ctx, call, f" (in `{name}()`, which trains nothing)")
 
 
 _INFERENCE_METHODS = ("predict", "inference", "infer", "sample", "forward")
