@@ -88,6 +88,8 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
         return False
     if sem.under_no_grad(b.node):
         return False  # computed under no_grad: no graph to keep alive
+    if depth == 0 and _itself_backpropagated(ctx, expr.id, b, at):
+        return True  # ``loss = -torch.sum(F.logsigmoid(d))`` (or ``model.loss(pred, y)``), then ``loss.backward()``
     if b.index is not None:  # logits, loss = model(x, y)
         if isinstance(b.value, ast.Call) and _returns_numbers_at(ctx, b.value, b.index):
             return False  # ``pi_loss, v_loss = self.update_model(obs)`` that returns ``pi_loss.item(), v_loss.item()``
@@ -95,6 +97,15 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
             flow.consumer_kind(sem, b.value) == "model" or _sibling_backpropagated(ctx, b.node)
             and (_returns_graph_at(ctx, b.value, b.index) or _made_loss_module(ctx, b.value)))
     return _is_loss_tensor(ctx, b.value, b.node, depth + 1)
+
+
+def _itself_backpropagated(ctx: Context, name: str, b: object, at: ast.AST) -> bool:
+    """``name.backward()`` in the same batch loop, of the same binding: a loss with its graph, however it was made."""
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(at, "batch")
+    return loop is not None and any(
+        isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) and c.func.value.id == name
+        and sem.contains(loop, c) and sem.binding_at(name, c) is b for c in sem.calls_named("backward"))
 
 
 def _loss_module_call(ctx: Context, call: ast.Call) -> bool:
