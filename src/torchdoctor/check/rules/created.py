@@ -257,6 +257,11 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
     return None
 
 
+def _on_the_host(method: str, call: ast.Call) -> bool:
+    """A method that leaves a host tensor on the host: a cast without arguments, a reshape, an in-place fill."""
+    return method in _CASTS and not call.args or method in _RESHAPES or method in _FILLS
+
+
 def _number(expr: ast.AST | None) -> bool:
     if isinstance(expr, ast.UnaryOp):
         expr = expr.operand
@@ -268,7 +273,7 @@ def _rebound_reshaped(sem, use: ast.Name, name: str) -> ast.Assign | None:  # ty
     still holds the host tensor after it."""
     cur: ast.AST = use
     while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
-            and call.func is up and (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr in _FILLS):
+            and call.func is up and _on_the_host(up.attr, call):
         cur = call
     stmt = sem.parent(cur)
     return stmt if cur is not use and isinstance(stmt, ast.Assign) and stmt.value is cur and len(stmt.targets) == 1 \
@@ -439,8 +444,7 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
         call = sem.parent(up)
         if not isinstance(call, ast.Call) or call.func is not up:
             return cur
-        if not (up.attr in _CASTS and not call.args or up.attr in _RESHAPES or up.attr in _FILLS
-                or up.attr == "expand_as" or _host_type_cast(sem, call)):
+        if not (_on_the_host(up.attr, call) or up.attr == "expand_as" or _host_type_cast(sem, call)):
             return cur  # (``.type_as(ref)``: a move to ``ref``'s device, ``_moved_at_once``'s)
         cur = call
     return cur
