@@ -596,3 +596,45 @@ def test_a_helper_of_another_module_that_returns_arithmetic_of_a_read(project: P
     write(project, {"utils.py": helper, "train.py": script})
     results = check_files(["utils.py", "train.py"], Settings(root=str(project)))
     assert codes(results, "train.py") == expected
+
+
+@pytest.mark.parametrize("wrapper_device, expected", [
+    (".cuda()", [(6, "TD304")]),
+    ("", []),  # a wrapper that keeps everything on the CPU
+], ids=["wrapper_on_the_gpu", "wrapper_on_the_cpu"])
+def test_batches_handed_to_a_pix2pix_style_wrapper_of_a_project_builder(project: Path, wrapper_device: str,
+                                                                        expected) -> None:
+    wrapper = f"""\
+        import torch
+        import torch.nn as nn
+
+
+        class Wrapper:
+            def __init__(self):
+                self.net = nn.Conv2d(1, 2, 3){wrapper_device}
+                self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+            def set_input(self, x):
+                self.input = x{wrapper_device}
+
+            def optimize(self):
+                loss = self.net(self.input).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+    """
+    script = """\
+        import torch
+        from torch.utils.data import DataLoader
+        from models import get_model
+
+        model = get_model()
+        loader = DataLoader(torch.randn(16, 1, 8, 8), batch_size=4, num_workers=4)
+        for x in loader:
+            model.set_input(x)
+            model.optimize()
+    """
+    write(project, {"models/__init__.py": "from .wrapper import Wrapper\n\n\ndef get_model():\n    return Wrapper()\n",
+                    "models/wrapper.py": wrapper, "train.py": script})
+    results = check_files(["train.py", "models/__init__.py", "models/wrapper.py"], Settings(root=str(project)))
+    assert codes(results, "train.py") == expected

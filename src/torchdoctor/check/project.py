@@ -305,6 +305,11 @@ class Project(Callers):
         if summary is None:
             return None
         if what == "accelerated" and (attr in summary.classes or attr in summary.functions):
+            made = getattr(summary.functions.get(attr), "returns", None) or ""
+            if not summary.accelerated and made.startswith("object:"):  # ``def get_model(): return Wrapper()``:
+                ctor = made[len("object:"):]  # the module of the class it makes
+                return self._in_module(target, ctor, what, depth + 1) if ctor in summary.classes else \
+                    self._find(target, summary.from_imports, summary.imports, ctor, what, depth + 1, summary.star)
             return summary if summary.accelerated else None  # the module that defines ``attr`` puts work on an
             # accelerator itself (a package's ``__init__`` that re-exports it: followed below)
         if what == "class" and attr in summary.classes:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import argument, dotted, has_kwargs, is_false, keyword, method_name, string_value
+from torchdoctor.check.astutil import argument, dotted, has_kwargs, is_false, keyword, method_name, string_value, target_names
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, loaders, program
+from torchdoctor.check.semantic.kinds import unwrap_iter
 
 __all__ = ["dataset_on_device", "is_torch_dataloader"]
 
@@ -23,10 +24,37 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
             or has_kwargs(node) and loaders.spread_keys(sem, node) is None:
         return False  # (``**kwargs`` may carry any keyword; ``**loader_kwargs()`` of known keys does not)
     accelerated = program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node)
-    handed = not accelerated and _handed_to_accelerated_trainer(ctx, node)
+    handed = not accelerated and (_handed_to_accelerated_trainer(ctx, node)
+                                  or _batches_handed_to_an_accelerated_object(ctx, node) is not None)
     return (accelerated or handed) and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) \
         and (handed or loaders.feeds_device(sem, node)) and not collates_onto_device(ctx, node) \
         and not _index_loader(ctx, node)
+
+
+def _batches_handed_to_an_accelerated_object(ctx: Context, node: ast.Call) -> ast.Call | None:
+    """``for data in loader: model.set_input(data); model.optimize_parameters()``, where ``model = get_model(opt)`` (or
+    ``Pix2PixTrainer(opt)``) makes an object of a class of another module of the project that runs on a GPU itself
+    (pix2pix-style wrappers move each batch in ``set_input``): the batches feed that GPU."""
+    sem = ctx.semantic
+    up = sem.parent(node)
+    if sem.project is None or not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)):
+        return None
+    name = up.targets[0].id
+    for loop in sem.of_type(ast.For):
+        iters, _ = unwrap_iter(loop.iter)  # type: ignore[attr-defined]
+        if not any(isinstance(it, ast.Name) and it.id == name for it in iters):
+            continue
+        items = set(target_names(loop.target))  # type: ignore[attr-defined]
+        for call in sem.body(loop):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
+                    and any(isinstance(a, ast.Name) and a.id in items for a in call.args)):
+                continue
+            b = sem.binding_at(call.func.value.id, call)
+            made = b.value if b is not None and not b.is_param and b.index is None else None
+            written = dotted(made.func) if isinstance(made, ast.Call) else None
+            if written and sem.project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
+                return call
+    return None
 
 
 def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
@@ -266,8 +294,10 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
         maker = cls.name if cls is not None else func.name if func is not None else None
         user = ctx.semantic.project.accelerated_importer(ctx.semantic, maker) \
             if maker is not None or not _handed_to_accelerated_trainer(ctx, node) else None  # type: ignore[union-attr]
+        taker = _batches_handed_to_an_accelerated_object(ctx, node) if not user else None
         where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)" \
-            if user else " (the trainer of another module it is handed runs on a GPU)"
+            if user else f" (its batches go to `{ctx.name(taker.func)}(...)`, of an object that runs on a GPU)" if taker \
+            else " (the trainer of another module it is handed runs on a GPU)"
     ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
                fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 

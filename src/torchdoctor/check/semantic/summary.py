@@ -201,7 +201,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "cuda_model" if moves_to_cuda and _returns_moved_to_cuda(sem, func) else \
                 "python" if len(func.args.args) == 1 and only_python(sem, func) else \
                 "host" if _returns_host_copies(sem, func) else \
-                "derived" if sem.kinds.computes_on_params([func]) else None
+                "derived" if sem.kinds.computes_on_params([func]) else _returned_object(sem, func)
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
             keys = returned_keys(sem, func) if not params and returns is None else None  # (what ``**f()`` passes)
@@ -210,6 +210,25 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     return out
 
 
+
+
+def _returned_object(sem: SemanticModel, func: ast.AST) -> str | None:
+    """``"object:Wrapper"`` when every ``return`` of a module-level builder hands back an object it makes of one class
+    (``return Wrapper(opt)``, or a name bound to that): whether it runs on an accelerator is that class's module's
+    to say (``Project._in_module`` follows it)."""
+    if sem.frame(func).kind != "module":
+        return None
+    made = set()
+    for r in sem.kinds.returns_of(func):
+        value = r.value
+        if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, r)) is not None and not b.is_param \
+                and b.index is None:
+            value = b.value
+        written = dotted(value.func) if isinstance(value, ast.Call) else None
+        if not written or not written.rsplit(".", 1)[-1][:1].isupper():
+            return None
+        made.add(written)
+    return f"object:{made.pop()}" if len(made) == 1 else None
 
 
 _HOST_COPIES = frozenset({"cpu", "numpy", "tolist", "item"})
