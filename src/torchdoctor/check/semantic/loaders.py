@@ -69,6 +69,10 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
         return _passed_feeds(sem, parent, child, depth)
     if isinstance(parent, ast.Expr) or isinstance(parent, (ast.Tuple, ast.List)) and isinstance(sem.parent(parent), ast.Expr):
         return False  # built and thrown away; ``train_dl, test_dl`` on a notebook cell's last line: displayed
+    if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in ("next", "__next__") \
+            and isinstance(call := sem.parent(parent), ast.Call) and call.func is parent and isinstance(child, ast.Name) \
+            and depth > 0:  # ``labeled_iter.next()`` (Python 2's spelling, FixMatch's): ``next(labeled_iter)``
+        return not all(few_passes(sem, a) for a in sem.ancestors(call) if isinstance(a, (ast.For, ast.AsyncFor, ast.While)))
     if isinstance(parent, ast.Attribute) and parent.value is child:
         return False  # ``loader.dataset``, ``loader.sampler.set_epoch(...)``: read, not iterated
     if isinstance(parent, ast.Tuple) and isinstance(ret := sem.parent(parent), ast.Return) \
