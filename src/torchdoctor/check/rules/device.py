@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, param_default
+from torchdoctor.check.astutil import dotted, method_name, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, models, program
@@ -30,7 +30,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
         return
     for site in cuda_sites.cuda_sites(sem):
         if program.uses_gpu_only_library(sem, site.node) or program.refuses_cpu(sem, at=site.node) \
-                or _moves_nothing(sem, site.node) or sem.chooses_device(site.node) \
+                or _moves_nothing(sem, site.node) or sem.chooses_device(site.node) and not _cuda_either_way(sem, site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
@@ -62,6 +62,17 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
              'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
+
+
+def _cuda_either_way(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` sits in the ``else`` of a test about the GPUs (``if cfg["ngpu"] > 1: net = DataParallel(net).cuda()``
+    / ``else: net = net.cuda()``) whose body hard-codes CUDA too: the test picks how many GPUs, not whether one."""
+    found = sem.guards.device_test_around(node)
+    if found is None or not found[1]:
+        return False
+    test = found[0]
+    return any(isinstance(n, ast.Call) and method_name(n) == "cuda" for s in test.body for n in sem.subtree(s)) \
+        and not any(isinstance(n, ast.Call) and method_name(n) in ("to", "cpu") for s in test.orelse for n in sem.subtree(s))
 
 
 def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]

@@ -41,6 +41,15 @@ class DeviceChoices:
             frame = frame.parent
         return False
 
+    def device_test_around(self, node: ast.AST) -> tuple[ast.If, bool] | None:
+        """The innermost ``if`` around ``node`` whose test is about the device, and whether ``node`` is in its ``else``."""
+        frame = self.index.frame.get(node)
+        while frame is not None:
+            if frame.kind == IF and isinstance(frame.node, ast.If) and self._mentions_device(frame.node.test):  # type: ignore[attr-defined]
+                return frame.node, frame.branch == "else"  # type: ignore[return-value]
+            frame = frame.parent
+        return None
+
     def _mentions_device(self, test: ast.AST) -> bool:
         def compute() -> bool:
             for n in self.index.subtree(test):
