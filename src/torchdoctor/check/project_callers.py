@@ -112,8 +112,8 @@ class Callers:
         return memo[key]
 
     def a_class_defines(self, method: str) -> bool:
-        """Some file of the project defines a method ``method`` (``def cuda(self):`` of a plain class that passes the
-        call on to its modules: pymarl's controllers and learners), by its text (memoised)."""
+        """Some file of the project defines a method ``method`` (``def cuda(self):``, as pymarl's plain controllers and
+        learners do to pass the call on to their modules), by its text alone: any class's (memoised)."""
         key = ("", method, "defined")
         memo = self.state.mentions
         if key not in memo:

@@ -381,8 +381,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
 def _cpu_device_name(ctx: Context, move: ast.Call) -> bool:
     """``.to(loss_device)`` where every binding of ``loss_device`` is the CPU (``torch.device("cpu")``: a loss computed
     on the host on purpose)."""
-    arg = move.args[0] if move.args else next((k.value for k in move.keywords if k.arg == "device"), None)
-    bound = ctx.semantic.bindings_of(arg.id) if isinstance(arg, ast.Name) else []
+    device = ctx.semantic.move_device(move) or ""
+    bound = ctx.semantic.bindings_of(device) if device.isidentifier() else []
     return bool(bound) and all(not b.is_param and b.value is not None and program.cpu_device_value(ctx.semantic, b.value)
                                for b in bound)
 

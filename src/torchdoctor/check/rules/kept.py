@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, method_name, param_default
+from torchdoctor.check.astutil import dotted, func_params, method_name, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
 
@@ -65,7 +65,7 @@ def phase_without_backward(ctx: Context, node: ast.AST, region: ast.AST) -> bool
     func = region if isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef)) else sem.function_of(region)
     if func is None:
         return False
-    params = {a.arg for a in func.args.posonlyargs + func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
+    params = set(func_params(func))  # type: ignore[arg-type]
 
     def setting(name: str, at: ast.AST) -> bool:  # a parameter; in a loop, also a name bound before it (``to_do = ...``)
         b = sem.binding_at(name, at)

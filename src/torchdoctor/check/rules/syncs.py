@@ -12,7 +12,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, strip_methods
+from torchdoctor.check.astutil import call_argument, dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range
@@ -63,20 +63,16 @@ def _handed_device_tensors(ctx: Context, name: ast.Name, at: ast.AST, depth: int
     if depth > 1 or func is None or isinstance(func, ast.Lambda) or sem.function_of(func) is not None \
             or sem.class_of(func) is not None:
         return False
-    return sem.cached(("handed_device_tensors", func, name.id), lambda: _all_sites_hand_device_tensors(ctx, func, name, depth))
+    return sem.cached(("handed_device_tensors", func, name.id, depth),  # type: ignore[no-any-return]
+                      lambda: _all_sites_hand_device_tensors(ctx, func, name, depth))
 
 
 def _all_sites_hand_device_tensors(ctx: Context, func: ast.AST, name: ast.Name, depth: int) -> bool:
-    sem = ctx.semantic
-    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-    slot = params.index(name.id) if name.id in params else None
-    sites = sem.call_sites(func)
-    if not all(isinstance(site.func, ast.Name) and site.func.id == func.name for site in sites):
+    sites = ctx.semantic.call_sites(func)
+    if not all(isinstance(site.func, ast.Name) and site.func.id == func.name for site in sites):  # type: ignore[attr-defined]
         return False  # (through ``partial(helper, flag)`` or an alias: the arguments sit in other places)
-    args = [site.args[slot] if slot is not None and slot < len(site.args) else
-            next((k.value for k in site.keywords if k.arg == name.id), None) for site in sites]
-    return bool(sites) and all(isinstance(arg, ast.Name) and _device_tensor_name(ctx, arg, site, depth + 1)
-                               for arg, site in zip(args, sites))
+    return bool(sites) and all(isinstance(arg := call_argument(site, func, name.id), ast.Name)  # type: ignore[arg-type]
+                               and _device_tensor_name(ctx, arg, site, depth + 1) for site in sites)
 
 
 def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:

@@ -253,10 +253,9 @@ def _read_tensor(node: ast.AST) -> str | None:
         return values[0].id if len(values) == 1 and isinstance(values[0], ast.Name) else None
     if not isinstance(node, ast.Call):
         return None
-    if isinstance(node.func, ast.Attribute) and node.func.attr in _LOGGED and len(node.args) > 1:
-        return node.args[1].id if isinstance(node.args[1], ast.Name) else None
-    recv = node.func.value if isinstance(node.func, ast.Attribute) else node.args[0] if node.args else None
-    return recv.id if isinstance(recv, ast.Name) and _reads_name(node, recv.id) else None
+    read = node.args[1] if len(node.args) > 1 else node.func.value if isinstance(node.func, ast.Attribute) \
+        else node.args[0] if node.args else None  # (what ``add_scalar``, a method, or ``float()`` reads)
+    return read.id if isinstance(read, ast.Name) and _reads_name(node, read.id) else None
 
 
 def _reads_name(node: ast.AST, name: str) -> bool:

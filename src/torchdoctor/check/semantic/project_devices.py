@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted
+from torchdoctor.check.astutil import call_argument, dotted
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 
@@ -66,13 +66,8 @@ def _handed_a_moved_model(sem: SemanticModel, func: ast.AST, param: str, depth: 
         return True
     if depth >= 2:
         return False
-    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-    if params[:1] == ["self"]:
-        params = params[1:]
-    slot = params.index(param) if param in params else None
     for site in sem.call_sites(func):
-        arg = site.args[slot] if slot is not None and slot < len(site.args) else next(
-            (k.value for k in site.keywords if k.arg == param), None)
+        arg = call_argument(site, func, param)  # type: ignore[arg-type]
         outer = sem.function_of(site)
         b = sem.binding_at(arg.id, site) if isinstance(arg, ast.Name) and outer is not None else None
         if b is not None and b.is_param and b.node is outer and _handed_a_moved_model(sem, outer, arg.id, depth + 1):
