@@ -638,3 +638,39 @@ def test_batches_handed_to_a_pix2pix_style_wrapper_of_a_project_builder(project:
                     "models/wrapper.py": wrapper, "train.py": script})
     results = check_files(["train.py", "models/__init__.py", "models/wrapper.py"], Settings(root=str(project)))
     assert codes(results, "train.py") == expected
+
+
+def test_a_model_class_whose_parts_include_itself_is_checked_without_error(project: Path) -> None:
+    tree = """\
+        import torch.nn as nn
+
+
+        class Act(nn.Module):
+            def forward(self, x):
+                return x.relu()
+
+
+        class Tree(nn.Module):
+            def __init__(self, levels):
+                super().__init__()
+                self.act = Act()
+                if levels > 0:
+                    self.left = Tree(levels - 1)
+
+            def forward(self, x):
+                return self.act(x)
+    """
+    script = """\
+        import torch
+        from tree import Tree
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = Tree(3)
+        for x in torch.utils.data.DataLoader(torch.randn(8, 4), batch_size=2, pin_memory=True, num_workers=2):
+            loss = model(x.to(device)).sum()
+            loss.backward()
+    """
+    write(project, {"tree.py": tree, "train.py": script})
+    results = check_files(["tree.py", "train.py"], Settings(root=str(project)))
+    assert not [e for r in results for e in r.errors]  # (the project's lookups through its parts used to recurse for ever)
+    assert codes(results, "tree.py") == []  # (checked through: no finding in the tree's own module)

@@ -301,6 +301,8 @@ class Project(Callers):
         return self._in_module(target, attr, what, depth)
 
     def _in_module(self, target: str, attr: str, what: str, depth: int) -> object | None:
+        if depth > 3:
+            return None  # (as ``_find``: a class whose parts include itself, SCINet's tree, would recurse for ever)
         summary = self.summary(target)
         if summary is None:
             return None
