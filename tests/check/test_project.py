@@ -1178,6 +1178,55 @@ def test_a_kernel_module_imported_relatively_from_its_own_cuda_extension(project
     assert codes(results, "plain.py") == [(4, "TD101")]
 
 
+def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
+    """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
+    module and every model built from it need a GPU, as with ``from .functions import _backend``."""
+    write(project, {
+        "pkg/__init__.py": "",
+        "pkg/functions.py": """\
+            from os import path
+            from torch.utils.cpp_extension import load
+
+            _backend = load(name="abn", sources=[path.join(path.dirname(__file__), "src", f)
+                                                  for f in ["abn.cpp", "abn_cuda.cu"]])
+            """,
+        "pkg/helpers.py": """\
+            def pair(x):
+                return (x, x)
+            """,
+        "pkg/bn.py": """\
+            import torch.nn as nn
+            from .functions import *
+
+            class FusedBN(nn.BatchNorm2d):
+                pass
+            """,
+        "pkg/plain.py": """\
+            import torch.nn as nn
+            from .helpers import *
+
+            class Block(nn.Conv2d):
+                pass
+            """,
+        "model.py": """\
+            import torch.nn as nn
+            from pkg.bn import FusedBN
+
+            net = nn.Sequential(nn.Conv2d(3, 8, 3), FusedBN(8)).cuda()
+            """,
+        "other.py": """\
+            import torch.nn as nn
+            from pkg.plain import Block
+
+            net = nn.Sequential(Block(3, 8, 3)).cuda()
+            """,
+    })
+    results = check_files(["model.py", "other.py", "pkg/bn.py", "pkg/plain.py"],
+                          Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "model.py") == []  # pkg.bn runs pkg.functions, which builds CUDA kernels
+    assert codes(results, "other.py") == [(4, "TD101")]  # a star import of a plain module changes nothing
+
+
 def test_a_validation_batch_a_helper_of_another_module_turns_into_numpy_needs_no_pinning(project: Path) -> None:
     write(project, {
         "val_utils.py": """\

@@ -419,11 +419,12 @@ class Project(Callers):
         seen = {self.state.absolute(sem.path)}
         if "(" in sem.text.source and self._calls_kernel_builder(sem.path, kernel_calls(sem)):
             return True
-        frontier = [(sem.path, sem.names.imports, sem.names.from_imports, optional_imports(sem))]
+        frontier = [(sem.path, sem.names.imports, sem.names.from_imports, optional_imports(sem), sem.names.star)]
         for _ in range(6):  # (``train.py`` imports ``op``, whose ``__init__`` imports the module that builds kernels)
             following = []
-            for here, imports, from_imports, optional in frontier:
+            for here, imports, from_imports, optional, star in frontier:
                 targets = [(0, q) for name, q in imports.items() if name not in optional]
+                targets += list(star)  # (``from .functions import *`` runs the module that compiles on import)
                 targets += [(level, module) for name, (level, module, _) in from_imports.items() if name not in optional]
                 targets += [(level, f"{module}.{imported}" if module else imported)
                             for name, (level, module, imported) in from_imports.items() if name not in optional]
@@ -436,7 +437,8 @@ class Project(Callers):
                     if summary is not None and (summary.gpu_only or self._calls_kernel_builder(path, summary.kernel_calls)):
                         return True
                     if summary is not None:
-                        following.append((path, summary.imports, summary.from_imports, summary.optional_imports))
+                        following.append((path, summary.imports, summary.from_imports, summary.optional_imports,
+                                          summary.star))
             frontier = following
         return False
 

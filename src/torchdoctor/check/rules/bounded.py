@@ -14,6 +14,8 @@ from torchdoctor.check.semantic.counts import FEW, few_passes
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
+KEPT = 100  # examples a capped list keeps (``if len(adv_examples) < 64:``): that many passes of its branch at most
+
 __all__ = ["few_iterations", "few_in_range", "while_few_kept", "retry_loop", "first_pass_only", "last_pass_only"]
 
 
@@ -125,12 +127,24 @@ def _gradients_only(ctx: Context, loop: ast.AST) -> bool:
 
 def while_few_kept(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     """``if len(adv_examples) < 5: adv_examples.append((p.item(), x.cpu()))``: a branch that runs until a list it
-    fills holds a few items, then never again."""
+    fills holds a few items, then never again; also the test's later operands (``if len(kept) < 5 and not (pred ==
+    y).all():``: ``and`` evaluates them only while the list is short)."""
     for branch in _branches_around(ctx, node, loop):
         test = branch.test
         tests = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
         if any(_caps_a_list(ctx, t, branch) for t in tests):
             return True
+    sem = ctx.semantic
+    for parent in sem.ancestors(node):
+        if parent is loop:
+            break
+        if isinstance(parent, ast.If) and isinstance(parent.test, ast.BoolOp) and isinstance(parent.test.op, ast.And) \
+                and sem.index.contains(parent.test, node):
+            for operand in parent.test.values:
+                if sem.index.contains(operand, node):
+                    break
+                if _caps_a_list(ctx, operand, parent):
+                    return True
     return False
 
 
@@ -147,20 +161,21 @@ def _branches_around(ctx: Context, node: ast.AST, loop: ast.AST) -> list[ast.If]
 
 
 def _caps_a_list(ctx: Context, test: ast.AST, branch: ast.If) -> bool:
-    """``len(kept) < 5`` where ``branch`` appends to ``kept``."""
+    """``len(kept) < 5`` where ``branch`` appends to ``kept`` (a cap up to KEPT: each pass keeps one item at least,
+    so the branch runs that many times at most, whatever the length of the run)."""
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))
             and isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and len(test.left.args) == 1):
         return False
     kept = dotted(test.left.args[0])
-    return bool(kept) and _small_bound(ctx, test.comparators[0], branch) and any(
+    return bool(kept) and _small_bound(ctx, test.comparators[0], branch, KEPT) and any(
         isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in ("append", "extend", "add")
         and dotted(c.func.value) == kept for st in branch.body for c in ctx.semantic.subtree(st))
 
 
-def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
-    """A literal of at most FEW, or a parameter whose default is one (``num_examples=2``)."""
+def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST, few: int = FEW) -> bool:
+    """A literal of at most ``few``, or a parameter whose default is one (``num_examples=2``)."""
     if isinstance(expr, ast.Constant):
-        return type(expr.value) is int and expr.value <= FEW
+        return type(expr.value) is int and expr.value <= few
     if not isinstance(expr, ast.Name):
         return False
     b = ctx.semantic.binding_at(expr.id, at)
@@ -168,7 +183,7 @@ def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     if b is None or not b.is_param or func is None or b.node is not func:
         return False
     default = param_default(func, expr.id)  # type: ignore[arg-type]
-    return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= FEW
+    return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= few
 
 
 def retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

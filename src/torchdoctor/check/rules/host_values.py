@@ -87,7 +87,43 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
         return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
     if isinstance(value, ast.Call) and b.index is None and getattr(ctx.semantic.external(value), "returns", None) == "host":
         return True  # ``train_iou = iou_on_batch(masks, preds)`` of another module, returning ``np.mean(ious)``
+    if isinstance(value, ast.Call) and depth < 3 and dotted(value.func) in ("min", "max", "abs") and value.args \
+            and not value.keywords and all(_host_operand(ctx, a, b.node, depth + 1) for a in value.args):
+        return True  # ``end = min(self.args.enc_in + start, x.shape[-1])``: Python compares host ints
     return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b) or _tracker_reading(ctx, value)
+
+
+_SIZE_METHODS = frozenset({"size", "dim", "numel", "nelement", "ndimension"})
+_OPTIONS = lazy(r"^(self\.)?(args|opt|opts|config|cfg|conf|hparams|hp|params|options|settings)\.\w+$")
+
+
+def _size_read(expr: ast.AST) -> bool:
+    """``x.shape[-1]``, ``x.size(1)``, ``x.ndim``, ``x.numel()``: a tensor's sizes are host ints (no device read)."""
+    if isinstance(expr, ast.Subscript):
+        expr = expr.value
+    if isinstance(expr, ast.Attribute):
+        return expr.attr in ("shape", "ndim")
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SIZE_METHODS
+
+
+def _host_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+    """An operand of Python's ``min``/``max`` that is a host number: a literal, a size, an option (``self.args.enc_in``),
+    a name bound to one of them, or arithmetic of such."""
+    if isinstance(expr, ast.Constant):
+        return type(expr.value) in (int, float)
+    if isinstance(expr, ast.BinOp):
+        return _host_operand(ctx, expr.left, at, depth) and _host_operand(ctx, expr.right, at, depth)
+    if isinstance(expr, ast.UnaryOp):
+        return _host_operand(ctx, expr.operand, at, depth)
+    if _size_read(expr) or _host_leaf(expr) or isinstance(expr, ast.Attribute) and _OPTIONS.match(dotted(expr) or ""):
+        return True
+    if isinstance(expr, ast.Name) and depth < 3:
+        if host_number(ctx, expr, at, depth):
+            return True
+        b = ctx.semantic.binding_at(expr.id, at)
+        return b is not None and not b.is_param and b.index is None and b.value is not None \
+            and (_size_read(b.value) or isinstance(b.value, ast.Attribute) and bool(_OPTIONS.match(dotted(b.value) or "")))
+    return False
 
 
 _TRACKER_FEEDS = frozenset({"update", "add", "append", "log", "record", "push", "add_scalar"})
