@@ -1178,6 +1178,60 @@ def test_a_kernel_module_imported_relatively_from_its_own_cuda_extension(project
     assert codes(results, "plain.py") == [(4, "TD101")]
 
 
+def test_a_save_helper_called_unguarded_only_to_load_writes_on_rank_zero(project: Path) -> None:
+    """``def checkpoint(path, model=None)`` saves when handed a model (always behind a rank guard) and loads
+    otherwise: the unguarded start-up call passes no model, so it never reaches ``torch.save``. A call that does pass
+    one on every rank writes on every rank."""
+    write(project, {
+        "utils.py": """\
+            import torch
+            import torch.distributed as dist
+
+            def init_distributed():
+                dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+
+            def is_main_process():
+                return not dist.is_initialized() or dist.get_rank() == 0
+
+            def checkpoint(path, model=None, step=0):
+                if model is not None:
+                    torch.save({"model": model.state_dict(), "step": step}, path)
+                else:
+                    return torch.load(path, map_location="cpu", weights_only=True)
+
+            def snapshot(path, model=None):
+                if model is None:
+                    return None
+                torch.save(model.state_dict(), path)
+            """,
+        "train.py": """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from utils import checkpoint, init_distributed, is_main_process, snapshot
+
+            def main(resume, loader):
+                init_distributed()
+                state = checkpoint("m.pt") if resume else None
+                model = DDP(torch.nn.Linear(2, 2).cuda())
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for step, (x, y) in enumerate(loader):
+                    loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    if step % 10 == 0 and is_main_process():
+                        checkpoint("m.pt", model.module, step)
+                    snapshot("s.pt", model=model.module)
+
+            if __name__ == "__main__":
+                main(True, [])
+            """,
+    })
+    results = check_files(["utils.py", "train.py"], Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "utils.py") == [(19, "TD703")]  # snapshot: handed a model on every rank
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

@@ -47,11 +47,19 @@ class Callers:
         """Some caller in another module sets eval mode before calling ``func`` (``effect`` == "eval")."""
         return any(r.eval_before for r in self._callers(sem, func)) if effect == "eval" else False
 
-    def callers_rank_guarded(self, sem: SemanticModel, func: ast.AST) -> bool:
+    def callers_rank_guarded(self, sem: SemanticModel, func: ast.AST, gates: tuple[str, ...] = ()) -> bool:
         """``func`` is called from other modules, and every caller that runs on many ranks (a DDP
         program) calls it under a rank guard (an inference script calling it runs once); a method, through objects
-        of its class (``model.save(path)`` of ``model = MTDNNModel(...)`` behind ``if local_rank in [-1, 0]:``)."""
+        of its class (``model.save(path)`` of ``model = MTDNNModel(...)`` behind ``if local_rank in [-1, 0]:``).
+        ``gates``: parameters (defaulting to None) that the write needs: a call that passes none of them does not
+        write (``state = checkpoint(path)`` of a helper that saves only when handed a model)."""
         records = self._callers(sem, func, by_class=sem.class_of(func) is not None)
+        if records and gates:
+            names = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+            if sem.class_of(func) is not None and names[:1] in (["self"], ["cls"]):
+                names = names[1:]
+            given = {*gates, *(f"#{names.index(p)}" for p in gates if p in names), "*"}
+            return all(r.rank_guarded or not r.ddp or given.isdisjoint(r.passed) for r in records)
         return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
 
     def has_callers(self, sem: SemanticModel, func: ast.AST) -> bool:

@@ -371,6 +371,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
     name = ctx.call_name(expr) or ""
     if name.startswith("numpy.") or isinstance(expr.func, ast.Attribute) and expr.func.attr == "astype":
         return True  # ``np.ceil(np.log(n)).astype("int")``: a NumPy value (``astype`` is NumPy's, not torch's)
+    if any(k.arg == "return_tensors" for k in expr.keywords):
+        return True  # ``tokenizer(text, return_tensors="pt")``: a tokenizer makes its tensors on the host
     if name.startswith("torch.") and name.rsplit(".", 1)[-1] in FACTORIES and name not in _HOST_MAKERS:
         return True  # ``iouv = torch.linspace(0.5, 0.95, 10)``: no device given
     if _TO_HOST.search(name.rsplit(".", 1)[-1]):

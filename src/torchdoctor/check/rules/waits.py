@@ -230,6 +230,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                 return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
             if isinstance(stmt, ast.If) and sem.under_step_guard(stmt.body[0], loop):
                 continue  # (work on every N-th step only)
+            if _drained(stmt):
+                continue  # (``writer.add_scalar("parts", out.mean(), it)``: the GPU work it queues, it reads back)
             if not all(_queues_nothing(ctx, c) for c in nodes if isinstance(c, ast.Call)):
                 return False
         if up is loop:
@@ -241,6 +243,19 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             return False  # (out of a loop or a handler of its own: the earlier statements ran some passes ago)
         top = up
     return False
+
+
+def _drained(stmt: ast.AST) -> bool:
+    """A statement whose last step reads a value back (``writer.add_scalar(tag, out.mean(), it)``, ``acc =
+    (pred == y).float().mean().item()``): whatever GPU work it queues, its read waits for; the GPU is idle after it."""
+    value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign)) else None
+    if not isinstance(value, ast.Call):
+        return False
+    if isinstance(value.func, ast.Attribute) and value.func.attr in _LOGGED:
+        return len(value.args) > 1
+    if isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist") and not value.args:
+        return True
+    return isinstance(value.func, ast.Name) and value.func.id in ("float", "int") and len(value.args) == 1
 
 
 def _read_tensor(node: ast.AST) -> str | None:

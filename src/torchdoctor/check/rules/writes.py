@@ -215,6 +215,27 @@ def _writer_flag_guard(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
     return False
 
 
+def _gating_params(ctx: Context, node: ast.AST, func: ast.AST) -> tuple[str, ...]:
+    """The parameters of ``func`` that default to None and that ``node`` needs: it sits in ``if model is not None:``
+    (or ``if model:``), or in the ``else`` of ``if model is None:`` (a helper that saves when given a model and
+    loads otherwise)."""
+    out = []
+    frame = ctx.semantic.frame(node)
+    while frame is not None and frame.node is not func:
+        test = getattr(frame.node, "test", None) if frame.kind == "if" else None
+        name = None
+        if isinstance(test, ast.Name) and frame.branch == "body":
+            name = test.id
+        elif isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+                and is_none(test.comparators[0]) and (isinstance(test.ops[0], ast.IsNot) and frame.branch == "body"
+                                                      or isinstance(test.ops[0], ast.Is) and frame.branch == "orelse"):
+            name = test.left.id
+        if name is not None and is_none(param_default(func, name)):  # type: ignore[arg-type]
+            out.append(name)
+        frame = frame.parent
+    return tuple(out)
+
+
 def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     """Guarded here, or every call of the enclosing function is guarded (and there is one), in this file
     or, through the project index, in the files that call it."""
@@ -228,6 +249,12 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     if cls is not None and (_made_on_one_rank(ctx, cls) or _writer_flag_guard(ctx, node, func)):
         return True
     calls = [c for c in sem.call_sites(func) if not sem.contains(func, c)]  # (its own recursive calls: guarded
+    gates = _gating_params(ctx, node, func)
+    if calls and gates:  # ``ckpt = checkpoint(path)`` of ``def checkpoint(path, model=None)``, which saves only
+        calls = [c for c in calls if any(call_argument(c, func, p) is not None or  # type: ignore[arg-type]
+                                          any(k.arg is None for k in c.keywords) for p in gates)]  # ``if model is
+        if not calls:  # not None``: a call that passes no model only loads
+            return True
     if calls:  # as it is)
         return all(_rank_guarded(ctx, c, depth + 1) for c in calls)
     refs = [*sem.reads_of(func.name), *(sem.reads_of(f"self.{func.name}") if sem.class_of(func) is not None else [])]
@@ -241,7 +268,7 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
         return True  # a callback (``register_save_state_pre_hook(save_hook)``, ``fcn = self.cache_to_disk``)
     if sem.project is None:
         return False
-    if sem.project.callers_rank_guarded(sem, func):  # type: ignore[attr-defined]
+    if sem.project.callers_rank_guarded(sem, func, gates):  # type: ignore[attr-defined]
         return True
     if cls is not None:
         return False

@@ -31,11 +31,26 @@ def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast
             isinstance(item.context_expr, ast.Call) and sem.guards.grad_call(item.context_expr) == "off"
             for item in body[0].items):
         return True
-    if depth == 0 and len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(call := body[0].value, ast.Call) \
+    if depth == 0 and body and isinstance(body[-1], ast.Return) and isinstance(call := body[-1].value, ast.Call) \
             and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self" \
-            and (inner := methods.get(call.func.attr)) is not None:
+            and (inner := methods.get(call.func.attr)) is not None \
+            and all(_runs_no_network(sem, s, methods) for s in body[:-1]):
         return _runs_without_grad(sem, inner, methods, depth + 1)
     return False
+
+
+def _runs_no_network(sem: SemanticModel, stmt: ast.AST, methods: dict[str, ast.AST]) -> bool:
+    """A statement before ``return self.sample(...)`` that runs none of the model's layers: an ``assert``, an ``if``
+    that only raises, or a call of a method of the class that calls no layer itself (``self._verify_schedule()``)."""
+    if isinstance(stmt, ast.Assert):
+        return True
+    if isinstance(stmt, ast.If):
+        return not stmt.orelse and all(isinstance(s, ast.Raise) for s in stmt.body)
+    if not (isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call) and isinstance(call.func, ast.Attribute)
+            and dotted(call.func.value) == "self" and (method := methods.get(call.func.attr)) is not None):
+        return False
+    return not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == "self"
+                   and n.func.attr not in methods for n in sem.subtree(method))
 
 
 def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST, method: str = "forward") -> bool:
