@@ -1232,6 +1232,157 @@ def test_a_save_helper_called_unguarded_only_to_load_writes_on_rank_zero(project
     assert codes(results, "utils.py") == [(19, "TD703")]  # snapshot: handed a model on every rank
 
 
+def test_a_batch_the_model_of_another_module_moves_in_its_forward_is_handed_over_as_it_is(project: Path) -> None:
+    """``loss = model(batch)`` where ``model``'s class (another module) has a forward, inherited from its base, that
+    hands the batch to ``self.process_data``, which moves each element: the batch needs no move of its own. A model
+    whose forward moves nothing is handed a batch on the host."""
+    write(project, {
+        "main_model.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Base(nn.Module):
+                def __init__(self, device):
+                    super().__init__()
+                    self.device = device
+                    self.net = nn.Linear(4, 1)
+
+                def forward(self, batch, is_train=1):
+                    x = self.process_data(batch)
+                    return self.net(x).mean()
+
+            class Physio(Base):
+                def process_data(self, batch):
+                    return batch["x"].to(self.device).float()
+
+            class Plain(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.net = nn.Linear(4, 1)
+
+                def forward(self, batch):
+                    return self.net(batch["x"]).mean()
+            """,
+        "exe.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from main_model import Physio, Plain
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Physio(device).to(device)
+            plain = Plain().to(device)
+            opt = torch.optim.Adam([*model.parameters(), *plain.parameters()])
+            loader = DataLoader([{"x": torch.randn(4)}] * 8, batch_size=2, pin_memory=True, num_workers=2)
+            for epoch in range(3):
+                for batch in loader:
+                    opt.zero_grad()
+                    loss = model(batch)
+                    loss = loss + plain(batch)
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["main_model.py", "exe.py"], Settings(root=str(project), select=("TD302",)))
+    assert codes(results, "exe.py") == [(14, "TD302")]  # plain(batch) only: Physio moves what it is given
+
+
+def test_an_evaluation_through_a_model_method_of_another_module_that_runs_its_layers(project: Path) -> None:
+    """``self.m.process(x)`` in an evaluation loop, where ``process`` (a method of the model class in ``models.py``)
+    runs the generator: a forward by another name, with autograd on. Its ``metrics`` method runs no layer, and the
+    same ``process`` under ``no_grad`` records nothing."""
+    write(project, {
+        "models.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Inpaint(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.generator = nn.Linear(4, 4)
+                    self.opt = torch.optim.Adam(self.generator.parameters())
+
+                def process(self, x):
+                    self.opt.zero_grad()
+                    out = self.generator(x)
+                    return out, (out ** 2).mean()
+
+                def metrics(self, out, x):
+                    return (out - x).abs().mean()
+
+                def backward(self, loss):
+                    loss.backward()
+                    self.opt.step()
+            """,
+        "run.py": """\
+            import torch
+            from models import Inpaint
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            class Runner:
+                def __init__(self):
+                    self.model = Inpaint().to(device)
+
+                def train(self, loader):
+                    for x in loader:
+                        out, loss = self.model.process(x.to(device))
+                        self.model.backward(loss)
+
+                def eval(self, loader):
+                    self.model.eval()
+                    for x in loader:
+                        x = x.to(device)
+                        out, loss = self.model.process(x)
+                        score = self.model.metrics(x, x)
+
+                def test(self, loader):
+                    self.model.eval()
+                    with torch.no_grad():
+                        for x in loader:
+                            out, loss = self.model.process(x.to(device))
+            """,
+    })
+    results = check_files(["models.py", "run.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "run.py") == [(19, "TD401")]
+
+
+def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_step(project: Path) -> None:
+    """``cuda_variable(torch.zeros(1, b, 8))`` in a forward, where ``utils.cuda_variable`` moves its parameter to the
+    GPU when there is one: made on the CPU and copied every step. ``utils.wrap`` moves nothing."""
+    write(project, {
+        "utils.py": """\
+            import torch
+            from torch.autograd import Variable
+
+            def cuda_variable(tensor):
+                if torch.cuda.is_available():
+                    tensor = tensor.cuda()
+                return Variable(tensor)
+
+            def wrap(tensor):
+                return Variable(tensor)
+            """,
+        "model.py": """\
+            import torch
+            import torch.nn as nn
+            from utils import cuda_variable, wrap
+
+            class RNN(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.gru = nn.GRU(4, 8, batch_first=True)
+
+                def forward(self, x):
+                    h = cuda_variable(torch.zeros(1, x.size(0), 8))
+                    c = wrap(torch.zeros(1, x.size(0), 8))
+                    out, _ = self.gru(x, h + c)
+                    return out
+            """,
+    })
+    results = check_files(["utils.py", "model.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "model.py") == [(11, "TD611")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

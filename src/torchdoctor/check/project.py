@@ -229,6 +229,16 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")  # (a class whose base comes from a third module: its ``is_module``
         return cls.quiet_methods if cls is not None else frozenset()  # may be unknown; quiet methods are its own)
 
+    def class_moved_inputs(self, sem: SemanticModel, written: str) -> frozenset[int]:
+        """Positions of the ``forward`` inputs the module class ``written`` (imported here) moves to a device itself."""
+        cls = self._lookup(sem, written, "class")
+        return cls.moved_inputs if cls is not None else frozenset()  # type: ignore[attr-defined]
+
+    def class_network_methods(self, sem: SemanticModel, written: str) -> frozenset[str]:
+        """The methods of the module class ``written`` (imported here) other than ``forward`` that run its layers."""
+        cls = self._lookup(sem, written, "class")
+        return cls.network_methods if cls is not None else frozenset()  # type: ignore[attr-defined]
+
     def class_paramless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.is_module and cls.paramless  # type: ignore[attr-defined]

@@ -13,6 +13,7 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.host_values import batch_on_device, reached_from_forward, run_by_forwards
 from torchdoctor.check.rules.steps import per_step_loop
 from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic.forwards import moved_params
 from torchdoctor.check.semantic.models import model_is_stateless, moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop
 
@@ -30,7 +31,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if keyword(node, "device") or has_kwargs(node) or _follows_its_inputs(node, q) or not program.runs_on_accelerator(sem) \
             or _scalar_tensor(node) or _zero_sized(node, q) \
-            or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node):
+            or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node) or _branch_no_caller_takes(ctx, node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     region = _region(ctx, node)
     if region is None or isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
@@ -109,10 +110,12 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         region, caller = helper
     if region is None:
         return
-    move = _moved_at_once(ctx, node) or _moved_next(ctx, node, region)
+    move, helper = _moved_at_once(ctx, node) or _moved_next(ctx, node, region), None
+    if move is None and (found := _moved_by_helper(ctx, node)) is not None:
+        move, helper = found  # ``cuda_variable(torch.zeros(n, 1))``: a helper that moves what it is handed
     if move is None:
         return
-    device = _move_target(sem, move)
+    device = helper or _move_target(sem, move)
     last = device.rsplit(".", 1)[-1] if device is not None else ""
     if device is None or device.strip("'\"").startswith("cpu") or flow.is_cpu_name(last) and not _GPU_WORD.search(last) \
             or _device_of_host_batch(ctx, move):  # (``.to(self.gpu_id)``: a GPU index, though named as an id)
@@ -128,21 +131,23 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
             or _made_once(ctx, node, region) \
             or sem.in_handler(node, region):  # (``except RuntimeError: return torch.rand(...).to(dev)``: a fallback)
         return
-    if method_name(move) != "cuda" and not program.runs_on_accelerator(sem) and not (
+    how = "cuda" if helper == "cuda" else "to" if helper else method_name(move)
+    if how != "cuda" and not program.runs_on_accelerator(sem) and not (
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
             and (device.endswith(".device") and not device.startswith("self.") or _input_device_alias(ctx, move, region))):
         return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too)
     made = ctx.name(node, 60)
-    maker, dev = f"{ctx.name(node.func)}(...", device if method_name(move) in ("to", "type_as") else "..."
+    maker, dev = f"{ctx.name(node.func)}(...", device if how in ("to", "type_as") else "..."
     if counting:  # (a legacy constructor takes no device: its arange does)
         rng = node.args[0] if node.args[0].func.id == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
-    there = f"`{maker}, device={dev})`" if method_name(move) in ("to", "type_as") else \
-        f"`{maker}, device=...)` with the device `.cuda()` moves it to"
+    mover = f"`{ctx.name(move.func)}()`" if helper else f"`.{how}()`"
+    there = f"`{maker}, device={dev})`" if how in ("to", "type_as") else \
+        f"`{maker}, device=...)` with the device {mover} moves it to"
     where = "the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None and region.name == "forward" \
         else f"`{region.name}()`, which forward() calls" if caller is None else \
         f"the loop at line {caller.lineno}, through `{region.name}`"  # type: ignore[attr-defined]
-    ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by `.{method_name(move)}()` on "
+    ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by {mover} on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
 
@@ -315,7 +320,8 @@ def _other_side(sem, a: ast.AST, b: ast.AST) -> bool:  # type: ignore[no-untyped
 def _branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
     """``if x_mask is not None: ... else: x_mask = torch.ones(b, 1, t).to(x.device)`` in a function whose
     ``x_mask=None`` every caller passes (here, or in the other modules of the project): the default's branch, which
-    no step takes (glow-tts's ``commons.squeeze(x, x_mask, n_sqz)``)."""
+    no step takes (glow-tts's ``commons.squeeze(x, x_mask, n_sqz)``); or ``if zero_triu:`` of a flag that defaults to
+    False and that no call of the function passes (transformer-xl's ``_rel_shift``)."""
     sem = ctx.semantic
     func = sem.function_of(node)
     if func is None:
@@ -330,6 +336,12 @@ def _branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
                 here = bool(sites) and all(_passed(s, func, param) for s in sites)
                 return here or not sites and sem.project is not None and sem.project.callers_pass(  # type: ignore[attr-defined]
                     sem, func, param, every=True)
+        if isinstance(test, ast.Name) and holds and isinstance(default := param_default(func, test.id), ast.Constant) \
+                and not default.value and (b := sem.binding_at(test.id, node)) is not None and b.is_param:
+            sites = sem.call_sites(func)  # ``def _rel_shift(self, x, zero_triu=False)``, whose ``if zero_triu:`` no
+            if sites and not any(_passed(s, func, test.id) for s in sites) and (  # call turns on
+                    sem.project is None or sem.frame(func).kind != "module" or not sem.project.has_callers(sem, func)):  # type: ignore[attr-defined]
+                return True
     return False
 
 
@@ -365,6 +377,29 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     up = ctx.semantic.parent(top)
     call = ctx.semantic.parent(up) if isinstance(up, ast.Attribute) and up.attr in ("to", "cuda", "type_as", "type") else None
     return call if isinstance(call, ast.Call) and call.func is up and _move_target(ctx.semantic, call) is not None else None
+
+
+def _moved_by_helper(ctx: Context, node: ast.Call) -> tuple[ast.Call, str] | None:
+    """``cuda_variable(torch.zeros(n, 1))``, ``label2onehot(torch.zeros(b, c))``: the factory's result handed to a
+    function (of this file or of another module of the project) that moves that parameter to a device (``t.cuda()``
+    when CUDA is available): the helper's call and the device."""
+    sem = ctx.semantic
+    top = _host_made(ctx, node)
+    call = sem.parent(top)
+    if not isinstance(call, ast.Call) or not isinstance(call.func, (ast.Name, ast.Attribute)) \
+            or not any(a is top for a in call.args):
+        return None
+    at = next(i for i, a in enumerate(call.args) if a is top)
+    funcs = sem.resolve(call) if isinstance(call.func, ast.Name) else []
+    if len(funcs) == 1:
+        params = [a.arg for a in funcs[0].args.posonlyargs + funcs[0].args.args]  # type: ignore[attr-defined]
+        moves = dict(moved_params(sem, funcs[0]))
+    elif not funcs and (summary := sem.external(call)) is not None and getattr(summary, "moves", None):
+        params, moves = list(summary.params), dict(summary.moves)  # type: ignore[attr-defined]
+    else:
+        return None
+    dev = moves.get(params[at]) if at < len(params) else None
+    return (call, dev) if dev else None
 
 
 def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-def]

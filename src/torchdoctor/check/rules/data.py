@@ -11,6 +11,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import collates_onto_device, dataset_on_device, is_torch_dataloader
 from torchdoctor.check.semantic import flow, loaders, program
+from torchdoctor.check.semantic.forwards import forward_moved_params
 from torchdoctor.check.semantic.models import construction, moved_keys
 from torchdoctor.check.semantic.placement import never_moved
 from torchdoctor.findings import Severity
@@ -124,25 +125,23 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
 
 
 def _forward_moves_input(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:
-    """``model(feats)`` of a class of this file whose ``forward`` starts by moving that input itself (``x =
-    x.to("cuda:0")``: a model split over GPUs puts its input on its first stage)."""
+    """``model(feats)`` of a module class (of this file or of another module of the project) whose ``forward`` moves
+    that input itself (``x = x.to("cuda:0")``: a model split over GPUs puts its input on its first stage; a diffusion
+    imputer's ``self.process_data(batch)`` moves each element of the batch dict)."""
     sem = ctx.semantic
     if flow.consumer_kind(sem, consumer) == "model" and any(k.arg == "device" for k in consumer.keywords):
         return True  # ``model(audio, device=device)``: the model is told where to put what it is given
     func = consumer.func
     target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
     made = construction(sem, target, consumer)
-    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
-    forward = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None) \
-        if cls is not None else None  # type: ignore[attr-defined]
     arg = next((i for i, a in enumerate(consumer.args) if sem.contains(a, use)), None)
-    params = [a.arg for a in forward.args.args[1:]] if forward is not None else []
-    if arg is None or arg >= len(params):
+    if made is None or arg is None:
         return False
-    name = params[arg]
-    return any(isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
-               and n.targets[0].id == name and isinstance(n.value, ast.Call) and sem.is_device_move(n.value)
-               and root_name(n.value.func) == name for n in forward.body[:3])  # type: ignore[union-attr]
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "")
+    if cls is not None:
+        return arg in forward_moved_params(sem, cls)
+    written = dotted(made.func)  # a class of another module of the project (``Physio(config, args.device)``)
+    return bool(written and sem.project is not None and arg in sem.project.class_moved_inputs(sem, written))  # type: ignore[attr-defined]
 
 
 def _meets_host_copies(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:

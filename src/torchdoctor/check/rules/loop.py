@@ -9,6 +9,7 @@ from torchdoctor.check.astutil import call_argument, dotted, keyword, method_nam
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
+from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
 from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing
 from torchdoctor.check.semantic.models import DROPOUT_BN, class_has_dropout_or_bn, class_in_effect, construction, \
     first_input_device, has_dropout_or_bn, model_has_no_parameters
@@ -37,24 +38,23 @@ def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
 
 
 def _runs_the_network(ctx: Context, call: ast.Call) -> bool:
-    """``model.attribution(x)`` where the model's class (of this file) defines ``attribution`` to run its layers
-    (``return self.body(x).softmax(-1)``): a forward by another name."""
+    """``model.attribution(x)`` where the model's class (of this file, or of another module of the project) defines
+    ``attribution`` to run its layers (``return self.body(x).softmax(-1)``): a forward by another name."""
     sem = ctx.semantic
     if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, (ast.Name, ast.Attribute))) \
-            or call.func.attr in ("forward", "train", "eval", "to", "cuda", "cpu", "parameters", "state_dict", "apply",
-                                  "zero_grad", "load_state_dict", "named_parameters", "modules", "children"):
+            or call.func.attr in NOT_FORWARDS:
         return False
     if sem.expr_kind(call.func.value, call) not in ("model", "wrapper"):
         return False
     made = construction(sem, call.func.value, call)
-    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
-    method = next((f for f in getattr(cls, "body", []) if isinstance(f, ast.FunctionDef) and f.name == call.func.attr),
-                  None)
-    return method is not None and any(  # ``self.body(x)``, ``self(x)``, ``self.forward(x)``
-        isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
-                                     and n.func.value.id == "self" and (n.func.attr == "forward" or sem.kinds.kind_of(
-                                         f"self.{n.func.attr}", n) == "model") or isinstance(n.func, ast.Name)
-                                     and n.func.id == "self") for n in sem.local_nodes(method))
+    if made is None:
+        return False
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "")
+    if cls is not None:
+        return call.func.attr in network_methods(sem, cls)
+    written = dotted(made.func)  # (``self.edge_model.process(images)`` of a model class of ``models.py``)
+    return bool(written and sem.project is not None
+                and call.func.attr in sem.project.class_network_methods(sem, written))  # type: ignore[attr-defined]
 
 
 @rule("TD401", *_LOOPS)

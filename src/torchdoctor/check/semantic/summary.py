@@ -15,6 +15,7 @@ from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_a
     class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
     class_moves_itself, class_parts, holds_plain_tensors_only, moved_keys
@@ -30,7 +31,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
-                 "collates_arrays", "quiet_methods")
+                 "collates_arrays", "quiet_methods", "moved_inputs", "network_methods")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -48,19 +49,23 @@ class ClassSummary(FrozenRecord):
     loader_passes: frozenset[str]  # a DataLoader subclass: the pipeline arguments its ``__init__`` turns on
     collates_arrays: bool  # a Dataset whose ``collate_fn`` method makes no torch tensor (NumPy batches: nothing to pin)
     quiet_methods: frozenset[str]  # its methods that turn autograd off themselves (frozen.methods_without_grad)
+    moved_inputs: frozenset[int]  # positions of the ``forward`` inputs it moves to a device itself (forwards.py)
+    network_methods: frozenset[str]  # methods other than ``forward`` that run its layers (``process``: forwards.py)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
                  moves_self: bool = False, parts: tuple[str, ...] | None = None, paramless: bool = False,
                  builds_loader: bool = False, frozen: str | None = None, init_params: tuple[str, ...] = (),
                  yields_device: bool = False, loader_passes: frozenset[str] = frozenset(),
-                 collates_arrays: bool = False, quiet_methods: frozenset[str] = frozenset()) -> None:
+                 collates_arrays: bool = False, quiet_methods: frozenset[str] = frozenset(),
+                 moved_inputs: frozenset[int] = frozenset(), network_methods: frozenset[str] = frozenset()) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
-                   builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods)
+                   builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods,
+                   moved_inputs, network_methods)
 
 
 class FunctionSummary(FrozenRecord):
-    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params", "keys")
+    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params", "keys", "moves")
     name: str  # "f" or "Class.method"
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
@@ -74,11 +79,12 @@ class FunctionSummary(FrozenRecord):
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
     numpy_params: frozenset[str]  # parameters its first statement turns into NumPy arrays (``x = x.cpu().numpy()``)
     keys: frozenset[str] | None  # every return is a dict of these keys (``loaders.returned_keys``), else None
+    moves: tuple[tuple[str, str], ...]  # (parameter, device) it moves there (``forwards.moved_params``)
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
                  returns: str | None = None, one_step: bool = False, numpy_params: frozenset[str] = frozenset(),
-                 keys: frozenset[str] | None = None) -> None:
-        self._fill(name, effects, loops, params, returns, one_step, numpy_params, keys)
+                 keys: frozenset[str] | None = None, moves: tuple[tuple[str, str], ...] = ()) -> None:
+        self._fill(name, effects, loops, params, returns, one_step, numpy_params, keys, moves)
 
 
 class ModuleSummary(Record):
@@ -150,6 +156,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
                 and (owner := sem.class_of(call)) is not None and _per_step(sem, call):
             step_calls.setdefault(owner, set()).add(call.func.attr)
+    moves = ".to(" in sem.text.source or ".cuda(" in sem.text.source
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes
@@ -169,7 +176,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          else frozenset(),
                                          not is_module and class_collates_arrays(sem, cls),
                                          methods_without_grad(sem, cls) if is_module or cls.bases  # type: ignore[attr-defined]
-                                         else frozenset())  # (a base of another module: maybe a module class)
+                                         else frozenset(),  # (a base of another module: maybe a module class)
+                                         forward_moved_params(sem, cls) if is_module and moves else frozenset(),
+                                         network_methods(sem, cls) if is_module else frozenset())
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
@@ -206,7 +215,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
             keys = returned_keys(sem, func) if not params and returns is None else None  # (what ``**f()`` passes)
             out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step, numpy_params(func),
-                                                 keys)
+                                                 keys, moved_params(sem, func) if moves else ())
     return out
 
 
