@@ -1383,6 +1383,51 @@ def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_s
     assert codes(results, "model.py") == [(11, "TD611")]
 
 
+def test_a_loader_handed_with_a_cuda_device_to_a_trainer_class_of_another_module(project: Path) -> None:
+    """``Trainer(device, loader).train(10)``, where ``device`` is a CUDA choice and the trainer (another module) moves
+    each batch to the device it is given: the loader feeds the GPU. The same trainer told to use the CPU does not."""
+    write(project, {
+        "trainer.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Trainer(object):
+                def __init__(self, device, data_loader):
+                    self.device, self.data_loader = device, data_loader
+                    self.net = nn.Linear(4, 1).to(device)
+                    self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+                def train(self, epochs):
+                    for _ in range(epochs):
+                        for batch in self.data_loader:
+                            loss = self.net(batch["x"].to(self.device)).pow(2).mean()
+                            self.opt.zero_grad()
+                            loss.backward()
+                            self.opt.step()
+            """,
+        "main.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from trainer import Trainer
+
+            device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            loader = DataLoader([{"x": torch.randn(4)}] * 8, batch_size=8, shuffle=True)
+            Trainer(device, loader).train(10)
+            """,
+        "cpu_main.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from trainer import Trainer
+
+            loader = DataLoader([{"x": torch.randn(4)}] * 8, batch_size=8, shuffle=True)
+            Trainer("cpu", loader).train(10)
+            """,
+    })
+    results = check_files(["trainer.py", "main.py", "cpu_main.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "main.py") == [(6, "TD304")]  # (TD305, no workers, named in its message)
+    assert codes(results, "cpu_main.py") == []
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

@@ -239,6 +239,10 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls.network_methods if cls is not None else frozenset()  # type: ignore[attr-defined]
 
+    def class_of_project(self, sem: SemanticModel, written: str) -> bool:
+        """``written`` (imported here) is a class defined in a module of the project."""
+        return self._lookup(sem, written, "class") is not None
+
     def class_paramless(self, sem: SemanticModel, written: str) -> bool:
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.is_module and cls.paramless  # type: ignore[attr-defined]

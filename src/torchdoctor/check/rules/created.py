@@ -66,9 +66,10 @@ _LEGACY_SIZED = frozenset({"FloatTensor", "LongTensor", "Tensor", "ByteTensor", 
                            "BoolTensor", "HalfTensor"})
 
 
-def _sizes_only(call: ast.Call) -> bool:
+def _sizes_only(call: ast.Call, sem=None) -> bool:  # type: ignore[no-untyped-def]
     """``torch.FloatTensor(b, n)``: a legacy constructor given sizes (an allocation, like ``torch.empty``), not
-    data (``torch.FloatTensor([0.5, 0.5])``, ``torch.LongTensor(ids)`` of a list)."""
+    data (``torch.FloatTensor([0.5, 0.5])``, ``torch.LongTensor(ids)`` of a list); one size only when it is surely an
+    int (``torch.Tensor(x.size(0))``, a literal, a name bound to ``data.shape[0]``: ``sem`` follows the name)."""
     def size(a: ast.AST) -> bool:
         if isinstance(a, ast.Constant):
             return type(a.value) is int
@@ -79,7 +80,16 @@ def _sizes_only(call: ast.Call) -> bool:
         if isinstance(a, ast.Call):  # ``x.size(0)``, ``len(seq)``
             return method_name(a) == "size" and bool(a.args) or isinstance(a.func, ast.Name) and a.func.id in ("len", "int")
         return isinstance(a, (ast.Attribute, ast.Name))  # ``self.hidden``, ``b`` (two or more: sizes, not data)
-    return len(call.args) >= 2 and all(size(a) for a in call.args) and not call.keywords
+
+    def one_size(a: ast.AST) -> bool:  # ``torch.Tensor(x.size(0))``, ``torch.Tensor(n)`` of ``n = data.shape[0]``
+        if isinstance(a, ast.Name) and sem is not None and (b := sem.binding_at(a.id, call)) is not None \
+                and not b.is_param and b.index is None and b.value is not None:
+            a = b.value
+        return not isinstance(a, (ast.Attribute, ast.Name)) and size(a)
+
+    if call.keywords:
+        return False
+    return len(call.args) >= 2 and all(size(a) for a in call.args) or len(call.args) == 1 and one_size(call.args[0])
 
 
 def _counting(call: ast.Call) -> bool:
@@ -98,7 +108,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     q = ctx.call_name(node) or ""
     counting = q.split(".")[-1] in _LEGACY_SIZED and _counting(node)
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS and not (
-            q.split(".")[1] in _LEGACY_SIZED and (_sizes_only(node) or counting)):
+            q.split(".")[1] in _LEGACY_SIZED and (_sizes_only(node, ctx.semantic) or counting)):
         return
     if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
         return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)

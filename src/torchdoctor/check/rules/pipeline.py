@@ -24,11 +24,11 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
             or has_kwargs(node) and loaders.spread_keys(sem, node) is None:
         return False  # (``**kwargs`` may carry any keyword; ``**loader_kwargs()`` of known keys does not)
     accelerated = program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node)
-    handed = not accelerated and (_handed_to_accelerated_trainer(ctx, node)
-                                  or _batches_handed_to_an_accelerated_object(ctx, node) is not None)
-    return (accelerated or handed) and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) \
-        and (handed or loaders.feeds_device(sem, node)) and not collates_onto_device(ctx, node) \
-        and not _index_loader(ctx, node)
+    feeds = accelerated and loaders.feeds_device(sem, node)
+    handed = not feeds and (_handed_to_accelerated_trainer(ctx, node)  # (``Trainer(device, loader).train(10)``, also
+                            or _batches_handed_to_an_accelerated_object(ctx, node) is not None)  # in a CUDA script)
+    return (feeds or handed) and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) \
+        and not collates_onto_device(ctx, node) and not _index_loader(ctx, node)
 
 
 def _batches_handed_to_an_accelerated_object(ctx: Context, node: ast.Call) -> ast.Call | None:
@@ -86,6 +86,12 @@ def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
                 written = dotted(b.value.func)
         if written and not sem.resolve(call) and sem.project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
             return True
+        from torchdoctor.check.semantic.summary import chosen_cuda  # (a lone script never needs the summaries)
+
+        if written and isinstance(call, ast.Call) and not sem.resolve(call) and written.rsplit(".", 1)[-1][:1].isupper() \
+                and any(chosen_cuda(sem, a, call) for a in (*call.args, *(k.value for k in call.keywords))) \
+                and sem.project.class_of_project(sem, written):  # type: ignore[attr-defined]
+            return True  # ``Trainer(device, loader)`` handed a CUDA choice: the trainer runs where it is told
     return False
 
 

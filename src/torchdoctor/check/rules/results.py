@@ -7,7 +7,8 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, func_params, has_kwargs, keyword, method_name
+from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, has_kwargs, is_true, keyword, method_name, \
+    strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.findings import Edit
@@ -412,13 +413,29 @@ def _constructed_models(ctx: Context) -> set[str]:
         sem = ctx.semantic
         out: set[str] = set()
         for node in sem.of_type(ast.Assign):
-            if isinstance(node.value, ast.Call):  # type: ignore[attr-defined]
-                name = ctx.call_name(node.value) or ""  # type: ignore[attr-defined]
-                if sem.kinds.is_module_class(name, node.value.func) or _MODEL_FACTORY.match(name):  # type: ignore[attr-defined]
+            value = strip_methods(node.value, PLACEMENT_METHODS)  # type: ignore[attr-defined]  # (``Enc().cuda()``)
+            if isinstance(value, ast.Call):
+                name = ctx.call_name(value) or ""
+                if sem.kinds.is_module_class(name, value.func) or _MODEL_FACTORY.match(name):
                     out.update(d for t in node.targets if (d := dotted(t)))  # type: ignore[attr-defined]
         return out
 
     return ctx.semantic.cached("constructed_models", compute)  # type: ignore[no-any-return]
+
+
+def _restores_a_model(ctx: Context, name: str, b: object, load: ast.Call) -> bool:
+    """``enc, dec = torch.load(path)`` (in a ``try``) after ``enc = Enc().cuda()`` in the same scope: the load puts the
+    pickled models back under the names that held them (not with ``weights_only=True``, which loads no module)."""
+    flag = keyword(load, "weights_only")
+    if flag is not None and is_true(flag.value):
+        return False
+    sem = ctx.semantic
+    for earlier in sem.bindings_of(name):
+        value = strip_methods(earlier.value, PLACEMENT_METHODS) if earlier.value is not None else None
+        if earlier.scope is b.scope and earlier.pos < b.pos and not earlier.is_param \
+                and isinstance(value, ast.Call) and sem.kinds.is_module_class(ctx.call_name(value) or "", value.func):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def _trained_as_a_model(ctx: Context, name: str, bound: ast.AST) -> bool:
@@ -455,7 +472,8 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if isinstance(value, ast.Call) and (ctx.call_name(value) or "") == "torch.load":
         # ``net = torch.load(path)``: a checkpoint's dict, unless the program trains it as a model (``net.parameters()``
         # handed to an optimizer, ``net(x)``): a whole pickled model, saved back whole
-        return _load_use(ctx, value) == "object" and _trained_as_a_model(ctx, name, b.node)  # type: ignore[union-attr]
+        return _load_use(ctx, value) == "object" and _trained_as_a_model(ctx, name, b.node) \
+            or _restores_a_model(ctx, name, b, value)  # type: ignore[union-attr]
     if isinstance(value, ast.Call) and method_name(value) == "state_dict":
         return False  # ``crt_net = model.state_dict()`` (keys edited)
     if isinstance(expr, ast.Name) and _only_state_dicts(ctx, expr):

@@ -22,7 +22,8 @@ from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.record import FrozenRecord, Record
 
-__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "host_args_of"]
+__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "chosen_cuda",
+           "host_args_of"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
@@ -399,8 +400,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                       and kw.value.id in carriers}
             given |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in carriers}
         if not accelerator and "cuda" in sem.text.source:  # ``device = "cuda" if ... else "cpu"``, handed to a trainer
-            given |= {kw.arg for kw in call.keywords if kw.arg and _chosen_cuda(sem, kw.value, call)}
-            given |= {f"#{i}" for i, arg in enumerate(call.args) if _chosen_cuda(sem, arg, call)}
+            given |= {kw.arg for kw in call.keywords if kw.arg and chosen_cuda(sem, kw.value, call)}
+            given |= {f"#{i}" for i, arg in enumerate(call.args) if chosen_cuda(sem, arg, call)}
         if accelerator:
             carriers = _device_carriers(sem)
             for i, arg in enumerate(call.args):
@@ -618,7 +619,7 @@ def _cuda_carriers(sem: SemanticModel) -> set[str]:
     return sem.cached("cuda_carriers", compute)  # type: ignore[no-any-return]
 
 
-def _chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
+def chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
     """``arg`` is a name bound there to a CUDA device choice (``device = "cuda" if torch.cuda.is_available() else
     "cpu"``, ``device = torch.device("cuda:0")``, ``dev = "cuda"``): a module that places no work itself hands the
     device to the project's trainer, which does."""
