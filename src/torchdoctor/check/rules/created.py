@@ -168,7 +168,8 @@ _DEVICE_WORD = lazy(r"(?i)dev|gpu|cuda|cpu|rank")
 
 def _input_device_alias(ctx: Context, move: ast.Call, func: ast.AST) -> bool:
     """The move's device is a name the function bound to a tensor's device before it (``dev = seq.device``,
-    ``self.device = x.device`` in ``forward``): the input's device, as ``.to(seq.device)`` is."""
+    ``self.device = x.device`` in ``forward``, ``device = next(self.parameters()).device``): the input's (or the
+    module's own) device, as ``.to(seq.device)`` is."""
     sem = ctx.semantic
     arg = move.args[0] if move.args and method_name(move) == "to" else None
     key = dotted(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
@@ -180,9 +181,17 @@ def _input_device_alias(ctx: Context, move: ast.Call, func: ast.AST) -> bool:
     for node in sem.local_nodes(func):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and dotted(node.targets[0]) == key \
                 and node.lineno <= move.lineno and isinstance(node.value, ast.Attribute) and node.value.attr == "device" \
-                and isinstance(node.value.value, ast.Name) and node.value.value.id != "self":
-            return True
+                and (isinstance(node.value.value, ast.Name) and node.value.value.id != "self"
+                     or _first_parameter(node.value.value)):
+            return True  # (``device = next(self.parameters()).device``: where the module's own weights are)
     return False
+
+
+def _first_parameter(expr: ast.AST) -> bool:
+    """``next(self.parameters())`` (or of ``buffers()``): a tensor of the module itself."""
+    return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "next" and len(expr.args) == 1 \
+        and isinstance(arg := expr.args[0], ast.Call) and isinstance(arg.func, ast.Attribute) \
+        and arg.func.attr in ("parameters", "buffers") and isinstance(arg.func.value, ast.Name) and arg.func.value.id == "self"
 
 
 def _follows_its_inputs(call: ast.Call, name: str) -> bool:

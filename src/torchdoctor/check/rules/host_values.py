@@ -667,7 +667,7 @@ def _reached_from_forward(sem, func: ast.AST, cls: ast.AST, name: str, depth: in
     classes = {cls, *(c for c in sem.of_type(ast.ClassDef) if c.name in bases or any(  # type: ignore[attr-defined]
         isinstance(b, ast.Name) and b.id == cls.name for b in c.bases))}  # type: ignore[attr-defined]
     # (a base's forward calls ``self.process_data(batch)``, which the subclass defines)
-    uses = [r for r in sem.reads_of(f"self.{name}") if sem.class_of(r) in classes]
+    uses = [r for r in sem.self_reads(name) if sem.class_of(r) in classes]
     callers = {sem.function_of(r) for r in uses}
     return any(f is not None and f is not func and (f.name == "forward" or reached_from_forward(  # type: ignore[attr-defined]
         sem, f, sem.class_of(f), depth + 1)) for f in callers)

@@ -168,6 +168,20 @@ class SemanticModel:
             self.memo["reads"] = index
         return index.get(key, [])  # type: ignore[union-attr]
 
+    def self_reads(self, attr: str) -> list[ast.AST]:
+        """Where ``self.<attr>`` is read (``reads_of(f"self.{attr}")`` without indexing every name of the file)."""
+        index = self.memo.get("reads")
+        if index is not None:
+            return index.get("self." + attr, [])  # type: ignore[union-attr]
+        index = self.memo.get("self_reads")
+        if index is None:
+            index = {}
+            for n in self.of_type(ast.Attribute):
+                if isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id == "self":  # type: ignore[attr-defined]
+                    index.setdefault(n.attr, []).append(n)  # type: ignore[attr-defined]
+            self.memo["self_reads"] = index
+        return index.get(attr, [])  # type: ignore[union-attr]
+
     def calls_named(self, *names: str) -> list[ast.Call]:
         return self.calls_index.named(*names)
 
