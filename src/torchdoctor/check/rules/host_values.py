@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name, strip_methods, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.forwards import moved_params
 from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
 
 if TYPE_CHECKING:
@@ -299,6 +300,18 @@ SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double"
 _NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})
 
 
+def _moving_helper(ctx: Context, call: ast.Call) -> bool:
+    """``to_gpu(lengths)``: a helper (named for it, or a function of this file or of another module of the project)
+    that moves what it is handed to a device (``if torch.cuda.is_available(): x = x.cuda()``)."""
+    sem = ctx.semantic
+    if sem.moves_by_helper(call):
+        return True
+    funcs = sem.resolve(call)
+    if funcs:
+        return any(moved_params(sem, f) for f in funcs)
+    return bool(getattr(sem.external(call), "moves", None))
+
+
 def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
     """What a ``for`` loop whose target is ``target`` takes ``name`` from: its iterable (``for x in xs``), or
     the matching argument of ``enumerate(xs)`` / ``zip(outs, ids)``."""
@@ -411,7 +424,7 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors
         values = [a for a in expr.args if not isinstance(a, ast.Constant)]
         return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values) \
-            and not _moving_lambda(ctx, expr.func, at)
+            and not _moving_lambda(ctx, expr.func, at) and not _moving_helper(ctx, expr)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
 
