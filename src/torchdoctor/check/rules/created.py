@@ -81,15 +81,19 @@ def _sizes_only(call: ast.Call, sem=None) -> bool:  # type: ignore[no-untyped-de
             return method_name(a) == "size" and bool(a.args) or isinstance(a.func, ast.Name) and a.func.id in ("len", "int")
         return isinstance(a, (ast.Attribute, ast.Name))  # ``self.hidden``, ``b`` (two or more: sizes, not data)
 
-    def one_size(a: ast.AST) -> bool:  # ``torch.Tensor(x.size(0))``, ``torch.Tensor(n)`` of ``n = data.shape[0]``
-        if isinstance(a, ast.Name) and sem is not None and (b := sem.binding_at(a.id, call)) is not None \
-                and not b.is_param and b.index is None and b.value is not None:
-            a = b.value
+    def one_size(a: ast.AST, at: ast.AST, depth: int = 0) -> bool:  # ``torch.Tensor(x.size(0))``, ``torch.Tensor(n)``
+        if depth > 4:  # of ``n = data.shape[0]``
+            return False
+        if isinstance(a, ast.Name) and sem is not None and (b := sem.binding_at(a.id, at)) is not None \
+                and not b.is_param and b.index is None and b.value is not None and b.node is not at:
+            a, at = b.value, b.node
+        if isinstance(a, ast.BinOp):  # (``1 - done`` of an array is data: every operand must be an int)
+            return one_size(a.left, at, depth + 1) and one_size(a.right, at, depth + 1)
         return not isinstance(a, (ast.Attribute, ast.Name)) and size(a)
 
     if call.keywords:
         return False
-    return len(call.args) >= 2 and all(size(a) for a in call.args) or len(call.args) == 1 and one_size(call.args[0])
+    return len(call.args) >= 2 and all(size(a) for a in call.args) or len(call.args) == 1 and one_size(call.args[0], call)
 
 
 def _counting(call: ast.Call) -> bool:
