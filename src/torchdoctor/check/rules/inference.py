@@ -38,6 +38,8 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
     is done: an evaluation on a held-out tensor (no loader, so no evaluation loop) with autograd on, whose result
     is never backpropagated. (In an evaluation loop the loop rule reports it.)"""
     sem = ctx.semantic
+    if not any(_HELDOUT.match(key) for key in (*sem.bindings.by_key, *sem.names.from_imports)):
+        return  # (no name the file binds or imports is a held-out set's: no call to look at)
     for call in sem.of_type(ast.Call):
         if not call.args or _heldout_arg(sem, call) is None or flow.consumer_kind(sem, call) != "model":  # type: ignore[attr-defined]
             continue

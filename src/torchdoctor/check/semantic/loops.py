@@ -61,6 +61,7 @@ class Loops:
         self._modes: set[str] | None = None  # names put in train/eval mode (``_mode_receivers``)
         self.info: dict[ast.AST, LoopInfo] = {}
         self._holds: dict[ast.AST, bool] = {}
+        self._trains: dict[ast.AST, bool] = {}  # function -> it (or a function it reaches) holds a training loop
         get = index.by_type.get
         loops = [n for t in _LOOPS for n in get(t, ())]
         loops.sort(key=index.pos.__getitem__)
@@ -482,10 +483,12 @@ class Loops:
     def calls_training(self, call: ast.Call) -> bool:
         """The call runs a function (of this file, or of the project) that holds a training or evaluation loop."""
         for func in self.calls.resolve(call):
-            for f in self.calls.reachable(func):
-                for n in self.calls.local_nodes(f):
-                    if isinstance(n, _LOOPS) and self.info[n].kind in ("train", "eval"):
-                        return True
+            hit = self._trains.get(func)
+            if hit is None:
+                hit = self._trains[func] = any(isinstance(n, _LOOPS) and self.info[n].kind in ("train", "eval")
+                                               for f in self.calls.reachable(func) for n in self.calls.local_nodes(f))
+            if hit:
+                return True
         callee = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
         if not _TRAINISH.search(callee):
             return False  # only a function named like a training or evaluation step is looked up elsewhere

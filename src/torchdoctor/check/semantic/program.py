@@ -112,15 +112,18 @@ def has_cuda_check(sem: SemanticModel) -> bool:
         source = sem.text.source
         if ("gpu" in source or "get_device" in source) and _gpu_index_test(sem):
             return True
-        if "is_available" not in source and "device_count" not in source and "accelerator" not in source:
+        asks = "is_available" in source or "device_count" in source
+        accelerator = "accelerator" in source and "torch" in source and any(  # (``torch.accelerator``, not
+            q.startswith("torch.accelerator") for q in sem.imports.values()) or "torch.accelerator" in source  # Accelerate's)
+        if not asks and not accelerator:
             return False
         for node in sem.of_type(ast.Attribute):
-            if node.attr in ("is_available", "device_count"):  # type: ignore[attr-defined]
+            if asks and node.attr in ("is_available", "device_count"):  # type: ignore[attr-defined]
                 return True
-            if (sem.qualname(node) or "").startswith("torch.accelerator"):
+            if accelerator and (sem.qualname(node) or "").startswith("torch.accelerator"):
                 return True
         for node in sem.of_type(ast.Name):
-            if node.id in ("is_available", "device_count") or \
+            if asks and node.id in ("is_available", "device_count") or accelerator and \
                     (sem.imports.get(node.id) or "").startswith("torch.accelerator"):  # type: ignore[attr-defined]
                 return True
         return False
@@ -130,17 +133,20 @@ def has_cuda_check(sem: SemanticModel) -> bool:
 
 def _mentions_cuda(sem: SemanticModel) -> bool:
     source = sem.text.source
-    if "cuda" not in source and "accelerator" not in source and "pick_device" not in source:
+    cuda, accelerator, picks = "cuda" in source, "accelerator" in source, "pick_device" in source
+    if not cuda and not accelerator and not picks:
         return False
-    for node in sem.of_type(ast.Constant):
-        s = string_value(node)
-        if s is not None and (CUDA_DEVICE.fullmatch(s.strip()) or s in CUDA_TEMPLATES):
+    if cuda:  # (a CUDA device string, a ``.cuda()`` call: the text names it)
+        for node in sem.of_type(ast.Constant):
+            s = string_value(node)
+            if s is not None and (CUDA_DEVICE.fullmatch(s.strip()) or s in CUDA_TEMPLATES):
+                return True
+        if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
             return True
-    if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
-        return True
+    prefixes = (("torch.cuda.",) if cuda else ()) + (("torch.accelerator",) if accelerator else ())
     for node in sem.of_type(ast.Attribute):
         q = sem.qualname(node) or ""
-        if q.startswith(("torch.cuda.", "torch.accelerator")) or q.endswith("pick_device"):
+        if prefixes and q.startswith(prefixes) or picks and q.endswith("pick_device"):
             return True
     return False
 
