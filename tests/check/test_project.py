@@ -1428,6 +1428,42 @@ def test_a_loader_handed_with_a_cuda_device_to_a_trainer_class_of_another_module
     assert codes(results, "cpu_main.py") == []
 
 
+def test_a_non_blocking_copy_from_a_loader_a_factory_of_another_module_leaves_unpinned(project: Path) -> None:
+    """``train_loader, test_loader = get_loaders(4)`` where ``data.get_loaders`` pins the test loader only: the
+    non-blocking copies of the training batches come from pageable memory (TD306); the test batches' do not."""
+    write(project, {
+        "data.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+
+            def get_loaders(bs):
+                train_ds = torch.utils.data.TensorDataset(torch.randn(16, 4))
+                test_ds = torch.utils.data.TensorDataset(torch.randn(8, 4))
+                return DataLoader(train_ds, bs, shuffle=True), DataLoader(test_ds, bs, pin_memory=True)
+            """,
+        "train.py": """\
+            import torch
+            from data import get_loaders
+
+            train_loader, test_loader = get_loaders(4)
+            model = torch.nn.Linear(4, 1).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(3):
+                for (x,) in train_loader:
+                    x = x.cuda(non_blocking=True)
+                    loss = model(x).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                with torch.no_grad():
+                    for (x,) in test_loader:
+                        y = model(x.cuda(non_blocking=True))
+            """,
+    })
+    results = check_files(["data.py", "train.py"], Settings(root=str(project), select=("TD306",)))
+    assert codes(results, "train.py") == [(9, "TD306")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

@@ -11,6 +11,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import collates_onto_device, dataset_on_device, is_torch_dataloader
 from torchdoctor.check.semantic import flow, loaders, program
+from torchdoctor.check.semantic.loaders import unpinned_returns
 from torchdoctor.check.semantic.forwards import forward_moved_params
 from torchdoctor.check.semantic.models import construction, moved_keys
 from torchdoctor.check.semantic.placement import never_moved
@@ -553,12 +554,36 @@ def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
     if loop is None or root_name(recv) not in set(sem.batch_vars(loop)):
         return
     loader = _loader_call(ctx, loop)
+    factory = _unpinning_factory(ctx, loop) if loader is None else None
+    if factory is not None:
+        ctx.report("TD306", call, f"`{ctx.name(call)}` copies from pageable memory (the DataLoader `{factory}()` makes "
+                   "does not pin it): non_blocking has no effect", fix=f"pass `pin_memory=True` to the DataLoader in "
+                   f"`{factory}`", severity=Severity.WARNING)
+        return
     if loader is None or _may_pin(ctx, loader) or dataset_on_device(ctx, loader):
         return
     pin = keyword(loader, "pin_memory")
     if pin is None or is_false(pin.value):
         ctx.report("TD306", call, f"`{ctx.name(call)}` copies from pageable memory (the DataLoader does not pin it): "
                    "non_blocking has no effect", fix="pass `pin_memory=True` to the DataLoader", severity=Severity.WARNING)
+
+
+def _unpinning_factory(ctx: Context, loop: ast.AST) -> str | None:
+    """``train_loader, test_loader = get_loaders(4)`` where ``get_loaders`` (of this file or another module of the
+    project) returns DataLoaders made without ``pin_memory``: the factory's name, when the loop's loader is one."""
+    sem = ctx.semantic
+    loader = sem.loader_of(loop)
+    key = dotted(loader) if loader is not None else None
+    b = sem.binding_at(key, loop) if key else None
+    made = b.value if b is not None and not b.is_param else None
+    if not isinstance(made, ast.Call) or not isinstance(made.func, (ast.Name, ast.Attribute)):
+        return None
+    funcs = sem.resolve(made)
+    if funcs:
+        unpinned = unpinned_returns(sem, funcs[0]) if len(funcs) == 1 else frozenset()
+    else:
+        unpinned = getattr(sem.external(made), "unpinned", frozenset())
+    return ctx.name(made.func) if (-1 if b.index is None else b.index) in unpinned else None  # type: ignore[union-attr]
 
 
 def _loader_call(ctx: Context, loop: ast.AST) -> ast.Call | None:

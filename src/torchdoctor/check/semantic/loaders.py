@@ -19,7 +19,7 @@ from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["feeds_device", "LOADER_NAMES", "only_python", "numpy_params", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
+__all__ = ["unpinned_returns", "feeds_device", "LOADER_NAMES", "only_python", "numpy_params", "dataset_yields_device_tensors", "class_yields_device_tensors", "class_yields_text",
            "builds_a_loader", "loader_init_passes"]
 
 LOADER_NAMES = ("DataLoader", "StatefulDataLoader")
@@ -611,3 +611,32 @@ def _dict_keys(sem: SemanticModel, value: ast.AST, at: ast.AST, calls: bool = Tr
         summary = sem.project.function_for(sem, value) if sem.project is not None and not local else None  # type: ignore[attr-defined]
         return summary.keys if summary is not None else None
     return None
+
+
+def unpinned_returns(sem: SemanticModel, func: ast.AST) -> frozenset[int]:
+    """The torch DataLoaders ``func`` hands back made without pinned memory (no ``pin_memory=True``, no ``**``
+    argument): ``-1`` when it returns one, else their positions in the tuple every ``return`` hands back
+    (``return DataLoader(train, bs, shuffle=True), DataLoader(test, bs)``: {0, 1})."""
+    returns = sem.kinds.returns_of(func)
+    if not returns or "DataLoader" not in sem.segment(func):
+        return frozenset()
+    found: set[int] | None = None
+    for r in returns:
+        value = r.value
+        items = list(enumerate(value.elts)) if isinstance(value, ast.Tuple) else [(-1, value)]
+        here = {i for i, v in items if _unpinned_loader(sem, v, r)}
+        found = here if found is None else found & here
+    return frozenset(found or ())
+
+
+def _unpinned_loader(sem: SemanticModel, value: ast.AST | None, at: ast.AST) -> bool:
+    if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, at)) is not None and not b.is_param \
+            and b.index is None:
+        value = b.value
+    if not isinstance(value, ast.Call):
+        return False
+    name = sem.call_name(value) or ""
+    if not (name.startswith("torch.") and name.endswith(".DataLoader")) or any(k.arg is None for k in value.keywords):
+        return False
+    pin = next((k.value for k in value.keywords if k.arg == "pin_memory"), None)
+    return pin is None or isinstance(pin, ast.Constant) and pin.value is False

@@ -12,7 +12,7 @@ from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, st
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
-    class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys
+    class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys, unpinned_returns
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
@@ -66,7 +66,8 @@ class ClassSummary(FrozenRecord):
 
 
 class FunctionSummary(FrozenRecord):
-    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params", "keys", "moves")
+    __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params", "keys", "moves",
+                 "unpinned")
     name: str  # "f" or "Class.method"
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
@@ -81,11 +82,13 @@ class FunctionSummary(FrozenRecord):
     numpy_params: frozenset[str]  # parameters its first statement turns into NumPy arrays (``x = x.cpu().numpy()``)
     keys: frozenset[str] | None  # every return is a dict of these keys (``loaders.returned_keys``), else None
     moves: tuple[tuple[str, str], ...]  # (parameter, device) it moves there (``forwards.moved_params``)
+    unpinned: frozenset[int]  # the unpinned DataLoaders it returns: -1 alone, else tuple positions (loaders.py)
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
                  returns: str | None = None, one_step: bool = False, numpy_params: frozenset[str] = frozenset(),
-                 keys: frozenset[str] | None = None, moves: tuple[tuple[str, str], ...] = ()) -> None:
-        self._fill(name, effects, loops, params, returns, one_step, numpy_params, keys, moves)
+                 keys: frozenset[str] | None = None, moves: tuple[tuple[str, str], ...] = (),
+                 unpinned: frozenset[int] = frozenset()) -> None:
+        self._fill(name, effects, loops, params, returns, one_step, numpy_params, keys, moves, unpinned)
 
 
 class ModuleSummary(Record):
@@ -188,6 +191,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     says_cuda, moves_to_cuda = "cuda" in source, ".cuda(" in source  # (once: a scan of the text for each function cost 2 %)
     asks_gpus = "is_available" in source or "device_count" in source
     samplers = "Sampler(" in source
+    loaders_made = "DataLoader(" in source
     for funcs in sem.functions.values():
         for func in funcs:
             frame = sem.frame(func)
@@ -216,7 +220,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
             keys = returned_keys(sem, func) if not params and returns is None else None  # (what ``**f()`` passes)
             out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step, numpy_params(func),
-                                                 keys, moved_params(sem, func) if moves else ())
+                                                 keys, moved_params(sem, func) if moves else (),
+                                                 unpinned_returns(sem, func) if loaders_made else frozenset())
     return out
 
 
