@@ -1464,6 +1464,42 @@ def test_a_non_blocking_copy_from_a_loader_a_factory_of_another_module_leaves_un
     assert codes(results, "train.py") == [(9, "TD306")]
 
 
+def test_cuda_of_a_tensorless_loss_class_of_another_module_cannot_fail(project: Path) -> None:
+    """``criteria.MaskedL1Loss().cuda()``: the loss class (another module) holds no tensor (the loss its forward keeps
+    is a result of the inputs), so ``.cuda()`` moves nothing and runs without a GPU (TD102 only); a loss class that
+    keeps a weight tensor does need one (TD101)."""
+    write(project, {
+        "criteria.py": """\
+            import torch
+            import torch.nn as nn
+
+            class MaskedL1Loss(nn.Module):
+                def forward(self, pred, target):
+                    valid = target > 0
+                    diff = pred[valid] - target[valid]
+                    self.loss = diff.abs().mean()
+                    return self.loss
+
+            class WeightedLoss(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("w", torch.ones(3))
+
+                def forward(self, pred, target):
+                    return ((pred - target).abs() * self.w).mean()
+            """,
+        "main.py": """\
+            import criteria
+
+            l1 = criteria.MaskedL1Loss().cuda()
+            weighted = criteria.WeightedLoss().cuda()
+            """,
+    })
+    results = check_files(["criteria.py", "main.py"], Settings(root=str(project), select=("TD101", "TD102")))
+    found = codes(results, "main.py")
+    assert (3, "TD101") not in found and (3, "TD102") in found and (4, "TD101") in found
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

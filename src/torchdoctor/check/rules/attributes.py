@@ -32,8 +32,10 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
             or _cast_to_a_cuda_type(ctx, value, node):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if isinstance(value, ast.Call) and (ctx.call_name(value) or "").rsplit(".", 1)[-1] == "Variable" and value.args \
-            and isinstance(value.args[0], ast.Name) and sem.is_moved(value.args[0].id, node):
-        return  # ``if torch.cuda.is_available(): mask = mask.cuda()``, then ``self.mask = Variable(mask)``: moved
+            and (isinstance(value.args[0], ast.Name) and sem.is_moved(value.args[0].id, node)
+                 or sem.value_is_moved(value.args[0])):
+        return  # ``if torch.cuda.is_available(): mask = mask.cuda()``, then ``self.mask = Variable(mask)``; and
+        # ``self.kernel = Variable(torch.zeros(c, 1, 2, 2).cuda())``: moved
     if any(b.node is not node and b.pos > (node.end_lineno or node.lineno, node.end_col_offset or 0)  # type: ignore[operator]
            and sem.function_of(b.node) is func and not sem.in_other_branch(b.node, node)
            for b in sem.bindings.in_scope(cls, f"self.{target.attr}")):

@@ -92,8 +92,12 @@ def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
         return q in sem.module_classes and models.class_holds_nothing(sem, cls)
     if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in models.STATELESS_LAYERS:
         return True
-    return q.startswith("torch.nn.") and q.endswith("Loss") and not recv.args and not any(
-        k.arg in ("weight", "pos_weight") or k.arg is None for k in recv.keywords)  # (a loss without class weights)
+    if q.startswith("torch.nn.") and q.endswith("Loss") and not recv.args and not any(
+            k.arg in ("weight", "pos_weight") or k.arg is None for k in recv.keywords):  # (a loss without class weights)
+        return True
+    written = dotted(recv.func)  # ``criteria.MaskedL1Loss().cuda()``: a tensor-less module class of another module
+    return bool(sem.project is not None and written and not q.startswith("torch.")
+                and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
 
 
 def _tried_with_a_fallback(sem, node: ast.AST) -> bool:

@@ -395,9 +395,26 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
                 in _STATE_CALLS:
             return False
         for _, value in _self_assignments(n):
+            if _kept_result(sem, value, n):
+                continue  # ``self.loss = (diff ** 2).mean()`` in forward: a result of the inputs, where they are
             if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) for v in _held_parts(value)):
                 return False
     return True
+
+
+def _kept_result(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
+    """``self.loss = diff.abs().mean()`` in ``forward``: a result computed from a local name of the forward (its inputs'
+    tensors), kept for later; it holds no state of its own and sits where the inputs are."""
+    func = sem.function_of(stmt)
+    if func is None or func.name != "forward":  # type: ignore[attr-defined]
+        return False
+    root = value
+    while isinstance(root, (ast.Call, ast.Attribute, ast.Subscript, ast.BinOp)):
+        root = root.left if isinstance(root, ast.BinOp) else root.func if isinstance(root, ast.Call) else root.value
+    if not isinstance(root, ast.Name) or root.id == "self":
+        return False
+    b = sem.binding_at(root.id, stmt)
+    return b is not None and sem.function_of(b.node) is func or b is not None and b.node is func
 
 
 def holds_plain_tensors_only(sem: SemanticModel, cls: ast.AST) -> bool:
