@@ -1500,6 +1500,65 @@ def test_cuda_of_a_tensorless_loss_class_of_another_module_cannot_fail(project: 
     assert (3, "TD101") not in found and (3, "TD102") in found and (4, "TD101") in found
 
 
+def test_a_meter_fed_elements_of_a_fresh_host_tensor_another_module_returns(project: Path) -> None:
+    """``acc = score(out, y)`` of ``metrics.score``, which returns a ``torch.zeros(2)`` it filled on the host: a meter
+    fed ``acc[0]`` holds host values, and formatting its average reads nothing. ``mean_err`` computes on its arguments
+    (device tensors): its meter's average is read back from the GPU."""
+    write(project, {
+        "metrics.py": """\
+            import torch
+
+
+            def score(out, tgt):
+                acc = torch.zeros(2)
+                for n in range(out.size(0)):
+                    if out[n].argmax() == tgt[n]:
+                        acc[0] += 1.0 / out.size(0)
+                return acc
+
+
+            def mean_err(out, tgt):
+                return (out - tgt).abs().mean(1)
+            """,
+        "train.py": """\
+            import torch
+            from metrics import mean_err, score
+
+
+            class AverageMeter:
+                def __init__(self):
+                    self.sum, self.count, self.avg = 0.0, 0, 0.0
+
+                def update(self, val, n=1):
+                    self.sum += val * n
+                    self.count += n
+                    self.avg = self.sum / self.count
+
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 3).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2, pin_memory=True, num_workers=2)
+            meter, errs = AverageMeter(), AverageMeter()
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                out = model(x)
+                loss = torch.nn.functional.cross_entropy(out, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                acc = score(out, y)
+                meter.update(acc[0], x.size(0))
+                err = mean_err(out, out)
+                errs.update(err[0], x.size(0))
+                print("acc {a:.3f} err {e:.3f}".format(a=meter.avg, e=errs.avg))
+            """,
+    })
+    results = check_files(["metrics.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    found = results[1].findings
+    assert [(f.location.line, f.code) for f in found] == [(31, "TD603")] and "errs.avg" in found[0].message
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

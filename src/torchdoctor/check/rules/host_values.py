@@ -419,6 +419,10 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return name == "torch.from_numpy" or not any(tensor_value(ctx, a, at) for a in expr.args)
     if not name.startswith("torch.") and _returns_host_tensor(ctx, expr, None, depth):
         return True  # ``output = test_video(lq, model)`` whose every return is ``model(x).detach().cpu()`` or such
+    if expr.args and (ctx.semantic.expr_kind(expr.func, at) == "loss_fn" or name.startswith("torch.nn.functional.")
+                      and name.endswith("_loss")) and all(made_on_host(ctx, a, at, depth + 1) for a in expr.args
+                                                          if not isinstance(a, ast.Constant)):
+        return True  # ``loss = criterion(pred.cpu(), y.cpu())``: a loss of host tensors is computed on the host
     if isinstance(expr.func, ast.Name) and not name.startswith("torch.") and expr.args and not expr.keywords \
             and ctx.semantic.expr_kind(expr.func, at) is None and ctx.semantic.call_kind(expr, at) is None:
         # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors

@@ -14,8 +14,8 @@ from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_defa
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
-from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, made_on_host, \
-    sync_site, tensor_value
+from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, host_number, \
+    made_on_host, sync_site, tensor_value
 from torchdoctor.check.rules.kept import collected_on_host, phase_without_backward, returned_copy
 from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, env_action, read_again, stepped_with, \
     stop_signal
@@ -513,8 +513,20 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
 def _host_tensors_only(ctx: Context, call: ast.Call) -> bool:
     """Every tensor the call is given was made or copied on the host (``process_batch(predn, labelsn, iouv)``
     of CPU copies): what the helper reads back never waits for the GPU."""
-    args = [a for a in [*call.args, *(k.value for k in call.keywords)] if not isinstance(a, ast.Constant)]
+    args = [a for a in [*call.args, *(k.value for k in call.keywords)] if not isinstance(a, ast.Constant)
+            and not _python_value(ctx, a, call)]
     return bool(args) and all(made_on_host(ctx, a, call) for a in args)
+
+
+def _python_value(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
+    """``idx`` of ``idx = [1, 2, 3, 4]``, a literal list or a Python number: no tensor at all."""
+    if isinstance(arg, (ast.List, ast.Tuple)):
+        return all(isinstance(e, ast.Constant) for e in arg.elts)
+    if not isinstance(arg, ast.Name):
+        return False
+    b = ctx.semantic.binding_at(arg.id, at)
+    return b is not None and not b.is_param and b.index is None and isinstance(b.value, (ast.List, ast.Tuple)) \
+        and all(isinstance(e, ast.Constant) for e in b.value.elts) or host_number(ctx, arg, at)
 
 
 def _passes_tensors(ctx: Context, call: ast.Call) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted, method_name
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.rules.kept import bound_name, reads_after
+from torchdoctor.check.rules.kept import bound_name, collected_on_host, reads_after
 from torchdoctor.check.semantic.kinds import unwrap_iter
 
 if TYPE_CHECKING:
@@ -232,6 +232,10 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                 continue  # (work on every N-th step only)
             if _drained(stmt):
                 continue  # (``writer.add_scalar("parts", out.mean(), it)``: the GPU work it queues, it reads back)
+            if _host_copies(stmt) and sem.loop_kind(loop) == "eval" and all(
+                    collected_on_host(ctx, c, loop) for c in _copies_of(stmt)):
+                return True  # (``out = out.data.cpu().numpy()``: an evaluation's kept copy, which the rule does not
+                # report, waited for the GPU; only host work since, so this read waits for nothing)
             if not all(_queues_nothing(ctx, c) for c in nodes if isinstance(c, ast.Call)):
                 return False
         if up is loop:
@@ -256,6 +260,41 @@ def _drained(stmt: ast.AST) -> bool:
     if isinstance(value.func, ast.Attribute) and value.func.attr in ("item", "tolist") and not value.args:
         return True
     return isinstance(value.func, ast.Name) and value.func.id in ("float", "int") and len(value.args) == 1
+
+
+def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
+    """``out`` bound to ``out.data.cpu().numpy()`` (or unpacked from a tuple of such copies): a host array."""
+    if not isinstance(arg, ast.Name):
+        return isinstance(arg, ast.Constant)
+    b = ctx.semantic.binding_at(arg.id, at)
+    if b is None or b.is_param or b.value is None:
+        return False
+    value = b.value.elts[b.index] if isinstance(b.value, ast.Tuple) and b.index is not None \
+        and b.index < len(b.value.elts) else b.value
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+        and value.func.attr in ("cpu", "numpy", "tolist")
+
+
+def _host_copies(stmt: ast.AST) -> bool:
+    """``out = out.data.cpu().numpy()``, ``out, y = out.cpu().numpy(), y.cpu().numpy()``: the statement copies values
+    to the host (each copy waits for the GPU work queued before it)."""
+    if not isinstance(stmt, ast.Assign):
+        return False
+    values = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
+    return bool(values) and all(isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute)
+                                and v.func.attr in ("cpu", "numpy", "tolist") for v in values)
+
+
+def _copies_of(stmt: ast.Assign) -> list[ast.Call]:
+    """The ``.cpu()`` calls of a host-copy statement (``_host_copies``)."""
+    values = stmt.value.elts if isinstance(stmt.value, ast.Tuple) else [stmt.value]
+    out = []
+    for v in values:
+        while isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr != "cpu":
+            v = v.func.value
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute):
+            out.append(v)
+    return out
 
 
 def _read_tensor(node: ast.AST) -> str | None:
@@ -351,6 +390,9 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     if name in _HOST_ONLY:
         return True
+    if isinstance(func, ast.Name) and call.args and not call.keywords and all(_host_copy_name(ctx, a, call)
+                                                                               for a in call.args):
+        return True  # ``accuracy(out, y)`` of ``out = out.data.cpu().numpy()``: host arrays, no GPU work to queue
     if name != "update" or not isinstance(func, ast.Attribute):
         return False
     receiver = func.value.value if isinstance(func.value, ast.Subscript) else func.value

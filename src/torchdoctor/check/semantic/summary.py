@@ -214,7 +214,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "device" if says_cuda and _returns_cuda_choice(sem, func) else \
                 "cuda_model" if moves_to_cuda and _returns_moved_to_cuda(sem, func) else \
                 "python" if len(func.args.args) == 1 and only_python(sem, func) else \
-                "host" if _returns_host_copies(sem, func) else \
+                "host" if _returns_host_copies(sem, func) or _returns_fresh_host_tensor(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else _returned_object(sem, func)
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
@@ -257,6 +257,28 @@ def _returns_host_copies(sem: SemanticModel, func: ast.AST) -> bool:
     if not returns:
         return False
     return all(_host_copy(sem, r.value) for r in returns)  # type: ignore[attr-defined]
+
+
+_HOST_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange", "torch.tensor",
+                             "torch.FloatTensor", "torch.LongTensor", "torch.Tensor"})
+
+
+def _returns_fresh_host_tensor(sem: SemanticModel, func: ast.AST) -> bool:
+    """Every ``return`` hands back a tensor the function made with a factory and no device, then filled in place
+    (pose's ``accuracy``: ``acc = torch.zeros(len(idxs) + 1)``, ``acc[i + 1] = ...``, ``return acc``): a host tensor,
+    wherever its arguments were."""
+    returns = sem.kinds.returns_of(func)
+    if not returns or "torch." not in sem.segment(func):
+        return False
+    for r in returns:
+        if not isinstance(r.value, ast.Name):
+            return False
+        bound = [b for b in sem.bindings_of(r.value.id) if sem.scope_of(b.node) is func]
+        if not bound or any(b.is_param or b.index is not None or not isinstance(b.value, ast.Call)
+                            or sem.call_name(b.value) not in _HOST_FACTORIES
+                            or any(k.arg == "device" for k in b.value.keywords) for b in bound):
+            return False
+    return True
 
 
 def _host_copy(sem: SemanticModel, value: ast.AST | None) -> bool:
