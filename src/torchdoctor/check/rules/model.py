@@ -45,7 +45,7 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # a builder function: its caller decides where the model goes
         if _wraps_or_is_wrapped(ctx, key, call):
             continue  # one module inside another: it moves with the outer one
-        if _inputs_stay_on_host(ctx, key, stmt):
+        if _inputs_stay_on_host(ctx, key, stmt) or _scalar_holder(ctx, call):
             continue
         near = _input_device_near(ctx, key, stmt)
         if near is None:
@@ -55,6 +55,35 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{device}`",
                    fix=f"move it once after construction: `{key} = {_same_move(ctx, move, key)}`")
+
+
+def _scalar_holder(ctx: Context, call: ast.Call) -> bool:
+    """``Scalar(1.0)`` of a module class of this file whose ``__init__`` keeps one 0-dim parameter
+    (``self.constant = nn.Parameter(torch.tensor(init_value))``) and whose ``forward`` takes no input: its output, a
+    0-dim CPU tensor, combines with CUDA tensors (CQL's temperature), so nothing fails on the host."""
+    sem = ctx.semantic
+    cls = sem.calls_index.classes.get(ctx.call_name(call) or "")
+    if cls is None or ctx.call_name(call) not in sem.module_classes:
+        return False
+    methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef)}  # type: ignore[attr-defined]
+    init, forward = methods.get("__init__"), methods.get("forward")
+    if init is None or forward is None or len(forward.args.args) != 1 or forward.args.vararg:
+        return False  # (a forward given inputs computes with them: where they are matters)
+    held = [n for n in sem.local_nodes(init) if isinstance(n, ast.Assign)
+            and any((dotted(t) or "").startswith("self.") for t in n.targets)]
+    return bool(held) and all(isinstance(n.value, ast.Call) and (ctx.call_name(n.value) or "").endswith("nn.Parameter")
+                              and n.value.args and _zero_dim_value(ctx, n.value.args[0]) for n in held)
+
+
+def _zero_dim_value(ctx: Context, value: ast.AST) -> bool:
+    """``torch.tensor(init_value)`` of a number (or a name), ``torch.zeros(())``: a 0-dim tensor."""
+    if not isinstance(value, ast.Call):
+        return False
+    q = ctx.call_name(value) or ""
+    if q == "torch.tensor" and value.args:
+        return isinstance(value.args[0], (ast.Constant, ast.Name, ast.UnaryOp))
+    return q in ("torch.zeros", "torch.ones") and len(value.args) == 1 and isinstance(value.args[0], ast.Tuple) \
+        and not value.args[0].elts
 
 
 def _same_move(ctx: Context, move: ast.Call, key: str) -> str:
