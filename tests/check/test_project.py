@@ -1559,6 +1559,82 @@ def test_a_meter_fed_elements_of_a_fresh_host_tensor_another_module_returns(proj
     assert [(f.location.line, f.code) for f in found] == [(31, "TD603")] and "errs.avg" in found[0].message
 
 
+def test_loaders_a_script_hands_to_training_code_of_other_modules(project: Path) -> None:
+    """``train(model, opt, train_dataloader=loader, device=device)`` of another module that backpropagates: the loader
+    feeds training (TD305), given by keyword too. A loader factory whose importer hands a CUDA device choice to a
+    trainer class of a third module (``Trainer(model, opt, device).fit(train_loader)``) feeds that GPU (TD304)."""
+    write(project, {
+        "utils.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+
+            def create_data_loaders(bs):
+                ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+                train_loader = DataLoader(ds, batch_size=bs, shuffle=True)
+                val_loader = DataLoader(ds, batch_size=bs)
+                return train_loader, val_loader
+            """,
+        "training.py": """\
+            import torch
+
+
+            class Trainer:
+                def __init__(self, model, optimizer, device="cpu"):
+                    self.model, self.optimizer, self.device = model.to(device), optimizer, device
+
+                def fit(self, train_loader, val_loader=None):
+                    for epoch in range(3):
+                        self.model.train()
+                        for x, y in train_loader:
+                            x, y = x.to(self.device), y.to(self.device)
+                            loss = ((self.model(x) - y) ** 2).mean()
+                            self.optimizer.zero_grad()
+                            loss.backward()
+                            self.optimizer.step()
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn as nn
+            from training import Trainer
+            from utils import create_data_loaders
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            train_loader, val_loader = create_data_loaders(8)
+            model = nn.Linear(4, 1)
+            trainer = Trainer(model, torch.optim.Adam(model.parameters()), device)
+            trainer.fit(train_loader, val_loader)
+            """,
+        "kw/trainlib.py": """\
+            import torch
+
+
+            def train(model=None, opt=None, train_dataloader=None, device="cpu"):
+                for x, y in train_dataloader:
+                    loss = ((model(x.to(device)) - y.to(device)) ** 2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+        "kw/main.py": """\
+            import torch
+            import torch.nn as nn
+            from torch.utils.data import DataLoader, TensorDataset
+            from trainlib import train
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+            model = nn.Linear(4, 1).to(device)
+            loader = DataLoader(ds, batch_size=8, shuffle=True, pin_memory=True)
+            train(model, torch.optim.SGD(model.parameters(), 0.1), train_dataloader=loader, device=device)
+            """,
+    })
+    results = check_files(["utils.py", "training.py", "train.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "utils.py") == [(7, "TD304"), (7, "TD305"), (8, "TD304"), (8, "TD305")]
+    results = check_files(["kw/trainlib.py", "kw/main.py"], Settings(root=str(project / "kw"), select=("TD304", "TD305")))
+    assert codes(results, "main.py") == [(9, "TD305")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

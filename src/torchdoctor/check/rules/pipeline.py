@@ -86,10 +86,8 @@ def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
                 written = dotted(b.value.func)
         if written and not sem.resolve(call) and sem.project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
             return True
-        from torchdoctor.check.semantic.summary import chosen_cuda  # (a lone script never needs the summaries)
-
         if written and isinstance(call, ast.Call) and not sem.resolve(call) and written.rsplit(".", 1)[-1][:1].isupper() \
-                and any(chosen_cuda(sem, a, call) for a in (*call.args, *(k.value for k in call.keywords))) \
+                and any(program.chosen_cuda(sem, a, call) for a in (*call.args, *(k.value for k in call.keywords))) \
                 and sem.project.class_of_project(sem, written):  # type: ignore[attr-defined]
             return True  # ``Trainer(device, loader)`` handed a CUDA choice: the trainer runs where it is told
     return False
@@ -349,7 +347,8 @@ def _trains(ctx: Context) -> bool:
         for call in sem.calls:
             head = (dotted(call.func) or "").split(".")[0]
             if head and (head in sem.names.from_imports or head in sem.names.imports) and any(
-                    _holds_loader(ctx, a, call) for a in call.args):  # (handed a loader)
+                    _holds_loader(ctx, a, call) for a in (*call.args, *(k.value for k in call.keywords))):
+                # (handed a loader, maybe by keyword: ``train(model, train_dataloader=loader)``)
                 found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
                 if found is not None and "backward" in found.effects:
                     return True
@@ -358,7 +357,7 @@ def _trains(ctx: Context) -> bool:
                 b = sem.binding_at(call.func.value.id, call)
                 made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
                 if made is not None and any(isinstance(a, ast.Name) and sem.expr_kind(a, made) == "loader"
-                                            for a in made.args):
+                                            for a in (*made.args, *(k.value for k in made.keywords))):
                     found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
                     if found is not None and "backward" in found.effects:
                         return True

@@ -378,7 +378,8 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
 
     def placed() -> bool:
         if places_cuda_work(sem) or accelerator_api(sem) or _rank_indexed_moves(sem) or sets_device_through_helper(sem) \
-                or _cuda_tensor_types(sem) or _lightning_on_gpu(sem) or (_gpu_index_device(sem) and _places_work(sem)):
+                or _cuda_tensor_types(sem) or _lightning_on_gpu(sem) or (_gpu_index_device(sem) and _places_work(sem)) \
+                or _hands_cuda_to_the_project(sem):
             return True
         if sem.project is None:
             return False
@@ -652,3 +653,33 @@ def _old_torch_test(sem: SemanticModel, test: ast.AST) -> bool | None:
     if not (major.isdigit() and int(major) < 2):
         return None
     return isinstance(test.ops[0], (ast.Lt, ast.LtE))
+
+
+def chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
+    """``arg`` is a name bound there to a CUDA device choice (``device = "cuda" if torch.cuda.is_available() else
+    "cpu"``, ``device = torch.device("cuda:0")``, ``dev = "cuda"``): a module that places no work itself hands the
+    device to the project's trainer, which does."""
+    b = sem.binding_at(arg.id, at) if isinstance(arg, ast.Name) else None
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    return (isinstance(value, (ast.IfExp, ast.Constant)) or isinstance(value, ast.Call)
+            and (sem.call_name(value) or "") == "torch.device") and names_cuda(sem, value)  # type: ignore[arg-type]
+
+
+def names_cuda(sem: SemanticModel, value: ast.AST) -> bool:
+    """A string of the expression names a CUDA device (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``)."""
+    return any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.split(":")[0] == "cuda"
+               for c in sem.subtree(value))
+
+
+def _hands_cuda_to_the_project(sem: SemanticModel) -> bool:
+    """``trainer = Trainer(model, opt, device)`` with ``device = "cuda" if torch.cuda.is_available() else "cpu"``: the
+    program hands a CUDA choice to a class or function it imports (of the project, mostly), which places the work."""
+    if "cuda" not in sem.text.source:
+        return False
+    imported = sem.names.from_imports
+    for call in sem.calls:
+        head = (dotted(call.func) or "").split(".")[0]
+        if head in imported and not imported[head][1].startswith("torch") \
+                and any(chosen_cuda(sem, a, call) for a in (*call.args, *(k.value for k in call.keywords))):
+            return True  # (read for the index, without the project: any imported callee but torch's)
+    return False

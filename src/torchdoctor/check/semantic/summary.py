@@ -11,6 +11,7 @@ import ast
 from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
+from torchdoctor.check.semantic.program import chosen_cuda, names_cuda
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
     class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys, unpinned_returns
 from torchdoctor.check.semantic.loops import EVAL_FUNC
@@ -22,8 +23,7 @@ from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.record import FrozenRecord, Record
 
-__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "chosen_cuda",
-           "host_args_of"]
+__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "host_args_of"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
@@ -356,7 +356,7 @@ def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
             if isinstance(n.value, ast.Name):
                 values += [b.value for b in sem.bindings_of(n.value.id) if b.value is not None and not b.is_param
                            and sem.scope_of(b.node) is func]
-            if any(_names_cuda(sem, v) for v in values):
+            if any(names_cuda(sem, v) for v in values):
                 return True
     return False
 
@@ -644,22 +644,6 @@ def _cuda_carriers(sem: SemanticModel) -> set[str]:
                 and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device"  # type: ignore[attr-defined]
                 and isinstance(t.value, ast.Name) and "cuda" in sem.segment(n.value)}  # type: ignore[attr-defined]
     return sem.cached("cuda_carriers", compute)  # type: ignore[no-any-return]
-
-
-def chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
-    """``arg`` is a name bound there to a CUDA device choice (``device = "cuda" if torch.cuda.is_available() else
-    "cpu"``, ``device = torch.device("cuda:0")``, ``dev = "cuda"``): a module that places no work itself hands the
-    device to the project's trainer, which does."""
-    b = sem.binding_at(arg.id, at) if isinstance(arg, ast.Name) else None
-    value = b.value if b is not None and not b.is_param and b.index is None else None
-    return (isinstance(value, (ast.IfExp, ast.Constant)) or isinstance(value, ast.Call)
-            and (sem.call_name(value) or "") == "torch.device") and _names_cuda(sem, value)  # type: ignore[arg-type]
-
-
-def _names_cuda(sem: SemanticModel, value: ast.AST) -> bool:
-    """A string of the expression names a CUDA device (``"cuda"``, ``"cuda:0"``, ``f"cuda:{rank}"``)."""
-    return any(isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.split(":")[0] == "cuda"
-               for c in sem.subtree(value))
 
 
 def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
