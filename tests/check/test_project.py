@@ -1635,6 +1635,56 @@ def test_loaders_a_script_hands_to_training_code_of_other_modules(project: Path)
     assert codes(results, "main.py") == [(9, "TD305")]
 
 
+def test_loader_modules_imported_in_branches_all_feed_the_importer(project: Path) -> None:
+    """``if aug == "a": from ds.data_a import Wrapper`` / ``elif aug == "b": from ds.data_b import Wrapper``: either
+    module's loader feeds the importer's GPU loop, not only the last one imported."""
+    write(project, {
+        "ds/__init__.py": "",
+        "ds/data_a.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+
+            class Wrapper:
+                def get_loaders(self):
+                    ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+                    return DataLoader(ds, batch_size=8, num_workers=2)
+            """,
+        "ds/data_b.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+
+            class Wrapper:
+                def get_loaders(self):
+                    ds = TensorDataset(torch.randn(16, 4), torch.randn(16, 1))
+                    return DataLoader(ds, batch_size=8, num_workers=2)
+            """,
+        "main.py": """\
+            import torch
+            import torch.nn as nn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+            def main(aug):
+                if aug == "a":
+                    from ds.data_a import Wrapper
+                elif aug == "b":
+                    from ds.data_b import Wrapper
+                model = nn.Linear(4, 1).to(device)
+                opt = torch.optim.SGD(model.parameters(), 0.1)
+                for x, y in Wrapper().get_loaders():
+                    loss = ((model(x.to(device)) - y.to(device)) ** 2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["ds/data_a.py", "ds/data_b.py", "main.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "data_a.py") == [(8, "TD304")] and codes(results, "data_b.py") == [(8, "TD304")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

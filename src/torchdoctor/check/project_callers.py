@@ -385,7 +385,7 @@ class Callers:
         return memo[key]
 
     def _imports_any(self, path: str, summary: ModuleSummary, targets: set[str], maker: str | None = None) -> bool:
-        for level, module, name in summary.from_imports.values():
+        for level, module, name in (*summary.from_imports.values(), *summary.shadowed):
             if self._module_file(path, level, module) in targets and (maker is None or name == maker) or \
                     self._module_file(path, level, f"{module}.{name}" if module else name) in targets:
                 return True

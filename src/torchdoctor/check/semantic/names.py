@@ -23,6 +23,8 @@ class Names:
         self.relative: dict[str, tuple[int, str, str]] = {}
         self.modules: set[str] = set()
         self.from_imports: dict[str, tuple[int, str, str]] = {}  # local -> (level, module, name), absolute too
+        self.shadowed: list[tuple[int, str, str]] = []  # earlier imports of a local name imported again (branches:
+        # ``if aug == "node": from dataset.dataset import Wrapper`` / ``elif ...: from dataset.dataset_mix import Wrapper``)
         self.star: list[tuple[int, str]] = []  # ``from models import *``: (level, module)
         for node in index.by_type.get(ast.Import, ()):
             for alias in node.names:  # type: ignore[attr-defined]
@@ -39,6 +41,8 @@ class Names:
                     self.star.append((level, module))
                     continue
                 local = alias.asname or alias.name
+                if local in self.from_imports and self.from_imports[local] != (level, module, alias.name):
+                    self.shadowed.append(self.from_imports[local])
                 self.from_imports[local] = (level, module, alias.name)
                 if level == 0 and module:
                     self.imports[local] = f"{module}.{alias.name}"

@@ -93,7 +93,7 @@ class FunctionSummary(FrozenRecord):
 
 class ModuleSummary(Record):
     __slots__ = ("path", "classes", "functions", "from_imports", "imports", "star", "accelerated", "cuda_names",
-                 "gpu_only", "kernel_builders", "kernel_calls", "optional_imports")
+                 "gpu_only", "kernel_builders", "kernel_calls", "optional_imports", "shadowed")
 
     def __init__(self, path: str, classes: dict[str, ClassSummary] | None = None,
                  functions: dict[str, FunctionSummary] | None = None,
@@ -115,6 +115,7 @@ class ModuleSummary(Record):
         self.kernel_builders = kernel_builders  # its functions that compile a CUDA kernel (gpu_only.kernel_builders)
         self.kernel_calls = kernel_calls  # other modules' functions it calls on import (gpu_only.kernel_calls)
         self.optional_imports = optional_imports  # names it imports in a ``try`` that goes on without them
+        self.shadowed: tuple[tuple[int, str, str], ...] = ()  # other imports of a name it imports again (Names.shadowed)
 
 
 class CallRecord(FrozenRecord):
@@ -155,6 +156,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                         cuda_names=_cuda_settings(sem), gpu_only=program.imports_gpu_only(sem),
                         kernel_builders=gpu_only.kernel_builders(sem), kernel_calls=gpu_only.kernel_calls(sem),
                         optional_imports=gpu_only.optional_imports(sem))
+    out.shadowed = tuple(sem.names.shadowed)
     step_calls: dict[ast.AST, set[str]] = {}
     for call in sem.calls:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
