@@ -1467,7 +1467,7 @@ def test_a_non_blocking_copy_from_a_loader_a_factory_of_another_module_leaves_un
 def test_cuda_of_a_tensorless_loss_class_of_another_module_cannot_fail(project: Path) -> None:
     """``criteria.MaskedL1Loss().cuda()``: the loss class (another module) holds no tensor (the loss its forward keeps
     is a result of the inputs), so ``.cuda()`` moves nothing and runs without a GPU (TD102 only); a loss class that
-    keeps a weight tensor does need one (TD101)."""
+    keeps a weight tensor, or a module that keeps and calls the module it is handed, does need one (TD101)."""
     write(project, {
         "criteria.py": """\
             import torch
@@ -1487,17 +1487,27 @@ def test_cuda_of_a_tensorless_loss_class_of_another_module_cannot_fail(project: 
 
                 def forward(self, pred, target):
                     return ((pred - target).abs() * self.w).mean()
+
+            class Features(nn.Module):
+                def __init__(self, maker):
+                    super().__init__()
+                    self.maker = maker
+
+                def forward(self, x):
+                    return self.maker(x)
             """,
         "main.py": """\
             import criteria
+            import torch
 
             l1 = criteria.MaskedL1Loss().cuda()
             weighted = criteria.WeightedLoss().cuda()
+            features = criteria.Features(torch.nn.Linear(2, 2)).cuda()
             """,
     })
     results = check_files(["criteria.py", "main.py"], Settings(root=str(project), select=("TD101", "TD102")))
     found = codes(results, "main.py")
-    assert (3, "TD101") not in found and (3, "TD102") in found and (4, "TD101") in found
+    assert (4, "TD101") not in found and (4, "TD102") in found and (5, "TD101") in found and (6, "TD101") in found
 
 
 def test_a_meter_fed_elements_of_a_fresh_host_tensor_another_module_returns(project: Path) -> None:

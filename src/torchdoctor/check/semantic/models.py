@@ -394,11 +394,14 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
         if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
                 in _STATE_CALLS:
             return False
-        for _, value in _self_assignments(n):
+        for target, value in _self_assignments(n):
             if _kept_result(sem, value, n):
                 continue  # ``self.loss = (diff ** 2).mean()`` in forward: a result of the inputs, where they are
             if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) for v in _held_parts(value)):
                 return False
+            if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, n)) is not None and b.is_param \
+                    and f"{dotted(target)}(" in sem.segment(cls):
+                return False  # ``self.featureMaker = featureMaker``, then ``self.featureMaker(x)``: a module handed in
     return True
 
 
