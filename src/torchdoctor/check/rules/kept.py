@@ -207,7 +207,10 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 or _grown_on_host(ctx, up, outer)
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
             # ``preds += out.argmax(-1).tolist()``, ``preds += list(labels.cpu().numpy())``; ``probs += prob.cpu()``
-            # into ``probs = torch.zeros(n, c, h, w)``
+            # into ``probs = torch.zeros(n, c, h, w)``; not ``logs += losses.mean(dim=0).cpu().numpy()``: a statistic
+            # the device could have summed, read back each batch only to be added up
+            if method_name(node.func.value) in _REDUCTIONS and method_name(cur) != "tolist":  # type: ignore[attr-defined]
+                return False
             return method_name(cur) == "tolist" or as_array and isinstance(cur, ast.Call) \
                 and isinstance(cur.func, ast.Name) and cur.func.id in ("list", "tuple") \
                 or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up) \
