@@ -13,8 +13,8 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.host_values import batch_on_device, reached_from_forward, run_by_forwards
 from torchdoctor.check.rules.steps import per_step_loop
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.forwards import moved_params
-from torchdoctor.check.semantic.models import model_is_stateless, moved_keys
+from torchdoctor.check.semantic.forwards import NOT_FORWARDS, moved_params, network_methods
+from torchdoctor.check.semantic.models import construction, model_is_stateless, moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -468,7 +468,7 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
     reshapes, in-place fills, masks and subscripts, arithmetic with numbers or other host factories."""
     sem = ctx.semantic
     cur: ast.AST = node
-    for _ in range(8):
+    for _ in range(12):
         up = sem.parent(cur)
         if isinstance(up, ast.Call) and cur in up.args[:1] and ((dotted(up.func) or "").rsplit(".", 1)[-1] == "Variable"
                                                                  or model_is_stateless(sem, up.func, up)
@@ -496,6 +496,10 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
         if isinstance(up, ast.Subscript) and up.value is cur or isinstance(up, ast.Call) and up.args[:1] == [cur] \
                 and (ctx.call_name(up) or "") in _MASK_OPS:
             cur = up  # ``torch.triu(torch.ones(n, n), diagonal=1)[..., None].to(dev)``: a mask cut on the host first
+            continue
+        if isinstance(up, ast.Attribute) and up.attr in ("T", "mT", "data") and not (
+                isinstance(sem.parent(up), ast.Call) and sem.parent(up).func is up):
+            cur = up  # ``torch.arange(n).T.unsqueeze(1)``: the transpose of the host tensor
             continue
         if not isinstance(up, ast.Attribute) or up.attr in ("to", "cuda"):
             return cur
@@ -579,9 +583,20 @@ def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
             and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():
         return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
         # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
-    return loop if any(isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or _helper_runs_a_model(sem, c))
+    return loop if any(isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or _helper_runs_a_model(sem, c)
+                                                    or _model_method(sem, c))
                        and next(iter(sem.loops_around(c)), None) is loop and _runs_a_model(c)
                        for c in sem.body(loop)) else None
+
+
+def _model_method(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``g.mean_style(z)`` of a model ``g`` whose class (of this file) runs its layers in that method: the model runs."""
+    if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)) \
+            or call.func.attr in NOT_FORWARDS or sem.expr_kind(call.func.value, call) not in ("model", "wrapper"):
+        return False
+    made = construction(sem, call.func.value, call)
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    return cls is not None and call.func.attr in network_methods(sem, cls)
 
 
 def _helper_runs_a_model(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
