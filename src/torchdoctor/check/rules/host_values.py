@@ -566,7 +566,7 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
         parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
             [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
         tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) or _device_element(ctx, p, node)
-                     for p in parts)  # float(loss.detach())
+                     or _torch_reduction_of_a_tensor(ctx, p, node) for p in parts)  # float(loss.detach())
         return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None
     if isinstance(node.func, ast.Name) and node.func.id in ("max", "min") and len(node.args) == 1 and not node.keywords:
         arg = node.args[0]  # ``range(max(lengths))``: Python compares element by element, one read of each
@@ -585,6 +585,16 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
             if not isinstance(arg, ast.JoinedStr) and tensor_value(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):
                 return f"`print` of tensor `{ctx.name(arg)}`"
     return None
+
+
+def _torch_reduction_of_a_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``torch.sum(mask)`` (``int(torch.sum(mask))``): a torch reduction of a tensor, where that tensor is (not of a
+    host tensor)."""
+    if not (isinstance(expr, ast.Call) and expr.args and (ctx.call_name(expr) or "").rsplit(".", 1)[-1] in _REDUCING_METHODS
+            and (ctx.call_name(expr) or "").startswith("torch.")):
+        return False
+    arg = strip_methods(expr.args[0], SAME_PLACE)
+    return (tensor_value(ctx, arg, at) or ctx.semantic.expr_kind(arg, at) == "tensor") and not made_on_host(ctx, arg, at)
 
 
 def _device_element(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
