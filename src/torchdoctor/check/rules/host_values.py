@@ -582,8 +582,11 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
             return f"`{node.func.id}({ctx.name(names[0])}, {ctx.name(other)})` (Python's: a bool of the tensor)"
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
-            if not isinstance(arg, ast.JoinedStr) and tensor_value(ctx, arg, node) and not loader_batch_on_host(ctx, arg, node):
-                return f"`print` of tensor `{ctx.name(arg)}`"
+            if not isinstance(arg, ast.JoinedStr) and (tensor_value(ctx, arg, node) or isinstance(arg, ast.Call)
+                                                       and tensor_value(ctx, strip_methods(arg, SAME_PLACE), node)
+                                                       and not made_on_host(ctx, arg, node)) \
+                    and not loader_batch_on_host(ctx, arg, node):
+                return f"`print` of tensor `{ctx.name(arg)}`"  # (``print((pred == y).float().mean())`` too)
     return None
 
 

@@ -37,6 +37,10 @@ def consumer_kind(sem: SemanticModel, call: ast.Call) -> str | None:
         return None
     kind = sem.kind_of(key, call)
     if kind in ("model", "wrapper"):
+        if any(isinstance(a, ast.JoinedStr) or isinstance(a, ast.Constant) and isinstance(a.value, str)
+               for a in call.args):
+            return None  # ``test_model(name, "baseline")``, ``classifier("a review")``: given text, not tensors (a
+            # helper named for a model, a pipeline that runs without autograd itself)
         return "model"
     if kind == "loss_fn":
         return "loss"
