@@ -86,6 +86,16 @@ class Context:
         col = self.char_col(line, byte_col)
         return Edit(line, col, line, col, text)
 
+    def _dead(self, node: ast.AST) -> bool:
+        """``node`` sits in code that never runs: the body of ``if False:`` (``if 0:``), the ``else`` of ``if True:``."""
+        child = node
+        for up in self.semantic.ancestors(node):
+            if isinstance(up, ast.If) and isinstance(up.test, ast.Constant) and up.test.value in (False, True, 0, 1):
+                if any(s is child for s in (up.body if not up.test.value else up.orelse)):
+                    return True
+            child = up
+        return False
+
     def report(
         self,
         code: str,
@@ -100,7 +110,7 @@ class Context:
         """Record a finding at ``node``. ``unsafe`` marks edits that may change what the program does
         (applied only with ``--unsafe-fixes``)."""
         if self.wants(code) and not (code in program.QUIET_IN_TESTS and program.in_test(self.semantic, node)) \
-                and not program.on_old_torch_branch(self.semantic, node):
+                and not program.on_old_torch_branch(self.semantic, node) and not self._dead(node):
             self.findings.append(Finding(code, message, self.location(node), fix, edits, severity,
                                          unsafe_fix=bool(edits) and unsafe))
             self.sites.append(node)

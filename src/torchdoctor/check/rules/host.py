@@ -117,8 +117,8 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
         return (_flags(ctx, expr.value, depth + 1)[0], False)  # ``pred[0]["labels"]`` of a detector: class ids
     if isinstance(expr, (ast.Subscript, ast.Starred)):
         return _flags(ctx, expr.value, depth + 1)
-    if isinstance(expr, ast.BinOp):
-        return _or(_flags(ctx, expr.left, depth + 1), _flags(ctx, expr.right, depth + 1))
+    if isinstance(expr, ast.BinOp):  # (``x * probs.size(0)``: a size is a Python int, wherever ``probs`` is)
+        return _or(*(_flags(ctx, side, depth + 1) for side in (expr.left, expr.right) if not _size_of(side)))
     if isinstance(expr, ast.Compare):  # comparisons give bool tensors: no grad
         return (_or(*(_flags(ctx, e, depth + 1) for e in [expr.left, *expr.comparators]))[0], False)
     if isinstance(expr, ast.UnaryOp):
@@ -128,6 +128,14 @@ def _flags(ctx: Context, expr: ast.AST, depth: int = 0) -> tuple[bool, bool]:
     if isinstance(expr, ast.Call):
         return _call_flags(ctx, expr, depth)
     return _HOST
+
+
+def _size_of(expr: ast.AST) -> bool:
+    """``probs.size(0)``, ``x.shape[1]``, ``x.numel()``, ``len(x)``: a host int."""
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape":
+        return True
+    return isinstance(expr, ast.Call) and (isinstance(expr.func, ast.Attribute) and expr.func.attr in (
+        "size", "numel", "dim", "nelement") or isinstance(expr.func, ast.Name) and expr.func.id == "len")
 
 
 _HOST_FACTORIES = frozenset({"torch.tensor", "torch.from_numpy", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor",
@@ -283,6 +291,8 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
     if missing and line_text[col:col + 6] == b".numpy":
         edits = (ctx.insert_edit(func.end_lineno, col, missing),)  # type: ignore[arg-type]
     recv = ctx.name(func.value)
+    if isinstance(func.value, (ast.BinOp, ast.Compare, ast.UnaryOp)):
+        recv = f"({recv})"  # (``(probs * 2).numpy()``, as written)
     if len(recv) > 40:
         recv = "tensor"
     why = " and ".join(w for w, on in (("may be on the GPU", gpu), ("may require grad", grad)) if on)
