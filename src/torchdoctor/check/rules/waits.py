@@ -69,6 +69,8 @@ def env_action(ctx: Context, node: ast.Call, loop: ast.AST, depth: int = 0) -> b
         return True  # ``env.step(action.item())`` in an episode's ``while not done:`` of a ``train()`` the loop calls
     if not sem.contains(loop, node):  # ``def select_action(...): return q.argmax().cpu().numpy()``, whose calls in
         func = sem.function_of(node)  # the loop hand the action to ``env.step``
+        if func is not None and stepped_with(ctx, node, sem.local_nodes(func)):
+            return True  # ``action = int(q.argmax().item())``, then ``self.env.step(action)`` in the agent's own step
         sites = [c for c in sem.call_sites(func) if sem.contains(loop, c)] if func is not None else []
         if not sites and func is not None:  # ``out = self.policy.act(obs)`` in a runner's own rollout loop, which the
             # step loop reaches through ``runner.collect()``: judged in the loop around each call
