@@ -1695,6 +1695,81 @@ def test_loader_modules_imported_in_branches_all_feed_the_importer(project: Path
     assert codes(results, "data_a.py") == [(8, "TD304")] and codes(results, "data_b.py") == [(8, "TD304")]
 
 
+def test_torch_module_aliases_a_chain_of_star_imports_brings_in(project: Path) -> None:
+    """``from net import *`` where ``net`` does ``from layers import *`` and ``layers`` does ``import torch.nn as nn``,
+    ``import torch as t``: ``nn.DataParallel`` is torch's (TD204), its ``state_dict()`` saved has the prefix (TD205),
+    and ``t.randn(8, 4).cuda()`` in the loop is a factory made then moved (TD611)."""
+    write(project, {
+        "layers.py": """\
+            import torch.nn as nn
+            import torch as t
+            """,
+        "net.py": """\
+            from layers import *
+
+
+            class Model(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+
+                def forward(self, x):
+                    return self.fc(x) + t.ones(x.size(0), 2).cuda()
+            """,
+        "train.py": """\
+            from net import *
+
+            m = nn.DataParallel(Model().cuda())
+            opt = t.optim.Adam(m.parameters())
+            for step in range(100):
+                loss = m(t.randn(8, 4).cuda()).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            t.save(m.state_dict(), "m.pt")
+            """,
+    })
+    results = check_files(["layers.py", "net.py", "train.py"], Settings(root=str(project), select=("TD204", "TD205", "TD611")))
+    assert codes(results, "train.py") == [(3, "TD204"), (6, "TD611"), (10, "TD205")]
+    assert codes(results, "net.py") == [(10, "TD611")]
+
+
+def test_a_flag_a_star_imported_module_sets_to_true_chooses_nothing(project: Path) -> None:
+    """``if USE_CUDA: model = model.cuda()`` with ``USE_CUDA = True`` in ``model.py``, brought in by ``from model
+    import *``: the flag is always True, so the script crashes without a GPU (TD101). A flag set from
+    ``torch.cuda.is_available()`` is a fallback."""
+    write(project, {
+        "model.py": """\
+            import torch
+            import torch.nn as nn
+
+            USE_CUDA = True
+            HAS_GPU = torch.cuda.is_available()
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+
+                def forward(self, x):
+                    return self.fc(x)
+            """,
+        "train.py": """\
+            import torch
+            from model import *
+
+            model = Net()
+            if USE_CUDA:
+                model = model.cuda()
+            other = Net()
+            if HAS_GPU:
+                other = other.cuda()
+            """,
+    })
+    results = check_files(["model.py", "train.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "train.py") == [(6, "TD101")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

@@ -229,6 +229,44 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")  # (a class whose base comes from a third module: its ``is_module``
         return cls.quiet_methods if cls is not None else frozenset()  # may be unknown; quiet methods are its own)
 
+    def star_true_flag(self, sem: SemanticModel, name: str) -> bool:
+        """``name`` (not bound in ``sem``'s module) is a flag a star-imported module of the project (or one it
+        star-imports) only ever sets to True: ``USE_CUDA = True`` of ``from model import *``."""
+        frontier = [(sem.path, level, module) for level, module in sem.names.star]
+        for _ in range(3):
+            following = []
+            for here, level, module in frontier:
+                target = self._module_file(here, level, module)
+                summary = self.summary(target) if target is not None else None
+                if summary is None:
+                    continue
+                if name in summary.true_flags:
+                    return True
+                following += [(target, lv, m) for lv, m in summary.star]
+            frontier = following
+        return False
+
+    def star_module_aliases(self, sem: SemanticModel) -> dict[str, str]:
+        """The module aliases (``nn`` -> ``torch.nn``, ``t`` -> ``torch``) that ``from network import *`` brings in:
+        plain imports of the star-imported modules of the project, and of the modules they star-import in turn (two
+        levels), for names the file does not bind itself."""
+        out: dict[str, str] = {}
+        frontier = [(sem.path, level, module) for level, module in sem.names.star]
+        for _ in range(3):
+            following = []
+            for here, level, module in frontier:
+                target = self._module_file(here, level, module)
+                summary = self.summary(target) if target is not None else None
+                if summary is None:
+                    continue
+                for local, qual in summary.imports.items():
+                    if "." not in local and local not in summary.from_imports and qual.split(".")[0] == "torch":
+                        out.setdefault(local, qual)
+                following += [(target, lv, m) for lv, m in summary.star]
+            frontier = following
+        defined = sem.bindings.defined | set(sem.bindings.by_key)
+        return {k: v for k, v in out.items() if k not in defined and k not in sem.names.imports}
+
     def class_moved_inputs(self, sem: SemanticModel, written: str) -> frozenset[int]:
         """Positions of the ``forward`` inputs the module class ``written`` (imported here) moves to a device itself."""
         cls = self._lookup(sem, written, "class")

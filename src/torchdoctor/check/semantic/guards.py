@@ -59,6 +59,7 @@ class Guards(GradModes, DeviceChoices):
         self._refused: set[str] | None = None
         self._one_process: set[ast.AST] | None = None
         self._grad_toggles: list[ast.AST] | None = None
+        self.star_flag: Callable[[str], bool] | None = None  # a name another module sets to True, star-imported here
 
     def frame(self, node: ast.AST) -> Frame | None:
         return self.index.frame.get(node)

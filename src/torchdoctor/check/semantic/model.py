@@ -69,6 +69,10 @@ class SemanticModel:
             self.index = Index(tree)
             self.names = Names(self.index)
             self.bindings = Bindings(self.index, set(self.names.imports) | set(self.names.relative))
+        if project is not None and self.names.star:  # ``from network import *`` bringing ``nn``/``t`` (torch's) in
+            borrowed = project.star_module_aliases(self)  # type: ignore[attr-defined]
+            if borrowed:
+                self.names = self.names.with_imports(borrowed)
         self.imports = self.names.imports
         self.kinds = Kinds(self.index, self.names, self.bindings, self.text.segment,
                            self._project_class if project is not None else None)
@@ -78,6 +82,8 @@ class SemanticModel:
         self.calls = self.calls_index.calls
         self.functions = self.calls_index.functions
         self.guards = Guards(self.index, self.names, self.bindings, self.text.segment, self.calls_index.sites)
+        if project is not None and self.names.star:
+            self.guards.star_flag = lambda name: project.star_true_flag(self, name)  # type: ignore[attr-defined]
         self._loops: Loops | None = None
         self.memo: dict[object, object] = {}
 

@@ -50,6 +50,14 @@ class Names:
                     self.relative[local] = (level, module, alias.name)
         self._cache: dict[int, str | None] = {}
 
+    def with_imports(self, more: dict[str, str]) -> Names:
+        """A copy that also knows ``more`` (local name -> qualified name: module aliases a star import brings in)."""
+        out = Names.__new__(Names)
+        out.__dict__.update(self.__dict__)
+        out.imports = {**more, **self.imports}
+        out._cache = {}
+        return out
+
     def qualname(self, node: ast.AST | None) -> str | None:
         """The dotted name an expression refers to through the imports (names not imported resolve to
         themselves: ``model.cuda`` -> ``model.cuda``); None for anything but a name or attribute chain."""

@@ -93,7 +93,7 @@ class FunctionSummary(FrozenRecord):
 
 class ModuleSummary(Record):
     __slots__ = ("path", "classes", "functions", "from_imports", "imports", "star", "accelerated", "cuda_names",
-                 "gpu_only", "kernel_builders", "kernel_calls", "optional_imports", "shadowed")
+                 "gpu_only", "kernel_builders", "kernel_calls", "optional_imports", "shadowed", "true_flags")
 
     def __init__(self, path: str, classes: dict[str, ClassSummary] | None = None,
                  functions: dict[str, FunctionSummary] | None = None,
@@ -116,6 +116,7 @@ class ModuleSummary(Record):
         self.kernel_calls = kernel_calls  # other modules' functions it calls on import (gpu_only.kernel_calls)
         self.optional_imports = optional_imports  # names it imports in a ``try`` that goes on without them
         self.shadowed: tuple[tuple[int, str, str], ...] = ()  # other imports of a name it imports again (Names.shadowed)
+        self.true_flags: frozenset[str] = frozenset()  # module-level names only ever set to True (``USE_CUDA = True``)
 
 
 class CallRecord(FrozenRecord):
@@ -157,6 +158,9 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                         kernel_builders=gpu_only.kernel_builders(sem), kernel_calls=gpu_only.kernel_calls(sem),
                         optional_imports=gpu_only.optional_imports(sem))
     out.shadowed = tuple(sem.names.shadowed)
+    out.true_flags = frozenset(k for k, bound in sem.bindings.by_key.items() if "." not in k and bound and all(
+        isinstance(b.value, ast.Constant) and b.value.value is True and isinstance(b.node, ast.Assign)
+        and sem.frame(b.node).kind == "module" for b in bound))
     step_calls: dict[ast.AST, set[str]] = {}
     for call in sem.calls:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
