@@ -1770,6 +1770,39 @@ def test_a_flag_a_star_imported_module_sets_to_true_chooses_nothing(project: Pat
     assert codes(results, "train.py") == [(6, "TD101")]
 
 
+def test_a_loader_subclass_named_in_lower_case_is_a_loader(project: Path) -> None:
+    """``class myLoader(DataLoader)`` in ``data.py``, made unpinned in a CUDA training script: a DataLoader (TD304),
+    whatever the case of its name."""
+    write(project, {
+        "data.py": """\
+            from torch.utils.data import DataLoader
+
+
+            class myLoader(DataLoader):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+            """,
+        "train.py": """\
+            import torch
+            from data import myLoader
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            ds = torch.utils.data.TensorDataset(torch.randn(16, 4), torch.randn(16, 2))
+            loader = myLoader(ds, batch_size=8, shuffle=True, num_workers=4)
+            model = torch.nn.Linear(4, 2).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = (model(x) - y).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["data.py", "train.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == [(6, "TD304")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

@@ -441,7 +441,8 @@ def _loader_subclass(ctx: Context, call: ast.Call, q: str) -> bool:
     written = dotted(call.func)
     if not any(k.arg in ("batch_size", "num_workers", "shuffle", "sampler") for k in call.keywords):
         return False  # (how a loader is built: asked before the other module is read)
-    if sem.project is None or not written or not written.rsplit(".", 1)[-1][:1].isupper() \
+    last = written.rsplit(".", 1)[-1] if written else ""
+    if sem.project is None or not written or not (last[:1].isupper() or "Loader" in last) \
             or written.split(".")[0] not in sem.names.imports and written.split(".")[0] not in sem.names.from_imports:
         return False
     return bool(sem.project.class_builds_loader(sem, written))  # type: ignore[attr-defined]
@@ -472,9 +473,10 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
             name = call.func.id if isinstance(call.func, ast.Name) else call.func.attr \
                 if isinstance(call.func, ast.Attribute) else ""
             imported = sem.names.from_imports.get(name)
-            if not name[:1].isupper() or name in loaders.LOADER_NAMES or "Loader" not in name and \
+            if not (name[:1].isupper() or "Loader" in name) or name in loaders.LOADER_NAMES or "Loader" not in name and \
                     name not in sem.calls_index.classes and not (imported and imported[2].endswith("Loader")):
-                continue  # (a class call whose name is a loader's, or an alias of one: ``DataLoader as GeoLoader``)
+                continue  # (a class call whose name is a loader's, or an alias of one: ``DataLoader as GeoLoader``; a
+                # subclass named in lower case, ``myCNNDataLoader``)
             if is_torch_dataloader(ctx, call):
                 out.append(call)
         return out
