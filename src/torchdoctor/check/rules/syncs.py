@@ -91,7 +91,9 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"
                                             or _meter_of_device_tensors(ctx, expr, at)):
         return ctx.name(expr)  # (``p.grad``: a gradient lives where its parameter does)
-    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and isinstance(expr.slice, (ast.Name, ast.Constant)) \
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and (
+            isinstance(expr.slice, (ast.Name, ast.Constant)) or isinstance(expr.slice, ast.Tuple) and all(
+                isinstance(e, (ast.Name, ast.Constant)) for e in expr.slice.elts)) \
             and _device_tensor_name(ctx, expr.value, at, depth) and (ctx.semantic.kind_of(expr.value.id, at) == "tensor"
                                                                      or _handed_device_tensors(ctx, expr.value, at, depth)):
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
@@ -449,9 +451,15 @@ def tensor_logged_every_step(node: ast.Call, ctx: Context) -> None:
     (``.cpu().numpy()``) on every call."""
     if not isinstance(node.func, ast.Attribute) or len(node.args) < 2:
         return
-    value = node.args[1]
-    name = _device_tensor_name(ctx, value, node) or _reduced_tensor(ctx, value, node)
-    if name is None and isinstance(value, (ast.Name, ast.Attribute)) and tensor_value(ctx, value, node):
-        name = ctx.name(value)
-    if name is not None:
-        _report(ctx, node, f"`{ctx.name(node.func)}` of tensor `{name}` (TensorBoard copies it to the host)")
+    given = node.args[1]
+    values = given.values if isinstance(given, ast.Dict) and node.func.attr == "add_scalars" else [given]
+    for value in values:  # (``add_scalars("loss", {"sup": loss_sup, "con": loss_con}, step)``: each one)
+        name = _device_tensor_name(ctx, value, node) or _reduced_tensor(ctx, value, node)
+        if name is None and isinstance(value, (ast.Name, ast.Attribute)) and tensor_value(ctx, value, node):
+            name = ctx.name(value)
+        if name is None and isinstance(value, ast.BinOp):  # ``torch.sum(m) / m.numel()``: arithmetic of a device value
+            name = next((t for side in (value.left, value.right) if (t := _reduced_tensor(ctx, side, node)
+                                                                   or _device_tensor_name(ctx, side, node))), None)
+        if name is not None:
+            _report(ctx, node, f"`{ctx.name(node.func)}` of tensor `{name}` (TensorBoard copies it to the host)")
+            return
