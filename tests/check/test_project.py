@@ -1803,6 +1803,46 @@ def test_a_loader_subclass_named_in_lower_case_is_a_loader(project: Path) -> Non
     assert codes(results, "train.py") == [(6, "TD304")]
 
 
+def test_a_read_in_a_trainer_method_a_script_told_to_use_cuda_calls_every_step(project: Path) -> None:
+    """``trainer = Trainer(net, torch.cuda.is_available())``, then ``trainer.update(batch)`` for every batch: the
+    script runs on the GPU through the trainer (another module), and ``loss.item()`` in ``update`` reads back every
+    step."""
+    write(project, {
+        "trainer.py": """\
+            import torch
+
+
+            class Trainer:
+                def __init__(self, model, cuda):
+                    self.model = model.cuda() if cuda else model
+                    self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                    self.cuda = cuda
+
+                def update(self, batch):
+                    x, y = [b.cuda() for b in batch] if self.cuda else batch
+                    self.opt.zero_grad()
+                    loss = torch.nn.functional.cross_entropy(self.model(x), y)
+                    loss_val = loss.item()
+                    loss.backward()
+                    self.opt.step()
+                    return loss_val
+            """,
+        "train.py": """\
+            import torch
+            from trainer import Trainer
+
+            trainer = Trainer(torch.nn.Linear(4, 2), torch.cuda.is_available())
+            batches = [(torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(10)]
+            total = 0.0
+            for epoch in range(3):
+                for batch in batches:
+                    total += trainer.update(batch)
+            """,
+    })
+    results = check_files(["trainer.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "trainer.py") == [(14, "TD603")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

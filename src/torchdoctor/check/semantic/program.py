@@ -672,14 +672,25 @@ def names_cuda(sem: SemanticModel, value: ast.AST) -> bool:
 
 
 def _hands_cuda_to_the_project(sem: SemanticModel) -> bool:
-    """``trainer = Trainer(model, opt, device)`` with ``device = "cuda" if torch.cuda.is_available() else "cpu"``: the
-    program hands a CUDA choice to a class or function it imports (of the project, mostly), which places the work."""
+    """``trainer = Trainer(model, opt, device)`` with ``device = "cuda" if torch.cuda.is_available() else "cpu"`` (or
+    ``Trainer(model, torch.cuda.is_available())``): the program hands a CUDA choice to a class or function it imports
+    (of the project, mostly), which places the work."""
     if "cuda" not in sem.text.source:
         return False
     imported = sem.names.from_imports
     for call in sem.calls:
         head = (dotted(call.func) or "").split(".")[0]
         if head in imported and not imported[head][1].startswith("torch") \
-                and any(chosen_cuda(sem, a, call) for a in (*call.args, *(k.value for k in call.keywords))):
+                and any(chosen_cuda(sem, a, call) or _cuda_availability(sem, a, call)
+                        for a in (*call.args, *(k.value for k in call.keywords))):
             return True  # (read for the index, without the project: any imported callee but torch's)
     return False
+
+
+def _cuda_availability(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
+    """``torch.cuda.is_available()`` handed on as a ``cuda`` flag (``Trainer(model, torch.cuda.is_available())``), or a
+    name bound to it (``use_cuda = torch.cuda.is_available()``)."""
+    if isinstance(arg, ast.Name) and (b := sem.binding_at(arg.id, at)) is not None and not b.is_param \
+            and b.index is None:
+        arg = b.value
+    return isinstance(arg, ast.Call) and sem.call_name(arg) == "torch.cuda.is_available"
