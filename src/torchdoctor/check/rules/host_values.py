@@ -262,6 +262,8 @@ def host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """`.cpu()`/`.tolist()`/`.item()` on a batch element that is not on the device, or on an item of one
     (``for out, i in zip(outputs, img_ids): i.item()``): no device copy at all."""
     sem = ctx.semantic
+    if not sem.contains(loop, node):
+        return False  # (``masks.cpu()`` in a forward the loop runs: its own parameter, not the loop's batch)
     name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
     at: ast.AST = node
     for _ in range(3):  # ``gold = batch[1]``, ``[g.item() for g in gold]``: an element of a batch value

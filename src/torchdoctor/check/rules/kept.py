@@ -537,8 +537,9 @@ def _host_function(ctx: Context, call: ast.Call) -> bool:
     """A metric by its name, a function of this file or of another module of the project (not torch's), or a SciPy
     sparse product: what it is handed as NumPy stays there."""
     name = getattr(call.func, "id", "") or getattr(call.func, "attr", "")
-    if (ctx.call_name(call) or "").startswith("scipy.sparse."):
-        return True  # ``csc_matrix.dot(mask.cpu().numpy(), reducing)``: a sparse product, an array on the host
+    if (ctx.call_name(call) or "").startswith("scipy."):
+        return True  # ``csc_matrix.dot(mask.cpu().numpy(), reducing)``: a sparse product, an array on the host;
+        # ``integrate.solve_ivp(f, span, x.cpu().numpy())``: a solver's initial state, which it needs as NumPy
         # (not ``np.mean(dice.cpu().numpy())``: a number, which the copy only served to read)
     return bool(_METRIC_FUNC.search(name)) or (bool(ctx.semantic.resolve(call)) or ctx.semantic.external(call) is not None) \
         and not (ctx.call_name(call) or "").startswith("torch.")  # (``utils.decode(grid.cpu().numpy(), n)``, too)
