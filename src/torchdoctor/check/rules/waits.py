@@ -311,6 +311,8 @@ def _read_tensor(node: ast.AST) -> str | None:
         return None
     read = node.args[1] if len(node.args) > 1 else node.func.value if isinstance(node.func, ast.Attribute) \
         else node.args[0] if node.args else None  # (what ``add_scalar``, a method, or ``float()`` reads)
+    if isinstance(read, ast.Dict) and len(read.values) == 1:
+        read = read.values[0]  # ``writer.add_scalars("Loss", {"train": loss}, step)``
     return read.id if isinstance(read, ast.Name) and _reads_name(node, read.id) else None
 
 
@@ -327,7 +329,9 @@ def _reads_name(node: ast.AST, name: str) -> bool:
     if not isinstance(node, ast.Call):
         return False
     if isinstance(node.func, ast.Attribute) and node.func.attr in _LOGGED:
-        return len(node.args) > 1 and isinstance(node.args[1], ast.Name) and node.args[1].id == name
+        logged = node.args[1] if len(node.args) > 1 else None
+        values = logged.values if isinstance(logged, ast.Dict) and node.func.attr == "add_scalars" else [logged]
+        return any(isinstance(v, ast.Name) and v.id == name for v in values)
     if isinstance(node.func, ast.Attribute) and node.func.attr in _READS and not node.args:
         return isinstance(node.func.value, ast.Name) and node.func.value.id == name
     return isinstance(node.func, ast.Name) and node.func.id in ("float", "int") and len(node.args) == 1 \
@@ -335,7 +339,7 @@ def _reads_name(node: ast.AST, name: str) -> bool:
 
 
 _READS = ("item", "tolist", "cpu")
-_LOGGED = ("add_scalar",)  # (TensorBoard copies the value to the host)
+_LOGGED = ("add_scalar", "add_scalars")  # (TensorBoard copies the value to the host)
 
 
 def _runs_whenever(sem, call: ast.AST, stmt: ast.stmt) -> bool:  # type: ignore[no-untyped-def]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, method_name
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, method_name, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
@@ -400,8 +400,10 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
             if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) for v in _held_parts(value)):
                 return False
             if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, n)) is not None and b.is_param \
+                    and param_default(b.node, value.id) is None and "Callable" not in sem.segment(b.value or value) \
                     and f"{dotted(target)}(" in sem.segment(cls):
                 return False  # ``self.featureMaker = featureMaker``, then ``self.featureMaker(x)``: a module handed in
+                # (not ``loss_fn: Callable = nn.L1Loss()``: a function or a stateless loss by default)
     return True
 
 
