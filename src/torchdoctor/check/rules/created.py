@@ -10,11 +10,12 @@ from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, call_argumen
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.host_values import batch_on_device, reached_from_forward, run_by_forwards
-from torchdoctor.check.rules.steps import per_step_loop
+from torchdoctor.check.rules.factory_regions import model_loop, step_helper
+from torchdoctor.check.rules.factory_regions import region as region_of
+from torchdoctor.check.rules.host_values import batch_on_device
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.semantic.forwards import NOT_FORWARDS, moved_params, network_methods
-from torchdoctor.check.semantic.models import construction, model_is_stateless, moved_keys
+from torchdoctor.check.semantic.forwards import moved_params
+from torchdoctor.check.semantic.models import model_is_stateless
 from torchdoctor.check.semantic.placement import cpu_only_loop
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -33,7 +34,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
             or _scalar_tensor(node) or _zero_sized(node, q) \
             or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node) or _branch_no_caller_takes(ctx, node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
-    region = _region(ctx, node)
+    region = region_of(ctx, node)
     if region is None or isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
         return  # (every model of the loop is one nothing moves: an ensemble's torch member next to scikit-learn's)
     parent = sem.parent(node)
@@ -119,8 +120,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if _zero_sized(node, q):
         return  # ``torch.empty(0).to(x.device)``, a seed for ``torch.cat``: no byte crosses the bus
     sem = ctx.semantic
-    region, caller = _region(ctx, node) or _model_loop(ctx, node), None
-    if region is None and (helper := _step_helper(ctx, node)) is not None:
+    region, caller = region_of(ctx, node) or model_loop(ctx, node), None
+    if region is None and (helper := step_helper(ctx, node)) is not None:
         region, caller = helper
     if region is None:
         return
@@ -137,7 +138,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if isinstance(region, _LOOPS) and sem.under_step_guard(node, region):
         # (``if i % GENERATE_EVERY == 0:``: a copy every N steps costs nothing worth telling, unless a sampling loop
         # inside that guard makes one per pass: ``for _ in range(gen_i): g(torch.randn(n, k).cuda())``)
-        inner = _model_loop(ctx, node)
+        inner = model_loop(ctx, node)
         if inner is None or inner is region or not sem.contains(region, inner) or sem.under_step_guard(node, inner):
             return
         region = inner
@@ -554,103 +555,6 @@ def _scalar_expr(arg: ast.AST) -> bool:
     if isinstance(arg, ast.Subscript):  # ``x.shape[-1]``
         return isinstance(arg.value, ast.Attribute) and arg.value.attr == "shape"
     return isinstance(arg, ast.Name) or isinstance(arg, ast.Constant) and type(arg.value) in (int, float, bool)
-
-
-def _region(ctx: Context, node: ast.AST) -> ast.AST | None:
-    sem = ctx.semantic
-    loop = sem.enclosing_loop(node, "train") or sem.enclosing_loop(node, "eval")
-    if loop is not None:
-        return loop
-    func = sem.function_of(node)
-    cls = sem.class_of(node)
-    if func is not None and cls is not None and cls.name in sem.module_classes and \
-            (func.name == "forward" or reached_from_forward(sem, func, cls)):
-        return func
-    if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func):
-        return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
-    if func is not None and cls is None and sem.function_of(func) is None and not sem.call_sites(func) \
-            and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
-        return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules
-    return None
-
-
-def _model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
-    """The innermost loop around ``node`` that runs a model on every pass (a sampling or generation loop:
-    ``for start in range(0, n, bs): noise = torch.randn(bs, k).to(dev); outs.append(g(noise).cpu())``)."""
-    sem = ctx.semantic
-    loop = next(iter(sem.loops_around(node)), None)
-    if loop is None or sem.function_of(loop) is not sem.function_of(node) or sem.loop_kind(loop) == "epoch" \
-            and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():
-        return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
-        # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
-    return loop if any(isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or _helper_runs_a_model(sem, c)
-                                                    or _model_method(sem, c))
-                       and next(iter(sem.loops_around(c)), None) is loop and _runs_a_model(c)
-                       for c in sem.body(loop)) else None
-
-
-def _model_method(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
-    """``g.mean_style(z)`` of a model ``g`` whose class (of this file) runs its layers in that method: the model runs."""
-    if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)) \
-            or call.func.attr in NOT_FORWARDS or sem.expr_kind(call.func.value, call) not in ("model", "wrapper"):
-        return False
-    made = construction(sem, call.func.value, call)
-    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
-    return cls is not None and call.func.attr in network_methods(sem, cls)
-
-
-def _helper_runs_a_model(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
-    """``self.inference(model, img * scale)``, a function of this file whose own body runs a model (unguarded)."""
-    return any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" and not sem.loops_around(n)
-               for f in sem.resolve(call) for n in sem.local_nodes(f))
-    # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
-
-
-_NOT_RUNS = frozenset({"prepare", "prepare_model", "unwrap_model", "wrap"})
-
-
-def _runs_a_model(call: ast.Call) -> bool:
-    """Not a call that only hands the model on: ``accelerator.unwrap_model(model)``, ``accelerator.prepare(model)``."""
-    func = call.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-    return name not in _NOT_RUNS and "unwrap" not in name
-    # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
-
-
-def _step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
-    """The function holding ``node`` and the batch loop of this file that calls it on every step (SimCLR's
-    ``info_nce_loss``, called by ``train()`` once per batch): a region that runs each step too."""
-    func = ctx.semantic.function_of(node)
-    if func is None or func.name == "forward" or ctx.semantic.enclosing_loop(node) is not None:
-        return None
-    if _chosen_by_caller(ctx, node, func):
-        return None
-    loop = per_step_loop(ctx, node)
-    if loop is None:
-        return None
-    sem = ctx.semantic
-    if sem.loop_kind(loop) not in ("train", "eval") and not any(
-            isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or isinstance(c.func, ast.Attribute)
-                                         and (dotted(c.func.value) or "").rsplit(".", 1)[-1] in moved_keys(sem)
-                                         and sem.expr_kind(c.func.value, c) in ("model", "wrapper"))
-            for c in sem.body(loop)):
-        return None  # (a solver's data-generation loop draws its coefficients on the host: no model runs there; a
-        # moved model's method, ``model.encoding_fn(images)``, is the model running)
-    return func, loop
-
-
-def _chosen_by_caller(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
-    """``node`` sits in a branch that a string option of the helper picks (``if distribution == "uniform":``):
-    which branch runs each step is the caller's choice, not seen here."""
-    params = {a.arg for a in func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
-    for up in ctx.semantic.ancestors(node):
-        if up is func:
-            return False
-        if isinstance(up, ast.If) and isinstance(t := up.test, ast.Compare) and len(t.comparators) == 1 and \
-                any(isinstance(a, ast.Name) and a.id in params for a in (t.left, *t.comparators)) and \
-                any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in (t.left, *t.comparators)):
-            return True
-    return False
 
 
 def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:

@@ -1,0 +1,114 @@
+"""Where a tensor made in a step is made: the training or evaluation loop around it, a ``forward()`` (or a method or
+helper only forwards reach), a loop that runs a model on every pass (sampling, generation), or a helper a batch loop of
+the file calls every step. TD303 and TD611 (created.py) ask."""
+
+from __future__ import annotations
+
+import ast
+
+from torchdoctor.check.astutil import dotted
+from torchdoctor.check.context import Context
+from torchdoctor.check.rules.host_values import reached_from_forward, run_by_forwards
+from torchdoctor.check.rules.steps import per_step_loop
+from torchdoctor.check.semantic import flow
+from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
+from torchdoctor.check.semantic.models import construction, moved_keys
+
+__all__ = ["model_loop", "region", "step_helper"]
+
+
+def region(ctx: Context, node: ast.AST) -> ast.AST | None:
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(node, "train") or sem.enclosing_loop(node, "eval")
+    if loop is not None:
+        return loop
+    func = sem.function_of(node)
+    cls = sem.class_of(node)
+    if func is not None and cls is not None and cls.name in sem.module_classes and \
+            (func.name == "forward" or reached_from_forward(sem, func, cls)):
+        return func
+    if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func):
+        return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
+    if func is not None and cls is None and sem.function_of(func) is None and not sem.call_sites(func) \
+            and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
+        return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules
+    return None
+
+
+def model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
+    """The innermost loop around ``node`` that runs a model on every pass (a sampling or generation loop:
+    ``for start in range(0, n, bs): noise = torch.randn(bs, k).to(dev); outs.append(g(noise).cpu())``)."""
+    sem = ctx.semantic
+    loop = next(iter(sem.loops_around(node)), None)
+    if loop is None or sem.function_of(loop) is not sem.function_of(node) or sem.loop_kind(loop) == "epoch" \
+            and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():
+        return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
+        # an RL loop over episodes makes its state once an episode, a few hundred steps apart at most: still told)
+    return loop if any(isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or _helper_runs_a_model(sem, c)
+                                                    or _model_method(sem, c))
+                       and next(iter(sem.loops_around(c)), None) is loop and _runs_a_model(c)
+                       for c in sem.body(loop)) else None
+
+
+def _model_method(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``g.mean_style(z)`` of a model ``g`` whose class (of this file) runs its layers in that method: the model runs."""
+    if not (isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)) \
+            or call.func.attr in NOT_FORWARDS or sem.expr_kind(call.func.value, call) not in ("model", "wrapper"):
+        return False
+    made = construction(sem, call.func.value, call)
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    return cls is not None and call.func.attr in network_methods(sem, cls)
+
+
+def _helper_runs_a_model(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``self.inference(model, img * scale)``, a function of this file whose own body runs a model (unguarded)."""
+    return any(isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" and not sem.loops_around(n)
+               for f in sem.resolve(call) for n in sem.local_nodes(f))
+    # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
+
+
+_NOT_RUNS = frozenset({"prepare", "prepare_model", "unwrap_model", "wrap"})
+
+
+def _runs_a_model(call: ast.Call) -> bool:
+    """Not a call that only hands the model on: ``accelerator.unwrap_model(model)``, ``accelerator.prepare(model)``."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name not in _NOT_RUNS and "unwrap" not in name
+    # (a loop over whole runs, whose model runs only in its inner epoch and step loops, makes its buffers once a run)
+
+
+def step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
+    """The function holding ``node`` and the batch loop of this file that calls it on every step (SimCLR's
+    ``info_nce_loss``, called by ``train()`` once per batch): a region that runs each step too."""
+    func = ctx.semantic.function_of(node)
+    if func is None or func.name == "forward" or ctx.semantic.enclosing_loop(node) is not None:
+        return None
+    if _chosen_by_caller(ctx, node, func):
+        return None
+    loop = per_step_loop(ctx, node)
+    if loop is None:
+        return None
+    sem = ctx.semantic
+    if sem.loop_kind(loop) not in ("train", "eval") and not any(
+            isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or isinstance(c.func, ast.Attribute)
+                                         and (dotted(c.func.value) or "").rsplit(".", 1)[-1] in moved_keys(sem)
+                                         and sem.expr_kind(c.func.value, c) in ("model", "wrapper"))
+            for c in sem.body(loop)):
+        return None  # (a solver's data-generation loop draws its coefficients on the host: no model runs there; a
+        # moved model's method, ``model.encoding_fn(images)``, is the model running)
+    return func, loop
+
+
+def _chosen_by_caller(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
+    """``node`` sits in a branch that a string option of the helper picks (``if distribution == "uniform":``):
+    which branch runs each step is the caller's choice, not seen here."""
+    params = {a.arg for a in func.args.args + func.args.kwonlyargs}  # type: ignore[attr-defined]
+    for up in ctx.semantic.ancestors(node):
+        if up is func:
+            return False
+        if isinstance(up, ast.If) and isinstance(t := up.test, ast.Compare) and len(t.comparators) == 1 and \
+                any(isinstance(a, ast.Name) and a.id in params for a in (t.left, *t.comparators)) and \
+                any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in (t.left, *t.comparators)):
+            return True
+    return False
