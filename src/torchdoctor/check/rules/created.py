@@ -331,6 +331,9 @@ def _other_side(sem, a: ast.AST, b: ast.AST) -> bool:  # type: ignore[no-untyped
     the two branches of an ``if``): never both run."""
     if sem.in_other_branch(a, b):
         return True
+    if isinstance(ret := sem.statement_of(b), ast.Return) and isinstance(branch := sem.parent(ret), ast.If) \
+            and ret in branch.body and not branch.orelse and not sem.contains(branch, a):
+        return True  # ``if use_cuda: return h0.cuda()`` then ``return h0``: only when the branch is not taken
     for up in sem.ancestors(a):
         if isinstance(up, ast.IfExp):
             sides = (up.body, up.orelse)
