@@ -205,7 +205,10 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     ``total = loss.item()``, ``"%.3f" % loss`` after ``writer.add_scalar("loss", loss, step)``), the same tensor, with
     nothing but host work between: the first read waited for the GPU; this one waits for nothing. GPU work behind a
     step guard between them (``if i % 1000 == 0: sample(model)``) runs on few steps: on the others, nothing is queued.
-    (A read of *another* tensor after a sync is still reported: remove the first read, and it is the one that waits.)"""
+    A read of *another* tensor after a read of the step, with only host work between, waits for nothing either: the
+    first read of the run is the one reported (it is where the GPU's queue drains)."""
+    from torchdoctor.check.rules.host_values import sync_site  # (host_values' reads: asked of earlier statements)
+
     sem = ctx.semantic
     name = _read_tensor(node)
     if name is None or (bound := sem.binding_at(name, node)) is None:
@@ -230,6 +233,11 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             if any(_reads_name(c, name) and sem.binding_at(name, c) is bound and _runs_whenever(sem, c, stmt)
                    for c in nodes):
                 return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
+            if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
+                    isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and sync_site(ctx, c) is not None
+                    for c in nodes):
+                return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
+                # host work came since; that read is the one reported)
             if isinstance(stmt, ast.If) and sem.under_step_guard(stmt.body[0], loop):
                 continue  # (work on every N-th step only)
             if _drained(stmt):
