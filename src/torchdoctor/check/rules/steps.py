@@ -268,9 +268,11 @@ def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
 
 
 def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
+    sem = ctx.semantic
     if not isinstance(loop, str) and (after_timing_sync(ctx, node, loop) or read_again(ctx, node, loop)):
         return
-    sem = ctx.semantic
+    if isinstance(loop, str) and (func := sem.function_of(node)) is not None and read_again(ctx, node, func):
+        return  # (in a helper a loop elsewhere calls: an earlier read of the helper's own body drained the queue)
     stmt = sem.statement_of(node)
     told: set[int] = sem.memo.setdefault("td603_statements", set())  # type: ignore[assignment]
     if stmt is not None:

@@ -234,7 +234,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                    for c in nodes):
                 return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
             if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
-                    isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and sync_site(ctx, c) is not None
+                    isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and (sync_site(ctx, c) is not None
+                                                                                  or _logs_a_value(c))
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
@@ -242,7 +243,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                 continue  # (work on every N-th step only)
             if _drained(stmt):
                 continue  # (``writer.add_scalar("parts", out.mean(), it)``: the GPU work it queues, it reads back)
-            if _host_copies(stmt) and sem.loop_kind(loop) == "eval" and all(
+            if _host_copies(stmt) and isinstance(loop, _LOOP_NODES) and sem.loop_kind(loop) == "eval" and all(
                     collected_on_host(ctx, c, loop) for c in _copies_of(stmt)):
                 return True  # (``out = out.data.cpu().numpy()``: an evaluation's kept copy, which the rule does not
                 # report, waited for the GPU; only host work since, so this read waits for nothing)
@@ -272,6 +273,9 @@ def _drained(stmt: ast.AST) -> bool:
     return isinstance(value.func, ast.Name) and value.func.id in ("float", "int") and len(value.args) == 1
 
 
+_LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)
+
+
 def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
     """``out`` bound to ``out.data.cpu().numpy()`` (or unpacked from a tuple of such copies): a host array."""
     if not isinstance(arg, ast.Name):
@@ -283,6 +287,12 @@ def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
         and b.index < len(b.value.elts) else b.value
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
         and value.func.attr in ("cpu", "numpy", "tolist")
+
+
+def _logs_a_value(call: ast.Call) -> bool:
+    """``writer.add_scalar(tag, size_loss, epoch)`` of a value that is no literal: TensorBoard copies it to the host."""
+    return isinstance(call.func, ast.Attribute) and call.func.attr in _LOGGED and len(call.args) > 1 \
+        and not isinstance(call.args[1], ast.Constant)
 
 
 def _host_copies(stmt: ast.AST) -> bool:
