@@ -1843,6 +1843,39 @@ def test_a_read_in_a_trainer_method_a_script_told_to_use_cuda_calls_every_step(p
     assert codes(results, "trainer.py") == [(14, "TD603")]
 
 
+def test_a_method_whose_callers_in_other_modules_put_its_model_in_eval_mode(project: Path) -> None:
+    """``learner.model.eval()`` then ``learner.infer(xs)`` in a script: the method's forwards run in eval mode, though
+    ``learner.py`` never says so (InsightFace's face_learner)."""
+    write(project, {
+        "learner.py": """\
+            import torch
+            import torch.nn as nn
+
+
+            class Learner:
+                def __init__(self, device):
+                    self.device = device
+                    self.model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5)).to(device)
+
+                def infer(self, xs):
+                    with torch.no_grad():
+                        return [self.model(x.to(self.device)) for x in xs]
+            """,
+        "run.py": """\
+            import torch
+            from learner import Learner
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            learner = Learner(device)
+            learner.model.load_state_dict(torch.load("m.pth", map_location=device, weights_only=True))
+            learner.model.eval()
+            print(learner.infer([torch.randn(2, 4)]))
+            """,
+    })
+    results = check_files(["learner.py", "run.py"], Settings(root=str(project), select=("TD402",)))
+    assert codes(results, "learner.py") == []
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

@@ -45,7 +45,9 @@ class Callers:
 
     def callers_effect(self, sem: SemanticModel, func: ast.AST, effect: str) -> bool:
         """Some caller in another module sets eval mode before calling ``func`` (``effect`` == "eval")."""
-        return any(r.eval_before for r in self._callers(sem, func)) if effect == "eval" else False
+        if effect != "eval":
+            return False
+        return any(r.eval_before for r in self._callers(sem, func, by_class=sem.class_of(func) is not None))
 
     def callers_rank_guarded(self, sem: SemanticModel, func: ast.AST, gates: tuple[str, ...] = ()) -> bool:
         """``func`` is called from other modules, and every caller that runs on many ranks (a DDP

@@ -246,9 +246,8 @@ def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
             if _mode_calls(ctx, caller, "eval"):
                 return True
             todo.append(caller)
-        if sem.project is not None and sem.class_of(f) is None and \
-                sem.project.callers_effect(sem, f, "eval"):  # type: ignore[attr-defined]
-            return True
+        if sem.project is not None and sem.project.callers_effect(sem, f, "eval"):  # type: ignore[attr-defined]
+            return True  # (a method too: ``learner.model.eval()`` then ``learner.infer(xs)`` in another module)
     return False
 
 
