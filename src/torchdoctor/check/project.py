@@ -229,41 +229,34 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")  # (a class whose base comes from a third module: its ``is_module``
         return cls.quiet_methods if cls is not None else frozenset()  # may be unknown; quiet methods are its own)
 
+    def _star_summaries(self, sem: SemanticModel):  # type: ignore[no-untyped-def]
+        """The summaries of the modules of the project that ``sem`` star-imports, and of those they star-import in turn
+        (three levels), nearest first."""
+        frontier = [(sem.path, level, module) for level, module in sem.names.star]
+        for _ in range(3):
+            following = []
+            for here, level, module in frontier:
+                target = self._module_file(here, level, module)
+                summary = self.summary(target) if target is not None else None
+                if summary is not None:
+                    yield summary
+                    following += [(target, lv, m) for lv, m in summary.star]
+            frontier = following
+
     def star_true_flag(self, sem: SemanticModel, name: str) -> bool:
         """``name`` (not bound in ``sem``'s module) is a flag a star-imported module of the project (or one it
         star-imports) only ever sets to True: ``USE_CUDA = True`` of ``from model import *``."""
-        frontier = [(sem.path, level, module) for level, module in sem.names.star]
-        for _ in range(3):
-            following = []
-            for here, level, module in frontier:
-                target = self._module_file(here, level, module)
-                summary = self.summary(target) if target is not None else None
-                if summary is None:
-                    continue
-                if name in summary.true_flags:
-                    return True
-                following += [(target, lv, m) for lv, m in summary.star]
-            frontier = following
-        return False
+        return any(name in summary.true_flags for summary in self._star_summaries(sem))
 
     def star_module_aliases(self, sem: SemanticModel) -> dict[str, str]:
         """The module aliases (``nn`` -> ``torch.nn``, ``t`` -> ``torch``) that ``from network import *`` brings in:
-        plain imports of the star-imported modules of the project, and of the modules they star-import in turn (two
-        levels), for names the file does not bind itself."""
+        plain imports of torch in the star-imported modules of the project, and in the modules they star-import in
+        turn, for names the file does not bind itself."""
         out: dict[str, str] = {}
-        frontier = [(sem.path, level, module) for level, module in sem.names.star]
-        for _ in range(3):
-            following = []
-            for here, level, module in frontier:
-                target = self._module_file(here, level, module)
-                summary = self.summary(target) if target is not None else None
-                if summary is None:
-                    continue
-                for local, qual in summary.imports.items():
-                    if "." not in local and local not in summary.from_imports and qual.split(".")[0] == "torch":
-                        out.setdefault(local, qual)
-                following += [(target, lv, m) for lv, m in summary.star]
-            frontier = following
+        for summary in self._star_summaries(sem):
+            for local, qual in summary.imports.items():
+                if "." not in local and local not in summary.from_imports and qual.split(".")[0] == "torch":
+                    out.setdefault(local, qual)
         defined = sem.bindings.defined | set(sem.bindings.by_key)
         return {k: v for k, v in out.items() if k not in defined and k not in sem.names.imports}
 
