@@ -235,7 +235,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                 return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
             if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
                     isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and (sync_site(ctx, c) is not None
-                                                                                  or _logs_a_value(c))
+                                                                                  or _logs_a_tensor(ctx, c))
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
@@ -289,10 +289,13 @@ def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
         and value.func.attr in ("cpu", "numpy", "tolist")
 
 
-def _logs_a_value(call: ast.Call) -> bool:
-    """``writer.add_scalar(tag, size_loss, epoch)`` of a value that is no literal: TensorBoard copies it to the host."""
+def _logs_a_tensor(ctx: Context, call: ast.Call) -> bool:
+    """``writer.add_scalar(tag, size_loss, epoch)`` of a tensor (not of a Python number: ``lr_``): TensorBoard copies it
+    to the host."""
+    from torchdoctor.check.rules.host_values import tensor_value
+
     return isinstance(call.func, ast.Attribute) and call.func.attr in _LOGGED and len(call.args) > 1 \
-        and not isinstance(call.args[1], ast.Constant)
+        and isinstance(call.args[1], (ast.Name, ast.Attribute)) and tensor_value(ctx, call.args[1], call)
 
 
 def _host_copies(stmt: ast.AST) -> bool:
