@@ -129,6 +129,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if move is None and (found := _moved_by_helper(ctx, node)) is not None:
         move, helper = found  # ``cuda_variable(torch.zeros(n, 1))``: a helper that moves what it is handed
     if move is None:
+        move = _moved_by_every_caller(ctx, node)  # ``return 2 * torch.rand(b, d) - 1``, ``sample_noise(b, d).to(dev)``
+    if move is None:
         return
     device = helper or _move_target(sem, move)
     last = device.rsplit(".", 1)[-1] if device is not None else ""
@@ -406,6 +408,19 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
     return call if isinstance(call, ast.Call) and call.func is up and _move_target(ctx.semantic, call) is not None else None
 
 
+def _moved_by_every_caller(ctx: Context, node: ast.Call) -> ast.Call | None:
+    """``def sample_noise(b, d): return 2 * torch.rand(b, d) - 1``, whose every call in the file moves what it returns
+    (``sample_noise(16, 8).type(dtype)``): made on the host by the helper, copied by its callers."""
+    sem = ctx.semantic
+    ret = sem.parent(_host_made(ctx, node))
+    func = sem.function_of(node)
+    if not isinstance(ret, ast.Return) or func is None or sem.class_of(func) is not None:
+        return None
+    sites = sem.call_sites(func)
+    moves = [_move_through_methods(sem, site) for site in sites]
+    return moves[0] if sites and all(m is not None for m in moves) else None
+
+
 def _moved_by_helper(ctx: Context, node: ast.Call) -> tuple[ast.Call, str] | None:
     """``cuda_variable(torch.zeros(n, 1))``, ``label2onehot(torch.zeros(b, c))``: the factory's result handed to a
     function (of this file or of another module of the project) that moves that parameter to a device (``t.cuda()``
@@ -437,8 +452,21 @@ def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-
             and isinstance(call.args[0], (ast.Name, ast.Attribute)) else None
     if method_name(call) == "type":  # ``.type(ref.type())``: cast to the type of ``ref``, on its device
         ref = _type_of(call.args[0]) if len(call.args) == 1 else None
+        if ref is None and len(call.args) == 1 and _cuda_tensor_type(sem, call.args[0], call):
+            return "cuda"  # ``.type(dtype)`` of ``dtype = torch.cuda.FloatTensor if ... else torch.FloatTensor``
         return f"{sem.segment(ref)}.device" if ref is not None else None
     return sem.move_device(call)
+
+
+def _cuda_tensor_type(sem, arg: ast.AST, at: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``torch.cuda.FloatTensor``, or a name bound to it (maybe as the CUDA arm of a conditional expression)."""
+    if isinstance(arg, ast.Name) and (b := sem.binding_at(arg.id, at)) is not None and not b.is_param \
+            and b.index is None and b.value is not None:
+        arg = b.value
+    if isinstance(arg, ast.IfExp):
+        return _cuda_tensor_type(sem, arg.body, at) or _cuda_tensor_type(sem, arg.orelse, at)
+    q = sem.qualname(arg) or ""
+    return q.startswith("torch.cuda.") and q.endswith("Tensor")
 
 
 _ELEMENTWISE = frozenset({"torch.exp", "torch.log", "torch.sqrt", "torch.rsqrt", "torch.sin", "torch.cos", "torch.pow",
@@ -519,7 +547,7 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
 def _host_type_cast(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
     """``.type(torch.ByteTensor)``: a cast to a host tensor type (or a dtype), made on the host."""
     return method_name(call) == "type" and len(call.args) == 1 and "cuda" not in sem.segment(call.args[0]) \
-        and _type_of(call.args[0]) is None
+        and _type_of(call.args[0]) is None and not _cuda_tensor_type(sem, call.args[0], call)
 
 
 def _type_of(arg: ast.AST) -> ast.AST | None:
