@@ -255,9 +255,18 @@ def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | Non
     ``x, z = x.cuda(), z.cuda()`` (also under ``if self.gpu_mode:``)."""
     sem = ctx.semantic
     parent = sem.parent(_host_made(ctx, node))  # (``eye = torch.eye(8)[None]``, ``z = (torch.rand(b, k) - 0.5) / 0.5``)
-    if not isinstance(parent, ast.Assign) or len(parent.targets) != 1 or not isinstance(parent.targets[0], ast.Name):
+    if not isinstance(parent, ast.Assign) or not all(isinstance(t, ast.Name) for t in parent.targets):
         return None
-    name, end = parent.targets[0].id, (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
+    for target in parent.targets[1:]:  # ``h0 = c0 = torch.zeros(1, b, h)``: either name's move moves it
+        move = _moved_next_as(ctx, parent, target.id, region)  # type: ignore[attr-defined]
+        if move is not None:
+            return move
+    return _moved_next_as(ctx, parent, parent.targets[0].id, region)  # type: ignore[attr-defined]
+
+
+def _moved_next_as(ctx: Context, parent: ast.Assign, name: str, region: ast.AST) -> ast.Call | None:
+    sem = ctx.semantic
+    end = (parent.end_lineno or parent.lineno, parent.end_col_offset or 0)
     hops = 0
     for use in sem.body(region):
         if isinstance(use, ast.Name) and use.id == name and (use.lineno, use.col_offset) > end:
