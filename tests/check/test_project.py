@@ -1876,6 +1876,56 @@ def test_a_method_whose_callers_in_other_modules_put_its_model_in_eval_mode(proj
     assert codes(results, "learner.py") == []
 
 
+def test_a_device_an_options_factory_of_another_module_sets_reaches_the_learner(project: Path) -> None:
+    """``conf = get_config()`` (config.py sets ``conf.device`` to CUDA when available), ``Learner(conf)``: the
+    learner moves its model and batches to ``conf.device``, a GPU, so its per-step ``loss.item()`` is a sync
+    (InsightFace's learner)."""
+    write(project, {
+        "config.py": """\
+            import torch
+            from easydict import EasyDict as edict
+
+
+            def get_config():
+                conf = edict()
+                conf.device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+                conf.lr = 0.1
+                return conf
+            """,
+        "learner.py": """\
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+
+            class Learner:
+                def __init__(self, conf):
+                    self.model = nn.Linear(4, 8).to(conf.device)
+                    self.opt = torch.optim.SGD(self.model.parameters(), lr=conf.lr)
+
+                def train(self, conf, loader):
+                    running = 0.0
+                    for x, y in loader:
+                        loss = F.cross_entropy(self.model(x.to(conf.device)), y.to(conf.device))
+                        self.opt.zero_grad()
+                        loss.backward()
+                        self.opt.step()
+                        running += loss.item()
+                    return running
+            """,
+        "train.py": """\
+            from config import get_config
+            from learner import Learner
+
+            conf = get_config()
+            learner = Learner(conf)
+            learner.train(conf, [])
+            """,
+    })
+    results = check_files(["config.py", "learner.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "learner.py") == [(18, "TD603")]
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

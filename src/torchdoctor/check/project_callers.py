@@ -197,8 +197,15 @@ class Callers:
         if params[:1] == ["self"]:
             params = params[1:]
         slot = f"#{params.index(param)}" if param in params else None
-        return any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args)
-                   for r in self._callers(sem, func))
+        records = self._callers(sem, func)
+        if any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args) for r in records):
+            return True
+        for r in records:  # ``Learner(conf)`` of ``conf = get_config()``, whose module sets ``conf.device`` to CUDA
+            for given, (level, module, name) in r.made_by:
+                if given in (param, slot) and (target := self._module_file(r.path, level, module)) is not None \
+                        and (summary := self.summary(target)) is not None and name in summary.cuda_names:
+                    return True
+        return False
 
     def callers_pass(self, sem: SemanticModel, func: ast.AST, param: str, every: bool = False) -> bool:
         """Some call (``every``: every call, and there is one) of ``func`` in another module passes ``param`` (by

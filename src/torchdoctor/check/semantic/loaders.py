@@ -618,7 +618,7 @@ def unpinned_returns(sem: SemanticModel, func: ast.AST) -> frozenset[int]:
     argument): ``-1`` when it returns one, else their positions in the tuple every ``return`` hands back
     (``return DataLoader(train, bs, shuffle=True), DataLoader(test, bs)``: {0, 1})."""
     returns = sem.kinds.returns_of(func)
-    if not returns or "DataLoader" not in sem.segment(func):
+    if not returns:
         return frozenset()
     found: set[int] | None = None
     for r in returns:

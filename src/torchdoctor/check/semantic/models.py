@@ -401,7 +401,7 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
                 return False
             if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, n)) is not None and b.is_param \
                     and param_default(b.node, value.id) is None and "Callable" not in sem.segment(b.value or value) \
-                    and f"{dotted(target)}(" in sem.segment(cls):
+                    and f"{dotted(target)}(" in sem.cached(("class_text", cls), lambda: sem.segment(cls)):
                 return False  # ``self.featureMaker = featureMaker``, then ``self.featureMaker(x)``: a module handed in
                 # (not ``loss_fn: Callable = nn.L1Loss()``: a function or a stateless loss by default)
     return True

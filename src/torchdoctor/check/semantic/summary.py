@@ -123,7 +123,8 @@ class CallRecord(FrozenRecord):
     """One call, in some module, of a name imported from another module of the project."""
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward")
+                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
+                 "made_by")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -141,14 +142,17 @@ class CallRecord(FrozenRecord):
     per_iteration: bool  # made on every iteration of the loop around it, whatever its kind, on an accelerator
     in_forward: str  # "forward": made in a module class's ``forward`` (or a module-level helper only forwards call
     # here); "method": in another method of a module class (``get_feature_vectors``); "" elsewhere
+    made_by: tuple[tuple[str, tuple[int, str, str]], ...]  # (argument slot, the imported function that made it): ``conf``
+    # of ``conf = get_config()``, whose module may set its ``.device`` to CUDA (Project.passes_accelerator asks)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
                  moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
-                 host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "") -> None:
+                 host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
+                 made_by: tuple[tuple[str, tuple[int, str, str]], ...] = ()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward)
+                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -274,7 +278,7 @@ def _returns_fresh_host_tensor(sem: SemanticModel, func: ast.AST) -> bool:
     (pose's ``accuracy``: ``acc = torch.zeros(len(idxs) + 1)``, ``acc[i + 1] = ...``, ``return acc``): a host tensor,
     wherever its arguments were."""
     returns = sem.kinds.returns_of(func)
-    if not returns or "torch." not in sem.segment(func):
+    if not returns or not all(isinstance(r.value, ast.Name) for r in returns):
         return False
     for r in returns:
         if not isinstance(r.value, ast.Name):
@@ -455,8 +459,22 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               per_step, sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
                               host_args_of(sem, call) if per_step else frozenset(),
-                              per_step or accelerator and _per_iteration(sem, call), _in_a_forward(sem, call)))
+                              per_step or accelerator and _per_iteration(sem, call), _in_a_forward(sem, call),
+                              () if accelerator or given else _made_by_imports(sem, call)))
     return out
+
+
+def _made_by_imports(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, tuple[int, str, str]], ...]:
+    """The arguments of ``call`` that are names bound to what an imported function returns (``conf`` of ``conf =
+    get_config()``), with that function: an options object another module may fill with a CUDA device."""
+    out = []
+    slots = [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
+    for slot, arg in slots:
+        b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
+        value = b.value if b is not None and not b.is_param and b.index is None else None
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in sem.names.from_imports:
+            out.append((slot, sem.names.from_imports[value.func.id]))
+    return tuple(out)
 
 
 def _grad_mode(sem: SemanticModel, call: ast.Call) -> str:
