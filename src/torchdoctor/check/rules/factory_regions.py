@@ -82,7 +82,8 @@ def step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     """The function holding ``node`` and the batch loop of this file that calls it on every step (SimCLR's
     ``info_nce_loss``, called by ``train()`` once per batch): a region that runs each step too."""
     func = ctx.semantic.function_of(node)
-    if func is None or func.name == "forward" or ctx.semantic.enclosing_loop(node) is not None:
+    inner = ctx.semantic.enclosing_loop(node)  # (``for scale in scales:`` of the helper: each pass makes one more)
+    if func is None or func.name == "forward" or inner is not None and ctx.semantic.loop_kind(inner) is not None:
         return None
     if _chosen_by_caller(ctx, node, func):
         return None
