@@ -1926,6 +1926,40 @@ def test_a_device_an_options_factory_of_another_module_sets_reaches_the_learner(
     assert codes(results, "learner.py") == [(18, "TD603")]
 
 
+def test_a_factory_in_a_helper_another_module_steps_is_made_then_moved(project: Path) -> None:
+    """``to_matrix(net(x))`` in train.py's batch loop, where ``geo.to_matrix`` makes ``torch.zeros(...)`` on the CPU and
+    moves it to its input's device: a copy every step, told at the helper with the loop that calls it."""
+    write(project, {
+        "geo.py": """\
+            import torch
+
+
+            def to_matrix(t):
+                m = torch.zeros(t.shape[0], 4, 4).to(device=t.device)
+                m[:, :3, 3] = t[:, :3]
+                return m
+            """,
+        "train.py": """\
+            import torch
+            from geo import to_matrix
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = torch.nn.Linear(4, 4).to(device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            loader = torch.utils.data.DataLoader(torch.randn(16, 4), batch_size=4, pin_memory=True, num_workers=2)
+            for x in loader:
+                m = to_matrix(net(x.to(device)))
+                loss = m.pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["geo.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    found = results[0].findings
+    assert [(f.location.line, f.code) for f in found] == [(5, "TD611")] and "train.py:9" in found[0].message
+
+
 def test_a_kernel_module_reached_through_a_star_import_is_gpu_only(project: Path) -> None:
     """``from .functions import *`` runs ``functions.py``, which compiles ``.cu`` sources on import: the layers
     module and every model built from it need a GPU, as with ``from .functions import _backend``."""

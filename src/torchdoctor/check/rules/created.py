@@ -10,7 +10,7 @@ from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, call_argumen
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.factory_regions import model_loop, step_helper
+from torchdoctor.check.rules.factory_regions import model_loop, project_step_caller, step_helper
 from torchdoctor.check.rules.factory_regions import region as region_of
 from torchdoctor.check.rules.host_values import batch_on_device
 from torchdoctor.check.semantic import flow, program
@@ -123,6 +123,9 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     region, caller = region_of(ctx, node) or model_loop(ctx, node), None
     if region is None and (helper := step_helper(ctx, node)) is not None:
         region, caller = helper
+    elsewhere = project_step_caller(ctx, node) if region is None else None
+    if elsewhere is not None:  # ``to_matrix(net(x))`` in another module's batch loop: a helper of this module
+        region = sem.function_of(node)
     if region is None:
         return
     move, helper = _moved_at_once(ctx, node) or _moved_next(ctx, node, region), None
@@ -161,9 +164,9 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     mover = f"`{ctx.name(move.func)}()`" if helper else f"`.{how}()`"
     there = f"`{maker}, device={dev})`" if how in ("to", "type_as") else \
         f"`{maker}, device=...)` with the device {mover} moves it to"
-    where = "the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None and region.name == "forward" \
-        else f"`{region.name}()`, which forward() calls" if caller is None else \
-        f"the loop at line {caller.lineno}, through `{region.name}`"  # type: ignore[attr-defined]
+    where = elsewhere or ("the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None and
+                          region.name == "forward" else f"`{region.name}()`, which forward() calls" if caller is None
+                          else f"the loop at line {caller.lineno}, through `{region.name}`")  # type: ignore[attr-defined]
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by {mover} on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")

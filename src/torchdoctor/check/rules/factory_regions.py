@@ -5,6 +5,7 @@ the file calls every step. TD303 and TD611 (created.py) ask."""
 from __future__ import annotations
 
 import ast
+import os
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.context import Context
@@ -14,7 +15,7 @@ from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
 from torchdoctor.check.semantic.models import construction, moved_keys
 
-__all__ = ["model_loop", "region", "step_helper"]
+__all__ = ["model_loop", "project_step_caller", "region", "step_helper"]
 
 
 def region(ctx: Context, node: ast.AST) -> ast.AST | None:
@@ -113,3 +114,20 @@ def _chosen_by_caller(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
                 any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in (t.left, *t.comparators)):
             return True
     return False
+
+
+def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
+    """``def to_matrix(t): m = torch.zeros(...).to(t.device)``, a module-level function of this module that a batch loop
+    of another module of the project calls on every step: where that loop is (``the loop that calls `to_matrix` at
+    train.py:9``), else None."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.project is None or sem.frame(func).kind != "module" or sem.call_sites(func) \
+            or sem.enclosing_loop(node) is not None or sem.under_step_guard(node):
+        return None
+    callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
+    if not callers:
+        return None
+    here = os.path.dirname(os.path.abspath(sem.path))
+    first = min(callers, key=lambda c: (c.path, c.line))
+    return f"the loop that calls `{func.name}` at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
