@@ -236,8 +236,18 @@ def _zero_sized(call: ast.Call, name: str) -> bool:
 
 
 def _made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
-    """``if features is None: features = torch.zeros(n, d)`` in the loop: a buffer made on the first pass only."""
+    """``if features is None: features = torch.zeros(n, d)`` in the loop: a buffer made on the first pass only; or
+    ``if key not in hann_window: hann_window[key] = torch.hann_window(n).to(...)``: a cache, filled once a key."""
     sem = ctx.semantic
+    stmt = sem.statement_of(node)
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(cache := stmt.targets[0], ast.Subscript):
+        store = dotted(cache.value)
+        for a in sem.ancestors(stmt):
+            if a is region:
+                break
+            if isinstance(a, ast.If) and isinstance(a.test, ast.Compare) and len(a.test.ops) == 1 \
+                    and isinstance(a.test.ops[0], ast.NotIn) and dotted(a.test.comparators[0]) == store and store:
+                return True
     stmt = sem.parent(node)
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
         return False
