@@ -2982,7 +2982,7 @@ weights = {key.replace("module.encoder.", ""): value for key, value in weights.i
 backbone.load_state_dict(weights, strict=False)
 """
 
-STRIPPING_READER = RENAMING_READER.replace('"module.encoder."', '"module."')
+STRIPPING_READER = RENAMING_READER.replace('"module.encoder."', '"module."').replace('["state_dict"]', '["model"]')
 
 
 @pytest.mark.parametrize("reader", [LINCLS_READER, RENAMING_READER], ids=["startswith", "replace"])
@@ -3003,13 +3003,60 @@ def test_a_wrapped_state_dict_whose_sibling_reader_picks_keys_by_the_ddp_prefix_
 @pytest.mark.parametrize(("reader", "text"), [(None, ""), ("other/main_lincls.py", LINCLS_READER),
                                                ("main_lincls.py", STRIPPING_READER)], ids=["none", "elsewhere", "strips"])
 def test_a_wrapped_state_dict_with_no_reader_of_the_prefix_beside_it_is_still_td205(project: Path, reader, text) -> None:
-    """No reader, one in another folder, or one beside it that strips whatever the wrapper added
-    (``replace("module.", "")``: it copes with the prefix, it does not need it)."""
+    """No reader, one in another folder, or one beside it that strips the prefix off another entry than the one this
+    state dict is saved under (``ckpt["model"]``, not ``ckpt["state_dict"]``)."""
     write(project, {"main_pretrain.py": PRETRAIN_DDP, **({reader: text} if reader else {})})
     settings = Settings(root=str(project), select=("TD205",))
     assert codes([check_file("main_pretrain.py", settings)], "main_pretrain.py") == [(9, "TD205")]
     if reader:
         assert codes(check_files(["main_pretrain.py", reader], settings), "main_pretrain.py") == [(9, "TD205")]
+
+
+GAN_TRAIN = """\
+import torch
+import torch.nn as nn
+
+net_g = nn.Linear(4, 2).cuda()
+if torch.cuda.device_count() > 1:
+    net_g = nn.DataParallel(net_g)
+for epoch in range(10):
+    checkpoint = {"g_model_state_dict": net_g.state_dict(), "epoch": epoch}
+    torch.save(checkpoint, f"checkpoint_{epoch}_epoch.pkl")
+"""
+
+GAN_INFERENCE = """\
+import torch
+import torch.nn as nn
+
+
+def remove_module(state_dict):
+    out = {}
+    for k, v in state_dict.items():
+        out[k[7:] if k.startswith("module.") else k] = v
+    return out
+
+
+net_g = nn.Linear(4, 2)
+checkpoint = torch.load("checkpoint_9_epoch.pkl", map_location="cpu", weights_only=True)
+net_g.load_state_dict(remove_module(checkpoint[ENTRY]))
+"""
+
+
+@pytest.mark.parametrize("slicing", ['k[7:] if k.startswith("module.") else k', 'k.replace("module.", "")'],
+                         ids=["slice", "replace"])
+@pytest.mark.parametrize(("entry", "expected"), [('"g_model_state_dict"', []), ('"d_model_state_dict"', [(8, "TD205")])],
+                         ids=["same-entry", "other-entry"])
+def test_a_wrapped_state_dict_a_sibling_reads_back_with_the_prefix_sliced_off_is_quiet(
+        project: Path, entry: str, expected: list, slicing: str) -> None:
+    """PyTorch_Practice's GAN lesson: the training script saves ``{"g_model_state_dict": net_g.state_dict()}`` from a
+    DataParallel, and the inference script beside it reads that entry through a helper that slices ``module.`` off
+    (``k[7:] if k.startswith("module.") else k``): the program reads its own checkpoints back, as when the saving file
+    itself slices. A sibling slicing another entry says nothing about this one."""
+    reader = GAN_INFERENCE.replace("ENTRY", entry).replace('k[7:] if k.startswith("module.") else k', slicing)
+    write(project, {"train.py": GAN_TRAIN, "infer.py": reader})
+    settings = Settings(root=str(project), select=("TD205",))
+    assert codes([check_file("train.py", settings)], "train.py") == expected
+    assert codes(check_files(["train.py", "infer.py"], settings), "train.py") == expected
 
 
 SIMCLR_TRAINER = """\

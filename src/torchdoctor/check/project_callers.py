@@ -527,22 +527,29 @@ class Callers:
                 return True
         return False
 
-    def strips_wrapped_beside(self, sem: SemanticModel, words: list[str]) -> bool:
+    def strips_wrapped_beside(self, sem: SemanticModel, words: list[str], entries: list[str] = ()) -> bool:  # type: ignore[assignment]
         """A module beside ``sem`` strips the first 7 characters of every key of a checkpoint whose file name it
-        shares a word with (``netG_{}.pth``): that reader needs the prefix the save writes."""
+        shares a word with (``netG_{}.pth``): that reader needs the prefix the save writes. Or it reads the entry
+        the state dict is saved under (``ckpt["g_model_state_dict"]``, one of ``entries``) and takes the prefix
+        off (``k[7:] if k.startswith("module.") else k``, ``k.replace("module.", "")``): the program's own reader copes."""
         here = self.state.absolute(sem.path)
         folder = os.path.dirname(here)
         for path in self._candidates(here):
             if os.path.dirname(self.state.absolute(path)) != folder or self.state.absolute(path) == here:
                 continue
             text = self.state.text(path)
-            if text and _STRIPS_ALWAYS.search(text) and any(w in text for w in words):
+            if not text:
+                continue
+            if words and _STRIPS_ALWAYS.search(text) and any(w in text for w in words):
+                return True
+            if entries and (STRIPS_WRAPPED.search(text) or _RENAMES_WRAPPED.search(text)) and any(f'["{e}"]' in text or f"['{e}']" in text for e in entries):
                 return True
         return False
 
 # a reader beside it that strips the first 7 characters of every key (``weights[name[7:]] = weights.pop(name)``), not
 # only of those that have the prefix (``k[7:] if k.startswith("module.") else k`` tolerates both formats)
 _BUILTINS = frozenset(dir(builtins))
+_RENAMES_WRAPPED = lazy(r"""\breplace\(\s*["']module\.["']\s*,\s*["']["']\s*\)""")  # ``k.replace("module.", "")``
 _STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
 _LOADS = lazy(r"(?i)load|restore|resume")

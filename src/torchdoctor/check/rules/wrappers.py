@@ -248,8 +248,7 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         return
     if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
                                  else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)
-                                or sem.project is not None and (words := _saved_file_words(ctx, node))
-                                and sem.project.strips_wrapped_beside(sem, words)
+                                or sem.project is not None and _read_back_beside(ctx, node)
                                 or sem.project is not None and sem.project.loads_through_a_stripping_helper(sem, STRIPS_WRAPPED)):
         return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
     name = ctx.name(recv)
@@ -354,6 +353,27 @@ def _saved_file_words(ctx: Context, call: ast.Call) -> list[str]:
     pieces = [p for n in ctx.semantic.subtree(save.args[1]) if isinstance(n, ast.Constant) and isinstance(n.value, str)
               for p in re.split(r"\{[^}]*\}|%\w|/", n.value)]
     return [p for p in pieces if len(p) >= 4 and p not in (".pth", ".pkl", ".bin")]
+
+
+def _read_back_beside(ctx: Context, call: ast.Call) -> bool:
+    """A script beside this one reads the checkpoint back with the prefix sliced off (by the file name it shares,
+    or by the entry the state dict is stored under)."""
+    words, entries = _saved_file_words(ctx, call), _saved_entry(ctx, call)
+    return bool(words or entries) and ctx.semantic.project.strips_wrapped_beside(ctx.semantic, words, entries)  # type: ignore[union-attr]
+
+
+def _saved_entry(ctx: Context, call: ast.Call) -> list[str]:
+    """The checkpoint entry the state dict is stored under: ``{"g_model_state_dict": net_g.state_dict(), ...}`` or
+    ``ckpt["g_model"] = net_g.state_dict()``."""
+    up = ctx.semantic.parent(call)
+    if isinstance(up, ast.Dict):
+        at = next((i for i, v in enumerate(up.values) if v is call), None)
+        key = string_value(up.keys[at]) if at is not None and up.keys[at] is not None else None
+    elif isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Subscript):
+        key = string_value(up.targets[0].slice)
+    else:
+        key = None
+    return [key] if key else []
 
 
 def _saved(ctx: Context, call: ast.Call) -> bool:
