@@ -5588,3 +5588,69 @@ def test_numpy_of_an_action_whose_callers_in_other_modules_turn_grad_off(project
     settings = Settings(root=str(project), select=("TD501",))
     results = check_files(["agent.py", "train.py"], settings)
     assert codes(results, "agent.py") == [(13, "TD501")]  # (act: its every caller turns grad off; explore: not)
+
+
+METER_MODULE = """\
+import torch
+
+
+class Meter:
+    def __init__(self):
+        self.values = {}
+
+    def update(self, **kwargs):
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor):
+                v = v.item()
+            self.values[k] = v
+"""
+
+METER_TRAIN = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+from logger import Meter
+
+
+def train(model, opt, loader, device, wandb_logger, log_writer):
+    meter = Meter()
+    for x, y in loader:
+        x, y = x.to(device), y.to(device)
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        acc = (out.argmax(-1) == y).float().mean()
+        meter.update(acc=acc)
+        max_lr = 0.0
+        for group in opt.param_groups:
+            max_lr = max(max_lr, group["lr"])
+        if log_writer is not None:
+            log_writer.update(acc=acc, head="loss")
+            log_writer.set_step()
+        BETWEEN
+        if wandb_logger:
+            if acc:
+                wandb_logger._wandb.log({"acc": acc}, commit=False)
+
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+net = torch.nn.Linear(4, 3).to(device)
+loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,))), batch_size=8, num_workers=2,
+                    pin_memory=True)
+train(net, torch.optim.SGD(net.parameters(), lr=0.1), loader, device, None, None)
+"""
+
+
+@pytest.mark.parametrize(("between", "expected"), [("pass", [(16, "TD603")]),
+                                                   ("acc = acc * net(x).mean()", [(16, "TD603"), (25, "TD603")])],
+                         ids=["host-work-only", "a-forward-between"])
+def test_a_tensor_tested_after_a_meter_of_another_module_read_it_waits_for_nothing(
+        project: Path, between: str, expected: list) -> None:
+    """ConvNeXt's engine: ``metric_logger.update(class_acc=class_acc)``, whose ``update`` calls ``.item()`` in another
+    module, reads the accuracy back (reported there); then Python's ``max`` of learning rates, a TensorBoard logger's
+    update, and ``if class_acc:`` with only host work between: the test waits for nothing. A forward between queues
+    new GPU work, which the test then waits for."""
+    write(project, {"logger.py": METER_MODULE, "train.py": METER_TRAIN.replace("BETWEEN", between)})
+    settings = Settings(root=str(project), select=("TD603",))
+    assert codes(check_files(["logger.py", "train.py"], settings), "train.py") == expected

@@ -91,6 +91,8 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
     if isinstance(value, ast.Call) and depth < 3 and dotted(value.func) in ("min", "max", "abs") and value.args \
             and not value.keywords and all(_host_operand(ctx, a, b.node, depth + 1) for a in value.args):
         return True  # ``end = min(self.args.enc_in + start, x.shape[-1])``: Python compares host ints
+    if _size_read(value):
+        return True  # ``H, W = target.size(1), target.size(2)``: a tensor's sizes are host ints
     return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b) or _tracker_reading(ctx, value)
 
 

@@ -223,7 +223,9 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                 return False
             top = up
             continue
-        if first and not all(_queues_nothing(ctx, c) for c in sem.subtree(top) if isinstance(c, ast.Call) and c is not node
+        head = top.test if isinstance(top, (ast.If, ast.While)) and sem.contains(top.test, node) else top
+        # (``if acc: wandb.log(...)``: the body runs after the test reads)
+        if first and not all(_queues_nothing(ctx, c) for c in sem.subtree(head) if isinstance(c, ast.Call) and c is not node
                              and not sem.contains(c, node)):  # (a call given the read runs after it: ``callback(loss.item())``)
             return False  # (``raw += [c.item() for c in confidence(net(x))]``: new GPU work in the statement itself)
         first = False
@@ -239,6 +241,9 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
+            if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
+                    and _reads_in_another_module(ctx, stmt.value, name) and _runs_whenever(sem, stmt.value, stmt):
+                return True  # (``meter.update(acc=acc)`` whose ``update`` calls ``.item()``: reported there)
             if isinstance(stmt, ast.If) and sem.under_step_guard(stmt.body[0], loop):
                 continue  # (work on every N-th step only)
             if _drained(stmt):
@@ -258,6 +263,15 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             return False  # (out of a loop or a handler of its own: the earlier statements ran some passes ago)
         top = up
     return False
+
+
+def _reads_in_another_module(ctx: Context, call: ast.Call, name: str) -> bool:
+    """``meter.update(acc=acc)`` of a method of another module that reads its tensors back (``v.item()``), given
+    ``name`` itself: that read waited for the GPU."""
+    ext = ctx.semantic.external(call)
+    effects = getattr(ext, "effects", ())
+    return ext is not None and "sync" in effects and "read" in effects and not getattr(ext, "one_step", False) \
+        and any(isinstance(a, ast.Name) and a.id == name for a in [*call.args, *(k.value for k in call.keywords)])
 
 
 def _drained(stmt: ast.AST) -> bool:
@@ -406,7 +420,8 @@ _HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "size", "dim", "numel"
 # (TensorBoard's writer; ``.cpu()``/``.numpy()``: copies to the host, GPU work only as reads)
 
 
-_METER = lazy(r"(?i)meter|logger|avg|average|stat")
+_METER = lazy(r"(?i)meter|logger|avg|average|stat|writer")
+_LOGGING_RECEIVER = lazy(r"(?i)wandb|logger|writer")  # ``wandb_logger._wandb.log({...})``: a logging call
 
 
 def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
@@ -415,11 +430,13 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     print. Between a timing sync and a read, it leaves the GPU idle."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if name in _HOST_ONLY:
-        return True
+    if name in _HOST_ONLY or isinstance(func, ast.Name) and name in ("min", "max", "round"):
+        return True  # (Python's ``min(min_lr, group["lr"])``; not ``loss.max()``, a reduction queued on the GPU)
     if isinstance(func, ast.Name) and call.args and not call.keywords and all(_host_copy_name(ctx, a, call)
                                                                                for a in call.args):
         return True  # ``accuracy(out, y)`` of ``out = out.data.cpu().numpy()``: host arrays, no GPU work to queue
+    if name in ("log", "set_step") and isinstance(func, ast.Attribute) and _LOGGING_RECEIVER.search(dotted(func.value) or ""):
+        return True
     if name != "update" or not isinstance(func, ast.Attribute):
         return False
     receiver = func.value.value if isinstance(func.value, ast.Subscript) else func.value
