@@ -89,8 +89,13 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
     if isinstance(value, ast.Call) and b.index is None and getattr(ctx.semantic.external(value), "returns", None) == "host":
         return True  # ``train_iou = iou_on_batch(masks, preds)`` of another module, returning ``np.mean(ious)``
     if isinstance(value, ast.Call) and depth < 3 and dotted(value.func) in ("min", "max", "abs") and value.args \
-            and not value.keywords and all(_host_operand(ctx, a, b.node, depth + 1) for a in value.args):
-        return True  # ``end = min(self.args.enc_in + start, x.shape[-1])``: Python compares host ints
+            and not value.keywords:
+        args = value.args[0].elts if len(value.args) == 1 and isinstance(value.args[0], (ast.List, ast.Tuple)) \
+            else value.args  # (``min([int(lengths.min().item()), 100])``)
+        if all(_host_operand(ctx, a, b.node, depth + 1) for a in args):
+            return True  # ``end = min(self.args.enc_in + start, x.shape[-1])``: Python compares host ints
+        if any(_host_leaf(a) for a in args) and not any(_maybe_tensor(ctx, a, b.node) for a in args):
+            return True  # ``n = min(int(lengths.min().item()), max_len // 2)``: an int, and no tensor to pick
     if _size_read(value):
         return True  # ``H, W = target.size(1), target.size(2)``: a tensor's sizes are host ints
     return _host_leaf(value) and not _grown_by_tensors(ctx, name.id, b) or _tracker_reading(ctx, value)
@@ -107,6 +112,38 @@ def _size_read(expr: ast.AST) -> bool:
     if isinstance(expr, ast.Attribute):
         return expr.attr in ("shape", "ndim")
     return isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SIZE_METHODS
+
+
+def _maybe_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """An operand that may be a tensor: a name or attribute whose kind is a tensor, a call that is no host
+    conversion, a subscript of one (``lengths[0]``); arithmetic of such."""
+    if isinstance(expr, ast.Constant) or _host_leaf(expr) or _size_read(expr):
+        return False
+    if isinstance(expr, ast.BinOp):
+        return _maybe_tensor(ctx, expr.left, at) or _maybe_tensor(ctx, expr.right, at)
+    if isinstance(expr, ast.UnaryOp):
+        return _maybe_tensor(ctx, expr.operand, at)
+    if isinstance(expr, ast.Name):
+        return not host_number(ctx, expr, at, 3) and ctx.semantic.kind_of(expr.id, at) in ("tensor", None) \
+            and _bound_to_a_tensor_maybe(ctx, expr, at)
+    if isinstance(expr, ast.Attribute):
+        return ctx.semantic.expr_kind(expr, at) == "tensor" and not _OPTIONS.match(dotted(expr) or "")
+    return True
+
+
+def _bound_to_a_tensor_maybe(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    """``max_len = config.get("max_len", 200)`` is an option, not a tensor; a name of no known binding (a
+    parameter, a loop target) may hold one."""
+    b = ctx.semantic.binding_at(name.id, at)
+    if b is None or b.is_param or b.value is None:
+        return ctx.semantic.kind_of(name.id, at) == "tensor" or b is not None
+    value = b.value
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "get" \
+            and len(value.args) == 2 and isinstance(value.args[1], ast.Constant):
+        return False  # (a config's value with a literal default)
+    if isinstance(value, ast.Constant) or _OPTIONS.match(dotted(value) or ""):
+        return False
+    return ctx.semantic.kind_of(name.id, at) == "tensor"
 
 
 def _host_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
@@ -266,6 +303,8 @@ def host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if not sem.contains(loop, node):
         return False  # (``masks.cpu()`` in a forward the loop runs: its own parameter, not the loop's batch)
+    if isinstance(node.func, ast.Attribute) and _dataset_field(ctx, node.func.value):
+        return True
     name = root_name(node.func.value) if isinstance(node.func, ast.Attribute) else None
     at: ast.AST = node
     for _ in range(3):  # ``gold = batch[1]``, ``[g.item() for g in gold]``: an element of a batch value
@@ -278,6 +317,22 @@ def host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         else:
             name = _zipped_from(ctx, name, at)
     return name is not None and name in sem.batch_vars(loop) and not batch_on_device(ctx, name, at, loop)
+
+
+_DATASET_NAME = lazy(r"(?i)^(\w*_)?(dataset|data_set|ds)$")
+
+
+def _dataset_field(ctx: Context, expr: ast.AST) -> bool:
+    """``dataset.train_idx`` (OGB's split index): a tensor a dataset object holds, on the host as every dataset's
+    (its batches are moved, not it), unless the program moves that field or the dataset itself."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and _DATASET_NAME.match(expr.value.id)):
+        return False
+    sem = ctx.semantic
+    key = f"{expr.value.id}.{expr.attr}"
+    if any(dotted(t) == key for a in sem.of_type(ast.Assign) for t in a.targets):  # type: ignore[attr-defined]
+        return False  # (``dataset.x = dataset.x.to(device)``: moved, maybe)
+    return not any(isinstance(c.func, ast.Attribute) and c.func.attr in ("to", "cuda") and dotted(c.func.value) in (
+        expr.value.id, key) for c in sem.calls_named("to", "cuda"))
 
 
 def _zipped_from(ctx: Context, name: str, at: ast.AST) -> str | None:

@@ -211,7 +211,10 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
 
     sem = ctx.semantic
     name = _read_tensor(node)
-    if name is None or (bound := sem.binding_at(name, node)) is None:
+    bound = sem.binding_at(name, node) if name is not None else None
+    if name is not None and bound is None:
+        return False
+    if name is None and not _read_of_a_view(node):
         return False
     top: ast.AST = node
     first = True
@@ -232,8 +235,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         k = next(n for n, st in enumerate(body) if st is top)
         for stmt in reversed(body[:k]):
             nodes = sem.subtree(stmt)
-            if any(_reads_name(c, name) and sem.binding_at(name, c) is bound and _runs_whenever(sem, c, stmt)
-                   for c in nodes):
+            if name is not None and any(_reads_name(c, name) and sem.binding_at(name, c) is bound
+                                        and _runs_whenever(sem, c, stmt) for c in nodes):
                 return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
             if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
                     isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and (sync_site(ctx, c) is not None
@@ -241,7 +244,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
-            if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
+            if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) and name is not None \
                     and _reads_in_another_module(ctx, stmt.value, name) and _runs_whenever(sem, stmt.value, stmt):
                 return True  # (``meter.update(acc=acc)`` whose ``update`` calls ``.item()``: reported there)
             if isinstance(stmt, ast.If) and sem.under_step_guard(stmt.body[0], loop):
@@ -259,10 +262,42 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         if isinstance(up, (ast.If, ast.While)) and not all(  # (``if self.after_iter_callback is not None:``: its test
                 _queues_nothing(ctx, c) for c in sem.subtree(up.test) if isinstance(c, ast.Call)):  # queues nothing)
             return False
+        if isinstance(up, (ast.For, ast.AsyncFor)) and _reading_pass(ctx, up):
+            top = up  # (``for aux in aux_losses: total += aux.item()``: a pass of reads, nothing queued between them)
+            continue
         if not isinstance(up, (ast.If, ast.With)):
             return False  # (out of a loop or a handler of its own: the earlier statements ran some passes ago)
         top = up
     return False
+
+
+def _read_of_a_view(node: ast.AST) -> bool:
+    """``p.detach().cpu()``, ``out.data.cpu()``: a read of a name's view (no new GPU work), reported where another
+    tensor's read came first all the same."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("cpu", "item", "tolist")):
+        return False
+    recv = node.func.value
+    while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
+            recv.func, ast.Attribute) and recv.func.attr == "detach" and not recv.args:
+        recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
+    return isinstance(recv, ast.Name)
+
+
+def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
+    """A small inner loop over values the step already holds (``for aux in aux_losses:``, ``for k, v in
+    losses.items():``) whose body queues no GPU work: its reads wait for what came before it, once."""
+    it = loop.iter  # type: ignore[attr-defined]
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("items", "values", "keys"):
+        it = it.func.value
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("enumerate", "zip"):
+        if not all(isinstance(a, (ast.Name, ast.Attribute)) for a in it.args):
+            return False
+    elif not isinstance(it, (ast.Name, ast.Attribute, ast.List, ast.Tuple)):
+        return False
+    if ctx.semantic.loop_kind(loop) in ("train", "eval") or any(isinstance(n, ast.BinOp) for n in ctx.semantic.subtree(loop)):
+        return False  # (a loop over batches: each pass queues its own work; ``(aux * 2).item()``: arithmetic queued)
+    return all(_queues_nothing(ctx, c) for c in ctx.semantic.subtree(loop) if isinstance(c, ast.Call)
+               and c is not it and not ctx.semantic.contains(loop.iter, c))  # type: ignore[attr-defined]
 
 
 def _reads_in_another_module(ctx: Context, call: ast.Call, name: str) -> bool:
@@ -414,7 +449,7 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-_HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "size", "dim", "numel", "nelement", "ndimension", "len",
+_HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "detach", "size", "dim", "numel", "nelement", "ndimension", "len",
                         "isinstance", "float", "int", "print", "append", "format", "add_scalar", "add_scalars",
                         "set_postfix", "set_postfix_str", "set_description", "info", "debug", "warning"})
 # (TensorBoard's writer; ``.cpu()``/``.numpy()``: copies to the host, GPU work only as reads)
