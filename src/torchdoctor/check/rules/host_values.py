@@ -5,9 +5,10 @@ names a sync (``.item()``, ``float(loss)``, ``print(t)``)."""
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name, strip_methods, target_names
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name, strip_methods, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.forwards import moved_params
@@ -319,6 +320,36 @@ def host_copy_of_cpu_data(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     return name is not None and name in sem.batch_vars(loop) and not batch_on_device(ctx, name, at, loop)
 
 
+def _loaded_on_host(ctx: Context, load: ast.Call) -> bool:
+    """``torch.load(f, map_location="cpu")``, or a load of a file this program saves from host copies only
+    (``torch.save(pred.cpu(), fname)``: restored where it was saved)."""
+    where = next((k.value for k in load.keywords if k.arg == "map_location"), load.args[1] if len(load.args) > 1 else None)
+    if where is not None:
+        return string_value(where) == "cpu" or isinstance(where, ast.Call) and (ctx.call_name(where) or "") == \
+            "torch.device" and len(where.args) == 1 and string_value(where.args[0]) == "cpu"
+    saves = [c for c in ctx.semantic.calls_named("save") if (ctx.call_name(c) or "") == "torch.save" and c.args]
+    host = [c for c in saves if isinstance(c.args[0], ast.Call) and isinstance(c.args[0].func, ast.Attribute)
+            and c.args[0].func.attr == "cpu"]
+    if not host:
+        return False
+    if len(host) == len(saves):
+        return True
+    loaded = _file_words(ctx, load.args[0] if load.args else None, load, whole=True)
+    return bool(loaded) and any(w in text for c in host for w in _file_words(ctx, c.args[1] if len(c.args) > 1 else None, c)
+                                for text in loaded)
+
+
+def _file_words(ctx: Context, expr: ast.AST | None, at: ast.AST, whole: bool = False) -> set[str]:
+    """The pieces (six characters or more) of the file name literals in ``expr``, through one name: ``fname`` of
+    ``fname = os.path.join(d, "best_pred_run{}.pt".format(n))`` gives ``best_pred_run``."""
+    if isinstance(expr, ast.Name) and (b := ctx.semantic.binding_at(expr.id, at)) is not None and not b.is_param:
+        expr = b.value
+    if expr is None:
+        return set()
+    texts = [n.value for n in ctx.semantic.subtree(expr) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return set(texts) if whole else {p for t in texts for p in re.split(r"\{[^}]*\}|%\w|/|\.", t) if len(p) >= 6}
+
+
 _DATASET_NAME = lazy(r"(?i)^(\w*_)?(dataset|data_set|ds)$")
 
 
@@ -476,6 +507,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
             return all(made_on_host(ctx, v, at, depth + 1) for v in values if not isinstance(v, ast.Constant))
     if name in _HOST_MAKERS:
         return name == "torch.from_numpy" or not any(tensor_value(ctx, a, at) for a in expr.args)
+    if name == "torch.load":
+        return _loaded_on_host(ctx, expr)
     if not name.startswith("torch.") and _returns_host_tensor(ctx, expr, None, depth):
         return True  # ``output = test_video(lq, model)`` whose every return is ``model(x).detach().cpu()`` or such
     if expr.args and (ctx.semantic.expr_kind(expr.func, at) == "loss_fn" or name.startswith("torch.nn.functional.")

@@ -606,3 +606,33 @@ def _element_reads(sem: object, n: ast.AST) -> tuple[str, list[ast.AST]] | None:
     return target.id, [r for r in sem.reads_of(target.id) if sem.contains(up, r)]  # type: ignore[attr-defined]
 
 
+
+
+_SAVERS = ("torch.save", "torch_xla.core.xla_model.save", "xm.save", "safetensors.torch.save_file")
+
+
+def copied_for_a_checkpoint(ctx: Context, node: ast.Call) -> bool:
+    """``torch.save(pred.cpu(), fname)``, or ``model_cpu = {k: v.cpu() for k, v in model.state_dict().items()}`` then
+    saved (in a dict: ``torch.save({"model_state_dict": model_cpu, ...}, path)``): a checkpoint reads its tensors back
+    whatever the program does; the copy is the save's own."""
+    sem = ctx.semantic
+    names: set[str] = set()
+    for up in sem.ancestors(node):
+        if isinstance(up, ast.Call) and (ctx.call_name(up) or "") in _SAVERS:
+            return True
+        if isinstance(up, ast.stmt):
+            if isinstance(up, ast.Assign):
+                names = {t.id for t in up.targets if isinstance(t, ast.Name)}
+            break
+    if not names or method_name(node) != "cpu":
+        return False
+    scope = sem.scope_of(node)
+    later = [n for n in sem.local_nodes(scope) if getattr(n, "lineno", 0) > node.lineno]
+    for _ in range(2):  # (the copy, then the dict that holds it)
+        for n in later:
+            if isinstance(n, ast.Call) and (ctx.call_name(n) or "") in _SAVERS and any(
+                    isinstance(m, ast.Name) and m.id in names for a in n.args[:1] for m in sem.subtree(a)):
+                return True
+        names |= {t.id for n in later if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict) and any(
+            isinstance(v, ast.Name) and v.id in names for v in n.value.values) for t in n.targets if isinstance(t, ast.Name)}
+    return False

@@ -16,7 +16,7 @@ from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_
     while_few_kept
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, host_number, \
     made_on_host, sync_site, tensor_value
-from torchdoctor.check.rules.kept import collected_on_host, phase_without_backward, returned_copy
+from torchdoctor.check.rules.kept import collected_on_host, copied_for_a_checkpoint, phase_without_backward, returned_copy
 from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, env_action, read_again, stepped_with, \
     stop_signal
 from torchdoctor.check.semantic import program
@@ -191,8 +191,9 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     every N steps or once per epoch.
     """
     what = sync_site(ctx, node)  # (first: most calls of these names are no sync at all: ``torch.log(x)``)
-    if what is None or program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node):
-        return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors)
+    if what is None or program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node) \
+            or copied_for_a_checkpoint(ctx, node):
+        return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors; a checkpoint reads its tensors)
     loop = per_step_loop(ctx, node)
     if loop is None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)

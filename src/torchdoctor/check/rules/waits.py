@@ -214,8 +214,9 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     bound = sem.binding_at(name, node) if name is not None else None
     if name is not None and bound is None:
         return False
-    if name is None and not _read_of_a_view(node):
-        return False
+    if name is None and not _read_of_a_view(node) and not (isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp))
+                                                          and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
+        return False  # (``if val_loss < best:``: a test of no one name, after another read all the same)
     top: ast.AST = node
     first = True
     for up in sem.ancestors(node):  # each block around ``node``, inside out, up to the loop's body
@@ -244,6 +245,9 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
+            if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
+                    and any(_ends_with_a_read(ctx, f) for f in sem.resolve(stmt.value)):
+                return True  # (``acc, val_loss = evaluate()``, whose last statements read back ``acc``: drained)
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) and name is not None \
                     and _reads_in_another_module(ctx, stmt.value, name) and _runs_whenever(sem, stmt.value, stmt):
                 return True  # (``meter.update(acc=acc)`` whose ``update`` calls ``.item()``: reported there)
@@ -255,8 +259,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                     collected_on_host(ctx, c, loop) for c in _copies_of(stmt)):
                 return True  # (``out = out.data.cpu().numpy()``: an evaluation's kept copy, which the rule does not
                 # report, waited for the GPU; only host work since, so this read waits for nothing)
-            if not all(_queues_nothing(ctx, c) for c in nodes if isinstance(c, ast.Call)):
-                return False
+            if not all(_queues_nothing(ctx, c) for c in nodes if isinstance(c, ast.Call)) or _tensor_arithmetic(ctx, nodes):
+                return False  # (``clip_coef = clip / (param_norm + 1e-6)``: arithmetic queued on the GPU)
         if up is loop:
             return False
         if isinstance(up, (ast.If, ast.While)) and not all(  # (``if self.after_iter_callback is not None:``: its test
@@ -269,6 +273,14 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             return False  # (out of a loop or a handler of its own: the earlier statements ran some passes ago)
         top = up
     return False
+
+
+def _tensor_arithmetic(ctx: Context, nodes: list[ast.AST]) -> bool:
+    """Some ``a + b`` among ``nodes`` works on a tensor (``param_norm + 1e-6``): new GPU work, no call needed."""
+    from torchdoctor.check.rules.host_values import tensor_value
+
+    return any(isinstance(n, ast.BinOp) and any(isinstance(side, (ast.Name, ast.Attribute)) and tensor_value(ctx, side, n)
+                                                 for side in (n.left, n.right)) for n in nodes)
 
 
 def _read_of_a_view(node: ast.AST) -> bool:
@@ -298,6 +310,23 @@ def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
         return False  # (a loop over batches: each pass queues its own work; ``(aux * 2).item()``: arithmetic queued)
     return all(_queues_nothing(ctx, c) for c in ctx.semantic.subtree(loop) if isinstance(c, ast.Call)
                and c is not it and not ctx.semantic.contains(loop.iter, c))  # type: ignore[attr-defined]
+
+
+def _ends_with_a_read(ctx: Context, func: ast.AST) -> bool:
+    """A function of this file whose body ends with a read back (``acc = (...).cpu().numpy(); return acc, val_loss``,
+    ``return loss.item()``): every GPU work it queued, that read waited for; the GPU is idle when it returns."""
+    from torchdoctor.check.rules.host_values import sync_site
+
+    body = list(getattr(func, "body", None) or ())
+    sem = ctx.semantic
+    while body and isinstance(body[-1], ast.Return) and (body[-1].value is None or all(
+            isinstance(n, (ast.Name, ast.Tuple, ast.Constant, ast.Load)) for n in sem.subtree(body[-1].value))):
+        body.pop()  # (``return acc, val_loss``: names only, nothing queued)
+    if not body or not isinstance(body[-1], (ast.Expr, ast.Assign, ast.Return)):
+        return False
+    last = body[-1]
+    return any(isinstance(c, ast.Call) and _runs_whenever(sem, c, last) and sync_site(ctx, c) is not None
+               for c in sem.subtree(last))
 
 
 def _reads_in_another_module(ctx: Context, call: ast.Call, name: str) -> bool:
@@ -449,7 +478,7 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     return False
 
 
-_HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "detach", "size", "dim", "numel", "nelement", "ndimension", "len",
+_HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "detach", "state_dict", "items", "keys", "values", "size", "dim", "numel", "nelement", "ndimension", "len",
                         "isinstance", "float", "int", "print", "append", "format", "add_scalar", "add_scalars",
                         "set_postfix", "set_postfix_str", "set_description", "info", "debug", "warning"})
 # (TensorBoard's writer; ``.cpu()``/``.numpy()``: copies to the host, GPU work only as reads)
