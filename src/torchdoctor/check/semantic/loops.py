@@ -247,7 +247,16 @@ class Loops:
         # ``for x, y in val_data:`` counts when the body runs a model on it, or moves what it yields to a device;
         # so does ``for batch in iterator:`` over a parameter of ``evaluate(model, iterator, criterion)``.
         return (bool(EVALISH.search(text)) or self._param_of_eval_function(it, loop) or _batch_generator(it)) and \
-            (self._calls_model(loop) or self._moves_target(loop) or self._hands_items_to_a_mover(loop))
+            (self._calls_model(loop) or self._moves_target(loop) or self._hands_items_to_a_mover(loop)) \
+            and not self._around_a_loader_loop(loop)
+
+    def _around_a_loader_loop(self, loop: ast.AST) -> bool:
+        """``for task in tasks: ... for x, y in eval_loader:``: the model runs on the inner loop's batches; the outer
+        loop iterates passes (ALBERT's evaluation tasks), not batches."""
+        return any(isinstance(n, (ast.For, ast.AsyncFor)) and n is not loop and (
+            (key := dotted(n.iter)) is not None and self.kinds.kind_of(key, n) == "loader"
+            or isinstance(n.iter, (ast.Name, ast.Attribute)) and bool(LOADERISH.search(self.segment(n.iter)))
+            or self._moves_its_items(n)) for n in self.index.body(loop))  # (``for p in parts: model(p.to(device))``)
 
     def _param_of_eval_function(self, it: ast.AST, loop: ast.AST) -> bool:
         func = self.index.frame[loop].function
@@ -514,12 +523,16 @@ class Loops:
 
     def _holds_a_loader_loop(self, loop: ast.AST) -> bool:
         """``for ep in range(epochs): ... for xx, yy in train_loader: ...`` with a step of its own after the inner training
-        loop (PDEBench's ``single`` branch): an epoch loop, whose own reads run once an epoch, not a batch loop."""
+        loop (PDEBench's ``single`` branch): an epoch loop, whose own reads run once an epoch, not a batch loop. Likewise
+        a loop of evaluation passes around a loader's (ALBERT's ``for eval_task in tasks:``)."""
         hit = self._holds.get(loop)
         if hit is None:
+            outer = self.info.get(loop)
+            evaluates = outer is not None and outer.kind == "eval"
             hit = self._holds[loop] = any(isinstance(n, _LOOPS) and n is not loop and (i := self.info.get(n)) is not None
-                                          and i.is_batch and i.loader is not None and i.has_backward
-                                          for n in self.index.body(loop))  # (an inner loop that trains)
+                                          and i.is_batch and i.loader is not None and (i.has_backward or evaluates)
+                                          for n in self.index.body(loop))  # (an inner loop that trains; or, in a loop
+            # of evaluation passes, ``for task in tasks: ... for x, y in loader:``, one that evaluates)
         return hit
 
 
