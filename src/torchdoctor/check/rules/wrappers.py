@@ -373,7 +373,13 @@ def _saved_entry(ctx: Context, call: ast.Call) -> list[str]:
         key = string_value(up.targets[0].slice)
     else:
         key = None
-    return [key] if key else []
+    return [key] if key and key.lower() not in _GENERIC_ENTRIES else []
+
+
+# entries every checkpoint has: a sibling reading ``ckpt["state_dict"]`` may read another checkpoint (DINO's linear
+# evaluation saves its classifier under "state_dict", and strips the prefix off the pretrained backbone's)
+_GENERIC_ENTRIES = frozenset({"state_dict", "model", "model_state_dict", "model_state", "net", "network", "state",
+                              "weights", "params", "module", "checkpoint", "ckpt", "student", "teacher", "encoder"})
 
 
 def _saved(ctx: Context, call: ast.Call) -> bool:
