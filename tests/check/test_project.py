@@ -5655,3 +5655,68 @@ def test_a_tensor_tested_after_a_meter_of_another_module_read_it_waits_for_nothi
     write(project, {"logger.py": METER_MODULE, "train.py": METER_TRAIN.replace("BETWEEN", between)})
     settings = Settings(root=str(project), select=("TD603",))
     assert codes(check_files(["logger.py", "train.py"], settings), "train.py") == expected
+
+
+NCSN_RUNNER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Runner:
+    def __init__(self, config):
+        self.config = config
+
+    def train(self):
+        loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randn(64, 1)), batch_size=8, num_workers=4)
+        model = torch.nn.Linear(4, 1).to(self.config.device)
+        opt = torch.optim.Adam(model.parameters())
+        for x, y in loader:
+            x, y = x.to(self.config.device), y.to(self.config.device)
+            loss = (model(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+"""
+
+NCSN_MAIN = """\
+import argparse
+import torch
+from runners import *
+
+
+def parse_args_and_config():
+    args = argparse.Namespace(seed=1)
+    new_config = argparse.Namespace(lr=0.1)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device(CPU)
+    new_config.device = device
+    return args, new_config
+
+
+def main():
+    args, config = parse_args_and_config()
+    Runner(config).train()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_config_given_a_cuda_choice_and_returned_reaches_a_runner_through_its_package(project: Path) -> None:
+    """ncsnv2: ``parse_args_and_config()`` sets ``new_config.device = device`` (a CUDA choice) and returns it; ``main``
+    hands ``config`` to ``NCSNRunner``, which ``runners/__init__.py`` re-exports with a star import and which moves
+    every batch to ``self.config.device``: its unpinned loader feeds the GPU."""
+    write(project, {"runners/__init__.py": "from runners.runner import *\n", "runners/runner.py": NCSN_RUNNER,
+                    "main.py": NCSN_MAIN.replace("CPU", '"cpu"')})
+    settings = Settings(root=str(project), select=("TD304",))
+    assert codes([check_file("runners/runner.py", settings)], "runner.py") == [(10, "TD304")]
+    assert codes(check_files(["main.py", "runners/__init__.py", "runners/runner.py"], settings), "runner.py") == \
+        [(10, "TD304")]
+
+
+def test_a_runner_handed_a_config_with_no_device_stays_quiet(project: Path) -> None:
+    main = NCSN_MAIN.replace("    new_config.device = device\n", "")
+    write(project, {"runners/__init__.py": "from runners.runner import *\n", "runners/runner.py": NCSN_RUNNER,
+                    "main.py": main.replace("CPU", '"cpu"')})
+    settings = Settings(root=str(project), select=("TD304",))
+    assert codes(check_files(["main.py", "runners/__init__.py", "runners/runner.py"], settings), "runner.py") == []

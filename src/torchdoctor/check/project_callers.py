@@ -197,7 +197,8 @@ class Callers:
         if params[:1] == ["self"]:
             params = params[1:]
         slot = f"#{params.index(param)}" if param in params else None
-        records = self._callers(sem, func)
+        records = self._callers(sem, func, through_package=func.name == "__init__")  # type: ignore[attr-defined]
+        # (``NCSNRunner(args, config)`` in a script that imports the class through ``runners/__init__.py``)
         if any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args) for r in records):
             return True
         for r in records:  # ``Learner(conf)`` of ``conf = get_config()``, whose module sets ``conf.device`` to CUDA
@@ -234,7 +235,8 @@ class Callers:
         return any(param in r.moved_models or (slot is not None and slot in r.moved_models)
                    for r in self._callers(sem, func, by_class=by_class))
 
-    def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False) -> list[CallRecord]:
+    def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False,
+                 through_package: bool = False) -> list[CallRecord]:
         """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process
         group (the others are not read: a question about DDP callers parses no single-process script)."""
         name = func.name  # type: ignore[attr-defined]
@@ -252,13 +254,15 @@ class Callers:
             return memo[key]
         if ddp_only and (*key, "ddp") in memo:
             return memo[(*key, "ddp")]
+        if through_package and (*key, "package") in memo:
+            return memo[(*key, "package")]
         stem = os.path.splitext(os.path.basename(here))[0]
         package = os.path.basename(os.path.dirname(here))
         if stem == "__init__":
             stem = package
         # A DDP caller may import a save helper through its package (``from pkg import save``); for the other
         # questions the module's own name is enough (reading every importer of a package cost ~40 parses on 620 files).
-        words = {stem, package} if ddp_only and self._package_reexports(here, name) else {stem}
+        words = {stem, package} if (ddp_only or through_package) and self._package_reexports(here, name) else {stem}
         out: list[CallRecord] = []
         names = [name]
         if method is not None:  # ``trainer.mlm_step(...)`` of ``trainer = EncDecTrainer(...)``, a subclass here that
@@ -266,18 +270,21 @@ class Callers:
                 dotted(b) == name for b in c.bases) and not any(  # type: ignore[attr-defined]
                 isinstance(f, ast.FunctionDef) and f.name == method for f in c.body)]  # type: ignore[attr-defined]
         for name in names:
-            out += self._callers_named(here, stem, package, words, name, method, ddp_only)
-        memo[(*key, "ddp") if ddp_only else key] = out
+            out += self._callers_named(here, stem, package, words, name, method, ddp_only, star_only=through_package)
+        memo[(*key, "ddp") if ddp_only else (*key, "package") if through_package else key] = out
         return out
 
     def _callers_named(self, here: str, stem: str, package: str, words: set[str], name: str, method: str | None,
-                       ddp_only: bool) -> list[CallRecord]:
+                       ddp_only: bool, star_only: bool = False) -> list[CallRecord]:
+        """``star_only``: of the modules that import the package (not the module), those that import all it re-exports
+        (``from runners import *``): a class's constructor callers, read without a parse of every importer."""
         pattern = re.compile(rf"\b{re.escape(name)}\b")
         out: list[CallRecord] = []
         for other in self._importing(here, words):
-            if package in words and stem not in self.state.import_words(other) and \
-                    name not in self.state.import_words(other):
-                continue  # (imports the package, but not this function from it)
+            if package in words and stem not in self.state.import_words(other) and (
+                    star_only or name not in self.state.import_words(other)) and not re.search(
+                        rf"(?m)^\s*from\s+[\w.]*\b{re.escape(package)}\s+import\s+\*", self.state.text(other) or ""):
+                continue  # (imports the package, but not this function from it, nor everything it re-exports)
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
                 continue

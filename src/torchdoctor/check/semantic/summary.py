@@ -666,8 +666,31 @@ def _cuda_carriers(sem: SemanticModel) -> set[str]:
             return set()
         return {t.value.id for n in sem.of_type(ast.Assign) if len(n.targets) == 1  # type: ignore[attr-defined]
                 and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device"  # type: ignore[attr-defined]
-                and isinstance(t.value, ast.Name) and "cuda" in sem.segment(n.value)}  # type: ignore[attr-defined]
-    return sem.cached("cuda_carriers", compute)  # type: ignore[no-any-return]
+                and isinstance(t.value, ast.Name) and ("cuda" in sem.segment(n.value)  # type: ignore[attr-defined]
+                                                       or program.chosen_cuda(sem, n.value, n))}  # type: ignore[attr-defined]
+        # (``config.device = device`` of ``device = torch.device("cuda") if ... else torch.device("cpu")``: ncsnv2)
+    def with_returns() -> set[str]:
+        found = compute()
+        return found | _returned_carriers(sem, found) if found else found
+    return sem.cached("cuda_carriers", with_returns)  # type: ignore[no-any-return]
+
+
+def _returned_carriers(sem: SemanticModel, carriers: set[str]) -> set[str]:
+    """``args, config = parse_args_and_config()`` of a function of this file that returns ``new_config`` after setting
+    its ``.device`` to a CUDA choice (ncsnv2's main.py): the names the caller binds to it carry the device too."""
+    out: set[str] = set()
+    for n in sem.of_type(ast.Assign):
+        if not isinstance(n.value, ast.Call) or len(n.targets) != 1:  # type: ignore[attr-defined]
+            continue
+        target = n.targets[0]  # type: ignore[attr-defined]
+        for func in sem.resolve(n.value):  # type: ignore[attr-defined]
+            for ret in (r for r in sem.local_nodes(func) if isinstance(r, ast.Return) and r.value is not None):
+                values = ret.value.elts if isinstance(ret.value, ast.Tuple) else [ret.value]
+                targets = target.elts if isinstance(target, ast.Tuple) else [target]
+                if len(values) == len(targets):
+                    out |= {t.id for t, v in zip(targets, values) if isinstance(t, ast.Name) and isinstance(v, ast.Name)
+                            and v.id in carriers}
+    return out
 
 
 def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
