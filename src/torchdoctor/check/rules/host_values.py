@@ -402,6 +402,11 @@ def _moving_helper(ctx: Context, call: ast.Call) -> bool:
     return bool(getattr(sem.external(call), "moves", None))
 
 
+def iterated_source(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
+    """What a ``for`` loop whose target is ``target`` takes ``name`` from (``_iterated``, for the rules)."""
+    return _iterated(ctx, name, target)
+
+
 def _iterated(ctx: Context, name: str, target: ast.AST) -> ast.AST | None:
     """What a ``for`` loop whose target is ``target`` takes ``name`` from: its iterable (``for x in xs``), or
     the matching argument of ``enumerate(xs)`` / ``zip(outs, ids)``."""

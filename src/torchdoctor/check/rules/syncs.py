@@ -85,7 +85,7 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0
         if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at) \
                 and not _backpropagated_param(ctx, expr, at) \
                 and not (loop is not None and computed_from_moved(ctx, expr.id, at, loop)) \
-                and not _handed_device_tensors(ctx, expr, at, depth):
+                and not _handed_device_tensors(ctx, expr, at, depth) and not _item_of_a_moved_batch(ctx, expr, at, depth):
             return None  # (``pos_total = (label != 0).sum()`` of a batch moved element by element: on the device)
         return None if host_number(ctx, expr, at) or made_on_host(ctx, expr, at) else expr.id
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"
@@ -98,6 +98,23 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0
                                                                      or _handed_device_tensors(ctx, expr.value, at, depth)):
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
     return None
+
+
+def _item_of_a_moved_batch(ctx: Context, name: ast.Name, at: ast.AST, depth: int) -> bool:
+    """``n`` of ``for lg, y, n in zip(logits, ys, lengths)`` where ``lengths`` is an element of the batch the step moved
+    (``batch = [b.to(device) for b in batch]; x, ys, lengths = batch``): a 0-dim device tensor."""
+    from torchdoctor.check.rules.host_values import iterated_source
+
+    if depth > 2:
+        return False
+    sem = ctx.semantic
+    b = sem.binding_at(name.id, at)
+    if b is None or b.value is not None or b.is_param:
+        return False
+    source = iterated_source(ctx, name.id, b.node)
+    loop = sem.enclosing_loop(at, "batch")
+    return isinstance(source, ast.Name) and loop is not None and source.id in sem.batch_vars(loop) \
+        and batch_on_device(ctx, source.id, at, loop)
 
 
 _METER_READS = frozenset({"avg", "val", "sum", "mean", "average", "value"})

@@ -425,6 +425,8 @@ def _reads_name(node: ast.AST, name: str) -> bool:
         return any(isinstance(v, ast.Name) and v.id == name for v in values)
     if isinstance(node, ast.FormattedValue):
         return isinstance(node.value, ast.Name) and node.value.id == name
+    if isinstance(node, ast.Slice):  # ``pred[:n]``: Python asks ``n`` for its index value
+        return any(isinstance(b, ast.Name) and b.id == name for b in (node.lower, node.upper))
     if not isinstance(node, ast.Call):
         return False
     if isinstance(node.func, ast.Attribute) and node.func.attr in _LOGGED:
