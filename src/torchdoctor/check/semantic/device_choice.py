@@ -81,6 +81,9 @@ class DeviceChoices:
         bound = self.bindings.by_key.get(n.id, [])
         if not bound and self.star_flag is not None and n.id not in self.names.from_imports:  # type: ignore[attr-defined]
             return self.star_flag(n.id)  # type: ignore[attr-defined]  # ``USE_CUDA = True`` of ``from model import *``
+        reaching = self.bindings.at(n.id, n)
+        if reaching is not None and not reaching.is_param:  # (``def train(..., use_cuda)`` elsewhere: another name)
+            bound = [b for b in bound if not b.is_param]
         return bool(bound) and all(isinstance(b.value, ast.Constant) and b.value.value is True and not b.is_param
                                    and self.index.frame[b.node].kind not in (FUNCTION, LAMBDA, CLASS)
                                    and isinstance(b.node, ast.Assign) for b in bound)
