@@ -5720,3 +5720,59 @@ def test_a_runner_handed_a_config_with_no_device_stays_quiet(project: Path) -> N
                     "main.py": main.replace("CPU", '"cpu"')})
     settings = Settings(root=str(project), select=("TD304",))
     assert codes(check_files(["main.py", "runners/__init__.py", "runners/runner.py"], settings), "runner.py") == []
+
+
+REDUCE_UTILS = """\
+import torch
+import torch.distributed as dist
+
+
+def get_world_size():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def reduce_value(value, average=True):
+    world_size = get_world_size()
+    if world_size < 2:
+        return value
+    with torch.no_grad():
+        dist.all_reduce(value)
+        if average:
+            value /= world_size
+        return value
+"""
+
+REDUCE_TRAIN = """\
+import sys
+import torch
+from dist_utils import reduce_value
+
+
+def train_one_epoch(model, optimizer, loader, device):
+    for x, y in loader:
+        loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+        loss.backward()
+        loss = reduce_value(loss, average=True)
+        if not torch.isfinite(loss):
+            sys.exit(1)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    net = torch.nn.Linear(4, 3).to(device)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 3, (8,))),
+                                       batch_size=2, pin_memory=True, num_workers=2)
+    train_one_epoch(net, torch.optim.SGD(net.parameters(), lr=0.1), data, device)
+"""
+
+
+def test_a_loss_reduced_in_place_by_another_module_is_still_a_device_tensor(project: Path) -> None:
+    """WZMIAOMIAO's train_multi_GPU: ``loss = reduce_value(loss, average=True)``, whose helper all-reduces its argument
+    in place, divides it and returns it (or returns it at once with one process): the per-step ``if not
+    torch.isfinite(loss):`` after it still reads a device tensor."""
+    write(project, {"dist_utils.py": REDUCE_UTILS, "train.py": REDUCE_TRAIN})
+    settings = Settings(root=str(project), select=("TD603",))
+    assert codes(check_files(["dist_utils.py", "train.py"], settings), "train.py") == [(11, "TD603")]
+    assert codes([check_file("train.py", settings)], "train.py") == [(11, "TD603")]

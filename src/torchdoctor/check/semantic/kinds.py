@@ -530,12 +530,22 @@ class Kinds:
             if key not in self._memo:
                 params = {a.arg for a in func.args.posonlyargs + func.args.args}  # type: ignore[attr-defined]
                 values = [r.value for r in self.returns_of(func)]
-                self._memo[key] = bool(values) and all(  # type: ignore[index]
+                self._memo[key] = bool(values) and (all(  # type: ignore[index]
                     v is not None and not isinstance(v, ast.Constant) and not (isinstance(v, ast.Name) and v.id in params)
-                    and self._pure(v, params, func, 0) for v in values)
+                    and self._pure(v, params, func, 0) for v in values) or self._reduced_in_place(func, values, params))
             if not self._memo[key]:  # type: ignore[index]
                 return False
         return True
+
+    def _reduced_in_place(self, func: ast.AST, values: list, params: set[str]) -> bool:
+        """``dist.all_reduce(value); value /= world_size; return value`` (or ``return value`` at once with one process):
+        every return hands back the one parameter the function reduces in place, a tensor where it was."""
+        if not all(isinstance(v, ast.Name) for v in values) or len(names := {v.id for v in values}) != 1:
+            return False
+        name = names.pop()
+        return name in params and any(
+            isinstance(n, ast.Call) and (dotted(n.func) or "").rsplit(".", 1)[-1] == "all_reduce" and n.args
+            and isinstance(n.args[0], ast.Name) and n.args[0].id == name for n in self.index.subtree(func))
 
     def _pure(self, expr: ast.AST, params: set[str], func: ast.AST, depth: int) -> bool:
         """(A method, not a closure: a recursive closure is a reference cycle that keeps the tree alive.)"""
