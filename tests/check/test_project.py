@@ -5776,3 +5776,61 @@ def test_a_loss_reduced_in_place_by_another_module_is_still_a_device_tensor(proj
     settings = Settings(root=str(project), select=("TD603",))
     assert codes(check_files(["dist_utils.py", "train.py"], settings), "train.py") == [(11, "TD603")]
     assert codes([check_file("train.py", settings)], "train.py") == [(11, "TD603")]
+
+
+BASE_TRAINERS = """\
+import torch
+
+
+class Trainer:
+    def __init__(self, model, train_loader, args):
+        self.device = torch.device("cuda" if torch.cuda.is_available() and not args.no_cuda else "cpu")
+        self.model = model.to(self.device)
+        self.loader = train_loader
+        self.optim = torch.optim.Adam(self.model.parameters())
+
+    def train(self, epoch):
+        self.iteration(epoch, self.loader)
+
+    def iteration(self, epoch, loader, train=True):
+        raise NotImplementedError
+
+
+class RecTrainer(Trainer):
+    def iteration(self, epoch, loader, train=True):
+        self.model.train()
+        for batch in loader:
+            x, y = (t.to(self.device) for t in batch)
+            loss = (self.model(x) - y).pow(2).mean()
+            self.optim.zero_grad()
+            loss.backward()
+            self.optim.step()
+"""
+
+BASE_MAIN = """\
+import argparse
+import torch
+from torch.utils.data import DataLoader, TensorDataset, RandomSampler
+from trainers import RecTrainer
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--no_cuda", action="store_true")
+args = parser.parse_args()
+ds = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+train_loader = DataLoader(ds, sampler=RandomSampler(ds), batch_size=8, pin_memory=True)
+trainer = RecTrainer(torch.nn.Linear(4, 1), train_loader, args)
+for epoch in range(10):
+    trainer.train(epoch)
+"""
+
+
+def test_a_loader_handed_to_a_trainer_whose_subclass_trains_in_an_override_is_td305(project: Path) -> None:
+    """ICLRec: ``trainer = RecTrainer(model, train_loader, args)``, then ``trainer.train(epoch)``, a method of the base
+    class ``Trainer`` whose ``self.iteration(...)`` the subclass overrides with the backward: the loader feeds a
+    training loop, so its ``num_workers=0`` is TD305. (The inherited method is found on the subclass.)"""
+    write(project, {"trainers.py": BASE_TRAINERS, "main.py": BASE_MAIN})
+    settings = Settings(root=str(project), select=("TD305",))
+    assert codes(check_files(["main.py", "trainers.py"], settings), "main.py") == [(10, "TD305")]
+    no_backward = BASE_TRAINERS.replace("            loss.backward()\n", "")
+    write(project, {"trainers.py": no_backward})
+    assert codes(check_files(["main.py", "trainers.py"], settings), "main.py") == []

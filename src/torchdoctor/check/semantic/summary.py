@@ -232,7 +232,34 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step, numpy_params(func),
                                                  keys, moved_params(sem, func) if moves else (),
                                                  unpinned_returns(sem, func) if loaders_made else frozenset())
+    _inherited_methods(sem, out)
     return out
+
+
+def _inherited_methods(sem: SemanticModel, out: ModuleSummary) -> None:
+    """``RecTrainer(Trainer)`` of this module, which overrides ``iteration`` but not ``train``: ``RecTrainer.train`` is
+    ``Trainer.train`` (found by ``trainer.train(epoch)`` of ``trainer = RecTrainer(...)`` in another module) with its
+    ``self.iteration(...)`` calls dispatched to the override (ICLRec's trainers, whose backward lives in the
+    subclass): its effects are the base method's and the overrides' it calls."""
+    classes = sem.calls_index.classes
+    for cls in sem.of_type(ast.ClassDef):
+        own = {f.name for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}  # type: ignore[attr-defined]
+        bases = [classes.get(dotted(b) or "") for b in cls.bases]  # type: ignore[attr-defined]
+        for base in (b for b in bases if b is not None and b is not cls):
+            for method in base.body:  # type: ignore[attr-defined]
+                if not isinstance(method, ast.FunctionDef) or method.name in own \
+                        or (found := out.functions.get(f"{base.name}.{method.name}")) is None:  # type: ignore[attr-defined]
+                    continue
+                called = {c.func.attr for c in sem.local_nodes(method) if isinstance(c, ast.Call)
+                          and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
+                          and c.func.value.id == "self" and c.func.attr in own}
+                extra = frozenset().union(*(out.functions[f"{cls.name}.{m}"].effects for m in called  # type: ignore[attr-defined]
+                                            if f"{cls.name}.{m}" in out.functions))  # type: ignore[attr-defined]
+                effects = found.effects | extra
+                key = f"{cls.name}.{method.name}"  # type: ignore[attr-defined]
+                out.functions[key] = FunctionSummary(key, effects, found.loops or "backward" in effects, found.params,
+                                                     found.returns, found.one_step, found.numpy_params, found.keys,
+                                                     found.moves, found.unpinned)
 
 
 
