@@ -325,9 +325,16 @@ def _rebound_reshaped(sem, use: ast.Name, name: str) -> ast.Assign | None:  # ty
     """The statement ``name = name.unsqueeze(0).expand(b, n)`` (casts, reshapes, fills) that ``use`` starts: the name
     still holds the host tensor after it."""
     cur: ast.AST = use
-    while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
-            and call.func is up and _on_the_host(up.attr, call):
-        cur = call
+    while True:
+        up = sem.parent(cur)
+        if isinstance(up, ast.Compare) and up.left is cur and len(up.comparators) == 1 and _host_number(up.comparators[0]):
+            cur = up  # ``mask = (mask == 0).unsqueeze(1)``: a mask cut on the host (SASRec's causal mask)
+            continue
+        if isinstance(up, ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) and call.func is up \
+                and _on_the_host(up.attr, call):
+            cur = call
+            continue
+        break
     stmt = sem.parent(cur)
     return stmt if cur is not use and isinstance(stmt, ast.Assign) and stmt.value is cur and len(stmt.targets) == 1 \
         and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == name else None
