@@ -19,7 +19,9 @@ from torchdoctor.check.semantic.models import wrapper_prefix
 _ONE_PROCESS = "runs one process over all GPUs (GIL-bound, unbalanced on GPU 0)"
 _USE_DDP = "use DistributedDataParallel launched with torchrun"
 _DATA_PARALLEL = ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
-                  "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel")
+                  "torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel",
+                  "torch_geometric.nn.DataParallel", "torch_geometric.nn.data_parallel.DataParallel")
+# (PyTorch Geometric's ``DataParallel`` subclasses torch's to scatter lists of graphs: one process all the same)
 
 
 @rule("TD204", calls=("DataParallel", "data_parallel"))
