@@ -247,11 +247,22 @@ class Guards(GradModes, DeviceChoices):
     def _accumulation_boundary(self, if_node: ast.AST) -> bool:
         """``if (idx + 1) % grad_accum == 0: optimizer.step()``: the test picks the micro-batch that ends a
         gradient accumulation, so what its body does runs at every optimizer step (every batch with the default
-        of 1), unlike a logging guard's ``step % log_every == 0``."""
+        of 1), unlike a logging guard's ``step % log_every == 0``. So does a DQN's ``if t > warmup and t % train_freq
+        == 0: loss = update(batch)`` around a function of the file that steps the optimizer: every update's."""
+        def is_step(n: ast.AST) -> bool:
+            return isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "step" \
+                and bool(_OPTIMIZERISH.search((dotted(n.func.value) or "").rsplit(".", 1)[-1]))
+
         def steps(nodes: list[ast.AST]) -> list[ast.AST]:
-            return [n for stmt in nodes for n in self.index.subtree(stmt) if isinstance(n, ast.Call)
-                    and isinstance(n.func, ast.Attribute) and n.func.attr == "step"
-                    and _OPTIMIZERISH.search((dotted(n.func.value) or "").rsplit(".", 1)[-1])]
+            out = []
+            for stmt in nodes:
+                for n in self.index.subtree(stmt):
+                    if is_step(n):
+                        out.append(n)
+                    elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
+                            and len(defs := self.bindings.functions.get(n.func.id, ())) == 1:
+                        out += [m for m in self.index.subtree(defs[0]) if is_step(m)]  # (a DQN's ``update(batch)``)
+            return out
 
         def compute() -> bool:
             inside = steps(if_node.body)  # type: ignore[attr-defined]
