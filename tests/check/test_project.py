@@ -5834,3 +5834,48 @@ def test_a_loader_handed_to_a_trainer_whose_subclass_trains_in_an_override_is_td
     no_backward = BASE_TRAINERS.replace("            loss.backward()\n", "")
     write(project, {"trainers.py": no_backward})
     assert codes(check_files(["main.py", "trainers.py"], settings), "main.py") == []
+
+
+DIST_INIT_HELPER = """\
+import os
+import torch
+import torch.distributed as dist
+
+
+def init_distributed_mode(args):
+    args.gpu = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(args.gpu)
+    args.dist_backend = "nccl"
+    dist.init_process_group(backend=args.dist_backend, init_method="env://")
+"""
+
+GPU_ONLY_LAUNCHER = """\
+import argparse
+import torch
+from util.dist import init_distributed_mode
+
+
+def main(args):
+    if not torch.cuda.is_available():
+        raise EnvironmentError("this script needs GPUs")
+    init_distributed_mode(args)
+
+
+if __name__ == "__main__":
+    main(argparse.Namespace())
+"""
+
+
+@pytest.mark.parametrize(("second", "expected"), [(None, []), (GPU_ONLY_LAUNCHER.replace(
+    '    if not torch.cuda.is_available():\n        raise EnvironmentError("this script needs GPUs")\n', ""), [(10, "TD704")])],
+                         ids=["every-caller-refuses", "one-caller-does-not"])
+def test_nccl_in_a_helper_whose_every_caller_stops_without_a_gpu_is_quiet(project: Path, second, expected) -> None:
+    """WZMIAOMIAO's ``*_using_launch.py``: ``main()`` raises without CUDA, then calls ``init_distributed_mode(args)`` of
+    another module, which hard-codes NCCL: the path is GPU-only by the author's word. A second launcher that calls the
+    helper without that check still gets the finding."""
+    write(project, {"util/__init__.py": "", "util/dist.py": DIST_INIT_HELPER, "train.py": GPU_ONLY_LAUNCHER,
+                    **({"train_cpu.py": second} if second else {})})
+    settings = Settings(root=str(project), select=("TD704",))
+    files = ["util/dist.py", "train.py", *(["train_cpu.py"] if second else [])]
+    assert codes(check_files(files, settings), "dist.py") == expected
+    assert codes([check_file("util/dist.py", settings)], "dist.py") == expected

@@ -218,6 +218,13 @@ class Callers:
         passes = [param in r.passed or slot in r.passed or "*" in r.passed for r in self._callers(sem, func)]
         return bool(passes) and all(passes) if every else any(passes)
 
+    def callers_refuse_cpu(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """Every call of ``func`` in other modules comes after its caller stops without a GPU (``if not
+        torch.cuda.is_available(): raise EnvironmentError(...)``, then ``init_distributed_mode(args)``), and there is
+        one: ``func`` runs with a GPU only."""
+        records = self._callers(sem, func)
+        return bool(records) and all(r.after_refusal for r in records)
+
     def run_by_forwards_only(self, sem: SemanticModel, func: ast.AST) -> bool:
         """Every call of ``func`` in other modules is in a model's method, one of them its ``forward``
         (improved-diffusion's ``timestep_embedding``, which the UNet's forward calls): it runs on every forward."""
@@ -282,8 +289,9 @@ class Callers:
         out: list[CallRecord] = []
         for other in self._importing(here, words):
             if package in words and stem not in self.state.import_words(other) and (
-                    star_only or name not in self.state.import_words(other)) and not re.search(
-                        rf"(?m)^\s*from\s+[\w.]*\b{re.escape(package)}\s+import\s+\*", self.state.text(other) or ""):
+                    star_only or name not in self.state.import_words(other)) and not (
+                    "*" in self.state.import_words(other) and re.search(
+                        rf"(?m)^\s*from\s+[\w.]*\b{re.escape(package)}\s+import\s+\*", self.state.text(other) or "")):
                 continue  # (imports the package, but not this function from it, nor everything it re-exports)
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)

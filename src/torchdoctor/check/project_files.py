@@ -108,10 +108,13 @@ class State:
         return text
 
     def import_words(self, path: str) -> frozenset[str]:
-        """The words on the file's import lines (module names and imported names), read once."""
+        """The words on the file's import lines (module names and imported names), and ``*`` when one of them is a
+        star import; read once."""
         if path not in self.words:
             text = self.text(path) or ""
-            self.words[path] = frozenset(_WORD.findall(" ".join(import_statements(text))))
+            statements = import_statements(text)
+            stars = {"*"} if any(s.rstrip().rstrip(")").rstrip().endswith("*") for s in statements) else set()
+            self.words[path] = frozenset(_WORD.findall(" ".join(statements))) | stars  # ("*": some ``import *``)
         return self.words[path]
 
 

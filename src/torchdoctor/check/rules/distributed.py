@@ -82,6 +82,9 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
         # worker, or in a project helper it calls): the author states the need
     if _under_a_gpu_count_test(ctx, node) or _flag_cleared_without_gpus(ctx, node):
         return  # ``world_size = torch.cuda.device_count()``, ``if world_size > 1:``: it runs only with GPUs
+    func = ctx.semantic.function_of(node)
+    if func is not None and ctx.semantic.project is not None and ctx.semantic.project.callers_refuse_cpu(ctx.semantic, func):
+        return  # (a helper of ``utils/distributed.py`` whose every caller raises first without CUDA)
     set_at = _set_to_nccl(ctx, backend, node)
     if ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None) \
             and not program.requires_gpu_only_library(ctx.semantic):  # (asked last: it may read the imported modules)

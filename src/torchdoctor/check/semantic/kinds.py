@@ -543,7 +543,14 @@ class Kinds:
         if not all(isinstance(v, ast.Name) for v in values) or len(names := {v.id for v in values}) != 1:
             return False
         name = names.pop()
-        return name in params and any(
+        if name not in params:
+            return False
+        if "all_reduce" not in self._memo:  # (no ``all_reduce`` in the file, the common case: no function is walked)
+            self._memo["all_reduce"] = any(isinstance(c.func, ast.Attribute) and c.func.attr == "all_reduce"  # type: ignore[attr-defined,index]
+                                           for c in self.index.by_type.get(ast.Call, ()))
+        if not self._memo["all_reduce"]:  # type: ignore[index]
+            return False
+        return any(
             isinstance(n, ast.Call) and (dotted(n.func) or "").rsplit(".", 1)[-1] == "all_reduce" and n.args
             and isinstance(n.args[0], ast.Name) and n.args[0].id == name for n in self.index.subtree(func))
 

@@ -124,7 +124,7 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by")
+                 "made_by", "after_refusal")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -144,15 +144,16 @@ class CallRecord(FrozenRecord):
     # here); "method": in another method of a module class (``get_feature_vectors``); "" elsewhere
     made_by: tuple[tuple[str, tuple[int, str, str]], ...]  # (argument slot, the imported function that made it): ``conf``
     # of ``conf = get_config()``, whose module may set its ``.device`` to CUDA (Project.passes_accelerator asks)
+    after_refusal: bool  # made after the caller stops without a GPU (``if not torch.cuda.is_available(): raise ...``)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
                  moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
                  host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
-                 made_by: tuple[tuple[str, tuple[int, str, str]], ...] = ()) -> None:
+                 made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by)
+                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -428,6 +429,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
             if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
     # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
     held = _held_instances(sem, names)
+    asks_gpus = "is_available" in sem.text.source or "device_count" in sem.text.source
     for call in sem.calls:
         written = dotted(call.func)
         if written is None and isinstance(call.func, ast.Attribute) and isinstance(obj := call.func.value, ast.Call) \
@@ -487,7 +489,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
                               host_args_of(sem, call) if per_step else frozenset(),
                               per_step or accelerator and _per_iteration(sem, call), _in_a_forward(sem, call),
-                              () if accelerator or given else _made_by_imports(sem, call)))
+                              () if accelerator or given else _made_by_imports(sem, call),
+                              asks_gpus and program.refuses_cpu(sem, at=call)))
     return out
 
 
