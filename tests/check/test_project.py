@@ -5856,9 +5856,11 @@ from util.dist import init_distributed_mode
 
 
 def main(args):
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available() is False:
         raise EnvironmentError("this script needs GPUs")
     init_distributed_mode(args)
+    model = torch.nn.Linear(4, 2).to(args.gpu)
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
 
 
 if __name__ == "__main__":
@@ -5867,11 +5869,13 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(("second", "expected"), [(None, []), (GPU_ONLY_LAUNCHER.replace(
-    '    if not torch.cuda.is_available():\n        raise EnvironmentError("this script needs GPUs")\n', ""), [(10, "TD704")])],
+    '    if torch.cuda.is_available() is False:\n        raise EnvironmentError("this script needs GPUs")\n', ""),
+    [(10, "TD704")])],
                          ids=["every-caller-refuses", "one-caller-does-not"])
 def test_nccl_in_a_helper_whose_every_caller_stops_without_a_gpu_is_quiet(project: Path, second, expected) -> None:
-    """WZMIAOMIAO's ``*_using_launch.py``: ``main()`` raises without CUDA, then calls ``init_distributed_mode(args)`` of
-    another module, which hard-codes NCCL: the path is GPU-only by the author's word. A second launcher that calls the
+    """WZMIAOMIAO's ``*_using_launch.py``: ``main()`` raises without CUDA (``if torch.cuda.is_available() is False:``),
+    then calls ``init_distributed_mode(args)`` of another module, which hard-codes NCCL: the path is GPU-only by the
+    author's word. A second launcher that calls the
     helper without that check still gets the finding."""
     write(project, {"util/__init__.py": "", "util/dist.py": DIST_INIT_HELPER, "train.py": GPU_ONLY_LAUNCHER,
                     **({"train_cpu.py": second} if second else {})})
@@ -5879,3 +5883,14 @@ def test_nccl_in_a_helper_whose_every_caller_stops_without_a_gpu_is_quiet(projec
     files = ["util/dist.py", "train.py", *(["train_cpu.py"] if second else [])]
     assert codes(check_files(files, settings), "dist.py") == expected
     assert codes([check_file("util/dist.py", settings)], "dist.py") == expected
+
+
+def test_nccl_in_a_helper_a_package_re_exports_to_launchers_that_stop_without_a_gpu_is_quiet(project: Path) -> None:
+    """WZMIAOMIAO's mini_imagenet: the launcher imports the helper through its package (``from multi_train_utils
+    import init_distributed_mode``, re-exported by the package's ``__init__.py``)."""
+    launcher = GPU_ONLY_LAUNCHER.replace("from util.dist import", "from util import")
+    write(project, {"util/__init__.py": "from .dist import init_distributed_mode\n", "util/dist.py": DIST_INIT_HELPER,
+                    "train.py": launcher})
+    settings = Settings(root=str(project), select=("TD704",))
+    assert codes(check_files(["util/dist.py", "util/__init__.py", "train.py"], settings), "dist.py") == []
+    assert codes([check_file("util/dist.py", settings)], "dist.py") == []

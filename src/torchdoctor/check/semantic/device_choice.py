@@ -82,6 +82,11 @@ class DeviceChoices:
         if not bound and self.star_flag is not None and n.id not in self.names.from_imports:  # type: ignore[attr-defined]
             return self.star_flag(n.id)  # type: ignore[attr-defined]  # ``USE_CUDA = True`` of ``from model import *``
         reaching = self.bindings.at(n.id, n)
+        if reaching is not None and not reaching.is_param and reaching.scope is not self.index.tree:
+            # ``use_cuda = True  # use gpu or cpu`` in ``main()``, read there: every binding of that function's
+            bound = [b for b in bound if b.scope is reaching.scope]
+            return bool(bound) and all(isinstance(b.value, ast.Constant) and b.value.value is True
+                                       and isinstance(b.node, ast.Assign) for b in bound)
         if reaching is not None and not reaching.is_param:  # (``def train(..., use_cuda)`` elsewhere: another name)
             bound = [b for b in bound if not b.is_param]
         return bool(bound) and all(isinstance(b.value, ast.Constant) and b.value.value is True and not b.is_param

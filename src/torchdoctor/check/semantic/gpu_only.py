@@ -323,7 +323,9 @@ def states_gpu_need(sem: SemanticModel, stmt: ast.AST) -> bool:
         return False
     test = stmt.test  # (the branch taken without GPUs: ``not is_available()``, ``device_count() < world``)
     negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) or isinstance(test, ast.Compare) \
-        and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE, ast.Eq))
+        and len(test.ops) == 1 and (isinstance(test.ops[0], (ast.Lt, ast.LtE, ast.Eq)) or isinstance(test.ops[0], ast.Is)
+                                    and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is False)
+    # (``if torch.cuda.is_available() is False: raise EnvironmentError(...)``: WZMIAOMIAO's launchers)
     return _stops(sem, stmt.body if negated else stmt.orelse)
 
 
