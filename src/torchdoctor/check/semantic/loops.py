@@ -253,10 +253,20 @@ class Loops:
     def _around_a_loader_loop(self, loop: ast.AST) -> bool:
         """``for task in tasks: ... for x, y in eval_loader:``: the model runs on the inner loop's batches; the outer
         loop iterates passes (ALBERT's evaluation tasks), not batches."""
-        return any(isinstance(n, (ast.For, ast.AsyncFor)) and n is not loop and (
-            (key := dotted(n.iter)) is not None and self.kinds.kind_of(key, n) == "loader"
-            or isinstance(n.iter, (ast.Name, ast.Attribute)) and bool(LOADERISH.search(self.segment(n.iter)))
-            or self._moves_its_items(n)) for n in self.index.body(loop))  # (``for p in parts: model(p.to(device))``)
+        inner = [n for n in self.index.body(loop) if isinstance(n, (ast.For, ast.AsyncFor)) and n is not loop]
+        if any(any((key := dotted(it)) is not None and self.kinds.kind_of(key, n) == "loader"
+                   or isinstance(it, (ast.Name, ast.Attribute)) and bool(LOADERISH.search(self.segment(it)))
+                   for it in unwrap_iter(n.iter)[0])  # (``for step, batch in enumerate(eval_dataloader):``)
+               or self._moves_its_items(n) for n in inner):  # (``for p in parts: model(p.to(device))``)
+            return True
+        # (``for idx in idx_clusters: x = data.x[nodes[idx]].to(device); model(x)``: every model call and every move of
+        # the pass is in an inner loop; not a batch moved first, then run a time step at a time)
+        body = self.index.body(loop)
+        calls = [n for n in body if isinstance(n, ast.Call) and (key := dotted(n.func)) is not None
+                 and self.kinds.kind_of(key, n) in ("model", "wrapper")]
+        moves = [n for n in body if isinstance(n, ast.Call) and method_name(n) in ("to", "cuda")]
+        return bool(calls) and bool(moves) and bool(inner) and all(
+            any(self.index.contains(i, c) for i in inner) for c in calls + moves)
 
     def _param_of_eval_function(self, it: ast.AST, loop: ast.AST) -> bool:
         func = self.index.frame[loop].function
