@@ -259,9 +259,8 @@ class Guards(GradModes, DeviceChoices):
                 for n in self.index.subtree(stmt):
                     if is_step(n):
                         out.append(n)
-                    elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
-                            and len(defs := self.bindings.functions.get(n.func.id, ())) == 1:
-                        out += [m for m in self.index.subtree(defs[0]) if is_step(m)]  # (a DQN's ``update(batch)``)
+                    elif isinstance(n, ast.Call) and (func := self._own_function(n)) is not None:
+                        out += [m for m in self.index.subtree(func) if is_step(m)]  # (a DQN's ``update(batch)``)
             return out
 
         def compute() -> bool:
@@ -278,6 +277,18 @@ class Guards(GradModes, DeviceChoices):
             return frame is None or len(steps(frame.node.body)) == len(inside)  # type: ignore[attr-defined]
 
         return self._test_memo(if_node.test, "accumulation", compute)  # type: ignore[attr-defined]
+
+    def _own_function(self, call: ast.Call) -> ast.AST | None:
+        """The function of this file a call runs, by its name (``update(batch)``) or as a method of the class it
+        sits in (``self._update_network(samples)``), when there is one such function."""
+        if isinstance(call.func, ast.Name):
+            defs = self.bindings.functions.get(call.func.id, ())
+            return defs[0] if len(defs) == 1 else None
+        if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self":
+            cls = self.index.frame[call].cls
+            return next((f for f in getattr(cls, "body", ()) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and f.name == call.func.attr), None)
+        return None
 
     def _tests_outer_counter(self, test: ast.AST, loop: ast.AST) -> bool:
         """Every counter the test reads is bound by a loop around ``loop`` (an outer loop's index)."""
