@@ -245,6 +245,9 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
+            if isinstance(stmt, (ast.For, ast.AsyncFor)) and _reading_pass(ctx, stmt) and any(
+                    isinstance(c, ast.Call) and sync_site(ctx, c) is not None for c in nodes):
+                return True  # (``for cl_loss in cl_losses: total += cl_loss.item()``: a pass of reads just before)
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
                     and any(_ends_with_a_read(ctx, f) for f in sem.resolve(stmt.value)):
                 return True  # (``acc, val_loss = evaluate()``, whose last statements read back ``acc``: drained)
@@ -496,7 +499,7 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     print. Between a timing sync and a read, it leaves the GPU idle."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if name in _HOST_ONLY or isinstance(func, ast.Name) and name in ("min", "max", "round"):
+    if name in _HOST_ONLY or isinstance(func, ast.Name) and name in ("min", "max", "round", "enumerate", "zip", "range"):
         return True  # (Python's ``min(min_lr, group["lr"])``; not ``loss.max()``, a reduction queued on the GPU)
     if isinstance(func, ast.Name) and call.args and not call.keywords and all(_host_copy_name(ctx, a, call)
                                                                                for a in call.args):
