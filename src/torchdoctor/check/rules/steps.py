@@ -17,7 +17,7 @@ from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, host_number, \
     made_on_host, sync_site, tensor_value
 from torchdoctor.check.rules.kept import collected_on_host, copied_for_a_checkpoint, phase_without_backward, returned_copy
-from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, env_action, read_again, stepped_with, \
+from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, drained_at_entry, env_action, read_again, stepped_with, \
     stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
@@ -270,7 +270,8 @@ def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
 
 def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
     sem = ctx.semantic
-    if not isinstance(loop, str) and (after_timing_sync(ctx, node, loop) or read_again(ctx, node, loop)):
+    if not isinstance(loop, str) and (after_timing_sync(ctx, node, loop) or read_again(ctx, node, loop)
+                                      or drained_at_entry(ctx, node, loop)):
         return
     if isinstance(loop, str) and (func := sem.function_of(node)) is not None and read_again(ctx, node, func):
         return  # (in a helper a loop elsewhere calls: an earlier read of the helper's own body drained the queue)

@@ -200,7 +200,7 @@ def _timing_generator(ctx: Context, it: ast.AST) -> bool:
                and any(_clock_call(ctx, n) for n in sem.local_nodes(f)) for f in sem.resolve(it))
 
 
-def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) -> bool:
     """``top.item()`` read again after ``if top.item() == eos: break`` (or ``history[i] = loss.item()`` after
     ``total = loss.item()``, ``"%.3f" % loss`` after ``writer.add_scalar("loss", loss, step)``), the same tensor, with
     nothing but host work between: the first read waited for the GPU; this one waits for nothing. GPU work behind a
@@ -214,9 +214,10 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     bound = sem.binding_at(name, node) if name is not None else None
     if name is not None and bound is None:
         return False
-    if name is None and not _read_of_a_view(node) and not (isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp))
-                                                          and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
-        return False  # (``if val_loss < best:``: a test of no one name, after another read all the same)
+    if name is None and not entry and not _read_of_a_view(node) and not (
+            isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
+        return False  # (``if val_loss < best:``: a test of no one name, after another read all the same; ``entry``: the
+        # call of a helper whose reads come before any GPU work of its own, ``drained_at_entry``)
     top: ast.AST = node
     first = True
     for up in sem.ancestors(node):  # each block around ``node``, inside out, up to the loop's body
@@ -276,6 +277,27 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             return False  # (out of a loop or a handler of its own: the earlier statements ran some passes ago)
         top = up
     return False
+
+
+def drained_at_entry(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """A read in a helper that queues no GPU work before it (``def print_params(self, epoch): print(epoch,
+    self.t.item())``), called in the loop right after a read (``l = train()``, whose last statement returns
+    ``loss.item()``): at every call, the GPU is idle already; the read waits for nothing."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.contains(loop, node):
+        return False
+    stmt = next((a for a in (node, *sem.ancestors(node)) if sem.parent(a) is func and isinstance(a, ast.stmt)), None)
+    body = getattr(func, "body", [])
+    if stmt is None or not any(s is stmt for s in body):
+        return False
+    before = [n for s in body[:next(i for i, s in enumerate(body) if s is stmt)] for n in sem.subtree(s)]
+    here = [c for c in sem.subtree(stmt) if c is not node and not sem.contains(c, node)]
+    if not all(_queues_nothing(ctx, c) for c in before + here if isinstance(c, ast.Call)) \
+            or _tensor_arithmetic(ctx, before + here):
+        return False
+    sites = [s for s in sem.call_sites(func) if sem.contains(loop, s)]
+    return bool(sites) and all(read_again(ctx, s, loop, entry=True) for s in sites)
 
 
 def _tensor_arithmetic(ctx: Context, nodes: list[ast.AST]) -> bool:
