@@ -9,7 +9,7 @@ import os
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.context import Context
-from torchdoctor.check.rules.host_values import reached_from_forward, run_by_forwards
+from torchdoctor.check.rules.forward_values import reached_from_forward, run_by_forwards
 from torchdoctor.check.rules.steps import per_step_loop
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods

@@ -8,7 +8,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name, strip_methods, string_value, target_names
+from torchdoctor.check.astutil import FACTORIES, dotted, root_name, strip_methods, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.forwards import moved_params
@@ -22,6 +22,7 @@ __all__ = ["SAME_PLACE", "SYNC_METHODS", "before_the_first_move", "batch_on_devi
 
 
 SYNC_METHODS = ("item", "cpu", "tolist")
+REDUCING_METHODS = frozenset({"sum", "mean", "max", "min", "norm", "amax", "amin", "count_nonzero", "prod", "std", "var"})
 _LOSS_NAME = lazy(r"^(loss|.*_loss|loss_(?!scale|names?$|keys?$|types?$|fn$|func$).*|losses)$")
 # (``loss_scale_value``: AMP's scale, a float; ``loss_name``, ``loss_key``: the strings that name losses)
 
@@ -47,6 +48,8 @@ def inner_sync(node: ast.Call) -> bool:
 
 
 def tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    from torchdoctor.check.rules.forward_values import forward_value  # (it reads host numbers: imported here)
+
     if isinstance(expr, ast.Compare):  # ``float((pred == label).long().sum())``: an elementwise comparison
         return ctx.semantic.expr_kind(expr, at) == "tensor" and not any(
             isinstance(side, ast.Name) and host_number(ctx, side, at) for side in (expr.left, *expr.comparators))
@@ -690,7 +693,7 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
 def _torch_reduction_of_a_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     """``torch.sum(mask)`` (``int(torch.sum(mask))``): a torch reduction of a tensor, where that tensor is (not of a
     host tensor)."""
-    if not (isinstance(expr, ast.Call) and expr.args and (ctx.call_name(expr) or "").rsplit(".", 1)[-1] in _REDUCING_METHODS
+    if not (isinstance(expr, ast.Call) and expr.args and (ctx.call_name(expr) or "").rsplit(".", 1)[-1] in REDUCING_METHODS
             and (ctx.call_name(expr) or "").startswith("torch.")):
         return False
     arg = strip_methods(expr.args[0], SAME_PLACE)
@@ -700,6 +703,8 @@ def _torch_reduction_of_a_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> bo
 def _device_element(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     """``int(nlabel[b])``: an element of a tensor computed on the device (not of a batch still on the host, nor of a
     list of names a loader yields)."""
+    from torchdoctor.check.rules.forward_values import forward_value
+
     if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
             and isinstance(expr.slice, (ast.Name, ast.Constant))):
         return False
@@ -740,106 +745,3 @@ def loader_batch_on_host(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
         return False
     return any(sem.kinds.is_loader_expr(i) for i in unwrap_iter(loop.iter)[0]) and \
         not batch_on_device(ctx, expr.id, at, loop)  # type: ignore[attr-defined]
-
-
-def forward_value(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
-    """A tensor of a module's ``forward``: one of its inputs (``torch.min(x)``), or what a part returns (``out, h =
-    self.rnn(x)``; ``out[-1]``); also of a helper only forwards run (``def focal(pred, gt)``, a loss's). Asked only of
-    a reduction's operand: a reduction of it is a tensor where the model runs."""
-    sem = ctx.semantic
-    base = expr.value if isinstance(expr, ast.Subscript) else expr
-    if not isinstance(base, ast.Name) or base.id == "self":
-        return None
-    func = sem.function_of(at)
-    cls = sem.class_of(func) if func is not None else None
-    if func is None or not (cls is not None and cls.name in sem.module_classes  # type: ignore[attr-defined]
-                            and (func.name == "forward" or reached_from_forward(sem, func, cls))
-                            or cls is None and sem.function_of(func) is None and run_by_forwards(sem, func)):
-        return None
-    return ctx.name(expr) if of_the_forward(sem, base, at, func, 0) else None
-
-
-def run_by_forwards(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
-    """A module-level helper every call of which is in a module class's ``forward`` (or a method only it calls), or
-    in another such helper (PointNet++'s ``farthest_point_sample``, called by ``sample_and_group``, called by the
-    set abstraction's forward): it runs on every forward."""
-    if depth == 0:
-        return sem.cached(("run_by_forwards", func), lambda: _run_by_forwards(sem, func, 0))  # type: ignore[no-any-return]
-    return _run_by_forwards(sem, func, depth)
-
-
-def _run_by_forwards(sem, func: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
-    sites = sem.call_sites(func)
-    return bool(sites) and depth <= 2 and all(
-        (f := sem.function_of(c)) is not None and f is not func and (
-            (k := sem.class_of(c)) is not None and k.name in sem.module_classes
-            and (f.name == "forward" or reached_from_forward(sem, f, k))  # type: ignore[attr-defined]
-            or k is None and sem.function_of(f) is None and run_by_forwards(sem, f, depth + 1)) for c in sites)
-
-
-def reached_from_forward(sem, func: ast.AST, cls: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
-    """A method of a module class that its ``forward`` calls (``self._lag_index(x)``, maybe through another such
-    method, or the forward of a base or a subclass of this file), or picks to call (``loss_func = self.calc_loss if
-    is_train else self.calc_loss_valid``): it runs on every forward too, whatever else calls it (an ``evaluate`` method)."""
-    name = func.name  # type: ignore[attr-defined]
-    if depth > 2 or name.startswith("__"):
-        return False
-    if depth == 0:
-        return sem.cached(("reached_from_forward", func), lambda: _reached_from_forward(sem, func, cls, name, 0))
-    return _reached_from_forward(sem, func, cls, name, depth)
-
-
-def _reached_from_forward(sem, func: ast.AST, cls: ast.AST, name: str, depth: int) -> bool:  # type: ignore[no-untyped-def]
-    bases = {b.id for b in cls.bases if isinstance(b, ast.Name)}  # type: ignore[attr-defined]
-    classes = {cls, *(c for c in sem.of_type(ast.ClassDef) if c.name in bases or any(  # type: ignore[attr-defined]
-        isinstance(b, ast.Name) and b.id == cls.name for b in c.bases))}  # type: ignore[attr-defined]
-    # (a base's forward calls ``self.process_data(batch)``, which the subclass defines)
-    uses = [r for r in sem.self_reads(name) if sem.class_of(r) in classes]
-    callers = {sem.function_of(r) for r in uses}
-    return any(f is not None and f is not func and (f.name == "forward" or reached_from_forward(  # type: ignore[attr-defined]
-        sem, f, sem.class_of(f), depth + 1)) for f in callers)
-
-
-
-_REDUCING_METHODS = frozenset({"sum", "mean", "max", "min", "norm", "amax", "amin", "count_nonzero", "prod", "std", "var"})
-
-
-def computed_in_forward(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
-    """``n = torch.sum(mask)`` in a module's ``forward``, of its inputs (``if n != 0:``, a loss module's test): a tensor
-    where the model runs. A parameter itself may be a Python flag (``if mode == "train":``): not this."""
-    sem = ctx.semantic
-    if not isinstance(expr, ast.Name) or (b := sem.binding_at(expr.id, at)) is None or b.is_param \
-            or not isinstance(b.value, ast.Call) or not ((sem.call_name(b.value) or "").startswith("torch.")
-                                                         or method_name(b.value) in _REDUCING_METHODS) \
-            or host_number(ctx, expr, at):
-        return None  # (``n_valid = valid.sum()``: a reduction of a mask of the inputs, as ``torch.sum(valid)``)
-    return forward_value(ctx, expr, at)
-
-
-def of_the_forward(sem, expr: ast.AST, at: ast.AST, func: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
-    """``expr`` is an input of the forward (not ``self``), what a part hands back (``self.rnn(x)``), or computed
-    from those (``h = x @ self.W``, ``torch.relu(h)``, ``h.view(-1)``, ``out[-1]``), a few bindings deep."""
-    if depth > 6:
-        return False
-    if isinstance(expr, ast.Subscript):
-        return of_the_forward(sem, expr.value, at, func, depth + 1)
-    if isinstance(expr, ast.BinOp):
-        return any(of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, expr.right))
-    if isinstance(expr, ast.Compare):  # ``torch.sum(a > 0)``: a mask of an input
-        return any(of_the_forward(sem, o, at, func, depth + 1) for o in (expr.left, *expr.comparators))
-    if isinstance(expr, ast.Call):
-        if method_name(expr) in ("size", "dim", "numel", "nelement", "ndimension", "stride", "tolist", "item"):
-            return False  # ``b, v, f = x.size()``: Python ints (a read already, when ``.item()``)
-        if isinstance(expr.func, ast.Attribute) and isinstance(expr.func.value, ast.Name) and expr.func.value.id == "self":
-            return True  # ``self.rnn(x)``: a part's output
-        if (sem.call_name(expr) or "").startswith("torch."):
-            return bool(expr.args) and of_the_forward(sem, expr.args[0], at, func, depth + 1)
-        return isinstance(expr.func, ast.Attribute) and of_the_forward(sem, expr.func.value, at, func, depth + 1)
-    if not isinstance(expr, ast.Name) or expr.id == "self":
-        return False
-    b = sem.binding_at(expr.id, at)
-    if b is None or b.node is not func and sem.function_of(b.node) is not func:
-        return False
-    if b.is_param:
-        return True
-    return b.value is not None and of_the_forward(sem, b.value, b.node, func, depth + 1)

@@ -18,8 +18,9 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import few_in_range
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
-from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, computed_in_forward, \
-    forward_value, host_number, is_sync_call, made_on_host, meter_feeds, reached_from_forward, tensor_value
+from torchdoctor.check.rules.forward_values import computed_in_forward, forward_value, reached_from_forward
+from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, \
+    is_sync_call, made_on_host, meter_feeds, tensor_value
 from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
