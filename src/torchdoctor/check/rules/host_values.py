@@ -296,6 +296,10 @@ def computed_from_moved(ctx: Context, name: str, at: ast.AST, loop: ast.AST, dep
         return False
     if sem.elements_moved(root_name(b.value) or "", b.node):
         return True
+    if isinstance(b.value, ast.Call) and sem.is_device_move(b.value) and isinstance(b.value.func, ast.Attribute) \
+            and isinstance(b.value.func.value, (ast.Attribute, ast.Subscript)) \
+            and root_name(b.value.func.value) in sem.batch_vars(loop):
+        return True  # ``gt = data.y.to(opt.device)``: a part of the batch, moved
     names = {n.id for n in sem.subtree(b.value) if isinstance(n, ast.Name) and n.id != name}
     return any(sem.is_moved(n, b.node) or computed_from_moved(ctx, n, b.node, loop, depth + 1) for n in names
                if n in sem.batch_vars(loop))

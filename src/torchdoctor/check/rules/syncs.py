@@ -98,6 +98,14 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0
             and _device_tensor_name(ctx, expr.value, at, depth) and (ctx.semantic.kind_of(expr.value.id, at) == "tensor"
                                                                      or _handed_device_tensors(ctx, expr.value, at, depth)):
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and isinstance(expr.value.value, ast.Name) \
+            and not expr.value.attr.startswith(("num_", "n_")) and isinstance(expr.slice, (ast.Constant, ast.UnaryOp)):
+        sem = ctx.semantic
+        loop = sem.enclosing_loop(at, "batch")
+        name = expr.value.value.id
+        if loop is not None and name in sem.batch_vars(loop) and batch_on_device(ctx, name, at, loop) \
+                and sem.is_moved(name, at):
+            return ctx.name(expr)  # ``batch.batch[-1]`` of a PyG batch moved whole: an element of one of its tensors
     return None
 
 
