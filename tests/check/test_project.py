@@ -5894,3 +5894,71 @@ def test_nccl_in_a_helper_a_package_re_exports_to_launchers_that_stop_without_a_
     settings = Settings(root=str(project), select=("TD704",))
     assert codes(check_files(["util/dist.py", "util/__init__.py", "train.py"], settings), "dist.py") == []
     assert codes([check_file("util/dist.py", settings)], "dist.py") == []
+
+
+HOOK_BASE = """\
+import torch
+from nets import Net
+
+
+class Model:
+    def __init__(self, config=None):
+        self.device = config.device
+        self.declare_networks()
+        self.model = self.model.to(self.device)
+
+    def declare_networks(self):
+        self.model = Net()
+
+    def step(self, x):
+        return self.model(torch.tensor(x, device=self.device))
+"""
+
+HOOK_SUBCLASS = """\
+import torch
+from agents.base import Model as BaseAgent
+from nets import CatNet
+
+
+class Model(BaseAgent):
+    def __init__(self, config=None):
+        self.support = torch.linspace(0, 1, 51).to(config.device)
+        super(Model, self).__init__(config=config)
+
+    def declare_networks(self):
+        self.model = CatNet()
+
+    def act(self, s):
+        x = torch.tensor([s], device=self.device)
+        return (self.model(x) * self.support).sum()
+"""
+
+HOOK_NETS = """\
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.l(x)
+
+
+class CatNet(Net):
+    pass
+"""
+
+
+@pytest.mark.parametrize(("base", "expected"), [(HOOK_BASE, []),
+                                                (HOOK_BASE.replace("        self.model = self.model.to(self.device)\n", ""),
+                                                 [(12, "TD201")])], ids=["base-moves-it", "nothing-moves-it"])
+def test_a_model_a_subclass_hook_builds_and_its_base_class_moves_is_moved(project: Path, base: str, expected) -> None:
+    """DeepRL-Tutorials' agents: ``BaseAgent.__init__`` (another module) calls ``self.declare_networks()`` and then
+    ``self.model = self.model.to(self.device)``; the subclass overrides the hook with ``self.model = CatNet()``. The
+    model is moved, by the base class. Without that move, TD201 stands."""
+    write(project, {"nets.py": HOOK_NETS, "agents/__init__.py": "", "agents/base.py": base, "agents/cat.py": HOOK_SUBCLASS})
+    settings = Settings(root=str(project), select=("TD201",))
+    assert codes(check_files(["nets.py", "agents/base.py", "agents/cat.py"], settings), "cat.py") == expected
+    assert codes([check_file("agents/cat.py", settings)], "cat.py") == expected

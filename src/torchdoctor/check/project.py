@@ -21,6 +21,7 @@ import ast
 import functools
 import itertools
 import os
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -283,6 +284,15 @@ class Project(Callers):
         on an accelerator itself (its trainer moves the model and each batch to the GPU)."""
         return self._lookup(sem, written, "accelerated") is not None
 
+    def base_moves_attribute(self, sem: SemanticModel, written: str, attr: str) -> bool:
+        """The class ``written`` (imported here) is defined in a module of the project that moves a ``self.<attr>`` to a
+        device (``self.model = self.model.to(self.device)`` in the ``__init__`` that calls a ``declare_networks()`` hook
+        the subclass overrides: DeepRL-Tutorials' agents)."""
+        summary = self._lookup(sem, written, "class_module")
+        text = self.state.text(summary.path) if summary is not None else None  # type: ignore[attr-defined]
+        return bool(text) and re.search(rf"\bself\.{re.escape(attr)}(\s*=\s*self\.{re.escape(attr)})?\.(to|cuda)\(",
+                                        text) is not None  # type: ignore[arg-type]
+
     def is_data_parallel_class(self, sem: SemanticModel, written: str) -> bool:
         """``written`` (imported here) is a class of the project that subclasses ``torch.nn.DataParallel``, directly or
         through classes of other modules (``UserScatteredDataParallel(DictGatherDataParallel(DataParallel))``)."""
@@ -361,6 +371,8 @@ class Project(Callers):
             # accelerator itself (a package's ``__init__`` that re-exports it: followed below)
         if what == "class" and attr in summary.classes:
             return summary.classes[attr]
+        if what == "class_module" and attr in summary.classes:
+            return summary  # (the module that defines the class)
         if what == "module_class" and attr in summary.classes:
             cls = summary.classes[attr]
             if cls.is_module:

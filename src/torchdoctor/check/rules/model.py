@@ -39,7 +39,8 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue  # a submodule moves with its parent
         if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
             continue
-        if _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) or _parts_moved(ctx, key, stmt):
+        if _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) or _parts_moved(ctx, key, stmt) \
+                or _moved_by_a_base_class(ctx, key, stmt):
             continue
         if _returned(ctx, key, stmt):
             continue  # a builder function: its caller decides where the model goes
@@ -55,6 +56,18 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
         ctx.report("TD201", call,
                    f"model `{key}` ({name}) is never moved to a device, but its inputs are moved to `{device}`",
                    fix=f"move it once after construction: `{key} = {_same_move(ctx, move, key)}`")
+
+
+def _moved_by_a_base_class(ctx: Context, key: str, stmt: ast.AST) -> bool:
+    """``self.model = CatNet()`` in a hook (``declare_networks``) of a subclass whose base class, of another module of
+    the project, moves ``self.model`` after calling the hook (``self.model = self.model.to(self.device)``)."""
+    sem = ctx.semantic
+    cls = sem.class_of(stmt)
+    if not key.startswith("self.") or key.count(".") != 1 or cls is None or sem.project is None:
+        return False
+    imported = {**sem.names.from_imports, **sem.names.imports}
+    return any((written := dotted(b)) and written.split(".")[0] in imported
+               and sem.project.base_moves_attribute(sem, written, key[5:]) for b in cls.bases)  # type: ignore[attr-defined]
 
 
 def _scalar_holder(ctx: Context, call: ast.Call) -> bool:
