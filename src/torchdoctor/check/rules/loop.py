@@ -23,6 +23,11 @@ def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
     sem = ctx.semantic
     if sem.loop_kind(loop) != "eval":
         return []
+    func = sem.function_of(loop)
+    cls = sem.class_of(func) if func is not None else None
+    if func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes:  # type: ignore[attr-defined]
+        return []  # (``[net(x) for net, x in zip(self.projs, (q, k, v))]`` in a model's own forward: its callers'
+        # grad mode is the forward's)
     out = []
     for node in sem.body(loop):
         if not isinstance(node, ast.Call) or flow.consumer_kind(sem, node) != "model" and not _runs_the_network(ctx, node):
@@ -96,6 +101,11 @@ def _eval_helper_forwards(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, s
     sem = ctx.semantic
     if sem.loop_kind(loop) != "eval":
         return []
+    func = sem.function_of(loop)
+    cls = sem.class_of(func) if func is not None else None
+    if func is not None and func.name == "forward" and cls is not None and cls.name in sem.module_classes:  # type: ignore[attr-defined]
+        return []  # (``[net(x) for net, x in zip(self.projs, (q, k, v))]`` in a model's own forward: its callers'
+        # grad mode is the forward's)
     out = []
     for node in sem.body(loop):
         if not isinstance(node, ast.Call) or sem.under_no_grad(node) or sem.enclosing_loop(node, "eval") is not loop:
