@@ -177,8 +177,17 @@ class Guards(GradModes, DeviceChoices):
         iterated = dotted(it.args[0]) if dotted(it.func) == "enumerate" and it.args else None
         return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Eq)
                    and any(isinstance(s, ast.Name) and s.id in own for s in (n.left, n.comparators[0]))
-                   and any(isinstance(s, ast.Constant) for s in (n.left, n.comparators[0]))
+                   and any(isinstance(s, ast.Constant) or self._fixed_in(s, loop, own) for s in (n.left, n.comparators[0]))
                    or self._first_passes(n, own, iterated) for n in self.index.subtree(test))
+
+    def _fixed_in(self, expr: ast.AST, loop: ast.AST, own: set[str]) -> bool:
+        """``sample_idx`` of ``if i == sample_idx:``, drawn before the loop (``sample_idx = randint(len(loader))``):
+        a name or attribute the loop never rebinds, so the counter equals it on one pass."""
+        name = dotted(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+        if name is None or name in own:
+            return False
+        return not any(isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Store) and dotted(n) == name
+                       for n in self.index.subtree(loop))
 
     @staticmethod
     def _first_passes(n: ast.AST, own: set[str], iterated: str | None) -> bool:
