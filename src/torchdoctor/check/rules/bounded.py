@@ -176,6 +176,9 @@ def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST, few: int = FEW) -> bo
     """A literal of at most ``few``, or a parameter whose default is one (``num_examples=2``)."""
     if isinstance(expr, ast.Constant):
         return type(expr.value) is int and expr.value <= few
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        value = _set_once(ctx.semantic, dotted(expr))
+        return isinstance(value, ast.Constant) and type(value.value) is int and value.value <= few
     if not isinstance(expr, ast.Name):
         return False
     b = ctx.semantic.binding_at(expr.id, at)
@@ -184,6 +187,20 @@ def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST, few: int = FEW) -> bo
         return False
     default = param_default(func, expr.id)  # type: ignore[arg-type]
     return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= few
+
+
+def _set_once(sem, name: str | None) -> ast.AST | None:  # type: ignore[no-untyped-def]
+    """The value of ``args.test_batch`` when the file sets that attribute once, at its top level (a notebook's
+    ``args = Args(); args.test_batch = 10``), and stores it nowhere else; else None."""
+    if name is None:
+        return None
+    stores = [n for n in sem.index.by_type.get(ast.Attribute, ()) if isinstance(n.ctx, ast.Store) and dotted(n) == name]
+    if len(stores) != 1:
+        return None
+    stmt = sem.index.parent.get(stores[0])
+    if not (isinstance(stmt, ast.Assign) and stmt.targets == [stores[0]] and sem.function_of(stmt) is None):
+        return None
+    return stmt.value
 
 
 def retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
