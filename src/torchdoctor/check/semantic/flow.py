@@ -164,13 +164,34 @@ def _tainted(sem: SemanticModel, body: list[ast.AST], param: str) -> set[str]:
     return out
 
 
+_SIZE_ATTRS = frozenset({"shape", "ndim", "dtype", "device"})
+_SIZE_CALLS = frozenset({"len", "size", "dim", "numel"})
+
+
+def _value_names(sem: SemanticModel, expr: ast.AST) -> set[str]:
+    """The names whose values ``expr`` computes with: not those it only measures (``len(predictions)``,
+    ``x.shape[0]``, ``x.size(1)``), so ``assert len(predictions) == len(out_ligs)`` combines no values."""
+    sized: set[int] = set()
+    names: set[str] = set()
+    for n in sem.subtree(expr):
+        if id(n) in sized:
+            continue
+        measured = isinstance(n, ast.Attribute) and n.attr in _SIZE_ATTRS or isinstance(n, ast.Call) and (
+            isinstance(n.func, ast.Name) and n.func.id == "len" or isinstance(n.func, ast.Attribute)
+            and n.func.attr in _SIZE_CALLS)
+        if measured:
+            sized.update(id(m) for m in sem.subtree(n))
+        elif isinstance(n, ast.Name):
+            names.add(n.id)
+    return names
+
+
 def _combined(sem: SemanticModel, body: list[ast.AST], left: set[str], right: set[str]) -> bool:
     """A binary operation takes one side from each set (and neither side from both)."""
     for node in body:
         if isinstance(node, (ast.BinOp, ast.Compare)):
             a, b = (node.left, node.right) if isinstance(node, ast.BinOp) else (node.left, node.comparators[0])
-            na = {n.id for n in sem.subtree(a) if isinstance(n, ast.Name)}
-            nb = {n.id for n in sem.subtree(b) if isinstance(n, ast.Name)}
+            na, nb = _value_names(sem, a), _value_names(sem, b)
             if (na & left and nb & right and not na & right and not nb & left) or \
                     (na & right and nb & left and not na & left and not nb & right):
                 return True
