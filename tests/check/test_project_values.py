@@ -142,3 +142,38 @@ def test_an_engine_given_the_device_a_base_class_of_another_module_sets_up(proje
     # the device comes from the base class's set-up; the logger handed numbers read already reads nothing, the
     # one handed the loss does
     assert codes(results, "engine.py") == [(11, "TD603"), (13, "TD603")]
+
+
+def test_a_cast_to_the_type_of_a_tensor_a_helper_made_from_an_array_moves_nothing(project: Path) -> None:
+    """A super-resolution test script turns each image into a tensor with a helper of its utilities module
+    (``torch.from_numpy(img).permute(2, 0, 1).float().unsqueeze(0)``), then makes the noise-level map with
+    ``torch.full(...).type_as(img)`` before moving the two together: the cast is from the host to the host. After
+    ``img = img.to(device)`` the same cast is a copy to the device on every image (TD611)."""
+    write(project, {
+        "imgutil.py": """\
+            import numpy as np
+            import torch
+
+            def to_tensor4(img):
+                return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1).float().unsqueeze(0)
+            """,
+        "test_sr.py": """\
+            import numpy as np
+            import torch
+            import imgutil
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Conv2d(4, 3, 3).to(device)
+            for path in ["a.npy", "b.npy"]:
+                img = imgutil.to_tensor4(np.load(path))
+                level = torch.full((1, 1, img.size(2), img.size(3)), 0.1).type_as(img)
+                img = torch.cat((img, level), dim=1).to(device)
+                sigma = torch.full((1, 1, 1, 1), 0.1).type_as(img)
+                with torch.no_grad():
+                    out = model(img) * sigma
+            """,
+    })
+    results = check_files(["imgutil.py", "test_sr.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "test_sr.py") == [(11, "TD611")]
+    alone = check_files(["test_sr.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(alone, "test_sr.py") == [(11, "TD611")]

@@ -17,6 +17,7 @@ from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.forwards import moved_params
 from torchdoctor.check.semantic.models import model_is_stateless
 from torchdoctor.check.semantic.placement import cpu_only_loop
+from torchdoctor.check.semantic.summary import returns_from_numpy
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
@@ -478,13 +479,36 @@ def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-
     (``ref.device``): a cast to the type of a tensor moves to its device too (a CUDA ``ref``: a copy to the GPU)."""
     if method_name(call) == "type_as":
         return f"{sem.segment(call.args[0])}.device" if len(call.args) == 1 and not call.keywords \
-            and isinstance(call.args[0], (ast.Name, ast.Attribute)) else None
+            and isinstance(call.args[0], (ast.Name, ast.Attribute)) and not _host_bound(sem, call.args[0], call) else None
     if method_name(call) == "type":  # ``.type(ref.type())``: cast to the type of ``ref``, on its device
         ref = _type_of(call.args[0]) if len(call.args) == 1 else None
         if ref is None and len(call.args) == 1 and _cuda_tensor_type(sem, call.args[0], call):
             return "cuda"  # ``.type(dtype)`` of ``dtype = torch.cuda.FloatTensor if ... else torch.FloatTensor``
         return f"{sem.segment(ref)}.device" if ref is not None else None
     return sem.move_device(call)
+
+
+_FROM_HOST = frozenset({"torch.from_numpy", "torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.FloatTensor"})
+
+
+def _host_bound(sem, ref: ast.AST, at: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``img`` of ``.type_as(img)`` where ``img = torch.from_numpy(a).unsqueeze(0)``, bound just before and moved
+    by nothing in its value: a host tensor, so the cast copies to no device."""
+    if not isinstance(ref, ast.Name) or (b := sem.binding_at(ref.id, at)) is None or b.is_param or b.index is not None \
+            or b.value is None:
+        return False
+    root = b.value
+    while isinstance(root, ast.Call) and isinstance(root.func, ast.Attribute) and sem.qualname(root.func) is None:
+        if root.func.attr in ("to", "cuda", "type_as", "type", "pin_memory") or keyword(root, "device") is not None:
+            return False
+        root = root.func.value
+    if not isinstance(root, ast.Call):
+        return False
+    if sem.qualname(root.func) in _FROM_HOST:
+        return keyword(root, "device") is None
+    if funcs := sem.resolve(root):  # ``img = util.single2tensor4(img)``: a helper that hands back ``torch.from_numpy``
+        return all(returns_from_numpy(sem, f) for f in funcs)
+    return getattr(sem.external(root), "returns", None) == "host"
 
 
 def _cuda_tensor_type(sem, arg: ast.AST, at: ast.AST) -> bool:  # type: ignore[no-untyped-def]

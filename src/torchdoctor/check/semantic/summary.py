@@ -225,7 +225,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "device" if says_cuda and _returns_cuda_choice(sem, func) else \
                 "cuda_model" if moves_to_cuda and _returns_moved_to_cuda(sem, func) else \
                 "python" if len(func.args.args) == 1 and only_python(sem, func) else \
-                "host" if _returns_host_copies(sem, func) or _returns_fresh_host_tensor(sem, func) else \
+                "host" if _returns_host_copies(sem, func) or _returns_fresh_host_tensor(sem, func) \
+                or returns_from_numpy(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else _returned_object(sem, func)
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
@@ -315,6 +316,25 @@ def _returns_fresh_host_tensor(sem: SemanticModel, func: ast.AST) -> bool:
         if not bound or any(b.is_param or b.index is not None or not isinstance(b.value, ast.Call)
                             or sem.call_name(b.value) not in _HOST_FACTORIES
                             or any(k.arg == "device" for k in b.value.keywords) for b in bound):
+            return False
+    return True
+
+
+_KEEPS_PLACE = frozenset({"float", "double", "long", "int", "half", "unsqueeze", "squeeze", "permute", "view",
+                          "reshape", "contiguous", "clone", "transpose", "flip", "mul_", "div_", "sub_", "add_"})
+
+
+def returns_from_numpy(sem: SemanticModel, func: ast.AST) -> bool:
+    """Every ``return`` hands back ``torch.from_numpy(...)``, maybe reshaped or cast in place of the device
+    (``torch.from_numpy(img).permute(2, 0, 1).float().unsqueeze(0)``): a host tensor made from an array."""
+    returns = sem.kinds.returns_of(func)
+    if not returns:
+        return False
+    for r in returns:
+        value = r.value
+        while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _KEEPS_PLACE:
+            value = value.func.value
+        if not (isinstance(value, ast.Call) and sem.call_name(value) == "torch.from_numpy"):
             return False
     return True
 
