@@ -177,3 +177,69 @@ def test_a_cast_to_the_type_of_a_tensor_a_helper_made_from_an_array_moves_nothin
     assert codes(results, "test_sr.py") == [(11, "TD611")]
     alone = check_files(["test_sr.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(alone, "test_sr.py") == [(11, "TD611")]
+
+
+def test_a_read_after_a_gather_helper_that_reads_back_what_it_gathers_waits_for_nothing(project: Path) -> None:
+    """A VQ-VAE step reads its loss once, gathers the host numbers from every rank with a helper of the project's
+    ``comm`` module (one rank: it hands back its argument; else ``all_gather`` on CUDA byte tensors, each read back
+    with ``.cpu()`` before it returns), then prints the losses under ``if comm.is_primary():``: the GPU is idle after
+    the helper, so only the first read waits (TD603 once). A helper that ends with GPU work it does not read back
+    (``reduce_losses``) leaves the print's read a wait of its own."""
+    write(project, {
+        "comm.py": """\
+            import pickle
+            import torch
+            import torch.distributed as dist
+
+            def get_world_size():
+                return dist.get_world_size() if dist.is_initialized() else 1
+
+            def is_primary():
+                return not dist.is_initialized() or dist.get_rank() == 0
+
+            def all_gather(data):
+                world_size = get_world_size()
+                if world_size == 1:
+                    return [data]
+                t = torch.ByteTensor(list(pickle.dumps(data))).to("cuda")
+                out = [torch.empty_like(t) for _ in range(world_size)]
+                dist.all_gather(out, t)
+                data_list = []
+                for o in out:
+                    data_list.append(pickle.loads(bytes(o.cpu().numpy())))
+                return data_list
+
+            def reduce_losses(losses):
+                if get_world_size() == 1:
+                    return losses
+                stacked = torch.stack(losses)
+                dist.all_reduce(stacked)
+                return stacked / get_world_size()
+            """,
+        "train.py": """\
+            import torch
+            import comm
+
+            def train(loader, model, opt, device):
+                for x, y in loader:
+                    x, y = x.to(device), y.to(device)
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    part = loss.item() * x.shape[0]
+                    parts = comm.all_gather({"sum": part})
+                    if comm.is_primary():
+                        print(f"loss {loss.item():.4f}")
+                    both = comm.reduce_losses([loss.detach(), loss.detach()])
+                    print(loss.item())
+
+            if __name__ == "__main__":
+                dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                net = torch.nn.Linear(4, 1).to(dev)
+                data = torch.utils.data.DataLoader([], batch_size=8, pin_memory=True, num_workers=2)
+                train(data, net, torch.optim.SGD(net.parameters(), lr=0.1), dev)
+            """,
+    })
+    results = check_files(["comm.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == [(11, "TD603"), (16, "TD603")]

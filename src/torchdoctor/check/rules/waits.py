@@ -252,6 +252,9 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
                     and any(_ends_with_a_read(ctx, f) for f in sem.resolve(stmt.value)):
                 return True  # (``acc, val_loss = evaluate()``, whose last statements read back ``acc``: drained)
+            if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
+                    and "drains" in getattr(sem.external(stmt.value), "effects", ()):
+                return True  # (``parts = comm.all_gather(part)`` of another module, which reads back what it gathers)
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) and name is not None \
                     and _reads_in_another_module(ctx, stmt.value, name) and _runs_whenever(sem, stmt.value, stmt):
                 return True  # (``meter.update(acc=acc)`` whose ``update`` calls ``.item()``: reported there)
@@ -268,7 +271,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
         if up is loop:
             return False
         if isinstance(up, (ast.If, ast.While)) and not all(  # (``if self.after_iter_callback is not None:``: its test
-                _queues_nothing(ctx, c) for c in sem.subtree(up.test) if isinstance(c, ast.Call)):  # queues nothing)
+                _queues_nothing(ctx, c) for c in sem.subtree(up.test) if isinstance(c, ast.Call)) \
+                and not sem.guards.rank_test(up.test):  # queues nothing; nor does ``if dist.is_primary():``)
             return False
         if isinstance(up, (ast.For, ast.AsyncFor)) and _reading_pass(ctx, up):
             top = up  # (``for aux in aux_losses: total += aux.item()``: a pass of reads, nothing queued between them)

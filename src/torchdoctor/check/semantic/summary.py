@@ -215,6 +215,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             effects = sem.effects(func)  # this module's own code: a summary never reads further modules
             if "sync" in effects and _reads_host_draws_only(sem, func):
                 effects -= {"sync", "read"}  # (stylegan2's ``augment``: ``torch.empty(2).uniform_(...)...item()``)
+            if "sync" in effects and _returns_after_a_read(sem, func):
+                effects |= {"drains"}  # (its GPU work read back before it returns: the GPU is idle after a call)
             if asks_gpus and program.refuses_cpu(sem, func):
                 effects |= {"needs_gpu"}  # (not one of EFFECTS: said only to the callers in other modules)
             if samplers and program.shuffling_samplers(sem, sem.local_nodes(func)):
@@ -318,6 +320,41 @@ def _returns_fresh_host_tensor(sem: SemanticModel, func: ast.AST) -> bool:
                             or any(k.arg == "device" for k in b.value.keywords) for b in bound):
             return False
     return True
+
+
+_READS = frozenset({"cpu", "item", "tolist"})
+
+
+def _returns_after_a_read(sem: SemanticModel, func: ast.AST) -> bool:
+    """``func`` returns only after reading back the GPU work it queued: its last statement that does anything reads
+    (``return [pickle.loads(bytes(o.cpu().tolist())) for o in out]``, or a loop of ``buf = t.cpu().numpy()`` before
+    ``return data_list``), and any earlier ``return`` sits in an ``if`` at its top, before any work (``world_size =
+    get_world_size()``, ``if world_size == 1: return [data]``), handing back its arguments."""
+    body = [s for s in getattr(func, "body", ()) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    tail = len(body)
+    while tail and (isinstance(body[tail - 1], ast.Return) and _names_only(sem, body[tail - 1].value)
+                    or isinstance(body[tail - 1], ast.Assign) and _names_only(sem, body[tail - 1].value)):
+        tail -= 1  # (``return data_list``, ``data_list = []``: nothing queued)
+    if not tail or not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _READS
+                           for n in sem.subtree(body[tail - 1])):
+        return False
+    early = 0
+    while early < tail - 1 and isinstance(body[early], ast.Assign) and isinstance(call := body[early].value, ast.Call) \
+            and not call.args and not call.keywords:
+        early += 1  # (``world_size = get_world_size()``)
+    while early < tail - 1 and isinstance(body[early], ast.If) and not body[early].orelse \
+            and isinstance(body[early].body[-1], ast.Return):
+        early += 1
+    last = body[-1] if isinstance(body[-1], ast.Return) else None
+    if any(isinstance(n, ast.Return) and n is not last for s in body[early:] for n in sem.subtree(s)):
+        return False
+    return all(r.value is None or not any(isinstance(n, ast.Call) for n in sem.subtree(r.value))
+               for s in body[:early] for r in sem.subtree(s) if isinstance(r, ast.Return))
+
+
+def _names_only(sem: SemanticModel, value: ast.AST | None) -> bool:
+    return value is None or all(isinstance(n, (ast.Name, ast.Tuple, ast.List, ast.Dict, ast.Constant, ast.Load))
+                                for n in sem.subtree(value))
 
 
 _KEEPS_PLACE = frozenset({"float", "double", "long", "int", "half", "unsqueeze", "squeeze", "permute", "view",
