@@ -77,22 +77,23 @@ class Guards(GradModes, DeviceChoices):
     def _has_mod(self, test: ast.AST) -> bool:
         """The test uses ``%``, itself or through a flag it reads (``g_regularize = i % 16 == 0``, then
         ``if g_regularize:``)."""
-        def mod_in(expr: ast.AST) -> bool:
-            return self._mod_op(expr) or any(isinstance(n, ast.Call) and self._returns_mod(n) for n in self.index.subtree(expr))
+        return self._test_memo(test, "mod", lambda: self._mod_through(test, test, 0))
 
-        def compute() -> bool:
-            if mod_in(test):
-                return True
-            for n in self.index.subtree(test):
-                if isinstance(n, ast.Name):
-                    b = self.bindings.at(n.id, test)
-                    if b is not None and b.value is not None and not b.is_param and mod_in(b.value):
-                        return True
-                    if b is not None and b.is_param and self._flag_of_callers(b.node, n.id, mod_in):
-                        return True
-            return False
+    def _mod_in(self, expr: ast.AST) -> bool:
+        return self._mod_op(expr) or any(isinstance(n, ast.Call) and self._returns_mod(n) for n in self.index.subtree(expr))
 
-        return self._test_memo(test, "mod", compute)
+    def _mod_through(self, expr: ast.AST, at: ast.AST, depth: int) -> bool:
+        if self._mod_in(expr):
+            return True
+        for n in self.index.subtree(expr):
+            if isinstance(n, ast.Name):
+                b = self.bindings.at(n.id, at)
+                if b is not None and b.value is not None and not b.is_param and b.node is not at \
+                        and (self._mod_in(b.value) or depth < 2 and self._mod_through(b.value, b.node, depth + 1)):
+                    return True  # (``print_step = print_step or early_print_step``: flags of flags)
+                if b is not None and b.is_param and self._flag_of_callers(b.node, n.id, self._mod_in):
+                    return True
+        return False
 
     def _flag_of_callers(self, func: ast.AST, param: str, mod_in: Callable[[ast.AST], bool]) -> bool:
         """``if do_eval:`` on a parameter that every call of the function in this file passes a step test
