@@ -5962,3 +5962,50 @@ def test_a_model_a_subclass_hook_builds_and_its_base_class_moves_is_moved(projec
     settings = Settings(root=str(project), select=("TD201",))
     assert codes(check_files(["nets.py", "agents/base.py", "agents/cat.py"], settings), "cat.py") == expected
     assert codes([check_file("agents/cat.py", settings)], "cat.py") == expected
+
+
+def test_a_tensor_dataset_of_tensors_another_module_moved_needs_no_pinning(project: Path) -> None:
+    """A traffic forecaster cuts its series into windows with a helper of its data module, which hands back
+    ``torch.Tensor(x).to(device), torch.Tensor(y).to(device)``: the TensorDataset holds device tensors, so pinning
+    would fail and TD304 stays quiet. A helper that hands back host tensors leaves the loader's TD304."""
+    write(project, {
+        "windows.py": """\
+            import numpy as np
+            import torch
+
+            def to_windows(series, n_his, device):
+                x = np.stack([series[i:i + n_his] for i in range(len(series) - n_his)])
+                y = series[n_his:]
+                return torch.Tensor(x).to(device), torch.Tensor(y).to(device)
+
+            def to_host_windows(series, n_his):
+                x = np.stack([series[i:i + n_his] for i in range(len(series) - n_his)])
+                return torch.Tensor(x), torch.Tensor(series[n_his:])
+            """,
+        "main.py": """\
+            import numpy as np
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            import windows
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            series = np.random.rand(1000).astype("float32")
+            x_train, y_train = windows.to_windows(series, 12, device)
+            train_iter = DataLoader(TensorDataset(x_train, y_train), batch_size=32, shuffle=True)
+            x_val, y_val = windows.to_host_windows(series, 12)
+            val_iter = DataLoader(TensorDataset(x_val, y_val), batch_size=32)
+            model = torch.nn.Linear(12, 1).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            for xb, yb in train_iter:
+                loss = torch.nn.functional.mse_loss(model(xb).squeeze(1), yb)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            with torch.no_grad():
+                model.eval()
+                for xb, yb in val_iter:
+                    print(model(xb.to(device)).shape)
+            """,
+    })
+    results = check_files(["windows.py", "main.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "main.py") == [(11, "TD304")]

@@ -623,6 +623,8 @@ def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
     if isinstance(value, ast.Call) and dotted(value.func) == "map" and value.args \
             and isinstance(value.args[0], ast.Lambda):  # ``x, y = map(lambda t: t.to(device), (x, y))``
         return sem.value_is_moved(value.args[0].body)
+    if not funcs and isinstance(value, ast.Call) and getattr(sem.external(value), "returns", None) == "moved":
+        return True  # (``x, y = data_util.make_xy(series, device)`` of another module, returning ``x.to(device), ...``)
     values = [sem.kinds.returned_values(f, b.index) for f in funcs]  # type: ignore[union-attr]
     return bool(funcs) and all(v is not None and all(sem.value_is_moved(x) or _made_on_device(ctx, x, x) for x in v)
                                for v in values)

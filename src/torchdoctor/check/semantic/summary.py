@@ -76,7 +76,8 @@ class FunctionSummary(FrozenRecord):
     # "cuda_model": it returns what it built moved by ``.cuda()`` (``return model.cuda()``, ``return enc.cuda(),
     # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are); "python": one parameter,
     # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``); "host": every
-    # return hands back a host copy (``return err.view(-1).cpu().numpy()``)
+    # return hands back a host copy (``return err.view(-1).cpu().numpy()``); "moved": every return, each element of
+    # its tuple, is moved to a device (``return x.to(device), y.to(device)``)
 
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
     numpy_params: frozenset[str]  # parameters its first statement turns into NumPy arrays (``x = x.cpu().numpy()``)
@@ -229,7 +230,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "python" if len(func.args.args) == 1 and only_python(sem, func) else \
                 "host" if _returns_host_copies(sem, func) or _returns_fresh_host_tensor(sem, func) \
                 or returns_from_numpy(sem, func) else \
-                "derived" if sem.kinds.computes_on_params([func]) else _returned_object(sem, func)
+                "derived" if sem.kinds.computes_on_params([func]) else \
+                "moved" if moves and _returns_moved(sem, func) else _returned_object(sem, func)
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
             keys = returned_keys(sem, func) if not params and returns is None else None  # (what ``**f()`` passes)
@@ -320,6 +322,15 @@ def _returns_fresh_host_tensor(sem: SemanticModel, func: ast.AST) -> bool:
                             or any(k.arg == "device" for k in b.value.keywords) for b in bound):
             return False
     return True
+
+
+def _returns_moved(sem: SemanticModel, func: ast.AST) -> bool:
+    """Every ``return`` hands back moved tensors, each element of a tuple moved (``return torch.Tensor(x).to(device),
+    torch.Tensor(y).to(device)``): a data helper that puts a whole set on the device."""
+    values = sem.kinds.returned_values(func)
+    if not values:
+        return False
+    return all(all(sem.value_is_moved(e) for e in (v.elts if isinstance(v, ast.Tuple) else [v])) for v in values)
 
 
 _READS = frozenset({"cpu", "item", "tolist"})
