@@ -6009,3 +6009,51 @@ def test_a_tensor_dataset_of_tensors_another_module_moved_needs_no_pinning(proje
     })
     results = check_files(["windows.py", "main.py"], Settings(root=str(project), select=("TD304",)))
     assert codes(results, "main.py") == [(11, "TD304")]
+
+
+@pytest.mark.parametrize("files", [("pretrain.py", "finetune.py", "models/encoder.py"), ("pretrain.py", "finetune.py")])
+def test_saves_a_reader_of_the_program_requires_by_a_prefixed_key_keep_the_prefix(project: Path, files) -> None:
+    """An audio model's pretraining script saves its DataParallel wrapper's ``state_dict()``, and the model class
+    that fine-tuning builds reads that file by ``sd["module.patch.proj.weight"]``, raising without the prefix: the
+    prefix is the program's own checkpoint format, so TD205 stays quiet there, as it does in the reader's own demo.
+    The fine-tuning script, which loads checkpoints back itself, keeps its finding; without the reader, both do."""
+    write(project, {
+        "models/encoder.py": """\
+            import torch
+            from torch import nn
+
+            class Encoder(nn.Module):
+                def __init__(self, fdim=16, ckpt=None):
+                    super().__init__()
+                    if ckpt is not None:
+                        sd = torch.load(ckpt, map_location="cpu", weights_only=True)
+                        fdim = sd["module.patch.proj.weight"].shape[1]
+                    self.proj = nn.Linear(fdim, 8)
+
+            if __name__ == "__main__":
+                enc = nn.DataParallel(Encoder())
+                torch.save(enc.state_dict(), "demo.pth")
+            """,
+        "pretrain.py": """\
+            import torch
+            from torch import nn
+            from models.encoder import Encoder
+
+            model = nn.DataParallel(Encoder()).cuda()
+            torch.save(model.state_dict(), "pretrained.pth")
+            """,
+        "finetune.py": """\
+            import torch
+            from torch import nn
+            from models.encoder import Encoder
+
+            model = nn.DataParallel(Encoder(ckpt="pretrained.pth")).cuda()
+            model.load_state_dict(torch.load("best.pth", map_location="cpu", weights_only=True))
+            torch.save(model.state_dict(), "best.pth")
+            """,
+    })
+    results = check_files(list(files), Settings(root=str(project), select=("TD205",)))
+    reader = "models/encoder.py" in files
+    assert codes(results, "pretrain.py") == ([] if reader else [(6, "TD205")])
+    assert codes(results, "finetune.py") == [(7, "TD205")]
+    assert codes(results, "encoder.py") == []

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.project_callers import SELECTS_WRAPPED, STRIPS_WRAPPED, Callers
+from torchdoctor.check.project_callers import REQUIRES_WRAPPED, SELECTS_WRAPPED, STRIPS_WRAPPED, Callers
 from torchdoctor.check.project_files import State, file_of, guess_root
 from torchdoctor.check.semantic import SemanticModel
 from torchdoctor.check.semantic.gpu_only import kernel_calls, optional_imports
@@ -35,7 +35,7 @@ from torchdoctor.check.semantic.gpu_only import kernel_calls, optional_imports
 if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a lone script never needs it
     from torchdoctor.check.semantic.summary import FunctionSummary, ModuleSummary
 
-__all__ = ["Project", "SELECTS_WRAPPED", "STRIPS_WRAPPED"]
+__all__ = ["Project", "REQUIRES_WRAPPED", "SELECTS_WRAPPED", "STRIPS_WRAPPED"]
 
 MAX_MODULES = 400  # summaries read per process
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)

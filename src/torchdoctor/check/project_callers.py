@@ -502,6 +502,20 @@ class Callers:
                             and SELECTS_WRAPPED.search(text)}
         return bool(memo[folder] - {here})
 
+    def requires_wrapped_keys(self, sem: SemanticModel) -> bool:
+        """A module of ``sem``'s folder or below it indexes a checkpoint by a prefixed key (``sd['module.v.patch_embed
+        .proj.weight']``, raising without it: ssast's model class reading the pretraining script's checkpoints): the
+        program's own reader requires the prefix (a text scan, once per folder)."""
+        here = self.state.absolute(sem.path)
+        folder = os.path.dirname(here)
+        memo = self.state.required_keys
+        if folder not in memo:
+            below = folder + os.sep
+            memo[folder] = {self.state.absolute(path) for path in self._candidates(here) + [here]
+                            if self.state.absolute(path).startswith(below) and (text := self.state.text(path))
+                            and REQUIRES_WRAPPED.search(text)}
+        return bool(memo[folder] - {here})
+
     def loads_through_a_stripping_helper(self, sem: SemanticModel, pattern: re.Pattern) -> bool:
         """``sem`` loads checkpoints through a helper of a project module it imports (``utils.load_checkpoint(model,
         path)``, ``ckpt.restore(net, path)``) whose module slices the wrapper's prefix off the keys it reads
@@ -578,6 +592,9 @@ _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperpa
 # helper that calls torch.save (mae's save_model: to_save = {..., 'args': args}; save_on_master(to_save, path))
 _SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
 # a reader that picks a checkpoint's keys by the DDP prefix: ``k.startswith("module.encoder")``
+# a reader of the folder (or below it) indexes a checkpoint by a prefixed key, raising without it:
+# ``sd['module.v.patch_embed.proj.weight']`` (the program's own format; its file's saves included)
+REQUIRES_WRAPPED = lazy(r"""\[\s*(f?["'])module\.\w[\w.]*["']\s*\]""")
 SELECTS_WRAPPED = lazy(r"""(startswith|replace)\(\s*(f?["'])module\.\w""")  # picks (or renames) ``module.encoder.*``
 # the saving file's own reader strips the prefix by a slice: ``{k[7:]: v for k, v in sd.items()}`` (asked of that file
 # only: a helper elsewhere that strips it when present, ``k[7:] if k.startswith('module') else k``, tolerates both)

@@ -43,6 +43,7 @@ class State:
         self.importers: dict[tuple[str, str | None], str | None] = {}
         self.saves_objects: bool | None = None
         self.wrapped_keys: dict[str, set[str]] = {}  # folder -> its files that pick keys by the DDP prefix
+        self.required_keys: dict[str, set[str]] = {}  # folder -> its files (and below) that index keys by the prefix
         self.mentions: dict[tuple[str, str, str], bool] = {}  # callers_mention's and uncalled_helper's answers
         self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
         self.module_importers: dict[str, list[str]] = {}  # module -> the modules that import it

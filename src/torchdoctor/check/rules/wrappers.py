@@ -9,7 +9,7 @@ import re
 from torchdoctor.check.astutil import dotted, func_params, param_default, string_value
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.project import SELECTS_WRAPPED, STRIPS_WRAPPED
+from torchdoctor.check.project import REQUIRES_WRAPPED, SELECTS_WRAPPED, STRIPS_WRAPPED
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.models import wrapper_prefix
@@ -248,8 +248,12 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node) \
             or _unwrapped_on_every_branch(ctx, recv, node):
         return
-    if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) if sem.project is None
+    if prefix == "module." and ((SELECTS_WRAPPED.search(sem.text.source) or REQUIRES_WRAPPED.search(sem.text.source)
+                                 if sem.project is None
                                  else sem.project.selects_wrapped_keys(sem)) or STRIPS_WRAPPED.search(sem.text.source)
+                                or sem.project is not None and "load_state_dict(" not in sem.text.source
+                                and sem.project.requires_wrapped_keys(sem)  # (a reader elsewhere requires it; none here)
+                                or sem.project is not None and REQUIRES_WRAPPED.search(sem.text.source)
                                 or sem.project is not None and _read_back_beside(ctx, node)
                                 or sem.project is not None and sem.project.loads_through_a_stripping_helper(sem, STRIPS_WRAPPED)):
         return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
