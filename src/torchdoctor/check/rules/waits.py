@@ -242,6 +242,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
                 return True  # (an earlier read of the same tensor, the last GPU work before it already waited for)
             if isinstance(stmt, (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
                     isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and (sync_site(ctx, c) is not None
+                                                                                  and not _element_maybe_on_host(ctx, c)
                                                                                   or _logs_a_tensor(ctx, c))
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
@@ -321,7 +322,39 @@ def _read_of_a_view(node: ast.AST) -> bool:
     while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
             recv.func, ast.Attribute) and recv.func.attr == "detach" and not recv.args:
         recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
+    if isinstance(recv, ast.Subscript) and isinstance(recv.slice, ast.Constant) and type(recv.slice.value) is int:
+        recv = recv.value  # (``losses[1].cpu()`` of the tuple a step helper returned: an element it holds)
     return isinstance(recv, ast.Name)
+
+
+_HOST_MAKERS = frozenset({"torch.zeros", "torch.ones", "torch.tensor", "torch.full", "torch.empty"})
+
+
+def _element_maybe_on_host(ctx: Context, read: ast.Call) -> bool:
+    """``losses[0].cpu()`` of ``losses = self.update_model()``, whose element 0 is ``actor_loss.data`` with ``actor_loss
+    = torch.zeros(())`` on the steps that skip the actor's update: on those steps this read waits for nothing, so the
+    next read is the one that waits."""
+    sem = ctx.semantic
+    recv = read.func.value if isinstance(read.func, ast.Attribute) else None
+    while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
+            recv.func, ast.Attribute) and recv.func.attr == "detach":
+        recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
+    if not (isinstance(recv, ast.Subscript) and isinstance(recv.value, ast.Name) and isinstance(recv.slice, ast.Constant)
+            and type(index := recv.slice.value) is int):
+        return False
+    b = sem.binding_at(recv.value.id, read)
+    if b is None or b.is_param or not isinstance(b.value, ast.Call):
+        return False
+    for func in sem.resolve(b.value):
+        for value in sem.kinds.returned_values(func, index) or ():
+            while isinstance(value, ast.Attribute) and value.attr == "data":
+                value = value.value
+            if isinstance(value, ast.Name) and any(
+                    isinstance(e.value, ast.Call) and sem.call_name(e.value) in _HOST_MAKERS
+                    and not any(k.arg == "device" for k in e.value.keywords)
+                    for e in sem.bindings_of(value.id) if sem.scope_of(e.node) is func and not e.is_param):
+                return True
+    return False
 
 
 def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
@@ -349,13 +382,35 @@ def _ends_with_a_read(ctx: Context, func: ast.AST) -> bool:
     body = list(getattr(func, "body", None) or ())
     sem = ctx.semantic
     while body and isinstance(body[-1], ast.Return) and (body[-1].value is None or all(
-            isinstance(n, (ast.Name, ast.Tuple, ast.Constant, ast.Load)) for n in sem.subtree(body[-1].value))):
-        body.pop()  # (``return acc, val_loss``: names only, nothing queued)
+            isinstance(n, (ast.Name, ast.Tuple, ast.Constant, ast.Load)) or isinstance(n, ast.Attribute) and n.attr == "data"
+            for n in sem.subtree(body[-1].value))):
+        body.pop()  # (``return acc, val_loss``, ``return loss.data``: names only, nothing queued)
+    while len(body) > 1 and _host_work_after_a_read(ctx, body[-1]):
+        body.pop()  # (``buffer.update_priorities(idx, prios)`` of ``prios = td.detach().cpu().numpy()``: host work)
     if not body or not isinstance(body[-1], (ast.Expr, ast.Assign, ast.Return)):
         return False
     last = body[-1]
     return any(isinstance(c, ast.Call) and _runs_whenever(sem, c, last) and sync_site(ctx, c) is not None
                for c in sem.subtree(last))
+
+
+def _host_work_after_a_read(ctx: Context, stmt: ast.AST) -> bool:
+    """A statement at a step helper's end that queues nothing: a call handed host arrays (``self.memory.update_priorities(
+    indices, prios)`` of ``prios = td.data.cpu().numpy()``), NumPy work (``demo_idxs = np.where(eps != 0.0)``), or an
+    attribute of such (``n_demo = demo_idxs[0].size``), with no tensor arithmetic."""
+    sem = ctx.semantic
+    if isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
+        args = [*call.args, *(k.value for k in call.keywords)]
+        return bool(args) and all(isinstance(a, (ast.Name, ast.Attribute, ast.Constant)) for a in args) \
+            and any(_host_copy_name(ctx, a, call) for a in args)
+    if not isinstance(stmt, (ast.Assign, ast.AugAssign)) or not isinstance(stmt.value, (ast.Call, ast.Attribute, ast.Subscript,
+                                                                                       ast.Name, ast.Constant)):
+        return False
+    if isinstance(stmt, ast.AugAssign) and not (isinstance(stmt.target, ast.Name) and _host_copy_name(ctx, stmt.target, stmt)):
+        return False  # (``prios += eps`` of a host copy: NumPy's addition)
+    calls = [n for n in sem.subtree(stmt.value) if isinstance(n, ast.Call)]
+    return all((sem.qualname(c.func) or "").startswith("numpy.") for c in calls) and not _tensor_arithmetic(
+        ctx, list(sem.subtree(stmt.value)))
 
 
 def _reads_in_another_module(ctx: Context, call: ast.Call, name: str) -> bool:
@@ -392,6 +447,9 @@ def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
         return False
     value = b.value.elts[b.index] if isinstance(b.value, ast.Tuple) and b.index is not None \
         and b.index < len(b.value.elts) else b.value
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+            and value.func.attr in ("squeeze", "reshape", "flatten", "ravel", "astype", "copy"):
+        value = value.func.value  # (``td.data.cpu().numpy().squeeze()``: NumPy's reshaping of the copy)
     return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
         and value.func.attr in ("cpu", "numpy", "tolist")
 
