@@ -6057,3 +6057,67 @@ def test_saves_a_reader_of_the_program_requires_by_a_prefixed_key_keep_the_prefi
     assert codes(results, "pretrain.py") == ([] if reader else [(6, "TD205")])
     assert codes(results, "finetune.py") == [(7, "TD205")]
     assert codes(results, "encoder.py") == []
+
+
+def test_a_branch_of_a_loss_that_no_caller_in_the_project_chooses_is_quiet(project: Path) -> None:
+    """A robust-training loss module offers ``distance="l_inf"`` (the default) and ``"l_2"``; every training script
+    calls it with the default or ``distance="l_inf"``: the ``elif distance == "l_2":`` branch's host draw and its
+    test of a device tensor never run (TD611, TD603 quiet there). The draw before the branch runs on every step."""
+    write(project, {
+        "robust.py": """\
+            import torch
+            import torch.nn.functional as F
+
+            def robust_loss(model, x, y, steps=10, distance="l_inf"):
+                x_adv = x.detach() + 0.001 * torch.randn(x.shape).cuda()
+                if distance == "l_inf":
+                    for _ in range(steps):
+                        x_adv = x_adv + 0.01 * torch.sign(x_adv)
+                elif distance == "l_2":
+                    delta = 0.001 * torch.randn(x.shape).cuda()
+                    for _ in range(steps):
+                        norms = delta.view(len(x), -1).norm(p=2, dim=1)
+                        if (norms == 0).any():
+                            delta = delta + 1e-3
+                    x_adv = x + delta
+                return F.cross_entropy(model(x_adv), y)
+            """,
+        "train_a.py": """\
+            import torch
+            from robust import robust_loss
+
+            def train(model, loader, opt):
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    loss = robust_loss(model, x, y, distance="l_inf")
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+        "train_b.py": """\
+            import torch
+            from robust import robust_loss
+
+            def train(model, loader, opt):
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    loss = robust_loss(model, x, y, steps=5)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["robust.py", "train_a.py", "train_b.py"],
+                          Settings(root=str(project), select=("TD603", "TD611")))
+    assert codes(results, "robust.py") == [(5, "TD611")]
+    write(project, {"train_c.py": """\
+        from robust import robust_loss
+
+        def train(model, loader, opt):
+            for x, y in loader:
+                loss = robust_loss(model, x.cuda(), y.cuda(), distance="l_2")
+                loss.backward()
+        """})
+    results = check_files(["robust.py", "train_a.py", "train_b.py", "train_c.py"],
+                          Settings(root=str(project), select=("TD603", "TD611")))
+    assert codes(results, "robust.py") == [(5, "TD611"), (10, "TD611"), (13, "TD603")]

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted
+from torchdoctor.check.astutil import dotted, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_files import State, import_statements
 from torchdoctor.check.semantic import SemanticModel, program
@@ -217,6 +217,29 @@ class Callers:
         slot = f"#{params.index(param)}" if param in params else None
         passes = [param in r.passed or slot in r.passed or "*" in r.passed for r in self._callers(sem, func)]
         return bool(passes) and all(passes) if every else any(passes)
+
+    def callers_choose(self, sem: SemanticModel, func: ast.AST, param: str) -> frozenset[str] | None:
+        """The strings the calls of ``func`` in other modules pass as ``param`` (``distance="l_inf"``; the default's,
+        where a call passes none), when every such call passes a known string and there is one; else None."""
+        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+        if params[:1] == ["self"]:
+            params = params[1:]
+        slot = f"#{params.index(param)}" if param in params else None
+        default = param_default(func, param)  # type: ignore[arg-type]
+        out: set[str] = set()
+        records = self._callers(sem, func)
+        for r in records:
+            if "*" in r.passed:
+                return None
+            given = next((v for k, v in r.choices if k in (param, slot)), None)
+            if given is None and (param in r.passed or slot in r.passed):
+                return None  # (a name, an expression: not known here)
+            if given is None:
+                if not (isinstance(default, ast.Constant) and isinstance(default.value, str)):
+                    return None
+                given = default.value
+            out.add(given)
+        return frozenset(out) if records else None
 
     def callers_refuse_cpu(self, sem: SemanticModel, func: ast.AST) -> bool:
         """Every call of ``func`` in other modules comes after its caller stops without a GPU (``if not

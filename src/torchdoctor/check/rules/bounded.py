@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
+from torchdoctor.check.semantic.summary import set_once, string_choices
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
 KEPT = 100  # examples a capped list keeps (``if len(adv_examples) < 64:``): that many passes of its branch at most
 
-__all__ = ["few_iterations", "few_in_range", "while_few_kept", "retry_loop", "first_pass_only", "last_pass_only"]
+__all__ = ["branch_no_caller_chooses", "few_iterations", "few_in_range", "while_few_kept", "retry_loop", "first_pass_only", "last_pass_only"]
 
 
 
@@ -177,7 +178,7 @@ def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST, few: int = FEW) -> bo
     if isinstance(expr, ast.Constant):
         return type(expr.value) is int and expr.value <= few
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
-        value = _set_once(ctx.semantic, dotted(expr))
+        value = set_once(ctx.semantic, dotted(expr))
         return isinstance(value, ast.Constant) and type(value.value) is int and value.value <= few
     if not isinstance(expr, ast.Name):
         return False
@@ -187,20 +188,6 @@ def _small_bound(ctx: Context, expr: ast.AST, at: ast.AST, few: int = FEW) -> bo
         return False
     default = param_default(func, expr.id)  # type: ignore[arg-type]
     return isinstance(default, ast.Constant) and type(default.value) is int and default.value <= few
-
-
-def _set_once(sem, name: str | None) -> ast.AST | None:  # type: ignore[no-untyped-def]
-    """The value of ``args.test_batch`` when the file sets that attribute once, at its top level (a notebook's
-    ``args = Args(); args.test_batch = 10``), and stores it nowhere else; else None."""
-    if name is None:
-        return None
-    stores = [n for n in sem.index.by_type.get(ast.Attribute, ()) if isinstance(n.ctx, ast.Store) and dotted(n) == name]
-    if len(stores) != 1:
-        return None
-    stmt = sem.index.parent.get(stores[0])
-    if not (isinstance(stmt, ast.Assign) and stmt.targets == [stores[0]] and sem.function_of(stmt) is None):
-        return None
-    return stmt.value
 
 
 def retry_loop(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
@@ -311,3 +298,58 @@ def _tests_last_pass(test: ast.AST, counter: str) -> bool | None:
         if is_counter(a, 0) and is_len(b, 1) or is_counter(a, 1) and is_len(b, 0):
             return isinstance(test.ops[0], ast.Eq)
     return None
+
+
+def branch_no_caller_chooses(ctx: Context, node: ast.AST) -> bool:
+    """``node`` sits in the ``elif distance == "l_2":`` branch of a function whose every call (in this file, else in
+    the other modules of the project) passes another string for ``distance`` (``distance="l_inf"``; the default's
+    where none is passed; ``norm=args.norm`` of a notebook's ``args.norm = "l2"``): the branch never runs."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None:
+        return False
+    for test, holds in sem.guards.branch_tests(node):
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
+            continue
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.Eq, ast.NotEq)) and isinstance(right, ast.Constant) and isinstance(right.value, str) \
+                and holds == isinstance(op, ast.Eq):
+            wanted = {right.value}
+        elif isinstance(op, ast.In) and holds and isinstance(right, (ast.Tuple, ast.List, ast.Set)) and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in right.elts):
+            wanted = {e.value for e in right.elts}  # type: ignore[attr-defined]
+        else:
+            continue
+        b = sem.binding_at(test.left.id, test)
+        if b is None or not b.is_param or b.node is not func:
+            continue
+        chosen = _chosen_strings(ctx, func, test.left.id)
+        if chosen and not chosen & wanted:
+            return True
+    return False
+
+
+def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str] | None:
+    sem = ctx.semantic
+    sites = sem.call_sites(func)
+    if not sites:
+        return sem.project.callers_choose(sem, func, param) if sem.project is not None \
+            and sem.frame(func).kind == "module" else None  # type: ignore[attr-defined]
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if params[:1] == ["self"]:
+        params = params[1:]
+    slot = f"#{params.index(param)}" if param in params else None
+    default = param_default(func, param)  # type: ignore[arg-type]
+    out: set[str] = set()
+    for call in sites:
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+            return None
+        given = dict(string_choices(sem, call))
+        value = given.get(param, given.get(slot)) if slot is not None else given.get(param)
+        if value is None:
+            passed = any(k.arg == param for k in call.keywords) or slot is not None and int(slot[1:]) < len(call.args)
+            if passed or not (isinstance(default, ast.Constant) and isinstance(default.value, str)):
+                return None
+            value = default.value
+        out.add(value)
+    return frozenset(out)

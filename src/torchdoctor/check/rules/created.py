@@ -10,6 +10,7 @@ from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, call_argumen
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.bounded import branch_no_caller_chooses
 from torchdoctor.check.rules.factory_regions import model_loop, project_step_caller, step_helper
 from torchdoctor.check.rules.factory_regions import region as region_of
 from torchdoctor.check.rules.host_values import batch_on_device
@@ -33,7 +34,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if keyword(node, "device") or has_kwargs(node) or _follows_its_inputs(node, q) or not program.runs_on_accelerator(sem) \
             or _scalar_tensor(node) or _zero_sized(node, q) \
-            or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node) or _branch_no_caller_takes(ctx, node):
+            or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node) or _branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     region = region_of(ctx, node)
     if region is None or isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
@@ -148,7 +149,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         if inner is None or inner is region or not sem.contains(region, inner) or sem.under_step_guard(node, inner):
             return
         region = inner
-    if _branch_no_caller_takes(ctx, node) or sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) \
+    if _branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node) or sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) \
             or _made_once(ctx, node, region) \
             or sem.in_handler(node, region):  # (``except RuntimeError: return torch.rand(...).to(dev)``: a fallback)
         return

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.bounded import few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
+from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, host_number, \
     made_on_host, sync_site, tensor_value
@@ -192,7 +192,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """
     what = sync_site(ctx, node)  # (first: most calls of these names are no sync at all: ``torch.log(x)``)
     if what is None or program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node) \
-            or copied_for_a_checkpoint(ctx, node):
+            or copied_for_a_checkpoint(ctx, node) or branch_no_caller_chooses(ctx, node):
         return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors; a checkpoint reads its tensors)
     loop = per_step_loop(ctx, node)
     if loop is None:

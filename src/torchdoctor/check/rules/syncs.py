@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import call_argument, dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.bounded import few_in_range
+from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range
 from torchdoctor.check.rules.perf import _scaler_names
 from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
 from torchdoctor.check.rules.forward_values import computed_in_forward, forward_value, reached_from_forward
@@ -47,6 +47,8 @@ def _report(ctx: Context, node: ast.AST, what: str) -> None:
     """At a site that runs every step of a loop of this file, or of a helper that another module calls from its
     batch loop (``utils.clip_gradients``'s ``if clip_coef < 1:``), on an accelerator. (The project is asked only
     about a site already known to read a device tensor: few in a file.)"""
+    if branch_no_caller_chooses(ctx, node):
+        return  # (``elif distance == "l_2":`` of a loss every call of which passes ``"l_inf"``)
     loop = per_step_loop(ctx, node)
     if loop is not None:
         if _accelerated(ctx) and not few_in_range(ctx, loop):  # (``for i in range(9)``: a grid of 9 images shown)

@@ -125,7 +125,7 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by", "after_refusal")
+                 "made_by", "after_refusal", "choices")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -146,15 +146,19 @@ class CallRecord(FrozenRecord):
     made_by: tuple[tuple[str, tuple[int, str, str]], ...]  # (argument slot, the imported function that made it): ``conf``
     # of ``conf = get_config()``, whose module may set its ``.device`` to CUDA (Project.passes_accelerator asks)
     after_refusal: bool  # made after the caller stops without a GPU (``if not torch.cuda.is_available(): raise ...``)
+    choices: tuple[tuple[str, str], ...]  # (argument slot, the string it passes): ``distance="l_inf"`` (a literal, or an
+    # attribute the caller's file sets once to one: ``norm=args.norm`` of ``args.norm = "l2"``)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
                  line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
                  moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
                  host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
-                 made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False) -> None:
+                 made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False,
+                 choices: tuple[tuple[str, str], ...] = ()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal)
+                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal,
+                   choices)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -558,8 +562,34 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               host_args_of(sem, call) if per_step else frozenset(),
                               per_step or accelerator and _per_iteration(sem, call), _in_a_forward(sem, call),
                               () if accelerator or given else _made_by_imports(sem, call),
-                              asks_gpus and program.refuses_cpu(sem, at=call)))
+                              asks_gpus and program.refuses_cpu(sem, at=call), string_choices(sem, call)))
     return out
+
+
+def string_choices(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, str], ...]:
+    """The string constants ``call`` passes, by slot (``"distance"``, ``"#2"``): literals, or attributes the file sets
+    once at its top to one (``norm=args.norm`` of a notebook's ``args.norm = "l2"``)."""
+    out = []
+    for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]:
+        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
+            arg = set_once(sem, dotted(arg))
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            out.append((slot, arg.value))
+    return tuple(out)
+
+
+def set_once(sem: SemanticModel, name: str | None) -> ast.AST | None:
+    """The value of ``args.test_batch`` when the file sets that attribute once, at its top level (a notebook's
+    ``args = Args(); args.test_batch = 10``), and stores it nowhere else; else None."""
+    if name is None:
+        return None
+    stores = [n for n in sem.index.by_type.get(ast.Attribute, ()) if isinstance(n.ctx, ast.Store) and dotted(n) == name]
+    if len(stores) != 1:
+        return None
+    stmt = sem.index.parent.get(stores[0])
+    if not (isinstance(stmt, ast.Assign) and stmt.targets == [stores[0]] and sem.function_of(stmt) is None):
+        return None
+    return stmt.value
 
 
 def _made_by_imports(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, tuple[int, str, str]], ...]:
