@@ -6121,3 +6121,54 @@ def test_a_branch_of_a_loss_that_no_caller_in_the_project_chooses_is_quiet(proje
     results = check_files(["robust.py", "train_a.py", "train_b.py", "train_c.py"],
                           Settings(root=str(project), select=("TD603", "TD611")))
     assert codes(results, "robust.py") == [(5, "TD611"), (10, "TD611"), (13, "TD603")]
+
+
+def test_a_helper_a_generation_loop_of_another_module_calls_through_star_imports_makes_its_draws_each_pass(
+        project: Path) -> None:
+    """A graph generator's test loop runs the RNN on every node step and samples the next step with
+    ``sample_bits(y, sample=True)`` of the model module, which the script reaches through ``from utils import *``,
+    ``from model import *``: the draws the helper makes on the CPU and copies with ``.cuda()`` are made on every
+    pass, its own loop over the batch's rows included (TD611). The ``else`` of ``if sample:`` never runs: every
+    call passes ``sample=True``."""
+    write(project, {
+        "utils.py": """\
+            import os
+
+            def ensure_dir(path):
+                os.makedirs(path, exist_ok=True)
+            """,
+        "model.py": """\
+            import torch
+
+            def sample_bits(y, sample=True, thresh=0.5, times=1):
+                y = torch.sigmoid(y)
+                if sample:
+                    if times > 1:
+                        out = torch.rand(y.size(0), y.size(1)).cuda()
+                        for i in range(out.size(0)):
+                            draw = torch.rand(y.size(1)).cuda()
+                            out[i] = torch.gt(y[i], draw).float()
+                    else:
+                        out = torch.gt(y, torch.rand(y.size()).cuda()).float()
+                else:
+                    out = torch.gt(y, torch.ones(y.size()).cuda() * thresh).float()
+                return out
+            """,
+        "train.py": """\
+            import torch
+            from utils import *
+            from model import *
+
+            def generate(rnn, head, steps, n):
+                ensure_dir("out")
+                rnn.eval()
+                x = torch.ones(n, 1, 8).cuda()
+                with torch.no_grad():
+                    for i in range(steps):
+                        h = rnn(x)
+                        x = sample_bits(head(h), sample=True, times=2)
+                return x
+            """,
+    })
+    results = check_files(["utils.py", "model.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "model.py") == [(7, "TD611"), (9, "TD611"), (12, "TD611")]

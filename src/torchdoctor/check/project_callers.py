@@ -190,6 +190,11 @@ class Callers:
         one_step = {"backward", "step"} <= sem.effects(func) and not sem.loops_index.loops_backward(func)
         return [r for r in self._callers(sem, func, by_class=True) if r.per_step or one_step and r.per_iteration]
 
+    def model_loop_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
+        """The calls of ``func`` from other modules made on every pass of a loop that runs a model (a generation loop's
+        ``x_step = sample_sigmoid(h)``), on an accelerator."""
+        return [r for r in self._callers(sem, func) if r.in_model_loop]
+
     def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
         """A caller in another module passes an accelerator device for ``param`` of ``func`` (a method's ``self``
         takes no argument slot: ``Denoiser(50, cfg.device)`` gives ``dev`` of ``__init__(self, n_steps, dev)``)."""
@@ -218,7 +223,7 @@ class Callers:
         passes = [param in r.passed or slot in r.passed or "*" in r.passed for r in self._callers(sem, func)]
         return bool(passes) and all(passes) if every else any(passes)
 
-    def callers_choose(self, sem: SemanticModel, func: ast.AST, param: str) -> frozenset[str] | None:
+    def callers_choose(self, sem: SemanticModel, func: ast.AST, param: str) -> frozenset[str | bool] | None:
         """The strings the calls of ``func`` in other modules pass as ``param`` (``distance="l_inf"``; the default's,
         where a call passes none), when every such call passes a known string and there is one; else None."""
         params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
@@ -226,7 +231,7 @@ class Callers:
             params = params[1:]
         slot = f"#{params.index(param)}" if param in params else None
         default = param_default(func, param)  # type: ignore[arg-type]
-        out: set[str] = set()
+        out: set[str | bool] = set()
         records = self._callers(sem, func)
         for r in records:
             if "*" in r.passed:
@@ -235,7 +240,7 @@ class Callers:
             if given is None and (param in r.passed or slot in r.passed):
                 return None  # (a name, an expression: not known here)
             if given is None:
-                if not (isinstance(default, ast.Constant) and isinstance(default.value, str)):
+                if not (isinstance(default, ast.Constant) and isinstance(default.value, (str, bool))):
                     return None
                 given = default.value
             out.add(given)
@@ -372,14 +377,21 @@ class Callers:
         itself, as if imported one by one from that module (``{"test": (0, "batch_test", "test")}``)."""
         if not sem.names.star:
             return {}
-        source = next(((level, module) for level, module in sem.names.star
-                       if self._module_file(path, level, module) is not None), None)
-        if source is None:
+        sources = [(level, module) for level, module in sem.names.star if self._module_file(path, level, module) is not None]
+        if not sources:
             return {}
         defined = sem.bindings.defined
-        return {c.func.id: (source[0], source[1], c.func.id) for c in sem.calls if isinstance(c.func, ast.Name)
-                and c.func.id not in defined and c.func.id not in sem.names.from_imports
-                and c.func.id not in _BUILTINS}
+        called = {c.func.id for c in sem.calls if isinstance(c.func, ast.Name) and c.func.id not in defined
+                  and c.func.id not in sem.names.from_imports and c.func.id not in _BUILTINS}
+        if len(sources) == 1:
+            return {name: (sources[0][0], sources[0][1], name) for name in called}
+        out = {}  # (``from utils import *``, ``from model import *``: each name from the module that defines it)
+        summaries = [(source, self.summary(self._module_file(path, *source))) for source in sources]  # type: ignore[arg-type]
+        for name in called:
+            source = next((src for src, summary in summaries if summary is not None
+                           and (name in summary.functions or name in summary.classes)), sources[0])
+            out[name] = (source[0], source[1], name)
+        return out
 
     def _from_project(self, path: str, names, head: str) -> bool:  # type: ignore[no-untyped-def]
         """The local name ``head`` of module ``path`` comes from a module of the project (a file on disk)."""

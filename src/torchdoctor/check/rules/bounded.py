@@ -309,6 +309,12 @@ def branch_no_caller_chooses(ctx: Context, node: ast.AST) -> bool:
     if func is None:
         return False
     for test, holds in sem.guards.branch_tests(node):
+        if isinstance(test, ast.Name):  # ``if sample:`` of ``sample_sigmoid(y, sample=True)`` everywhere: the ``else``
+            b = sem.binding_at(test.id, test)
+            if b is not None and b.is_param and b.node is func and (chosen := _chosen_strings(ctx, func, test.id)) \
+                    and all(type(v) is bool for v in chosen) and holds not in chosen:
+                return True
+            continue
         if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name)):
             continue
         op, right = test.ops[0], test.comparators[0]
@@ -324,12 +330,12 @@ def branch_no_caller_chooses(ctx: Context, node: ast.AST) -> bool:
         if b is None or not b.is_param or b.node is not func:
             continue
         chosen = _chosen_strings(ctx, func, test.left.id)
-        if chosen and not chosen & wanted:
+        if chosen and all(isinstance(v, str) for v in chosen) and not chosen & wanted:
             return True
     return False
 
 
-def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str] | None:
+def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | bool] | None:
     sem = ctx.semantic
     sites = sem.call_sites(func)
     if not sites:
@@ -340,7 +346,7 @@ def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str] |
         params = params[1:]
     slot = f"#{params.index(param)}" if param in params else None
     default = param_default(func, param)  # type: ignore[arg-type]
-    out: set[str] = set()
+    out: set[str | bool] = set()
     for call in sites:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             return None
@@ -348,7 +354,7 @@ def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str] |
         value = given.get(param, given.get(slot)) if slot is not None else given.get(param)
         if value is None:
             passed = any(k.arg == param for k in call.keywords) or slot is not None and int(slot[1:]) < len(call.args)
-            if passed or not (isinstance(default, ast.Constant) and isinstance(default.value, str)):
+            if passed or not (isinstance(default, ast.Constant) and isinstance(default.value, (str, bool))):
                 return None
             value = default.value
         out.add(value)

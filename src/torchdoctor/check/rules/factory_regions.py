@@ -89,9 +89,14 @@ def step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     if _chosen_by_caller(ctx, node, func):
         return None
     loop = per_step_loop(ctx, node)
+    sem = ctx.semantic
+    if loop is None and not sem.loops_around(node):  # (``x = sample_bits(torch.sigmoid(rnn(x)))`` on every pass of a
+        sites = [s for s in sem.call_sites(func) if sem.function_of(s) is not func]  # generation loop: a model's loop)
+        loop = next((found for s in sites if (found := model_loop(ctx, s)) is not None
+                     and not sem.under_step_guard(s, found)), None)
+        return (func, loop) if loop is not None else None
     if loop is None:
         return None
-    sem = ctx.semantic
     if sem.loop_kind(loop) not in ("train", "eval") and not any(
             isinstance(c, ast.Call) and (flow.consumer_kind(sem, c) == "model" or isinstance(c.func, ast.Attribute)
                                          and (dotted(c.func.value) or "").rsplit(".", 1)[-1] in moved_keys(sem)
@@ -123,9 +128,9 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
     sem = ctx.semantic
     func = sem.function_of(node)
     if func is None or sem.project is None or sem.frame(func).kind != "module" or sem.call_sites(func) \
-            or sem.enclosing_loop(node) is not None or sem.under_step_guard(node):
-        return None
-    callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
+            or any(sem.loop_kind(loop) is not None for loop in sem.loops_around(node)) or sem.under_step_guard(node):
+        return None  # (a loop of the helper's own over the batch's rows, ``for i in range(y.size(0)):``, makes more)
+    callers = sem.project.step_callers(sem, func) or sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
     if not callers:
         return None
     here = os.path.dirname(os.path.abspath(sem.path))

@@ -10,7 +10,7 @@ import ast
 
 from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, strip_methods
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.semantic import gpu_only, program
+from torchdoctor.check.semantic import flow, gpu_only, program
 from torchdoctor.check.semantic.program import chosen_cuda, names_cuda
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
     class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys, unpinned_returns
@@ -125,7 +125,7 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by", "after_refusal", "choices")
+                 "made_by", "after_refusal", "choices", "in_model_loop")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -146,8 +146,9 @@ class CallRecord(FrozenRecord):
     made_by: tuple[tuple[str, tuple[int, str, str]], ...]  # (argument slot, the imported function that made it): ``conf``
     # of ``conf = get_config()``, whose module may set its ``.device`` to CUDA (Project.passes_accelerator asks)
     after_refusal: bool  # made after the caller stops without a GPU (``if not torch.cuda.is_available(): raise ...``)
-    choices: tuple[tuple[str, str], ...]  # (argument slot, the string it passes): ``distance="l_inf"`` (a literal, or an
+    choices: tuple[tuple[str, str | bool], ...]  # (argument slot, the string or bool it passes): ``distance="l_inf"`` (a literal, or an
     # attribute the caller's file sets once to one: ``norm=args.norm`` of ``args.norm = "l2"``)
+    in_model_loop: bool  # made on every pass of a loop that runs a model (a sampling or generation loop), on an accelerator
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
@@ -155,10 +156,10 @@ class CallRecord(FrozenRecord):
                  moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
                  host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
                  made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False,
-                 choices: tuple[tuple[str, str], ...] = ()) -> None:
+                 choices: tuple[tuple[str, str | bool], ...] = (), in_model_loop: bool = False) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
                    rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal,
-                   choices)
+                   choices, in_model_loop)
 
 
 def summarize(sem: SemanticModel) -> ModuleSummary:
@@ -556,25 +557,27 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         if any(isinstance(a, ast.Starred) for a in call.args):
             passed.add("*")
         per_step = accelerator and _per_step(sem, call)
+        per_iteration = per_step or accelerator and _per_iteration(sem, call)
         out.append(CallRecord(written, _grad_mode(sem, call), guarded, eval_before, frozenset(given), ddp,
                               per_step, sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
                               host_args_of(sem, call) if per_step else frozenset(),
-                              per_step or accelerator and _per_iteration(sem, call), _in_a_forward(sem, call),
+                              per_iteration, _in_a_forward(sem, call),
                               () if accelerator or given else _made_by_imports(sem, call),
-                              asks_gpus and program.refuses_cpu(sem, at=call), string_choices(sem, call)))
+                              asks_gpus and program.refuses_cpu(sem, at=call), string_choices(sem, call),
+                              per_iteration and not per_step and _in_a_model_loop(sem, call)))
     return out
 
 
-def string_choices(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, str], ...]:
-    """The string constants ``call`` passes, by slot (``"distance"``, ``"#2"``): literals, or attributes the file sets
+def string_choices(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, str | bool], ...]:
+    """The string (and bool) constants ``call`` passes, by slot (``"distance"``, ``"#2"``): literals, or attributes the file sets
     once at its top to one (``norm=args.norm`` of a notebook's ``args.norm = "l2"``)."""
     out = []
     for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]:
         if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
             arg = set_once(sem, dotted(arg))
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-            out.append((slot, arg.value))
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, (str, bool)):
+            out.append((slot, arg.value))  # (``sample=True``: a flag every call sets picks a branch too)
     return tuple(out)
 
 
@@ -627,6 +630,18 @@ def _held_instances(sem: SemanticModel, names: set[str]) -> dict[tuple[ast.AST |
         if ctor and ctor.split(".")[0] in names and ctor.rsplit(".", 1)[-1][:1].isupper():
             out[(sem.class_of(n), f"self.{target.attr}")] = ctor
     return out
+
+
+def _in_a_model_loop(sem: SemanticModel, call: ast.Call) -> bool:
+    """The innermost loop around ``call`` runs a model on every pass, unguarded (``for i in range(max_num_node):
+    h = rnn(x_step); x_step = sample_sigmoid(h)``): a sampling or generation loop."""
+    loop = next((a for a in sem.ancestors(call) if isinstance(a, _LOOPS)), None)
+    if loop is None:
+        return False
+    runs = sem.cached(("model_calls_of_loop", loop), lambda: [  # (the same for every call of the loop)
+        c for c in sem.body(loop) if isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model"
+        and next((a for a in sem.ancestors(c) if isinstance(a, _LOOPS)), None) is loop and not sem.under_step_guard(c, loop)])
+    return any(c is not call for c in runs)
 
 
 def _per_iteration(sem: SemanticModel, call: ast.Call) -> bool:
