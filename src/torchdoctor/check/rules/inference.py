@@ -189,11 +189,42 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
             if b is not None and b.node is not func and sem.scope_of(b.node) is func:
                 continue  # ``up = nn.Upsample(...)`` made here: a layer used as a function, not the model
             found.append(call)
-    if not found or _callers_without_grad(ctx, func):
+    helpers = [call for call in nodes if isinstance(call, ast.Call) and not sem.under_no_grad(call)
+               and sem.enclosing_loop(call, "eval") is None and (helper := _shared_forward_helper(ctx, call)) is not None
+               and helper is not func]
+    if not found and not helpers or _callers_without_grad(ctx, func):
         return  # every caller runs it under no_grad, here or in another module (facenet's MTCNN.detect -> detect_face)
         # (asked last: it may read the other modules)
     for call in found:
         _report_inference(ctx, call, f" (in `{name}()`, which trains nothing)")
+    for call in helpers:  # (``action = self.select_action(state)`` of an agent's ``test()``: the helper training uses)
+        ctx.report("TD401", call, f"`{ctx.name(call.func)}(...)` runs the model with autograd on (in `{name}()`, which "
+                   "trains nothing): it builds a graph it never uses",
+                   fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _shared_forward_helper(ctx: Context, call: ast.Call) -> ast.AST | None:
+    """The function of this file ``call`` runs, when it runs a model with autograd on, unguarded, trains nothing
+    and is no inference function itself (which is reported on its own): ``def select_action(self, state): s =
+    torch.FloatTensor(state).to(self.device); return self.actor(s).detach().cpu().numpy()``, which training calls too."""
+    sem = ctx.semantic
+    funcs = sem.resolve(call)
+    if len(funcs) != 1 or not isinstance(helper := funcs[0], ast.FunctionDef) or _INFERENCE_FUNC.match(helper.name) \
+            or helper.name == "forward" or (cls := sem.class_of(helper)) is not None and cls.name in sem.module_classes:
+        return None
+    if any(sem.guards.grad_call(d) in ("off", "maybe") for d in helper.decorator_list):
+        return None
+    nodes = sem.local_nodes(helper)
+    if {"backward", "step"} & sem.region_effects(nodes) or any(isinstance(n, ast.Call) and sem.mode_call(n) for n in nodes):
+        return None
+    forwards = [n for n in nodes if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"
+                and sem.expr_kind(n.func.value if method_name(n) == "forward" else n.func, n) in ("model", "wrapper")]
+    if not any(not (sem.under_no_grad(n) or sem.loops_around(n)
+                    or any("training" in sem.segment(t) for t, _ in sem.guards.branch_tests(n))) for n in forwards):
+        return None  # (each forward under no_grad, in a loop of its own or run ``if self.training:``: no shared pass)
+    if any(calls_a_frozen_model(sem, n) for n in forwards):
+        return None
+    return helper
 
 
 _INFERENCE_METHODS = ("predict", "inference", "infer", "sample", "forward")
