@@ -13,6 +13,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.forwards import moved_params
 from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
+from torchdoctor.check.semantic.models import construction
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -650,11 +651,35 @@ def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth:
     return bool(funcs) and all(v is not None and all(made_on_host(ctx, x, x, depth + 2) for x in v) for v in values)
 
 
+def _forward_param_handed_moved(ctx: Context, name: str, at: ast.AST) -> bool:
+    """``lengths`` of a module's ``forward(self, x, lengths)`` that the loop calls with a moved tensor there (``x,
+    lengths = x.to(device), lengths.to(device)``, then ``model(x, lengths)``): a device tensor in ``forward``."""
+    sem = ctx.semantic
+    func = sem.function_of(at)
+    b = sem.binding_at(name, at)
+    if func is None or func.name != "forward" or b is None or not b.is_param or b.node is not func:  # type: ignore[attr-defined]
+        return False
+    cls = sem.class_of(func)
+    params = [a.arg for a in func.args.args][1:]  # type: ignore[attr-defined]
+    if cls is None or cls.name not in sem.module_classes or name not in params:  # type: ignore[attr-defined]
+        return False
+    index = params.index(name)
+    for call in sem.calls:
+        if not (isinstance(call.func, ast.Name) and len(call.args) > index and isinstance(arg := call.args[index], ast.Name)
+                and sem.kind_of(call.func.id, call) in ("model", "wrapper")):
+            continue
+        made = construction(sem, call.func, call)
+        if made is not None and (dotted(made.func) or "").rsplit(".", 1)[-1] == cls.name and sem.is_moved(arg.id, call):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
 def sync_site(ctx: Context, node: ast.Call) -> str | None:
     """How the message names the sync at ``node``, if it is one."""
     if is_sync_call(node):
         recv = node.func.value  # type: ignore[attr-defined]
-        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.semantic.kind_of(recv.id, node) != "tensor":  # type: ignore[attr-defined]
+        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.semantic.kind_of(recv.id, node) != "tensor" \
+                and not _forward_param_handed_moved(ctx, recv.id, node):  # type: ignore[attr-defined]
             return None  # most likely a NumPy array already on the host
         if made_on_host(ctx, recv, node):
             return None  # a host tensor: reading it waits for no GPU
