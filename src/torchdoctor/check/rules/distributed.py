@@ -11,6 +11,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, program
 from torchdoctor.check.semantic.processes import shuffling_samplers
+from torchdoctor.check.semantic.device_choice import option_dest
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -320,6 +321,9 @@ def _uses_batchnorm(ctx: Context) -> bool:
                 arch = name.rsplit(".", 1)[-1]
             elif name in ("timm.create_model", "torchvision.models.get_model") and n.args:
                 arch = string_value(n.args[0])
+            elif isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Attribute) \
+                    and n.func.value.attr == "__dict__" and ctx.qualname(n.func.value.value) == "torchvision.models":
+                arch = _option_default(sem, n.func.slice)  # ``models.__dict__[args.arch]()``, ``default="resnet18"``
             if arch and _BN_ARCH.match(arch.lower()):
                 return True
         return False
@@ -327,15 +331,31 @@ def _uses_batchnorm(ctx: Context) -> bool:
     return ctx.semantic.cached("uses_bn", compute)  # type: ignore[no-any-return]
 
 
+def _option_default(sem, key: ast.AST) -> str | None:  # type: ignore[no-untyped-def]
+    """The string default of the command-line option ``key`` reads (``args.arch`` of ``parser.add_argument("-a",
+    "--arch", default="resnet18")``)."""
+    if not isinstance(key, ast.Attribute):
+        return None
+    for call in sem.calls_named("add_argument"):
+        if option_dest(call) == key.attr:
+            default = next((k.value for k in call.keywords if k.arg == "default"), None)
+            return default.value if isinstance(default, ast.Constant) and isinstance(default.value, str) else None
+    return None
+
+
 def _converts_sync_bn(ctx: Context) -> bool:
     """The code (not a comment or a string) names ``SyncBatchNorm`` or ``convert_sync_batchnorm``."""
-    if "convert_sync_batchnorm" not in ctx.source and "SyncBatchNorm" not in ctx.source:
+    if "convert_sync_batchnorm" not in ctx.source and "SyncBatchNorm" not in ctx.source \
+            and "convert_syncbn_model" not in ctx.source:
         return False
     sem = ctx.semantic
-    return any((n.attr if isinstance(n, ast.Attribute) else n.id) in ("SyncBatchNorm", "convert_sync_batchnorm")  # type: ignore[attr-defined]
+    return any((n.attr if isinstance(n, ast.Attribute) else n.id) in _SYNC_NAMES  # type: ignore[attr-defined]
                for n in sem.of_type(ast.Attribute, ast.Name)) or any(
-        a.name.rsplit(".", 1)[-1] in ("SyncBatchNorm", "convert_sync_batchnorm")
-        for n in sem.of_type(ast.ImportFrom) for a in n.names)  # type: ignore[attr-defined]
+        a.name.rsplit(".", 1)[-1] in _SYNC_NAMES for n in sem.of_type(ast.ImportFrom) for a in n.names)  # type: ignore[attr-defined]
+
+
+_SYNC_NAMES = ("SyncBatchNorm", "convert_sync_batchnorm", "convert_syncbn_model")  # (apex's: ``convert_syncbn_model``)
+_APEX_DDP = "apex.parallel.DistributedDataParallel"
 
 
 def _frozen_before_the_wrap(ctx: Context, wrap: ast.Call) -> bool:
@@ -380,16 +400,18 @@ def _on_gpus(ctx: Context) -> bool:
 @rule("TD706", calls=("DistributedDataParallel", "DDP"))
 def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
     """BatchNorm in a DDP model without `SyncBatchNorm.convert_sync_batchnorm`: reported on the `DDP(` wrap."""
-    if ctx.call_name(node) not in _DDP or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) or not _on_gpus(ctx) \
-            or _frozen_before_the_wrap(ctx, node):
+    apex = ctx.call_name(node) == _APEX_DDP
+    if ctx.call_name(node) not in _DDP and not apex or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) \
+            or not _on_gpus(ctx) or _frozen_before_the_wrap(ctx, node):
         return
     model = ctx.name(node.args[0]) if node.args else "model"
+    convert = f"apex.parallel.convert_syncbn_model({model})" if apex else f"nn.SyncBatchNorm.convert_sync_batchnorm({model})"
     ctx.report(
         "TD706",
         node,
         f"`{model}` has BatchNorm layers and is wrapped in DDP without SyncBatchNorm: "
         "each GPU normalises with its own batch statistics",
-        fix=f"`{model} = nn.SyncBatchNorm.convert_sync_batchnorm({model})` before `DDP(...)`",
+        fix=f"`{model} = {convert}` before `DDP(...)`",
     )
 
 

@@ -101,7 +101,7 @@ class DeviceChoices:
         stores = [t for n in self.index.by_type.get(ast.Assign, ()) for t in n.targets  # type: ignore[attr-defined]
                   if isinstance(t, ast.Attribute) and t.attr == attr]
         options = [c for c in self.index.by_type.get(ast.Call, ()) if isinstance(c.func, ast.Attribute)  # type: ignore[attr-defined]
-                   and c.func.attr == "add_argument" and _option_dest(c) == attr]
+                   and c.func.attr == "add_argument" and option_dest(c) == attr]
         if options and not stores:  # ``add_argument("--cuda", action="store_true", default=True)``: never False
             return all(any(k.arg == "action" and isinstance(k.value, ast.Constant) and k.value.value == "store_true"
                            for k in c.keywords) and any(k.arg == "default" and isinstance(k.value, ast.Constant)
@@ -194,7 +194,7 @@ def _device_word(text: str) -> str | None:
         "gpu" if re.search(r"""["']cuda(:\d+)?["']""", text) else None
 
 
-def _option_dest(call: ast.Call) -> str | None:
+def option_dest(call: ast.Call) -> str | None:
     """The attribute an ``add_argument`` call sets: its ``dest=``, else its first long option (``--no-cuda`` ->
     ``no_cuda``)."""
     for k in call.keywords:
