@@ -96,6 +96,9 @@ def _sizes_only(call: ast.Call, sem=None) -> bool:  # type: ignore[no-untyped-de
 
     if call.keywords:
         return False
+    if len(call.args) == 1 and isinstance(star := call.args[0], ast.Starred):  # ``torch.FloatTensor(*x.shape)``
+        return isinstance(star.value, ast.Attribute) and star.value.attr == "shape" \
+            or isinstance(star.value, ast.Call) and method_name(star.value) == "size" and not star.value.args
     return len(call.args) >= 2 and all(size(a) for a in call.args) or len(call.args) == 1 and one_size(call.args[0], call)
 
 
@@ -538,8 +541,9 @@ def _host_number(expr: ast.AST) -> bool:
         return _host_number(expr.left) and _host_number(expr.right)
     if isinstance(expr, ast.Call):  # (``gt.size(1)``, ``x.dim()``: a shape is a Python int)
         name = dotted(expr.func) or ""
-        return (name.startswith("math.") or name in ("len", "int", "float") or method_name(expr) in ("size", "dim", "numel")) \
-            and all(map(_host_number, expr.args))
+        return (name.startswith("math.") or name in ("len", "int", "float") or method_name(expr) in ("size", "dim", "numel")
+                or name.rsplit(".", 1)[-1] in ("get_rank", "get_world_size")) and all(map(_host_number, expr.args))
+        # (``n * dist.get_rank()``: a process's offset in a gathered batch)
     if isinstance(expr, ast.Subscript):  # ``x.shape[1]``
         return isinstance(expr.value, ast.Attribute) and expr.value.attr == "shape" and _host_number(expr.slice)
     return False
