@@ -93,6 +93,34 @@ def phase_without_backward(ctx: Context, node: ast.AST, region: ast.AST) -> bool
                for test, holds in sem.guards.branch_tests(node))  # (the body of another phase, or the training one's else)
 
 
+_SCALAR_REDUCTIONS = frozenset({"mean", "sum", "norm", "max", "min", "std", "var"})
+
+
+def _scalar_copied(ctx: Context, node: ast.Call) -> bool:
+    """The copy's receiver is one number: a reduction over everything (``torch.mean(acc)``, ``err.sum()``) or a name
+    bound to a loss (``loss = criterion(out, y)``): collecting it reads the device back once a batch, for a number
+    the device could have summed itself."""
+    from torchdoctor.check.semantic import flow
+
+    sem = ctx.semantic
+    recv = node.func.value if isinstance(node.func, ast.Attribute) else None
+    while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
+            recv.func, ast.Attribute) and recv.func.attr == "detach" and not recv.args:
+        recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
+    if isinstance(recv, ast.Name) and (b := sem.binding_at(recv.id, node)) is not None and not b.is_param \
+            and b.index is None and isinstance(b.value, ast.Call):
+        if flow.consumer_kind(sem, b.value) == "loss":
+            return True
+        recv = b.value
+    if not isinstance(recv, ast.Call) or recv.keywords:
+        return False
+    name = sem.call_name(recv) or ""
+    if name.startswith("torch.") and name.split(".")[-1] in _SCALAR_REDUCTIONS and len(recv.args) == 1:
+        return True  # ``torch.mean(acc)``
+    return isinstance(recv.func, ast.Attribute) and recv.func.attr in _SCALAR_REDUCTIONS and not recv.args \
+        and not name.startswith("numpy.")  # ``err.sum()``
+
+
 def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """An evaluation loop's outputs copied to the host to be kept there: ``feats.append(out.cpu())``,
     ``preds.extend(logits.argmax(-1).tolist())``, ``bank.index_copy_(0, idx.cpu(), out.cpu())``, ``preds[i] =
@@ -101,6 +129,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if node.func.attr == "item" or sem.loop_kind(loop) == "train" and not phase_without_backward(ctx, node, loop):  # type: ignore[attr-defined]
         return False  # (a loop that neither trains nor is named for evaluation, edm's sampling loop, keeps them too)
+    if _scalar_copied(ctx, node):
+        return False  # (``losses.append(loss.cpu())``, ``accs.append(torch.mean(acc).cpu())``: one number a batch)
     if _copied_for_host_processing(ctx, node, loop) or _walked_on_the_host(ctx, node):
         return True
     if not sem.contains(loop, node) and returned_copy(ctx, node):
