@@ -422,7 +422,8 @@ class Kinds:
                 return "model"  # ``densenet121(pretrained=True).features``: a part of a model just built
             key = dotted(node)
             if key is None:
-                return None
+                return "tensor" if node.attr in ("data", "T", "mT") and isinstance(node.value, ast.Call) \
+                    and self.call_kind(node.value, at) == "tensor" else None  # ``model(x).data``
             if key.startswith("self."):
                 return self.kind_of(key, at)
             if node.attr in OUTPUT_FIELDS and self.expr_kind(node.value, at) == "tensor":
