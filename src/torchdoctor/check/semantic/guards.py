@@ -89,7 +89,8 @@ class Guards(GradModes, DeviceChoices):
             if isinstance(n, ast.Name):
                 b = self.bindings.at(n.id, at)
                 if b is not None and b.value is not None and not b.is_param and b.node is not at \
-                        and (self._mod_in(b.value) or depth < 2 and self._mod_through(b.value, b.node, depth + 1)):
+                        and (self._mod_in(b.value) or depth < 2 and isinstance(b.value, (ast.BoolOp, ast.Compare, ast.Name))
+                             and self._mod_through(b.value, b.node, depth + 1)):
                     return True  # (``print_step = print_step or early_print_step``: flags of flags)
                 if b is not None and b.is_param and self._flag_of_callers(b.node, n.id, self._mod_in):
                     return True
@@ -147,7 +148,9 @@ class Guards(GradModes, DeviceChoices):
 
     def _mod_op(self, expr: ast.AST) -> bool:
         """``expr`` computes a ``%`` (``step % log_every == 0``)."""
-        return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in self.index.subtree(expr))
+        return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.JoinedStr)
+                   and not (isinstance(n.left, ast.Constant) and isinstance(n.left.value, str))
+                   for n in self.index.subtree(expr))  # (not ``"%s" % name``: a string formatted)
 
     def _one_off(self, test: ast.AST) -> bool:
         """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a counter tested against a fixed value."""
