@@ -6172,3 +6172,41 @@ def test_a_helper_a_generation_loop_of_another_module_calls_through_star_imports
     })
     results = check_files(["utils.py", "model.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "model.py") == [(7, "TD611"), (9, "TD611"), (12, "TD611")]
+
+
+def test_a_branch_another_module_may_choose_runs_though_the_file_s_own_call_takes_the_default(project: Path) -> None:
+    """A PDE benchmark's ``run_training(training_type="autoregressive")`` runs with the default under its own
+    ``if __name__ == "__main__":``, and the launcher of another module passes ``training_type=cfg.training_type``:
+    the ``"single"`` branch may run, so its read stays reported (TD603)."""
+    write(project, {
+        "fno.py": """\
+            import torch
+
+            def run_training(loader, model, optimizer, training_type="autoregressive"):
+                total = 0.0
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    if training_type == "single":
+                        loss = torch.nn.functional.mse_loss(model(x), y)
+                        total += loss.item()
+                    else:
+                        loss = torch.nn.functional.mse_loss(model(model(x)), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                return total
+
+            if __name__ == "__main__":
+                run_training([], torch.nn.Linear(2, 2).cuda(), None)
+            """,
+        "launch.py": """\
+            from fno import run_training
+
+            def main(cfg, loader, model, optimizer):
+                run_training(loader, model, optimizer, training_type=cfg.training_type)
+            """,
+    })
+    results = check_files(["fno.py", "launch.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "fno.py") == [(9, "TD603")]
+    alone = check_files(["fno.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(alone, "fno.py") == [(9, "TD603")]

@@ -338,9 +338,13 @@ def branch_no_caller_chooses(ctx: Context, node: ast.AST) -> bool:
 def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | bool] | None:
     sem = ctx.semantic
     sites = sem.call_sites(func)
+    elsewhere: frozenset[str | bool] | None = frozenset()
+    if sem.project is not None and sem.frame(func).kind == "module" and sem.project.has_callers(sem, func):  # type: ignore[attr-defined]
+        elsewhere = sem.project.callers_choose(sem, func, param)  # type: ignore[attr-defined]
+        if elsewhere is None:
+            return None  # (``run_training(training_type=cfg.args.training_type)`` in another module: not known)
     if not sites:
-        return sem.project.callers_choose(sem, func, param) if sem.project is not None \
-            and sem.frame(func).kind == "module" else None  # type: ignore[attr-defined]
+        return elsewhere or None
     params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
     if params[:1] == ["self"]:
         params = params[1:]
@@ -358,4 +362,4 @@ def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | 
                 return None
             value = default.value
         out.add(value)
-    return frozenset(out)
+    return frozenset(out) | elsewhere
