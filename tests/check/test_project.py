@@ -6210,3 +6210,59 @@ def test_a_branch_another_module_may_choose_runs_though_the_file_s_own_call_take
     assert codes(results, "fno.py") == [(9, "TD603")]
     alone = check_files(["fno.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(alone, "fno.py") == [(9, "TD603")]
+
+
+def test_workers_of_a_loader_factory_in_a_module_on_the_gpu_through_its_callers_device(project: Path) -> None:
+    """A federated-learning benchmark's utilities module makes the loaders (``get_dataloader``) and evaluates with
+    ``compute_accuracy(net, loader, device=device)``; the experiment script reaches both through star imports and
+    trains on ``cuda:0``. The utilities module runs on the GPU through its callers' device, and its loaders feed
+    the importer's training: no workers there is TD305 (with TD304), as for a factory module of no device."""
+    write(project, {
+        "utils.py": """\
+            import torch
+            from torch.utils import data
+
+            def get_dataloader(train_ds, test_ds, bs):
+                train_dl = data.DataLoader(dataset=train_ds, batch_size=bs, shuffle=True)
+                test_dl = data.DataLoader(dataset=test_ds, batch_size=32)
+                return train_dl, test_dl
+
+            def compute_accuracy(net, loader, device="cpu"):
+                correct = 0
+                with torch.no_grad():
+                    for x, y in loader:
+                        x, y = x.to(device), y.to(device)
+                        correct += (net(x).argmax(1) == y).sum()
+                return correct
+            """,
+        "model.py": """\
+            import torch.nn as nn
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(4, 2)
+
+                def forward(self, x):
+                    return self.fc(x)
+            """,
+        "experiments.py": """\
+            import torch
+            from model import *
+            from utils import *
+
+            device = torch.device("cuda:0")
+            net = Net().to(device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            train_dl, test_dl = get_dataloader([], [], 64)
+            for x, y in train_dl:
+                x, y = x.to(device), y.to(device)
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            print(compute_accuracy(net, test_dl, device=device))
+            """,
+    })
+    results = check_files(["utils.py", "model.py", "experiments.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "utils.py") == [(5, "TD304"), (5, "TD305"), (6, "TD304"), (6, "TD305")]

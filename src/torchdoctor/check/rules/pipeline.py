@@ -327,8 +327,8 @@ def _importer_trains(ctx: Context, node: ast.AST) -> bool:
     module it imports (``model.run_epoch(loader, opt)`` of a model class whose method trains)."""
     sem = ctx.semantic
     func = sem.function_of(node)
-    if sem.project is None or func is None or program.runs_on_accelerator(sem):
-        return False
+    if sem.project is None or func is None:
+        return False  # (a factory module on the GPU itself, through its callers' ``device``, trains nothing either)
     cls = sem.class_of(func)
     user = sem.project.accelerated_importer(sem, cls.name if cls is not None else func.name)  # type: ignore[attr-defined]
     return bool(user) and sem.project.trains_here_or_through(user)  # type: ignore[attr-defined]
