@@ -337,9 +337,11 @@ def branch_no_caller_chooses(ctx: Context, node: ast.AST) -> bool:
 
 def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | bool] | None:
     sem = ctx.semantic
+    if sem.frame(func).kind != "module":
+        return None  # (a method's callers include instance calls, ``self.model(..., train=True)``, not all seen here)
     sites = sem.call_sites(func)
     elsewhere: frozenset[str | bool] | None = frozenset()
-    if sem.project is not None and sem.frame(func).kind == "module" and sem.project.has_callers(sem, func):  # type: ignore[attr-defined]
+    if sem.project is not None and sem.project.has_callers(sem, func):  # type: ignore[attr-defined]
         elsewhere = sem.project.callers_choose(sem, func, param)  # type: ignore[attr-defined]
         if elsewhere is None:
             return None  # (``run_training(training_type=cfg.args.training_type)`` in another module: not known)
