@@ -12,6 +12,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.rules.forward_values import reached_from_forward, run_by_forwards
 from torchdoctor.check.rules.steps import per_step_loop
 from torchdoctor.check.semantic import flow
+from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
 from torchdoctor.check.semantic.models import construction, moved_keys
 
@@ -91,9 +92,13 @@ def step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
     loop = per_step_loop(ctx, node)
     sem = ctx.semantic
     if loop is None and not sem.loops_around(node):  # (``x = sample_bits(torch.sigmoid(rnn(x)))`` on every pass of a
-        sites = [s for s in sem.call_sites(func) if sem.function_of(s) is not func]  # generation loop: a model's loop)
+        if _loops_a_model(sem, func):  # generation loop: a model's loop)
+            return None  # (``model.generate(mel)``, ``validate(args)``: a whole run a pass, its own loop the steps)
+        sites = [s for s in sem.call_sites(func) if sem.function_of(s) is not func]
         loop = next((found for s in sites if (found := model_loop(ctx, s)) is not None
-                     and not sem.under_step_guard(s, found)), None)
+                     and not sem.under_step_guard(s, found) and not few_passes(sem, found)
+                     and not _first_pass_of_the_caller(sem, node, func, s, found)), None)
+        # (``for attn_order in [0, 2, 6, 12]: prior.check_sample(...)``: a self-test over a few settings)
         return (func, loop) if loop is not None else None
     if loop is None:
         return None
@@ -105,6 +110,33 @@ def step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
         return None  # (a solver's data-generation loop draws its coefficients on the host: no model runs there; a
         # moved model's method, ``model.encoding_fn(images)``, is the model running)
     return func, loop
+
+
+def _first_pass_of_the_caller(sem, node: ast.AST, func: ast.AST, site: ast.Call, loop: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` under ``if sample_t == 0:`` of a helper that ``site`` hands the counter of ``loop`` as ``sample_t``
+    (``for sample_t in range(n): x = self.get_emb(sample_t, ...)``): made on the loop's first pass only."""
+    target = getattr(loop, "target", None)
+    counters = {n.id for n in sem.subtree(target) if isinstance(n, ast.Name)} if target is not None else set()
+    params = [a.arg for a in func.args.args]  # type: ignore[attr-defined]
+    if params[:1] == ["self"]:
+        params = params[1:]
+    for test, holds in sem.guards.branch_tests(node):
+        if holds and isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) \
+                and isinstance(test.left, ast.Name) and test.left.id in params and isinstance(test.comparators[0], ast.Constant):
+            index = params.index(test.left.id)
+            arg = site.args[index] if index < len(site.args) else next(
+                (k.value for k in site.keywords if k.arg == test.left.id), None)
+            if isinstance(arg, ast.Name) and arg.id in counters:
+                return True
+    return False
+
+
+def _loops_a_model(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``func`` runs a model in a loop of its own (a decoding loop, a validation's batches): each call is a whole
+    run, and what it makes before that loop, it makes once a run."""
+    return any(isinstance(n, ast.Call) and sem.loops_around(n) and sem.function_of(next(iter(sem.loops_around(n)))) is func
+               and (flow.consumer_kind(sem, n) == "model" or _helper_runs_a_model(sem, n) or _model_method(sem, n))
+               for n in sem.local_nodes(func))
 
 
 def _chosen_by_caller(ctx: Context, node: ast.AST, func: ast.AST) -> bool:
@@ -130,6 +162,8 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
     if func is None or sem.project is None or sem.frame(func).kind != "module" or sem.call_sites(func) \
             or any(sem.loop_kind(loop) is not None for loop in sem.loops_around(node)) or sem.under_step_guard(node):
         return None  # (a loop of the helper's own over the batch's rows, ``for i in range(y.size(0)):``, makes more)
+    if not sem.loops_around(node) and _loops_a_model(sem, func):
+        return None  # (a whole decoding run a call: what it makes before its own loop, it makes once a run)
     callers = sem.project.step_callers(sem, func) or sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
     if not callers:
         return None

@@ -30,8 +30,15 @@ def few_passes(sem: SemanticModel, loop: ast.AST) -> bool:
             items = items.func.value
         elif isinstance(items, (ast.DictComp, ast.ListComp)) and len(items.generators) == 1:
             items = items.generators[0].iter
+        elif isinstance(items, ast.Call) and isinstance(items.func, ast.Name) and items.func.id in ("list", "tuple", "sorted",
+                                                                                                   "enumerate") \
+                and len(items.args) == 1 and not items.keywords:
+            items = items.args[0]  # ``RESOLUTIONS = list(Z_DIMS)`` of ``Z_DIMS = {128: 120, 256: 140, 512: 128}``;
+            # ``enumerate(plot_noises)`` of ``plot_noises = [get_noise(1, z) for i in range(5)]``
         else:
             break
+    if isinstance(items, ast.Dict):
+        return len(items.keys) <= FEW and all(isinstance(k, ast.Constant) for k in items.keys)
     if isinstance(items, (ast.Tuple, ast.List)):
         return len(items.elts) <= FEW and all(isinstance(e, ast.Constant) for e in items.elts)
     if not (isinstance(items, ast.Call) and dotted(items.func) == "range" and 1 <= len(items.args) <= 2

@@ -14,6 +14,7 @@ from torchdoctor.check.semantic import flow, gpu_only, program
 from torchdoctor.check.semantic.program import chosen_cuda, names_cuda
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
     class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys, unpinned_returns
+from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
@@ -636,8 +637,8 @@ def _in_a_model_loop(sem: SemanticModel, call: ast.Call) -> bool:
     """The innermost loop around ``call`` runs a model on every pass, unguarded (``for i in range(max_num_node):
     h = rnn(x_step); x_step = sample_sigmoid(h)``): a sampling or generation loop."""
     loop = next((a for a in sem.ancestors(call) if isinstance(a, _LOOPS)), None)
-    if loop is None:
-        return False
+    if loop is None or few_passes(sem, loop):
+        return False  # (``for attn_order in [0, 2, 6, 12]:``: a few settings tried, not steps)
     runs = sem.cached(("model_calls_of_loop", loop), lambda: [  # (the same for every call of the loop)
         c for c in sem.body(loop) if isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model"
         and next((a for a in sem.ancestors(c) if isinstance(a, _LOOPS)), None) is loop and not sem.under_step_guard(c, loop)])
