@@ -358,6 +358,21 @@ _SYNC_NAMES = ("SyncBatchNorm", "convert_sync_batchnorm", "convert_syncbn_model"
 _APEX_DDP = "apex.parallel.DistributedDataParallel"
 
 
+def _trains_in_eval_mode(ctx: Context) -> bool:
+    """A function of the file backpropagates after ``model.eval()`` and never calls ``.train()``: a linear probe on
+    frozen features (moco's and simsiam's ``main_lincls.py``), whose BatchNorm layers keep their running statistics;
+    syncing them would change nothing."""
+    sem = ctx.semantic
+    for func in {sem.function_of(n) for n in sem.calls_named("eval", "train") if sem.mode_call(n)}:
+        if func is None:
+            continue
+        nodes = sem.local_nodes(func)
+        modes = {sem.mode_call(n) for n in nodes if isinstance(n, ast.Call) and sem.mode_call(n)}
+        if modes == {"eval"} and "backward" in sem.region_effects(nodes):
+            return True
+    return False
+
+
 def _frozen_before_the_wrap(ctx: Context, wrap: ast.Call) -> bool:
     """``for p in net.parameters(): p.requires_grad = False`` (or ``net.requires_grad_(False)``) before
     ``DDP(net, ...)`` in the same function: a frozen network wrapped to be scored, not trained."""
@@ -402,7 +417,7 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
     """BatchNorm in a DDP model without `SyncBatchNorm.convert_sync_batchnorm`: reported on the `DDP(` wrap."""
     apex = ctx.call_name(node) == _APEX_DDP
     if ctx.call_name(node) not in _DDP and not apex or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) \
-            or not _on_gpus(ctx) or _frozen_before_the_wrap(ctx, node):
+            or not _on_gpus(ctx) or _frozen_before_the_wrap(ctx, node) or _trains_in_eval_mode(ctx):
         return
     model = ctx.name(node.args[0]) if node.args else "model"
     convert = f"apex.parallel.convert_syncbn_model({model})" if apex else f"nn.SyncBatchNorm.convert_sync_batchnorm({model})"
