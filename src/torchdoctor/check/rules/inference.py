@@ -160,9 +160,11 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     name = func.name  # type: ignore[attr-defined]
     cls = sem.class_of(func)  # a method of an agent or a trainer counts; one of a model class is its own API
-    if not _INFERENCE_FUNC.match(name) or (cls is not None and (cls.name in sem.module_classes or name == "forward")) \
+    if not _INFERENCE_FUNC.match(name) or name in ("predict_step", "validation_step", "test_step") \
+            or (cls is not None and (cls.name in sem.module_classes or name == "forward")) \
             or program.in_test(sem, func) or name in ("evaluate_actions", "evaluate_action"):  # type: ignore[attr-defined]
-        return  # (PPO's ``evaluate_actions``: the log-probabilities and values of the actions taken, for the loss)
+        return  # (PPO's ``evaluate_actions``: the log-probabilities and values of the actions taken, for the loss;
+        # ``predict_step``: a framework's hook, which its loop runs without autograd, as Lightning's does)
     if any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
         return
     outer = next((a for a in sem.ancestors(func) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
@@ -214,11 +216,16 @@ def _shared_forward_helper(ctx: Context, call: ast.Call) -> ast.AST | None:
         return None
     if any(sem.guards.grad_call(d) in ("off", "maybe") for d in helper.decorator_list):
         return None
+    if isinstance(call.func, ast.Name) and (b := sem.binding_at(call.func.id, call)) is not None and b.node is not helper:
+        return None  # (``[model(x) for model in sampled]``: the comprehension's ``model``, not ``def model``)
     nodes = sem.local_nodes(helper)
     if {"backward", "step"} & sem.region_effects(nodes) or any(isinstance(n, ast.Call) and sem.mode_call(n) for n in nodes):
         return None
-    forwards = [n for n in nodes if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"
-                and sem.expr_kind(n.func.value if method_name(n) == "forward" else n.func, n) in ("model", "wrapper")]
+    forwards = [n for n in nodes if isinstance(n, ast.Call) and (n.args or n.keywords) and flow.consumer_kind(sem, n) == "model"
+                and sem.expr_kind(n.func.value if method_name(n) == "forward" else n.func, n) in ("model", "wrapper")
+                and not model_has_no_parameters(sem, n.func, n)]
+    # (``lifted_module()`` of a Bayesian guide: samples a network's weights, runs it on no input; ``softplus(s)`` of
+    # ``softplus = nn.Softplus()``: a layer with no parameter records no graph of its own)
     if not any(not (sem.under_no_grad(n) or sem.loops_around(n)
                     or any("training" in sem.segment(t) for t, _ in sem.guards.branch_tests(n))) for n in forwards):
         return None  # (each forward under no_grad, in a loop of its own or run ``if self.training:``: no shared pass)

@@ -93,7 +93,7 @@ def phase_without_backward(ctx: Context, node: ast.AST, region: ast.AST) -> bool
                for test, holds in sem.guards.branch_tests(node))  # (the body of another phase, or the training one's else)
 
 
-_SCALAR_REDUCTIONS = frozenset({"mean", "sum", "norm", "max", "min", "std", "var"})
+_SCALAR_REDUCTIONS = frozenset({"mean", "sum"})  # (not ``torch.max(probs)``: a batch of one's prediction)
 
 
 def _scalar_copied(ctx: Context, node: ast.Call) -> bool:
