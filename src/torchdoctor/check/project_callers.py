@@ -19,7 +19,8 @@ from torchdoctor.check.semantic import SemanticModel, program
 from torchdoctor.check.semantic.project_devices import model_from_project_builder
 
 if TYPE_CHECKING:
-    from torchdoctor.check.semantic.summary import CallRecord, ModuleSummary
+    from torchdoctor.check.semantic.call_records import CallRecord
+    from torchdoctor.check.semantic.summary import ModuleSummary
 
 __all__ = ["Callers", "MAX_NEAR", "SELECTS_WRAPPED"]
 
@@ -357,7 +358,7 @@ class Callers:
             names: tuple[dict, dict] = ({}, {})
             sem = self._model(path)
             if sem is not None:
-                from torchdoctor.check.semantic.summary import call_records
+                from torchdoctor.check.semantic.call_records import call_records
 
                 names = (dict(sem.names.from_imports) | self.star_names(path, sem), dict(sem.names.imports))
                 heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)

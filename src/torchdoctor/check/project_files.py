@@ -11,7 +11,8 @@ from torchdoctor.check.patterns import lazy
 
 if TYPE_CHECKING:
     from torchdoctor.check.semantic import SemanticModel
-    from torchdoctor.check.semantic.summary import CallRecord, ModuleSummary
+    from torchdoctor.check.semantic.call_records import CallRecord
+    from torchdoctor.check.semantic.summary import ModuleSummary
 
 __all__ = ["MAX_BYTES", "State", "file_of", "guess_root", "import_statements"]
 

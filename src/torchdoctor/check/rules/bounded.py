@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
-from torchdoctor.check.semantic.summary import set_once, string_choices
+from torchdoctor.check.semantic.call_records import set_once, string_choices
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context

@@ -21,7 +21,7 @@ from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, drai
     stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
-from torchdoctor.check.semantic.summary import host_args_of
+from torchdoctor.check.semantic.call_records import host_args_of
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context

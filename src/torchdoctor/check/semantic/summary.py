@@ -1,5 +1,5 @@
 """What one module tells the others: its model classes (and whether they hold dropout/batch-norm), the
-effects of its functions, and, for reverse questions, what its calls into other modules look like.
+effects of its functions and what they return (its calls into other modules: call_records.py).
 
 Summaries are small and hold no syntax tree: the project index keeps them for the whole run.
 """
@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, strip_methods
+from torchdoctor.check.astutil import dotted, func_params, strip_methods
 from torchdoctor.check.patterns import lazy
-from torchdoctor.check.semantic import flow, gpu_only, program
-from torchdoctor.check.semantic.program import chosen_cuda, names_cuda
+from torchdoctor.check.semantic import gpu_only, program
+from torchdoctor.check.semantic.program import names_cuda
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
     class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys, unpinned_returns
-from torchdoctor.check.semantic.counts import few_passes
+from torchdoctor.check.semantic.call_records import runs_per_step
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
 from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_moves_itself, class_parts, holds_plain_tensors_only, moved_keys
-from torchdoctor.check.semantic.placement import cpu_only_loop
+    class_moves_itself, class_parts, holds_plain_tensors_only
 from torchdoctor.record import FrozenRecord, Record
 
-__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "CallRecord", "summarize", "call_records", "host_args_of"]
+__all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "summarize"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
@@ -121,48 +120,6 @@ class ModuleSummary(Record):
         self.true_flags: frozenset[str] = frozenset()  # module-level names only ever set to True (``USE_CUDA = True``)
 
 
-class CallRecord(FrozenRecord):
-    """One call, in some module, of a name imported from another module of the project."""
-
-    __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
-                 "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by", "after_refusal", "choices", "in_model_loop")
-    written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
-    grad_mode: str  # "on", "off", "maybe" at the call
-    rank_guarded: bool
-    eval_before: bool  # a ``model.eval()`` earlier in the caller's function
-    accelerator_args: frozenset[str]  # parameters (by name, or "#i" by position) given an accelerator device
-    ddp: bool  # the calling module is a DDP program (its calls run on every rank)
-    per_step: bool  # made on every step of a batch loop (not behind a step guard), on an accelerator
-    path: str  # the calling module
-    line: int
-    in_loop: bool  # inside the caller's epoch or batch loop (a training run's checkpoint, not a library's API)
-    rank_zero_only: bool  # only the main process makes the call (``Logger(...) if rank == 0 else None``)
-    moved_models: frozenset[str]  # parameters (by name, or "#i" by position) given a model moved to an accelerator
-    passed: frozenset[str]  # the arguments given, by keyword name or "#i" by position ("*": some unpacked)
-    host_args: frozenset[str]  # arguments that are a batch as the loop yields it, not moved yet (by name or "#i")
-    per_iteration: bool  # made on every iteration of the loop around it, whatever its kind, on an accelerator
-    in_forward: str  # "forward": made in a module class's ``forward`` (or a module-level helper only forwards call
-    # here); "method": in another method of a module class (``get_feature_vectors``); "" elsewhere
-    made_by: tuple[tuple[str, tuple[int, str, str]], ...]  # (argument slot, the imported function that made it): ``conf``
-    # of ``conf = get_config()``, whose module may set its ``.device`` to CUDA (Project.passes_accelerator asks)
-    after_refusal: bool  # made after the caller stops without a GPU (``if not torch.cuda.is_available(): raise ...``)
-    choices: tuple[tuple[str, str | bool], ...]  # (argument slot, the string or bool it passes): ``distance="l_inf"`` (a literal, or an
-    # attribute the caller's file sets once to one: ``norm=args.norm`` of ``args.norm = "l2"``)
-    in_model_loop: bool  # made on every pass of a loop that runs a model (a sampling or generation loop), on an accelerator
-
-    def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
-                 accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
-                 line: int = 0, in_loop: bool = False, rank_zero_only: bool = False,
-                 moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
-                 host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
-                 made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False,
-                 choices: tuple[tuple[str, str | bool], ...] = (), in_model_loop: bool = False) -> None:
-        self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
-                   rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal,
-                   choices, in_model_loop)
-
-
 def summarize(sem: SemanticModel) -> ModuleSummary:
     out = ModuleSummary(sem.path, from_imports=dict(sem.names.from_imports), imports=dict(sem.names.imports),
                         star=list(sem.names.star), accelerated=program.runs_on_accelerator(sem),
@@ -176,7 +133,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     step_calls: dict[ast.AST, set[str]] = {}
     for call in sem.calls:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
-                and (owner := sem.class_of(call)) is not None and _per_step(sem, call):
+                and (owner := sem.class_of(call)) is not None and runs_per_step(sem, call):
             step_calls.setdefault(owner, set()).add(call.func.attr)
     moves = ".to(" in sem.text.source or ".cuda(" in sem.text.source
     for cls in sem.of_type(ast.ClassDef):
@@ -493,231 +450,6 @@ def _cuda_settings(sem: SemanticModel) -> frozenset[str]:
     return frozenset(out)
 
 
-def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None) -> list[CallRecord]:
-    """Records of the calls whose callee (as written) starts with one of ``names`` (imported names);
-    ``accelerator``: whether the module runs on one, when the caller knows better than the module alone."""
-    out = []
-    accelerator = program.runs_on_accelerator(sem) if accelerator is None else accelerator
-    ddp = program.is_ddp_program(sem)
-    made = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
-            if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
-    # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
-    held = _held_instances(sem, names)
-    asks_gpus = "is_available" in sem.text.source or "device_count" in sem.text.source
-    for call in sem.calls:
-        written = dotted(call.func)
-        if written is None and isinstance(call.func, ast.Attribute) and isinstance(obj := call.func.value, ast.Call) \
-                and (ctor := dotted(obj.func)) and ctor.split(".")[0] in names and ctor.rsplit(".", 1)[-1][:1].isupper():
-            written = f"{ctor}.{call.func.attr}"  # ``Trainer(cfg).train(model, opt)``: the method of an object made here
-        if written is None:
-            continue
-        if written.split(".")[0] not in names:
-            if written.split(".")[0] in made:
-                written = _instance_method(sem, call, names)  # ``eng.fit_batch(x, y)`` of ``eng = Engine(...)``
-            elif held and isinstance(call.func, ast.Attribute) and \
-                    (ctor := held.get((sem.class_of(call), dotted(call.func.value)))) is not None:
-                written = f"{ctor}.{call.func.attr}"  # ``self.critic.estimate(obs)`` of ``self.critic = Head(8).to(dev)``
-            elif held and (ctor := held.get((sem.class_of(call), written))) is not None:
-                written = f"{ctor}.forward"  # ``self.critic(obs)``: its forward
-            else:
-                continue
-            if written is None:
-                continue
-        func = sem.function_of(call)
-        scope = sem.scope_of(call)
-        eval_before = any(sem.mode_call(n) == "eval" and sem.scope_of(n) is scope and n.lineno < call.lineno
-                          for n in sem.calls_named("eval", "train"))
-        given: set[str] = set()
-        models: set[str] = set()
-        if accelerator:  # ``Runner(model, opt, cfg)`` after ``model.cuda()``: the model it trains is on the GPU
-            moved = moved_keys(sem)
-            models |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in moved
-                       and sem.expr_kind(arg, call) in ("model", "wrapper")}
-            models |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
-                       and kw.value.id in moved and sem.expr_kind(kw.value, call) in ("model", "wrapper")}
-        if not accelerator and (carriers := _cuda_carriers(sem)):  # ``args.device = torch.device('cuda')``
-            given |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
-                      and kw.value.id in carriers}
-            given |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in carriers}
-        if not accelerator and "cuda" in sem.text.source:  # ``device = "cuda" if ... else "cpu"``, handed to a trainer
-            given |= {kw.arg for kw in call.keywords if kw.arg and chosen_cuda(sem, kw.value, call)}
-            given |= {f"#{i}" for i, arg in enumerate(call.args) if chosen_cuda(sem, arg, call)}
-        if accelerator:
-            carriers = _device_carriers(sem)
-            for i, arg in enumerate(call.args):
-                if _device_value(sem, arg, call) or isinstance(arg, ast.Name) and arg.id in carriers:
-                    given.add(f"#{i}")
-            for kw in call.keywords:
-                if kw.arg and (_device_value(sem, kw.value, call) or isinstance(kw.value, ast.Name)
-                               and kw.value.id in carriers):
-                    given.add(kw.arg)
-        guarded = sem.under_rank_guard(call) or (func is not None and bool(sem.call_sites(func)) and
-                                                 all(sem.under_rank_guard(s) for s in sem.call_sites(func)))
-        in_loop = sem.enclosing_loop(call, "epoch") is not None or sem.enclosing_loop(call, "batch") is not None
-        passed = {f"#{i}" for i in range(len(call.args))} | {k.arg or "*" for k in call.keywords}
-        if any(isinstance(a, ast.Starred) for a in call.args):
-            passed.add("*")
-        per_step = accelerator and _per_step(sem, call)
-        per_iteration = per_step or accelerator and _per_iteration(sem, call)
-        out.append(CallRecord(written, _grad_mode(sem, call), guarded, eval_before, frozenset(given), ddp,
-                              per_step, sem.path, call.lineno, in_loop,
-                              guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
-                              host_args_of(sem, call) if per_step else frozenset(),
-                              per_iteration, _in_a_forward(sem, call),
-                              () if accelerator or given else _made_by_imports(sem, call),
-                              asks_gpus and program.refuses_cpu(sem, at=call), string_choices(sem, call),
-                              per_iteration and not per_step and _in_a_model_loop(sem, call)))
-    return out
-
-
-def string_choices(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, str | bool], ...]:
-    """The string (and bool) constants ``call`` passes, by slot (``"distance"``, ``"#2"``): literals, or attributes the file sets
-    once at its top to one (``norm=args.norm`` of a notebook's ``args.norm = "l2"``)."""
-    out = []
-    for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]:
-        if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
-            arg = set_once(sem, dotted(arg))
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, (str, bool)):
-            out.append((slot, arg.value))  # (``sample=True``: a flag every call sets picks a branch too)
-    return tuple(out)
-
-
-def set_once(sem: SemanticModel, name: str | None) -> ast.AST | None:
-    """The value of ``args.test_batch`` when the file sets that attribute once, at its top level (a notebook's
-    ``args = Args(); args.test_batch = 10``), and stores it nowhere else; else None."""
-    if name is None:
-        return None
-    stores = [n for n in sem.index.by_type.get(ast.Attribute, ()) if isinstance(n.ctx, ast.Store) and dotted(n) == name]
-    if len(stores) != 1:
-        return None
-    stmt = sem.index.parent.get(stores[0])
-    if not (isinstance(stmt, ast.Assign) and stmt.targets == [stores[0]] and sem.function_of(stmt) is None):
-        return None
-    return stmt.value
-
-
-def _made_by_imports(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, tuple[int, str, str]], ...]:
-    """The arguments of ``call`` that are names bound to what an imported function returns (``conf`` of ``conf =
-    get_config()``), with that function: an options object another module may fill with a CUDA device."""
-    out = []
-    slots = [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
-    for slot, arg in slots:
-        b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
-        value = b.value if b is not None and not b.is_param and b.index is None else None
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in sem.names.from_imports:
-            out.append((slot, sem.names.from_imports[value.func.id]))
-    return tuple(out)
-
-
-def _grad_mode(sem: SemanticModel, call: ast.Call) -> str:
-    """The grad mode at ``call``; "off" also when autograd is on there but every in-file call of its function is made
-    without it (``def critic_value(self, obs): return self.critic.estimate(obs)``, called under ``no_grad``)."""
-    mode = sem.grad_mode(call)
-    func = sem.function_of(call) if mode == "on" else None
-    sites = sem.call_sites(func) if func is not None else []
-    return "off" if sites and all(sem.grad_mode(s) == "off" for s in sites) else mode
-
-
-def _held_instances(sem: SemanticModel, names: set[str]) -> dict[tuple[ast.AST | None, str], str]:
-    """(class, ``self.critic``) -> ``ValueHead`` for ``self.critic = ValueHead(8).to(device)`` in a method of the
-    class, where ``ValueHead`` is imported from the project (``names``)."""
-    out: dict[tuple[ast.AST | None, str], str] = {}
-    for n in sem.of_type(ast.Assign):
-        target = n.targets[0] if len(n.targets) == 1 else None  # type: ignore[attr-defined]
-        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
-            continue
-        value = strip_methods(n.value, PLACEMENT_METHODS)  # type: ignore[attr-defined]
-        ctor = dotted(value.func) if isinstance(value, ast.Call) else None
-        if ctor and ctor.split(".")[0] in names and ctor.rsplit(".", 1)[-1][:1].isupper():
-            out[(sem.class_of(n), f"self.{target.attr}")] = ctor
-    return out
-
-
-def _in_a_model_loop(sem: SemanticModel, call: ast.Call) -> bool:
-    """The innermost loop around ``call`` runs a model on every pass, unguarded (``for i in range(max_num_node):
-    h = rnn(x_step); x_step = sample_sigmoid(h)``): a sampling or generation loop."""
-    loop = next((a for a in sem.ancestors(call) if isinstance(a, _LOOPS)), None)
-    if loop is None or few_passes(sem, loop):
-        return False  # (``for attn_order in [0, 2, 6, 12]:``: a few settings tried, not steps)
-    runs = sem.cached(("model_calls_of_loop", loop), lambda: [  # (the same for every call of the loop)
-        c for c in sem.body(loop) if isinstance(c, ast.Call) and flow.consumer_kind(sem, c) == "model"
-        and next((a for a in sem.ancestors(c) if isinstance(a, _LOOPS)), None) is loop and not sem.under_step_guard(c, loop)])
-    return any(c is not call for c in runs)
-
-
-def _per_iteration(sem: SemanticModel, call: ast.Call) -> bool:
-    """``call`` runs on every iteration of the innermost loop around it, whatever kind of loop that is (``while
-    trainer.n_sentences < epoch_size: trainer.mlm_step(...)``): when the callee is one whole training step, that loop
-    is a batch loop (``Callers.step_callers``)."""
-    loop = next((a for a in sem.ancestors(call) if isinstance(a, _LOOPS)), None)
-    if loop is None or sem.function_of(loop) is not sem.function_of(call):
-        return False
-    return not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop) or sem.in_exit_branch(call, loop))
-
-
-def host_args_of(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
-    """The arguments of ``call`` (by name or "#i") that are values of this step made before the loop moves anything
-    to the device: a batch loop that moves its batch after the call (``x, lengths = to_cuda(x, lengths)`` below
-    ``join_pairs(a, a_len, b, b_len)``) hands the call host tensors, made from the batch as the loader gave it."""
-    loop = sem.enclosing_loop(call, "batch")
-    if loop is None:
-        return frozenset()
-    here = (call.lineno, call.col_offset)
-    moves = [(m.lineno, m.col_offset) for m in sem.device_moves() if sem.contains(loop, m)]
-    if not moves or min(moves) < here:
-        return frozenset()  # (nothing moved in the step, or something of it is on the device already)
-    out = set()
-    args = [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
-    for slot, arg in args:
-        b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
-        if isinstance(arg, ast.Constant) or b is not None and not b.is_param and sem.contains(loop, b.node) \
-                and not (isinstance(b.value, ast.Call) and sem.is_model_call(b.value)) or _setting(sem, arg, b, call):
-            out.add(slot)  # (a constant or a setting too: ``concat(s1, l1, s2, l2, params.pad_index, 1)``)
-    return frozenset(out)
-
-
-def _setting(sem: SemanticModel, arg: ast.AST, b: object, at: ast.AST) -> bool:
-    """A plain setting, no tensor: ``params.pad_index``, or ``lang_id`` bound to ``params.lang2id['en']``."""
-    if sem.expr_kind(arg, at) is not None:
-        return False
-    if isinstance(arg, ast.Attribute):
-        return isinstance(arg.value, ast.Name) and arg.value.id not in ("self", "torch")
-    value = getattr(b, "value", None)
-    return isinstance(arg, ast.Name) and not getattr(b, "is_param", True) and isinstance(value, (ast.Attribute, ast.Subscript)) \
-        and isinstance(getattr(value, "value", None), (ast.Name, ast.Attribute))
-
-
-def _pairs(stmt: ast.Assign) -> list[tuple[ast.Name, ast.AST]]:
-    """(name, value) of ``x = v`` and, element by element, of ``x, y = v, w``."""
-    out = []
-    for t in stmt.targets:
-        if isinstance(t, ast.Name):
-            out.append((t, stmt.value))
-        elif isinstance(t, ast.Tuple) and isinstance(stmt.value, ast.Tuple) and len(t.elts) == len(stmt.value.elts):
-            out += [(e, v) for e, v in zip(t.elts, stmt.value.elts) if isinstance(e, ast.Name)]
-    return out
-
-
-def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str | None:
-    """``Engine.fit_batch`` for ``eng.fit_batch(x, y)`` where ``eng = Engine(net, lr, dev)`` and ``Engine`` (or the
-    module ``engine.Engine`` is written through) is imported from the project: the class's method, as written."""
-    func = call.func
-    if isinstance(func, ast.Name):  # ``cell(h)`` of ``cell = Cell(8).to(device)``: the class's forward
-        func = ast.Attribute(value=func, attr="forward", ctx=ast.Load())
-    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
-        return None
-    b = sem.binding_at(func.value.id, call)
-    made = b.value if b is not None and not b.is_param else None
-    if made is not None and b.index is not None:  # ``log, stepper = StatLogger(), ClipStep()``
-        made = made.elts[b.index] if isinstance(made, ast.Tuple) and b.index < len(made.elts) else None
-    made = strip_methods(made, PLACEMENT_METHODS) if made is not None else None
-    ctor = dotted(made.func) if isinstance(made, ast.Call) else None
-    if not ctor or ctor.split(".")[0] not in names or not ctor.rsplit(".", 1)[-1][:1].isalpha() \
-            or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
-        return None  # (a Name called: a class's object; ``step = make_step(cfg)``, a function's result, is no object)
-    return f"{ctor}.{func.attr}"
-
-
 _HOST_DRAW_METHODS = frozenset({"uniform_", "normal_", "random_", "fill_", "zero_", "bernoulli_", "round", "abs",
                                 "max", "min", "sum", "mean", "floor", "ceil", "float", "long", "int", "clone"})
 
@@ -741,111 +473,6 @@ def _reads_host_draws_only(sem: SemanticModel, func: ast.AST) -> bool:
                       "torch.randperm", "torch.arange") and not any(k.arg == "device" for k in made.keywords)):  # type: ignore[union-attr]
             return False
     return True
-
-
-def _in_a_forward(sem: SemanticModel, call: ast.Call, depth: int = 0) -> str:
-    """"forward" when ``call`` runs on every forward: it is in a module class's ``forward``, or in a module-level
-    helper whose every call in this file is (``emb = self.time_embed(timestep_embedding(t, ch))`` in a UNet's
-    forward); "method" in another method of a module class; else ""."""
-    func = sem.function_of(call)
-    if func is None:
-        return ""
-    cls = sem.class_of(func)
-    if cls is not None:
-        return "" if cls.name not in sem.module_classes else "forward" if func.name == "forward" else "method"  # type: ignore[attr-defined]
-    sites = sem.call_sites(func) if depth < 2 and sem.function_of(func) is None else []
-    kinds = {_in_a_forward(sem, s, depth + 1) for s in sites}
-    return "" if not kinds or "" in kinds else "forward" if "forward" in kinds else "method"
-
-
-def _per_step(sem: SemanticModel, call: ast.Call, depth: int = 0) -> bool:
-    """``call`` runs on every iteration of the batch loop around it (not every N steps, not on an error, not behind a
-    debug or test switch of the options: ``if opt.debug > 0: self.debug(batch, output)``); or it runs in the forward of a
-    module class whose objects that loop calls."""
-    loop = sem.enclosing_loop(call, "batch")
-    if loop is None:
-        return depth < 2 and _in_a_stepped_forward(sem, call, depth)
-    return not (sem.under_step_guard(call, loop) or sem.in_handler(call, loop)
-                                     or sem.in_exit_branch(call, loop) or _behind_a_debug_switch(sem, call, loop)
-                                     or cpu_only_loop(sem, loop))  # (a notebook's CPU baseline loop)
-
-
-def _in_a_stepped_forward(sem: SemanticModel, call: ast.Call, depth: int) -> bool:
-    """``self.criterion(out, y)`` in the ``forward`` of ``ModelWithLoss``, a module class of this file, unguarded, whose
-    objects a batch loop here calls every step (``loss = model(x, y)`` of ``model = ModelWithLoss(net).cuda()``)."""
-    func = sem.function_of(call)
-    cls = sem.class_of(func) if func is not None else None
-    if func is None or func.name != "forward" or cls is None or cls.name not in sem.module_classes \
-            or sem.under_step_guard(call):
-        return False
-    return sem.cached(("stepped_objects", cls.name, depth),  # type: ignore[no-any-return]
-                      lambda: any(_per_step(sem, c, depth + 1) for c in sem.object_calls(cls.name)))
-
-
-_DEBUG_SWITCH = lazy(r"(?i)^(debug|verbose|test|vis|visuali[sz]e|show|plot|save_results?)$")
-
-
-def _behind_a_debug_switch(sem: SemanticModel, call: ast.AST, loop: ast.AST) -> bool:
-    """``call`` is in the ``if`` branch of an option such as ``opt.debug`` (``> 0``), ``args.test``, inside the loop."""
-    for test, holds in sem.guards.branch_tests(call):
-        if not holds or not sem.contains(loop, test):
-            continue
-        flag = test.left if isinstance(test, ast.Compare) else test
-        if isinstance(flag, ast.Attribute) and _DEBUG_SWITCH.match(flag.attr):
-            return True
-    return False
-
-
-def _device_carriers(sem: SemanticModel) -> set[str]:
-    """Options objects whose ``.device`` this accelerator module reads or sets (``args.device``)."""
-    return sem.cached("device_carriers", lambda: {n.value.id for n in sem.of_type(ast.Attribute)  # type: ignore[attr-defined]
-                                                  if n.attr == "device" and isinstance(n.value, ast.Name)})  # type: ignore[attr-defined]
-
-
-def _cuda_carriers(sem: SemanticModel) -> set[str]:
-    """Options objects this module gives a CUDA device (``args.device = torch.device('cuda')`` when it is available,
-    SimCLR's run.py): the functions it hands them to run there, though the module itself places no work."""
-    def compute() -> set[str]:
-        if "cuda" not in sem.text.source:
-            return set()
-        return {t.value.id for n in sem.of_type(ast.Assign) if len(n.targets) == 1  # type: ignore[attr-defined]
-                and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device"  # type: ignore[attr-defined]
-                and isinstance(t.value, ast.Name) and ("cuda" in sem.segment(n.value)  # type: ignore[attr-defined]
-                                                       or program.chosen_cuda(sem, n.value, n))}  # type: ignore[attr-defined]
-        # (``config.device = device`` of ``device = torch.device("cuda") if ... else torch.device("cpu")``: ncsnv2)
-    def with_returns() -> set[str]:
-        found = compute()
-        return found | _returned_carriers(sem, found) if found else found
-    return sem.cached("cuda_carriers", with_returns)  # type: ignore[no-any-return]
-
-
-def _returned_carriers(sem: SemanticModel, carriers: set[str]) -> set[str]:
-    """``args, config = parse_args_and_config()`` of a function of this file that returns ``new_config`` after setting
-    its ``.device`` to a CUDA choice (ncsnv2's main.py): the names the caller binds to it carry the device too."""
-    out: set[str] = set()
-    for n in sem.of_type(ast.Assign):
-        if not isinstance(n.value, ast.Call) or len(n.targets) != 1:  # type: ignore[attr-defined]
-            continue
-        target = n.targets[0]  # type: ignore[attr-defined]
-        for func in sem.resolve(n.value):  # type: ignore[attr-defined]
-            for ret in (r for r in sem.local_nodes(func) if isinstance(r, ast.Return) and r.value is not None):
-                values = ret.value.elts if isinstance(ret.value, ast.Tuple) else [ret.value]
-                targets = target.elts if isinstance(target, ast.Tuple) else [target]
-                if len(values) == len(targets):
-                    out |= {t.id for t, v in zip(targets, values) if isinstance(t, ast.Name) and isinstance(v, ast.Name)
-                            and v.id in carriers}
-    return out
-
-
-def _device_value(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
-    """``arg`` holds a device in a program that runs on an accelerator: ``device``, ``args.device``,
-    ``torch.device(...)``, ``accelerator.device``, ``local_rank``."""
-    if isinstance(arg, ast.Call):
-        return (sem.call_name(arg) or "") == "torch.device"
-    name = dotted(arg) or ""
-    last = name.rsplit(".", 1)[-1]
-    return last in ("device", "dev", "local_rank", "gpu", "rank") or last.endswith("_device") or \
-        (isinstance(arg, ast.Name) and sem.kind_of(arg.id, at) == "device")
 
 
 def _init_params(cls: ast.AST) -> tuple[str, ...]:
