@@ -6266,3 +6266,49 @@ def test_workers_of_a_loader_factory_in_a_module_on_the_gpu_through_its_callers_
     })
     results = check_files(["utils.py", "model.py", "experiments.py"], Settings(root=str(project), select=("TD304", "TD305")))
     assert codes(results, "utils.py") == [(5, "TD304"), (5, "TD305"), (6, "TD304"), (6, "TD305")]
+
+
+def test_a_per_step_loss_that_runs_the_model_in_a_loop_of_its_own_still_draws_each_step(project: Path) -> None:
+    """An adversarial-training loss of another module starts from ``x + 0.001 * torch.randn(x.shape).cuda()`` and
+    runs the model in its own attack loop; the training loop calls it on every batch: the draw is made on every
+    step (TD611), though the helper loops the model itself. A generation loop calling a whole-run helper (one that
+    loops the model itself) makes its draw once a run."""
+    write(project, {
+        "attack.py": """\
+            import torch
+            import torch.nn.functional as F
+
+            def robust_loss(model, x, y, steps=10):
+                x_adv = x.detach() + 0.001 * torch.randn(x.shape).cuda()
+                for _ in range(steps):
+                    x_adv.requires_grad_()
+                    grad = torch.autograd.grad(F.cross_entropy(model(x_adv), y), [x_adv])[0]
+                    x_adv = x_adv.detach() + 0.01 * torch.sign(grad)
+                return F.cross_entropy(model(x_adv), y)
+
+            def sample_run(model, n):
+                z = torch.randn(n, 4).cuda()
+                for _ in range(8):
+                    z = model(z)
+                return z
+            """,
+        "train.py": """\
+            import torch
+            from attack import robust_loss, sample_run
+
+            def train(model, loader, opt):
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    loss = robust_loss(model, x, y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+            def show(model):
+                with torch.no_grad():
+                    for i in range(100):
+                        print(model(sample_run(model, 4)).sum())
+            """,
+    })
+    results = check_files(["attack.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "attack.py") == [(5, "TD611")]

@@ -162,9 +162,10 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
     if func is None or sem.project is None or sem.frame(func).kind != "module" or sem.call_sites(func) \
             or any(sem.loop_kind(loop) is not None for loop in sem.loops_around(node)) or sem.under_step_guard(node):
         return None  # (a loop of the helper's own over the batch's rows, ``for i in range(y.size(0)):``, makes more)
-    if not sem.loops_around(node) and _loops_a_model(sem, func):
-        return None  # (a whole decoding run a call: what it makes before its own loop, it makes once a run)
-    callers = sem.project.step_callers(sem, func) or sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
+    callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
+    if not callers and not (not sem.loops_around(node) and _loops_a_model(sem, func)):
+        callers = sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
+        # (not for a whole decoding run a call: what it makes before its own loop, it makes once a run)
     if not callers:
         return None
     here = os.path.dirname(os.path.abspath(sem.path))
