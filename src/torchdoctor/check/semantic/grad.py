@@ -16,7 +16,7 @@ from torchdoctor.check.semantic.walk import CLASS, FUNCTION, LAMBDA, WITH, Frame
 __all__ = ["GradModes"]
 
 _LIGHTNING_EVAL_HOOKS = frozenset({"validation_step", "test_step", "predict_step"})
-_OFF_WRAPPER = lazy(r"(?i)^\w*(inference_mode|no_grad)\w*$")
+_OFF_WRAPPER = lazy(r"(?i)^\w*(inference_mode|no_?grad)\w*$")  # (``@nograd``: faster-rcnn's own wrapper)
 
 
 class GradModes:
