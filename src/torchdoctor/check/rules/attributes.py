@@ -29,7 +29,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     if func is None or func.name != "__init__" or cls is None or cls.name not in sem.module_classes:
         return
     if not _new_tensor(ctx, value, node, 0) or sem.value_is_moved(value) or _made_on_a_given_device(value) \
-            or _cast_to_a_cuda_type(ctx, value, node):
+            or _cast_to_a_cuda_type(ctx, value, node) or _arithmetic_of_moved(sem, value):
         return  # (``self.scale = torch.sqrt(torch.FloatTensor([0.5])).to(device)``: on the device from the start)
     if isinstance(value, ast.Call) and (ctx.call_name(value) or "").rsplit(".", 1)[-1] == "Variable" and value.args \
             and (isinstance(value.args[0], ast.Name) and sem.is_moved(value.args[0].id, node)
@@ -59,6 +59,14 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
+
+
+def _arithmetic_of_moved(sem, value: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``torch.ones(n, n).cuda() - torch.eye(n).cuda()``: arithmetic of moved tensors (and numbers), on the device."""
+    if isinstance(value, ast.BinOp):
+        return _arithmetic_of_moved(sem, value.left) and _arithmetic_of_moved(sem, value.right) \
+            and not (isinstance(value.left, ast.Constant) and isinstance(value.right, ast.Constant))
+    return isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) or sem.value_is_moved(value)
 
 
 def _made_on_a_given_device(value: ast.AST) -> bool:
