@@ -243,3 +243,62 @@ def test_a_read_after_a_gather_helper_that_reads_back_what_it_gathers_waits_for_
     })
     results = check_files(["comm.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "train.py") == [(11, "TD603"), (16, "TD603")]
+
+
+def test_a_read_after_a_metric_helper_that_copies_the_outputs_to_numpy_waits_for_nothing(project: Path) -> None:
+    """A segmentation validation computes the loss, then ``iou, dice = iou_score(output, target)`` of its metrics
+    module, which copies both tensors to NumPy and works on the arrays only (on either branch of a deep-supervision
+    test): the copy waited for the loss too, so the ``loss.item()`` after it waits for nothing. After new GPU work
+    (the training step's backward) the same read is a wait of its own."""
+    write(project, {
+        "metrics.py": """\
+            import numpy as np
+            import torch
+
+            def iou_score(output, target):
+                smooth = 1e-5
+                if torch.is_tensor(output):
+                    output = torch.sigmoid(output).data.cpu().numpy()
+                if torch.is_tensor(target):
+                    target = target.data.cpu().numpy()
+                output_ = output > 0.5
+                target_ = target > 0.5
+                intersection = (output_ & target_).sum()
+                union = (output_ | target_).sum()
+                iou = (intersection + smooth) / (union + smooth)
+                return iou, 2 * iou / (iou + 1)
+            """,
+        "train.py": """\
+            import torch
+            from metrics import iou_score
+
+            def validate(loader, model, criterion, deep):
+                scores = []
+                with torch.no_grad():
+                    for x, y in loader:
+                        x, y = x.cuda(), y.cuda()
+                        if deep:
+                            outputs = model(x)
+                            loss = sum(criterion(o, y) for o in outputs) / len(outputs)
+                            iou, dice = iou_score(outputs[-1], y)
+                        else:
+                            output = model(x)
+                            loss = criterion(output, y)
+                            iou, dice = iou_score(output, y)
+                        scores.append((loss.item(), iou))
+                return scores
+
+            def train(loader, model, criterion, optimizer):
+                for x, y in loader:
+                    x, y = x.cuda(), y.cuda()
+                    output = model(x)
+                    loss = criterion(output, y)
+                    iou, dice = iou_score(output, y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    print(loss.item(), iou)
+            """,
+    })
+    results = check_files(["metrics.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert [line for line, _ in codes(results, "train.py") if line in (17, 29)] == [29]

@@ -253,9 +253,10 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
                     and any(_ends_with_a_read(ctx, f) for f in sem.resolve(stmt.value)):
                 return True  # (``acc, val_loss = evaluate()``, whose last statements read back ``acc``: drained)
-            if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
-                    and "drains" in getattr(sem.external(stmt.value), "effects", ()):
-                return True  # (``parts = comm.all_gather(part)`` of another module, which reads back what it gathers)
+            if _drains(ctx, stmt) or isinstance(stmt, ast.If) and stmt.orelse and all(
+                    branch and _drains(ctx, branch[-1]) for branch in (stmt.body, stmt.orelse)):
+                return True  # (``parts = comm.all_gather(part)`` of another module, which reads back what it gathers;
+                # ``if deep: ... iou = iou_score(outs[-1], y) else: ... iou = iou_score(out, y)``: on either branch)
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) and name is not None \
                     and _reads_in_another_module(ctx, stmt.value, name) and _runs_whenever(sem, stmt.value, stmt):
                 return True  # (``meter.update(acc=acc)`` whose ``update`` calls ``.item()``: reported there)
@@ -282,6 +283,12 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
             return False  # (out of a loop or a handler of its own: the earlier statements ran some passes ago)
         top = up
     return False
+
+
+def _drains(ctx: Context, stmt: ast.AST) -> bool:
+    """A call of another module's function that reads back all the GPU work it queued before it returns."""
+    return isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) \
+        and "drains" in getattr(ctx.semantic.external(stmt.value), "effects", ())
 
 
 def drained_at_entry(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

@@ -179,7 +179,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             effects = sem.effects(func)  # this module's own code: a summary never reads further modules
             if "sync" in effects and _reads_host_draws_only(sem, func):
                 effects -= {"sync", "read"}  # (stylegan2's ``augment``: ``torch.empty(2).uniform_(...)...item()``)
-            if "sync" in effects and _returns_after_a_read(sem, func):
+            if "sync" in effects and (_returns_after_a_read(sem, func) or _ends_in_host_work(sem, func)):
                 effects |= {"drains"}  # (its GPU work read back before it returns: the GPU is idle after a call)
             if asks_gpus and program.refuses_cpu(sem, func):
                 effects |= {"needs_gpu"}  # (not one of EFFECTS: said only to the callers in other modules)
@@ -324,6 +324,46 @@ def _returns_after_a_read(sem: SemanticModel, func: ast.AST) -> bool:
         return False
     return all(r.value is None or not any(isinstance(n, ast.Call) for n in sem.subtree(r.value))
                for s in body[:early] for r in sem.subtree(s) if isinstance(r, ast.Return))
+
+
+_HOST_BUILTINS = frozenset({"len", "float", "int", "round", "abs", "min", "max", "sum", "range", "zip", "enumerate",
+                            "list", "tuple", "dict", "print", "isinstance"})
+
+
+def _ends_in_host_work(sem: SemanticModel, func: ast.AST) -> bool:
+    """After its last read back, ``func`` only works on the host copies and numbers (UNeXt's ``iou_score``:
+    ``output = torch.sigmoid(output).data.cpu().numpy()``, then ``(output_ & target_).sum()`` in NumPy), returning once
+    at its end: the GPU is idle when it returns."""
+    body = [s for s in getattr(func, "body", ()) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    last = max((i for i, stmt in enumerate(body) if any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _READS | {"numpy"}
+        for n in sem.subtree(stmt))), default=None)
+    if last is None or last == len(body) - 1 or not isinstance(body[-1], ast.Return):
+        return False
+    host = {n.id for stmt in body for n in sem.subtree(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+            and isinstance(up := sem.parent(n), ast.Assign) and (isinstance(up.value, ast.Constant) or any(
+                isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _READS | {"numpy"}
+                for c in sem.subtree(up.value)))}
+    if any(isinstance(n, ast.Return) and n is not body[-1] for stmt in body for n in sem.subtree(stmt)):
+        return False
+    modules = set(sem.names.imports) | set(sem.names.modules)
+    for stmt in body[last + 1:]:
+        if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.Return)):
+            return False
+        for n in sem.subtree(stmt):
+            if isinstance(n, ast.Call) and not ((sem.qualname(n.func) or "").startswith("numpy.")
+                                                or isinstance(n.func, ast.Name) and n.func.id in _HOST_BUILTINS
+                                                or isinstance(n.func, ast.Attribute) and all(
+                        isinstance(m, ast.Name) and m.id in host for m in sem.subtree(n.func.value)
+                        if isinstance(m, ast.Name))):
+                return False  # (``(output_ & target_).sum()``: a method of host arrays)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in host and n.id not in modules \
+                    and n.id not in _HOST_BUILTINS:
+                return False
+        if isinstance(stmt, ast.Assign):
+            host |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+            host |= {e.id for t in stmt.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)}
+    return True
 
 
 def _names_only(sem: SemanticModel, value: ast.AST | None) -> bool:
