@@ -329,8 +329,10 @@ def _read_of_a_view(node: ast.AST) -> bool:
     while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
             recv.func, ast.Attribute) and recv.func.attr == "detach" and not recv.args:
         recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
-    if isinstance(recv, ast.Subscript) and isinstance(recv.slice, ast.Constant) and type(recv.slice.value) is int:
-        recv = recv.value  # (``losses[1].cpu()`` of the tuple a step helper returned: an element it holds)
+    if isinstance(recv, ast.Subscript) and (isinstance(recv.slice, ast.Constant) and type(recv.slice.value) is int
+                                            or _basic_slices(recv.slice)):
+        recv = recv.value  # (``losses[1].cpu()`` of the tuple a step helper returned: an element it holds; ``idx[:, :5]``:
+        # a view, no kernel)
     return isinstance(recv, ast.Name)
 
 
@@ -362,6 +364,23 @@ def _element_maybe_on_host(ctx: Context, read: ast.Call) -> bool:
                     for e in sem.bindings_of(value.id) if sem.scope_of(e.node) is func and not e.is_param):
                 return True
     return False
+
+
+def _host_batch_element(ctx: Context, name: ast.Name, at: ast.AST) -> bool:
+    from torchdoctor.check.rules.host_values import batch_on_device
+
+    sem = ctx.semantic
+    loop = sem.enclosing_loop(at, "batch")
+    return loop is not None and name.id in sem.batch_vars(loop) and not batch_on_device(ctx, name.id, at, loop)
+
+
+def _basic_slices(index: ast.AST) -> bool:
+    """``[:, :5]``, ``[1:-1]``: slices with literal or missing bounds (a view of the tensor: nothing queued)."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    return any(isinstance(p, ast.Slice) for p in parts) and all(
+        isinstance(p, ast.Slice) and all(b is None or isinstance(b, ast.Constant) or isinstance(b, ast.UnaryOp)
+                                         and isinstance(b.operand, ast.Constant) for b in (p.lower, p.upper, p.step))
+        or isinstance(p, ast.Constant) and type(p.value) is int for p in parts)
 
 
 def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
@@ -595,6 +614,8 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     if isinstance(func, ast.Name) and call.args and not call.keywords and all(_host_copy_name(ctx, a, call)
                                                                                for a in call.args):
         return True  # ``accuracy(out, y)`` of ``out = out.data.cpu().numpy()``: host arrays, no GPU work to queue
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and _host_batch_element(ctx, func.value, call):
+        return True  # ``y.view(-1, 1)`` of a batch element the loop never moved: the host's work
     if name in ("log", "set_step") and isinstance(func, ast.Attribute) and _LOGGING_RECEIVER.search(dotted(func.value) or ""):
         return True
     if name != "update" or not isinstance(func, ast.Attribute):
