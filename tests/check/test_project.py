@@ -6312,3 +6312,44 @@ def test_a_per_step_loss_that_runs_the_model_in_a_loop_of_its_own_still_draws_ea
     })
     results = check_files(["attack.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "attack.py") == [(5, "TD611")]
+
+
+def test_cuda_in_a_helper_every_caller_calls_after_asserting_a_gpu_is_gpu_only_code(project: Path) -> None:
+    """A course's helpers module evaluates with ``model.eval().cuda()``; the only script that calls it starts
+    ``main()`` with ``assert torch.cuda.is_available()``: the program declares it needs a GPU, so the hard-coded
+    CUDA is no crash without one (TD102 stays). A second caller that asserts nothing leaves TD101."""
+    write(project, {
+        "helpers.py": """\
+            import torch
+
+            def eval_model(model, loader):
+                model = model.eval().cuda()
+                correct = 0
+                with torch.no_grad():
+                    for x, y in loader:
+                        correct += (model(x.cuda()).argmax(1) == y.cuda()).sum()
+                return correct
+            """,
+        "run.py": """\
+            import torch
+            import helpers
+
+            def main():
+                assert torch.cuda.is_available(), "this course needs a GPU"
+                model = torch.nn.Linear(4, 2)
+                print(helpers.eval_model(model, []))
+
+            if __name__ == "__main__":
+                main()
+            """,
+    })
+    results = check_files(["helpers.py", "run.py"], Settings(root=str(project), select=("TD101", "TD102")))
+    assert sorted({code for _, code in codes(results, "helpers.py")}) == ["TD102"]
+    write(project, {"other.py": """\
+        import torch
+        import helpers
+
+        print(helpers.eval_model(torch.nn.Linear(4, 2), []))
+        """})
+    results = check_files(["helpers.py", "run.py", "other.py"], Settings(root=str(project), select=("TD101", "TD102")))
+    assert "TD101" in {code for _, code in codes(results, "helpers.py")}

@@ -247,11 +247,11 @@ class Callers:
             out.add(given)
         return frozenset(out) if records else None
 
-    def callers_refuse_cpu(self, sem: SemanticModel, func: ast.AST) -> bool:
+    def callers_refuse_cpu(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = True) -> bool:
         """Every call of ``func`` in other modules comes after its caller stops without a GPU (``if not
         torch.cuda.is_available(): raise EnvironmentError(...)``, then ``init_distributed_mode(args)``), and there is
-        one: ``func`` runs with a GPU only."""
-        records = self._callers(sem, func, ddp_only=True)  # (DDP launchers, through the package that re-exports it too)
+        one: ``func`` runs with a GPU only. (``ddp_only``: DDP launchers, through the package that re-exports it too.)"""
+        records = self._callers(sem, func, ddp_only=ddp_only)
         return bool(records) and all(r.after_refusal for r in records)
 
     def run_by_forwards_only(self, sem: SemanticModel, func: ast.AST) -> bool:

@@ -15,6 +15,16 @@ if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
 
+def _callers_need_a_gpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` in a module-level helper that every caller of another module calls after stopping without a GPU
+    (``assert torch.cuda.is_available()`` in ``main()``, then ``helpers.eval_model(model, loader)``): GPU-only code."""
+    func = sem.function_of(node)
+    while func is not None and sem.function_of(func) is not None:
+        func = sem.function_of(func)
+    return func is not None and sem.project is not None and sem.frame(func).kind == "module" \
+        and not sem.call_sites(func) and sem.project.callers_refuse_cpu(sem, func, ddp_only=False)
+
+
 @rule("TD101", ast.Module)
 def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     """CUDA hard-coded with no GPU check anywhere in the file.
@@ -34,7 +44,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
-                or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node):
+                or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node) \
+                or _callers_need_a_gpu(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
