@@ -109,6 +109,13 @@ def stepped_with(ctx: Context, node: ast.AST, region: list[ast.AST]) -> bool:
     stmt = sem.statement_of(node)
     bound = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)} \
         if isinstance(stmt, ast.Assign) else set()
+    if bound:  # (``a = agent.take_action(s)``, ``a_cont = dis_to_con(a, env, n)``, then ``env.step([a_cont])``)
+        for n in region:
+            if isinstance(n, ast.Assign) and (n.lineno, n.col_offset) > (stmt.lineno, stmt.col_offset) and any(
+                    isinstance(m, ast.Name) and m.id in bound for m in sem.subtree(n.value)) \
+                    and not (isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Attribute)
+                             and n.value.func.attr == "step"):
+                bound |= {m.id for t in n.targets for m in sem.subtree(t) if isinstance(m, ast.Name)}
     for call in region:
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "step"
                 and (call.args or call.keywords)):
