@@ -32,12 +32,14 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in FACTORIES:
         return
     sem = ctx.semantic
-    if keyword(node, "device") or has_kwargs(node) or _follows_its_inputs(node, q) or not program.runs_on_accelerator(sem) \
-            or _scalar_tensor(node) or _zero_sized(node, q) \
-            or program.is_rpc_program(sem) or sem.guards.on_cpu_branch(node) or _branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node):
+    if keyword(node, "device") or has_kwargs(node) or _follows_its_inputs(node, q) or _scalar_tensor(node) \
+            or _zero_sized(node, q):
+        return
+    region = region_of(ctx, node)  # (before the dear question whether the module runs on an accelerator)
+    if region is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem) \
+            or sem.guards.on_cpu_branch(node) or _branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
-    region = region_of(ctx, node)
-    if region is None or isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
+    if isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
         return  # (every model of the loop is one nothing moves: an ensemble's torch member next to scikit-learn's)
     parent = sem.parent(node)
     if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory", "type_as") \

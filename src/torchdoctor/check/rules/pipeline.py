@@ -467,8 +467,6 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
 
     def compute() -> list[ast.Call]:
         out: list[ast.Call] = []
-        if not program.runs_on_accelerator(sem):
-            return out  # (a factory of renamed loaders for another module's GPU: not followed)
         for call in sem.calls:
             name = call.func.id if isinstance(call.func, ast.Name) else call.func.attr \
                 if isinstance(call.func, ast.Attribute) else ""
@@ -479,6 +477,8 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
                 # subclass named in lower case, ``myCNNDataLoader``)
             if is_torch_dataloader(ctx, call):
                 out.append(call)
+        if out and not program.runs_on_accelerator(sem):
+            return []  # (a factory of renamed loaders for another module's GPU: not followed; asked last, it is dear)
         return out
     return sem.cached("renamed_loaders", compute)  # type: ignore[no-any-return]
 

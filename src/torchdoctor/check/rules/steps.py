@@ -493,9 +493,9 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
     (``metric_logger.update(loss=loss, **loss_dict)`` whose ``update`` calls ``.item()``): the sync happens
     there, on every step; in-file helpers are reported at their own ``.item()``."""
     sem = ctx.semantic
-    if sem.project is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
-        return
-    if sem.loop_kind(loop) not in ("train", "eval") or cpu_only_loop(sem, loop):
+    if sem.project is None or sem.loop_kind(loop) not in ("train", "eval"):
+        return  # (the loop's kind first: whether the module runs on an accelerator is a dear question)
+    if not program.runs_on_accelerator(sem) or program.is_rpc_program(sem) or cpu_only_loop(sem, loop):
         return  # (a notebook's CPU baseline: ``cpu_model = nn.Linear(4, 2)``, never moved, before its GPU twin)
     for node in sem.body(loop):
         if not isinstance(node, ast.Call) or sem.enclosing_loop(node, "batch") is not loop:
