@@ -154,12 +154,23 @@ def string_choices(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, str |
     return tuple(out)
 
 
+def _attribute_stores(sem: SemanticModel) -> dict[str, list[ast.AST]]:
+    """The attributes the file stores to, by dotted name (once per file)."""
+    def compute() -> dict[str, list[ast.AST]]:
+        out: dict[str, list[ast.AST]] = {}
+        for n in sem.index.by_type.get(ast.Attribute, ()):
+            if isinstance(n.ctx, ast.Store) and (key := dotted(n)) is not None:
+                out.setdefault(key, []).append(n)
+        return out
+    return sem.cached("attribute_stores", compute)  # type: ignore[no-any-return]
+
+
 def set_once(sem: SemanticModel, name: str | None) -> ast.AST | None:
     """The value of ``args.test_batch`` when the file sets that attribute once, at its top level (a notebook's
     ``args = Args(); args.test_batch = 10``), and stores it nowhere else; else None."""
     if name is None:
         return None
-    stores = [n for n in sem.index.by_type.get(ast.Attribute, ()) if isinstance(n.ctx, ast.Store) and dotted(n) == name]
+    stores = _attribute_stores(sem).get(name, [])
     if len(stores) != 1:
         return None
     stmt = sem.index.parent.get(stores[0])
