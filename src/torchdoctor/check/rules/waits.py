@@ -50,9 +50,24 @@ def decoding_stop(ctx: Context, node: ast.AST, stop: ast.AST | None = None) -> b
             return True
         st = sem.statement_of(node)
         if isinstance(st, ast.If) and st.body and isinstance(st.body[-1], (ast.Break, ast.Return)) \
-                and sem.contains(st.test, node) and sem.contains(loop, st):
+                and sem.contains(st.test, node) and sem.contains(loop, st) or _sets_the_while_flag(sem, st, loop):
             return True
-    return False
+    func = sem.function_of(node)  # (``def bad(x): return torch.isnan(x).any().item() or ...``, called as the flag of
+    if func is None or not isinstance(sem.statement_of(node), ast.Return):  # a redraw loop: ``redo = bad(y)``)
+        return False
+    sites = sem.call_sites(func)
+    return bool(sites) and all((loop := next(iter(sem.loops_around(c)), None)) is not None
+                               and _sets_the_while_flag(sem, sem.statement_of(c), loop) for c in sites)
+
+
+def _sets_the_while_flag(sem, stmt: ast.AST, loop: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``redo = bad(y) if filter else False`` in ``while redo:``: the statement sets the flag the loop tests to go
+    round again (a redraw until the sample is valid): the loop cannot go on without the read."""
+    if not (isinstance(loop, ast.While) and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and sem.contains(loop, stmt)):
+        return False
+    test = loop.test.operand if isinstance(loop.test, ast.UnaryOp) and isinstance(loop.test.op, ast.Not) else loop.test
+    return isinstance(test, ast.Name) and test.id == stmt.targets[0].id
 
 
 _NOT_ENVIRONMENTS = frozenset({"optimizer", "scheduler", "scaler", "model", "wrapper", "loader", "sampler"})
