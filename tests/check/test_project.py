@@ -6353,3 +6353,49 @@ def test_cuda_in_a_helper_every_caller_calls_after_asserting_a_gpu_is_gpu_only_c
         """})
     results = check_files(["helpers.py", "run.py", "other.py"], Settings(root=str(project), select=("TD101", "TD102")))
     assert "TD101" in {code for _, code in codes(results, "helpers.py")}
+
+
+def test_a_loss_class_whose_init_keeps_a_mask_its_own_method_moved_is_moved(project: Path) -> None:
+    """A contrastive loss class of another module keeps ``self.mask = self._make_mask()``, whose ``return
+    mask.to(self.device)`` puts it on the device, beside parameterless parts: built in the loop, it needs no move
+    (TD201 quiet). A mask kept on the host by the same helper leaves the loss unmoved."""
+    loss = """\
+        import numpy as np
+        import torch
+
+        class PairLoss(torch.nn.Module):
+            def __init__(self, device, n):
+                super().__init__()
+                self.n, self.device = n, device
+                self.mask = self._make_mask()
+                self.criterion = torch.nn.CrossEntropyLoss(reduction="sum")
+
+            def _make_mask(self):
+                return torch.from_numpy(1 - np.eye(2 * self.n)).bool()MOVE
+
+            def forward(self, a, b):
+                logits = (a @ b.t())[self.mask].view(2 * self.n, -1)
+                return self.criterion(logits, torch.zeros(2 * self.n, dtype=torch.long, device=a.device))
+        """
+    train = """\
+        import torch
+        from loss import PairLoss
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.Linear(4, 4).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader([], batch_size=4, pin_memory=True, num_workers=2)
+        for x in loader:
+            x = x.float().to(device)
+            crit = PairLoss(device, 2)
+            loss = crit(model(x), model(x))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """
+    write(project, {"loss.py": loss.replace("MOVE", ".to(self.device)"), "train.py": train})
+    results = check_files(["loss.py", "train.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == []
+    write(project, {"loss.py": loss.replace("MOVE", "")})
+    results = check_files(["loss.py", "train.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(10, "TD201")]

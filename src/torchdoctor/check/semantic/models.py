@@ -591,7 +591,19 @@ def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
         elif moved_locals and isinstance(n, ast.Assign) and any((dotted(t) or "").startswith("self.") for t in n.targets) \
                 and any(isinstance(v, ast.Name) and v.id in moved_locals for v in sem.subtree(n.value)):
             return True
+        elif isinstance(n, ast.Assign) and any((dotted(t) or "").startswith("self.") for t in n.targets) \
+                and _moved_by_own_method(sem, cls, n.value):
+            return True  # ``self.mask = self._get_correlated_mask()``, whose ``return mask.to(self.device)`` moves it
     return False
+
+
+def _moved_by_own_method(sem: SemanticModel, cls: ast.AST, value: ast.AST) -> bool:
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.Name)
+            and value.func.value.id == "self"):
+        return False
+    method = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == value.func.attr), None)
+    returns = sem.kinds.returned_values(method) if method is not None else None
+    return bool(returns) and all(sem.value_is_moved(r) for r in returns)
 
 
 def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
