@@ -231,6 +231,10 @@ def _backpropagated(ctx: Context, key: str, node: ast.AST) -> bool:
             keys.update(d for t in n.targets if (d := dotted(t)))  # (``loss_q = losses_q[-1] / task_num`` too)
         elif isinstance(n, (ast.For, ast.AsyncFor)) and dotted(n.iter) == key and dotted(n.target):
             keys.add(dotted(n.target))  # type: ignore[arg-type]
+    for n in sem.local_nodes(scope):  # ``mean = total / len(envs)``, ``obj = mean + penalty``: arithmetic of the sum
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.BinOp) and keys & {
+                dotted(x) for x in sem.subtree(n.value) if isinstance(x, (ast.Name, ast.Attribute))}:
+            keys.update(d for t in n.targets if (d := dotted(t)))
     for n in sem.local_nodes(scope):
         if sem.is_backward_call(n) and keys & {dotted(x) for x in sem.subtree(n)}:
             return True  # (backpropagated later: the graphs are kept on purpose)
