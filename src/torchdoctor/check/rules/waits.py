@@ -67,7 +67,8 @@ def _sets_the_while_flag(sem, stmt: ast.AST, loop: ast.AST) -> bool:  # type: ig
             and isinstance(stmt.targets[0], ast.Name) and sem.contains(loop, stmt)):
         return False
     test = loop.test.operand if isinstance(loop.test, ast.UnaryOp) and isinstance(loop.test.op, ast.Not) else loop.test
-    return isinstance(test, ast.Name) and test.id == stmt.targets[0].id
+    flags = test.values if isinstance(test, ast.BoolOp) else [test]  # (``while f0_invalid or energy_invalid:``)
+    return any(isinstance(f, ast.Name) and f.id == stmt.targets[0].id for f in flags)
 
 
 _NOT_ENVIRONMENTS = frozenset({"optimizer", "scheduler", "scaler", "model", "wrapper", "loader", "sampler"})
