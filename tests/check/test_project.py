@@ -6367,7 +6367,7 @@ def test_a_loss_class_whose_init_keeps_a_mask_its_own_method_moved_is_moved(proj
             def __init__(self, device, n):
                 super().__init__()
                 self.n, self.device = n, device
-                self.mask = self._make_mask()
+                self.mask = self._make_mask().type(torch.bool)
                 self.criterion = torch.nn.CrossEntropyLoss(reduction="sum")
 
             def _make_mask(self):

@@ -597,7 +597,14 @@ def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
     return False
 
 
+_KEEPS_DEVICE = frozenset({"type", "float", "bool", "long", "int", "half", "double", "contiguous", "view", "reshape"})
+
+
 def _moved_by_own_method(sem: SemanticModel, cls: ast.AST, value: ast.AST) -> bool:
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _KEEPS_DEVICE \
+            and not (value.func.attr == "type" and any("Tensor" in (dotted(a) or "Tensor") for a in value.args)):
+        value = value.func.value  # (``self._get_correlated_mask().type(torch.bool)``: a cast to a dtype keeps the device;
+        # ``.type(torch.FloatTensor)`` is a host type)
     if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.Name)
             and value.func.value.id == "self"):
         return False
