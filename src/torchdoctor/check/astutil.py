@@ -183,6 +183,15 @@ def param_default(func: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> a
     return defaults.get(param)
 
 
+def param_slot(func: ast.AST, param: str) -> str | None:
+    """``"#i"``, the position a call passes ``param`` of ``func`` at (``self`` left out), or None for a keyword-only
+    parameter."""
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if params[:1] == ["self"]:
+        params = params[1:]
+    return f"#{params.index(param)}" if param in params else None
+
+
 # Methods that hand back the same object, placed or put in a mode: ``Net().to(dev)`` is still a ``Net``
 PLACEMENT_METHODS = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "half", "double", "bfloat16"})
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, param_default
+from torchdoctor.check.astutil import dotted, param_default, param_slot
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_files import State, import_statements
 from torchdoctor.check.semantic import SemanticModel, program
@@ -199,10 +199,7 @@ class Callers:
     def passes_accelerator(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
         """A caller in another module passes an accelerator device for ``param`` of ``func`` (a method's ``self``
         takes no argument slot: ``Denoiser(50, cfg.device)`` gives ``dev`` of ``__init__(self, n_steps, dev)``)."""
-        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-        if params[:1] == ["self"]:
-            params = params[1:]
-        slot = f"#{params.index(param)}" if param in params else None
+        slot = param_slot(func, param)
         records = self._callers(sem, func, through_package=func.name == "__init__")  # type: ignore[attr-defined]
         # (``NCSNRunner(args, config)`` in a script that imports the class through ``runners/__init__.py``)
         if any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args) for r in records):
@@ -217,20 +214,14 @@ class Callers:
     def callers_pass(self, sem: SemanticModel, func: ast.AST, param: str, every: bool = False) -> bool:
         """Some call (``every``: every call, and there is one) of ``func`` in another module passes ``param`` (by
         name, by position, or unpacked)."""
-        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-        if params[:1] == ["self"]:
-            params = params[1:]
-        slot = f"#{params.index(param)}" if param in params else None
+        slot = param_slot(func, param)
         passes = [param in r.passed or slot in r.passed or "*" in r.passed for r in self._callers(sem, func)]
         return bool(passes) and all(passes) if every else any(passes)
 
     def callers_choose(self, sem: SemanticModel, func: ast.AST, param: str) -> frozenset[str | bool] | None:
         """The strings the calls of ``func`` in other modules pass as ``param`` (``distance="l_inf"``; the default's,
         where a call passes none), when every such call passes a known string and there is one; else None."""
-        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-        if params[:1] == ["self"]:
-            params = params[1:]
-        slot = f"#{params.index(param)}" if param in params else None
+        slot = param_slot(func, param)
         default = param_default(func, param)  # type: ignore[arg-type]
         out: set[str | bool] = set()
         records = self._callers(sem, func)
@@ -264,10 +255,7 @@ class Callers:
         """A caller in another module hands ``param`` of ``func`` a model it moved to an accelerator (``Runner(model,
         opt, cfg)`` after ``model.cuda()``; a method's ``self`` takes no argument slot); ``by_class``: a method's
         calls made through objects of its class (``trainer.train(model, opt)``)."""
-        params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-        if params[:1] == ["self"]:
-            params = params[1:]
-        slot = f"#{params.index(param)}" if param in params else None
+        slot = param_slot(func, param)
         return any(param in r.moved_models or (slot is not None and slot in r.moved_models)
                    for r in self._callers(sem, func, by_class=by_class))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, param_default
+from torchdoctor.check.astutil import dotted, param_default, param_slot
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
 from torchdoctor.check.semantic.call_records import set_once, string_choices
@@ -347,10 +347,7 @@ def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | 
             return None  # (``run_training(training_type=cfg.args.training_type)`` in another module: not known)
     if not sites:
         return elsewhere or None
-    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-    if params[:1] == ["self"]:
-        params = params[1:]
-    slot = f"#{params.index(param)}" if param in params else None
+    slot = param_slot(func, param)
     default = param_default(func, param)  # type: ignore[arg-type]
     out: set[str | bool] = set()
     for call in sites:
