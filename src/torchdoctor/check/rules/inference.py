@@ -234,10 +234,10 @@ def _shared_forward_helper(ctx: Context, call: ast.Call) -> ast.AST | None:
     return helper
 
 
-_INFERENCE_METHODS = ("predict", "inference", "infer", "sample", "forward")
+_INFERENCE_METHODS = ("predict", "prediction", "inference", "infer", "sample", "forward")
 
 
-@rule("TD401", calls=("eval", "train", "predict", "inference", "infer"))
+@rule("TD401", calls=("eval", "train", "predict", "prediction", "inference", "infer"))
 def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     """Forwards outside evaluation loops: after ``model.eval()`` in a function (or script) that trains
     nothing (``sample_images()``, an inference script), or through a model method named
@@ -258,7 +258,7 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
         for site, name in _eval_mode_callers(ctx, node, key) if key else []:
             for call in _forwards_after_eval(ctx, site, name):
                 _report_inference(ctx, call, f" (`{ctx.name(site.func)}()` put it in eval mode)")
-    elif node.func.attr in ("predict", "inference", "infer") and _inference_call(ctx, node) \
+    elif node.func.attr in ("predict", "prediction", "inference", "infer") and _inference_call(ctx, node) \
             and not _estimator(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
 
