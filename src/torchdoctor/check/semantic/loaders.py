@@ -593,11 +593,18 @@ def _dict_keys(sem: SemanticModel, value: ast.AST, at: ast.AST, calls: bool = Tr
     if isinstance(value, ast.Name):
         scope = sem.scope_of(at)
         bound = sem.bindings.in_scope(scope, value.id) if scope is not None else []
-        if not bound or any(b.is_param or b.index is not None or b.value is None for b in bound) \
-                or any(not isinstance(sem.parent(r), (ast.keyword, ast.Return)) for r in sem.reads_of(value.id)
-                       if sem.scope_of(r) is scope):  # (``kw["pin_memory"] = True``, ``kw.update(...)``: unknown)
+        if not bound or any(b.is_param or b.index is not None or b.value is None for b in bound):
             return None
         out: set[str] = set()
+        for r in sem.reads_of(value.id):
+            if sem.scope_of(r) is not scope or isinstance(sem.parent(r), (ast.keyword, ast.Return)):
+                continue
+            up = sem.parent(r)
+            if isinstance(up, ast.Subscript) and up.value is r and isinstance(up.ctx, ast.Store) \
+                    and (entry := string_value(up.slice)) is not None:
+                out.add(entry)  # (``params["collate_fn"] = collate``: one more key, known)
+                continue
+            return None  # (``kw.update(...)``, ``kw[key] = ...``: unknown)
         for b in bound:
             keys = _dict_keys(sem, b.value, b.node, calls)  # type: ignore[arg-type]
             if keys is None:
