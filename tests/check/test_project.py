@@ -6399,3 +6399,47 @@ def test_a_loss_class_whose_init_keeps_a_mask_its_own_method_moved_is_moved(proj
     write(project, {"loss.py": loss.replace("MOVE", "")})
     results = check_files(["loss.py", "train.py"], Settings(root=str(project), select=("TD201",)))
     assert codes(results, "train.py") == [(10, "TD201")]
+
+
+def test_a_mask_class_of_another_module_that_attention_forwards_build_makes_its_mask_each_step(project: Path) -> None:
+    """``utils/masking.py`` defines ``TriangularCausalMask``, whose ``__init__`` makes ``torch.triu(torch.ones(...))``
+    on the CPU and moves it to the ``device`` it is given; the attention layers of another module build one in every
+    forward with ``device=queries.device``: the mask is made and copied on every step (TD611, at the factory). A mask
+    class no forward builds stays quiet."""
+    write(project, {
+        "utils/__init__.py": "",
+        "utils/masking.py": """\
+            import torch
+
+            class TriangularCausalMask:
+                def __init__(self, B, L, device="cpu"):
+                    with torch.no_grad():
+                        self._mask = torch.triu(torch.ones([B, 1, L, L], dtype=torch.bool), diagonal=1).to(device)
+
+                @property
+                def mask(self):
+                    return self._mask
+
+            class LengthMask:
+                def __init__(self, L, device="cpu"):
+                    self.mask = torch.ones(L, dtype=torch.bool).to(device)
+            """,
+        "layers.py": """\
+            import torch.nn as nn
+            from utils.masking import LengthMask, TriangularCausalMask
+
+            class FullAttention(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(8, 8)
+                    self.lengths = LengthMask(16)
+
+                def forward(self, q):
+                    B, L = q.shape[:2]
+                    m = TriangularCausalMask(B, L, device=q.device)
+                    return (self.proj(q) @ q.transpose(1, 2)).masked_fill(m.mask[:, 0], 0.0)
+            """,
+    })
+    results = check_files(["utils/__init__.py", "utils/masking.py", "layers.py"],
+                          Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "masking.py") == [(6, "TD611")]

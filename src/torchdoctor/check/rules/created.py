@@ -161,8 +161,10 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     how = "cuda" if helper == "cuda" else "to" if helper else method_name(move)
     if how != "cuda" and not program.runs_on_accelerator(sem) and not (
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (device.endswith(".device") and not device.startswith("self.") or _input_device_alias(ctx, move, region))):
-        return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too)
+            and (device.endswith(".device") and not device.startswith("self.") or _input_device_alias(ctx, move, region)
+                 or region.name == "__init__" and (b := sem.binding_at(device, move)) is not None and b.is_param)):
+        return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too; so
+        # is a mask class's ``__init__`` a forward builds with ``device=queries.device``)
     made = ctx.name(node, 60)
     maker, dev = f"{ctx.name(node.func)}(...", device if how in ("to", "type_as") else "..."
     if counting:  # (a legacy constructor takes no device: its arange does)
@@ -171,8 +173,11 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     mover = f"`{ctx.name(move.func)}()`" if helper else f"`.{how}()`"
     there = f"`{maker}, device={dev})`" if how in ("to", "type_as") else \
         f"`{maker}, device=...)` with the device {mover} moves it to"
+    owner = sem.class_of(region) if isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
     where = elsewhere or ("the loop" if isinstance(region, _LOOPS) else "forward()" if caller is None and
-                          region.name == "forward" else f"`{region.name}()`, which forward() calls" if caller is None
+                          region.name == "forward" else f"`{owner.name}(...)`, which forward() builds"  # type: ignore[union-attr]
+                          if caller is None and region.name == "__init__" and owner is not None
+                          else f"`{region.name}()`, which forward() calls" if caller is None
                           else f"the loop at line {caller.lineno}, through `{region.name}`")  # type: ignore[attr-defined]
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by {mover} on "
                f"every step of {where}: an allocation and a host-to-device copy each time",

@@ -34,7 +34,21 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
     if func is not None and cls is None and sem.function_of(func) is None and not sem.call_sites(func) \
             and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
         return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules
+    if func is not None and cls is not None and func.name == "__init__" and cls.name not in sem.module_classes \
+            and sem.function_of(func) is None and _built_by_forwards(sem, cls, func):
+        return func  # ``TriangularCausalMask(B, L, device=x.device)`` made in an attention's forward: its ``__init__``
     return None
+
+
+def _built_by_forwards(sem, cls: ast.AST, init: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """Every object of the plain class ``cls`` is made in a module class's forward (in this file, or, when the file
+    makes none, in the other modules of the project): its ``__init__`` runs on every forward."""
+    sites = [c for c in sem.calls if isinstance(c.func, ast.Name) and c.func.id == cls.name]  # type: ignore[attr-defined]
+    if sites:
+        return all((f := sem.function_of(c)) is not None and (k := sem.class_of(c)) is not None
+                   and k.name in sem.module_classes and (f.name == "forward" or reached_from_forward(sem, f, k))  # type: ignore[attr-defined]
+                   for c in sites)
+    return sem.project is not None and sem.project.run_by_forwards_only(sem, init)  # type: ignore[attr-defined]
 
 
 def model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
