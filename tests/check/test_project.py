@@ -6443,3 +6443,40 @@ def test_a_mask_class_of_another_module_that_attention_forwards_build_makes_its_
     results = check_files(["utils/__init__.py", "utils/masking.py", "layers.py"],
                           Settings(root=str(project), select=("TD611",)))
     assert codes(results, "masking.py") == [(6, "TD611")]
+
+
+def test_non_blocking_copies_of_a_loader_another_module_hands_in_unpinned(project: Path) -> None:
+    """``run.py`` builds ``DataLoader(..., pin_memory=False)`` and hands it to ``traintest.train(model, train_loader)``,
+    which copies each batch with ``non_blocking=True``: from pageable memory the copy is synchronous (TD306, naming
+    where the loader is handed in). A pinned loader handed in leaves the copies alone."""
+    run = """\
+        import torch
+        from torch.utils.data import DataLoader
+        from traintest import train
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = torch.nn.Linear(4, 2).to(device)
+        train_loader = DataLoader([], batch_size=32, shuffle=True, num_workers=8, pin_memory=PIN)
+        train(model, train_loader, device)
+        """
+    write(project, {
+        "traintest.py": """\
+            import torch
+
+            def train(model, train_loader, device):
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for x, y in train_loader:
+                    x = x.to(device, non_blocking=True)
+                    loss = torch.nn.functional.cross_entropy(model(x), y.to(device))
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+        "run.py": run.replace("PIN", "False"),
+    })
+    results = check_files(["traintest.py", "run.py"], Settings(root=str(project), select=("TD306",)))
+    assert codes(results, "traintest.py") == [(6, "TD306")]
+    assert "run.py:8" in next(f.message for r in results for f in r.findings)
+    write(project, {"run.py": run.replace("PIN", "True")})
+    results = check_files(["traintest.py", "run.py"], Settings(root=str(project), select=("TD306",)))
+    assert codes(results, "traintest.py") == []

@@ -191,6 +191,16 @@ class Callers:
         one_step = {"backward", "step"} <= sem.effects(func) and not sem.loops_index.loops_backward(func)
         return [r for r in self._callers(sem, func, by_class=True) if r.per_step or one_step and r.per_iteration]
 
+    def callers_hand_unpinned_loaders(self, sem: SemanticModel, func: ast.AST, param: str) -> CallRecord | None:
+        """A call of ``func`` in another module, when every such call hands ``param`` a DataLoader made without pinned
+        memory (``train(audio_model, train_loader, ...)`` after ``DataLoader(..., pin_memory=False)`` in run.py)."""
+        slot = param_slot(func, param)
+        records = self._callers(sem, func)
+        if records and all(param in r.unpinned_loaders or slot is not None and slot in r.unpinned_loaders
+                           for r in records):
+            return min(records, key=lambda r: (r.path, r.line))
+        return None
+
     def model_loop_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
         """The calls of ``func`` from other modules made on every pass of a loop that runs a model (a generation loop's
         ``x_step = sample_sigmoid(h)``), on an accelerator."""

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import ast
+import os
 
 from torchdoctor.check.astutil import call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, \
-    root_name, string_value, strip_methods
+    param_slot, root_name, string_value, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import collates_onto_device, dataset_on_device, is_torch_dataloader
 from torchdoctor.check.semantic import flow, loaders, program
+from torchdoctor.check.semantic.call_records import unpinned_loader_args
 from torchdoctor.check.semantic.loaders import unpinned_returns
 from torchdoctor.check.semantic.forwards import forward_moved_params
 from torchdoctor.check.semantic.models import construction, moved_keys
@@ -555,6 +557,12 @@ def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
         return
     loader = _loader_call(ctx, loop)
     factory = _unpinning_factory(ctx, loop) if loader is None else None
+    handed = _handed_unpinned(ctx, loop) if loader is None and factory is None else None
+    if handed is not None:
+        ctx.report("TD306", call, f"`{ctx.name(call)}` copies from pageable memory (the DataLoader {handed} does not "
+                   "pin it): non_blocking has no effect", fix="pass `pin_memory=True` to that DataLoader",
+                   severity=Severity.WARNING)
+        return
     if factory is not None:
         ctx.report("TD306", call, f"`{ctx.name(call)}` copies from pageable memory (the DataLoader `{factory}()` makes "
                    "does not pin it): non_blocking has no effect", fix=f"pass `pin_memory=True` to the DataLoader in "
@@ -566,6 +574,30 @@ def _host_to_device(ctx: Context, call: ast.Call, dev: str) -> None:
     if pin is None or is_false(pin.value):
         ctx.report("TD306", call, f"`{ctx.name(call)}` copies from pageable memory (the DataLoader does not pin it): "
                    "non_blocking has no effect", fix="pass `pin_memory=True` to the DataLoader", severity=Severity.WARNING)
+
+
+def _handed_unpinned(ctx: Context, loop: ast.AST) -> str | None:
+    """``def train(model, train_loader, ...)`` whose every caller hands ``train_loader`` a DataLoader made without
+    pinned memory (in this file, or in another module of the project): where the loader is made, for the message."""
+    sem = ctx.semantic
+    loader = sem.loader_of(loop)
+    b = sem.binding_at(loader.id, loop) if isinstance(loader, ast.Name) else None
+    func = sem.function_of(loop)
+    if b is None or not b.is_param or b.node is not func or func is None:
+        return None
+    sites = sem.call_sites(func)
+    if sites:
+        slot = param_slot(func, loader.id)  # type: ignore[union-attr]
+        if all(loader.id in (given := unpinned_loader_args(sem, s)) or slot in given for s in sites):  # type: ignore[union-attr]
+            return f"handed in at line {sites[0].lineno}"
+        return None
+    if sem.project is None or sem.frame(func).kind != "module":
+        return None
+    record = sem.project.callers_hand_unpinned_loaders(sem, func, loader.id)  # type: ignore[attr-defined,union-attr]
+    if record is None:
+        return None
+    here = os.path.dirname(os.path.abspath(sem.path))
+    return f"handed in at {os.path.relpath(record.path, here)}:{record.line}"
 
 
 def _unpinning_factory(ctx: Context, loop: ast.AST) -> str | None:

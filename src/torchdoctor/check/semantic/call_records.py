@@ -18,7 +18,7 @@ from torchdoctor.check.semantic.models import moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.record import FrozenRecord
 
-__all__ = ["CallRecord", "call_records", "host_args_of", "runs_per_step", "set_once", "string_choices"]
+__all__ = ["CallRecord", "call_records", "host_args_of", "runs_per_step", "set_once", "string_choices", "unpinned_loader_args"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -28,7 +28,7 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by", "after_refusal", "choices", "in_model_loop")
+                 "made_by", "after_refusal", "choices", "in_model_loop", "unpinned_loaders")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -52,6 +52,7 @@ class CallRecord(FrozenRecord):
     choices: tuple[tuple[str, str | bool], ...]  # (argument slot, the string or bool it passes): ``distance="l_inf"`` (a literal, or an
     # attribute the caller's file sets once to one: ``norm=args.norm`` of ``args.norm = "l2"``)
     in_model_loop: bool  # made on every pass of a loop that runs a model (a sampling or generation loop), on an accelerator
+    unpinned_loaders: frozenset[str]  # arguments (by name or "#i") that are torch DataLoaders made without pinned memory
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
@@ -59,10 +60,11 @@ class CallRecord(FrozenRecord):
                  moved_models: frozenset[str] = frozenset(), passed: frozenset[str] = frozenset(),
                  host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
                  made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False,
-                 choices: tuple[tuple[str, str | bool], ...] = (), in_model_loop: bool = False) -> None:
+                 choices: tuple[tuple[str, str | bool], ...] = (), in_model_loop: bool = False,
+                 unpinned_loaders: frozenset[str] = frozenset()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
                    rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal,
-                   choices, in_model_loop)
+                   choices, in_model_loop, unpinned_loaders)
 
 
 def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None) -> list[CallRecord]:
@@ -76,6 +78,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
     held = _held_instances(sem, names)
     asks_gpus = "is_available" in sem.text.source or "device_count" in sem.text.source
+    loaders_made = "DataLoader(" in sem.text.source
     for call in sem.calls:
         written = dotted(call.func)
         if written is None and isinstance(call.func, ast.Attribute) and isinstance(obj := call.func.value, ast.Call) \
@@ -138,8 +141,24 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               per_iteration, _in_a_forward(sem, call),
                               () if accelerator or given else _made_by_imports(sem, call),
                               asks_gpus and program.refuses_cpu(sem, at=call), string_choices(sem, call),
-                              per_iteration and not per_step and _in_a_model_loop(sem, call)))
+                              per_iteration and not per_step and _in_a_model_loop(sem, call),
+                              unpinned_loader_args(sem, call) if loaders_made else frozenset()))
     return out
+
+
+def unpinned_loader_args(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
+    """The arguments of ``call`` (by name or "#i") that are names bound to a torch DataLoader made without pinned
+    memory (``train_loader = DataLoader(ds, batch_size=32, pin_memory=False)``, then ``train(model, train_loader)``)."""
+    out = set()
+    for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]:
+        b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
+        made = b.value if b is not None and not b.is_param and b.index is None else None
+        if isinstance(made, ast.Call) and (sem.call_name(made) or "").endswith("utils.data.DataLoader") \
+                and not any(k.arg is None for k in made.keywords) and not any(
+                    k.arg == "pin_memory" and not (isinstance(k.value, ast.Constant) and k.value.value is False)
+                    for k in made.keywords):
+            out.add(slot)
+    return frozenset(out)
 
 
 def string_choices(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, str | bool], ...]:
