@@ -35,7 +35,8 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
             and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
         return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules
     if func is not None and cls is not None and func.name == "__init__" and cls.name not in sem.module_classes \
-            and sem.function_of(func) is None and _built_by_forwards(sem, cls, func):
+            and sem.function_of(func) is None \
+            and sem.cached(("built_by_forwards", cls), lambda: _built_by_forwards(sem, cls, func)):
         return func  # ``TriangularCausalMask(B, L, device=x.device)`` made in an attention's forward: its ``__init__``
     return None
 
