@@ -54,6 +54,9 @@ def tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     if isinstance(expr, ast.Compare):  # ``float((pred == label).long().sum())``: an elementwise comparison
         return ctx.semantic.expr_kind(expr, at) == "tensor" and not any(
             isinstance(side, ast.Name) and host_number(ctx, side, at) for side in (expr.left, *expr.comparators))
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "data" \
+            and isinstance(expr.slice, ast.Constant) and isinstance(expr.value.value, ast.Name):
+        return tensor_value(ctx, expr.value.value, at)  # ``loss.data[0]``: PyTorch 0.3's spelling of ``loss.item()``
     if isinstance(expr, ast.Attribute):
         return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
     if isinstance(expr, ast.Name):

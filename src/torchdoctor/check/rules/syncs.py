@@ -94,6 +94,9 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0
     if isinstance(expr, ast.Attribute) and (ctx.semantic.expr_kind(expr, at) == "tensor" or expr.attr == "grad"
                                             or _meter_of_device_tensors(ctx, expr, at)):
         return ctx.name(expr)  # (``p.grad``: a gradient lives where its parameter does)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "data" \
+            and isinstance(expr.value.value, ast.Name) and isinstance(expr.slice, ast.Constant) and depth < 2:
+        return ctx.name(expr) if _device_tensor_name(ctx, expr.value.value, at, depth + 1) else None  # ``loss.data[0]``
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Subscript) and depth < 2 \
             and isinstance(expr.slice, (ast.Name, ast.Constant)):  # ``selector[j][1]``: an element of a row
         return ctx.name(expr) if _device_tensor_name(ctx, expr.value, at, depth + 1) else None
