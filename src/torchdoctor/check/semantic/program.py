@@ -641,7 +641,10 @@ def on_old_torch_branch(sem: SemanticModel, node: ast.AST) -> bool:
 
 def _old_torch_test(sem: SemanticModel, test: ast.AST) -> bool | None:
     """True for ``torch.__version__ < "1.2"`` (through ``version.parse``/``LooseVersion``), False for ``>=``; None
-    for any other test, or a version of 2 or more."""
+    for any other test, or a version of 2 or more. False too for ``int(version[0]) > 0 or int(version[2]) > 3`` with
+    ``version = torch.__version__``: a test for a torch newer than 0.3, whose ``else`` is the old API's."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) and all(_newer_digit_test(sem, v) for v in test.values):
+        return False
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE, ast.GtE, ast.Gt))):
         return None
     if not any(isinstance(n, ast.Attribute) and n.attr == "__version__" and dotted(n.value) == "torch"
@@ -653,6 +656,16 @@ def _old_torch_test(sem: SemanticModel, test: ast.AST) -> bool | None:
     if not (major.isdigit() and int(major) < 2):
         return None
     return isinstance(test.ops[0], (ast.Lt, ast.LtE))
+
+
+def _newer_digit_test(sem: SemanticModel, test: ast.AST) -> bool:
+    """``int(version[2]) > 3`` where ``version`` is bound to ``torch.__version__``."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Gt, ast.GtE))
+            and isinstance(call := test.left, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "int"
+            and len(call.args) == 1 and isinstance(sub := call.args[0], ast.Subscript) and isinstance(sub.value, ast.Name)):
+        return False
+    bound = sem.bindings_of(sub.value.id)
+    return bool(bound) and all(b.value is not None and dotted(b.value) == "torch.__version__" for b in bound)
 
 
 def chosen_cuda(sem: SemanticModel, arg: ast.AST, at: ast.AST) -> bool:
