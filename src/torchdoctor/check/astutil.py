@@ -196,6 +196,14 @@ def param_slot(func: ast.AST, param: str) -> str | None:
 PLACEMENT_METHODS = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "half", "double", "bfloat16"})
 
 
+def strip_views(expr: ast.AST | None) -> ast.AST | None:
+    """``out`` of ``out.data``, ``loss.detach()``, ``p.detach().data``: the tensor these views share storage with."""
+    while isinstance(expr, ast.Attribute) and expr.attr == "data" or isinstance(expr, ast.Call) and isinstance(
+            expr.func, ast.Attribute) and expr.func.attr == "detach" and not expr.args:
+        expr = expr.value if isinstance(expr, ast.Attribute) else expr.func.value  # type: ignore[union-attr]
+    return expr
+
+
 def strip_methods(expr: ast.AST, methods: frozenset[str] | set[str] | tuple[str, ...], *, subscripts: bool = False,
                   depth: int = 4) -> ast.AST:
     """``x`` of ``x.detach().float()`` (calls of ``methods`` on it), and of ``x[:10].view(...)`` with

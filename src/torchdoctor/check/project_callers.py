@@ -17,6 +17,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_files import State, import_statements
 from torchdoctor.check.semantic import SemanticModel, program
 from torchdoctor.check.semantic.project_devices import model_from_project_builder
+from torchdoctor.check.semantic.call_records import call_records, chosen_value
 
 if TYPE_CHECKING:
     from torchdoctor.check.semantic.call_records import CallRecord
@@ -236,15 +237,10 @@ class Callers:
         out: set[str | bool] = set()
         records = self._callers(sem, func)
         for r in records:
-            if "*" in r.passed:
-                return None
-            given = next((v for k, v in r.choices if k in (param, slot)), None)
-            if given is None and (param in r.passed or slot in r.passed):
-                return None  # (a name, an expression: not known here)
+            given = chosen_value(r.choices, param in r.passed or slot in r.passed, param, slot, default) \
+                if "*" not in r.passed else None
             if given is None:
-                if not (isinstance(default, ast.Constant) and isinstance(default.value, (str, bool))):
-                    return None
-                given = default.value
+                return None  # (a name, an expression, an unpacked argument: not known here)
             out.add(given)
         return frozenset(out) if records else None
 
@@ -356,8 +352,6 @@ class Callers:
             names: tuple[dict, dict] = ({}, {})
             sem = self._model(path)
             if sem is not None:
-                from torchdoctor.check.semantic.call_records import call_records
-
                 names = (dict(sem.names.from_imports) | self.star_names(path, sem), dict(sem.names.imports))
                 heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                          if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)

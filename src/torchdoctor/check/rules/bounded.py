@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted, param_default, param_slot
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
-from torchdoctor.check.semantic.call_records import set_once, string_choices
+from torchdoctor.check.semantic.call_records import chosen_value, set_once, string_choices
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -353,12 +353,9 @@ def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | 
     for call in sites:
         if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
             return None
-        given = dict(string_choices(sem, call))
-        value = given.get(param, given.get(slot)) if slot is not None else given.get(param)
+        passed = any(k.arg == param for k in call.keywords) or slot is not None and int(slot[1:]) < len(call.args)
+        value = chosen_value(string_choices(sem, call), passed, param, slot, default)
         if value is None:
-            passed = any(k.arg == param for k in call.keywords) or slot is not None and int(slot[1:]) < len(call.args)
-            if passed or not (isinstance(default, ast.Constant) and isinstance(default.value, (str, bool))):
-                return None
-            value = default.value
+            return None
         out.add(value)
     return frozenset(out) | elsewhere

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, func_params, method_name, param_default
+from torchdoctor.check.astutil import dotted, func_params, method_name, param_default, strip_views
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow
 
@@ -103,10 +103,7 @@ def _scalar_copied(ctx: Context, node: ast.Call) -> bool:
     from torchdoctor.check.semantic import flow
 
     sem = ctx.semantic
-    recv = node.func.value if isinstance(node.func, ast.Attribute) else None
-    while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
-            recv.func, ast.Attribute) and recv.func.attr == "detach" and not recv.args:
-        recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
+    recv = strip_views(node.func.value) if isinstance(node.func, ast.Attribute) else None
     if isinstance(recv, ast.Name) and (b := sem.binding_at(recv.id, node)) is not None and not b.is_param \
             and b.index is None and isinstance(b.value, ast.Call):
         if flow.consumer_kind(sem, b.value) == "loss":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.astutil import dotted, method_name, strip_views
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.rules.kept import bound_name, collected_on_host, reads_after
 from torchdoctor.check.semantic.kinds import unwrap_iter
@@ -348,10 +348,7 @@ def _read_of_a_view(node: ast.AST) -> bool:
     tensor's read came first all the same."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("cpu", "item", "tolist")):
         return False
-    recv = node.func.value
-    while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
-            recv.func, ast.Attribute) and recv.func.attr == "detach" and not recv.args:
-        recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
+    recv = strip_views(node.func.value)
     if isinstance(recv, ast.Subscript) and (isinstance(recv.slice, ast.Constant) and type(recv.slice.value) is int
                                             or _basic_slices(recv.slice)):
         recv = recv.value  # (``losses[1].cpu()`` of the tuple a step helper returned: an element it holds; ``idx[:, :5]``:
@@ -367,10 +364,7 @@ def _element_maybe_on_host(ctx: Context, read: ast.Call) -> bool:
     = torch.zeros(())`` on the steps that skip the actor's update: on those steps this read waits for nothing, so the
     next read is the one that waits."""
     sem = ctx.semantic
-    recv = read.func.value if isinstance(read.func, ast.Attribute) else None
-    while isinstance(recv, ast.Attribute) and recv.attr == "data" or isinstance(recv, ast.Call) and isinstance(
-            recv.func, ast.Attribute) and recv.func.attr == "detach":
-        recv = recv.value if isinstance(recv, ast.Attribute) else recv.func.value  # type: ignore[union-attr]
+    recv = strip_views(read.func.value) if isinstance(read.func, ast.Attribute) else None
     if not (isinstance(recv, ast.Subscript) and isinstance(recv.value, ast.Name) and isinstance(recv.slice, ast.Constant)
             and type(index := recv.slice.value) is int):
         return False

@@ -18,7 +18,8 @@ from torchdoctor.check.semantic.models import moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.record import FrozenRecord
 
-__all__ = ["CallRecord", "call_records", "host_args_of", "runs_per_step", "set_once", "string_choices", "unpinned_loader_args"]
+__all__ = ["CallRecord", "call_records", "host_args_of", "chosen_value", "runs_per_step", "set_once", "string_choices",
+           "unpinned_loader_args"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -182,6 +183,16 @@ def _attribute_stores(sem: SemanticModel) -> dict[str, list[ast.AST]]:
                 out.setdefault(key, []).append(n)
         return out
     return sem.cached("attribute_stores", compute)  # type: ignore[no-any-return]
+
+
+def chosen_value(choices: tuple[tuple[str, str | bool], ...], passed: bool, param: str, slot: str | None,
+                 default: ast.AST | None) -> str | bool | None:
+    """What one call gives ``param`` (by name, or at ``slot``): the string or bool among its ``choices``; when it
+    passes nothing there, the default's; else (a name, an expression) None."""
+    given = next((v for k, v in choices if k in (param, slot)), None)
+    if given is not None or passed:
+        return given
+    return default.value if isinstance(default, ast.Constant) and isinstance(default.value, (str, bool)) else None
 
 
 def set_once(sem: SemanticModel, name: str | None) -> ast.AST | None:

@@ -336,13 +336,13 @@ def _ends_in_host_work(sem: SemanticModel, func: ast.AST) -> bool:
     at its end: the GPU is idle when it returns."""
     body = [s for s in getattr(func, "body", ()) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     last = max((i for i, stmt in enumerate(body) if any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _READS | {"numpy"}
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _HOST_COPIES
         for n in sem.subtree(stmt))), default=None)
     if last is None or last == len(body) - 1 or not isinstance(body[-1], ast.Return):
         return False
     host = {n.id for stmt in body for n in sem.subtree(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
             and isinstance(up := sem.parent(n), ast.Assign) and (isinstance(up.value, ast.Constant) or any(
-                isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _READS | {"numpy"}
+                isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _HOST_COPIES
                 for c in sem.subtree(up.value)))}
     if any(isinstance(n, ast.Return) and n is not body[-1] for stmt in body for n in sem.subtree(stmt)):
         return False
