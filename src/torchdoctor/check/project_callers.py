@@ -299,9 +299,13 @@ class Callers:
             names += [c.name for c in sem.of_type(ast.ClassDef) if c is not cls and any(  # type: ignore[attr-defined]
                 dotted(b) == name for b in c.bases) and not any(  # type: ignore[attr-defined]
                 isinstance(f, ast.FunctionDef) and f.name == method for f in c.body)]  # type: ignore[attr-defined]
+            names += registries(sem, cls)  # (``algorithm.update(...)`` of ``algorithms.get_algorithm_class(name)(...)``)
+        skipped, self.state.skipped = self.state.skipped, False
         for name in names:
             out += self._callers_named(here, stem, package, words, name, method, ddp_only, star_only=through_package)
-        memo[(*key, "ddp") if ddp_only else (*key, "package") if through_package else key] = out
+        if not self.state.skipped:
+            memo[(*key, "ddp") if ddp_only else (*key, "package") if through_package else key] = out
+        self.state.skipped = skipped or self.state.skipped
         return out
 
     def _callers_named(self, here: str, stem: str, package: str, words: set[str], name: str, method: str | None,
@@ -347,6 +351,9 @@ class Callers:
     def _records(self, path: str) -> tuple[tuple[dict, dict], dict[str, list[CallRecord]]]:
         """A module's imports, and its calls of imported names grouped by the local name they start with."""
         memo = self.state.records
+        if path in self.state.recording:
+            self.state.skipped = True
+            return ({}, {}), {}  # (asked again while its callers are asked about its device: no call of it yet)
         if path not in memo:
             grouped: dict[str, list[CallRecord]] = {}
             names: tuple[dict, dict] = ({}, {})
@@ -356,9 +363,15 @@ class Callers:
                 heads = {h for h in set(sem.names.from_imports) | set(sem.names.modules) | set(sem.names.imports)
                          if self._from_project(path, sem.names, h)}  # (``torch.cat`` leads to no project function)
                 heads |= set(names[0]) - set(sem.names.from_imports)  # (called names a star import brings)
-                accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self) \
-                    or model_from_project_builder(sem, self) or program.subclass_of_an_accelerated_class(sem, self)
-                # (a module read for the index resolves no import itself: the project answers for its bases)
+                self.state.recording.add(path)
+                try:
+                    accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self) \
+                        or model_from_project_builder(sem, self) or program.subclass_of_an_accelerated_class(sem, self) \
+                        or any(self.passes_accelerator(sem, f, p) for f, p in program.device_params(sem))
+                finally:
+                    self.state.recording.discard(path)
+                # (a module read for the index resolves no import itself: the project answers for its bases, and for
+                # the device its functions are handed: ``def Trainer(model, ..., device)`` called with CUDA by main.py)
                 for r in call_records(sem, heads, accelerated):
                     grouped.setdefault(r.written.split(".")[0], []).append(r)
                 self._done_with(path, sem)
@@ -673,3 +686,34 @@ def _pickles_objects(text: str) -> bool:
         if first.isidentifier() and _built_with_objects(text, first):
             return True
         start = i
+
+
+def registries(sem: SemanticModel, cls: ast.AST) -> list[str]:
+    """The module-level functions of ``cls``'s module that hand back a class looked up by name, ``cls`` among them:
+    ``return globals()[name]`` (any class of the module), ``return MODELS[name]`` of a module-level dict literal whose
+    values name ``cls``. Their callers make objects of ``cls`` without writing its name."""
+    def compute() -> tuple[list[str], dict[str, set[str]]]:
+        tables = {t.id: {v.id for v in n.value.values if isinstance(v, ast.Name)}  # type: ignore[attr-defined]
+                  for n in sem.tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Dict)
+                  for t in n.targets if isinstance(t, ast.Name)}
+        anything, by_table = [], {}
+        for func in sem.tree.body:
+            if not isinstance(func, ast.FunctionDef):
+                continue
+            for ret in ast.walk(func):
+                value = ret.value if isinstance(ret, ast.Return) else None
+                table = value.value if isinstance(value, ast.Subscript) else \
+                    value.func.value if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                    and value.func.attr == "get" else None
+                if isinstance(table, ast.Call) and dotted(table.func) == "globals":
+                    anything.append(func.name)
+                    break
+                if isinstance(table, ast.Name) and table.id in tables:
+                    by_table.setdefault(func.name, set()).update(tables[table.id])
+                    break
+        return anything, by_table
+
+    if sem.frame(cls).kind != "module" or "return" not in sem.text.source:
+        return []
+    anything, by_table = sem.cached("registries", compute)
+    return anything + [f for f, classes in by_table.items() if cls.name in classes]  # type: ignore[attr-defined]

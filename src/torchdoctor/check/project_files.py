@@ -54,6 +54,8 @@ class State:
         self.texts: dict[str, str | None] = {}
         self.sys_paths: dict[str, tuple[str, ...]] = {}  # module -> the folders it appends to ``sys.path``
         self.kept_chars = 0
+        self.recording: set[str] = set()  # modules whose call records are being made (a caller's device asked)
+        self.skipped = False  # some module's records were left out (being made): an answer not to memoise
 
     def absolute(self, path: str) -> str:
         """``os.path.abspath(path)``, memoised: the index asks it ~30 times a file (a run never changes folder)."""

@@ -260,18 +260,39 @@ def _made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
             if isinstance(a, ast.If) and isinstance(a.test, ast.Compare) and len(a.test.ops) == 1 \
                     and isinstance(a.test.ops[0], ast.NotIn) and dotted(a.test.comparators[0]) == store and store:
                 return True
-    stmt = sem.parent(node)
+    stmt = sem.statement_of(node)
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
         return False
     target = dotted(stmt.targets[0])
+    if isinstance(stmt.targets[0], ast.Name) and not isinstance(region, _LOOPS):
+        return False  # (``if x_mask is None: x_mask = torch.ones(...)`` in a forward: a default, made on every call)
     for a in sem.ancestors(stmt):
         if a is region:
             return False
-        if isinstance(a, ast.If) and any(
-                isinstance(t, ast.Compare) and isinstance(t.ops[0], ast.Is) and dotted(t.left) == target
-                and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None
-                for t in sem.subtree(a.test)) and any(stmt is n for b in a.body for n in sem.subtree(b)):
+        if isinstance(a, ast.If) and _empty_test(a.test, target) and any(stmt is n for b in a.body for n in sem.subtree(b)):
             return bool(target)
+    return False
+
+
+def _empty_test(test: ast.AST, target: str | None) -> bool:
+    """``target is None``, ``not target``, ``not len(target)``, ``len(target) == 0``, ``target.numel() == 0`` (one of
+    the operands of an ``and``/``or``): a test that holds until the body first fills ``target``."""
+    if isinstance(test, ast.BoolOp):
+        return any(_empty_test(v, target) for v in test.values)
+    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+    if negated:
+        test = test.operand  # type: ignore[attr-defined]
+    if isinstance(test, ast.Call) and (isinstance(test.func, ast.Name) and test.func.id == "len" and test.args
+                                       or isinstance(test.func, ast.Attribute) and test.func.attr == "numel"):
+        subject = test.args[0] if isinstance(test.func, ast.Name) else test.func.value  # type: ignore[attr-defined]
+        return negated and dotted(subject) == target
+    if negated:
+        return dotted(test) == target
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(c := test.comparators[0], ast.Constant):
+        if isinstance(test.ops[0], ast.Is):
+            return c.value is None and dotted(test.left) == target
+        if isinstance(test.ops[0], ast.Eq) and c.value == 0 and isinstance(left := test.left, ast.Call):
+            return _empty_test(ast.UnaryOp(op=ast.Not(), operand=left), target)
     return False
 
 

@@ -10,7 +10,7 @@ import os
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.context import Context
 from torchdoctor.check.rules.forward_values import reached_from_forward, run_by_forwards
-from torchdoctor.check.rules.steps import per_step_loop
+from torchdoctor.check.rules.steps import method_entries, per_step_loop
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
@@ -174,9 +174,13 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
     train.py:9``), else None."""
     sem = ctx.semantic
     func = sem.function_of(node)
-    if func is None or sem.project is None or sem.frame(func).kind != "module" or sem.call_sites(func) \
-            or any(sem.loop_kind(loop) is not None for loop in sem.loops_around(node)) or sem.under_step_guard(node):
+    if func is None or sem.project is None or any(sem.loop_kind(loop) is not None for loop in sem.loops_around(node)) \
+            or sem.under_step_guard(node):
         return None  # (a loop of the helper's own over the batch's rows, ``for i in range(y.size(0)):``, makes more)
+    if sem.frame(func).kind == "class" and sem.function_of(func) is None:
+        return _step_of_a_method(ctx, func)  # (``algorithm.update(batches)``, ``trainer.dis_step(stats)``)
+    if sem.frame(func).kind != "module" or sem.call_sites(func):
+        return None
     callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
     if not callers and not (not sem.loops_around(node) and _loops_a_model(sem, func)):
         callers = sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
@@ -186,3 +190,18 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
     here = os.path.dirname(os.path.abspath(sem.path))
     first = min(callers, key=lambda c: (c.path, c.line))
     return f"the loop that calls `{func.name}` at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
+
+
+def _step_of_a_method(ctx: Context, func: ast.AST) -> str | None:
+    """A method of a class (not a network's forward: the model rules' business) that a batch loop of another
+    module calls on every step through an object of the class (``GroupDRO.update``), or that such a method calls at
+    its top level (``self.get_dis_xy()`` in ``dis_step``): where that loop is."""
+    sem = ctx.semantic
+    for entry in [func] if not sem.call_sites(func) else method_entries(ctx, func):
+        callers = sem.project.step_callers(sem, entry)  # type: ignore[attr-defined]
+        if callers:
+            here = os.path.dirname(os.path.abspath(sem.path))
+            first = min(callers, key=lambda c: (c.path, c.line))
+            via = f" (which calls `{func.name}`)" if entry is not func else ""  # type: ignore[attr-defined]
+            return f"the loop that calls `{entry.name}`{via} at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
+    return None

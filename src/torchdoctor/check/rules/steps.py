@@ -320,7 +320,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
             return
         if _param_roots(ctx, node, func) and all(before_the_first_move(ctx, site) for site in sem.call_sites(func)):
             return  # ``self.round_batch(x, lengths)`` before the step's ``to_cuda``: it reads host tensors
-        for entry in _method_entries(ctx, func):  # ``self.optimize(loss)`` in ``lm_step``, which another module's loop calls
+        for entry in method_entries(ctx, func):  # ``self.optimize(loss)`` in ``lm_step``, which another module's loop calls
             callers = sem.project.step_callers(sem, entry)  # type: ignore[attr-defined]
             if callers:
                 here = os.path.dirname(os.path.abspath(sem.path))
@@ -366,7 +366,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         report_sync(ctx, node, what, f"the {loops} `{callee}` at {sites[0]}, {sites[1]}{more}")
 
 
-def _method_entries(ctx: Context, func: ast.AST) -> list[ast.AST]:
+def method_entries(ctx: Context, func: ast.AST) -> list[ast.AST]:
     """The methods of the class (or of its in-file subclasses) that call ``func`` on every call of their own
     (``self.optimize(loss)`` at the top level of ``mlm_step``, not in a loop or behind a guard), themselves called
     from no code of this file: the entries that another module's loop may call (two levels up at most)."""

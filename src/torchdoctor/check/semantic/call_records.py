@@ -77,6 +77,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     made = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
             if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
     # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
+    looked_up = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
+                 if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and isinstance(v.func, ast.Name)
+                 and v.func.id in made} if made else set()  # (``algorithm = algorithm_class(...)``)
     held = _held_instances(sem, names)
     asks_gpus = "is_available" in sem.text.source or "device_count" in sem.text.source
     loaders_made = "DataLoader(" in sem.text.source
@@ -95,6 +98,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                 written = f"{ctor}.{call.func.attr}"  # ``self.critic.estimate(obs)`` of ``self.critic = Head(8).to(dev)``
             elif held and (ctor := held.get((sem.class_of(call), written))) is not None:
                 written = f"{ctor}.forward"  # ``self.critic(obs)``: its forward
+            elif written.split(".")[0] in looked_up and isinstance(call.func, ast.Attribute) \
+                    and isinstance(call.func.value, ast.Name):
+                written = _object_of_a_looked_up_class(sem, call, names)  # ``algorithm.update(batch)``
             else:
                 continue
             if written is None:
@@ -329,6 +335,22 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
             or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
         return None  # (a Name called: a class's object; ``step = make_step(cfg)``, a function's result, is no object)
     return f"{ctor}.{func.attr}"
+
+
+def _object_of_a_looked_up_class(sem: SemanticModel, call: ast.Call, names: set[str]) -> str | None:
+    """``algorithms.get_algorithm_class.update`` for ``algorithm.update(batch)`` where ``algorithm = cls(...)`` and
+    ``cls = algorithms.get_algorithm_class(args.algorithm)``, a function of the project that may hand back a class (a
+    registry: ``return globals()[name]``). Project.step_callers matches it to the methods of that module's classes."""
+    b = sem.binding_at(call.func.value.id, call)  # type: ignore[attr-defined]
+    made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None else None
+    if not (isinstance(made, ast.Call) and isinstance(made.func, ast.Name)):
+        return None
+    looked_up = sem.binding_at(made.func.id, made)
+    lookup = looked_up.value if looked_up is not None and not looked_up.is_param and looked_up.index is None else None
+    factory = dotted(lookup.func) if isinstance(lookup, ast.Call) else None
+    if not factory or factory.split(".")[0] not in names or not factory.rsplit(".", 1)[-1][:1].islower():
+        return None
+    return f"{factory}.{call.func.attr}"  # type: ignore[attr-defined]
 
 
 def _in_a_forward(sem: SemanticModel, call: ast.Call, depth: int = 0) -> str:

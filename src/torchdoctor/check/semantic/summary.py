@@ -435,8 +435,10 @@ def _loops_backward(sem: SemanticModel, func: ast.AST) -> bool:
 
 
 def _returns_moved_to_cuda(sem: SemanticModel, func: ast.AST) -> bool:
-    """Every ``return`` of a value hands back ``x.cuda()`` (or a tuple of them): a builder that puts the models it
-    makes on the GPU (XLM's ``build_model``: ``return model.cuda()``, ``return encoder.cuda(), decoder.cuda()``)."""
+    """Every ``return`` of a value hands back ``x.cuda()`` (or a tuple of them), or a name moved in place by a
+    ``x.cuda()`` statement of the function: a builder that puts the models it makes on the GPU (XLM's
+    ``build_model``: ``return model.cuda()``, ``return encoder.cuda(), decoder.cuda()``; ``mapping.cuda()`` then
+    ``return emb, mapping``)."""
     def moved(v: ast.AST) -> bool:
         return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "cuda"
 
@@ -444,10 +446,14 @@ def _returns_moved_to_cuda(sem: SemanticModel, func: ast.AST) -> bool:
         return isinstance(v, ast.Constant) and v.value is None
 
     values: list[ast.AST] = []
+    in_place = {n.value.func.value.id for n in sem.local_nodes(func) if isinstance(n, ast.Expr) and moved(n.value)
+                and isinstance(n.value.func.value, ast.Name)}  # (``if params.cuda: mapping.cuda()``: moved in place)
     for n in sem.local_nodes(func):
         if isinstance(n, ast.Return) and n.value is not None:
             for v in (n.value.elts if isinstance(n.value, ast.Tuple) else [n.value]):
-                if isinstance(v, ast.Name):  # ``net = UNet(...).cuda()`` in each branch (``else: net = None``)
+                if isinstance(v, ast.Name) and v.id in in_place:
+                    values.append(ast.Call(func=ast.Attribute(value=v, attr="cuda"), args=[], keywords=[]))
+                elif isinstance(v, ast.Name):  # ``net = UNet(...).cuda()`` in each branch (``else: net = None``)
                     bound = [b.value for b in sem.bindings_of(v.id) if sem.scope_of(b.node) is func and not b.is_param]
                     values += bound if bound and all(x is not None for x in bound) else [v]
                 else:

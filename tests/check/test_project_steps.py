@@ -1,0 +1,257 @@
+"""Which code of one module runs on every step of another module's loop: trainers' step methods, builders that
+put the models on the GPU for the program that calls them. (The project index itself is tested in
+test_project.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.check.test_project import codes, project, write  # noqa: F401  (``project`` is a fixture)
+from torchdoctor.check.runner import check_files
+from torchdoctor.config import Settings
+
+BUILDER = """\
+    import torch
+    from torch import nn
+
+    def build_model(params, with_head):
+        emb = nn.Embedding(100, params.dim)
+        head = nn.Linear(params.dim, 1) if with_head else None
+        if params.cuda:
+            emb.cuda()
+            if with_head:
+                head.cuda()
+        return emb, head
+    """
+
+TRAINER = """\
+    import torch
+    import torch.nn.functional as F
+
+    class Trainer:
+        def __init__(self, emb, head, params):
+            self.emb, self.head, self.params = emb, head, params
+            self.opt = torch.optim.SGD(head.parameters(), lr=0.1)
+
+        def head_step(self, stats):
+            ids = torch.randint(0, 100, (self.params.batch_size,))
+            x = self.emb(ids.cuda() if self.params.cuda else ids)
+            loss = F.binary_cross_entropy_with_logits(self.head(x).squeeze(1), torch.ones(len(x), device=x.device))
+            stats.append(loss.item())
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+    """
+
+
+def test_a_step_method_called_in_a_range_loop_of_a_program_whose_builder_moves_models_in_place(project: Path) -> None:
+    """``build_model`` moves what it returns with ``emb.cuda()`` statements (a module moves in place) under a
+    ``--cuda`` flag: the program that calls it trains on the GPU, so the ``.item()`` of the step method that its
+    ``range`` loop calls every iteration is a per-step read (TD603)."""
+    write(project, {"models.py": BUILDER, "trainer.py": TRAINER, "main.py": """\
+        import argparse
+        from models import build_model
+        from trainer import Trainer
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--cuda", type=bool, default=True)
+        params = parser.parse_args()
+        emb, head = build_model(params, True)
+        trainer = Trainer(emb, head, params)
+        for epoch in range(10):
+            stats = []
+            for n_iter in range(0, 1000, 32):
+                for _ in range(5):
+                    trainer.head_step(stats)
+        """})
+    results = check_files(["models.py", "trainer.py", "main.py"], Settings(root=str(project)))
+    assert (13, "TD603") in codes(results, "trainer.py")
+
+
+def test_a_builder_that_moves_nothing_leaves_the_step_method_quiet(project: Path) -> None:
+    """The look-alike: the builder's ``emb.cuda()`` is a value, not a statement (``moved = emb.cuda()``, then
+    ``return emb``: the CPU module is returned), and nothing else says CUDA: no per-step read is reported."""
+    builder = BUILDER.replace("        emb.cuda()\n", "        moved = emb.cuda()\n") \
+        .replace("            if with_head:\n                head.cuda()\n", "")
+    write(project, {"models.py": builder, "trainer.py": TRAINER, "main.py": """\
+        from models import build_model
+        from trainer import Trainer
+
+        class P:
+            cuda, dim, batch_size = False, 8, 4
+
+        emb, head = build_model(P(), True)
+        trainer = Trainer(emb, head, P())
+        for epoch in range(10):
+            stats = []
+            for _ in range(5):
+                trainer.head_step(stats)
+        """})
+    results = check_files(["models.py", "trainer.py", "main.py"], Settings(root=str(project)))
+    assert (13, "TD603") not in codes(results, "trainer.py")
+
+
+ALGORITHMS = """\
+    import torch
+    import torch.nn.functional as F
+
+    ALGORITHMS = ["ERM", "Mixup"]
+
+    def get_algorithm_class(name):
+        if name not in globals():
+            raise NotImplementedError(name)
+        return globals()[name]
+
+    class ERM(torch.nn.Module):
+        def __init__(self, dim, classes):
+            super().__init__()
+            self.net = torch.nn.Linear(dim, classes)
+            self.optimizer = torch.optim.Adam(self.net.parameters())
+
+        def update(self, minibatches):
+            x = torch.cat([x for x, y in minibatches])
+            y = torch.cat([y for x, y in minibatches])
+            loss = F.cross_entropy(self.net(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            return {"loss": loss.item()}
+
+    class Mixup(ERM):
+        def update(self, minibatches):
+            loss = sum(F.cross_entropy(self.net(x), y) for x, y in minibatches)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            return {"loss": loss.item()}
+    """
+
+TRAIN = """\
+    import torch
+    from domainbed import algorithms
+
+    def main(name, batches, steps):
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        algorithm_class = algorithms.get_algorithm_class(name)
+        algorithm = algorithm_class(8, 3)
+        algorithm.to(device)
+        for step in range(steps):
+            minibatches = [(x.to(device), y.to(device)) for x, y in next(batches)]
+            step_vals = algorithm.update(minibatches)
+    """
+
+
+def test_the_methods_of_classes_a_registry_looks_up_by_name_run_every_step(project: Path) -> None:
+    """``algorithm = algorithms.get_algorithm_class(name)(...)``, a registry that returns ``globals()[name]``: the
+    training loop's ``algorithm.update(minibatches)`` may run the ``update`` of every class of that module, so each
+    ``loss.item()`` there is a per-step read (TD603), though no module names the classes."""
+    write(project, {"domainbed/__init__.py": "", "domainbed/algorithms.py": ALGORITHMS, "train.py": TRAIN})
+    results = check_files(["domainbed/algorithms.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "algorithms.py") if c[1] == "TD603"] == [(24, "TD603"), (32, "TD603")]
+
+
+def test_a_table_registry_runs_only_the_classes_it_lists(project: Path) -> None:
+    """``return MODELS[name]`` of ``MODELS = {"erm": ERM}``: ``ERM.update`` runs every step; ``Mixup`` is in no
+    table (and no other lookup), so its ``.item()`` stays quiet; nor does a registry's class read anything when
+    the loop that calls it runs on the CPU only."""
+    table = ALGORITHMS.replace('''        if name not in globals():
+            raise NotImplementedError(name)
+        return globals()[name]''', "        return MODELS[name]") + '\n    MODELS = {"erm": ERM}\n'
+    write(project, {"domainbed/__init__.py": "", "domainbed/algorithms.py": table, "train.py": TRAIN})
+    results = check_files(["domainbed/algorithms.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "algorithms.py") if c[1] == "TD603"] == [(22, "TD603")]
+    cpu = TRAIN.replace('"cuda" if torch.cuda.is_available() else "cpu"', '"cpu"')
+    write(project, {"domainbed/algorithms.py": ALGORITHMS, "train.py": cpu})
+    results = check_files(["domainbed/algorithms.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "algorithms.py") if c[1] == "TD603"] == []
+
+
+def test_factories_in_methods_a_step_of_another_module_runs_and_a_buffer_made_once(project: Path) -> None:
+    """``GroupDRO.update``, run every step by ``algorithm.update(...)`` in train.py, copies ``torch.zeros(n)`` to the
+    device each time (TD611), as does ``randomize``, which ``update`` calls at its top level; ``self.q``, filled
+    under ``if not len(self.q):``, is made on the first call only, and so is ``self.w`` under ``if self.w is None:``."""
+    algorithms = ALGORITHMS.replace('''    class Mixup(ERM):''', '''    class GroupDRO(ERM):
+        def __init__(self, dim, classes):
+            super().__init__(dim, classes)
+            self.register_buffer("q", torch.Tensor())
+            self.w = None
+
+        def randomize(self, x):
+            alpha = torch.rand(x.size(0), 1).to(x.device)
+            return alpha * x
+
+        def update(self, minibatches):
+            device = "cuda" if minibatches[0][0].is_cuda else "cpu"
+            if not len(self.q):
+                self.q = torch.ones(len(minibatches)).to(device)
+            if self.w is None:
+                self.w = torch.ones(len(minibatches)).to(device)
+            losses = torch.zeros(len(minibatches)).to(device)
+            for m, (x, y) in enumerate(minibatches):
+                losses[m] = F.cross_entropy(self.net(self.randomize(x)), y)
+            loss = torch.dot(losses, self.q * self.w)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            return {"loss": loss}
+
+    class Mixup(ERM):''')
+    write(project, {"domainbed/__init__.py": "", "domainbed/algorithms.py": algorithms, "train.py": TRAIN})
+    results = check_files(["domainbed/algorithms.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "algorithms.py") if c[1] == "TD611"] == [(33, "TD611"), (42, "TD611")]
+
+
+def test_a_loss_module_told_its_device_by_a_function_whose_caller_passes_cuda(project: Path) -> None:
+    """``NTXentLoss(device, ...)`` built in ``trainer.py``'s step, where ``device`` is a parameter of ``Trainer``
+    that main.py passes a CUDA device: the loss module's ``forward`` runs on the GPU, and its
+    ``torch.zeros(n).to(self.device)`` is a copy on every step (TD611). Called with the CPU, it is quiet."""
+    files = {
+        "models/__init__.py": "",
+        "models/loss.py": """\
+            import torch
+
+            class NTXentLoss(torch.nn.Module):
+                def __init__(self, device, batch_size):
+                    super().__init__()
+                    self.device, self.batch_size = device, batch_size
+                    self.criterion = torch.nn.CrossEntropyLoss()
+
+                def forward(self, zi, zj):
+                    logits = zi @ zj.T
+                    labels = torch.zeros(2 * self.batch_size).to(self.device).long()
+                    return self.criterion(logits, labels)
+            """,
+        "trainer/__init__.py": "",
+        "trainer/trainer.py": """\
+            from models.loss import NTXentLoss
+
+            def Trainer(model, optimizer, train_dl, device, batch_size):
+                for data, aug in train_dl:
+                    data, aug = data.float().to(device), aug.float().to(device)
+                    criterion = NTXentLoss(device, batch_size)
+                    loss = criterion(model(data), model(aug))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        "main.py": """\
+            import argparse
+            import torch
+            from trainer.trainer import Trainer
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--device", default="cuda", type=str)
+            args = parser.parse_args()
+            device = torch.device(args.device)
+            model = torch.nn.Linear(8, 8).to(device)
+            Trainer(model, torch.optim.Adam(model.parameters()), [], device, 4)
+            """,
+    }
+    write(project, files)
+    paths = ["models/loss.py", "trainer/trainer.py", "main.py"]
+    results = check_files(paths, Settings(root=str(project)))
+    assert [c for c in codes(results, "loss.py") if c[1] == "TD611"] == [(11, "TD611")]
+    files["main.py"] = files["main.py"].replace('default="cuda"', 'default="cpu"')
+    write(project, files)
+    results = check_files(paths, Settings(root=str(project)))
+    assert [c for c in codes(results, "loss.py") if c[1] == "TD611"] == []
