@@ -231,6 +231,17 @@ def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
 _SHOWN = lazy(r"(?i)vis|show|plot|sample|image|log_first")
 
 
+def _counted_up(sem, name: str, loop: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``id += 1`` on every pass of ``loop`` (at the top level of its body), and no other binding of ``name`` in
+    it: a pass counter, as ``enumerate`` gives (``if id < showcase:`` holds on the first passes only)."""
+    counts = [n for n in getattr(loop, "body", []) if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id == name]
+    if len(counts) != 1 or not isinstance(counts[0].op, ast.Add) or not (
+            isinstance(c := counts[0].value, ast.Constant) and c.value == 1):
+        return False
+    return not any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) and n is not counts[0].target
+                   for n in sem.subtree(loop))
+
+
 def _first_steps_only(ctx: Context, test: ast.AST, loop: ast.AST) -> bool:
     """``if global_step < num_visualization_batches and ...:`` with ``global_step`` counted from the loop's own
     ``enumerate``, bounded by a few or by a number of samples to show: a branch for the first steps of the run, not
@@ -245,7 +256,7 @@ def _first_steps_only(ctx: Context, test: ast.AST, loop: ast.AST) -> bool:
         bound = t.comparators[0]
         if not (_small_bound(ctx, bound, t) or _SHOWN.search((dotted(bound) or "").rsplit(".", 1)[-1])):
             continue
-        if t.left.id == counter:
+        if t.left.id == counter or _counted_up(sem, t.left.id, loop):
             return True
         b = sem.binding_at(t.left.id, t)
         if counter and b is not None and b.value is not None and sem.contains(loop, b.node) \
