@@ -217,6 +217,8 @@ def _wrapping_tests(ctx: Context, key: str, at: ast.AST) -> frozenset[str]:
     A local name's wraps are those of the function around ``at`` (another function may wrap its own ``model``)."""
     sem = ctx.semantic
     scope = None if key.startswith("self.") else sem.scope_of(at)
+    if scope is not None and "." not in key and not any(b.scope is scope for b in sem.bindings_of(key)):
+        scope = sem.tree  # (a global read in a function: ``if ddp: model = DDP(model)`` under ``__main__``)
     wraps = [b for b in sem.bindings_of(key) if isinstance(b.value, ast.Call) and b.index is None
              and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] in _WRAPPER_CLASSES
              and (scope is None or sem.scope_of(b.node) is scope)]
@@ -257,6 +259,8 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
                                 or sem.project is not None and _read_back_beside(ctx, node)
                                 or sem.project is not None and sem.project.loads_through_a_stripping_helper(sem, STRIPS_WRAPPED)):
         return  # the project's own readers pick keys by ``module.encoder`` (or strip it: ``k[7:]``): the prefix is its format
+    if prefix == "_orig_mod." and _STRIPS_COMPILED.search(sem.text.source) and _SLICED_OFF.search(sem.text.source):
+        return  # ``unwanted_prefix = "_orig_mod."`` ... ``sd[k[len(unwanted_prefix):]] = sd.pop(k)``: it resumes its own
     name = ctx.name(recv)
     attr = prefix.rstrip(".")
     inner = _unwrapped_alias(ctx, recv, attr) or f"{name}.{attr}"
@@ -266,6 +270,10 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         "into the wrapper, which would then find none of its keys")
     ctx.report("TD205", node, f"`{name}.state_dict()` is saved from a wrapper: every key gains a `{prefix}` prefix",
                fix=fix)
+
+
+_STRIPS_COMPILED = lazy(r"""(=\s*|startswith\(\s*|replace\(\s*)["']_orig_mod\.["']""")
+_SLICED_OFF = lazy(r"""\[\s*len\(\s*[\w.'"]+\s*\)\s*:\s*\]|replace\(\s*["']_orig_mod\.["']""")
 
 
 def _unwrapped_on_every_branch(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:

@@ -335,7 +335,7 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
         return wrapper_prefix(sem, inner[0], inner[1], depth + 1) if inner is not None else None
     key = dotted(expr)
     b = sem.binding_at(key, at) if key else None
-    if b is not None and sem.in_other_branch(b.node, at):  # ``if ddp: model = DDP(model)`` / ``elif ...:
+    if b is not None and (sem.in_other_branch(b.node, at) or _dead_branch(sem, b.node)):  # ``if ddp: model = DDP(model)`` / ``elif ...:
         earlier = [o for o in sem.bindings_of(key) if o.scope is b.scope and o.pos < b.pos  # model = DP(model)``
                    and not sem.in_other_branch(o.node, at)]
         b = max(earlier, key=lambda o: o.pos) if earlier else None
@@ -344,6 +344,31 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
     if b is None or b.value is None or b.index is not None or b.is_param:
         return None
     return wrapper_prefix(sem, b.value, b.node, depth + 1)
+
+
+def _dead_branch(sem: SemanticModel, node: ast.AST) -> bool:
+    """``node`` sits in the body of ``if compile:`` (or ``if compile and ...:``) where ``compile = False`` is the
+    only binding of the name in a file that rewrites no globals (no ``exec(open("configurator.py").read())``):
+    nanoGPT-style settings left off, a branch that never runs."""
+    for a in sem.ancestors(node):
+        if isinstance(a, ast.If) and any(s is node or sem.contains(s, node) for s in a.body) and _off(sem, a.test):
+            return not any(isinstance(c.func, ast.Name) and c.func.id == "exec" or isinstance(c.func, ast.Attribute)
+                           and c.func.attr == "update" and isinstance(c.func.value, ast.Call)
+                           and dotted(c.func.value.func) == "globals"
+                           for c in sem.calls)
+    return False
+
+
+def _off(sem: SemanticModel, test: ast.AST) -> bool:
+    """``compile`` (or one operand of an ``and``) whose only binding, at the module's top level, is False, None or 0."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_off(sem, v) for v in test.values)
+    if not isinstance(test, ast.Name):
+        return False
+    binds = sem.bindings_of(test.id)
+    return len(binds) == 1 and not binds[0].is_param and binds[0].index is None \
+        and isinstance(v := binds[0].value, ast.Constant) and v.value in (False, None, 0) \
+        and sem.function_of(binds[0].node) is None
 
 
 def _prefix_every_caller_hands(sem: SemanticModel, func: ast.FunctionDef, param: str, depth: int) -> str | None:
