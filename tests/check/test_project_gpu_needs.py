@@ -372,3 +372,41 @@ def test_loaders_a_factory_returns_in_a_tuple_feed_the_module_that_trains_on_the
     # the __main__ demo reads neither loader; main.py, another module, trains on them (pytorch/examples'
     # language_translation)
     assert codes(results, "data.py") == [(6, "TD304"), (7, "TD304")]
+
+
+CRITERIONS = """\
+    import torch
+    import torch.nn.functional as F
+
+    class NCESoftmaxLoss(torch.nn.Module):
+        def forward(self, logits):
+            label = torch.zeros([logits.size(0)]).cuda().long()
+            return F.cross_entropy(logits, label)
+    """
+
+
+def test_a_loss_class_every_other_module_makes_after_asserting_a_gpu_is_quiet(project: Path) -> None:
+    """``NCESoftmaxLoss``'s forward hard-codes ``.cuda()``; the only module that makes one does so after ``assert
+    args.gpu is not None and torch.cuda.is_available()``: GPU-only code, not TD101. Made by a module that asks
+    nothing, the same class crashes without a GPU."""
+    train = """\
+        import torch
+        from criterions import NCESoftmaxLoss
+
+        def main(args, loader):
+            assert args.gpu is not None and torch.cuda.is_available()
+            model = torch.nn.Linear(4, 4).cuda(args.gpu)
+            criterion = NCESoftmaxLoss().cuda(args.gpu)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                loss = criterion(model(x.cuda(args.gpu)))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        """
+    write(project, {"criterions.py": CRITERIONS, "train.py": train})
+    results = check_files(["criterions.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "criterions.py") if c[1] == "TD101"] == []
+    write(project, {"train.py": train.replace("    assert args.gpu is not None and torch.cuda.is_available()\n", "")})
+    results = check_files(["criterions.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "criterions.py") if c[1] == "TD101"] == [(6, "TD101")]

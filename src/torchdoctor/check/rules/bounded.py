@@ -320,6 +320,12 @@ def branch_no_caller_chooses(ctx: Context, node: ast.AST) -> bool:
     if func is None:
         return False
     for test, holds in sem.guards.branch_tests(node):
+        if isinstance(test, ast.Attribute) and isinstance(test.value, ast.Name) and test.value.id == "self":
+            found = _constructor_param(ctx, func, test.attr)  # ``if self.add_zero_attn:`` of ``add_zero_attn=False``
+            if found is not None and (chosen := _chosen_strings(ctx, *found)) \
+                    and all(type(v) is bool for v in chosen) and holds not in chosen:
+                return True
+            continue
         if isinstance(test, ast.Name):  # ``if sample:`` of ``sample_sigmoid(y, sample=True)`` everywhere: the ``else``
             b = sem.binding_at(test.id, test)
             if b is not None and b.is_param and b.node is func and (chosen := _chosen_strings(ctx, func, test.id)) \
@@ -346,11 +352,34 @@ def branch_no_caller_chooses(ctx: Context, node: ast.AST) -> bool:
     return False
 
 
+def _constructor_param(ctx: Context, func: ast.AST, attr: str) -> tuple[ast.AST, str] | None:
+    """(``__init__``, its parameter) when ``self.<attr>`` is set once in the class of ``func``, in its ``__init__``,
+    straight from that parameter (``self.add_zero_attn = add_zero_attn``)."""
+    sem = ctx.semantic
+    cls = sem.class_of(func)
+    if cls is None:
+        return None
+    stores = [n for n in ast.walk(cls) if isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.ctx, ast.Store)
+              and isinstance(n.value, ast.Name) and n.value.id == "self"]
+    if len(stores) != 1:
+        return None
+    stmt, init = sem.parent(stores[0]), sem.function_of(stores[0])
+    if not (isinstance(stmt, ast.Assign) and stmt.targets == [stores[0]] and isinstance(stmt.value, ast.Name)
+            and init is not None and init.name == "__init__" and sem.class_of(init) is cls):  # type: ignore[attr-defined]
+        return None
+    b = sem.binding_at(stmt.value.id, stmt)
+    return (init, stmt.value.id) if b is not None and b.is_param and b.node is init else None
+
+
 def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | bool] | None:
     sem = ctx.semantic
-    if sem.frame(func).kind != "module":
+    cls = sem.class_of(func)
+    if func.name == "__init__" and cls is not None and sem.frame(cls).kind == "module":  # type: ignore[attr-defined]
+        sites = sem.calls_named(cls.name)  # (``CGCN(feats, ..., is_word)``: the calls of a constructor are the class's)
+    elif sem.frame(func).kind != "module":
         return None  # (a method's callers include instance calls, ``self.model(..., train=True)``, not all seen here)
-    sites = sem.call_sites(func)
+    else:
+        sites = sem.call_sites(func)
     elsewhere: frozenset[str | bool] | None = frozenset()
     if sem.project is not None and sem.project.has_callers(sem, func):  # type: ignore[attr-defined]
         elsewhere = sem.project.callers_choose(sem, func, param)  # type: ignore[attr-defined]

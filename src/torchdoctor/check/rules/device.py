@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import dotted, method_name, param_default
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.bounded import branch_no_caller_chooses
 from torchdoctor.check.semantic import cuda_sites, models, program
 from torchdoctor.check.semantic.kinds import kind_from_name
 
@@ -17,12 +18,19 @@ if TYPE_CHECKING:
 
 def _callers_need_a_gpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     """``node`` in a module-level helper that every caller of another module calls after stopping without a GPU
-    (``assert torch.cuda.is_available()`` in ``main()``, then ``helpers.eval_model(model, loader)``): GPU-only code."""
+    (``assert torch.cuda.is_available()`` in ``main()``, then ``helpers.eval_model(model, loader)``), or in a method
+    of a class that every other module makes only after such a stop (and this file never makes): GPU-only code."""
     func = sem.function_of(node)
     while func is not None and sem.function_of(func) is not None:
         func = sem.function_of(func)
-    return func is not None and sem.project is not None and sem.frame(func).kind == "module" \
-        and not sem.call_sites(func) and sem.project.callers_refuse_cpu(sem, func, ddp_only=False)
+    if func is None or sem.project is None:
+        return False
+    cls = sem.class_of(func)
+    if cls is not None and sem.frame(cls).kind == "module" and sem.frame(func).kind == "class" \
+            and not sem.calls_named(cls.name):  # type: ignore[attr-defined]
+        return sem.project.callers_refuse_cpu(sem, cls, ddp_only=False)  # (``crit = NCESoftmaxLoss().cuda()`` there)
+    return sem.frame(func).kind == "module" and not sem.call_sites(func) \
+        and sem.project.callers_refuse_cpu(sem, func, ddp_only=False)
 
 
 @rule("TD101", ast.Module)
@@ -45,7 +53,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
                 or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node) \
-                or _callers_need_a_gpu(sem, site.node):
+                or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it

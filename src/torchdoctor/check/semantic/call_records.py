@@ -175,9 +175,24 @@ def string_choices(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, str |
     for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]:
         if isinstance(arg, ast.Attribute) and isinstance(arg.value, ast.Name):
             arg = set_once(sem, dotted(arg))
+        elif isinstance(arg, ast.Name):
+            arg = _local_constant(sem, arg, call)
         if isinstance(arg, ast.Constant) and isinstance(arg.value, (str, bool)):
             out.append((slot, arg.value))  # (``sample=True``: a flag every call sets picks a branch too)
     return tuple(out)
+
+
+def _local_constant(sem: SemanticModel, name: ast.Name, at: ast.AST) -> ast.AST | None:
+    """The constant a local name holds at ``at`` when every binding of it in that function (or module) is that one
+    literal (``is_word = False`` ... ``CGCN(feats, ..., is_word)``); else None."""
+    b = sem.binding_at(name.id, at)
+    if b is None or b.is_param or b.index is not None or not isinstance(b.value, ast.Constant):
+        return None
+    same = [o for o in sem.bindings_of(name.id) if o.scope is b.scope]
+    if any(o.is_param or o.index is not None or not isinstance(o.value, ast.Constant) or o.value.value != b.value.value
+           for o in same):
+        return None
+    return b.value
 
 
 def _attribute_stores(sem: SemanticModel) -> dict[str, list[ast.AST]]:
