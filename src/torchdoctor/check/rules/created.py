@@ -266,11 +266,24 @@ def _made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
     target = dotted(stmt.targets[0])
     if isinstance(stmt.targets[0], ast.Name) and not isinstance(region, _LOOPS):
         return False  # (``if x_mask is None: x_mask = torch.ones(...)`` in a forward: a default, made on every call)
+    if isinstance(stmt.targets[0], ast.Attribute) and _reset_elsewhere(sem, stmt.targets[0]):
+        return False  # (``self.prev_att = None`` in ``reset_mem()``, called before each batch: made every batch)
     for a in sem.ancestors(stmt):
         if a is region:
             return False
         if isinstance(a, ast.If) and _empty_test(a.test, target) and any(stmt is n for b in a.body for n in sem.subtree(b)):
             return bool(target)
+    return False
+
+
+def _reset_elsewhere(sem, target: ast.Attribute) -> bool:  # type: ignore[no-untyped-def]
+    """``self.<attr> = None`` in a method other than ``__init__`` (or ``<attr> = None`` on another object of the
+    file): the buffer is emptied again between uses."""
+    for node in sem.of_type(ast.Assign):
+        for t in node.targets:  # type: ignore[attr-defined]
+            if isinstance(t, ast.Attribute) and t.attr == target.attr and isinstance(v := node.value, ast.Constant) \
+                    and v.value is None and getattr(sem.function_of(node), "name", "") != "__init__":  # type: ignore[attr-defined]
+                return True
     return False
 
 
