@@ -255,3 +255,43 @@ def test_a_loss_module_told_its_device_by_a_function_whose_caller_passes_cuda(pr
     write(project, files)
     results = check_files(paths, Settings(root=str(project)))
     assert [c for c in codes(results, "loss.py") if c[1] == "TD611"] == []
+
+
+def test_a_helper_s_verbose_branch_a_caller_turns_off_stays_quiet(project: Path) -> None:
+    """``anneal(samples, net, verbose=False)`` from another module's loop: the helper's ``if verbose:`` prints of
+    ``.item()`` never run for it (a single call after the loop turns them on once); a loop that passes
+    ``verbose=True`` reads every step (TD603)."""
+    sampler = """\
+        import torch
+
+        def anneal(x, net, steps=10, verbose=False):
+            for _ in range(steps):
+                grad = net(x)
+                x = x + 0.01 * grad
+                if verbose:
+                    print(grad.norm().item())
+            return x
+        """
+    runner = """\
+        import torch
+        from sampler import anneal
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        net = torch.nn.Linear(4, 4).to(device)
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for batch in [torch.randn(8, 4) for _ in range(5)]:
+            batch = batch.to(device)
+            samples = anneal(batch, net, verbose=False)
+            loss = (net(samples) - batch).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        final = anneal(batch, net, verbose=True)
+        """
+    write(project, {"sampler.py": sampler, "runner.py": runner})
+    results = check_files(["sampler.py", "runner.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "sampler.py") if c[1] == "TD603"] == []
+    write(project, {"runner.py": runner.replace("samples = anneal(batch, net, verbose=False)",
+                                                "samples = anneal(batch, net, verbose=True)")})
+    results = check_files(["sampler.py", "runner.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "sampler.py") if c[1] == "TD603"] == [(8, "TD603")]

@@ -21,7 +21,7 @@ from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, drai
     stop_signal
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
-from torchdoctor.check.semantic.call_records import host_args_of
+from torchdoctor.check.semantic.call_records import chosen_value, host_args_of
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -450,7 +450,7 @@ def _derived(sem, expr: ast.AST, at: ast.AST, func: ast.AST, params: list[str], 
 def _may_take_branch(ctx: Context, node: ast.AST, func: ast.AST, caller: object) -> bool:
     """``caller`` may run ``node``: not when ``node`` sits under ``if deterministic:`` of a parameter that defaults
     to False (or None) and the caller leaves it out (``select_actions(pi)`` of ``def select_actions(pi,
-    deterministic=False)``)."""
+    deterministic=False)``), or passes False."""
     passed = getattr(caller, "passed", frozenset())
     if "*" in passed:
         return True
@@ -463,9 +463,12 @@ def _may_take_branch(ctx: Context, node: ast.AST, func: ast.AST, caller: object)
         if isinstance(up, ast.If) and isinstance(up.test, ast.Name) and up.test.id in params \
                 and any(ctx.semantic.contains(s, node) for s in up.body):
             default = param_default(func, up.test.id)  # type: ignore[arg-type]
-            if isinstance(default, ast.Constant) and default.value in (False, None) and up.test.id not in passed \
-                    and f"#{params.index(up.test.id)}" not in passed:
+            slot = f"#{params.index(up.test.id)}"
+            given = up.test.id in passed or slot in passed
+            if isinstance(default, ast.Constant) and default.value in (False, None) and not given:
                 return False
+            if chosen_value(getattr(caller, "choices", ()), given, up.test.id, slot, default) is False:
+                return False  # (``anneal_Langevin_dynamics(..., verbose=False)``)
     return True
 
 
