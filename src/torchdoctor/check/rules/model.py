@@ -401,6 +401,8 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
         b = sem.binding_at(name.id, at) or sem.binding_at(name.id, name)  # (a comprehension's own target)
         if b is None and id(name) in called and _makes_host_data(ctx, name.id):
             continue  # ``create_noise(n, z)``: an in-file function that puts nothing on a device
+        if b is None and id(name) in called and name.id in sem.calls_index.classes:
+            continue  # ``Encoder()``: an object of a class of the file, made here (its arguments are looked at)
         if depth > 7:
             return True
         if b is not None and b.index is not None and isinstance(b.value, ast.Call) and (_host_batch(ctx, b.value) or (
