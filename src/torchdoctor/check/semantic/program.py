@@ -146,9 +146,13 @@ def _mentions_cuda(sem: SemanticModel) -> bool:
     prefixes = (("torch.cuda.",) if cuda else ()) + (("torch.accelerator",) if accelerator else ())
     for node in sem.of_type(ast.Attribute):
         q = sem.qualname(node) or ""
-        if prefixes and q.startswith(prefixes) or picks and q.endswith("pick_device"):
+        if prefixes and q.startswith(prefixes) and q not in _SEEDING or picks and q.endswith("pick_device"):
             return True
     return False
+
+
+_SEEDING = frozenset({"torch.cuda", "torch.cuda.manual_seed", "torch.cuda.manual_seed_all", "torch.cuda.seed",
+                      "torch.cuda.seed_all"})  # (a seeding helper's ``torch.cuda.manual_seed(seed)`` places nothing)
 
 
 def _places_work(sem: SemanticModel) -> bool:
