@@ -61,12 +61,16 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                        "`torch.cuda.is_available()`: it crashes on a machine without a GPU",
                        fix=f"pass the device this code already chose: `device={chosen}`")
             continue
+        uncalled = program.uncalled_cuda_test(sem)
+        asked = "the file never checks `torch.cuda.is_available()`" if uncalled is None else \
+            f"the file's `{ctx.name(uncalled)}` on line {uncalled.lineno} is never called (a function is always true)"  # type: ignore[attr-defined]
         ctx.report(
             "TD101",
             site.node,
-            f"`{site.text}` hard-codes CUDA and the file never checks `torch.cuda.is_available()`: "
-            "it crashes on a machine without a GPU",
-            fix='pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
+            f"`{site.text}` hard-codes CUDA and {asked}: it crashes on a machine without a GPU",
+            fix=f'call the test: `if {ctx.name(uncalled)}():` (as written, its branch always runs)'
+            if uncalled is not None else
+            'pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
             if site.text.startswith("accelerator=") else
             'ask for GPUs only when there are some: `gpus=1 if torch.cuda.is_available() else 0` (or, on Lightning '
             '1.6 and later, `accelerator="auto", devices=1`)' if site.text.startswith("gpus=") else

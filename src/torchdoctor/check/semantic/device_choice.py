@@ -52,6 +52,8 @@ class DeviceChoices:
 
     def _mentions_device(self, test: ast.AST) -> bool:
         def compute() -> bool:
+            if isinstance(test, ast.Attribute) and test.attr in ("is_available", "device_count"):
+                return False  # ``if torch.cuda.is_available:``, never called: always true, it chooses nothing
             for n in self.index.subtree(test):
                 word = n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else string_value(n)
                 if word and _DEVICE_WORDS.search(word) and not self._constant_flag(n):

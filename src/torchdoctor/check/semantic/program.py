@@ -118,7 +118,7 @@ def has_cuda_check(sem: SemanticModel) -> bool:
         if not asks and not accelerator:
             return False
         for node in sem.of_type(ast.Attribute):
-            if asks and node.attr in ("is_available", "device_count"):  # type: ignore[attr-defined]
+            if asks and node.attr in ("is_available", "device_count") and not _uncalled_test(sem, node):  # type: ignore[attr-defined]
                 return True
             if accelerator and (sem.qualname(node) or "").startswith("torch.accelerator"):
                 return True
@@ -131,6 +131,22 @@ def has_cuda_check(sem: SemanticModel) -> bool:
     return sem.cached("has_cuda_check", compute)  # type: ignore[no-any-return]
 
 
+def _uncalled_test(sem: SemanticModel, node: ast.AST) -> bool:
+    """``if torch.cuda.is_available:`` (no call): the function object is always true, so the test asks nothing."""
+    up = sem.parent(node)
+    while isinstance(up, (ast.UnaryOp, ast.BoolOp)):
+        node, up = up, sem.parent(up)
+    return isinstance(up, (ast.If, ast.IfExp, ast.While, ast.Assert)) and up.test is node
+
+
+def uncalled_cuda_test(sem: SemanticModel) -> ast.AST | None:
+    """The first ``torch.cuda.is_available`` tested without a call (``if torch.cuda.is_available:``), if any."""
+    if "is_available" not in sem.text.source:
+        return None
+    return next((n for n in sem.of_type(ast.Attribute) if n.attr == "is_available"  # type: ignore[attr-defined]
+                 and _uncalled_test(sem, n)), None)
+
+
 def _mentions_cuda(sem: SemanticModel) -> bool:
     source = sem.text.source
     cuda, accelerator, picks = "cuda" in source, "accelerator" in source, "pick_device" in source
@@ -139,8 +155,9 @@ def _mentions_cuda(sem: SemanticModel) -> bool:
     if cuda:  # (a CUDA device string, a ``.cuda()`` call: the text names it)
         for node in sem.of_type(ast.Constant):
             s = string_value(node)
-            if s is not None and (CUDA_DEVICE.fullmatch(s.strip()) or s in CUDA_TEMPLATES):
-                return True
+            if s is not None and (CUDA_DEVICE.fullmatch(s.strip()) or s in CUDA_TEMPLATES or s == "cuda:"
+                                  and isinstance(up := sem.parent(node), ast.BinOp) and up.left is node):
+                return True  # (``"cuda:" + str(args.dev)``: an indexed CUDA device, built by concatenation)
         if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
             return True
     prefixes = (("torch.cuda.",) if cuda else ()) + (("torch.accelerator",) if accelerator else ())
@@ -240,6 +257,9 @@ _DEVICE_HELPERS = lazy(r"(?i)^(get_device|init_distributed_device|setup_device|i
                              r"init_distributed_mode|get_local_device|prepare_device|set_device\w*)$")
 
 
+_GPU_SETUP = lazy(r"(?i)^(setup|init|set_up|configure)_\w*gpus?$")
+
+
 def sets_device_through_helper(sem: SemanticModel) -> bool:
     """A helper picks (and binds) this process's device: ``device = utils.init_distributed_device(args)``,
     ``self._device = training.get_device(cfg.device)``."""
@@ -249,6 +269,11 @@ def sets_device_through_helper(sem: SemanticModel) -> bool:
         return True
     if any((sem.call_name(c) or "").startswith(("mmcv.", "mmengine.")) for c in sem.calls_named("init_dist")):
         return True  # mmcv's / mmengine's init_dist calls torch.cuda.set_device(rank % num_gpus)
+    if "_gpu" in sem.text.source and any(
+            isinstance(n, ast.Assign) and isinstance(v := n.value, ast.Call) and (dotted(v.func) or "").split(".")[0] in (
+                sem.names.from_imports.keys() | sem.names.imports.keys()) and _GPU_SETUP.match(
+                v.func.attr if isinstance(v.func, ast.Attribute) else getattr(v.func, "id", "")) for n in sem.of_type(ast.Assign)):
+        return True  # ``cfg = setup_cfg_gpu(cfg)``: a project helper that sets up the GPUs and the options' device
     # ``model.to(dist_util.dev())``: a helper module's device, handed straight to a move
     return any(isinstance(c.func, ast.Attribute) and isinstance(p := sem.parent(c), ast.Call) and c in p.args
                and sem.is_device_move(p) for c in sem.calls_named("dev"))
