@@ -410,3 +410,50 @@ def test_a_loss_class_every_other_module_makes_after_asserting_a_gpu_is_quiet(pr
     write(project, {"train.py": train.replace("    assert args.gpu is not None and torch.cuda.is_available()\n", "")})
     results = check_files(["criterions.py", "train.py"], Settings(root=str(project)))
     assert [c for c in codes(results, "criterions.py") if c[1] == "TD101"] == [(6, "TD101")]
+
+
+def test_a_config_dataclass_whose_device_attribute_is_cuda_makes_the_program_a_gpu_one(project: Path) -> None:
+    """``cfg = config.TrainConfig()`` of a ``@dataclass`` whose class attribute is ``device = "cuda:0"``: the loaders
+    that feed ``model.to(cfg.device)`` want pinned memory (TD304), and the loop module that moves batches to
+    ``config.device`` reads ``loss.item()`` from the GPU every step (TD603). With ``device = "cpu"``, neither."""
+    files = {
+        "config.py": """\
+            from dataclasses import dataclass
+
+            @dataclass
+            class TrainConfig:
+                device = "cuda:0"
+                num_workers = 2
+            """,
+        "loop.py": """\
+            import torch
+
+            def train(config, loader, model, opt):
+                for x, y in loader:
+                    x, y = x.to(config.device), y.to(config.device)
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    print({"loss": loss.item()})
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            import config
+            from loop import train
+
+            cfg = config.TrainConfig()
+            loader = DataLoader(TensorDataset(torch.randn(64, 3), torch.randn(64, 1)), batch_size=8,
+                                num_workers=cfg.num_workers)
+            model = torch.nn.Linear(3, 1).to(cfg.device)
+            train(cfg, loader, model, torch.optim.Adam(model.parameters()))
+            """,
+    }
+    write(project, files)
+    paths = ["config.py", "loop.py", "train.py"]
+    results = check_files(paths, Settings(root=str(project)))
+    assert codes(results, "train.py") == [(7, "TD304")] and codes(results, "loop.py") == [(10, "TD603")]
+    write(project, {"config.py": files["config.py"].replace('"cuda:0"', '"cpu"')})
+    results = check_files(paths, Settings(root=str(project)))
+    assert codes(results, "train.py") == [] and codes(results, "loop.py") == []

@@ -240,6 +240,9 @@ def _made_by_imports(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, tup
         value = b.value if b is not None and not b.is_param and b.index is None else None
         if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in sem.names.from_imports:
             out.append((slot, sem.names.from_imports[value.func.id]))
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.Name) \
+                and (module := sem.names.imports.get(value.func.value.id)) is not None:
+            out.append((slot, (0, module, value.func.attr)))  # ``cfg = config.TrainConfig()``
     return tuple(out)
 
 

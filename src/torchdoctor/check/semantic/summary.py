@@ -479,12 +479,20 @@ def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
 def _cuda_settings(sem: SemanticModel) -> frozenset[str]:
     """Module-level names set to a CUDA device or a choice that includes one: ``DEVICE = "cuda"``,
     ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`` (a config module's); and the classes and
-    functions that set such a device on the options object they make (``OptInit``, ``get_options``)."""
+    functions that set such a device on the options object they make (``OptInit``, ``get_options``), or hold one as a
+    class attribute (a config dataclass's ``device = "cuda:0"``)."""
     out = set()
     for n in sem.body(sem.index.tree):
         if isinstance(n, ast.Assign) and sem.frame(n).kind == "module" and sem.function_of(n) is None \
                 and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and "cuda" in sem.segment(n.value):
             out.add(n.targets[0].id)
+    for cls in sem.tree.body if "cuda" in sem.text.source else ():
+        if isinstance(cls, ast.ClassDef) and any(  # ``@dataclass class TrainConfig: device = "cuda:0"``
+                isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and "cuda" in sem.segment(n.value)
+                and any(isinstance(t, ast.Name) and t.id.lower().endswith("device")
+                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+                for n in cls.body):
+            out.add(cls.name)
     if "cuda" in sem.text.source and ".device" in sem.text.source:
         for n in sem.of_type(ast.Assign):  # ``args.device = torch.device("cuda" if ...)`` in ``OptInit.__init__`` or
             if len(n.targets) == 1 and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device" \
