@@ -236,8 +236,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             # ``preds += out.argmax(-1).tolist()``, ``preds += list(labels.cpu().numpy())``; ``probs += prob.cpu()``
             # into ``probs = torch.zeros(n, c, h, w)``; not ``logs += losses.mean(dim=0).cpu().numpy()``: a statistic
             # the device could have summed, read back each batch only to be added up
-            if method_name(node.func.value) in _REDUCTIONS and method_name(cur) != "tolist":  # type: ignore[attr-defined]
-                return False
+            if _reduced(sem, node.func.value) and method_name(cur) != "tolist":  # type: ignore[attr-defined]
+                return False  # (also through a name: ``loss_per_var = crit(out, y).mean(dim=0)``, then its copy)
             return method_name(cur) == "tolist" or as_array and isinstance(cur, ast.Call) \
                 and isinstance(cur.func, ast.Name) and cur.func.id in ("list", "tuple") \
                 or method_name(node) == "cpu" and _host_buffer(ctx, up.target, up) \
@@ -253,9 +253,19 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     return False
 
 
+def _reduced(sem, recv: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``recv`` is a reduction (``losses.mean(dim=0)``), or a name bound to a statistic (not ``labels =
+    torch.argmax(logits, dim=1)``, one label a sample, kept)."""
+    if isinstance(recv, ast.Name) and (b := sem.binding_at(recv.id, recv)) is not None and not b.is_param \
+            and b.index is None and b.value is not None:
+        return method_name(b.value) in _STATISTICS
+    return method_name(recv) in _REDUCTIONS
+
+
 _LOSS_NAME = lazy(r"(?i)loss|criterion|crit$")
 _REDUCTIONS = frozenset({"mean", "sum", "max", "min", "argmax", "argmin", "median", "std", "var", "prod", "norm",
                          "amax", "amin", "any", "all", "nanmean", "nansum"})
+_STATISTICS = frozenset({"mean", "sum", "std", "var", "norm", "nanmean", "nansum", "prod", "median"})
 _SCALAR_SINKS = frozenset({"float", "int", "round", "bool", "print", "str", "repr", "len"})
 
 
