@@ -42,6 +42,7 @@ _WORLD_SIZE = lazy(r"(?i)(world_size|num_processes)")
 
 
 _OPTIMIZERISH = lazy(r"(?i)opt|scaler")
+_RANKISH = lazy(r"(?i)(global_|local_|world_|node_|proc_|process_)?rank|gpu|local_gpu|process_index")  # (``rank % ngpus``)
 
 
 class Guards(GradModes, DeviceChoices):
@@ -150,7 +151,9 @@ class Guards(GradModes, DeviceChoices):
         """``expr`` computes a ``%`` (``step % log_every == 0``)."""
         return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.JoinedStr)
                    and not (isinstance(n.left, ast.Constant) and isinstance(n.left.value, str))
-                   for n in self.index.subtree(expr))  # (not ``"%s" % name``: a string formatted)
+                   and not _RANKISH.fullmatch((dotted(n.left) or "").rsplit(".", 1)[-1])
+                   for n in self.index.subtree(expr))  # (not ``"%s" % name``: a string formatted; not ``args.rank %
+        # ngpus_per_node == 0``, the first process of each node: a rank test, on every step of that process)
 
     def _one_off(self, test: ast.AST) -> bool:
         """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a counter tested against a fixed value."""
