@@ -257,8 +257,13 @@ def _reduced(sem, recv: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     """``recv`` is a reduction (``losses.mean(dim=0)``), or a name bound to a statistic (not ``labels =
     torch.argmax(logits, dim=1)``, one label a sample, kept)."""
     if isinstance(recv, ast.Name) and (b := sem.binding_at(recv.id, recv)) is not None and not b.is_param \
-            and b.index is None and b.value is not None:
-        return method_name(b.value) in _STATISTICS
+            and b.index is None and isinstance(value := b.value, ast.Call):
+        if method_name(value) not in _STATISTICS:
+            return False
+        over = value.args[1:2] if (sem.call_name(value) or "").startswith("torch.") else value.args[:1]
+        over += [k.value for k in value.keywords if k.arg in ("dim", "axis")]
+        return all(isinstance(d, ast.Constant) and d.value == 0 for d in over)  # (over the batch, or everything; not
+        # ``torch.sum(err, dim=tuple(range(1, err.dim())))``: one score a sample, kept)
     return method_name(recv) in _REDUCTIONS
 
 
