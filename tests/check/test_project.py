@@ -4670,6 +4670,49 @@ def test_a_method_of_a_model_class_of_another_module_that_runs_without_grad_is_q
     assert codes(results, "demo.py") == [(11, "TD401")]
 
 
+def test_a_parameter_annotated_with_a_model_class_runs_its_quiet_methods_without_grad(project: Path) -> None:
+    """``def train(model: TinyLM, ...)`` then ``model.inference(x)``: the annotation names the class of another module
+    whose ``inference`` is ``@torch.inference_mode()``, so no graph is recorded; an unannotated ``model`` calling
+    ``inference`` after eval mode is still an inference with autograd on."""
+    write(project, {
+        "models.py": """\
+            import torch
+            from torch import nn
+
+
+            class TinyLM(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.out = nn.Linear(8, 30)
+
+                def forward(self, x):
+                    return self.out(x)
+
+                @torch.inference_mode()
+                def inference(self, x):
+                    return self.forward(x).argmax(-1)
+            """,
+        "train.py": """\
+            import torch
+            from models import TinyLM
+
+
+            def train(model: TinyLM, x, epochs):
+                for epoch in range(epochs):
+                    model.eval()
+                    print(model.inference(x))
+
+
+            def train_any(model, x, epochs):
+                for epoch in range(epochs):
+                    model.eval()
+                    print(model.inference(x))
+            """,
+    })
+    results = check_files(["train.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "train.py") == [(14, "TD401")]
+
+
 def test_reads_in_the_methods_of_a_trainer_object_of_another_module_run_every_step(project: Path) -> None:
     """``eng.fit_batch(x, y)`` on every batch, ``eng = Engine(net, lr, dev)`` imported from ``engine.py``: the
     method's ``.item()`` reads run on every step there. Its copies handed back (an image made for the caller) and an

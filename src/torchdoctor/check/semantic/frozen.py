@@ -57,7 +57,7 @@ def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST
     """The model ``expr`` evaluates to is of a class (of this file or of another module of the project) whose
     ``method`` (``forward``: calling the model) turns autograd off itself (``methods_without_grad``)."""
     value = construction(sem, expr, at)
-    if value is None:
+    if value is None and (value := _annotated_class(sem, expr, at)) is None:
         return False
     q = sem.call_name(value) or ""
     cls = sem.calls_index.classes.get(q)
@@ -65,6 +65,20 @@ def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST
         return q in sem.module_classes and method in methods_without_grad(sem, cls)
     written = dotted(value.func)
     return bool(sem.project is not None and written and method in sem.project.class_quiet_methods(sem, written))  # type: ignore[attr-defined]
+
+
+def _annotated_class(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> ast.Call | None:
+    """``model`` of ``def train(model: LanguageModel, ...)``: a call of the class it is annotated with, as if made
+    there (its methods are the class's)."""
+    b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
+    if b is None or not b.is_param or not isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    arg = next((a for a in [*b.node.args.posonlyargs, *b.node.args.args, *b.node.args.kwonlyargs]
+                if a.arg == expr.id), None)  # type: ignore[attr-defined]
+    note = arg.annotation if arg is not None else None
+    if not isinstance(note, (ast.Name, ast.Attribute)) or not (dotted(note) or "").rsplit(".", 1)[-1][:1].isupper():
+        return None
+    return ast.Call(func=note, args=[], keywords=[])
 
 
 _FROZEN_BY_DEFAULT = ("torch.nn.Embedding.from_pretrained", "torch.nn.EmbeddingBag.from_pretrained")
