@@ -283,6 +283,8 @@ def _hands_out(node: ast.AST, names: set[str | None]) -> bool:
 @rule("TD304", calls=loaders.LOADER_NAMES)
 def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     """A DataLoader in a CUDA program without pin_memory=True."""
+    if not node.args and not node.keywords:  # type: ignore[attr-defined]
+        return  # ``dataloader = DataLoader()`` in a slide's pseudo-code: no dataset, nothing to load
     pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
     if pin is not None and not is_false(pin.value):
         return  # (first: whether the loader is judged may read the modules that import this one)
@@ -309,6 +311,8 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
 @rule("TD305", calls=loaders.LOADER_NAMES)
 def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     """A DataLoader with num_workers=0 in a CUDA training script."""
+    if not node.args and not node.keywords:  # type: ignore[attr-defined]
+        return  # (no dataset: pseudo-code)
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     value = workers.value if workers is not None else loaders.spread_value(ctx.semantic, node, "num_workers")  # type: ignore[arg-type]
     if value is not None and not (isinstance(value, ast.Constant) and value.value == 0):
