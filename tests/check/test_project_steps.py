@@ -295,3 +295,51 @@ def test_a_helper_s_verbose_branch_a_caller_turns_off_stays_quiet(project: Path)
                                                 "samples = anneal(batch, net, verbose=True)")})
     results = check_files(["sampler.py", "runner.py"], Settings(root=str(project)))
     assert [c for c in codes(results, "sampler.py") if c[1] == "TD603"] == [(8, "TD603")]
+
+
+def test_an_object_of_another_module_handed_to_the_step_function_as_a_parameter(project: Path) -> None:
+    """``contrast = MemoryMoCo(...).cuda(gpu)`` made in ``main`` and handed to ``train_moco(loader, model, contrast)``,
+    whose loop calls ``contrast(q, k)``: the forward of that class runs every step, so its ``self.params[0].item()``
+    reads the GPU each time (TD603). A function some call hands another object resolves to no class."""
+    files = {
+        "memory.py": """\
+            import torch
+            from torch import nn
+
+            class MemoryMoCo(nn.Module):
+                def __init__(self, dim, t):
+                    super().__init__()
+                    self.register_buffer("params", torch.tensor([-1.0, t]))
+                    self.register_buffer("memory", torch.randn(16, dim))
+
+                def forward(self, q, k):
+                    z = self.params[0].item()
+                    return torch.cat([(q * k).sum(1, keepdim=True), q @ self.memory.T], dim=1) / z
+            """,
+        "train.py": """\
+            import torch
+            from memory import MemoryMoCo
+
+            def train_moco(loader, model, contrast, opt, gpu):
+                for x in loader:
+                    q = model(x.cuda(gpu))
+                    out = contrast(q, q.detach())
+                    loss = out.logsumexp(1).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+            def main(gpu, loader):
+                assert torch.cuda.is_available()
+                model = torch.nn.Linear(8, 8).cuda(gpu)
+                contrast = MemoryMoCo(8, 0.07).cuda(gpu)
+                train_moco(loader, model, contrast, torch.optim.SGD(model.parameters(), lr=0.1), gpu)
+            """,
+    }
+    write(project, files)
+    results = check_files(["memory.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "memory.py") if c[1] == "TD603"] == [(11, "TD603")]
+    files["train.py"] += "\n\ndef other(loader, model, gpu):\n    train_moco(loader, model, torch.nn.Identity(), None, gpu)\n"
+    write(project, files)
+    results = check_files(["memory.py", "train.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "memory.py") if c[1] == "TD603"] == []

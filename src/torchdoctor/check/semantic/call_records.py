@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, strip_methods
+from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.program import chosen_cuda
@@ -344,6 +344,8 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
         return None
     b = sem.binding_at(func.value.id, call)
+    if b is not None and b.is_param and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        b = _handed_object(sem, b.node, func.value.id)  # ``train_moco(..., contrast, ...)``: what every call hands it
     made = b.value if b is not None and not b.is_param else None
     if made is not None and b.index is not None:  # ``log, stepper = StatLogger(), ClipStep()``
         made = made.elts[b.index] if isinstance(made, ast.Tuple) and b.index < len(made.elts) else None
@@ -353,6 +355,21 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
             or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
         return None  # (a Name called: a class's object; ``step = make_step(cfg)``, a function's result, is no object)
     return f"{ctor}.{func.attr}"
+
+
+def _handed_object(sem: SemanticModel, func: ast.AST, param: str):  # type: ignore[no-untyped-def]
+    """The binding of the name every call of ``func`` in this file passes as ``param`` (``contrast =
+    MemoryMoCo(...).cuda(gpu)`` in ``main``, handed to ``train_moco(epoch, loader, model, contrast)``), when they
+    all pass the same one; else None."""
+    sites = sem.call_sites(func)
+    found = None
+    for site in sites:
+        arg = call_argument(site, func, param)  # type: ignore[arg-type]
+        b = sem.binding_at(arg.id, site) if isinstance(arg, ast.Name) else None
+        if b is None or b.is_param or (found is not None and b is not found):
+            return None
+        found = b
+    return found
 
 
 def _object_of_a_looked_up_class(sem: SemanticModel, call: ast.Call, names: set[str]) -> str | None:
