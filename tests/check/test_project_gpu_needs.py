@@ -457,3 +457,37 @@ def test_a_config_dataclass_whose_device_attribute_is_cuda_makes_the_program_a_g
     write(project, {"config.py": files["config.py"].replace('"cuda:0"', '"cpu"')})
     results = check_files(paths, Settings(root=str(project)))
     assert codes(results, "train.py") == [] and codes(results, "loop.py") == []
+
+
+def test_a_loader_kept_on_an_object_that_a_gpu_script_iterates(project: Path) -> None:
+    """``self.data = DataLoader(...)`` in a data class's ``__init__`` (per mode), never read in its own module: the GPU
+    script that makes ``BtsDataLoader(args, "test")`` iterates ``loader.data``, so the test-mode loader without
+    ``pin_memory`` is told (TD304); the pinned train-mode one is not."""
+    write(project, {
+        "data.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            class BtsDataLoader:
+                def __init__(self, args, mode):
+                    samples = TensorDataset(torch.randn(16, 3))
+                    if mode == "train":
+                        self.data = DataLoader(samples, args.batch_size, num_workers=2, pin_memory=True)
+                    else:
+                        self.data = DataLoader(samples, 1, shuffle=False, num_workers=1)
+            """,
+        "test.py": """\
+            import argparse
+            import torch
+            from data import BtsDataLoader
+
+            args = argparse.Namespace(batch_size=4)
+            model = torch.nn.Linear(3, 1).cuda()
+            dataloader = BtsDataLoader(args, "test")
+            with torch.no_grad():
+                for (x,) in dataloader.data:
+                    print(model(x.cuda()).sum())
+            """,
+    })
+    results = check_files(["data.py", "test.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "data.py") == [(10, "TD304")]

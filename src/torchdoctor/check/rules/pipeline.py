@@ -254,7 +254,8 @@ def _dataset_of_text(ctx: Context, call: ast.Call) -> bool:
 
 def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:
     """A data module that builds and returns loaders (``def train_dataloader(self): return DataLoader(...)``,
-    ``def get_loader(...)``), imported by a module of the project that runs on an accelerator."""
+    ``def get_loader(...)``), or keeps one on the object it makes (``self.data = DataLoader(...)``), imported by a
+    module of the project that runs on an accelerator."""
     sem = ctx.semantic
     if sem.project is None or sem.function_of(node) is None or program.in_test(sem, node):
         return False
@@ -268,8 +269,9 @@ def _factory_for_accelerated_module(ctx: Context, node: ast.Call) -> bool:
     returned = isinstance(parent, ast.Return) or any(_hands_out(r, names) and (yields or not isinstance(r, ast.For))
                                                      for r in sem.local_nodes(func))
     cls = sem.class_of(func)
+    held = cls is not None and any((n or "").startswith("self.") for n in names)  # ``self.data = DataLoader(...)``
     maker = cls.name if cls is not None else func.name  # what an importer must take to reach this loader
-    return returned and sem.project.accelerated_importer(sem, maker) is not None  # type: ignore[attr-defined]
+    return (returned or held) and sem.project.accelerated_importer(sem, maker) is not None  # type: ignore[attr-defined]
 
 
 def _hands_out(node: ast.AST, names: set[str | None]) -> bool:

@@ -97,8 +97,12 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
 
 
 def _key_feeds(sem: SemanticModel, key: str, bound: ast.AST, depth: int) -> bool:
-    """A name (or ``self.x``) bound to the loader: does any of its uses feed? Unused: no."""
-    for use in sem.reads_of(key):
+    """A name (or ``self.x``) bound to the loader: does any of its uses feed? Unused: no; but an attribute of the
+    object that this file never reads is read by the code that holds the object (``dataloader.data``): not followed."""
+    reads = sem.reads_of(key)
+    if not reads and key.startswith("self.") and sem.class_of(bound) is not None:
+        return True
+    for use in reads:
         if not _same_binding(sem, key, bound, use):
             continue
         if _feeds_value(sem, use, depth + 1):
