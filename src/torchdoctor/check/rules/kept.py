@@ -21,7 +21,8 @@ _ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half
 
 
 _ALONG_AXIS = frozenset({"max", "min", "argmax", "argmin", "topk", "sort", "softmax", "log_softmax", "transpose",
-                         "permute"})  # on a host copy with a dimension given: still a tensor there, not a number
+                         "permute", "split", "chunk", "unbind"})  # on a host copy with a dimension given: still a
+# tensor there (or its pieces: ``reps.extend(q.cpu().split(1, dim=0))``), not a number
 
 _WRITES = lazy(r"(?i)(^|_)(save|savez|savez_compressed|savetxt|imsave|imwrite|write|savefig|add_images?|log_images?|vis"
                r"|visuali[sz]e|draw|plot|imshow)"
