@@ -11,6 +11,7 @@ model and move nothing iterate does not.
 from __future__ import annotations
 
 import ast
+import re
 
 from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, param_default, string_value
 from torchdoctor.check.patterns import lazy
@@ -98,10 +99,11 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
 
 def _key_feeds(sem: SemanticModel, key: str, bound: ast.AST, depth: int) -> bool:
     """A name (or ``self.x``) bound to the loader: does any of its uses feed? Unused: no; but an attribute of the
-    object that this file never reads is read by the code that holds the object (``dataloader.data``): not followed."""
+    object that this file never reads, named by a module that makes the object (``dataloader.data``), is read
+    there: not followed."""
     reads = sem.reads_of(key)
-    if not reads and key.startswith("self.") and sem.class_of(bound) is not None:
-        return True
+    if not reads and key.startswith("self.") and (cls := sem.class_of(bound)) is not None and sem.project is not None:
+        return sem.project.callers_mention(sem, cls, re.compile(rf"\.{re.escape(key[5:])}\b"))  # type: ignore[attr-defined]
     for use in reads:
         if not _same_binding(sem, key, bound, use):
             continue
