@@ -491,3 +491,58 @@ def test_a_loader_kept_on_an_object_that_a_gpu_script_iterates(project: Path) ->
     })
     results = check_files(["data.py", "test.py"], Settings(root=str(project), select=("TD304",)))
     assert codes(results, "data.py") == [(10, "TD304")]
+
+
+def test_ddp_around_a_model_class_of_another_module_with_batchnorm(project: Path) -> None:
+    """``DDP(BtsModel(args).cuda(gpu))`` where ``BtsModel`` (models.py) holds a BatchNorm through its encoder part:
+    each GPU normalises with its own statistics without ``convert_sync_batchnorm`` (TD706). A class with dropout and
+    no BatchNorm needs no SyncBatchNorm."""
+    models = """\
+        from torch import nn
+
+        class Encoder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3)
+                self.bn = nn.BatchNorm2d(8)
+
+            def forward(self, x):
+                return self.bn(self.conv(x))
+
+        class BtsModel(nn.Module):
+            def __init__(self, args):
+                super().__init__()
+                self.encoder = Encoder()
+                self.head = nn.Conv2d(8, 1, 1)
+
+            def forward(self, x):
+                return self.head(self.encoder(x))
+
+        class Plain(nn.Module):
+            def __init__(self, args):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 8, 3)
+                self.drop = nn.Dropout(0.1)
+
+            def forward(self, x):
+                return self.drop(self.conv(x))
+        """
+    main = """\
+        import torch
+        import torch.distributed as dist
+        from models import BtsModel
+
+        def main_worker(gpu, args):
+            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+            torch.cuda.set_device(gpu)
+            model = BtsModel(args)
+            model.cuda(gpu)
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
+            return model
+        """
+    write(project, {"models.py": models, "main.py": main})
+    results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
+    assert codes(results, "main.py") == [(10, "TD706")]
+    write(project, {"main.py": main.replace("BtsModel", "Plain")})
+    results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
+    assert codes(results, "main.py") == []

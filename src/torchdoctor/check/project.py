@@ -177,6 +177,10 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return None if cls is None or not cls.is_module else cls.dropout_bn  # type: ignore[attr-defined]
 
+    def class_batchnorm(self, sem: SemanticModel, written: str) -> bool:
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.batchnorm  # type: ignore[attr-defined]
+
     def cuda_setting(self, sem: SemanticModel, written: str) -> bool:
         """``config.device`` names a module-level setting of another module that is (or may be) CUDA."""
         return self._lookup(sem, written, "cuda_setting") is not None

@@ -12,6 +12,7 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, program
 from torchdoctor.check.semantic.processes import shuffling_samplers
 from torchdoctor.check.semantic.device_choice import option_dest
+from torchdoctor.check.semantic.models import construction
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -412,11 +413,22 @@ def _on_gpus(ctx: Context) -> bool:
     return ctx.semantic.cached("on_gpus", compute)  # type: ignore[no-any-return]
 
 
+def _wraps_a_project_bn_model(ctx: Context, node: ast.Call) -> bool:
+    """``DDP(model, ...)`` of ``model = BtsModel(args)``, a class of another module of the project with BatchNorm layers
+    (in it, its parts or its bases)."""
+    sem = ctx.semantic
+    made = construction(sem, node.args[0], node) if node.args and sem.project is not None else None
+    written = dotted(made.func) if isinstance(made, ast.Call) else None
+    return bool(written) and written.split(".")[0] in (sem.names.from_imports.keys() | sem.names.imports.keys()) \
+        and sem.project.class_batchnorm(sem, written)  # type: ignore[union-attr]
+
+
 @rule("TD706", calls=("DistributedDataParallel", "DDP"))
 def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
     """BatchNorm in a DDP model without `SyncBatchNorm.convert_sync_batchnorm`: reported on the `DDP(` wrap."""
     apex = ctx.call_name(node) == _APEX_DDP
-    if ctx.call_name(node) not in _DDP and not apex or not _uses_batchnorm(ctx) or _converts_sync_bn(ctx) \
+    if ctx.call_name(node) not in _DDP and not apex or not (_uses_batchnorm(ctx) or _wraps_a_project_bn_model(ctx, node)) \
+            or _converts_sync_bn(ctx) \
             or not _on_gpus(ctx) or _frozen_before_the_wrap(ctx, node) or _trains_in_eval_mode(ctx):
         return
     model = ctx.name(node.args[0]) if node.args else "model"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, method_name, param_default
-from torchdoctor.check.patterns import lazy
+from torchdoctor.check.patterns import LazyPattern, lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
 
@@ -191,6 +191,19 @@ def class_in_effect(sem: SemanticModel, name: str, at: ast.AST) -> ast.AST | Non
 
 def class_has_dropout_or_bn(sem: SemanticModel, name: str, seen: frozenset[str] = frozenset(),
                             cls: ast.AST | None = None) -> bool:
+    return _class_has(sem, name, DROPOUT_BN, "class_dropout_bn", seen, cls)
+
+
+def class_has_batchnorm(sem: SemanticModel, name: str) -> bool:
+    """A BatchNorm layer in the class, its submodules' classes or its bases (of this file or the project)."""
+    return _class_has(sem, name, _BATCH_NORM, "class_batchnorm", frozenset(), None)
+
+
+_BATCH_NORM = lazy(r"BatchNorm|batch_norm")
+
+
+def _class_has(sem: SemanticModel, name: str, words: LazyPattern, ask: str, seen: frozenset[str],
+               cls: ast.AST | None) -> bool:
     cls = cls or sem.calls_index.classes.get(name)
     if cls is None or name in seen:
         return False
@@ -198,17 +211,17 @@ def class_has_dropout_or_bn(sem: SemanticModel, name: str, seen: frozenset[str] 
     nodes = sem.subtree(cls)
     tested = {id(t) for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "isinstance" and len(n.args) == 2
               for t in sem.subtree(n.args[1])}  # ``if isinstance(m, nn.BatchNorm2d):`` in an init helper: no layer
-    if any(DROPOUT_BN.search(word) for word in _code_words([n for n in nodes if id(n) not in tested])):
+    if any(words.search(word) for word in _code_words([n for n in nodes if id(n) not in tested])):
         return True
     used = {dotted(n.func) for n in nodes if isinstance(n, ast.Call)}
     used |= {dotted(b) for b in cls.bases}  # type: ignore[attr-defined]
     for u in used:
-        if u and u in sem.module_classes and class_has_dropout_or_bn(sem, u, seen):
+        if u and u in sem.module_classes and _class_has(sem, u, words, ask, seen, None):
             return True
     if sem.project is not None:  # a base class or a submodule class from another module of the project
         for u in used:
             if u and u not in sem.module_classes and u.rsplit(".", 1)[-1][:1].isupper() \
-                    and sem.project.class_dropout_bn(sem, u):  # type: ignore[attr-defined]
+                    and getattr(sem.project, ask)(sem, u):
                 return True
     return False
 

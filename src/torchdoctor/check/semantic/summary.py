@@ -19,7 +19,7 @@ from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
-from torchdoctor.check.semantic.models import class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
+from torchdoctor.check.semantic.models import class_has_batchnorm, class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
     class_moves_itself, class_parts, holds_plain_tensors_only
 from torchdoctor.record import FrozenRecord, Record
 
@@ -32,7 +32,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
-                 "collates_arrays", "quiet_methods", "moved_inputs", "network_methods")
+                 "collates_arrays", "quiet_methods", "moved_inputs", "network_methods", "batchnorm")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -52,6 +52,7 @@ class ClassSummary(FrozenRecord):
     quiet_methods: frozenset[str]  # its methods that turn autograd off themselves (frozen.methods_without_grad)
     moved_inputs: frozenset[int]  # positions of the ``forward`` inputs it moves to a device itself (forwards.py)
     network_methods: frozenset[str]  # methods other than ``forward`` that run its layers (``process``: forwards.py)
+    batchnorm: bool  # a BatchNorm layer in it, its parts or its bases (DDP without SyncBatchNorm: TD706)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
@@ -59,10 +60,11 @@ class ClassSummary(FrozenRecord):
                  builds_loader: bool = False, frozen: str | None = None, init_params: tuple[str, ...] = (),
                  yields_device: bool = False, loader_passes: frozenset[str] = frozenset(),
                  collates_arrays: bool = False, quiet_methods: frozenset[str] = frozenset(),
-                 moved_inputs: frozenset[int] = frozenset(), network_methods: frozenset[str] = frozenset()) -> None:
+                 moved_inputs: frozenset[int] = frozenset(), network_methods: frozenset[str] = frozenset(),
+                 batchnorm: bool = False) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
                    builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods,
-                   moved_inputs, network_methods)
+                   moved_inputs, network_methods, batchnorm)
 
 
 class FunctionSummary(FrozenRecord):
@@ -139,7 +141,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
         is_module = name in sem.module_classes
-        out.classes[name] = ClassSummary(name, is_module, is_module and class_has_dropout_or_bn(sem, name),
+        dropout_bn = is_module and class_has_dropout_or_bn(sem, name)
+        out.classes[name] = ClassSummary(name, is_module, dropout_bn,
                                          is_module and (class_holds_no_state(sem, cls) or holds_plain_tensors_only(sem, cls)),
                                          not is_module and class_yields_text(sem, cls),
                                          tuple(b for b in map(dotted, cls.bases) if b),  # type: ignore[attr-defined]
@@ -157,7 +160,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          methods_without_grad(sem, cls) if is_module or cls.bases  # type: ignore[attr-defined]
                                          else frozenset(),  # (a base of another module: maybe a module class)
                                          forward_moved_params(sem, cls) if is_module and moves else frozenset(),
-                                         network_methods(sem, cls) if is_module else frozenset())
+                                         network_methods(sem, cls) if is_module else frozenset(),
+                                         dropout_bn and class_has_batchnorm(sem, name))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
