@@ -343,3 +343,44 @@ def test_an_object_of_another_module_handed_to_the_step_function_as_a_parameter(
     write(project, files)
     results = check_files(["memory.py", "train.py"], Settings(root=str(project)))
     assert [c for c in codes(results, "memory.py") if c[1] == "TD603"] == []
+
+
+def test_a_mask_class_of_another_module_built_in_a_method_the_forward_calls(project: Path) -> None:
+    """``ProbMask(B, L, device=V.device)`` made in ``ProbAttention._update_context``, which the attention's forward calls:
+    its ``__init__`` (masking.py) runs on every forward, so its ``torch.ones(...).to(device)`` is a per-step copy
+    (TD611). Made in a method nothing in the forward calls (``summary``), it runs once."""
+    masking = """\
+        import torch
+
+        class ProbMask:
+            def __init__(self, L, S, device="cpu"):
+                self._mask = torch.ones(L, S, dtype=torch.bool).to(device).triu(1)
+
+            @property
+            def mask(self):
+                return self._mask
+        """
+    attention = """\
+        import torch
+        from torch import nn
+        from masking import ProbMask
+
+        class ProbAttention(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.proj = nn.Linear(dim, dim)
+
+            def _update_context(self, scores, values):
+                mask = ProbMask(scores.size(-2), scores.size(-1), device=values.device)
+                return torch.softmax(scores.masked_fill(mask.mask, -1e9), -1) @ values
+
+            def forward(self, q, k, v):
+                return self._update_context(self.proj(q) @ k.transpose(-1, -2), v)
+        """
+    write(project, {"masking.py": masking, "attention.py": attention})
+    results = check_files(["masking.py", "attention.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "masking.py") == [(5, "TD611")]
+    write(project, {"attention.py": attention.replace("return self._update_context(", "return self.proj(q) @ (").replace(
+        "def _update_context(self, scores, values):", "def summary(self, scores, values):")})
+    results = check_files(["masking.py", "attention.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "masking.py") == []

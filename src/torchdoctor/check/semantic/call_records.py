@@ -13,6 +13,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.program import chosen_cuda
 from torchdoctor.check.semantic.counts import few_passes
+from torchdoctor.check.semantic.forwards import reached_from_forward
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop
@@ -397,7 +398,9 @@ def _in_a_forward(sem: SemanticModel, call: ast.Call, depth: int = 0) -> str:
         return ""
     cls = sem.class_of(func)
     if cls is not None:
-        return "" if cls.name not in sem.module_classes else "forward" if func.name == "forward" else "method"  # type: ignore[attr-defined]
+        return "" if cls.name not in sem.module_classes else "forward" if func.name == "forward" \
+            or reached_from_forward(sem, func, cls) else "method"  # type: ignore[attr-defined]
+        # (``self._update_context(...)`` in the forward builds a ``ProbMask``: on every forward too)
     sites = sem.call_sites(func) if depth < 2 and sem.function_of(func) is None else []
     kinds = {_in_a_forward(sem, s, depth + 1) for s in sites}
     return "" if not kinds or "" in kinds else "forward" if "forward" in kinds else "method"

@@ -94,3 +94,26 @@ def moved_params(sem: SemanticModel, func: ast.AST) -> tuple[tuple[str, str], ..
                 and dev.strip("'\"") != "cpu" and (b := sem.binding_at(n.func.value.id, n)) is not None and b.is_param:
             out[n.func.value.id] = dev
     return tuple(out.items())
+
+
+def reached_from_forward(sem, func: ast.AST, cls: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    """A method of a module class that its ``forward`` calls (``self._lag_index(x)``, maybe through another such
+    method, or the forward of a base or a subclass of this file), or picks to call (``loss_func = self.calc_loss if
+    is_train else self.calc_loss_valid``): it runs on every forward too, whatever else calls it (an ``evaluate`` method)."""
+    name = func.name  # type: ignore[attr-defined]
+    if depth > 2 or name.startswith("__"):
+        return False
+    if depth == 0:
+        return sem.cached(("reached_from_forward", func), lambda: _reached_from_forward(sem, func, cls, name, 0))
+    return _reached_from_forward(sem, func, cls, name, depth)
+
+
+def _reached_from_forward(sem, func: ast.AST, cls: ast.AST, name: str, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    bases = {b.id for b in cls.bases if isinstance(b, ast.Name)}  # type: ignore[attr-defined]
+    classes = {cls, *(c for c in sem.of_type(ast.ClassDef) if c.name in bases or any(  # type: ignore[attr-defined]
+        isinstance(b, ast.Name) and b.id == cls.name for b in c.bases))}  # type: ignore[attr-defined]
+    # (a base's forward calls ``self.process_data(batch)``, which the subclass defines)
+    uses = [r for r in sem.self_reads(name) if sem.class_of(r) in classes]
+    callers = {sem.function_of(r) for r in uses}
+    return any(f is not None and f is not func and (f.name == "forward" or reached_from_forward(  # type: ignore[attr-defined]
+        sem, f, sem.class_of(f), depth + 1)) for f in callers)
