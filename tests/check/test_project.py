@@ -6102,6 +6102,31 @@ def test_saves_a_reader_of_the_program_requires_by_a_prefixed_key_keep_the_prefi
     assert codes(results, "encoder.py") == []
 
 
+def test_a_converter_that_builds_prefixed_keys_makes_the_prefix_the_programs_format(project: Path) -> None:
+    """``utils/convert.py`` reads the training checkpoint by ``ckpt["model"]["module." + key]``: the program's own
+    converter requires the DDP prefix, so the training script's save of the wrapper's ``state_dict()`` is quiet."""
+    train = """\
+        import torch
+        from torch import nn
+
+        model = nn.DataParallel(nn.Linear(4, 4)).cuda()
+        torch.save({"model": model.state_dict()}, "medsam_model_best.pth")
+        """
+    write(project, {"train.py": train, "utils/convert.py": """\
+        import torch
+
+        sam = torch.load("sam.pth", weights_only=True)
+        medsam = torch.load("medsam_model_best.pth", weights_only=True)
+        for key in sam.keys():
+            sam[key] = medsam["model"]["module." + key]
+        torch.save(sam, "converted.pth")
+        """})
+    results = check_files(["train.py", "utils/convert.py"], Settings(root=str(project), select=("TD205",)))
+    assert codes(results, "train.py") == []
+    (project / "utils" / "convert.py").unlink()
+    assert codes(check_files(["train.py"], Settings(root=str(project), select=("TD205",))), "train.py") == [(5, "TD205")]
+
+
 def test_a_branch_of_a_loss_that_no_caller_in_the_project_chooses_is_quiet(project: Path) -> None:
     """A robust-training loss module offers ``distance="l_inf"`` (the default) and ``"l_2"``; every training script
     calls it with the default or ``distance="l_inf"``: the ``elif distance == "l_2":`` branch's host draw and its

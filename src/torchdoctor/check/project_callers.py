@@ -635,7 +635,8 @@ _SAVE_HELPER = lazy(r"torch\.save\(\s*\*")
 # a reader that picks a checkpoint's keys by the DDP prefix: ``k.startswith("module.encoder")``
 # a reader of the folder (or below it) indexes a checkpoint by a prefixed key, raising without it:
 # ``sd['module.v.patch_embed.proj.weight']`` (the program's own format; its file's saves included)
-REQUIRES_WRAPPED = lazy(r"""\[\s*(f?["'])module\.\w[\w.]*["']\s*\]""")
+REQUIRES_WRAPPED = lazy(r"""\[\s*(f?["'])module\.\w[\w.]*["']\s*\]|\[\s*["']module\.["']\s*\+""")
+# (``sd['module.v.patch_embed.proj.weight']``, or a converter's ``ckpt["model"]["module." + key]``)
 SELECTS_WRAPPED = lazy(r"""(startswith|replace)\(\s*(f?["'])module\.\w""")  # picks (or renames) ``module.encoder.*``
 # the saving file's own reader strips the prefix by a slice: ``{k[7:]: v for k, v in sd.items()}`` (asked of that file
 # only: a helper elsewhere that strips it when present, ``k[7:] if k.startswith('module') else k``, tolerates both)
