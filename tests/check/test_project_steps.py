@@ -384,3 +384,45 @@ def test_a_mask_class_of_another_module_built_in_a_method_the_forward_calls(proj
         "def _update_context(self, scores, values):", "def summary(self, scores, values):")})
     results = check_files(["masking.py", "attention.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "masking.py") == []
+
+
+def test_the_body_of_if_param_is_not_none_no_caller_passes_never_runs(project: Path) -> None:
+    """``forward(self, Q, length=None)`` whose ``if length is not None:`` builds a mask with ``torch.arange(n).to(dev)``:
+    the encoders of the other modules call the layer with ``Q`` alone, so the branch never runs (TD611 quiet); an
+    encoder that passes ``lengths`` turns it on."""
+    attention = """\
+        import torch
+        from torch import nn
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+        class MultiHeadSelfAttention(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.w = nn.Linear(dim, dim)
+
+            def forward(self, Q, length=None):
+                scores = self.w(Q) @ Q.transpose(1, 2)
+                if length is not None:
+                    mask = torch.arange(Q.size(1)).to(device).expand(Q.size(0), -1) < length.to(device).view(-1, 1)
+                    scores = scores.masked_fill(~mask.unsqueeze(1), -1e9)
+                return torch.softmax(scores, -1) @ Q
+        """
+    encoder = """\
+        from torch import nn
+        from attention import MultiHeadSelfAttention
+
+        class NewsEncoder(nn.Module):
+            def __init__(self, dim):
+                super().__init__()
+                self.attn = MultiHeadSelfAttention(dim)
+
+            def forward(self, x, lengths):
+                return self.attn(x).mean(1)
+        """
+    write(project, {"attention.py": attention, "encoder.py": encoder})
+    results = check_files(["attention.py", "encoder.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "attention.py") == []
+    write(project, {"encoder.py": encoder.replace("self.attn(x)", "self.attn(x, lengths)")})
+    results = check_files(["attention.py", "encoder.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "attention.py") == [(14, "TD611")]

@@ -66,9 +66,9 @@ class Callers:
             return all(r.rank_guarded or not r.ddp or given.isdisjoint(r.passed) for r in records)
         return bool(records) and all(r.rank_guarded or not r.ddp for r in records)
 
-    def has_callers(self, sem: SemanticModel, func: ast.AST) -> bool:
-        """Some other module of the project calls ``func``."""
-        return bool(self._callers(sem, func))
+    def has_callers(self, sem: SemanticModel, func: ast.AST, by_class: bool = False) -> bool:
+        """Some other module of the project calls ``func`` (``by_class``: a method, through objects of its class)."""
+        return bool(self._callers(sem, func, by_class=by_class))
 
     def uncalled_helper(self, sem: SemanticModel, func: ast.AST) -> bool:
         """``func``, a module-level function of ``sem``'s module, is a helper no run takes: other modules of the
@@ -222,11 +222,13 @@ class Callers:
                     return True
         return False
 
-    def callers_pass(self, sem: SemanticModel, func: ast.AST, param: str, every: bool = False) -> bool:
+    def callers_pass(self, sem: SemanticModel, func: ast.AST, param: str, every: bool = False,
+                     by_class: bool = False) -> bool:
         """Some call (``every``: every call, and there is one) of ``func`` in another module passes ``param`` (by
-        name, by position, or unpacked)."""
+        name, by position, or unpacked); ``by_class``: a method's calls through objects of its class."""
         slot = param_slot(func, param)
-        passes = [param in r.passed or slot in r.passed or "*" in r.passed for r in self._callers(sem, func)]
+        passes = [param in r.passed or slot in r.passed or "*" in r.passed
+                  for r in self._callers(sem, func, by_class=by_class)]
         return bool(passes) and all(passes) if every else any(passes)
 
     def callers_choose(self, sem: SemanticModel, func: ast.AST, param: str) -> frozenset[str | bool] | None:

@@ -440,6 +440,11 @@ def _branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
                 here = bool(sites) and all(_passed(s, func, param) for s in sites)
                 return here or not sites and sem.project is not None and sem.project.callers_pass(  # type: ignore[attr-defined]
                     sem, func, param, every=True)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
+                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
+                and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and holds == isinstance(test.ops[0], ast.IsNot) \
+                and _never_given(ctx, func, test.left.id):
+            return True  # ``if length is not None:`` of ``forward(self, Q, length=None)`` that no call passes a length
         if isinstance(test, ast.Name) and holds and isinstance(default := param_default(func, test.id), ast.Constant) \
                 and not default.value and (b := sem.binding_at(test.id, node)) is not None and b.is_param:
             sites = sem.call_sites(func)  # ``def _rel_shift(self, x, zero_triu=False)``, whose ``if zero_triu:`` no
@@ -447,6 +452,24 @@ def _branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
                     sem.project is None or sem.frame(func).kind != "module" or not sem.project.has_callers(sem, func)):  # type: ignore[attr-defined]
                 return True
     return False
+
+
+def _never_given(ctx: Context, func: ast.AST, param: str) -> bool:
+    """``param`` defaults to None and no call of ``func`` passes it: in this file (a function's calls, or a module
+    class's instances'), nor in the other modules of the project (a method's calls through objects of its class),
+    and some call is known."""
+    sem = ctx.semantic
+    default = param_default(func, param)  # type: ignore[arg-type]
+    if not (isinstance(default, ast.Constant) and default.value is None):
+        return False
+    sites = sem.call_sites(func) or _instance_sites(ctx, func)
+    if any(_passed(s, func, param) for s in sites):
+        return False
+    method = sem.class_of(func) is not None
+    if sem.project is None:
+        return bool(sites)
+    elsewhere = sem.project.has_callers(sem, func, by_class=method)  # type: ignore[attr-defined]
+    return (bool(sites) or elsewhere) and not sem.project.callers_pass(sem, func, param, by_class=method)  # type: ignore[attr-defined]
 
 
 def _passed(call: ast.Call, func: ast.AST, param: str) -> bool:
