@@ -546,3 +546,13 @@ def test_ddp_around_a_model_class_of_another_module_with_batchnorm(project: Path
     write(project, {"main.py": main.replace("BtsModel", "Plain")})
     results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
     assert codes(results, "main.py") == []
+    # a synchronised BN imported under BatchNorm's name; and a distributed evaluation, which never trains
+    write(project, {"models.py": models.replace(
+        "from torch import nn", "from torch import nn\n        from abn import InPlaceABNSync as BatchNorm2d").replace(
+        "nn.BatchNorm2d(8)", "BatchNorm2d(8)"), "main.py": main})
+    results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
+    assert codes(results, "main.py") == []
+    write(project, {"models.py": models, "main.py": main.replace(
+        "return model", "model.eval()\n            return model")})
+    results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
+    assert codes(results, "main.py") == []

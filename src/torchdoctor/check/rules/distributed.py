@@ -374,6 +374,14 @@ def _trains_in_eval_mode(ctx: Context) -> bool:
     return False
 
 
+def _evaluates_only(ctx: Context) -> bool:
+    """The file puts its model in eval mode and never trains (no backward, no optimizer): a distributed evaluation,
+    whose BatchNorm layers use their running statistics."""
+    source = ctx.semantic.text.source
+    return "backward" not in source and "optim" not in source and any(
+        ctx.semantic.mode_call(n) == "eval" for n in ctx.semantic.calls_named("eval"))
+
+
 def _frozen_before_the_wrap(ctx: Context, wrap: ast.Call) -> bool:
     """``for p in net.parameters(): p.requires_grad = False`` (or ``net.requires_grad_(False)``) before
     ``DDP(net, ...)`` in the same function: a frozen network wrapped to be scored, not trained."""
@@ -429,7 +437,8 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
     apex = ctx.call_name(node) == _APEX_DDP
     if ctx.call_name(node) not in _DDP and not apex or not (_uses_batchnorm(ctx) or _wraps_a_project_bn_model(ctx, node)) \
             or _converts_sync_bn(ctx) \
-            or not _on_gpus(ctx) or _frozen_before_the_wrap(ctx, node) or _trains_in_eval_mode(ctx):
+            or not _on_gpus(ctx) or _frozen_before_the_wrap(ctx, node) or _trains_in_eval_mode(ctx) \
+            or _evaluates_only(ctx):
         return
     model = ctx.name(node.args[0]) if node.args else "model"
     convert = f"apex.parallel.convert_syncbn_model({model})" if apex else f"nn.SyncBatchNorm.convert_sync_batchnorm({model})"

@@ -191,19 +191,21 @@ def class_in_effect(sem: SemanticModel, name: str, at: ast.AST) -> ast.AST | Non
 
 def class_has_dropout_or_bn(sem: SemanticModel, name: str, seen: frozenset[str] = frozenset(),
                             cls: ast.AST | None = None) -> bool:
-    return _class_has(sem, name, DROPOUT_BN, "class_dropout_bn", seen, cls)
+    return _class_has(sem, name, None, "class_dropout_bn", seen, cls)
 
 
 def class_has_batchnorm(sem: SemanticModel, name: str) -> bool:
-    """A BatchNorm layer in the class, its submodules' classes or its bases (of this file or the project)."""
-    return _class_has(sem, name, _BATCH_NORM, "class_batchnorm", frozenset(), None)
+    """torch's BatchNorm in the class, its submodules' classes or its bases (of this file or the project); not a
+    synchronised one imported under that name (``from modules.bn import InPlaceABNSync as BatchNorm2d``)."""
+    return _class_has(sem, name, _TORCH_BATCH_NORM, "class_batchnorm", frozenset(), None)
 
 
-_BATCH_NORM = lazy(r"BatchNorm|batch_norm")
+_TORCH_BATCH_NORM = lazy(r"torch\.nn\.(modules\.batchnorm\.)?BatchNorm[123]?d|torch\.nn\.functional\.batch_norm")
 
 
-def _class_has(sem: SemanticModel, name: str, words: LazyPattern, ask: str, seen: frozenset[str],
+def _class_has(sem: SemanticModel, name: str, qualified: LazyPattern | None, ask: str, seen: frozenset[str],
                cls: ast.AST | None) -> bool:
+    """``qualified``: the layers' qualified names to find (else any word naming dropout or batch-norm)."""
     cls = cls or sem.calls_index.classes.get(name)
     if cls is None or name in seen:
         return False
@@ -211,12 +213,14 @@ def _class_has(sem: SemanticModel, name: str, words: LazyPattern, ask: str, seen
     nodes = sem.subtree(cls)
     tested = {id(t) for n in nodes if isinstance(n, ast.Call) and dotted(n.func) == "isinstance" and len(n.args) == 2
               for t in sem.subtree(n.args[1])}  # ``if isinstance(m, nn.BatchNorm2d):`` in an init helper: no layer
-    if any(words.search(word) for word in _code_words([n for n in nodes if id(n) not in tested])):
+    kept = [n for n in nodes if id(n) not in tested]
+    if qualified is None and any(DROPOUT_BN.search(word) for word in _code_words(kept)) or qualified is not None and any(
+            isinstance(n, (ast.Name, ast.Attribute)) and qualified.fullmatch(sem.qualname(n) or "") for n in kept):
         return True
     used = {dotted(n.func) for n in nodes if isinstance(n, ast.Call)}
     used |= {dotted(b) for b in cls.bases}  # type: ignore[attr-defined]
     for u in used:
-        if u and u in sem.module_classes and _class_has(sem, u, words, ask, seen, None):
+        if u and u in sem.module_classes and _class_has(sem, u, qualified, ask, seen, None):
             return True
     if sem.project is not None:  # a base class or a submodule class from another module of the project
         for u in used:
