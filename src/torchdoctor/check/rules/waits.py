@@ -599,14 +599,49 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     if up is None or not any(b is top for b in body):
         return False
     region = sem.body(loop)
-    if not any(_clock_call(ctx, n) for n in region) and not timed_iteration(ctx, loop):
+    before = body[:[i for i, b in enumerate(body) if b is top][0]]
+    timed = any(isinstance(b, (ast.With, ast.AsyncWith)) and _syncs_on_exit(ctx, b) for b in before)
+    if not timed and not any(_clock_call(ctx, n) for n in region) and not timed_iteration(ctx, loop):
         return False
-    for stmt in reversed(body[:[i for i, b in enumerate(body) if b is top][0]]):
+    for stmt in reversed(before):
+        if timed and isinstance(stmt, (ast.With, ast.AsyncWith)) and _syncs_on_exit(ctx, stmt):
+            return True  # ``with timers["update"]: optimizer.step()``, whose ``__exit__`` synchronises: the GPU is idle
         calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
         if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
             return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
         if not all(_clock_call(ctx, c) or _queues_nothing(ctx, c) for c in calls):
             return False  # work queued after the sync (or none there): the read may wait for it
+    return False
+
+
+def _syncs_on_exit(ctx: Context, stmt: ast.With | ast.AsyncWith) -> bool:
+    """A context manager of a class of this file whose ``__exit__`` synchronises the device, itself or through an
+    attribute its ``__init__`` binds to a lambda that does (``self.synchronize = lambda: torch.cuda.synchronize(dev)``):
+    ``with timers["forward"]:`` of ``timers = {k: LocalTimer(device) for k in (...)}``."""
+    sem = ctx.semantic
+    for item in stmt.items:
+        made: ast.AST | None = item.context_expr
+        for _ in range(3):
+            if isinstance(made, ast.Subscript):
+                made = made.value
+            if isinstance(made, ast.Name) and (b := sem.binding_at(made.id, stmt)) is not None and not b.is_param:
+                made = b.value
+            if isinstance(made, (ast.DictComp, ast.Dict)):
+                made = made.value if isinstance(made, ast.DictComp) else (made.values[0] if made.values else None)
+            elif isinstance(made, (ast.ListComp, ast.GeneratorExp)):
+                made = made.elt
+        cls = sem.calls_index.classes.get(ctx.call_name(made) or "") if isinstance(made, ast.Call) else None
+        if cls is None:
+            continue
+        lambdas = {t.attr for n in ast.walk(cls) if isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda)
+                   and any((ctx.call_name(c) or "") in SYNCHRONIZE for c in ast.walk(n.value) if isinstance(c, ast.Call))
+                   for t in n.targets if isinstance(t, ast.Attribute) and dotted(t.value) == "self"}
+        for f in cls.body:  # type: ignore[attr-defined]
+            if isinstance(f, ast.FunctionDef) and f.name in ("__exit__", "__aexit__") and any(
+                    isinstance(c, ast.Call) and ((ctx.call_name(c) or "") in SYNCHRONIZE or isinstance(c.func, ast.Attribute)
+                                                 and dotted(c.func.value) == "self" and c.func.attr in lambdas)
+                    for c in ast.walk(f)):
+                return True
     return False
 
 
