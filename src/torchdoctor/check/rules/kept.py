@@ -151,6 +151,12 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             if isinstance(sem.parent(cur), ast.Subscript) and sem.parent(cur).value is cur:
                 cur = sem.parent(cur)
             continue
+        if isinstance(up, ast.Attribute) and up.attr in ("to", "type") and isinstance(call := sem.parent(up), ast.Call) \
+                and call.func is up and (call.args or call.keywords) and all(
+                    (dotted(a) or "").startswith("torch.") and not (dotted(a) or "").startswith("torch.device")
+                    for a in [*call.args, *(k.value for k in call.keywords if k.arg == "dtype")]):
+            cur = call  # ``y.view(-1).cpu().to(torch.float)``: a dtype cast of the host copy, still on the host
+            continue
         if isinstance(up, ast.Attribute) and (up.attr in _ON_HOST or as_array):
             call = sem.parent(up)
             if as_array and up.attr in _REDUCTIONS and isinstance(call, ast.Call) and call.func is up \
