@@ -37,7 +37,8 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
             continue
         if _submodule(ctx, stmt, key):
             continue  # a submodule moves with its parent
-        if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords):
+        if keyword(call, "device") or keyword(call, "device_map") or any(k.arg is None for k in call.keywords) \
+                or _built_under_a_device(ctx, stmt):
             continue
         if _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) or _parts_moved(ctx, key, stmt) \
                 or _moved_by_a_base_class(ctx, key, stmt):
@@ -336,6 +337,18 @@ def _returned(ctx: Context, key: str, stmt: ast.Assign) -> bool:
         if isinstance(n, (ast.Return, ast.Yield)) and n.value is not None:
             if any(dotted(v) == key for v in sem.subtree(n.value) if isinstance(v, (ast.Name, ast.Attribute))):
                 return True
+    return False
+
+
+def _built_under_a_device(ctx: Context, stmt: ast.AST) -> bool:
+    """``with device: model = AutoModelForCausalLM.from_config(config)``: a ``torch.device`` used as a context manager
+    (PyTorch 2) makes every parameter built inside on that device."""
+    sem = ctx.semantic
+    for up in sem.ancestors(stmt):
+        if isinstance(up, (ast.With, ast.AsyncWith)) and any(
+                isinstance(e := item.context_expr, ast.Call) and (sem.call_name(e) or "") == "torch.device"
+                or isinstance(e, (ast.Name, ast.Attribute)) and sem.expr_kind(e, up) == "device" for item in up.items):
+            return True
     return False
 
 
