@@ -210,6 +210,32 @@ def _attribute_never_moved(sem: SemanticModel, func: ast.AST, attr: str) -> bool
     return not (instances & moved)
 
 
+def _objects_never_moved(sem: SemanticModel, cls: ast.AST | None) -> bool:
+    """Every object of the module class ``cls`` is made in this file and never moved: its method is called on it
+    at once (``Small().fit(loader, 5)``), or it is bound to a name nothing moves; no other module makes one."""
+    if cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
+        return False
+    pos = sem.index.pos
+    rebound = [i for i in sem.of_type(ast.Import, ast.ImportFrom) if pos.get(i, 0) > pos.get(cls, 0) and any(
+        (a.asname or a.name.split(".")[0]) == cls.name for a in i.names)]  # type: ignore[attr-defined]
+    # (a later notebook cell's ``from torch_geometric.nn import GraphSAGE``: calls after it make that class)
+    sites = [c for c in sem.calls if isinstance(c.func, ast.Name) and c.func.id == cls.name  # type: ignore[attr-defined]
+             and not any(pos.get(i, 0) < pos.get(c, 0) for i in rebound)]
+    if not sites or sem.project is not None and sem.project.has_callers(sem, cls):  # type: ignore[attr-defined]
+        return False
+    for site in sites:
+        up = sem.parent(site)
+        if isinstance(up, ast.Attribute) and up.value is site and up.attr not in ("to", "cuda") \
+                and isinstance(call := sem.parent(up), ast.Call) and call.func is up:
+            continue
+        if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(name := up.targets[0], ast.Name)
+                and len(sem.bindings_of(name.id)) == 1 and not program.default_device_set(sem)
+                and _stays(sem, name.id, sem.reads_of(name.id), 0)):
+            return False  # (``graphsage = GraphSAGE(...)`` only called, fitted and printed; asked as never_moved does,
+            # of this class whatever the name's kind: a later cell may import another class of that name)
+    return True
+
+
 def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
     """A loop that moves nothing and whose every model is a module nothing moves (``never_moved``): made here, or a
     parameter of the loop's function that every call passes such a module (a tutorial's CPU phase: ``fit(cpu_net,
@@ -231,6 +257,8 @@ def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
             key = dotted(call.func)
             if key and key.startswith("self.") and key.count(".") == 1 and _attribute_never_moved(sem, func, key[5:]):
                 continue  # ``self.disc(real)`` of a plain class whose parts nothing moves (a notebook's CPU GAN)
+            if key == "self" and _objects_never_moved(sem, sem.class_of(func)):
+                continue  # ``out = self(x)`` in ``Small.fit``, of ``Small().fit(loader, 5)``: a CPU model fitting itself
             b = sem.binding_at(key, call) if key and "." not in key else None
             if b is None:
                 return False
