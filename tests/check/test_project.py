@@ -4713,6 +4713,42 @@ def test_a_parameter_annotated_with_a_model_class_runs_its_quiet_methods_without
     assert codes(results, "train.py") == [(14, "TD401")]
 
 
+def test_an_inference_wrapper_s_call_every_caller_runs_under_no_grad(project: Path) -> None:
+    """``Extractor.__call__`` puts its network in eval mode and runs it; the decode script calls ``extractor(sents)``
+    under ``with torch.no_grad():`` only, so no graph is recorded (TD401 quiet). A script that calls it with autograd on
+    keeps the finding."""
+    decoding = """\
+        import torch
+        from torch import nn
+
+
+        class Extractor:
+            def __init__(self, cuda=True):
+                self._device = torch.device("cuda" if cuda else "cpu")
+                self._net = nn.Linear(8, 4).to(self._device)
+
+            def __call__(self, sents):
+                self._net.eval()
+                scores = self._net(torch.tensor(sents, dtype=torch.float).to(self._device))
+                return scores.argmax(-1).tolist()
+        """
+    decode = """\
+        import torch
+        from decoding import Extractor
+
+        extractor = Extractor(cuda=torch.cuda.is_available())
+        with torch.no_grad():
+            for sents in [[[0.0] * 8] * 3] * 4:
+                print(extractor(sents))
+        """
+    write(project, {"decoding.py": decoding, "decode.py": decode})
+    results = check_files(["decoding.py", "decode.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "decoding.py") == []
+    write(project, {"decode.py": decode.replace("with torch.no_grad():", "if True:")})
+    results = check_files(["decoding.py", "decode.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "decoding.py") == [(12, "TD401")]
+
+
 def test_reads_in_the_methods_of_a_trainer_object_of_another_module_run_every_step(project: Path) -> None:
     """``eng.fit_batch(x, y)`` on every batch, ``eng = Engine(net, lr, dev)`` imported from ``engine.py``: the
     method's ``.item()`` reads run on every step there. Its copies handed back (an image made for the caller) and an

@@ -338,7 +338,8 @@ class Callers:
                 if method is None:
                     out += [r for r in found if r.written.rsplit(".", 1)[-1] == name or r.written == head]
                 else:  # (the class's method, not a function of the same name: ``Engine.fit_batch``)
-                    out += [r for r in found if r.written.endswith(f"{name}.{method}")]
+                    ends = (f"{name}.{method}", f"{name}.forward") if method == "__call__" else (f"{name}.{method}",)
+                    out += [r for r in found if r.written.endswith(ends)]  # (``extractor(sents)``: its __call__)
         return out
 
     def _package_reexports(self, here: str, name: str) -> bool:

@@ -587,8 +587,11 @@ def _every_path_without_grad(ctx: Context, node: ast.AST) -> bool:
 
 def _paths_without_grad(ctx: Context, func: ast.AST, depth: int, seen: set[ast.AST]) -> bool:
     sem = ctx.semantic
-    if depth > 3 or func in seen or sem.class_of(func) is not None:
-        return False  # (a method's callers are asked by class elsewhere)
+    if sem.class_of(func) is not None:  # a method: its calls through objects of its class, made in other modules
+        return depth == 0 and not sem.call_sites(func) and sem.called_elsewhere_without_grad(func, by_class=True)
+        # (``extractor(sents)`` of ``Extractor.__call__``, always under ``with torch.no_grad():`` in decode scripts)
+    if depth > 3 or func in seen:
+        return False
     seen.add(func)
     sites = sem.call_sites(func)
     if not sites:
