@@ -27,16 +27,25 @@ def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast
     if any(sem.guards.grad_call(d) == "off" for d in func.decorator_list):  # type: ignore[attr-defined]
         return True
     body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
-    if len(body) == 1 and isinstance(body[0], ast.With) and any(
+    if body and isinstance(body[-1], ast.With) and any(
             isinstance(item.context_expr, ast.Call) and sem.guards.grad_call(item.context_expr) == "off"
-            for item in body[0].items):
-        return True
+            for item in body[-1].items) and all(_lazy_setup(s) or _runs_no_network(sem, s, methods) for s in body[:-1]):
+        return True  # (its body one ``with torch.no_grad():``, after a lazy load at most: a vocoder's forward)
     if depth == 0 and body and isinstance(body[-1], ast.Return) and isinstance(call := body[-1].value, ast.Call) \
             and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self" \
             and (inner := methods.get(call.func.attr)) is not None \
             and all(_runs_no_network(sem, s, methods) for s in body[:-1]):
         return _runs_without_grad(sem, inner, methods, depth + 1)
     return False
+
+
+def _lazy_setup(stmt: ast.AST) -> bool:
+    """``if self.model is None: self.model, self.h = load_model(path)``: a first call's load, no forward."""
+    return isinstance(stmt, ast.If) and not stmt.orelse and isinstance(test := stmt.test, ast.Compare) \
+        and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) and isinstance(test.comparators[0], ast.Constant) \
+        and test.comparators[0].value is None and dotted(test.left) is not None and (dotted(test.left) or "").startswith("self.") \
+        and all(isinstance(s, (ast.Assign, ast.Expr)) and not (isinstance(s, ast.Assign) and isinstance(s.value, ast.Call)
+                and dotted(s.value.func) in (dotted(test.left),)) for s in stmt.body)
 
 
 def _runs_no_network(sem: SemanticModel, stmt: ast.AST, methods: dict[str, ast.AST]) -> bool:
