@@ -302,3 +302,39 @@ def test_a_read_after_a_metric_helper_that_copies_the_outputs_to_numpy_waits_for
     })
     results = check_files(["metrics.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert [line for line, _ in codes(results, "train.py") if line in (17, 29)] == [29]
+
+
+def test_a_collate_that_tokenizes_with_a_python_helper_of_another_module_yields_nothing_to_pin(project: Path) -> None:
+    """``coll(batch)`` returns ``list(filter(bool, map(tokenize(None), arts)))``, where ``tokenize`` (batcher.py) is
+    ``[t.lower().split()[:max_len] for t in texts]``: lists of words, no tensor, so ``pin_memory`` would pin nothing
+    (TD304 quiet). A helper that makes tensors leaves the loader's finding."""
+    batcher = """\
+        import torch
+
+        def tokenize(max_len, texts):
+            return [t.lower().split()[:max_len] for t in texts]
+
+        def tensorize(max_len, texts):
+            return torch.tensor([len(t) for t in texts])
+        """
+    train = """\
+        import torch
+        from torch.utils.data import DataLoader
+        from batcher import tokenize
+
+        def build_loader(dataset):
+            def coll(batch):
+                arts, abss = zip(*batch)
+                return list(filter(bool, map(tokenize(None), arts))), list(map(tokenize(None), abss))
+            return DataLoader(dataset, batch_size=4, shuffle=True, num_workers=4, collate_fn=coll)
+
+        net = torch.nn.Linear(4, 4).cuda()
+        for arts, abss in build_loader([("a b", "c")] * 8):
+            print(net(torch.randn(len(arts), 4).cuda()).sum())
+        """
+    write(project, {"batcher.py": batcher, "train.py": train})
+    results = check_files(["batcher.py", "train.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == []
+    write(project, {"train.py": train.replace("import tokenize", "import tensorize").replace("tokenize(None)", "tensorize(None)")})
+    results = check_files(["batcher.py", "train.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == [(9, "TD304")]

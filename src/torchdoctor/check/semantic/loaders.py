@@ -345,7 +345,7 @@ def numpy_params(func: ast.AST) -> frozenset[str]:
     return frozenset(out)
 
 
-def only_python(sem: SemanticModel, func: ast.AST) -> bool:
+def only_python(sem: SemanticModel, func: ast.AST, depth: int = 0) -> bool:
     """A collate function that regroups its items with Python alone (``docs, sums = zip(*rows)``, list
     comprehensions, ``str.split``): it calls nothing else, so it makes no tensor; its batches hold what the dataset
     gave (``pin_memory`` pins tensors only)."""
@@ -357,9 +357,24 @@ def only_python(sem: SemanticModel, func: ast.AST) -> bool:
             return False
         if isinstance(n, ast.Call) and not (isinstance(n.func, ast.Name) and n.func.id in _PYTHON_CALLS
                                             or isinstance(n.func, ast.Attribute) and n.func.attr in _PYTHON_METHODS
-                                            or (sem.call_name(n) or "").startswith(_PYTHON_LIBRARIES)):
+                                            or (sem.call_name(n) or "").startswith(_PYTHON_LIBRARIES)
+                                            or depth < 1 and _python_helper(sem, n)):
             return False
     return True
+
+
+def _python_helper(sem: SemanticModel, call: ast.Call) -> bool:
+    """``tokenize(None)`` (a curried ``def tokenize(max_len, texts): return [t.lower().split() ...]``): a function of
+    this file, or of the project, that works with Python alone."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    funcs = sem.bindings.functions.get(call.func.id)
+    if funcs:
+        return all(only_python(sem, f, 1) for f in funcs)
+    if call.func.id in sem.names.from_imports and sem.project is not None:
+        found = sem.project.function_for(sem, call)  # type: ignore[attr-defined]
+        return getattr(found, "returns", None) == "python"
+    return False
 
 
 _PYTHON_LIBRARIES = ("itertools.", "functools.", "operator.", "collections.", "toolz.", "cytoolz.", "random.")

@@ -76,7 +76,7 @@ class FunctionSummary(FrozenRecord):
     params: tuple[str, ...]
     returns: str | None  # "wrapper": every return is a DDP/DataParallel/FSDP wrapper; "device": it may return CUDA;
     # "cuda_model": it returns what it built moved by ``.cuda()`` (``return model.cuda()``, ``return enc.cuda(),
-    # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are); "python": one parameter,
+    # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are); "python": its parameters,
     # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``); "host": every
     # return hands back a host copy (``return err.view(-1).cpu().numpy()``); "moved": every return, each element of
     # its tuple, is moved to a device (``return x.to(device), y.to(device)``)
@@ -194,10 +194,11 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
             returns = "wrapper" if wraps and sem.kinds.return_kind(func) == "wrapper" else \
                 "device" if says_cuda and _returns_cuda_choice(sem, func) else \
                 "cuda_model" if moves_to_cuda and _returns_moved_to_cuda(sem, func) else \
-                "python" if len(func.args.args) == 1 and only_python(sem, func) else \
+                "python" if len(func.args.args) == 1 and only_python(sem, func, 1) else \
                 "host" if _returns_host_copies(sem, func) or _returns_fresh_host_tensor(sem, func) \
                 or returns_from_numpy(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else \
+                "python" if len(func.args.args) > 1 and only_python(sem, func, 1) else \
                 "moved" if moves and _returns_moved(sem, func) else _returned_object(sem, func)
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
