@@ -132,6 +132,14 @@ class Calls:
                 # a notebook defines ``training_loop`` again, cells later: a top-level call runs the one above it
                 above = [f for f in found if f.lineno < call.lineno and self.index.frame[f].function is None]  # type: ignore[attr-defined]
                 return above[-1:] or found
+            outer = self.index.frame[call].function
+            if len(found) > 1 and outer is not None and self.index.frame[outer].function is None \
+                    and all(self.index.parent.get(f) is self.index.tree for f in [*found, outer]):
+                # a notebook's ``test()`` calling ``accuracy()``, both defined again cells later: the nearest above
+                # the caller's def (or, none above, the first below it: a helper defined under its caller)
+                above = [f for f in found if f.lineno < outer.lineno]  # type: ignore[attr-defined]
+                below = [f for f in found if f.lineno > outer.lineno]  # type: ignore[attr-defined]
+                return above[-1:] if above else below[:1]
             return found
         if isinstance(func, ast.Attribute) and func.attr not in self.functions and (dotted(func) or "").startswith("self.") \
                 and (bound := self.bindings.at(dotted(func) or "", call)) is not None and bound.index is None:
