@@ -655,6 +655,10 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
                 isinstance(sem.parent(up), ast.Call) and sem.parent(up).func is up):
             cur = up  # ``torch.arange(n).T.unsqueeze(1)``: the transpose of the host tensor
             continue
+        if isinstance(up, ast.Attribute) and up.attr == "to" and isinstance(call := sem.parent(up), ast.Call) \
+                and call.func is up and len(call.args) == 1 and not call.keywords and _dtype_only(call.args[0]):
+            cur = call  # ``torch.zeros(n).to(t.dtype).to(t.device)``: a cast on the host, then the move
+            continue
         if not isinstance(up, ast.Attribute) or up.attr in ("to", "cuda"):
             return cur
         call = sem.parent(up)
@@ -664,6 +668,16 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
             return cur  # (``.type_as(ref)``: a move to ``ref``'s device, ``_moved_at_once``'s)
         cur = call
     return cur
+
+
+def _dtype_only(arg: ast.AST) -> bool:
+    """``t.dtype``, ``torch.float32``, ``torch.long``: a dtype, no device."""
+    name = dotted(arg) or ""
+    return name.endswith(".dtype") or name.startswith("torch.") and name.rsplit(".", 1)[-1] in _DTYPES
+
+
+_DTYPES = frozenset({"float", "float16", "float32", "float64", "half", "double", "bfloat16", "long", "int", "int8",
+                     "int16", "int32", "int64", "uint8", "bool", "short", "complex64"})
 
 
 def _host_type_cast(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
