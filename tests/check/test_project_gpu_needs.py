@@ -556,3 +556,53 @@ def test_ddp_around_a_model_class_of_another_module_with_batchnorm(project: Path
         "return model", "model.eval()\n            return model")})
     results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
     assert codes(results, "main.py") == []
+
+
+def test_loaders_a_factory_hands_to_a_gpu_trainer_made_by_a_third_module(project: Path) -> None:
+    """``dataloader = load_data(opt)`` (data.py builds a dict of loaders without pinned memory), then ``model =
+    Ganomaly(opt, dataloader)`` of model.py, whose class moves its batches to ``cuda:0``: train.py names no device, but
+    the loaders feed a GPU (TD304). Handed to a class that runs on the CPU, they stay quiet."""
+    files = {
+        "data.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            def load_data(opt):
+                sets = {x: TensorDataset(torch.randn(32, 4)) for x in ("train", "test")}
+                return {x: DataLoader(sets[x], batch_size=opt.batchsize, num_workers=2) for x in ("train", "test")}
+            """,
+        "model.py": """\
+            import torch
+
+            class Ganomaly:
+                def __init__(self, opt, dataloader):
+                    self.device = torch.device("cuda:0" if opt.device != "cpu" else "cpu")
+                    self.net = torch.nn.Linear(4, 4).to(self.device)
+                    self.dataloader = dataloader
+
+                def train(self):
+                    opt = torch.optim.Adam(self.net.parameters())
+                    for (x,) in self.dataloader["train"]:
+                        loss = self.net(x.to(self.device)).pow(2).mean()
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+            """,
+        "train.py": """\
+            import argparse
+            from data import load_data
+            from model import Ganomaly
+
+            opt = argparse.Namespace(batchsize=8, device="gpu")
+            dataloader = load_data(opt)
+            model = Ganomaly(opt, dataloader)
+            model.train()
+            """,
+    }
+    write(project, files)
+    paths = ["data.py", "model.py", "train.py"]
+    results = check_files(paths, Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "data.py") == [(6, "TD304")]
+    write(project, {"model.py": files["model.py"].replace('"cuda:0" if opt.device != "cpu" else "cpu"', '"cpu"')})
+    results = check_files(paths, Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "data.py") == []

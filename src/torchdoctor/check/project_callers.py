@@ -443,14 +443,24 @@ class Callers:
                 words.add(os.path.basename(os.path.dirname(here)))
             for other in self._importing(here, words):
                 text = self.state.text(other) or ""
-                if other in targets or maker is not None and maker not in text or not _ACCELERATOR_WORDS.search(text):
+                named = _ACCELERATOR_WORDS.search(text)
+                if other in targets or maker is not None and maker not in text or not named and (
+                        maker is None or not _CONSTRUCTS.search(text)):
                     continue  # (one that never names the maker cannot take it; one that names no device, GPU or
-                    # accelerator runs on none: neither is parsed)
+                    # accelerator, and makes no object of a class it imports, runs on none: neither is parsed)
                 summary = self.summary(other)
-                if summary is not None and summary.accelerated and self._imports_any(other, summary, targets, maker):
-                    memo[key] = other
+                if summary is None or not self._imports_any(other, summary, targets, maker):
+                    continue
+                if named and summary.accelerated or self._trains_with_an_accelerated_object(other):
+                    memo[key] = other  # (``Ganomaly(opt, load_data(opt))``: handed to a trainer that runs on a GPU)
                     break
         return memo[key]
+
+    def _trains_with_an_accelerated_object(self, path: str) -> bool:
+        """The module makes an object of a class of another module that puts its work on an accelerator, and hands
+        it this module's values (``model = Ganomaly(opt, dataloader)``)."""
+        sem = self._model(path)
+        return sem is not None and program.makes_an_accelerated_trainer(sem, self)
 
     def _imports_any(self, path: str, summary: ModuleSummary, targets: set[str], maker: str | None = None) -> bool:
         for level, module, name in (*summary.from_imports.values(), *summary.shadowed):
@@ -629,6 +639,7 @@ _LOADS = lazy(r"(?i)load|restore|resume")
 _TOP_LEVEL = lazy(r"(?m)^\S")  # the next statement at column 0: where a module-level function's text ends
 _RELATIVE_IMPORT = lazy(r"(?m)^from\s+(\.+)(\w[\w.]*)\s+import\b")
 _DATA_PARALLEL = lazy(r"(?<!Distributed)DataParallel\(")
+_CONSTRUCTS = lazy(r"=\s*[A-Z]\w*\(\w")  # (``model = Ganomaly(opt, ...)``: an object made of a class, given values)
 _ACCELERATOR_WORDS = lazy(r"(?i)cuda|device|accelerat|rank|gpu|fabric|\.to\(\s*\d")
 _MODELISH = lazy(r"^(model|net|network|module|\w*_model|model_\w*|\w*_net|\w*Model|\w*Net)$")
 _OBJECT_VALUE = lazy(r"[:=]\s*(self\.)?(args|opt|opts|config|cfg|hparams|hyperparameters|model|net)\b\s*[,})]")

@@ -414,12 +414,28 @@ def runs_on_accelerator(sem: SemanticModel) -> bool:
             return False
         return any(_param_gets_accelerator(sem, func, param, 0) for func, param in device_params(sem)) or \
             config_module_device(sem, sem.project) or device_from_project_helper(sem) or runs_a_moved_model(sem) \
-            or model_from_project_builder(sem, sem.project) or subclass_of_an_accelerated_class(sem, sem.project)
+            or model_from_project_builder(sem, sem.project) or subclass_of_an_accelerated_class(sem, sem.project) \
+            or makes_an_accelerated_trainer(sem, sem.project)
 
     def compute() -> bool:  # (the CPU-only tests last: most files place no work, and need none of them)
         return placed() and not (_lightning_on_cpu(sem) or _cuda_always_off(sem) or _devices_end_on_cpu(sem))
 
     return sem.cached("runs_on_accelerator", compute)  # type: ignore[no-any-return]
+
+
+def makes_an_accelerated_trainer(sem: SemanticModel, project: object) -> bool:
+    """``model = Ganomaly(opt, dataloader)`` then ``model.train()``: an object of a class of another module of the
+    project that puts its work on an accelerator, made here and handed this file's data: the program trains there."""
+    imported = sem.names.from_imports
+    for call in sem.calls:
+        func = call.func
+        written = func.id if isinstance(func, ast.Name) else None
+        if written and written in imported and written[:1].isupper() and any(
+                isinstance(a, ast.Name) for a in [*call.args, *(k.value for k in call.keywords)]) \
+                and isinstance(up := sem.parent(call), ast.Assign) \
+                and project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def subclass_of_an_accelerated_class(sem: SemanticModel, project: object) -> bool:
