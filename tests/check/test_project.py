@@ -4617,41 +4617,44 @@ def test_a_helper_of_another_module_that_picks_the_action_for_the_environment_is
     assert codes(results, "train.py") == [(19, "TD603")]  # the call of peak; not epsilon_pick's, whose action steps
 
 
+QUIET_MODELS = """\
+    import torch
+    from torch import nn
+
+
+    class TinyLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.out = nn.Linear(8, 30)
+
+        def forward(self, x):
+            return self.out(x)
+
+        @torch.inference_mode()
+        def inference(self, x):
+            return self.forward(x).argmax(-1)
+
+
+    class Denoiser(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, 8)
+
+        def sample(self, x):
+            with torch.no_grad():
+                return self.net(x)
+
+        def forward(self, x):
+            return self.sample(x)
+    """
+
+
 def test_a_method_of_a_model_class_of_another_module_that_runs_without_grad_is_quiet(project: Path) -> None:
     """``lm.inference(seed)`` where ``TinyLM.inference`` (another module) is decorated with
     ``torch.inference_mode()``, and ``den(x)`` whose ``forward`` samples under ``no_grad``: no graph is recorded.
     The forward of a plain model is an inference with autograd on."""
     write(project, {
-        "models.py": """\
-            import torch
-            from torch import nn
-
-
-            class TinyLM(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.out = nn.Linear(8, 30)
-
-                def forward(self, x):
-                    return self.out(x)
-
-                @torch.inference_mode()
-                def inference(self, x):
-                    return self.forward(x).argmax(-1)
-
-
-            class Denoiser(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.net = nn.Linear(8, 8)
-
-                def sample(self, x):
-                    with torch.no_grad():
-                        return self.net(x)
-
-                def forward(self, x):
-                    return self.sample(x)
-            """,
+        "models.py": QUIET_MODELS,
         "demo.py": """\
             import torch
             from models import Denoiser, TinyLM
@@ -4675,23 +4678,7 @@ def test_a_parameter_annotated_with_a_model_class_runs_its_quiet_methods_without
     whose ``inference`` is ``@torch.inference_mode()``, so no graph is recorded; an unannotated ``model`` calling
     ``inference`` after eval mode is still an inference with autograd on."""
     write(project, {
-        "models.py": """\
-            import torch
-            from torch import nn
-
-
-            class TinyLM(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.out = nn.Linear(8, 30)
-
-                def forward(self, x):
-                    return self.out(x)
-
-                @torch.inference_mode()
-                def inference(self, x):
-                    return self.forward(x).argmax(-1)
-            """,
+        "models.py": QUIET_MODELS,
         "train.py": """\
             import torch
             from models import TinyLM
