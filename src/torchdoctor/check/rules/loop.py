@@ -8,6 +8,7 @@ import ast
 from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, param_default
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.model import may_be_on_device
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
 from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing
@@ -437,7 +438,7 @@ def loss_weights_on_cpu(node: ast.AST, ctx: Context) -> None:
     if node.args and last in _WEIGHT_FIRST:
         held.append(("weight", node.args[0]))
     held = [(arg, v) for arg, v in held if _cpu_tensor(ctx, v, node)]
-    if not held or _loss_moved(ctx, node):
+    if not held or _loss_moved(ctx, node) or _only_given_host_values(ctx, node):
         return
     device = first_input_device(sem)
     if device is None:
@@ -445,6 +446,18 @@ def loss_weights_on_cpu(node: ast.AST, ctx: Context) -> None:
     arg, value = held[0]
     ctx.report("TD406", node, f"`{last}` holds `{arg}={ctx.name(value)}` on the CPU while its inputs are on `{device}`",
                fix=f"create the weight on the device (`{ctx.name(value)}.to({device})`) or move the loss with `.to({device})`")
+
+
+def _only_given_host_values(ctx: Context, node: ast.Call) -> bool:
+    """``loss_fn = nn.NLLLoss(weight=torch.tensor([1., 1., 2.]))`` then ``loss_fn(dummy_log_probs, dummy_labels)``
+    only, on host tensors a book's cell made to show what the loss does: no device input ever meets the weight."""
+    sem = ctx.semantic
+    up = sem.parent(node)
+    if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(name := up.targets[0], ast.Name)):
+        return False
+    uses = [r for r in sem.reads_of(name.id) if (b := sem.binding_at(name.id, r)) is not None and b.node is up]
+    calls = [c for r in uses if isinstance(c := sem.parent(r), ast.Call) and c.func is r]
+    return bool(uses) and len(calls) == len(uses) and not any(may_be_on_device(ctx, a, c) for c in calls for a in c.args)
 
 
 def _cpu_tensor(ctx: Context, value: ast.AST, at: ast.AST, depth: int = 0) -> bool:

@@ -398,6 +398,11 @@ def _output_moved(ctx: Context, call: ast.Call) -> bool:
         and isinstance(sem.parent(p), ast.Call) and sem.is_device_move(sem.parent(p))
 
 
+def may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``expr`` may hold a device tensor (it is not known to be made on the host)."""
+    return _may_be_on_device(ctx, expr, at, 0)
+
+
 def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
     """``expr`` may hold a device tensor: moved, created with ``device=``, or of unknown origin."""
     sem = ctx.semantic

@@ -432,9 +432,10 @@ def makes_an_accelerated_trainer(sem: SemanticModel, project: object) -> bool:
         written = func.id if isinstance(func, ast.Name) else None
         if written and written in imported and written[:1].isupper() and any(
                 isinstance(a, ast.Name) for a in [*call.args, *(k.value for k in call.keywords)]) \
-                and isinstance(up := sem.parent(call), ast.Assign) \
+                and isinstance(sem.parent(call), ast.Assign) and not project.is_module_class(sem, written) \
+                and not project.inherits_module(sem, written) \
                 and project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
-            return True
+            return True  # (a model class is no trainer: a unit test builds one on the CPU)
     return False
 
 
