@@ -113,6 +113,25 @@ class Calls:
             out += [nested[r.value.id] for r in returns]  # type: ignore[attr-defined]
         return out
 
+    def _live_at_calls(self, found: list[ast.AST], outer: ast.AST) -> list[ast.AST]:
+        """A notebook defines ``accuracy()`` again cells later, and ``test()`` calls it: at run time each top-level
+        call of ``test`` runs the ``accuracy`` last defined before that call (a ``trainIters`` run again after
+        ``train_onepair`` is redefined runs the new one). A ``test`` no top-level code calls runs the def nearest
+        above it (or, none above, the first below it: a helper defined under its caller)."""
+        name = outer.name  # type: ignore[attr-defined]
+        rivals = [f for f in self.functions.get(name, []) if self.index.frame[f].function is None]
+        runs = [c.lineno for c in self.by_name.get(name, []) if isinstance(c.func, ast.Name)
+                and self.index.frame[c].function is None
+                and max((f for f in rivals if f.lineno < c.lineno), key=lambda f: f.lineno, default=None) is outer]  # type: ignore[attr-defined]
+        if runs:
+            live = {max((f for f in found if f.lineno < line), key=lambda f: f.lineno, default=None) for line in runs}  # type: ignore[attr-defined]
+            live.discard(None)
+            if live:
+                return sorted(live, key=lambda f: f.lineno)  # type: ignore[attr-defined, return-value]
+        above = [f for f in found if f.lineno < outer.lineno]  # type: ignore[attr-defined]
+        below = [f for f in found if f.lineno > outer.lineno]  # type: ignore[attr-defined]
+        return above[-1:] if above else below[:1]
+
     def _resolve(self, call: ast.Call) -> list[ast.AST]:
         func = call.func
         if isinstance(func, ast.Name):
@@ -135,11 +154,7 @@ class Calls:
             outer = self.index.frame[call].function
             if len(found) > 1 and outer is not None and self.index.frame[outer].function is None \
                     and all(self.index.parent.get(f) is self.index.tree for f in [*found, outer]):
-                # a notebook's ``test()`` calling ``accuracy()``, both defined again cells later: the nearest above
-                # the caller's def (or, none above, the first below it: a helper defined under its caller)
-                above = [f for f in found if f.lineno < outer.lineno]  # type: ignore[attr-defined]
-                below = [f for f in found if f.lineno > outer.lineno]  # type: ignore[attr-defined]
-                return above[-1:] if above else below[:1]
+                return self._live_at_calls(found, outer)
             return found
         if isinstance(func, ast.Attribute) and func.attr not in self.functions and (dotted(func) or "").startswith("self.") \
                 and (bound := self.bindings.at(dotted(func) or "", call)) is not None and bound.index is None:
