@@ -430,13 +430,25 @@ def makes_an_accelerated_trainer(sem: SemanticModel, project: object) -> bool:
     for call in sem.calls:
         func = call.func
         written = func.id if isinstance(func, ast.Name) else None
-        if written and written in imported and written[:1].isupper() and any(
-                isinstance(a, ast.Name) for a in [*call.args, *(k.value for k in call.keywords)]) \
-                and isinstance(sem.parent(call), ast.Assign) and not project.is_module_class(sem, written) \
-                and not project.inherits_module(sem, written) \
+        if not (written and written in imported and written[:1].isupper() and any(
+                isinstance(a, ast.Name) for a in [*call.args, *(k.value for k in call.keywords)])
+                and isinstance(up := sem.parent(call), ast.Assign) and len(up.targets) == 1
+                and isinstance(target := up.targets[0], ast.Name) and _runs_a_trainer(sem, target.id)):
+            continue  # (cheap tests first: each lookup below may read another module)
+        if not project.is_module_class(sem, written) and not project.inherits_module(sem, written) \
                 and project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
             return True  # (a model class is no trainer: a unit test builds one on the CPU)
     return False
+
+
+_TRAINER_METHODS = frozenset({"train", "fit", "run", "train_model", "learn", "optimize", "update", "evaluate", "test",
+                              "predict", "set_loaders", "train_epoch", "run_batch", "train_step", "trainer", "solve"})
+
+
+def _runs_a_trainer(sem: SemanticModel, name: str) -> bool:
+    """``model.train()``, ``sbs.set_loaders(...)``, ``solver.run_batch(batch)``: the object is run as a trainer."""
+    return any(isinstance(p := sem.parent(r), ast.Attribute) and p.attr in _TRAINER_METHODS
+               and isinstance(c := sem.parent(p), ast.Call) and c.func is p for r in sem.reads_of(name))
 
 
 def subclass_of_an_accelerated_class(sem: SemanticModel, project: object) -> bool:
