@@ -11,6 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
     while_few_kept
@@ -166,7 +167,8 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
     allocate them again (slow, synchronising), and frees nothing this process still uses.
     Use instead: remove it; call it between epochs or phases if another process needs the memory.
     """
-    if ctx.call_name(node) != "torch.cuda.empty_cache" or per_step_loop(ctx, node) is None:
+    if ctx.call_name(node) != "torch.cuda.empty_cache" or (loop := per_step_loop(ctx, node)) is None \
+            or _whole_runs(ctx, loop):
         return
     ctx.report(
         "TD602",
@@ -175,6 +177,25 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
         "and nothing is freed for this process",
         fix="remove it from the step (at most call it between epochs)",
     )
+
+
+_LOADERISH = lazy(r"(?i)loader|dataset|\bdata\b")
+
+
+def _whole_runs(ctx: Context, loop: ast.AST) -> bool:
+    """A loop whose every pass is a whole run, not a step: nothing in it backpropagates or steps an optimizer,
+    and its body loops itself or hands a loader on (``for loaders in list_of_loaders: ... m.fit(loaders["train"])``,
+    one dataset, one ensemble member a pass): ``empty_cache()`` there runs between trials."""
+    sem = ctx.semantic
+    body = sem.body(loop)
+    if {"backward", "step"} & sem.region_effects(body, True):
+        return False  # (through the functions of the project it calls too)
+    if any(isinstance(n, ast.Call) and sem.is_device_move(n) and next(iter(sem.loops_around(n)), None) is loop
+           for n in body):
+        return False  # (``batch = batch.to(device)``, then a loop over its time steps: a batch a pass)
+    return any(isinstance(n, (ast.For, ast.While, ast.comprehension)) for n in body) or any(
+        isinstance(n, ast.Call) and any(_LOADERISH.search(sem.segment(a)) for a in [*n.args, *(k.value for k in n.keywords)])
+        for n in body)
 
 
 @rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "str", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
