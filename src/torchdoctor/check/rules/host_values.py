@@ -714,7 +714,9 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
             return f"`{node.func.id}({ctx.name(names[0])}, {ctx.name(other)})` (Python's: a bool of the tensor)"
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         for arg in node.args:  # (an f-string argument is the f-string rule's)
-            if not isinstance(arg, ast.JoinedStr) and (tensor_value(ctx, arg, node) or isinstance(arg, ast.Call)
+            if not isinstance(arg, ast.JoinedStr) and (tensor_value(ctx, arg, node) and not (
+                    isinstance(arg, ast.Name) and made_on_host(ctx, arg, node))  # (``pred = out.argmax(1).cpu()``)
+                                                       or isinstance(arg, ast.Call)
                                                        and tensor_value(ctx, strip_methods(arg, SAME_PLACE), node)
                                                        and not made_on_host(ctx, arg, node)) \
                     and not loader_batch_on_host(ctx, arg, node):
