@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, param_default, param_slot
+from torchdoctor.check.astutil import call_argument, dotted, param_default, param_slot
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
 from torchdoctor.check.semantic.call_records import chosen_value, set_once, string_choices
@@ -49,7 +49,7 @@ def few_iterations(ctx: Context, loop: ast.AST) -> bool:
     return False
 
 
-def _one_batch_loader(sem, it: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+def _one_batch_loader(sem, it: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
     """``it`` (or a name bound to it, through ``enumerate``/``iter``/``tqdm``, or to what a function of the file
     returns) is a DataLoader whose ``batch_size`` is ``len()`` of its dataset, or of what the dataset was built from
     (``DataLoader(DS(val_images, val_targets), batch_size=len(val_images))``): the whole set in one batch."""
@@ -61,6 +61,10 @@ def _one_batch_loader(sem, it: ast.AST) -> bool:  # type: ignore[no-untyped-def]
             continue
         if isinstance(it, ast.Name):
             b = sem.binding_at(it.id, it)
+            if b is not None and b.is_param and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) and depth < 2:
+                sites = sem.call_sites(b.node)  # ``def eval(net, loader)`` every call of which hands it such a loader
+                return bool(sites) and all((arg := call_argument(site, b.node, it.id)) is not None
+                                           and _one_batch_loader(sem, arg, depth + 1) for site in sites)
             it, index = (b.value, b.index) if b is not None and not b.is_param else (None, None)
             continue
         if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and (funcs := sem.resolve(it)) and len(funcs) == 1:
