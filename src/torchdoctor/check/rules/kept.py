@@ -203,9 +203,10 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
             if isinstance(keeper, ast.Assign) and all(isinstance(t, ast.Subscript) for t in keeper.targets) \
                     or isinstance(keeper, ast.Call) and joined in keeper.args and _keeps(keeper):  # host array, kept
                 return True
-            if isinstance(keeper, ast.Assign) and (name := bound_name(keeper)) is not None:  # ``out = np.concatenate(
-                region = loop if sem.contains(loop, keeper) else sem.function_of(keeper)  # [a.cpu().numpy(), ...])``
-                return region is not None and _name_kept(ctx, name, keeper, region)  # then ``outs.append(out)``
+            if isinstance(keeper, ast.Assign) and (name := bound_name(keeper)) is not None \
+                    and (region := loop if sem.contains(loop, keeper) else sem.function_of(keeper)) is not None \
+                    and _name_kept(ctx, name, keeper, region):
+                return True  # ``out = np.concatenate([a.cpu().numpy(), ...])``, then ``outs.append(out)``
         if as_array and isinstance(up, ast.Call) and cur in up.args and isinstance(up.func, ast.Name) \
                 and up.func.id in ("list", "tuple", "zip", "dict", "sorted"):
             cur = up  # ``evaluator.add(dict(zip(ids, list(out.cpu().numpy()))))``: the arrays, repacked on the host
