@@ -370,8 +370,7 @@ class Callers:
                 try:
                     accelerated = program.runs_on_accelerator(sem) or program.config_module_device(sem, self) \
                         or model_from_project_builder(sem, self) or program.subclass_of_an_accelerated_class(sem, self) \
-                        or _trains_or_steps(sem) and any(self.passes_accelerator(sem, f, p)
-                                                         for f, p in program.device_params(sem))
+                        or any(self.passes_accelerator(sem, f, p) for f, p in program.device_params(sem))
                 finally:
                     self.state.recording.discard(path)
                 # (a module read for the index resolves no import itself: the project answers for its bases, and for
@@ -734,9 +733,3 @@ def registries(sem: SemanticModel, cls: ast.AST) -> list[str]:
     anything, by_table = sem.cached("registries", compute)
     return anything + [f for f, classes in by_table.items() if cls.name in classes]  # type: ignore[attr-defined]
 
-
-def _trains_or_steps(sem: SemanticModel) -> bool:
-    """A module with a loop that backpropagates or steps something (a trainer's), whose callers' devices are worth
-    asking about for its own call records: a library of layers is not."""
-    source = sem.text.source
-    return ("backward" in source or ".step(" in source) and bool(sem.of_type(ast.For, ast.While))
