@@ -606,3 +606,47 @@ def test_loaders_a_factory_hands_to_a_gpu_trainer_made_by_a_third_module(project
     write(project, {"model.py": files["model.py"].replace('"cuda:0" if opt.device != "cpu" else "cpu"', '"cpu"')})
     results = check_files(paths, Settings(root=str(project), select=("TD304",)))
     assert codes(results, "data.py") == []
+
+
+def test_a_class_made_by_a_class_that_a_gpu_only_main_makes_is_gpu_only(project: Path) -> None:
+    """``Scale()`` (scale.py) hard-codes ``torch.device("cuda:0")``; only ``Agent.__init__`` (agent.py) makes one, and
+    only train.py's ``main`` makes an ``Agent``, after ``assert torch.cuda.is_available()``: GPU-only code two calls
+    down, not TD101. Without the assert, the class crashes on a machine without a GPU."""
+    train = """\
+        import torch
+        from agent import Agent
+
+        def main():
+            assert torch.cuda.is_available()
+            agent = Agent()
+            agent.act(torch.randn(3))
+        """
+    write(project, {
+        "scale.py": """\
+            import torch
+
+            class Scale(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.register_buffer("v", torch.ones(1, device=torch.device("cuda:0")))
+            """,
+        "agent.py": """\
+            import torch
+            from scale import Scale
+
+            class Agent:
+                def __init__(self):
+                    self.device = torch.device("cuda:0")
+                    self.scale = Scale()
+
+                def act(self, obs):
+                    return obs.to(self.device) * self.scale.v
+            """,
+        "train.py": train,
+    })
+    paths = ["scale.py", "agent.py", "train.py"]
+    results = check_files(paths, Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "scale.py") == [] and codes(results, "agent.py") == []
+    write(project, {"train.py": train.replace("    assert torch.cuda.is_available()\n", "")})
+    results = check_files(paths, Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "scale.py") == [(6, "TD101")]

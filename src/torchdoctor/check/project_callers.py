@@ -251,7 +251,26 @@ class Callers:
         torch.cuda.is_available(): raise EnvironmentError(...)``, then ``init_distributed_mode(args)``), and there is
         one: ``func`` runs with a GPU only. (``ddp_only``: DDP launchers, through the package that re-exports it too.)"""
         records = self._callers(sem, func, ddp_only=ddp_only)
-        return bool(records) and all(r.after_refusal for r in records)
+        return bool(records) and all(r.after_refusal or not ddp_only and self._caller_refuses_cpu(r) for r in records)
+
+    def _caller_refuses_cpu(self, record: CallRecord, depth: int = 0) -> bool:
+        """The call of ``record`` is made in a function (or a method: through its class) every call of which, in the
+        other modules, comes after a stop without a GPU: ``RunningScale(cfg)`` in ``TDMPC2.__init__``, made by
+        train.py's ``main`` after ``assert torch.cuda.is_available()``; two calls up at most."""
+        model = self._model(record.path) if depth < 2 else None
+        call = next((c for c in model.calls if c.lineno == record.line), None) if model is not None else None
+        func = model.function_of(call) if call is not None else None
+        if func is None or model.call_sites(func):
+            return False  # (called in its own module too: not followed)
+        cls = model.class_of(func)
+        if cls is not None and model.frame(cls).kind == "module":  # (``__init__``: the class's makers; another
+            records = self._callers(model, cls) if func.name == "__init__" \
+                else self._callers(model, func, by_class=True)  # method: its calls through objects of the class)
+        elif cls is None and model.frame(func).kind == "module":
+            records = self._callers(model, func)
+        else:
+            return False
+        return bool(records) and all(r.after_refusal or self._caller_refuses_cpu(r, depth + 1) for r in records)
 
     def run_by_forwards_only(self, sem: SemanticModel, func: ast.AST) -> bool:
         """Every call of ``func`` in other modules is in a model's method, one of them its ``forward``
