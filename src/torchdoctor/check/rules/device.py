@@ -130,10 +130,15 @@ def _tried_with_a_fallback(sem, node: ast.AST) -> bool:
     for up in sem.ancestors(node):
         if isinstance(up, ast.Try) and any(sem.contains(s, child) for s in up.body):
             tried = _called(sem, up.body)
+            moved = {dotted(n.func.value) for s in up.body for n in sem.subtree(s) if isinstance(n, ast.Call)
+                     and method_name(n) == "cuda" and isinstance(n.func, ast.Attribute)} - {None}
             return any((h.type is None or (dotted(h.type) or "").rsplit(".", 1)[-1] in ("Exception", "RuntimeError",
                                                                                        "AssertionError", "BaseException"))
                        and not any(isinstance(n, ast.Raise) for s in h.body for n in sem.subtree(s))
-                       and bool(tried & _called(sem, h.body)) for h in up.handlers)  # (the same work again, not a log)
+                       and (bool(tried & _called(sem, h.body)) or any(  # (the same work again, not a log; or the
+                           isinstance(n, ast.Call) and method_name(n) == "to" and isinstance(n.func, ast.Attribute)
+                           and dotted(n.func.value) in moved for s in h.body for n in sem.subtree(s)))  # same move by
+                       for h in up.handlers)  # ``.to(device)``: ``try: x.cuda(device) except RuntimeError: x.to(device)``
         if isinstance(up, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             return False
         child = up
