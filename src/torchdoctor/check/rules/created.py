@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, PLACEMENT_METHODS, call_argument, dotted, has_kwargs, keyword, method_name, \
-    param_default, root_name, strip_methods
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, has_kwargs, keyword, method_name, root_name, \
+    strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.bounded import branch_no_caller_chooses
+from torchdoctor.check.rules.bounded import branch_no_caller_chooses, branch_no_caller_takes, made_once
 from torchdoctor.check.rules.factory_regions import model_loop, project_step_caller, step_helper
 from torchdoctor.check.rules.factory_regions import region as region_of
 from torchdoctor.check.rules.host_values import batch_on_device
@@ -37,7 +37,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
         return
     region = region_of(ctx, node)  # (before the dear question whether the module runs on an accelerator)
     if region is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem) \
-            or sem.guards.on_cpu_branch(node) or _branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node):
+            or sem.guards.on_cpu_branch(node) or branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
     if isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
         return  # (every model of the loop is one nothing moves: an ensemble's torch member next to scikit-learn's)
@@ -154,8 +154,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         if inner is None or inner is region or not sem.contains(region, inner) or sem.under_step_guard(node, inner):
             return
         region = inner
-    if _branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node) or sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) \
-            or _made_once(ctx, node, region) \
+    if branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node) or sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) \
+            or made_once(ctx, node, region) \
             or sem.in_handler(node, region):  # (``except RuntimeError: return torch.rand(...).to(dev)``: a fallback)
         return
     how = "cuda" if helper == "cuda" else "to" if helper else method_name(move)
@@ -245,68 +245,6 @@ def _zero_sized(call: ast.Call, name: str) -> bool:
     if len(sizes) == 1 and isinstance(sizes[0], (ast.Tuple, ast.List)):
         sizes = list(sizes[0].elts)
     return any(isinstance(a, ast.Constant) and type(a.value) is int and a.value == 0 for a in sizes)
-
-
-def _made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
-    """``if features is None: features = torch.zeros(n, d)`` in the loop: a buffer made on the first pass only; or
-    ``if key not in hann_window: hann_window[key] = torch.hann_window(n).to(...)``: a cache, filled once a key."""
-    sem = ctx.semantic
-    stmt = sem.statement_of(node)
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(cache := stmt.targets[0], ast.Subscript):
-        store = dotted(cache.value)
-        for a in sem.ancestors(stmt):
-            if a is region:
-                break
-            if isinstance(a, ast.If) and isinstance(a.test, ast.Compare) and len(a.test.ops) == 1 \
-                    and isinstance(a.test.ops[0], ast.NotIn) and dotted(a.test.comparators[0]) == store and store:
-                return True
-    stmt = sem.statement_of(node)
-    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
-        return False
-    target = dotted(stmt.targets[0])
-    if isinstance(stmt.targets[0], ast.Name) and not isinstance(region, _LOOPS):
-        return False  # (``if x_mask is None: x_mask = torch.ones(...)`` in a forward: a default, made on every call)
-    if isinstance(stmt.targets[0], ast.Attribute) and _reset_elsewhere(sem, stmt.targets[0]):
-        return False  # (``self.prev_att = None`` in ``reset_mem()``, called before each batch: made every batch)
-    for a in sem.ancestors(stmt):
-        if a is region:
-            return False
-        if isinstance(a, ast.If) and _empty_test(a.test, target) and any(stmt is n for b in a.body for n in sem.subtree(b)):
-            return bool(target)
-    return False
-
-
-def _reset_elsewhere(sem, target: ast.Attribute) -> bool:  # type: ignore[no-untyped-def]
-    """``self.<attr> = None`` in a method other than ``__init__`` (or ``<attr> = None`` on another object of the
-    file): the buffer is emptied again between uses."""
-    for node in sem.of_type(ast.Assign):
-        for t in node.targets:  # type: ignore[attr-defined]
-            if isinstance(t, ast.Attribute) and t.attr == target.attr and isinstance(v := node.value, ast.Constant) \
-                    and v.value is None and getattr(sem.function_of(node), "name", "") != "__init__":  # type: ignore[attr-defined]
-                return True
-    return False
-
-
-def _empty_test(test: ast.AST, target: str | None) -> bool:
-    """``target is None``, ``not target``, ``not len(target)``, ``len(target) == 0``, ``target.numel() == 0`` (one of
-    the operands of an ``and``/``or``): a test that holds until the body first fills ``target``."""
-    if isinstance(test, ast.BoolOp):
-        return any(_empty_test(v, target) for v in test.values)
-    negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
-    if negated:
-        test = test.operand  # type: ignore[attr-defined]
-    if isinstance(test, ast.Call) and (isinstance(test.func, ast.Name) and test.func.id == "len" and test.args
-                                       or isinstance(test.func, ast.Attribute) and test.func.attr == "numel"):
-        subject = test.args[0] if isinstance(test.func, ast.Name) else test.func.value  # type: ignore[attr-defined]
-        return negated and dotted(subject) == target
-    if negated:
-        return dotted(test) == target
-    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(c := test.comparators[0], ast.Constant):
-        if isinstance(test.ops[0], ast.Is):
-            return c.value is None and dotted(test.left) == target
-        if isinstance(test.ops[0], ast.Eq) and c.value == 0 and isinstance(left := test.left, ast.Call):
-            return _empty_test(ast.UnaryOp(op=ast.Not(), operand=left), target)
-    return False
 
 
 def _moved_next(ctx: Context, node: ast.Call, region: ast.AST) -> ast.Call | None:
@@ -419,81 +357,6 @@ def _other_side(sem, a: ast.AST, b: ast.AST) -> bool:  # type: ignore[no-untyped
         if isinstance(up, ast.stmt):
             return False
     return False
-
-
-def _branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
-    """``if x_mask is not None: ... else: x_mask = torch.ones(b, 1, t).to(x.device)`` in a function whose
-    ``x_mask=None`` every caller passes (here, or in the other modules of the project): the default's branch, which
-    no step takes (glow-tts's ``commons.squeeze(x, x_mask, n_sqz)``); or ``if zero_triu:`` of a flag that defaults to
-    False and that no call of the function passes (transformer-xl's ``_rel_shift``)."""
-    sem = ctx.semantic
-    func = sem.function_of(node)
-    if func is None:
-        return False
-    for test, holds in sem.guards.branch_tests(node):
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
-                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
-                and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and holds == isinstance(test.ops[0], ast.Is):
-            param = test.left.id  # (the branch where ``param`` is None)
-            if isinstance(default := param_default(func, param), ast.Constant) and default.value is None:
-                sites = sem.call_sites(func) or _instance_sites(ctx, func)
-                here = bool(sites) and all(_passed(s, func, param) for s in sites)
-                return here or not sites and sem.project is not None and sem.project.callers_pass(  # type: ignore[attr-defined]
-                    sem, func, param, every=True)
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.left, ast.Name) \
-                and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
-                and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and holds == isinstance(test.ops[0], ast.IsNot) \
-                and _never_given(ctx, func, test.left.id):
-            return True  # ``if length is not None:`` of ``forward(self, Q, length=None)`` that no call passes a length
-        if isinstance(test, ast.Name) and holds and isinstance(default := param_default(func, test.id), ast.Constant) \
-                and not default.value and (b := sem.binding_at(test.id, node)) is not None and b.is_param:
-            sites = sem.call_sites(func)  # ``def _rel_shift(self, x, zero_triu=False)``, whose ``if zero_triu:`` no
-            if sites and not any(_passed(s, func, test.id) for s in sites) and (  # call turns on
-                    sem.project is None or sem.frame(func).kind != "module" or not sem.project.has_callers(sem, func)):  # type: ignore[attr-defined]
-                return True
-    return False
-
-
-def _never_given(ctx: Context, func: ast.AST, param: str) -> bool:
-    """``param`` defaults to None and no call of ``func`` passes it: in this file (a function's calls, or a module
-    class's instances'), nor in the other modules of the project (a method's calls through objects of its class),
-    and some call is known."""
-    sem = ctx.semantic
-    default = param_default(func, param)  # type: ignore[arg-type]
-    if not (isinstance(default, ast.Constant) and default.value is None):
-        return False
-    sites = sem.call_sites(func) or _instance_sites(ctx, func)
-    if any(_passed(s, func, param) for s in sites):
-        return False
-    method = sem.class_of(func) is not None
-    if sem.project is None:
-        return bool(sites)
-    elsewhere = sem.project.has_callers(sem, func, by_class=method)  # type: ignore[attr-defined]
-    return (bool(sites) or elsewhere) and not sem.project.callers_pass(sem, func, param, by_class=method)  # type: ignore[attr-defined]
-
-
-def _passed(call: ast.Call, func: ast.AST, param: str) -> bool:
-    """``call`` passes ``param`` of ``func`` (an instance call ``norm(x, mask)`` of a ``forward(self, x, x_mask)``
-    passes no ``self``)."""
-    if any(k.arg == param or k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
-        return True
-    names = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
-    if names[:1] == ["self"]:
-        names = names[1:]
-    return param in names and names.index(param) < len(call.args)
-
-
-def _instance_sites(ctx: Context, func: ast.AST) -> list[ast.Call]:
-    """The calls of the instances of ``func``'s module class in this file (``norm = Norm(4).to(device)``, then
-    ``norm(x, mask)``; ``self.norm = Norm(c)``, then ``self.norm(x, x_mask)``), when ``func`` is its ``forward``."""
-    sem = ctx.semantic
-    cls = sem.class_of(func)
-    if func.name != "forward" or cls is None or cls.name not in sem.module_classes:  # type: ignore[attr-defined]
-        return []
-    keys = {dotted(t) for n in sem.of_type(ast.Assign) for t in n.targets  # type: ignore[attr-defined]
-            if isinstance(made := strip_methods(n.value, PLACEMENT_METHODS), ast.Call)  # type: ignore[attr-defined]
-            and (dotted(made.func) or "").rsplit(".", 1)[-1] == cls.name}  # type: ignore[attr-defined]
-    return [call for call in sem.calls if dotted(call.func) in keys]
 
 
 def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
