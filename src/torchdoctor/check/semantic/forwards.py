@@ -1,7 +1,8 @@
 """What a function or a module class's ``forward`` does with its inputs: the ones it moves to the device itself (a
 diffusion imputer's ``forward(batch)`` hands the batch to ``self.process_data``, which moves each element with
 ``batch["x"].to(self.device)``; ``def cuda_variable(t): return Variable(t.cuda()) if use_cuda else Variable(t)``),
-and the methods that run the layers (a forward by another name)."""
+and the methods that run the layers (a forward by another name); and the methods a ``forward`` calls, which run on
+every forward too (``reached_from_forward``)."""
 
 from __future__ import annotations
 
