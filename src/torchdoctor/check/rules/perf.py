@@ -21,6 +21,11 @@ _DEPRECATED_AMP = {
     "torch.cuda.amp.GradScaler": ("amp.GradScaler", "cuda"),
     "torch.cpu.amp.autocast": ("amp.autocast", "cpu"),
     "torch.cpu.amp.GradScaler": ("amp.GradScaler", "cpu"),
+    # (imported from the submodules: ``from torch.cuda.amp.grad_scaler import GradScaler``)
+    "torch.cuda.amp.autocast_mode.autocast": ("amp.autocast", "cuda"),
+    "torch.cuda.amp.grad_scaler.GradScaler": ("amp.GradScaler", "cuda"),
+    "torch.cpu.amp.autocast_mode.autocast": ("amp.autocast", "cpu"),
+    "torch.cpu.amp.grad_scaler.GradScaler": ("amp.GradScaler", "cpu"),
 }
 _AUTOCASTS = ("torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.amp.autocast_mode.autocast")
 _SCALERS = lazy(r"^torch\.(cuda\.amp\.|cpu\.amp\.|amp\.|amp\.grad_scaler\.)?GradScaler$|ShardedGradScaler$")
