@@ -650,3 +650,43 @@ def test_a_class_made_by_a_class_that_a_gpu_only_main_makes_is_gpu_only(project:
     write(project, {"train.py": train.replace("    assert torch.cuda.is_available()\n", "")})
     results = check_files(paths, Settings(root=str(project), select=("TD101",)))
     assert codes(results, "scale.py") == [(6, "TD101")]
+
+
+def test_a_gpu_assert_in_the_ddp_branch_only_does_not_make_the_loss_module_gpu_only(project: Path) -> None:
+    """yolov7's shape: train.py asserts ``torch.cuda.device_count() > opt.local_rank`` inside ``if opt.local_rank !=
+    -1:`` of its ``__main__`` block (DDP mode only), then trains with ``ComputeLoss(model)``; a single-process run may
+    be on the CPU, so loss.py's hard-coded ``device="cuda:0"`` is TD101. An assert before the call covers the run."""
+    loss = """\
+        import torch
+
+        class ComputeLoss:
+            def __init__(self, model):
+                self.balance = torch.tensor([4.0, 1.0, 0.4], device="cuda:0")
+
+            def __call__(self, p, targets):
+                return ((p - targets) ** 2).mean() * self.balance[0]
+        """
+    train = """\
+        import argparse
+        import torch
+        from loss import ComputeLoss
+
+        def train(opt, device):
+            model = torch.nn.Linear(4, 4).to(device)
+            compute_loss = ComputeLoss(model)
+            print(compute_loss(model(torch.randn(2, 4, device=device)), torch.zeros(2, 4, device=device)))
+
+        if __name__ == "__main__":
+            opt = argparse.Namespace(local_rank=-1)
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            if opt.local_rank != -1:
+                assert torch.cuda.device_count() > opt.local_rank
+                torch.cuda.set_device(opt.local_rank)
+            train(opt, device)
+        """
+    write(project, {"loss.py": loss, "train.py": train})
+    results = check_files(["loss.py", "train.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "loss.py") == [(5, "TD101")]
+    write(project, {"train.py": train.replace("    train(opt, device)", "    assert torch.cuda.is_available()\n            train(opt, device)")})
+    results = check_files(["loss.py", "train.py"], Settings(root=str(project), select=("TD101",)))
+    assert codes(results, "loss.py") == []

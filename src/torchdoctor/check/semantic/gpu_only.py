@@ -358,7 +358,10 @@ def refuses_cpu(sem: SemanticModel, func: ast.AST | None = None, at: ast.AST | N
     if func is not None:
         return ("is_available" in source or "device_count" in source) and \
             any(states_gpu_need(sem, n) for n in sem.local_nodes(func) if isinstance(n, (ast.Assert, ast.If)))
-    holders = _cpu_refusals(sem)
+    holders = dict(_cpu_refusals(sem))
+    branch = holders.pop(_BRANCH, set())  # (a stop in one branch covers only what comes after it in that branch)
+    if at is not None and branch and any(s in branch for s in sem.index.earlier_statements(at)):
+        return True
     if not holders or at is None:
         return bool(holders)
     if None in holders:
@@ -378,6 +381,20 @@ def refuses_cpu(sem: SemanticModel, func: ast.AST | None = None, at: ast.AST | N
     return False
 
 
+_BRANCH = ast.If()  # the key of the stops made inside an ``if`` of their function: they cover their branch only
+
+
+def _in_a_branch(sem: SemanticModel, node: ast.AST) -> bool:
+    """``node`` sits in an ``if`` of its function (or of the module; ``if __name__ == "__main__":`` aside): yolov7's
+    ``if opt.local_rank != -1: assert torch.cuda.device_count() > opt.local_rank`` needs GPUs in DDP mode only."""
+    for up in sem.ancestors(node):
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+        if isinstance(up, ast.If) and node is not up and "__name__" not in sem.segment(up.test):
+            return True
+    return False
+
+
 def _cpu_refusals(sem: SemanticModel) -> dict[ast.AST | None, set[ast.AST]]:
     """The functions (None: the module level) that stop without a GPU or call a project helper that does, each
     with the statements that do it."""
@@ -389,7 +406,7 @@ def _cpu_refusals(sem: SemanticModel) -> dict[ast.AST | None, set[ast.AST]]:
             for t in (ast.Assert, ast.If):
                 for n in sem.of_type(t):
                     if states_gpu_need(sem, n):
-                        out.setdefault(_outermost(sem, n), set()).add(n)
+                        out.setdefault(_BRANCH if _in_a_branch(sem, n) else _outermost(sem, n), set()).add(n)
         for c in sem.calls:
             if (isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name)
                     and c.func.value.id in sem.names.imports or isinstance(c.func, ast.Name)
