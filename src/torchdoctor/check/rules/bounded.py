@@ -368,11 +368,15 @@ def _constructor_param(ctx: Context, func: ast.AST, attr: str) -> tuple[ast.AST,
     if len(stores) != 1:
         return None
     stmt, init = sem.parent(stores[0]), sem.function_of(stores[0])
-    if not (isinstance(stmt, ast.Assign) and stmt.targets == [stores[0]] and isinstance(stmt.value, ast.Name)
-            and init is not None and init.name == "__init__" and sem.class_of(init) is cls):  # type: ignore[attr-defined]
+    value = stmt.value if isinstance(stmt, ast.Assign) and stmt.targets == [stores[0]] else None
+    if isinstance(stmt, ast.Tuple) and isinstance(assign := sem.parent(stmt), ast.Assign) and assign.targets == [stmt] \
+            and isinstance(assign.value, ast.Tuple) and len(assign.value.elts) == len(stmt.elts):
+        value, stmt = assign.value.elts[stmt.elts.index(stores[0])], assign  # ``self.gr, self.autobalance = ..., autobalance``
+    if not (isinstance(value, ast.Name) and init is not None and init.name == "__init__"  # type: ignore[attr-defined]
+            and sem.class_of(init) is cls):
         return None
-    b = sem.binding_at(stmt.value.id, stmt)
-    return (init, stmt.value.id) if b is not None and b.is_param and b.node is init else None
+    b = sem.binding_at(value.id, stmt)
+    return (init, value.id) if b is not None and b.is_param and b.node is init else None
 
 
 def _chosen_strings(ctx: Context, func: ast.AST, param: str) -> frozenset[str | bool] | None:
