@@ -508,6 +508,10 @@ def _name_kept(ctx: Context, name: str, assign: ast.Assign, loop: ast.AST) -> bo
         up = sem.parent(n)
         if isinstance(up, ast.Subscript) and up.value is n or isinstance(up, ast.Attribute) and up.attr in _METADATA:
             return True  # an element of the host array, or its shape
+        if as_arrays and _written_as_text(ctx, n):
+            return True  # ``for p in pred: f.write(f"{p}\n")``: written out as text
+        if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "len" and up.args == [n]:
+            return True  # ``for j in range(len(pred)):``: its length, on the host
         if isinstance(up, ast.Assign) and up.value is n and all(isinstance(t, ast.Subscript) for t in up.targets):
             return True  # stored into a host array: ``full_mask[h0:h1, w0:w1] = t_mask``
         if isinstance(up, ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) and call.func is up \
@@ -639,6 +643,18 @@ def _kept_directly(sem: object, n: ast.AST) -> bool:
     if isinstance(up, (ast.Tuple, ast.List)):
         n, up = up, sem.parent(up)  # type: ignore[attr-defined]
     return isinstance(up, ast.Call) and n in up.args and _keeps(up)
+
+
+def _written_as_text(ctx: Context, n: ast.AST) -> bool:
+    """``n`` is formatted into text (an f-string, ``str()``, ``"%d" % n``, ``"{}".format(n)``) that a write takes
+    (``f.write(f"{p}\n")``, ``writer.writerow(...)``)."""
+    sem = ctx.semantic
+    m, up = n, sem.parent(n)
+    while isinstance(up, (ast.FormattedValue, ast.JoinedStr)) or isinstance(up, ast.Call) and m in up.args and (
+            isinstance(up.func, ast.Name) and up.func.id == "str" or isinstance(up.func, ast.Attribute)
+            and up.func.attr == "format") or isinstance(up, ast.BinOp) and isinstance(up.op, (ast.Mod, ast.Add)):
+        m, up = up, sem.parent(up)
+    return m is not n and isinstance(up, ast.Call) and m in up.args and _saves(up)
 
 
 def _element_reads(sem: object, n: ast.AST) -> tuple[str, list[ast.AST]] | None:
