@@ -237,7 +237,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
     bound = sem.binding_at(name, node) if name is not None else None
     if name is not None and bound is None:
         return False
-    if name is None and not entry and not _read_of_a_view(node) and not (
+    if name is None and not entry and not _read_of_a_view(node) and not _element_read(node) and not (
             isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
         return False  # (``if val_loss < best:``: a test of no one name, after another read all the same; ``entry``: the
         # call of a helper whose reads come before any GPU work of its own, ``drained_at_entry``)
@@ -400,6 +400,11 @@ def _basic_slices(index: ast.AST) -> bool:
         or isinstance(p, ast.Constant) and type(p.value) is int for p in parts)
 
 
+def _strip_index(expr: ast.AST) -> ast.AST:
+    """``gold.size()[0]`` -> ``gold.size()``."""
+    return expr.value if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Constant) else expr
+
+
 def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
     """A small inner loop over values the step already holds (``for aux in aux_losses:``, ``for k, v in
     losses.items():``) whose body queues no GPU work: its reads wait for what came before it, once."""
@@ -409,6 +414,10 @@ def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id in ("enumerate", "zip"):
         if not all(isinstance(a, (ast.Name, ast.Attribute)) for a in it.args):
             return False
+    elif isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range":
+        if not all(isinstance(a, (ast.Name, ast.Constant)) or isinstance(b := _strip_index(a), ast.Call) and (
+                dotted(b.func) == "len" or method_name(b) == "size") for a in it.args):
+            return False  # (``for j in range(len(gold)):``: over the rows of what the step holds)
     elif not isinstance(it, (ast.Name, ast.Attribute, ast.List, ast.Tuple)):
         return False
     if ctx.semantic.loop_kind(loop) in ("train", "eval") or any(isinstance(n, ast.BinOp) for n in ctx.semantic.subtree(loop)):
@@ -526,6 +535,12 @@ def _copies_of(stmt: ast.Assign) -> list[ast.Call]:
         if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute):
             out.append(v)
     return out
+
+
+def _element_read(node: ast.AST) -> bool:
+    """``pred[j].item()``: a read of one element of a tensor the step holds."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("item", "tolist") \
+        and isinstance(node.func.value, ast.Subscript) and isinstance(node.func.value.value, ast.Name)
 
 
 def _read_tensor(node: ast.AST) -> str | None:
