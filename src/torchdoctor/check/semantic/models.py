@@ -570,8 +570,21 @@ def _activation_kept(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
 
 def _parameter_free_transform(sem: SemanticModel, value: ast.AST) -> bool:
     """``torchaudio.transforms.MelSpectrogram(...)``: a feature transform of torchaudio, which keeps buffers (a
-    window, a filter bank) and no parameter."""
-    return isinstance(value, ast.Call) and (sem.call_name(value) or "").startswith("torchaudio.transforms.")
+    window, a filter bank) and no parameter; an augmentation of ``kornia.augmentation``; an ``nn.Sequential`` of
+    such transforms and stateless layers (``nn.Sequential(nn.ReplicationPad2d(4), kornia.augmentation.RandomCrop(s))``)."""
+    if not isinstance(value, ast.Call):
+        return False
+    q = sem.call_name(value) or ""
+    if q.startswith(("torchaudio.transforms.", "kornia.augmentation.")):
+        return True
+    if q == "torch.nn.Sequential" and value.args and not value.keywords:
+        for part in value.args:
+            inner = sem.call_name(part) or "" if isinstance(part, ast.Call) else ""
+            if not (inner.startswith("torch.nn.") and inner.rsplit(".", 1)[-1] in STATELESS_LAYERS) \
+                    and not (inner != q and _parameter_free_transform(sem, part)):
+                return False
+        return True
+    return False
 
 
 def _plain_tensor(sem: SemanticModel, value: ast.AST) -> bool:
