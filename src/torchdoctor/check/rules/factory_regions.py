@@ -112,7 +112,8 @@ def step_helper(ctx: Context, node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
         sites = [s for s in sem.call_sites(func) if sem.function_of(s) is not func]
         loop = next((found for s in sites if (found := model_loop(ctx, s)) is not None
                      and not sem.under_step_guard(s, found) and not few_passes(sem, found)
-                     and not _first_pass_of_the_caller(sem, node, func, s, found)), None)
+                     and not _first_pass_of_the_caller(sem, node, func, s, found)
+                     and not _flag_the_site_leaves_off(sem, node, func, s)), None)
         # (``for attn_order in [0, 2, 6, 12]: prior.check_sample(...)``: a self-test over a few settings)
         return (func, loop) if loop is not None else None
     if loop is None:
@@ -142,6 +143,29 @@ def _first_pass_of_the_caller(sem, node: ast.AST, func: ast.AST, site: ast.Call,
             arg = site.args[index] if index < len(site.args) else next(
                 (k.value for k in site.keywords if k.arg == test.left.id), None)
             if isinstance(arg, ast.Name) and arg.id in counters:
+                return True
+    return False
+
+
+def _flag_the_site_leaves_off(sem, node: ast.AST, func: ast.AST, site: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` under ``if include_misc:`` (or ``if include_misc and not all_atoms:``) of a flag of ``func`` that
+    defaults to False and that ``site`` does not pass (``set_time(g, t, device)`` in the sampling loop; another
+    caller, run once, passes ``include_misc=True``): the loop's calls never take that branch."""
+    if any(k.arg is None for k in site.keywords) or any(isinstance(a, ast.Starred) for a in site.args):
+        return False
+    args = func.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in args.posonlyargs + args.args]
+    defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
+    given = len(site.args) + (1 if positional[:1] == ["self"] and isinstance(site.func, ast.Attribute) else 0)
+    for test, holds in sem.guards.branch_tests(node):
+        if not holds:
+            continue
+        names = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        for name in names:
+            if isinstance(name, ast.Name) and isinstance(d := defaults.get(name.id), ast.Constant) and d.value is False \
+                    and (b := sem.binding_at(name.id, node)) is not None and b.is_param and not any(k.arg == name.id for k in site.keywords) \
+                    and not (name.id in positional and positional.index(name.id) < given):
                 return True
     return False
 
