@@ -484,6 +484,9 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
         return False
     if _container_value(ctx, expr) is not None or _keyed_by_strings(ctx, expr):
         return False  # ``model_to_save = {"model": weights}``, ``new_model = dict()``: named like a model, a dict
+    if isinstance(expr, ast.Name) and (_used_as_a_dict(ctx, expr.id, ctx.semantic.function_of(expr) or ctx.semantic.tree)
+                                       or isinstance(value, ast.Call) and _returns_dicts(ctx, value)):
+        return False  # ``avg_model = average(paths)``, whose ``avg_model`` is iterated with ``.items()``
     if ctx.semantic.expr_kind(expr, expr) in ("model", "wrapper"):
         return True
     if last == "module":  # model.module: the model inside a (D)DP wrapper
@@ -491,6 +494,33 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if isinstance(expr, ast.Name) and _plain_value(ctx, expr):
         return False  # ``base_model: str``, ``model = "gpt2"``: a name or path, not a module
     return bool(_MODEL_NAME.match(last))
+
+
+_DICT_ONLY = ("items", "keys", "values")
+
+
+def _used_as_a_dict(ctx: Context, name: str, region: ast.AST) -> bool:
+    """``name`` is bound in ``region`` to an ``OrderedDict()``/a dict display, or has ``.items()``/``.keys()``/
+    ``.values()`` called on it there: a dict (a state dict), not a module, whatever it is called."""
+    sem = ctx.semantic
+    for n in sem.local_nodes(region):
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _DICT_ONLY and not n.args \
+                and isinstance(n.func.value, ast.Name) and n.func.value.id == name:
+            return True
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(t := n.targets[0], ast.Name) and t.id == name \
+                and _container_value(ctx, n.value) is not None and not isinstance(n.value, (ast.List, ast.Tuple)):
+            return True
+    return False
+
+
+def _returns_dicts(ctx: Context, call: ast.Call) -> bool:
+    """``call`` runs a function of this file whose every ``return`` hands back a name it uses as a dict
+    (``new_model = collections.OrderedDict()`` ... ``return new_model``)."""
+    funcs = ctx.semantic.resolve(call)
+    if len(funcs) != 1 or not isinstance(func := funcs[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    returns = [n for n in ctx.semantic.local_nodes(func) if isinstance(n, ast.Return)]
+    return bool(returns) and all(isinstance(r.value, ast.Name) and _used_as_a_dict(ctx, r.value.id, func) for r in returns)
 
 
 def _only_state_dicts(ctx: Context, expr: ast.Name) -> bool:
