@@ -53,7 +53,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
                 or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node) \
-                or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node):
+                or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node) \
+                or _only_when_given_an_index(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -121,6 +122,18 @@ def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     written = dotted(recv.func)  # ``criteria.MaskedL1Loss().cuda()``: a tensor-less module class of another module
     return bool(sem.project is not None and written and not q.startswith("torch.")
                 and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
+
+
+def _only_when_given_an_index(sem, node: ast.AST) -> bool:
+    """``model.cuda(local_rank)`` under ``if local_rank is not None:`` (or the ``else`` of ``if local_rank is None:``):
+    a GPU is used only when a launcher hands an index; ``None`` is the program's CPU mode (``worker(None, args)``)."""
+    if not (isinstance(node, ast.Call) and method_name(node) == "cuda" and len(node.args) == 1
+            and isinstance(index := node.args[0], (ast.Name, ast.Attribute))):
+        return False
+    key = dotted(index)
+    return any(isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+               and dotted(test.left) == key and isinstance(c := test.comparators[0], ast.Constant) and c.value is None
+               and holds == isinstance(test.ops[0], ast.IsNot) for test, holds in sem.guards.branch_tests(node))
 
 
 def _tried_with_a_fallback(sem, node: ast.AST) -> bool:
