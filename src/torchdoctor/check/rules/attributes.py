@@ -62,11 +62,46 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
 
 
 def _arithmetic_of_moved(sem, value: ast.AST) -> bool:  # type: ignore[no-untyped-def]
-    """``torch.ones(n, n).cuda() - torch.eye(n).cuda()``: arithmetic of moved tensors (and numbers), on the device."""
+    """``torch.ones(n, n).cuda() - torch.eye(n).cuda()``, ``(1.0 / float(n)) * torch.tensor(ks).cuda()``, ``np.pi *
+    torch.pow(2, torch.arange(k, device="cuda")).reshape(1, k)``: arithmetic of tensors on the device (and numbers),
+    itself on the device."""
+    return _device_or_number(sem, value) == "device"
+
+
+_NUMBER_CALLS = frozenset({"float", "int", "math.sqrt", "math.log", "math.exp", "math.pi", "np.sqrt", "np.log", "len"})
+
+
+def _device_or_number(sem, value: ast.AST, depth: int = 0) -> str | None:  # type: ignore[no-untyped-def]
+    """"device" for a tensor on the device (moved, made with ``device=``, a torch function or arithmetic of such
+    tensors and numbers), "number" for a Python number (a literal, ``float(n)``, ``np.pi``), else None."""
+    if depth > 8:
+        return None
+    if isinstance(value, ast.Constant):
+        return "number" if isinstance(value.value, (int, float)) and not isinstance(value.value, bool) else None
+    if isinstance(value, ast.Attribute) and dotted(value) in ("np.pi", "math.pi", "numpy.pi", "np.e", "math.e"):
+        return "number"
+    if isinstance(value, ast.UnaryOp):
+        return _device_or_number(sem, value.operand, depth + 1)
     if isinstance(value, ast.BinOp):
-        return _arithmetic_of_moved(sem, value.left) and _arithmetic_of_moved(sem, value.right) \
-            and not (isinstance(value.left, ast.Constant) and isinstance(value.right, ast.Constant))
-    return isinstance(value, ast.Constant) and isinstance(value.value, (int, float)) or sem.value_is_moved(value)
+        sides = {_device_or_number(sem, value.left, depth + 1), _device_or_number(sem, value.right, depth + 1)}
+        return None if None in sides else "device" if "device" in sides else "number"
+    if not isinstance(value, ast.Call):
+        return None
+    if sem.value_is_moved(value) or _made_on_a_given_device(value):
+        return "device"
+    name = dotted(value.func) or ""
+    if name in _NUMBER_CALLS:
+        return "number"
+    if isinstance(value.func, ast.Attribute) and value.func.attr in _SHAPING and not name.startswith(("torch.", "np.")):
+        return "device" if _device_or_number(sem, value.func.value, depth + 1) == "device" else None
+    if name.startswith("torch.") and name.count(".") == 1 and keyword(value, "device") is None:
+        said = {_device_or_number(sem, a, depth + 1) for a in value.args}
+        return "device" if "device" in said and None not in said else None  # ``torch.pow(2, on_gpu)``
+    return None
+
+
+_SHAPING = frozenset({"reshape", "view", "float", "double", "half", "long", "int", "unsqueeze", "squeeze", "t",
+                      "transpose", "permute", "contiguous", "clone", "detach", "expand", "repeat", "flatten"})
 
 
 def _made_on_a_given_device(value: ast.AST) -> bool:
