@@ -381,8 +381,8 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
         return
     func = sem.function_of(node)
     region = sem.body(loop) if sem.contains(loop, node) else sem.local_nodes(func) if func is not None else []
-    if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _async_copy_to_host(n))
-           for n in region) or _inside_a_timer(ctx, node) or sem.contains(loop, node) and timed_iteration(ctx, loop) \
+    if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _async_copy_to_host(n)
+                                         or _reports_time(n)) for n in region) or _inside_a_timer(ctx, node) or sem.contains(loop, node) and timed_iteration(ctx, loop) \
             or not sem.contains(loop, node) and _loop_reads_a_clock(ctx, loop):
         return  # timing the step (the sync makes the clock honest), or waiting for a non_blocking copy to land
     report_sync(ctx, node, f"`{ctx.call_name(node)}()`", loop)
@@ -405,6 +405,13 @@ def _loop_reads_a_clock(ctx: Context, loop: ast.AST) -> bool:
 
 
 _TIMER_NAME = lazy(r"(?i)timer|stopwatch|timing|timeit|profil")
+_TIME_REPORT = lazy(r"(?i)^((report|log|print|record|show|measure)_?(time|timing|elapsed)\w*|tick|lap)$")
+
+
+def _reports_time(call: ast.Call) -> bool:
+    """``logger.report_time("Forwarding")``, ``prof.tick("step")``: a method, of any module, named for reporting the
+    time since its last call: the synchronize beside it makes that clock honest."""
+    return isinstance(call.func, ast.Attribute) and bool(_TIME_REPORT.match(call.func.attr))
 
 
 def _inside_a_timer(ctx: Context, node: ast.AST) -> bool:
