@@ -119,6 +119,17 @@ def _scalar_copied(ctx: Context, node: ast.Call) -> bool:
         and not name.startswith("numpy.")  # ``err.sum()``
 
 
+def _spread_into_a_list(sem, node: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``res[name]["acc"] += l.tolist()`` (or ``accs.extend(l.tolist())``): a list grown by the copy's items, so the
+    tensor has a dimension (a 0-dim one gives a float, which neither takes): one value a sample, though made by a
+    loss function (``per_sample=True``)."""
+    if method_name(node) != "tolist":
+        return False
+    up = sem.parent(node)
+    return isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is node \
+        or isinstance(up, ast.Call) and method_name(up) == "extend" and up.args == [node]
+
+
 def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """An evaluation loop's outputs copied to the host to be kept there: ``feats.append(out.cpu())``,
     ``preds.extend(logits.argmax(-1).tolist())``, ``bank.index_copy_(0, idx.cpu(), out.cpu())``, ``preds[i] =
@@ -127,7 +138,7 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     sem = ctx.semantic
     if node.func.attr == "item" or sem.loop_kind(loop) == "train" and not phase_without_backward(ctx, node, loop):  # type: ignore[attr-defined]
         return False  # (a loop that neither trains nor is named for evaluation, edm's sampling loop, keeps them too)
-    if _scalar_copied(ctx, node):
+    if _scalar_copied(ctx, node) and not _spread_into_a_list(sem, node):
         return False  # (``losses.append(loss.cpu())``, ``accs.append(torch.mean(acc).cpu())``: one number a batch)
     if _copied_for_host_processing(ctx, node, loop) or _walked_on_the_host(ctx, node):
         return True
