@@ -42,7 +42,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
         return  # ``self.proj = torch.randn(m, d)`` then ``self.proj = nn.Parameter(...)``: a draft, rebound at once
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
             or _moved_at_every_use(ctx, cls, target.attr) or _host_bookkeeping(ctx, cls, target.attr) \
-            or _iterated_into_arithmetic(ctx, cls, target.attr) \
+            or _iterated_into_arithmetic(ctx, cls, target.attr) or _only_into_numpy(ctx, cls, target.attr) \
             or program.default_device_set(ctx.semantic):
         return  # (``torch.set_default_device(device)`` first: the tensor is made on the device)
     if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
@@ -163,6 +163,24 @@ def _host_bookkeeping(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     return True
 
 
+def _only_into_numpy(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` goes, through arithmetic, into a NumPy function
+    (``np.sinc(2 * f * self.hsupp / sr)``): host math, which a GPU tensor would break; what meets the input is
+    its result, moved there (``torch.Tensor(...).to(x.device)``)."""
+    sem = ctx.semantic
+    reads = _reads_after_init(sem, cls, attr)
+    if not reads:
+        return False
+    for read in reads:
+        cur, up = read, sem.parent(read)
+        while isinstance(up, (ast.BinOp, ast.UnaryOp)):
+            cur, up = up, sem.parent(up)
+        if not (isinstance(up, ast.Call) and cur in up.args
+                and (ctx.call_name(up) or "").startswith(("numpy.", "np."))):
+            return False
+    return True
+
+
 def _iterated_into_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     """Every read of ``self.attr`` outside ``__init__`` iterates it, and its items only enter arithmetic (``for freq in
     self.freq_bands: out += [func(freq * x)]``): each item is a 0-dim tensor, which combines with tensors of any
@@ -194,7 +212,7 @@ def _items_only_tested(sem: object, loop: ast.For, counted: bool) -> bool:
                               for n in uses)
 
 
-_RESHAPED = frozenset({"repeat", "view", "reshape", "expand", "unsqueeze", "squeeze", "permute", "transpose", "float",
+_RESHAPED = frozenset({"repeat", "view", "reshape", "expand", "expand_as", "unsqueeze", "squeeze", "permute", "transpose", "float",
                        "long", "int", "clone", "detach", "contiguous", "flatten"})
 
 
@@ -211,6 +229,9 @@ def _moved_after_reshapes(sem: object, read: ast.AST) -> bool:
             and call.func is p:  # type: ignore[attr-defined]
         if p.attr in ("to", "type_as", "cuda"):
             return True
+        if p.attr == "type" and len(call.args) == 1 and isinstance(kind := call.args[0], ast.Call) \
+                and isinstance(kind.func, ast.Attribute) and kind.func.attr == "type" and not kind.args:
+            return True  # ``self.gain.expand_as(x).type(x.type())``: cast to the input's tensor type, a CUDA one on the GPU
         if p.attr not in _RESHAPED:
             return False
         cur = call
