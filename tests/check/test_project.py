@@ -6571,3 +6571,44 @@ def test_non_blocking_copies_of_a_loader_another_module_hands_in_unpinned(projec
     write(project, {"run.py": run.replace("PIN", "True")})
     results = check_files(["traintest.py", "run.py"], Settings(root=str(project), select=("TD306",)))
     assert codes(results, "traintest.py") == []
+
+
+def test_a_loss_class_of_another_module_holding_index_tensors_needs_no_move(project: Path) -> None:
+    """A permutation-invariant loss of another module keeps its permutations as a list of index tuples and a
+    ``torch.LongTensor`` of them, beside settings: no parameter, so a caller that moves only the batch leaves
+    nothing behind (TD201 quiet). The same class holding a projection layer is a model never moved."""
+    loss = """\
+        import itertools
+        import torch
+        import torch.nn as nn
+
+        class PITLoss(nn.Module):
+            def __init__(self, batch_size=None, n_sources=None):
+                super().__init__()
+                self.bs = batch_size
+                self.permutations = list(itertools.permutations(torch.arange(n_sources)))
+                self.permutations_tensor = torch.LongTensor(self.permutations)
+                self.n_sources = n_sourcesLAYER
+
+            def forward(self, est, ref):
+                return ((est - ref) ** 2).mean()
+        """
+    bench = """\
+        import torch
+        import losses
+
+        def backward_pass(model, x, y, mode):
+            opt = torch.optim.Adam(model.parameters(), lr=0.001)
+            crit = losses.PITLoss(batch_size=4, n_sources=2)
+            if mode == "gpu":
+                x, y = x.cuda(), y.cuda()
+            opt.zero_grad()
+            crit(model(x), y).backward()
+            opt.step()
+        """
+    write(project, {"losses.py": loss.replace("LAYER", ""), "bench.py": bench})
+    results = check_files(["losses.py", "bench.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "bench.py") == []
+    write(project, {"losses.py": loss.replace("LAYER", "\n                self.proj = nn.Linear(4, 4)")})
+    results = check_files(["losses.py", "bench.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "bench.py") == [(6, "TD201")]

@@ -711,6 +711,10 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
 _NUMBER_CALLS = frozenset({"max", "min", "abs", "float", "int", "round", "pow", "len", "bool"})
 
 
+_LEGACY_TENSORS = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", "ByteTensor", "BoolTensor",
+                             "DoubleTensor", "HalfTensor"})
+
+
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor; or a torch
     layer that holds nothing either (``self.act = nn.Softplus()``)."""
@@ -733,6 +737,9 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         last = q.rsplit(".", 1)[-1]
         if q in ("list", "tuple", "sorted") and len(value.args) == 1 and isinstance(value.args[0], ast.Name):
             return _plain_setting(sem, value.args[0], at)  # ``self.sizes = list(sizes)``: a copy of a setting
+        if q in ("list", "tuple", "sorted") and len(value.args) == 1 and isinstance(value.args[0], ast.Call) \
+                and (sem.call_name(value.args[0]) or "").startswith(("itertools.", "range")):
+            return True  # ``self.perms = list(itertools.permutations(torch.arange(n)))``: index tuples, no layer
         if q in _NUMBER_CALLS or q.startswith("math."):
             return True  # ``self.lamb = max(self.floor, self.base / (1 + 0.1 * self.it))``: a Python number
         if q in ("pathlib.Path", "os.path.join", "os.path.expanduser", "os.path.abspath", "str"):
@@ -740,8 +747,9 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         if q.startswith("torch.nn.") and last.endswith("Loss"):  # ``nn.MSELoss(reduction="none")``; a class weight
             return not value.args and not any(k.arg in ("weight", "pos_weight") or k.arg is None  # is a buffer
                                               for k in value.keywords)
-        if q.startswith("torch.") and q.count(".") == 1 and last in FACTORIES:
-            return True  # ``self.freq_bands = torch.linspace(...)``: a plain attribute, which ``.to()`` leaves alone
+        if q.startswith("torch.") and q.count(".") == 1 and (last in FACTORIES or last in _LEGACY_TENSORS):
+            return True  # ``self.freq_bands = torch.linspace(...)``, ``torch.LongTensor(perms)``: a plain attribute,
+            # which ``.to()`` leaves alone
         return q.startswith("torch.nn.") and last in STATELESS_LAYERS
     return False
 
