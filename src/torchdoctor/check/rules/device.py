@@ -95,6 +95,8 @@ def _cuda_either_way(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def
     if found is None or not found[1]:
         return False
     test = found[0]
+    if sem.chooses_device(test):
+        return False  # (``if args.device == "gpu":`` around it: that test chose the GPU, the inner one how many)
     return any(isinstance(n, ast.Call) and method_name(n) == "cuda" for s in test.body for n in sem.subtree(s)) \
         and not any(isinstance(n, ast.Call) and method_name(n) in ("to", "cpu") for s in test.orelse for n in sem.subtree(s))
 
