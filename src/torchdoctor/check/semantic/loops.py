@@ -436,6 +436,28 @@ class Loops:
                     tainted.update(target_names(t))
             elif self.calls.is_backward_call(node) and self._names_in(node) & tainted:
                 return True
+        kept = {key for t in getattr(stmt, "targets", ()) if isinstance(t, ast.Attribute)
+                and (key := dotted(t) or "").startswith("self.")}
+        cls = self.index.frame[expr].cls
+        return bool(kept) and cls is not None and any(
+            isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f is not scope and self._backpropagates(f, kept)
+            for f in cls.body)  # type: ignore[attr-defined]
+
+    def _backpropagates(self, func: ast.AST, kept: set[str]) -> bool:
+        """A ``backward()`` of ``func`` reaches back to one of the attributes ``kept`` (``self.q = net(s)`` in
+        ``targets()``, then ``loss = F.smooth_l1_loss(self.q, y)``; ``loss.backward()`` in a sibling ``update()``)."""
+        tainted: set[str] = set()
+
+        def reads(node: ast.AST) -> bool:
+            return any(isinstance(n, ast.Name) and n.id in tainted or isinstance(n, ast.Attribute) and dotted(n) in kept
+                       for n in self.index.subtree(node))
+
+        for node in self.calls.local_nodes(func):
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and reads(node.value):
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                    tainted.update(target_names(t))
+            elif self.calls.is_backward_call(node) and reads(node):
+                return True
         return False
 
     def _names_in(self, node: ast.AST) -> set[str]:
