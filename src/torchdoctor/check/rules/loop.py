@@ -153,11 +153,19 @@ def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
             else node.func  # type: ignore[union-attr]
         if has_dropout_or_bn(sem, func, node) is not True or _loaded_in_eval_mode(ctx, func, loop) \
                 or sem.guards.on_cpu_branch(node) or _eval_just_before(ctx, loop, node, func) \
-                or _dropout_left_off(ctx, func, node):
+                or _dropout_left_off(ctx, func, node) or _bare_dropout(ctx, func, node):
             continue
         name = ctx.name(func)
         ctx.report("TD402", node, f"`{name}` evaluates in training mode: dropout/batch-norm stay active (no `{name}.eval()`)",
                    fix=f"call `{name}.eval()` before the evaluation loop (and `{name}.train()` before training again)")
+
+
+def _bare_dropout(ctx: Context, func: ast.AST, call: ast.Call) -> bool:
+    """``noise = nn.Dropout(0.5)`` applied on its own (``noise(torch.ones(x.shape)) * x``): a dropout layer that is no
+    part of a model, used to corrupt the inputs (a denoising autoencoder's test pass): its training mode is the point."""
+    value = construction(ctx.semantic, func, call)
+    return value is not None and (ctx.semantic.call_name(value) or "") in (
+        "torch.nn.Dropout", "torch.nn.Dropout1d", "torch.nn.Dropout2d", "torch.nn.Dropout3d", "torch.nn.AlphaDropout")
 
 
 def _dropout_left_off(ctx: Context, func: ast.AST, call: ast.Call) -> bool:
