@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 _WRITE_MODE = lazy(r"[wax+]")
 _MODE = lazy(r"[rwxabt+U]{1,4}")  # a mode string, not a path (``gzip.open("./data/enwik8.gz")`` reads)
+_OPENS = ("open", "io.open", "builtins.open")
 _SAVERS = ("torch.save", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
            "safetensors.torch.save_file")
 
@@ -31,9 +32,10 @@ def _write_site(ctx: Context, call: ast.Call) -> str | None:
     if name in _SAVERS:
         return f"`{name}`"
     meth = call.func.attr if isinstance(call.func, ast.Attribute) else None
-    if name == "open" or meth == "open":
-        # ``open(path, mode)``, ``gzip.open(path, mode)``; ``Path.open(mode)`` has no path argument
-        modes = [m for m in (argument(call, "mode", 1), None if name == "open" else argument(call, "mode", 0)) if m is not None]
+    if name in _OPENS or meth == "open":
+        # ``open(path, mode)`` (also after ``from io import open``), ``gzip.open(path, mode)``; ``Path.open(mode)`` has no
+        # path argument
+        modes = [m for m in (argument(call, "mode", 1), None if name in _OPENS else argument(call, "mode", 0)) if m is not None]
         text = next((t for m in modes if (t := string_value(m)) and _MODE.fullmatch(t)), None)
         return f"`open(..., {text!r})`" if text and _WRITE_MODE.search(text) else None
     if meth in ("write_text", "write_bytes", "save_pretrained"):
@@ -85,7 +87,7 @@ def _write_target(ctx: Context, call: ast.Call) -> ast.AST | None:
         return argument(call, "f", 1)
     if name == "safetensors.torch.save_file":
         return argument(call, "filename", 1)
-    if name in _SAVERS or name == "open":
+    if name in _SAVERS or name in _OPENS:
         return call.args[0] if call.args else None
     return call.func.value if isinstance(call.func, ast.Attribute) else None
 
@@ -408,8 +410,17 @@ def _other_format_of(ctx: Context, call: ast.Call) -> bool:
     sem = ctx.semantic
     stmt = sem.statement_of(call)
     branch = sem.parent(stmt) if stmt is not None else None
-    return isinstance(branch, ast.If) and stmt in branch.orelse and any(
-        isinstance(n, ast.Call) and _write_site(ctx, n) is not None for s in branch.body for n in sem.subtree(s))
+    if not (isinstance(branch, ast.If) and stmt in branch.orelse):
+        return False
+    mine, target = ctx.call_name(call) or "", _write_target(ctx, call)
+    for n in (n for s in branch.body for n in sem.subtree(s)):
+        if not isinstance(n, ast.Call) or _write_site(ctx, n) is None:
+            continue
+        other, where = ctx.call_name(n) or "", _write_target(ctx, n)
+        if other != mine and other in _SAVERS and mine in _SAVERS or target is not None and where is not None \
+                and ctx.segment(target) == ctx.segment(where):
+            return True  # (two writers, or one path: the same file; ``open("a.txt")`` / ``open("b.txt")`` are two)
+    return False
 
 
 def _writes_on_main_only(call: ast.Call) -> bool:
