@@ -514,6 +514,11 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
                 and (ctx.call_name(up) or "") in _MASK_OPS:
             cur = up  # ``torch.triu(torch.ones(n, n), diagonal=1)[..., None].to(dev)``: a mask cut on the host first
             continue
+        if isinstance(up, (ast.Tuple, ast.List)) and up.elts[:1] == [cur] and isinstance(joined := sem.parent(up), ast.Call) \
+                and joined.args[:1] == [up] and (ctx.call_name(joined) or "") in ("torch.cat", "torch.stack", "torch.concat") \
+                and all(_host_factory(ctx, strip_methods(e, _CASTS)) for e in up.elts[1:]):
+            cur = joined  # ``torch.cat((torch.arange(0, m), torch.arange(-m, 0)), 0)``: host factories joined on the host
+            continue  # (told once, at the first of them)
         if isinstance(up, ast.Attribute) and up.attr in ("T", "mT", "data") and not (
                 isinstance(sem.parent(up), ast.Call) and sem.parent(up).func is up):
             cur = up  # ``torch.arange(n).T.unsqueeze(1)``: the transpose of the host tensor
