@@ -6612,3 +6612,38 @@ def test_a_loss_class_of_another_module_holding_index_tensors_needs_no_move(proj
     write(project, {"losses.py": loss.replace("LAYER", "\n                self.proj = nn.Linear(4, 4)")})
     results = check_files(["losses.py", "bench.py"], Settings(root=str(project), select=("TD201",)))
     assert codes(results, "bench.py") == [(6, "TD201")]
+
+
+@pytest.mark.parametrize("option, expected", [
+    ('"--gpu_mode", type=bool, default=True', [(8, "TD101"), (8, "TD102")]),  # ``bool("False")`` is True
+    ('"--gpu_mode", action="store_true", default=True', [(8, "TD101"), (8, "TD102")]),
+    ('"--gpu_mode", type=bool, default=False', [(8, "TD102")]),
+    ('"--gpu_mode", type=int, default=1', [(8, "TD102")]),
+])
+def test_a_flag_copied_from_an_option_the_main_script_makes_always_true_chooses_nothing(
+        project: Path, option: str, expected: list) -> None:
+    """A GAN module copies ``self.gpu_mode = args.gpu_mode`` and moves its networks under ``if self.gpu_mode:``; the
+    main script that imports it declares the option. Declared so that it is always True, the test is no fallback:
+    the module hard-codes CUDA (TD101). An option the command line can turn off is the user's device choice."""
+    write(project, {
+        "gan.py": """\
+            import torch.nn as nn
+
+            class GAN:
+                def __init__(self, args):
+                    self.gpu_mode = args.gpu_mode
+                    self.G = nn.Linear(8, 8)
+                    if self.gpu_mode:
+                        self.G.cuda()
+            """,
+        "main.py": f"""\
+            import argparse
+            from gan import GAN
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument({option})
+            GAN(parser.parse_args())
+            """,
+    })
+    results = check_files(["gan.py", "main.py"], Settings(root=str(project), select=("TD101", "TD102")))
+    assert codes(results, "gan.py") == expected

@@ -103,6 +103,21 @@ class Callers:
         importers = self._module_importers(self.state.absolute(sem.path))
         return any(_SETS_DEVICE.search(self.state.text(path) or "") for path in importers)
 
+    def importer_true_option(self, sem: SemanticModel, dest: str) -> bool:
+        """A module of the project that imports this one declares the option ``--dest`` so that it is always True
+        (``add_argument("--gpu_mode", type=bool, default=True)``: ``bool("False")`` is True; or ``action="store_true",
+        default=True``): a flag this module copies (``self.gpu_mode = args.gpu_mode``) chooses nothing."""
+        memo = self.state.true_options
+        here = self.state.absolute(sem.path)
+        if here not in memo:
+            found: set[str] = set()
+            for path in self._module_importers(here):
+                for m in _OPTION.finditer(self.state.text(path) or ""):
+                    if _ALWAYS_TRUE.search(m.group(2)) and _DEFAULT_TRUE.search(m.group(2)):
+                        found.add(m.group(1).replace("-", "_"))
+            memo[here] = frozenset(found)
+        return dest in memo[here]
+
     def importer_wraps_data_parallel(self, sem: SemanticModel) -> bool:
         """A module of the project that imports this helper module (no script itself) wraps a model in
         ``nn.DataParallel``: in a DDP program, one process per machine (``--nproc_per_node=1``), on all its GPUs."""
@@ -654,6 +669,9 @@ _BUILTINS = frozenset(dir(builtins))
 _RENAMES_WRAPPED = lazy(r"""\breplace\(\s*["']module\.["']\s*,\s*["']["']\s*\)""")  # ``k.replace("module.", "")``
 _STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
+_OPTION = lazy(r"add_argument\(\s*['\"]--([\w-]+)['\"]([^)]*)\)")
+_ALWAYS_TRUE = lazy(r"type\s*=\s*bool\b|action\s*=\s*['\"]store_true['\"]")
+_DEFAULT_TRUE = lazy(r"default\s*=\s*True\b")
 _LOADS = lazy(r"(?i)load|restore|resume")
 _TOP_LEVEL = lazy(r"(?m)^\S")  # the next statement at column 0: where a module-level function's text ends
 _RELATIVE_IMPORT = lazy(r"(?m)^from\s+(\.+)(\w[\w.]*)\s+import\b")

@@ -48,6 +48,7 @@ class State:
         self.mentions: dict[tuple[str, str, str], bool] = {}  # callers_mention's and uncalled_helper's answers
         self.by_word: dict[str, list[int]] | None = None  # import word -> positions in Project.files
         self.module_importers: dict[str, list[str]] = {}  # module -> the modules that import it
+        self.true_options: dict[str, frozenset[str]] = {}  # module -> always-True options its importers declare
         self.parsed = 0
         self.absolutes: dict[str, str] = {}
         self.listings: dict[str, tuple[frozenset[str], frozenset[str]]] = {}

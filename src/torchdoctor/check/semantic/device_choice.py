@@ -104,10 +104,19 @@ class DeviceChoices:
                   if isinstance(t, ast.Attribute) and t.attr == attr]
         options = [c for c in self.index.by_type.get(ast.Call, ()) if isinstance(c.func, ast.Attribute)  # type: ignore[attr-defined]
                    and c.func.attr == "add_argument" and option_dest(c) == attr]
-        if options and not stores:  # ``add_argument("--cuda", action="store_true", default=True)``: never False
-            return all(any(k.arg == "action" and isinstance(k.value, ast.Constant) and k.value.value == "store_true"
-                           for k in c.keywords) and any(k.arg == "default" and isinstance(k.value, ast.Constant)
-                                                        and k.value.value is True for k in c.keywords) for c in options)
+        copies = [t for t in stores if isinstance(v := self.index.parent[t], ast.Assign)
+                  and isinstance(v.value, ast.Attribute) and v.value.attr == attr]
+        if options and len(copies) == len(stores):  # (``self.gpu_mode = args.gpu_mode``: the option, copied)
+            stores = []
+        if stores and not options and len(copies) == len(stores) and self.true_option is not None:  # type: ignore[attr-defined]
+            return self.true_option(attr)  # type: ignore[attr-defined]  # (the option declared by main.py, importing this)
+        if options and not stores:  # ``add_argument("--cuda", action="store_true", default=True)``: never False; nor is
+            # ``add_argument("--gpu_mode", type=bool, default=True)``: ``bool("False")`` is True
+            return all((any(k.arg == "action" and isinstance(k.value, ast.Constant) and k.value.value == "store_true"
+                            for k in c.keywords) or any(k.arg == "type" and isinstance(k.value, ast.Name)
+                                                        and k.value.id == "bool" for k in c.keywords))
+                       and any(k.arg == "default" and isinstance(k.value, ast.Constant) and k.value.value is True
+                               for k in c.keywords) for c in options)
         return bool(stores) and not options and all(isinstance(v := self.index.parent[t], ast.Assign) and isinstance(v.value, ast.Constant)
                                     and v.value.value is True for t in stores) \
             and not any(k.arg == attr for c in self.index.by_type.get(ast.Call, ()) for k in c.keywords)  # type: ignore[attr-defined]

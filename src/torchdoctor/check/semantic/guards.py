@@ -61,6 +61,7 @@ class Guards(GradModes, DeviceChoices):
         self._one_process: set[ast.AST] | None = None
         self._grad_toggles: list[ast.AST] | None = None
         self.star_flag: Callable[[str], bool] | None = None  # a name another module sets to True, star-imported here
+        self.true_option: Callable[[str], bool] | None = None  # an option a module importing this one makes always True
 
     def frame(self, node: ast.AST) -> Frame | None:
         return self.index.frame.get(node)

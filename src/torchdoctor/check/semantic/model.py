@@ -84,6 +84,8 @@ class SemanticModel:
         self.guards = Guards(self.index, self.names, self.bindings, self.text.segment, self.calls_index.sites)
         if project is not None and self.names.star:
             self.guards.star_flag = lambda name: project.star_true_flag(self, name)  # type: ignore[attr-defined]
+        if project is not None:
+            self.guards.true_option = lambda name: project.importer_true_option(self, name)  # type: ignore[attr-defined]
         self._loops: Loops | None = None
         self.memo: dict[object, object] = {}
 
