@@ -370,13 +370,15 @@ def _moved_at_once(ctx: Context, node: ast.Call) -> ast.Call | None:
 
 
 def _moved_by_every_caller(ctx: Context, node: ast.Call) -> ast.Call | None:
-    """``def sample_noise(b, d): return 2 * torch.rand(b, d) - 1``, whose every call in the file moves what it returns
-    (``sample_noise(16, 8).type(dtype)``): made on the host by the helper, copied by its callers."""
+    """``def sample_noise(b, d): return 2 * torch.rand(b, d) - 1`` (or such a method of a plain class), whose every call
+    in the file moves what it returns (``sample_noise(16, 8).type(dtype)``): made on the host by the helper, copied by
+    its callers."""
     sem = ctx.semantic
     ret = sem.parent(_host_made(ctx, node))
     func = sem.function_of(node)
-    if not isinstance(ret, ast.Return) or func is None or sem.class_of(func) is not None:
-        return None
+    if not isinstance(ret, ast.Return) or func is None or (cls := sem.class_of(func)) is not None and (
+            cls.name in sem.module_classes or func.name.startswith("__")):
+        return None  # (a plain class's method: ``sched.sample_timesteps(n).to(device)`` of ``return torch.randint(...)``)
     sites = sem.call_sites(func)
     moves = [_move_through_methods(sem, site) for site in sites]
     return moves[0] if sites and all(m is not None for m in moves) else None
