@@ -6647,3 +6647,46 @@ def test_a_flag_copied_from_an_option_the_main_script_makes_always_true_chooses_
     })
     results = check_files(["gan.py", "main.py"], Settings(root=str(project), select=("TD101", "TD102")))
     assert codes(results, "gan.py") == expected
+
+
+def test_a_helper_s_flag_branch_that_another_module_s_loop_leaves_off_is_not_made_every_step(project: Path) -> None:
+    """DiffDock's ``set_time(..., include_misc=False)`` of a utility module is called on every sampling step by
+    another module without the flag; only a once-off call passes it. Its unflagged copy is made every step (TD611),
+    the flagged branch's is not, unless the loop's call turns the flag on."""
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def set_time(g, t, device, include_misc=False):
+                g["t"] = t * torch.ones(g["x"].shape[0]).to(device)
+                if include_misc:
+                    g["misc_t"] = t * torch.ones(g["misc"].shape[0]).to(device)
+            """,
+        "sample.py": """\
+            import torch
+            from utils import set_time
+
+            def sample(graphs, model, steps, device):
+                model.eval()
+                for g in graphs:
+                    for t in range(steps):
+                        set_time(g, t / steps, deviceFLAG)
+                        with torch.no_grad():
+                            g["x"] = model(g["x"])
+
+            def affinity(g, model, device):
+                set_time(g, 0.0, device, include_misc=True)
+                with torch.no_grad():
+                    return model(g["x"])
+
+            if __name__ == "__main__":
+                dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                net = torch.nn.Linear(3, 3).to(dev)
+                sample([{"x": torch.randn(5, 3, device=dev), "misc": torch.randn(2, 3)}], net, 20, dev)
+            """.replace("FLAG", ""),
+    })
+    results = check_files(["utils.py", "sample.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "utils.py") == [(4, "TD611")]
+    write(project, {"sample.py": (project / "sample.py").read_text().replace("t / steps, device)", "t / steps, device, True)")})
+    results = check_files(["utils.py", "sample.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "utils.py") == [(4, "TD611"), (6, "TD611")]

@@ -153,21 +153,32 @@ def _flag_the_site_leaves_off(sem, node: ast.AST, func: ast.AST, site: ast.Call)
     caller, run once, passes ``include_misc=True``): the loop's calls never take that branch."""
     if any(k.arg is None for k in site.keywords) or any(isinstance(a, ast.Starred) for a in site.args):
         return False
+    shift = 1 if _positional(func)[:1] == ["self"] and isinstance(site.func, ast.Attribute) else 0
+    given = {k.arg for k in site.keywords} | {f"#{i + shift}" for i in range(len(site.args))}
+    return _flag_left_off(sem, node, func, given)
+
+
+def _flag_left_off(sem, node: ast.AST, func: ast.AST, given: set[str] | frozenset[str]) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` sits under a test of a False-defaulting flag of ``func`` that a call giving ``given`` (keyword names,
+    ``#i`` for the i-th positional parameter, ``self`` counted) does not pass."""
     args = func.args  # type: ignore[attr-defined]
-    positional = [a.arg for a in args.posonlyargs + args.args]
+    positional = _positional(func)
     defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
     defaults.update((a.arg, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)
-    given = len(site.args) + (1 if positional[:1] == ["self"] and isinstance(site.func, ast.Attribute) else 0)
     for test, holds in sem.guards.branch_tests(node):
         if not holds:
             continue
         names = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
         for name in names:
             if isinstance(name, ast.Name) and isinstance(d := defaults.get(name.id), ast.Constant) and d.value is False \
-                    and (b := sem.binding_at(name.id, node)) is not None and b.is_param and not any(k.arg == name.id for k in site.keywords) \
-                    and not (name.id in positional and positional.index(name.id) < given):
+                    and (b := sem.binding_at(name.id, node)) is not None and b.is_param and name.id not in given \
+                    and not (name.id in positional and f"#{positional.index(name.id)}" in given):
                 return True
     return False
+
+
+def _positional(func: ast.AST) -> list[str]:
+    return [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
 
 
 def _loops_a_model(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
@@ -205,9 +216,11 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
         return _step_of_a_method(ctx, func)  # (``algorithm.update(batches)``, ``trainer.dis_step(stats)``)
     if sem.frame(func).kind != "module" or sem.call_sites(func):
         return None
-    callers = sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
+    callers = [c for c in sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
+               if "*" in c.passed or not _flag_left_off(sem, node, func, c.passed)]
     if not callers and not (not sem.loops_around(node) and _loops_a_model(sem, func)):
-        callers = sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
+        callers = [c for c in sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
+                   if "*" in c.passed or not _flag_left_off(sem, node, func, c.passed)]
         # (not for a whole decoding run a call: what it makes before its own loop, it makes once a run)
     if not callers:
         return None
