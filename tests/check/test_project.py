@@ -6690,3 +6690,39 @@ def test_a_helper_s_flag_branch_that_another_module_s_loop_leaves_off_is_not_mad
     write(project, {"sample.py": (project / "sample.py").read_text().replace("t / steps, device)", "t / steps, device, True)")})
     results = check_files(["utils.py", "sample.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "utils.py") == [(4, "TD611"), (6, "TD611")]
+
+
+@pytest.mark.parametrize("default, expected", [('"cuda"', [(7, "TD304")]), ('"cpu"', [])])
+def test_a_device_option_another_module_s_argument_parser_defaults_to_cuda_places_work_there(
+        project: Path, default: str, expected: list) -> None:
+    """ENet's ``args = get_arguments()`` comes from ``args.py``, whose ``--device`` defaults to ``"cuda"``; the script
+    makes ``torch.device(args.device)`` and feeds its model from an unpinned loader (TD304). With a CPU default, the
+    program is the CPU's."""
+    write(project, {
+        "opts.py": f"""\
+            import argparse
+
+            def get_arguments():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--device", default={default})
+                return parser.parse_args()
+            """,
+        "main.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from opts import get_arguments
+
+            args = get_arguments()
+            device = torch.device(args.device)
+            loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8, num_workers=4)
+            model = torch.nn.Linear(8, 2).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x.to(device)), y.to(device))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["opts.py", "main.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "main.py") == expected

@@ -15,6 +15,7 @@ from torchdoctor.check.semantic.program import names_cuda
 from torchdoctor.check.semantic.loaders import builds_a_loader, class_collates_arrays, class_yields_device_tensors, \
     class_yields_text, loader_init_passes, numpy_params, only_python, returned_keys, unpinned_returns
 from torchdoctor.check.semantic.call_records import runs_per_step
+from torchdoctor.check.semantic.device_choice import option_dest
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
@@ -506,6 +507,15 @@ def _cuda_settings(sem: SemanticModel) -> frozenset[str]:
                 holder = cls if cls is not None else func if func is not None and sem.function_of(func) is None else None
                 if holder is not None:
                     out.add(holder.name)  # type: ignore[attr-defined]
+    if "cuda" in sem.text.source and "add_argument" in sem.text.source:
+        for c in sem.calls_named("add_argument"):  # ``def get_arguments(): ... add_argument("--device", default="cuda")
+            # ... return parser.parse_args()``: the options object it hands out names CUDA
+            dest = option_dest(c) or ""
+            default = next((k.value for k in c.keywords if k.arg == "default"), None)
+            func = sem.function_of(c)
+            if dest.endswith("device") and default is not None and "cuda" in sem.segment(default) \
+                    and func is not None and sem.function_of(func) is None and sem.class_of(func) is None:
+                out.add(func.name)  # type: ignore[attr-defined]
     return frozenset(out)
 
 
