@@ -6726,3 +6726,58 @@ def test_a_device_option_another_module_s_argument_parser_defaults_to_cuda_place
     })
     results = check_files(["opts.py", "main.py"], Settings(root=str(project), select=("TD304",)))
     assert codes(results, "main.py") == expected
+
+
+@pytest.mark.parametrize("script, expected", [
+    ("model = torch.nn.Linear(8, 8).cuda()", [(12, "TD304")]),
+    ("model = torch.nn.Linear(8, 8)", []),
+])
+def test_a_loader_factory_two_imports_away_from_the_gpu_script_feeds_it(project: Path, script: str, expected) -> None:
+    """sudo_rm_rf's dataset modules return ``DataLoader(self, **params)`` from ``get_generator()`` (and call it in a
+    shape self-test of their own); ``dataset_setup.py`` imports them and builds the generators; the training script
+    imports that setup module and moves its model to the GPU. The factory feeds that GPU unpinned (TD304); with a
+    CPU model nothing is told."""
+    write(project, {
+        "pkg/__init__.py": "",
+        "pkg/wham.py": """\
+            import torch
+
+            class Dataset(torch.utils.data.Dataset):
+                def __len__(self):
+                    return 100
+
+                def __getitem__(self, i):
+                    return torch.randn(8), torch.randn(8)
+
+                def get_generator(self, batch_size=4, num_workers=4):
+                    params = {"batch_size": batch_size, "shuffle": True, "num_workers": num_workers}
+                    return torch.utils.data.DataLoader(self, **params)
+
+            def test_generator():
+                for mix, clean in Dataset().get_generator(batch_size=1, num_workers=1):
+                    assert mix.shape == clean.shape
+            """,
+        "pkg/setup.py": """\
+            import pkg.wham as wham_loader
+
+            def setup(bs):
+                return {"train": wham_loader.Dataset().get_generator(batch_size=bs)}
+            """,
+        "train.py": f"""\
+            import torch
+            import pkg.setup as dataset_setup
+
+            gens = dataset_setup.setup(8)
+            {script}
+            opt = torch.optim.Adam(model.parameters())
+            for mix, clean in gens["train"]:
+                dev = next(model.parameters()).device
+                loss = torch.nn.functional.mse_loss(model(mix.to(dev)), clean.to(dev))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["pkg/__init__.py", "pkg/wham.py", "pkg/setup.py", "train.py"],
+                          Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "wham.py") == expected

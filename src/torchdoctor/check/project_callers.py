@@ -463,8 +463,11 @@ class Callers:
         """A module of the project that imports this one (directly or through its package) and runs on an
         accelerator itself: where the batches of a loader made here go (``data/alpaca.py`` for ``finetune.py``).
         ``maker``: the function or class that builds the loader; a ``from m import Model`` that leaves it
-        behind does not count."""
-        here = self.state.absolute(sem.path)
+        behind does not count. One module between them counts too (``train.py`` imports ``dataset_setup.py``, which
+        imports ``wham.py`` and calls its ``Dataset(...).get_generator()``)."""
+        return self._accelerated_importer(self.state.absolute(sem.path), maker, 0)
+
+    def _accelerated_importer(self, here: str, maker: str | None, depth: int) -> str | None:
         memo = self.state.importers
         key = (here, maker)
         if key not in memo:
@@ -475,19 +478,30 @@ class Callers:
             if init != here and self.state.is_file(init) and stem in self.state.import_words(init):
                 targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
                 words.add(os.path.basename(os.path.dirname(here)))
+            between = []
             for other in self._importing(here, words):
                 text = self.state.text(other) or ""
                 named = _ACCELERATOR_WORDS.search(text)
-                if other in targets or maker is not None and maker not in text or not named and (
-                        maker is None or not _CONSTRUCTS.search(text)):
-                    continue  # (one that never names the maker cannot take it; one that names no device, GPU or
-                    # accelerator, and makes no object of a class it imports, runs on none: neither is parsed)
+                if other in targets or maker is not None and maker not in text:
+                    continue  # (one that never names the maker cannot take it)
+                if depth == 0 and maker is not None and "__main__" not in text:
+                    between.append(other)  # (a setup module that names no device: its importers may)
+                if not named and (maker is None or not _CONSTRUCTS.search(text)):
+                    continue  # (one that names no device, GPU or accelerator, and makes no object of a class it
+                    # imports, runs on none: it is not parsed)
                 summary = self.summary(other)
                 if summary is None or not self._imports_any(other, summary, targets, maker):
                     continue
                 if named and summary.accelerated or self._trains_with_an_accelerated_object(other):
                     memo[key] = other  # (``Ganomaly(opt, load_data(opt))``: handed to a trainer that runs on a GPU)
                     break
+            else:
+                for other in between:
+                    summary = self.summary(other)
+                    if summary is not None and self._imports_any(other, summary, targets, maker) \
+                            and (found := self._accelerated_importer(other, None, depth + 1)) is not None:
+                        memo[key] = found
+                        break
         return memo[key]
 
     def _trains_with_an_accelerated_object(self, path: str) -> bool:
