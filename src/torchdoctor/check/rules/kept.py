@@ -188,8 +188,9 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
         if as_array and (isinstance(up, ast.BinOp) or isinstance(up, ast.Subscript) and up.value is cur):
             cur = up  # ``(mask.cpu().numpy() * 255)``: arithmetic on the host array
             continue
-        if isinstance(up, ast.IfExp) and cur in (up.body, up.orelse) and as_array:
-            cur = up  # ``gold = y.cpu().numpy() if use_labels else None``: the copy or nothing, kept alike
+        if isinstance(up, ast.IfExp) and cur in (up.body, up.orelse) and (as_array or method_name(cur) == "tolist"):
+            cur = up  # ``gold = y.cpu().numpy() if use_labels else None``, ``tcls = labels[:, 0].tolist() if nl else []``:
+            # the copy or nothing, kept alike
             continue
         if isinstance(up, ast.BinOp) and all(method_name(side) == "cpu" for side in (up.left, up.right)):
             cur = up  # ``net(x).cpu() + net(flipped).cpu()``: both copies, added on the host
