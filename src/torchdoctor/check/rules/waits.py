@@ -295,6 +295,9 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
                 return False  # (``clip_coef = clip / (param_norm + 1e-6)``: arithmetic queued on the GPU)
         if up is loop:
             return False
+        if isinstance(up, (ast.If, ast.While)) and name is not None and any(body is b for b in (up.body, up.orelse)) \
+                and any(_reads_name(c, name) and sem.binding_at(name, c) is bound for c in sem.subtree(up.test)):
+            return True  # (``if d.item() not in seen: seen.add(d.item())``: the test read it just before)
         if isinstance(up, (ast.If, ast.While)) and not all(  # (``if self.after_iter_callback is not None:``: its test
                 _queues_nothing(ctx, c) for c in sem.subtree(up.test) if isinstance(c, ast.Call)) \
                 and not sem.guards.rank_test(up.test):  # queues nothing; nor does ``if dist.is_primary():``)
