@@ -408,6 +408,9 @@ def class_collates_arrays(sem: SemanticModel, cls: ast.AST) -> bool:
             if isinstance(n, ast.Name) and n.id == "torch" or isinstance(n, ast.Attribute) and n.attr in (
                     "to", "cuda", "from_numpy", "tensor", "as_tensor", "stack", "cat", "default_collate"):
                 return False  # (``torch.``, a move, or a tensor made by whatever name)
+            if isinstance(n, ast.Call) and any(k.arg in ("tensor_type", "return_tensors") and isinstance(k.value, ast.Constant)
+                                               and k.value.value == "pt" for k in n.keywords):
+                return False  # (``BatchEncoding(inputs, tensor_type="pt")``, ``tokenizer.pad(..., return_tensors="pt")``)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
                     and n.func.value.id == "self" and n.func.attr in methods:
                 todo.append(methods[n.func.attr])
