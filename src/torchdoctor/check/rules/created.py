@@ -107,8 +107,9 @@ def _sizes_only(call: ast.Call, sem=None) -> bool:  # type: ignore[no-untyped-de
 def _counting(call: ast.Call) -> bool:
     """``torch.LongTensor(range(n))`` (or of ``list(range(n))``): ``torch.arange(n)`` built on the host."""
     arg = call.args[0] if len(call.args) == 1 and not call.keywords else None
-    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "list" and len(arg.args) == 1:
-        arg = arg.args[0]
+    if isinstance(arg, ast.Call) and (isinstance(arg.func, ast.Name) and arg.func.id == "list"
+                                      or dotted(arg.func) in ("np.array", "numpy.array", "np.asarray")) and len(arg.args) == 1:
+        arg = arg.args[0]  # (``list(range(n))``, ``np.array(range(i, j))``: the same count)
     return isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "range"
 
 
@@ -168,7 +169,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     made = ctx.name(node, 60)
     maker, dev = f"{ctx.name(node.func)}(...", device if how in ("to", "type_as") else "..."
     if counting:  # (a legacy constructor takes no device: its arange does)
-        rng = node.args[0] if node.args[0].func.id == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
+        rng = node.args[0] if dotted(node.args[0].func) == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
     mover = f"`{ctx.name(move.func)}()`" if helper else f"`.{how}()`"
     there = f"`{maker}, device={dev})`" if how in ("to", "type_as") else \
