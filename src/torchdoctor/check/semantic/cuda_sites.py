@@ -24,7 +24,8 @@ _QUIET_DEVICE_KW = lazy(
 )
 
 
-CUDA_TEMPLATES = ("cuda:{}", "cuda:{0}", "cuda:%d")  # an indexed CUDA device filled in by .format() or %
+CUDA_TEMPLATES = ("cuda:{}", "cuda:{0}", "cuda:{:d}", "cuda:%d", "cuda:%s", "cuda:%i")  # an indexed CUDA device filled in
+# by .format() or %
 
 
 def cuda_string(node: ast.AST | None) -> tuple[bool, bool]:
