@@ -48,9 +48,28 @@ def _is_tensor_value(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     if isinstance(recv, ast.Call):
         return sem.expr_kind(recv, at) == "tensor"
     key = dotted(recv)
-    if key is None or sem.kind_of(key, at) != "tensor":
+    if key is None:
         return False
+    if sem.kind_of(key, at) != "tensor":
+        return _tensor_parameter(ctx, recv, at)
     return not _dict_like_batch(ctx, key, at)
+
+
+_TENSOR_NAME = lazy(r"(?i)(^|_)tensors?$")
+
+
+def _tensor_parameter(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``input_tensor`` of ``def evaluate(encoder, decoder, input_tensor)``: a parameter named for a tensor, not
+    annotated as anything else, and every call of the function here hands it a value not known as a model."""
+    sem = ctx.semantic
+    if not isinstance(recv, ast.Name) or not _TENSOR_NAME.search(recv.id):
+        return False
+    b = sem.binding_at(recv.id, at)
+    if b is None or not b.is_param or b.value is not None and "Tensor" not in (dotted(b.value) or ""):
+        return False  # (``b.value``: the annotation)
+    func = b.node
+    return all(sem.expr_kind(arg, site) not in ("model", "wrapper") for site in sem.call_sites(func)  # type: ignore[arg-type]
+               if (arg := call_argument(site, func, recv.id)) is not None)  # type: ignore[arg-type]
 
 
 def _dict_like_batch(ctx: Context, key: str, at: ast.AST, ok_subscript: bool = False) -> bool:
