@@ -70,6 +70,13 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
         return _passed_feeds(sem, parent, child, depth)
     if isinstance(parent, ast.Expr) or isinstance(parent, (ast.Tuple, ast.List)) and isinstance(sem.parent(parent), ast.Expr):
         return False  # built and thrown away; ``train_dl, test_dl`` on a notebook cell's last line: displayed
+    if isinstance(parent, (ast.Tuple, ast.List)) and isinstance(call := sem.parent(parent), ast.Call) \
+            and parent in call.args and (found := _unpacked_by_callee(sem, call, parent, child)) is not None:
+        key, unpacking = found  # ``train_epoch(model, [train_dl, eval_dl])``, whose ``train_loader, eval_loader =
+        # loaders`` names each: that name's reads in that function
+        func = sem.function_of(unpacking)
+        return any(_feeds_value(sem, use, depth + 1) for use in sem.reads_of(key) if sem.function_of(use) is func
+                   and (b := sem.binding_at(key, use)) is not None and b.node is unpacking)
     if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in ("next", "__next__") \
             and isinstance(call := sem.parent(parent), ast.Call) and call.func is parent and isinstance(child, ast.Name) \
             and depth > 0:  # ``labeled_iter.next()`` (Python 2's spelling, FixMatch's): ``next(labeled_iter)``
@@ -108,6 +115,28 @@ def _self_test(sem: SemanticModel, site: ast.AST) -> bool:
         return func.name.startswith("test")  # type: ignore[attr-defined]
     return any(isinstance(up, ast.If) and isinstance(up.test, ast.Compare) and dotted(up.test.left) == "__name__"
                for up in sem.ancestors(site))
+
+
+def _unpacked_by_callee(sem: SemanticModel, call: ast.Call, seq: ast.AST, item: ast.AST) -> tuple[str, ast.AST] | None:
+    """The name a function of this file gives ``item`` of the list or tuple ``seq`` it is handed, by unpacking its
+    parameter (``train_loader, eval_loader = loaders``): that name and the unpacking statement."""
+    funcs = sem.resolve(call)
+    if len(funcs) != 1 or any(isinstance(e, ast.Starred) for e in seq.elts):  # type: ignore[attr-defined]
+        return None
+    func = funcs[0]
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    if params[:1] == ["self"] and isinstance(call.func, ast.Attribute):
+        params = params[1:]
+    i = call.args.index(seq)  # type: ignore[arg-type]
+    if i >= len(params):
+        return None
+    for n in sem.local_nodes(func):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(t := n.targets[0], (ast.Tuple, ast.List)) \
+                and isinstance(n.value, ast.Name) and n.value.id == params[i] and len(t.elts) == len(seq.elts):  # type: ignore[attr-defined]
+            target = t.elts[seq.elts.index(item)]  # type: ignore[attr-defined]
+            key = dotted(target)
+            return (key, n) if key else None
+    return None
 
 
 def _key_feeds(sem: SemanticModel, key: str, bound: ast.AST, depth: int) -> bool:
