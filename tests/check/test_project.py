@@ -6781,3 +6781,47 @@ def test_a_loader_factory_two_imports_away_from_the_gpu_script_feeds_it(project:
     results = check_files(["pkg/__init__.py", "pkg/wham.py", "pkg/setup.py", "train.py"],
                           Settings(root=str(project), select=("TD304",)))
     assert codes(results, "wham.py") == expected
+
+
+@pytest.mark.parametrize("guard, expected", [
+    ("if args.ngpu > 0:", [(2, "TD102")]),
+    ("if True:", [(2, "TD101"), (2, "TD102")]),
+])
+def test_a_cuda_helper_every_caller_calls_on_the_gpu_side_of_a_device_choice_has_a_fallback(
+        project: Path, guard: str, expected: list) -> None:
+    """OpenTransformer's ``map_to_cuda(d)`` (a utility module) calls ``.cuda()``; every call of it in the trainer sits
+    under ``if args.ngpu > 0:``, and ``-n 0`` trains on the CPU: the program's own fallback (TD101 quiet, TD102's hint
+    stays). Called unguarded, the helper hard-codes CUDA."""
+    write(project, {
+        "pkg/__init__.py": "",
+        "pkg/utils.py": """\
+            def map_to_cuda(d):
+                return {k: v.cuda() for k, v in d.items()}
+            """,
+        "train.py": f"""\
+            import argparse
+            import torch
+            from pkg.utils import map_to_cuda
+
+            def main(args, loader):
+                model = torch.nn.Linear(4, 1)
+                if args.ngpu > 0:
+                    model = model.to(torch.device("cuda"))
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for inputs in loader:
+                    {guard}
+                        inputs = map_to_cuda(inputs)
+                    loss = model(inputs["x"]).sum()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+
+            if __name__ == "__main__":
+                parser = argparse.ArgumentParser()
+                parser.add_argument("-n", "--ngpu", type=int, default=1)
+                main(parser.parse_args(), [])
+            """,
+    })
+    results = check_files(["pkg/__init__.py", "pkg/utils.py", "train.py"],
+                          Settings(root=str(project), select=("TD101", "TD102")))
+    assert codes(results, "utils.py") == expected

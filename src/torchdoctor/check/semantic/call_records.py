@@ -148,10 +148,30 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               host_args_of(sem, call) if per_step else frozenset(),
                               per_iteration, _in_a_forward(sem, call),
                               () if accelerator or given else _made_by_imports(sem, call),
-                              asks_gpus and program.refuses_cpu(sem, at=call), string_choices(sem, call),
+                              asks_gpus and program.refuses_cpu(sem, at=call) or _on_the_gpu_side(sem, call),
+                              string_choices(sem, call),
                               per_iteration and not per_step and _in_a_model_loop(sem, call),
                               unpinned_loader_args(sem, call) if loaders_made else frozenset()))
     return out
+
+
+def _on_the_gpu_side(sem: SemanticModel, call: ast.Call) -> bool:
+    """The call sits in the GPU branch of a device choice (``if args.ngpu > 0: inputs = map_to_cuda(inputs)``): it
+    runs only where the program chose a GPU."""
+    found = sem.guards.device_test_around(call)
+    if found is None:
+        return False
+    test, in_else = found
+    said = sem.guards._device_test(test.test)  # type: ignore[attr-defined]
+    return said is not None and (said == "gpu") != in_else or said is None and not in_else \
+        and _count_test(test.test)
+
+
+def _count_test(test: ast.AST) -> bool:
+    """``args.ngpu > 0``, ``n_gpu >= 1``: a count of GPUs compared with none (its body runs with some)."""
+    return isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Gt, ast.GtE)) \
+        and "gpu" in (dotted(test.left) or "").lower() and isinstance(c := test.comparators[0], ast.Constant) \
+        and c.value in (0, 1) and (c.value == 0) == isinstance(test.ops[0], ast.Gt)
 
 
 def unpinned_loader_args(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
