@@ -277,9 +277,10 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
                     and any(_ends_with_a_read(ctx, f) for f in sem.resolve(stmt.value)):
                 return True  # (``acc, val_loss = evaluate()``, whose last statements read back ``acc``: drained)
             if _drains(ctx, stmt) or isinstance(stmt, ast.If) and stmt.orelse and all(
-                    branch and _drains(ctx, branch[-1]) for branch in (stmt.body, stmt.orelse)):
+                    _branch_drains(ctx, branch) for branch in (stmt.body, stmt.orelse)):
                 return True  # (``parts = comm.all_gather(part)`` of another module, which reads back what it gathers;
-                # ``if deep: ... iou = iou_score(outs[-1], y) else: ... iou = iou_score(out, y)``: on either branch)
+                # ``if deep: ... iou = iou_score(outs[-1], y) else: ... iou = iou_score(out, y)``: on either branch;
+                # ``if mode == "a": aux, acc = task_a(out) elif ...: ... else: raise``: every arm that goes on reads)
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) and name is not None \
                     and _reads_in_another_module(ctx, stmt.value, name) and _runs_whenever(sem, stmt.value, stmt):
                 return True  # (``meter.update(acc=acc)`` whose ``update`` calls ``.item()``: reported there)
@@ -429,9 +430,27 @@ def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
                and c is not it and not ctx.semantic.contains(loop.iter, c))  # type: ignore[attr-defined]
 
 
-def _ends_with_a_read(ctx: Context, func: ast.AST) -> bool:
+def _branch_drains(ctx: Context, branch: list[ast.stmt], depth: int = 0) -> bool:
+    """The block ends with a statement that drains the GPU's queue (a read back, a call of a function of this file that
+    ends with one), or leaves (``raise``), or is an ``if`` whose every arm does."""
+    if not branch or depth > 4:
+        return False
+    last = branch[-1]
+    if isinstance(last, (ast.Raise, ast.Continue, ast.Return)):
+        return True
+    if isinstance(last, ast.If):
+        return bool(last.orelse) and _branch_drains(ctx, last.body, depth + 1) \
+            and _branch_drains(ctx, last.orelse, depth + 1)
+    if _drains(ctx, last):
+        return True
+    return isinstance(last, (ast.Expr, ast.Assign)) and isinstance(last.value, ast.Call) \
+        and any(_ends_with_a_read(ctx, f) for f in ctx.semantic.resolve(last.value))
+
+
+def _ends_with_a_read(ctx: Context, func: ast.AST, depth: int = 0) -> bool:
     """A function of this file whose body ends with a read back (``acc = (...).cpu().numpy(); return acc, val_loss``,
-    ``return loss.item()``): every GPU work it queued, that read waited for; the GPU is idle when it returns."""
+    ``return loss.item()``, or ``return crit(pred, y), accuracy(pred, y)`` of such a function last): every GPU work
+    it queued, that read waited for; the GPU is idle when it returns."""
     from torchdoctor.check.rules.host_values import sync_site
 
     body = list(getattr(func, "body", None) or ())
@@ -445,8 +464,14 @@ def _ends_with_a_read(ctx: Context, func: ast.AST) -> bool:
     if not body or not isinstance(body[-1], (ast.Expr, ast.Assign, ast.Return)):
         return False
     last = body[-1]
-    return any(isinstance(c, ast.Call) and _runs_whenever(sem, c, last) and sync_site(ctx, c) is not None
-               for c in sem.subtree(last))
+    if any(isinstance(c, ast.Call) and _runs_whenever(sem, c, last) and sync_site(ctx, c) is not None
+           for c in sem.subtree(last)):
+        return True
+    value = getattr(last, "value", None)
+    if isinstance(value, ast.Tuple) and value.elts:
+        value = value.elts[-1]  # (evaluated last)
+    return depth < 2 and isinstance(value, ast.Call) and any(
+        _ends_with_a_read(ctx, f, depth + 1) for f in sem.resolve(value) if f is not func)
 
 
 def _host_work_after_a_read(ctx: Context, stmt: ast.AST) -> bool:
