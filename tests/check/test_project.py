@@ -6825,3 +6825,48 @@ def test_a_cuda_helper_every_caller_calls_on_the_gpu_side_of_a_device_choice_has
     results = check_files(["pkg/__init__.py", "pkg/utils.py", "train.py"],
                           Settings(root=str(project), select=("TD101", "TD102")))
     assert codes(results, "utils.py") == expected
+
+
+@pytest.mark.parametrize("imported, expected", [("Propagation", []), ("Propagation, SetAbstraction", [(6, "TD611")])])
+def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
+        project: Path, imported: str, expected: list) -> None:
+    """Point-MAE's PointNet++ module: ``sample_idx`` makes indices on the host and moves them, and only the set
+    abstraction's forward calls it; the training script imports the feature propagation alone, so no step runs the
+    helper (TD611 quiet). Imported (and so buildable) too, the set abstraction's forward makes them every step."""
+    write(project, {
+        "blocks.py": """\
+            import torch
+            import torch.nn as nn
+
+            def sample_idx(xyz, n):
+                device = xyz.device
+                return torch.randint(0, xyz.shape[1], (xyz.shape[0], n)).to(device)
+
+            class SetAbstraction(nn.Module):
+                def forward(self, xyz):
+                    return sample_idx(xyz, 16)
+
+            class Propagation(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+
+                def forward(self, xyz):
+                    return self.fc(xyz)
+            """,
+        "train.py": f"""\
+            import torch
+            from blocks import {imported}
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Propagation().to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(10):
+                loss = model(torch.randn(4, 64, 3, device=device)).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["blocks.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "blocks.py") == expected

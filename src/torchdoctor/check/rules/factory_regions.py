@@ -29,7 +29,8 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
     if func is not None and cls is not None and cls.name in sem.module_classes and \
             (func.name == "forward" or reached_from_forward(sem, func, cls)):
         return func
-    if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func):
+    if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func) \
+            and not _only_dead_classes_call(sem, func):
         return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
     if func is not None and cls is None and sem.function_of(func) is None and not sem.call_sites(func) \
             and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
@@ -39,6 +40,24 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
             and sem.cached(("built_by_forwards", cls), lambda: _built_by_forwards(sem, cls, func)):
         return func  # ``TriangularCausalMask(B, L, device=x.device)`` made in an attention's forward: its ``__init__``
     return None
+
+
+def _only_dead_classes_call(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    """Every forward that runs the helper ``func`` (through helpers of the module) is of a model class nothing builds:
+    the module makes none and names it nowhere else, and the modules of the project that import it never name it
+    (PointNet++'s set abstraction beside the feature propagation that the training script imports): no step runs it."""
+    if sem.project is None or depth > 2:
+        return False
+    sites = sem.call_sites(func)
+    for site in sites:
+        owner = sem.class_of(site)
+        if owner is None:
+            caller = sem.function_of(site)
+            if caller is None or not _only_dead_classes_call(sem, caller, depth + 1):
+                return False
+        elif sem.reads_of(owner.name) or not sem.project.uncalled_helper(sem, owner):  # type: ignore[attr-defined]
+            return False
+    return bool(sites)
 
 
 def _built_by_forwards(sem, cls: ast.AST, init: ast.AST) -> bool:  # type: ignore[no-untyped-def]
