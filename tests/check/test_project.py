@@ -6843,6 +6843,9 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
                 return torch.randint(0, xyz.shape[1], (xyz.shape[0], n)).to(device)
 
             class SetAbstraction(nn.Module):
+                def __init__(self):
+                    super(SetAbstraction, self).__init__()
+
                 def forward(self, xyz):
                     return sample_idx(xyz, 16)
 

@@ -55,8 +55,9 @@ def _only_dead_classes_call(sem, func: ast.AST, depth: int = 0) -> bool:  # type
             caller = sem.function_of(site)
             if caller is None or not _only_dead_classes_call(sem, caller, depth + 1):
                 return False
-        elif sem.reads_of(owner.name) or not sem.project.uncalled_helper(sem, owner):  # type: ignore[attr-defined]
-            return False
+        elif any(sem.class_of(r) is not owner for r in sem.reads_of(owner.name)) \
+                or not sem.project.uncalled_helper(sem, owner):  # type: ignore[attr-defined]
+            return False  # (``super(SetAbstraction, self).__init__()`` in the class itself names it too)
     return bool(sites)
 
 
