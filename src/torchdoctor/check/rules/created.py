@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, has_kwargs, keyword, method_name, root_name, \
-    strip_methods
+    param_default, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -611,16 +611,34 @@ def _handed_numbers(ctx: Context, func: ast.AST, param: str) -> bool:
         return False
     for site in sites:
         given = call_argument(site, func, param)  # type: ignore[arg-type]
-        if isinstance(given, ast.UnaryOp):
-            given = given.operand
-        if isinstance(given, ast.Constant) and type(given.value) in (int, float) \
-                or isinstance(given, (ast.Call, ast.Subscript)) and _host_number(given):
-            continue  # (``y.size(1)``, ``x.shape[0]``, ``len(xs)``: shapes and counts are Python ints)
-        b = sem.binding_at(dotted(given), site) if isinstance(given, (ast.Name, ast.Attribute)) and dotted(given) else None
-        value = b.value if b is not None and not b.is_param and b.index is None else None
-        if not (isinstance(value, ast.Constant) and type(value.value) in (int, float)):
+        if given is None or not _number_expr(ctx, given, site, 0):
             return False
     return True
+
+
+def _number_expr(ctx: Context, given: ast.AST, at: ast.AST, depth: int) -> bool:
+    """``given`` is a Python number: a literal, a shape or count (``y.size(1)``, ``len(xs)``), a name or attribute bound
+    to one (``self.noobject_scale = 5.0``; ``self.drop = drop`` of a parameter defaulting to ``0.25``), or arithmetic
+    of such (``1.0 - self.drop``)."""
+    sem = ctx.semantic
+    if depth > 3:
+        return False
+    if isinstance(given, ast.UnaryOp):
+        return _number_expr(ctx, given.operand, at, depth + 1)
+    if isinstance(given, ast.BinOp):
+        return _number_expr(ctx, given.left, at, depth + 1) and _number_expr(ctx, given.right, at, depth + 1)
+    if isinstance(given, ast.Constant):
+        return type(given.value) in (int, float)
+    if isinstance(given, (ast.Call, ast.Subscript)):
+        return _host_number(given)  # (``y.size(1)``, ``x.shape[0]``, ``len(xs)``: shapes and counts are Python ints)
+    key = dotted(given) if isinstance(given, (ast.Name, ast.Attribute)) else None
+    b = sem.binding_at(key, at) if key else None
+    if b is None or b.index is not None:
+        return False
+    if b.is_param:
+        default = param_default(b.node, key) if isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None  # type: ignore[arg-type]
+        return isinstance(default, ast.Constant) and type(default.value) in (int, float)
+    return b.value is not None and _number_expr(ctx, b.value, b.node, depth + 1)
 
 
 def _combined_with(ctx: Context, node: ast.AST, hot: set[str], region: ast.AST) -> str | None:
