@@ -254,12 +254,24 @@ class Guards(GradModes, DeviceChoices):
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
                 if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._chosen_steps(test)
-                                                                         or self._own_counter_fixed(test, loop)))) and \
+                                                                         or self._own_counter_fixed(test, loop)
+                                                                         or self._flag_of_guarded_steps(test, loop)))) and \
                         not (loop is not None and self._tests_outer_counter(test, loop)) and \
                         not self._accumulation_boundary(frame.node):
                     return True
             frame = frame.parent
         return False
+
+    def _flag_of_guarded_steps(self, test: ast.AST, loop: ast.AST | None) -> bool:
+        """``if plot:`` of a flag the function sets ``False`` and turns ``True`` only behind a step guard (``plot = False;
+        if epoch % plot_freq == 0 and i == 0: plot = True``): its body runs on those steps only."""
+        if not isinstance(test, ast.Name):
+            return False
+        scope = self.index.frame[test].scope
+        bound = [b for b in self.bindings.by_key.get(test.id, []) if b.scope is scope]
+        on = [b for b in bound if isinstance(b.value, ast.Constant) and b.value.value is True]
+        return bool(on) and all(isinstance(b.value, ast.Constant) and b.value.value in (True, False) for b in bound) \
+            and all(self.under_step_guard(b.node, loop) for b in on)
 
     def _accumulation_boundary(self, if_node: ast.AST) -> bool:
         """``if (idx + 1) % grad_accum == 0: optimizer.step()``: the test picks the micro-batch that ends a
