@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, root_name, strip_methods
 from torchdoctor.check.registry import rule
-from torchdoctor.check.semantic import models, placement, program
+from torchdoctor.check.semantic import frozen, models, placement, program
 from torchdoctor.findings import Edit
 
 if TYPE_CHECKING:
@@ -190,6 +190,9 @@ def _call_flags(ctx: Context, call: ast.Call, depth: int) -> tuple[bool, bool]:
                                                          or _unmoved_yet(sem, call))) \
             and not _fed_a_host_tensor(ctx, call) and not _callers_hand_a_host_model(ctx, call)
         grad = not sem.under_no_grad(call)
+        if grad and frozen.calls_a_frozen_model(sem, call):
+            grad = any(_flags(ctx, a, depth + 1)[1] for a in call.args)  # (a feature extractor frozen in its
+            # ``__init__``: its output needs grad only where its input does)
         if grad and models.model_has_no_parameters(sem, call.func, call):
             # ``FCLegendre(d=2)(f, dim=1)``: a module of buffers records a graph only from inputs that need one
             grad = any(_flags(ctx, a, depth + 1)[1] for a in call.args)

@@ -109,6 +109,8 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
         return True  # ``nn.Embedding.from_pretrained(vectors)``: ``freeze=True`` unless told otherwise
     if made is not None and _built_frozen(sem, made):
         return True  # ``InceptionV3([block])`` whose ``__init__`` freezes every parameter unless told otherwise
+    if made is not None and (inner := _returned_construction(sem, made)) is not None and _built_frozen(sem, inner):
+        return True  # ``net = prepare_model(device)`` of ``return Vgg16(requires_grad=False).to(device).eval()``
     here = (call.lineno, call.col_offset)
 
     def model_binding(at: ast.AST) -> object | None:  # through ``model = model.to(device)``: the same module
@@ -146,6 +148,21 @@ def calls_a_frozen_model(sem: SemanticModel, call: ast.Call) -> bool:
                 and same_model(c) and any(_freezes_its_argument(sem, f) for f in sem.resolve(c)):
             return True
     return _frozen_by_every_caller(sem, call, key)
+
+
+def _returned_construction(sem: SemanticModel, call: ast.Call) -> ast.Call | None:
+    """The model construction a function of this file returns, through moves and mode calls (``return
+    Vgg16(requires_grad=False).to(device).eval()``), when its one ``return`` is that."""
+    funcs = sem.resolve(call)
+    if len(funcs) != 1:
+        return None
+    returns = [n for n in sem.local_nodes(funcs[0]) if isinstance(n, ast.Return) and n.value is not None]
+    if len(returns) != 1:
+        return None
+    value = returns[0].value
+    while isinstance(value, ast.Call) and method_name(value) in ("to", "cuda", "eval", "half", "float", "cpu"):
+        value = value.func.value  # type: ignore[attr-defined]
+    return value if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)) else None
 
 
 def _freezes_its_argument(sem: SemanticModel, func: ast.AST) -> bool:
@@ -253,8 +270,22 @@ def class_freezes_itself(sem: SemanticModel, cls: ast.AST) -> str | None:
             if var and isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute) \
                     and st.targets[0].attr == "requires_grad" and dotted(st.targets[0].value) == var:
                 found = frozen_by(st.value)
+                if found == "":
+                    return _deciding_flag(sem, init, node)
                 if found is not None:
                     return found
+    return None
+
+
+def _deciding_flag(sem: SemanticModel, init: ast.AST, loop: ast.AST) -> str | None:
+    """The freezing loop runs always (""), or under ``if not requires_grad:`` of an ``__init__`` parameter defaulting
+    to False (that parameter's name); under any other test, it cannot be told (None)."""
+    tests = list(sem.guards.branch_tests(loop))
+    if not tests:
+        return ""
+    if len(tests) == 1 and isinstance(test := tests[0][0], ast.Name) and not tests[0][1] \
+            and is_false(param_default(init, test.id)):
+        return test.id  # (``if not requires_grad:`` — branch_tests takes the ``not`` off: the loop runs where it is False)
     return None
 
 
@@ -265,7 +296,10 @@ def frozen_as_built(how: str | None, made: ast.Call, init_params: list[str] | No
         return False
     if how == "":
         return True
-    if any(k.arg == how or k.arg is None for k in made.keywords):
+    given = next((k for k in made.keywords if k.arg == how), None)
+    if given is not None:
+        return is_false(given.value)  # (``Vgg16(requires_grad=False)``: told what the default says)
+    if any(k.arg is None for k in made.keywords):
         return False
     position = init_params.index(how) if init_params and how in init_params else None
     return not any(isinstance(a, ast.Starred) for a in made.args) and (position is None and not made.args
