@@ -8,7 +8,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, root_name, strip_methods, string_value, target_names
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, root_name, strip_methods, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.forwards import moved_params
@@ -395,7 +395,7 @@ SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double"
                "half", "bool", "prod", "std", "var", "median", "topk", "sort", "t", "narrow", "select", "mul", "add",
                "sub", "div", "neg", "squeeze_", "unsqueeze_", "expand", "repeat", "numel", "type_as", "add_", "sub_",
                "mul_", "div_", "uniform_", "normal_", "random_", "fill_", "zero_", "bernoulli_", "exponential_",
-               "floor", "ceil", "trunc", "sign")  # (``torch.empty(2).uniform_(-4, 4).round()``: still on the host)
+               "floor", "ceil", "trunc", "sign", "ne", "eq", "gt", "lt", "ge", "le")  # (``torch.empty(2).uniform_(-4, 4).round()``: still on the host)
 
 
 _NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})
@@ -451,6 +451,11 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         b = ctx.semantic.bindings.at(expr.id, at)
         if b is not None and b.node is not expr and _before_the_first_move(ctx, b, at):
             return True  # ``pred_mask = alen[:, None] < lengths[None] - 1`` before ``x, lengths = to_cuda(x, lengths)``
+        if b is not None and b.is_param and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) and depth < 6:
+            sites = ctx.semantic.call_sites(b.node)  # ``def error(preds, targets)`` every call of which hands it host
+            given = [call_argument(s, b.node, expr.id) for s in sites]  # copies: ``error(get_predictions(out),
+            return bool(sites) and all(g is not None and made_on_host(ctx, g, s, depth + 2)  # y.cpu())``
+                                       for g, s in zip(given, sites))
         if b is not None and b.value is None:  # ``for pred in host_list``, ``for i, pred in enumerate(host_list)``
             loop = ctx.semantic.parent(b.node)
             if loop is not None and loop is ctx.semantic.enclosing_loop(at, "batch") and \
