@@ -297,8 +297,10 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
         if up is loop:
             return False
         if isinstance(up, (ast.If, ast.While)) and name is not None and any(body is b for b in (up.body, up.orelse)) \
-                and any(_reads_name(c, name) and sem.binding_at(name, c) is bound for c in sem.subtree(up.test)):
-            return True  # (``if d.item() not in seen: seen.add(d.item())``: the test read it just before)
+                and any(_reads_name(c, name) and sem.binding_at(name, c) is bound and _always_evaluated(sem, c, up.test)
+                        for c in sem.subtree(up.test)):
+            return True  # (``if d.item() not in seen: seen.add(d.item())``: the test read it just before; not ``if f1 >
+            # best or loss.item() < low:``, whose read the ``or`` may skip)
         if isinstance(up, (ast.If, ast.While)) and not all(  # (``if self.after_iter_callback is not None:``: its test
                 _queues_nothing(ctx, c) for c in sem.subtree(up.test) if isinstance(c, ast.Call)) \
                 and not sem.guards.rank_test(up.test):  # queues nothing; nor does ``if dist.is_primary():``)
@@ -428,6 +430,20 @@ def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
         return False  # (a loop over batches: each pass queues its own work; ``(aux * 2).item()``: arithmetic queued)
     return all(_queues_nothing(ctx, c) for c in ctx.semantic.subtree(loop) if isinstance(c, ast.Call)
                and c is not it and not ctx.semantic.contains(loop.iter, c))  # type: ignore[attr-defined]
+
+
+def _always_evaluated(sem, node: ast.AST, test: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` runs whenever ``test`` is evaluated: not in a later operand of an ``and``/``or``, nor in a branch of a
+    conditional expression."""
+    child = node
+    for up in sem.ancestors(node):
+        if isinstance(up, ast.BoolOp) and up.values and child is not up.values[0] \
+                or isinstance(up, ast.IfExp) and child is not up.test:
+            return False
+        if up is test:
+            return True
+        child = up
+    return True
 
 
 def _branch_drains(ctx: Context, branch: list[ast.stmt], depth: int = 0) -> bool:
