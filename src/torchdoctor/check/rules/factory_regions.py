@@ -234,8 +234,8 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
         return None  # (a loop of the helper's own over the batch's rows, ``for i in range(y.size(0)):``, makes more)
     if sem.frame(func).kind == "class" and sem.function_of(func) is None:
         return _step_of_a_method(ctx, func)  # (``algorithm.update(batches)``, ``trainer.dis_step(stats)``)
-    if sem.frame(func).kind != "module" or sem.call_sites(func):
-        return None
+    if sem.frame(func).kind != "module" or sem.call_sites(func) and not _only_dead_classes_call(sem, func):
+        return None  # (called here only by forwards of classes nothing builds: its callers elsewhere decide)
     callers = [c for c in sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
                if "*" in c.passed or not _flag_left_off(sem, node, func, c.passed)]
     if not callers and not (not sem.loops_around(node) and _loops_a_model(sem, func)):
