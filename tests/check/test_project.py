@@ -6873,3 +6873,72 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
     })
     results = check_files(["blocks.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "blocks.py") == expected
+
+
+@pytest.mark.parametrize("stop, expected", [("if not torch.cuda.is_available():", []),
+                                            ("if False:", [(4, "TD101")])])
+def test_cuda_code_a_gpu_only_script_reaches_through_networks_it_builds_needs_no_fallback(
+        project: Path, stop: str, expected: list) -> None:
+    """darts: ``utils.drop_path`` makes a CUDA mask and is called by a cell's forward, the cells are built by the
+    network, and the script builds the network after stopping without a GPU; the network also rebuilds itself in a
+    ``new()`` method another module's object calls. All of it runs with a GPU only (TD101 quiet). Without the stop,
+    the helper hard-codes CUDA."""
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def drop_path(x, p):
+                mask = torch.cuda.FloatTensor(x.size(0), 1).bernoulli_(1 - p)
+                return x * mask / (1 - p)
+            """,
+        "model.py": """\
+            import torch.nn as nn
+            from utils import drop_path
+
+            class Cell(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(8, 8)
+
+                def forward(self, x, drop_prob):
+                    h = self.fc(x)
+                    if self.training and drop_prob > 0.0:
+                        h = drop_path(h, drop_prob)
+                    return h
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.cells = nn.ModuleList([Cell() for _ in range(3)])
+
+                def forward(self, x):
+                    for cell in self.cells:
+                        x = cell(x, 0.2)
+                    return x
+
+                def new(self):
+                    return Net().cuda()
+            """,
+        "train.py": f"""\
+            import sys
+            import torch
+            from model import Net
+
+            def main():
+                {stop}
+                    sys.exit(1)
+                model = Net().cuda()
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for step in range(10):
+                    loss = model(torch.randn(4, 8).cuda()).sum()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    model.new()
+
+            main()
+            """,
+    })
+    results = check_files(["utils.py", "model.py", "train.py"], Settings(root=str(project), select=("TD101", "TD102")))
+    assert codes(results, "utils.py") == expected
+    assert [c for c in codes(results, "model.py") if c[1] == "TD101"] == ([] if not expected else [(26, "TD101")])

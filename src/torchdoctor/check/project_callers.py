@@ -275,9 +275,26 @@ class Callers:
         model = self._model(record.path) if depth < 2 else None
         call = next((c for c in model.calls if c.lineno == record.line), None) if model is not None else None
         func = model.function_of(call) if call is not None else None
-        if func is None or model.call_sites(func):
-            return False  # (called in its own module too: not followed)
+        return func is not None and self._function_refuses_cpu(model, func, depth)
+
+    def _function_refuses_cpu(self, model: SemanticModel, func: ast.AST, depth: int) -> bool:
+        """Every run of ``func`` (of ``model``'s module) comes after a stop without a GPU, as far as its callers in
+        other modules show; a network's ``forward`` (or ``__init__``) runs where its class is built, also when another
+        class of the module builds it (``self.cells = nn.ModuleList([Cell() for _ in range(3)])`` in ``Net``)."""
         cls = model.class_of(func)
+        if cls is not None and model.frame(cls).kind == "module" and func.name == "forward" \
+                and cls.name in model.module_classes:  # type: ignore[attr-defined]
+            built = [c for c in model.calls if isinstance(c.func, ast.Name) and c.func.id == cls.name]  # type: ignore[attr-defined]
+            makers = {id(g): g for c in built if (g := model.function_of(c)) is not None}
+            if len(makers) != len({id(model.function_of(c)) for c in built}) or depth >= 2:
+                return False  # (built at module level: not followed)
+            records = self._callers(model, cls)
+            return bool(records or makers) and all(r.after_refusal or self._caller_refuses_cpu(r, depth + 1)
+                                                   for r in records) \
+                and all(g is not func and self._function_refuses_cpu(model, g, depth + 1) for g in makers.values())
+        if any(not (func.name == "__init__" and model.class_of(c) is cls) for c in model.call_sites(func)):
+            return False  # (called in its own module too: not followed; a rebuild in the class's own ``new()`` runs
+            # on an object made elsewhere)
         if cls is not None and model.frame(cls).kind == "module":  # (``__init__``: the class's makers; another
             records = self._callers(model, cls) if func.name == "__init__" \
                 else self._callers(model, func, by_class=True)  # method: its calls through objects of the class)

@@ -27,7 +27,8 @@ def _callers_need_a_gpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-
         return False
     cls = sem.class_of(func)
     if cls is not None and sem.frame(cls).kind == "module" and sem.frame(func).kind == "class" \
-            and not sem.calls_named(cls.name):  # type: ignore[attr-defined]
+            and all(sem.class_of(c) is cls for c in sem.calls_named(cls.name)):  # type: ignore[attr-defined]
+        # (``def new(self): return Net().cuda()``: a rebuild of an object that exists already, made elsewhere)
         return sem.project.callers_refuse_cpu(sem, cls, ddp_only=False)  # (``crit = NCESoftmaxLoss().cuda()`` there)
     return sem.frame(func).kind == "module" and not sem.call_sites(func) \
         and sem.project.callers_refuse_cpu(sem, func, ddp_only=False)
