@@ -6942,3 +6942,44 @@ def test_cuda_code_a_gpu_only_script_reaches_through_networks_it_builds_needs_no
     results = check_files(["utils.py", "model.py", "train.py"], Settings(root=str(project), select=("TD101", "TD102")))
     assert codes(results, "utils.py") == expected
     assert [c for c in codes(results, "model.py") if c[1] == "TD101"] == ([] if not expected else [(26, "TD101")])
+
+
+@pytest.mark.parametrize("called, expected", [("dual", [(5, "TD611")]), ("info_nce", [(5, "TD611")]),
+                                              ("describe", [])])
+def test_a_factory_in_a_helper_that_a_sibling_helper_calls_for_another_module_s_step_is_made_every_step(
+        project: Path, called: str, expected: list) -> None:
+    """GraphMVP's ``util.py``: ``info_nce`` makes its labels on the host and moves them; ``dual`` calls it twice, and
+    the training loop of another module calls ``dual`` (or ``info_nce`` itself) every step: made then moved every step
+    (TD611). A loop that calls only a helper not reaching ``info_nce`` makes nothing."""
+    write(project, {
+        "util.py": """\
+            import torch
+            import torch.nn.functional as F
+
+            def info_nce(a, b):
+                labels = torch.arange(a.size(0)).long().to(a.device)
+                return F.cross_entropy(a @ b.t(), labels)
+
+            def dual(a, b):
+                return (info_nce(a, b) + info_nce(b, a)) / 2
+
+            def describe(a, b):
+                return (a - b).pow(2).mean()
+            """,
+        "train.py": f"""\
+            import torch
+            from util import {called}
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(8, 8).to(device)
+            opt = torch.optim.Adam(model.parameters())
+            loader = torch.utils.data.DataLoader([], batch_size=4, pin_memory=True, num_workers=2)
+            for x, y in loader:
+                loss = {called}(model(x.to(device)), model(y.to(device)))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["util.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "util.py") == expected

@@ -234,8 +234,12 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
         return None  # (a loop of the helper's own over the batch's rows, ``for i in range(y.size(0)):``, makes more)
     if sem.frame(func).kind == "class" and sem.function_of(func) is None:
         return _step_of_a_method(ctx, func)  # (``algorithm.update(batches)``, ``trainer.dis_step(stats)``)
-    if sem.frame(func).kind != "module" or sem.call_sites(func) and not _only_dead_classes_call(sem, func):
-        return None  # (called here only by forwards of classes nothing builds: its callers elsewhere decide)
+    if sem.frame(func).kind != "module":
+        return None
+    if sem.call_sites(func) and not _only_dead_classes_call(sem, func):
+        # (called here only by forwards of classes nothing builds: its callers elsewhere decide; or by a helper of
+        # this module that a loop of another module calls every step: ``dual(a, b)`` calling ``info_nce`` twice)
+        return _step_caller_of_a_local_helper(ctx, node, func)
     callers = [c for c in sem.project.step_callers(sem, func)  # type: ignore[attr-defined]
                if "*" in c.passed or not _flag_left_off(sem, node, func, c.passed)]
     if not callers and not (not sem.loops_around(node) and _loops_a_model(sem, func)):
@@ -247,6 +251,30 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
     here = os.path.dirname(os.path.abspath(sem.path))
     first = min(callers, key=lambda c: (c.path, c.line))
     return f"the loop that calls `{func.name}` at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
+
+
+def _step_caller_of_a_local_helper(ctx: Context, node: ast.AST, func: ast.AST) -> str | None:
+    """``func`` is called here by module-level functions (up to two calls up, none of them behind a loop of its own),
+    and a batch loop of another module calls ``func`` or one of them every step: where that loop is."""
+    sem = ctx.semantic
+    todo, seen = [(func, 0)], {id(func)}
+    while todo:
+        f, depth = todo.pop(0)
+        callers = sem.project.step_callers(sem, f)  # type: ignore[attr-defined]
+        if callers:
+            here = os.path.dirname(os.path.abspath(sem.path))
+            first = min(callers, key=lambda c: (c.path, c.line))
+            via = f" (which calls `{func.name}`)" if f is not func else ""  # type: ignore[attr-defined]
+            return f"the loop that calls `{f.name}`{via} at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
+        if depth >= 2:
+            continue
+        for site in sem.call_sites(f):
+            g = sem.function_of(site)
+            if g is None or id(g) in seen or sem.frame(g).kind != "module" or sem.loops_around(site):
+                continue
+            seen.add(id(g))
+            todo.append((g, depth + 1))
+    return None
 
 
 def _step_of_a_method(ctx: Context, func: ast.AST) -> str | None:
