@@ -246,11 +246,7 @@ def project_step_caller(ctx: Context, node: ast.AST) -> str | None:
         callers = [c for c in sem.project.model_loop_callers(sem, func)  # type: ignore[attr-defined]
                    if "*" in c.passed or not _flag_left_off(sem, node, func, c.passed)]
         # (not for a whole decoding run a call: what it makes before its own loop, it makes once a run)
-    if not callers:
-        return None
-    here = os.path.dirname(os.path.abspath(sem.path))
-    first = min(callers, key=lambda c: (c.path, c.line))
-    return f"the loop that calls `{func.name}` at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
+    return _the_loop_that_calls(sem, callers, func, func) if callers else None
 
 
 def _step_caller_of_a_local_helper(ctx: Context, node: ast.AST, func: ast.AST) -> str | None:
@@ -262,10 +258,7 @@ def _step_caller_of_a_local_helper(ctx: Context, node: ast.AST, func: ast.AST) -
         f, depth = todo.pop(0)
         callers = sem.project.step_callers(sem, f)  # type: ignore[attr-defined]
         if callers:
-            here = os.path.dirname(os.path.abspath(sem.path))
-            first = min(callers, key=lambda c: (c.path, c.line))
-            via = f" (which calls `{func.name}`)" if f is not func else ""  # type: ignore[attr-defined]
-            return f"the loop that calls `{f.name}`{via} at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
+            return _the_loop_that_calls(sem, callers, f, func)
         if depth >= 2:
             continue
         for site in sem.call_sites(f):
@@ -285,8 +278,13 @@ def _step_of_a_method(ctx: Context, func: ast.AST) -> str | None:
     for entry in [func] if not sem.call_sites(func) else method_entries(ctx, func):
         callers = sem.project.step_callers(sem, entry)  # type: ignore[attr-defined]
         if callers:
-            here = os.path.dirname(os.path.abspath(sem.path))
-            first = min(callers, key=lambda c: (c.path, c.line))
-            via = f" (which calls `{func.name}`)" if entry is not func else ""  # type: ignore[attr-defined]
-            return f"the loop that calls `{entry.name}`{via} at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
+            return _the_loop_that_calls(sem, callers, entry, func)
     return None
+
+
+def _the_loop_that_calls(sem, callers: list, entry: ast.AST, func: ast.AST) -> str:  # type: ignore[no-untyped-def]
+    """How a message names the first of the loops elsewhere that call ``entry`` (which calls ``func``, if another)."""
+    here = os.path.dirname(os.path.abspath(sem.path))
+    first = min(callers, key=lambda c: (c.path, c.line))
+    via = f" (which calls `{func.name}`)" if entry is not func else ""  # type: ignore[attr-defined]
+    return f"the loop that calls `{entry.name}`{via} at {os.path.relpath(first.path, here)}:{first.line}"  # type: ignore[attr-defined]
