@@ -455,7 +455,7 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
             sites = ctx.semantic.call_sites(b.node)  # ``def error(preds, targets)`` every call of which hands it host
             given = [call_argument(s, b.node, expr.id) for s in sites]  # copies: ``error(get_predictions(out),
             return bool(sites) and all(g is not None and made_on_host(ctx, g, s, depth + 2)  # y.cpu())``
-                                       for g, s in zip(given, sites))
+                                       and not _numpy_number(ctx, g, s) for g, s in zip(given, sites))
         if b is not None and b.value is None:  # ``for pred in host_list``, ``for i, pred in enumerate(host_list)``
             loop = ctx.semantic.parent(b.node)
             if loop is not None and loop is ctx.semantic.enclosing_loop(at, "batch") and \
@@ -641,6 +641,23 @@ def _host_attribute(ctx: Context, expr: ast.Attribute, depth: int) -> bool:
               and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
                       and t.attr == expr.attr for t in n.targets)]  # type: ignore[attr-defined]
     return bool(values) and all(made_on_host(ctx, v, v, depth + 1) for v in values)
+
+
+def _numpy_number(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """``lam`` of ``lam = np.random.beta(a, a)`` (also handed back by a helper: ``x, y_a, y_b, lam = mixup_data(x, y)``):
+    a NumPy value, a number that meets tensors wherever they are, no host tensor."""
+    sem = ctx.semantic
+    if depth > 3:
+        return False
+    if isinstance(expr, ast.Call):
+        return (ctx.call_name(expr) or "").startswith("numpy.")
+    if not isinstance(expr, ast.Name) or (b := sem.binding_at(expr.id, at)) is None or b.is_param or b.value is None:
+        return False
+    if b.index is not None and isinstance(b.value, ast.Call):
+        funcs = sem.resolve(b.value)
+        values = [sem.kinds.returned_values(f, b.index) for f in funcs]
+        return bool(funcs) and all(v is not None and all(_numpy_number(ctx, x, x, depth + 1) for x in v) for v in values)
+    return _numpy_number(ctx, b.value, b.node, depth + 1)
 
 
 def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth: int) -> bool:
