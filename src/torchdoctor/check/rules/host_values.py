@@ -463,6 +463,10 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
                 return not batch_on_device(ctx, expr.id, at, loop)  # ``targets`` of the batch, never moved
             source = _iterated(ctx, expr.id, b.node)
             return source is not None and made_on_host(ctx, source, b.node, depth + 1)
+        if b is not None and b.index is not None and isinstance(b.value, ast.Call) \
+                and isinstance(b.value.func, ast.Attribute) and b.value.func.attr in SAME_PLACE \
+                and not (ctx.call_name(b.value) or "").startswith("torch."):
+            return made_on_host(ctx, b.value.func.value, b.node, depth + 1)  # ``values, indices = t.cpu().max(1)``
         if b is not None and b.index is not None and isinstance(b.value, ast.Call):
             return _returns_host_tensor(ctx, b.value, b.index, depth)  # ``out, gt = run_one(...)``
         return b is not None and b.value is not None and b.node is not expr and \

@@ -494,7 +494,13 @@ def _host_work_after_a_read(ctx: Context, stmt: ast.AST) -> bool:
     """A statement at a step helper's end that queues nothing: a call handed host arrays (``self.memory.update_priorities(
     indices, prios)`` of ``prios = td.data.cpu().numpy()``), NumPy work (``demo_idxs = np.where(eps != 0.0)``), or an
     attribute of such (``n_demo = demo_idxs[0].size``), with no tensor arithmetic."""
+    from torchdoctor.check.rules.host_values import made_on_host, sync_site
+
     sem = ctx.semantic
+    if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) and isinstance(stmt.value.func, ast.Attribute) \
+            and made_on_host(ctx, stmt.value, stmt) and not _tensor_arithmetic(ctx, list(sem.subtree(stmt.value))) \
+            and not any(isinstance(c, ast.Call) and sync_site(ctx, c) is not None for c in sem.subtree(stmt.value)):
+        return True  # (``indices = indices.view(bs, h, w)`` of ``values, indices = out.cpu().max(1)``: on the host)
     if isinstance(stmt, ast.Expr) and isinstance(call := stmt.value, ast.Call):
         args = [*call.args, *(k.value for k in call.keywords)]
         return bool(args) and all(isinstance(a, (ast.Name, ast.Attribute, ast.Constant)) for a in args) \
