@@ -95,6 +95,9 @@ def _device_names(sem: SemanticModel, region: ast.AST, seeds: set[str]) -> set[s
         if hot:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
+                if isinstance(t, ast.Tuple) and len(t.elts) == 2 and isinstance(node.value, ast.Call) \
+                        and (sem.call_name(node.value) or "").endswith("pad_packed_sequence"):
+                    t = t.elts[0]  # (``out, lengths = pad_packed_sequence(...)``: the lengths are a CPU tensor always)
                 out.update(n.id for n in sem.subtree(t) if isinstance(n, ast.Name))
     return out
 
