@@ -6827,7 +6827,8 @@ def test_a_cuda_helper_every_caller_calls_on_the_gpu_side_of_a_device_choice_has
     assert codes(results, "utils.py") == expected
 
 
-@pytest.mark.parametrize("imported, expected", [("Propagation", []), ("Propagation, SetAbstraction", [(6, "TD611")])])
+@pytest.mark.parametrize("imported, expected", [("Propagation", []),
+                                                  ("Propagation, SetAbstraction", [(6, "TD611"), (13, "TD611")])])
 def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
         project: Path, imported: str, expected: list) -> None:
     """Point-MAE's PointNet++ module: ``sample_idx`` makes indices on the host and moves them, and only the set
@@ -6847,7 +6848,8 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
                     super(SetAbstraction, self).__init__()
 
                 def forward(self, xyz):
-                    return sample_idx(xyz, 16)
+                    start = torch.zeros(xyz.shape[0], dtype=torch.long).to(xyz.device)
+                    return sample_idx(xyz, 16) + start[:, None]
 
             class Propagation(nn.Module):
                 def __init__(self):

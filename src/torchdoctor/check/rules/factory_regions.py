@@ -27,7 +27,7 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
     func = sem.function_of(node)
     cls = sem.class_of(node)
     if func is not None and cls is not None and cls.name in sem.module_classes and \
-            (func.name == "forward" or reached_from_forward(sem, func, cls)):
+            (func.name == "forward" or reached_from_forward(sem, func, cls)) and not _unbuilt(sem, cls):
         return func
     if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func) \
             and not _only_dead_classes_call(sem, func):
@@ -40,6 +40,14 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
             and sem.cached(("built_by_forwards", cls), lambda: _built_by_forwards(sem, cls, func)):
         return func  # ``TriangularCausalMask(B, L, device=x.device)`` made in an attention's forward: its ``__init__``
     return None
+
+
+def _unbuilt(sem, cls: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """In a project run, the model class ``cls`` is built nowhere: its module names it only inside it, and the modules
+    of the project that import the module never name it (Time-LLM's ``ProbAttention`` beside the attention layers its
+    models use)."""
+    return sem.project is not None and all(sem.class_of(r) is cls for r in sem.reads_of(cls.name)) \
+        and sem.project.uncalled_helper(sem, cls)  # type: ignore[attr-defined]
 
 
 def _only_dead_classes_call(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
@@ -55,8 +63,7 @@ def _only_dead_classes_call(sem, func: ast.AST, depth: int = 0) -> bool:  # type
             caller = sem.function_of(site)
             if caller is None or not _only_dead_classes_call(sem, caller, depth + 1):
                 return False
-        elif any(sem.class_of(r) is not owner for r in sem.reads_of(owner.name)) \
-                or not sem.project.uncalled_helper(sem, owner):  # type: ignore[attr-defined]
+        elif not _unbuilt(sem, owner):
             return False  # (``super(SetAbstraction, self).__init__()`` in the class itself names it too)
     return bool(sites)
 
