@@ -499,8 +499,9 @@ def made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
             if a is region:
                 break
             if isinstance(a, ast.If) and isinstance(a.test, ast.Compare) and len(a.test.ops) == 1 \
-                    and isinstance(a.test.ops[0], ast.NotIn) and dotted(a.test.comparators[0]) == store and store:
-                return True
+                    and isinstance(a.test.ops[0], ast.NotIn) and (dotted(a.test.comparators[0]) == store and store
+                                                                  or sem.segment(a.test.left) == sem.segment(cache.slice)):
+                return True  # (``if key not in mel_cache: ...; window_cache[key] = ...``: caches filled together)
     stmt = sem.statement_of(node)
     if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
         return False
