@@ -6828,7 +6828,8 @@ def test_a_cuda_helper_every_caller_calls_on_the_gpu_side_of_a_device_choice_has
 
 
 @pytest.mark.parametrize("imported, expected", [("Propagation", []),
-                                                  ("Propagation, SetAbstraction", [(6, "TD611"), (13, "TD611")])])
+                                                  ("Propagation, SetAbstraction", [(6, "TD611"), (14, "TD611"),
+                                                                                   (16, "TD611")])])
 def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
         project: Path, imported: str, expected: list) -> None:
     """Point-MAE's PointNet++ module: ``sample_idx`` makes indices on the host and moves them, and only the set
@@ -6846,9 +6847,12 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
             class SetAbstraction(nn.Module):
                 def __init__(self):
                     super(SetAbstraction, self).__init__()
+                    self.fc = nn.Linear(3, 3)
 
                 def forward(self, xyz):
                     start = torch.zeros(xyz.shape[0], dtype=torch.long).to(xyz.device)
+                    for _ in range(2):
+                        xyz = self.fc(xyz + torch.rand(xyz.shape).to(xyz.device))
                     return sample_idx(xyz, 16) + start[:, None]
 
             class Propagation(nn.Module):

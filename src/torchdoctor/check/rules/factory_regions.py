@@ -84,6 +84,9 @@ def model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
     ``for start in range(0, n, bs): noise = torch.randn(bs, k).to(dev); outs.append(g(noise).cpu())``)."""
     sem = ctx.semantic
     loop = next(iter(sem.loops_around(node)), None)
+    if loop is not None and (cls := sem.class_of(loop)) is not None and cls.name in sem.module_classes \
+            and _unbuilt(sem, cls):
+        return None  # (a loop of a model class nothing builds runs on no step)
     if loop is None or sem.function_of(loop) is not sem.function_of(node) or sem.loop_kind(loop) == "epoch" \
             and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():
         return None  # (``for epoch in ...: state = torch.zeros(...).to(dev)`` before the step loop: once an epoch;
