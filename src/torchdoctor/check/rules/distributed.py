@@ -46,19 +46,54 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
     fails only in the distributed run.
     Use instead: `shuffle=(sampler is None)`; a DistributedSampler shuffles by itself.
     """
-    if not _is_dataloader(ctx, node) or not is_true(argument(node, "shuffle", 2)):
+    shuffle = argument(node, "shuffle", 2)
+    if not _is_dataloader(ctx, node) or shuffle is None:
+        return
+    literal = is_true(shuffle)
+    if not literal and not _may_be_true(ctx, shuffle, node):
         return
     for name, position in (("sampler", 3), ("batch_sampler", 4)):
         value = argument(node, name, position)
+        if value is not None and not literal and not _may_be_a_sampler(ctx, value, node):
+            continue  # (``shuffle=self.shuffle`` beside ``sampler=sampler`` of unknown make: not judged)
         if value is not None and not (isinstance(value, ast.Constant) and value.value is None):
             ctx.report(
                 "TD702",
                 node,
                 f"DataLoader gets `{name}={ctx.name(value)}` and `shuffle=True`: "
-                "DataLoader raises ValueError (they are mutually exclusive)",
-                fix=f"pass `shuffle=({ctx.name(value)} is None)` or drop `shuffle=True`; the sampler decides the order",
+                "DataLoader raises ValueError (they are mutually exclusive)" if literal else
+                f"DataLoader gets `{name}={ctx.name(value)}`, which can be a sampler, and `shuffle={ctx.name(shuffle)}`, "
+                "which can be True: when both are, DataLoader raises ValueError (they are mutually exclusive)",
+                fix=f"pass `shuffle=({ctx.name(value)} is None)` or drop `shuffle=True`; the sampler decides the order"
+                if literal else f"pass `shuffle={ctx.name(shuffle)} and {ctx.name(value)} is None`; the sampler decides the order",
             )
             return
+
+
+def _bound_values(ctx: Context, expr: ast.AST, at: ast.AST) -> list[ast.AST]:
+    """What the name or ``self.`` attribute ``expr`` is bound to in its function, or in its class's methods."""
+    sem = ctx.semantic
+    key = dotted(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+    if not key:
+        return []
+    cls, func = sem.class_of(at), sem.function_of(at)
+    return [b.value for b in sem.bindings_of(key) if b.value is not None and not b.is_param
+            and (sem.class_of(b.node) is cls if key.startswith("self.") else sem.function_of(b.node) is func)]
+
+
+def _may_be_true(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``shuffle=self.shuffle`` of ``self.shuffle = False if is_eval else True``: some binding is True, and none is
+    derived from the sampler (``shuffle = sampler is None``)."""
+    values = _bound_values(ctx, expr, at)
+    if any("sampler" in ctx.segment(v).lower() for v in values):
+        return False
+    return any(is_true(v) or isinstance(v, ast.IfExp) and (is_true(v.body) or is_true(v.orelse)) for v in values)
+
+
+def _may_be_a_sampler(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``sampler=self.sampler`` where some branch binds ``self.sampler = DistributedSampler(ds)``."""
+    values = [x for v in _bound_values(ctx, expr, at) for x in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
+    return any(isinstance(v, ast.Call) and (dotted(v.func) or "").endswith("Sampler") for v in values)
 
 
 # ---- TD704 ---------------------------------------------------------------------
