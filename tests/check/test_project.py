@@ -6989,3 +6989,36 @@ def test_a_factory_in_a_helper_that_a_sibling_helper_calls_for_another_module_s_
     })
     results = check_files(["util.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "util.py") == expected
+
+
+@pytest.mark.parametrize("move, expected", [(".to(device)", [(10, "TD603")]), ("", [])])
+def test_an_evaluation_function_of_another_module_handed_a_moved_model_runs_on_the_gpu(
+        project: Path, move: str, expected: list) -> None:
+    """DyGLib's ``evaluate_models_utils.py`` never names a device: its evaluation loop runs the model the training
+    script hands it, moved to the GPU, and reads each batch's loss (TD603). Handed a model left on the CPU, it reads
+    host values."""
+    write(project, {
+        "evaluate.py": """\
+            import torch
+
+            def evaluate(model, loader, loss_fn):
+                model.eval()
+                losses = []
+                with torch.no_grad():
+                    for x, y in loader:
+                        pred = model(x.to(next(model.parameters()).device)).squeeze(-1).sigmoid()
+                        loss = loss_fn(pred, y.float().to(pred.device))
+                        losses.append(loss.item())
+                return losses
+            """,
+        "train.py": f"""\
+            import torch
+            from evaluate import evaluate
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            model = torch.nn.Linear(8, 1){move}
+            print(sum(evaluate(model, [], torch.nn.BCELoss())))
+            """,
+    })
+    results = check_files(["evaluate.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "evaluate.py") == expected

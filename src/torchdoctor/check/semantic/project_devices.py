@@ -43,13 +43,18 @@ def runs_a_moved_model(sem: SemanticModel) -> bool:
 
 
 def _loop_function_given_moved_model(sem: SemanticModel) -> bool:
-    """A training function (or method) of this file that calls the model it is given (``def train(model, loader, ...)``:
-    ``loss = model(batch)``, then ``loss.backward()``; the model moves its batches itself), and a caller in another
+    """A training (or evaluation) function (or method) of this file that calls the model it is given (``def
+    train(model, loader, ...)``: ``loss = model(batch)``, then ``loss.backward()``; the model moves its batches itself;
+    ``def evaluate(model, loader)`` with its evaluation loop), and a caller in another
     module hands it a model it moved to the GPU (``train(net.to(args.device), ...)`` with ``--device cuda:0``)."""
-    for call in sem.calls_named("backward"):
+    anchors = [c for c in sem.calls_named("backward") if sem.is_backward_call(c)]
+    anchors += [loop for loop in sem.loops if sem.loop_kind(loop) == "eval"]  # (``def evaluate(model, loader,
+    seen: set[int] = set()  # loss_fn)``: an evaluation loop over the model it is handed, with nothing moved)
+    for call in anchors:
         func = sem.function_of(call)
-        if func is None or sem.function_of(func) is not None or not sem.is_backward_call(call):
+        if func is None or sem.function_of(func) is not None or id(func) in seen:
             continue  # (a method too: ``Trainer().train(model, opt)``, through objects of its class)
+        seen.add(id(func))
         params = {a.arg for a in func.args.args}  # type: ignore[attr-defined]
         called = {c.func.id for c in sem.local_nodes(func) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
                   and c.func.id in params}
