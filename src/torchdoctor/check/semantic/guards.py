@@ -293,7 +293,8 @@ class Guards(GradModes, DeviceChoices):
             return out
 
         def compute() -> bool:
-            inside = steps(if_node.body)  # type: ignore[attr-defined]
+            body = if_node.body  # type: ignore[attr-defined]
+            inside = steps(body if isinstance(body, list) else [body])  # (``a if step % n == 0 else b``: one expression)
             if not inside:
                 return False
             frame = self.index.frame.get(if_node)
