@@ -54,8 +54,9 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
         return
     for name, position in (("sampler", 3), ("batch_sampler", 4)):
         value = argument(node, name, position)
-        if value is not None and not literal and not _may_be_a_sampler(ctx, value, node):
-            continue  # (``shuffle=self.shuffle`` beside ``sampler=sampler`` of unknown make: not judged)
+        if value is not None and not literal and not _may_meet(ctx, shuffle, value, node):
+            continue  # (``shuffle=self.shuffle`` beside ``sampler=sampler`` of unknown make, or chosen in the other
+            # branch of the same test: ``if ddp: sampler = DistributedSampler(ds); shuffle = False else: ...``)
         if value is not None and not (isinstance(value, ast.Constant) and value.value is None):
             ctx.report(
                 "TD702",
@@ -70,15 +71,36 @@ def sampler_and_shuffle(node: ast.Call, ctx: Context) -> None:
             return
 
 
-def _bound_values(ctx: Context, expr: ast.AST, at: ast.AST) -> list[ast.AST]:
-    """What the name or ``self.`` attribute ``expr`` is bound to in its function, or in its class's methods."""
+def _bindings(ctx: Context, expr: ast.AST, at: ast.AST) -> list:
+    """The bindings of the name or ``self.`` attribute ``expr`` in its function, or in its class's methods."""
     sem = ctx.semantic
     key = dotted(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
     if not key:
         return []
     cls, func = sem.class_of(at), sem.function_of(at)
-    return [b.value for b in sem.bindings_of(key) if b.value is not None and not b.is_param
+    return [b for b in sem.bindings_of(key) if b.value is not None and not b.is_param
             and (sem.class_of(b.node) is cls if key.startswith("self.") else sem.function_of(b.node) is func)]
+
+
+def _bound_values(ctx: Context, expr: ast.AST, at: ast.AST) -> list[ast.AST]:
+    return [b.value for b in _bindings(ctx, expr, at)]
+
+
+def _truthy(value: ast.AST) -> bool:
+    return is_true(value) or isinstance(value, ast.IfExp) and (is_true(value.body) or is_true(value.orelse))
+
+
+def _samples(value: ast.AST) -> bool:
+    values = (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)
+    return any(isinstance(v, ast.Call) and (dotted(v.func) or "").endswith("Sampler") for v in values)
+
+
+def _may_meet(ctx: Context, shuffle: ast.AST, sampler: ast.AST, at: ast.AST) -> bool:
+    """Some binding makes ``sampler`` a sampler and some makes ``shuffle`` True, not in the two branches of one test."""
+    sem = ctx.semantic
+    on = [b for b in _bindings(ctx, shuffle, at) if _truthy(b.value)]
+    made = [b for b in _bindings(ctx, sampler, at) if _samples(b.value)]
+    return any(not sem.in_other_branch(a.node, m.node) for a in on for m in made)
 
 
 def _may_be_true(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
@@ -87,13 +109,9 @@ def _may_be_true(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     values = _bound_values(ctx, expr, at)
     if any("sampler" in ctx.segment(v).lower() for v in values):
         return False
-    return any(is_true(v) or isinstance(v, ast.IfExp) and (is_true(v.body) or is_true(v.orelse)) for v in values)
+    return any(_truthy(v) for v in values)
 
 
-def _may_be_a_sampler(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
-    """``sampler=self.sampler`` where some branch binds ``self.sampler = DistributedSampler(ds)``."""
-    values = [x for v in _bound_values(ctx, expr, at) for x in ((v.body, v.orelse) if isinstance(v, ast.IfExp) else (v,))]
-    return any(isinstance(v, ast.Call) and (dotted(v.func) or "").endswith("Sampler") for v in values)
 
 
 # ---- TD704 ---------------------------------------------------------------------
