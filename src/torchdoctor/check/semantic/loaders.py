@@ -483,7 +483,23 @@ def class_yields_device_tensors(sem: SemanticModel, cls: ast.AST) -> bool:
     return init is not None and any(
         isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and dotted(t.value) == "self" and t.attr in read
                                           for t in n.targets)
-        and sem.value_is_moved(n.value) for n in sem.local_nodes(init))
+        and (sem.value_is_moved(n.value) or _made_with_a_device(sem, n.value)) for n in sem.local_nodes(init))
+
+
+def _made_with_a_device(sem: SemanticModel, value: ast.AST) -> bool:
+    """``torch.tensor(x, dtype=torch.float, device=dev)`` (through casts and reshapes): made on the device it is told,
+    unless that is the CPU."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and not any(
+            k.arg == "device" for k in value.keywords):
+        value = value.func.value
+    if not isinstance(value, ast.Call) or not (sem.call_name(value) or "").startswith("torch."):
+        return False
+    dev = next((k.value for k in value.keywords if k.arg == "device"), None)
+    if isinstance(dev, ast.Name) and (b := sem.binding_at(dev.id, value)) is not None and not b.is_param \
+            and b.value is not None:
+        dev = b.value  # (``dev = "cuda"`` just before)
+    return dev is not None and "cpu" not in sem.segment(dev).lower() and not (
+        isinstance(dev, ast.Constant) and dev.value is None)
 
 
 def builds_a_loader(sem: SemanticModel, cls: ast.AST) -> bool:
