@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import argument, dotted, has_kwargs, is_false, keyword, method_name, string_value, target_names
+from torchdoctor.check.astutil import argument, call_argument, dotted, has_kwargs, is_false, keyword, method_name, \
+    param_default, string_value, target_names
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, loaders, program
@@ -288,7 +289,7 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     if not node.args and not node.keywords:  # type: ignore[attr-defined]
         return  # ``dataloader = DataLoader()`` in a slide's pseudo-code: no dataset, nothing to load
     pin = keyword(node, "pin_memory")  # type: ignore[arg-type]
-    if pin is not None and not is_false(pin.value):
+    if pin is not None and not is_false(pin.value) and not left_at_its_falsy_default(ctx, pin.value, node):
         return  # (first: whether the loader is judged may read the modules that import this one)
     if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _passes(ctx, node) \
             or _collates_raw_items(ctx, node) or _collates_arrays(ctx, node):
@@ -310,6 +311,27 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
                fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
 
+def left_at_its_falsy_default(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
+    """``pin_memory=pin_memory`` (or ``num_workers=num_workers``) of a parameter of the enclosing function that
+    defaults to False (or 0) and that no call passes but as that default (``get_loaders(num_workers=0)``), here or in
+    the other modules of the project: the loader gets the default."""
+    sem = ctx.semantic
+    func = sem.function_of(at)
+    if not isinstance(value, ast.Name) or func is None or (b := sem.binding_at(value.id, at)) is None \
+            or not b.is_param or b.node is not func:
+        return False
+    default = param_default(func, value.id)  # type: ignore[arg-type]
+    if not (isinstance(default, ast.Constant) and default.value in (False, 0) and default.value is not None):
+        return False
+    for site in sem.call_sites(func):
+        if any(k.arg is None for k in site.keywords) or any(isinstance(a, ast.Starred) for a in site.args):
+            return False
+        given = call_argument(site, func, value.id)  # type: ignore[arg-type]
+        if given is not None and not (isinstance(given, ast.Constant) and given.value in (False, 0)):
+            return False
+    return not (sem.project is not None and sem.project.callers_pass(sem, func, value.id))  # type: ignore[attr-defined]
+
+
 @rule("TD305", calls=loaders.LOADER_NAMES)
 def loader_without_workers(node: ast.AST, ctx: Context) -> None:
     """A DataLoader with num_workers=0 in a CUDA training script."""
@@ -317,7 +339,8 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
         return  # (no dataset: pseudo-code)
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     value = workers.value if workers is not None else loaders.spread_value(ctx.semantic, node, "num_workers")  # type: ignore[arg-type]
-    if value is not None and not (isinstance(value, ast.Constant) and value.value == 0):
+    if value is not None and not (isinstance(value, ast.Constant) and value.value == 0) \
+            and not left_at_its_falsy_default(ctx, value, node):
         return  # (``**params`` of ``params = {"num_workers": 0, ...}``: told 0, as a keyword would)
     if not _judged_loader(ctx, node) or not (_trains(ctx) or _importer_trains(ctx, node)) \
             or value is None and "num_workers" in _passes(ctx, node):
