@@ -297,7 +297,8 @@ def _moved_next_as(ctx: Context, parent: ast.Assign, name: str, region: ast.AST)
 
 def _on_the_host(method: str, call: ast.Call) -> bool:
     """A method that leaves a host tensor on the host: a cast without arguments, a reshape, an in-place fill."""
-    return method in _CASTS and not call.args or method in _RESHAPES or method in _FILLS
+    return method in _CASTS and not call.args or method in _RESHAPES or method in _FILLS \
+        or method in ("detach", "clone", "contiguous") and not call.args  # (``Variable(...).detach().cuda()``)
 
 
 def _number(expr: ast.AST | None) -> bool:
