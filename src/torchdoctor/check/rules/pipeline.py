@@ -554,10 +554,35 @@ def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
                        for a in arg.args)
         key = dotted(arg)
         b = ctx.semantic.binding_at(key, call) if key else None
+        if b is not None and b.is_param and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and isinstance(arg, ast.Name):
+            return _handed_device_datasets(ctx, b.node, arg.id, 0)  # ``train_epoch(model, training_set, ...)``
         if b is None or b.value is None:
             return False
         arg = b.value
     return False
+
+
+def _handed_device_datasets(ctx: Context, func: ast.AST, param: str, depth: int) -> bool:
+    """Every call of ``func`` hands ``param`` a dataset that yields device tensors (``training_set = MyDataset(x, y)``,
+    whose ``__init__`` builds them on the GPU), or its own parameter that every call of its function hands one (two
+    calls up at most)."""
+    sem = ctx.semantic
+    sites = sem.call_sites(func)
+    if not sites or depth > 2:
+        return False
+    for site in sites:
+        given = call_argument(site, func, param)  # type: ignore[arg-type]
+        if given is None:
+            return False
+        if isinstance(given, ast.Name) and (b := sem.binding_at(given.id, site)) is not None and b.is_param \
+                and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if not _handed_device_datasets(ctx, b.node, given.id, depth + 1):
+                return False
+            continue
+        if not loaders.dataset_yields_device_tensors(sem, _bound_call(sem, given, site) or given):
+            return False
+    return True
 
 
 def _cut_from_model_input(ctx: Context, arg: ast.AST | None, call: ast.Call) -> bool:
