@@ -96,11 +96,29 @@ def _samples(value: ast.AST) -> bool:
 
 
 def _may_meet(ctx: Context, shuffle: ast.AST, sampler: ast.AST, at: ast.AST) -> bool:
-    """Some binding makes ``sampler`` a sampler and some makes ``shuffle`` True, not in the two branches of one test."""
+    """Some binding makes ``sampler`` a sampler and some makes ``shuffle`` True, and they are not exclusive: in the two
+    branches of one test (``if ddp: sampler = DistributedSampler(ds); shuffle = False`` / ``else: ... = True``), or a
+    True chosen by a conditional expression on the test that makes the sampler (``shuffle = False if args.distributed
+    else True``), or the sampler made where the same block turns shuffle off (``train_sampler, shuffle =
+    DistributedSampler(trainset), False``)."""
     sem = ctx.semantic
-    on = [b for b in _bindings(ctx, shuffle, at) if _truthy(b.value)]
-    made = [b for b in _bindings(ctx, sampler, at) if _samples(b.value)]
-    return any(not sem.in_other_branch(a.node, m.node) for a in on for m in made)
+    shuffles = _bindings(ctx, shuffle, at)
+    on = [b for b in shuffles if _truthy(b.value)]
+    off_blocks = {id(sem.parent(sem.statement_of(b.node))) for b in shuffles
+                  if isinstance(b.value, ast.Constant) and b.value.value is False}
+    made = [b for b in _bindings(ctx, sampler, at) if _samples(b.value)
+            and id(sem.parent(sem.statement_of(b.node))) not in off_blocks]
+    return any(not sem.in_other_branch(a.node, m.node) and not _chosen_apart(ctx, a.value, m.node)
+               for a in on for m in made)
+
+
+def _chosen_apart(ctx: Context, value: ast.AST, made: ast.AST) -> bool:
+    """``shuffle = False if args.distributed else True`` beside a sampler made under ``if args.distributed:``."""
+    if not isinstance(value, ast.IfExp):
+        return False
+    true_if_test = is_true(value.body)  # (True where the test holds, else in the ``else``: where it fails)
+    return any(ctx.segment(test) == ctx.segment(value.test) and holds != true_if_test
+               for test, holds in ctx.semantic.guards.branch_tests(made))
 
 
 def _may_be_true(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
