@@ -233,6 +233,22 @@ class Guards(GradModes, DeviceChoices):
 
         return self._test_memo(if_node.test, "throttle", compute)  # type: ignore[attr-defined]
 
+    def _restarted_counter(self, if_node: ast.AST) -> bool:
+        """``if seen >= eval_every: ...; seen = 0``: a threshold on a counter whose body restarts it runs once an
+        interval, like a ``%`` test (a threshold that never restarts holds on every step from then on)."""
+        def compute() -> bool:
+            counted = {side.id for n in self.index.subtree(if_node.test)  # type: ignore[attr-defined]
+                       if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Gt, ast.GtE))
+                       for side in (n.left,) if isinstance(side, ast.Name)}
+            return bool(counted) and any(
+                isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and n.value.value == 0
+                and any(isinstance(t, ast.Name) and t.id in counted for t in n.targets)
+                or isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Sub) and isinstance(n.target, ast.Name)
+                and n.target.id in counted
+                for stmt in if_node.body for n in self.index.subtree(stmt))  # type: ignore[attr-defined]
+
+        return self._test_memo(if_node.test, "restarted", compute)  # type: ignore[attr-defined]
+
     def counters(self) -> set[str]:
         """Names counted up by a constant (``num_total += 1``): counters, whatever they are called."""
         if self._counted is None:
@@ -253,7 +269,8 @@ class Guards(GradModes, DeviceChoices):
                 return False
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
-                if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._chosen_steps(test)
+                if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._restarted_counter(frame.node)
+                                                                         or self._chosen_steps(test)
                                                                          or self._own_counter_fixed(test, loop)
                                                                          or self._flag_of_guarded_steps(test, loop)))) and \
                         not (loop is not None and self._tests_outer_counter(test, loop)) and \
