@@ -10,7 +10,7 @@ import os
 from torchdoctor.check.astutil import dotted
 from torchdoctor.check.context import Context
 from torchdoctor.check.rules.forward_values import reached_from_forward, run_by_forwards
-from torchdoctor.check.rules.steps import method_entries, per_step_loop
+from torchdoctor.check.rules.steps import fills_a_none_branch, method_entries, per_step_loop
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
@@ -27,7 +27,8 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
     func = sem.function_of(node)
     cls = sem.class_of(node)
     if func is not None and cls is not None and cls.name in sem.module_classes and \
-            (func.name == "forward" or reached_from_forward(sem, func, cls)) and not _unbuilt(sem, cls):
+            (func.name == "forward" or reached_from_forward(sem, func, cls) and not _forwards_fill_it(sem, node, func, cls)) \
+            and not _unbuilt(sem, cls):
         return func
     if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func) \
             and not _only_dead_classes_call(sem, func):
@@ -40,6 +41,23 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
             and sem.cached(("built_by_forwards", cls), lambda: _built_by_forwards(sem, cls, func)):
         return func  # ``TriangularCausalMask(B, L, device=x.device)`` made in an attention's forward: its ``__init__``
     return None
+
+
+def _forwards_fill_it(sem, node: ast.AST, func: ast.AST, cls: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """Every call of ``func`` in ``forward`` (or a method it reaches) passes the parameter that ``if z is None:``
+    around ``node`` tests (a VAE's ``self.decode(state, z)``; only ``sample()``, run after training, draws ``z``): the
+    forward never takes that branch."""
+    sites = []
+    for r in sem.self_reads(func.name):  # type: ignore[attr-defined]
+        caller = sem.function_of(r)
+        if caller is None or caller is func or sem.class_of(r) is not cls \
+                or not (caller.name == "forward" or reached_from_forward(sem, caller, cls)):
+            continue
+        site = sem.parent(r)
+        if not (isinstance(site, ast.Call) and site.func is r):
+            return False  # (handed on as a callable: its calls are not seen)
+        sites.append(site)
+    return bool(sites) and all(fills_a_none_branch(sem, node, func, s) for s in sites)
 
 
 def _unbuilt(sem, cls: ast.AST) -> bool:  # type: ignore[no-untyped-def]

@@ -54,10 +54,33 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
     if func is None or depth >= 3 or sem.under_step_guard(node):
         return None
     for call in [*sem.call_sites(func), *_handed_on(ctx, func), *_instance_calls(ctx, func)]:
+        if fills_a_none_branch(sem, node, func, call):
+            continue  # (``self.decode(state, z)`` in forward; ``if z is None: z = torch.randn(...)`` is for others)
         found = per_step_loop(ctx, call, depth + 1)
         if found is not None and not _evaluation_pass(ctx, node, func, found) and not _other_mode_branch(ctx, node, found):
             return found
     return None
+
+
+def fills_a_none_branch(sem, node: ast.AST, func: ast.AST, site: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` sits under ``if z is None:`` of a parameter of ``func`` that defaults to None, and the call ``site``
+    passes ``z`` (a VAE's forward calling ``self.decode(state, z)``): that call never takes the branch."""
+    if not isinstance(site, ast.Call) or any(k.arg is None for k in site.keywords) \
+            or any(isinstance(a, ast.Starred) for a in site.args):
+        return False
+    args = func.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in args.posonlyargs + args.args]
+    defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    filled = [t.left.id for t, holds in sem.guards.branch_tests(node)
+              if holds and isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Is)
+              and isinstance(t.left, ast.Name) and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None
+              and isinstance(d := defaults.get(t.left.id), ast.Constant) and d.value is None
+              and (b := sem.binding_at(t.left.id, node)) is not None and b.is_param]
+    if not filled:
+        return False
+    shift = 1 if positional[:1] == ["self"] and not isinstance(site.func, ast.Name) else 0
+    given = {k.arg for k in site.keywords} | {positional[i + shift] for i in range(len(site.args)) if i + shift < len(positional)}
+    return all(name in given for name in filled)
 
 
 def _other_mode_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

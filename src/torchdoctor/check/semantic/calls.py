@@ -8,6 +8,7 @@ import ast
 from collections.abc import Callable, Iterable
 
 from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, is_false, keyword, method_name, strip_methods
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.bindings import Bindings
 from torchdoctor.check.semantic.kinds import Kinds
 from torchdoctor.check.semantic.names import Names
@@ -20,6 +21,7 @@ __all__ = ["Calls", "EFFECTS", "SAVERS"]
 EFFECTS = ("backward", "step", "zero_grad", "set_epoch", "eval", "train", "save", "empty_cache", "sync", "read",
            "set_device")  # ("set_device": binds this process to its GPU, ``torch.cuda.set_device(rank)``)
 _TRAIN_METHODS = {"train", "eval", "to", "cuda", "step", "zero_grad", "backward", "parameters", "forward"}
+_STORE_NAME = lazy(r"(?i)(buffer|memory|replay|storage|rollouts?|dataset|sampler|loader)$")  # (no network)
 _ELSEWHERE = object()  # the elements are instances of a class this file does not define
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 SAVERS = ("torch.save", "torch_xla.core.xla_model.save", "xm.save", "safetensors.torch.save_file",
@@ -194,6 +196,9 @@ class Calls:
             return []  # (only functions of that name, no method: no kind to ask)
         if key and (key.split(".")[0] in self.names.modules or self.kinds.kind_of(key, call) is not None):
             return []  # a module's function, or a method of a value whose kind we know (not an in-file class)
+        if _STORE_NAME.search(key.rsplit(".", 1)[-1]):  # ``replay_buffer.sample(batch_size)`` is no network's
+            methods = [f for f in methods if self.class_of(f).name not in self.kinds.module_classes]  # type: ignore[union-attr]
+            # ``sample(state)`` (an actor's, a VAE's)
         # (an attribute of ``self`` holds another object: ``self.ret_rms.update(x)`` is not this class's ``update``)
         own = self.class_of(call) if key.startswith("self.") else None
         return methods if own is None else [f for f in methods if self.class_of(f) is not own]
