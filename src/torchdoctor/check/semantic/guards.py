@@ -426,7 +426,7 @@ class Guards(GradModes, DeviceChoices):
             if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
                 return True
             frame = frame.parent
-        return self._asserted_one_process(node)
+        return self._asserted_one_process(node) or self._early_exit_on_rank(None, node)
 
     def only_on_rank_zero(self, node: ast.AST) -> bool:
         """Stricter than ``under_rank_guard``: only the main process gets here, so what is made here exists on no
@@ -443,7 +443,7 @@ class Guards(GradModes, DeviceChoices):
             if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
                 return True
             frame = frame.parent
-        return self._asserted_one_process(node)
+        return self._asserted_one_process(node) or self._early_exit_on_rank(None, node)
 
     def _asserted_one_process(self, node: ast.AST) -> bool:
         """An earlier ``assert opt.local_rank == -1`` (``assert not args.distributed``, ``assert world_size == 1``,
@@ -550,8 +550,9 @@ class Guards(GradModes, DeviceChoices):
             self._refused = out
         return self._refused
 
-    def _early_exit_on_rank(self, func: ast.AST, node: ast.AST) -> bool:
-        """An ``if not is_root: return`` before ``node`` in its function's body or in a block around it."""
+    def _early_exit_on_rank(self, func: ast.AST | None, node: ast.AST) -> bool:
+        """An ``if not is_root: return`` before ``node`` in its function's body or in a block around it (``if
+        local_rank > 0: continue`` in a script's epoch loop)."""
         return any(isinstance(stmt, ast.If) and self.rank_test(stmt.test) and bool(stmt.body)
                    and isinstance(stmt.body[-1], (ast.Return, ast.Continue, ast.Raise))
                    for stmt in self.index.earlier_statements(node, func))
