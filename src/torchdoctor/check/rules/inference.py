@@ -178,6 +178,10 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sites = sem.call_sites(func)
     if any(sem.feeds_backward(c) for c in sites):
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
+    if cls is not None and any((caller := sem.function_of(c)) is not None and caller is not func and sem.class_of(caller) is cls
+                               and "backward" in sem.effects(caller, True) for c in sites):
+        return  # (a learner's ``predict()`` keeping ``self.preds``, then ``self.get_loss(); self.backward()``: the
+        # training forward of its batch method)
     if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
         return  # a model's own computation (Transformer-XL's ``sample_logits``, its sampled-softmax loss in ``forward``)
     found = []
