@@ -355,10 +355,10 @@ def _read_of_a_view(node: ast.AST) -> bool:
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("cpu", "item", "tolist")):
         return False
     recv = strip_views(node.func.value)
-    if isinstance(recv, ast.Subscript) and (isinstance(recv.slice, ast.Constant) and type(recv.slice.value) is int
+    if isinstance(recv, ast.Subscript) and (isinstance(recv.slice, ast.Constant) and type(recv.slice.value) in (int, str)
                                             or _basic_slices(recv.slice)):
         recv = recv.value  # (``losses[1].cpu()`` of the tuple a step helper returned: an element it holds; ``idx[:, :5]``:
-        # a view, no kernel)
+        # a view, no kernel; ``errors["mae"].cpu()``: a value a dict holds)
     return isinstance(recv, ast.Name)
 
 
