@@ -1510,6 +1510,37 @@ def test_cuda_of_a_tensorless_loss_class_of_another_module_cannot_fail(project: 
     assert (4, "TD101") not in found and (4, "TD102") in found and (5, "TD101") in found and (6, "TD101") in found
 
 
+def test_cuda_of_a_loss_class_of_another_module_made_without_its_class_weights(project: Path) -> None:
+    """``CrossEntropyLoss2d(ignore_index=255).cuda()`` of a class (another module) that builds ``nn.NLLLoss(weight)``
+    from its ``weight=None``: made without weights it holds no tensor, so ``.cuda()`` cannot fail (TD102 only); made
+    with weights, by position or by name, it holds them (TD101)."""
+    write(project, {
+        "losses.py": """\
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class CrossEntropyLoss2d(nn.Module):
+                def __init__(self, weight=None, size_average=True, ignore_index=255):
+                    super().__init__()
+                    self.nll_loss = nn.NLLLoss(weight, ignore_index=ignore_index)
+
+                def forward(self, inputs, targets):
+                    return self.nll_loss(F.log_softmax(inputs, dim=1), targets)
+            """,
+        "train.py": """\
+            import torch
+            from losses import CrossEntropyLoss2d
+
+            plain = CrossEntropyLoss2d(size_average=True, ignore_index=255).cuda()
+            weighted = CrossEntropyLoss2d(torch.ones(21)).cuda()
+            named = CrossEntropyLoss2d(weight=torch.ones(21)).cuda()
+            """,
+    })
+    results = check_files(["losses.py", "train.py"], Settings(root=str(project), select=("TD101", "TD102")))
+    found = codes(results, "train.py")
+    assert (4, "TD101") not in found and (4, "TD102") in found and (5, "TD101") in found and (6, "TD101") in found
+
+
 def test_a_meter_fed_elements_of_a_fresh_host_tensor_another_module_returns(project: Path) -> None:
     """``acc = score(out, y)`` of ``metrics.score``, which returns a ``torch.zeros(2)`` it filled on the host: a meter
     fed ``acc[0]`` holds host values, and formatting its average reads nothing. ``mean_err`` computes on its arguments

@@ -201,6 +201,14 @@ class Project(Callers):
         cls = self._lookup(sem, written, "stateless_class")
         return cls is not None and cls.is_module  # type: ignore[attr-defined]
 
+    def class_loss_weights(self, sem: SemanticModel, written: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """The module class ``written`` (imported here) is a loss that holds nothing unless given class weights: the
+        parameters that take them, and its ``__init__``'s parameters (to read a call's positional arguments)."""
+        cls = self._lookup(sem, written, "class")
+        if cls is None or not cls.is_module or cls.loss_weights is None:  # type: ignore[attr-defined]
+            return None
+        return cls.loss_weights, cls.init_params  # type: ignore[attr-defined]
+
     def class_yields_device(self, sem: SemanticModel, written: str) -> bool:
         """``written`` (imported here) is a Dataset class whose items it moves to a device itself."""
         cls = self._lookup(sem, written, "class")

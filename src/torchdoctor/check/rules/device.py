@@ -116,6 +116,10 @@ def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     q = sem.call_name(recv) or ""
     cls = sem.calls_index.classes.get(q)
     if cls is not None:
+        if q in sem.module_classes and (weights := models.loss_weight_params(sem, cls)) is not None:
+            init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+            params = tuple(a.arg for a in init.args.args[1:]) if init is not None else ()
+            return not _given(recv, weights, params)
         return q in sem.module_classes and models.class_holds_nothing(sem, cls)
     if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in models.STATELESS_LAYERS:
         return True
@@ -123,8 +127,21 @@ def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
             k.arg in ("weight", "pos_weight") or k.arg is None for k in recv.keywords):  # (a loss without class weights)
         return True
     written = dotted(recv.func)  # ``criteria.MaskedL1Loss().cuda()``: a tensor-less module class of another module
-    return bool(sem.project is not None and written and not q.startswith("torch.")
-                and sem.project.class_stateless(sem, written))  # type: ignore[attr-defined]
+    if sem.project is None or not written or q.startswith("torch."):
+        return False
+    if sem.project.class_stateless(sem, written):  # type: ignore[attr-defined]
+        return True
+    weighted = sem.project.class_loss_weights(sem, written)  # type: ignore[attr-defined]
+    return weighted is not None and not _given(recv, *weighted)
+
+
+def _given(call: ast.Call, names: tuple[str, ...], params: tuple[str, ...]) -> bool:
+    """The construction ``call`` passes one of the parameters ``names`` (by keyword, or by position in ``params``):
+    ``CrossEntropyLoss2d(weight=w)`` or ``CrossEntropyLoss2d(w)``, not ``CrossEntropyLoss2d(ignore_index=255)``."""
+    if any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args):
+        return True
+    given = {k.arg for k in call.keywords} | set(params[:len(call.args)])
+    return len(call.args) > len(params) or bool(given & set(names))
 
 
 def _only_when_given_an_index(sem, node: ast.AST) -> bool:

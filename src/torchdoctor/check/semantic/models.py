@@ -12,7 +12,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
-           "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "holds_plain_tensors_only",
+           "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "loss_weight_params", "holds_plain_tensors_only",
            "class_has_no_parameters", "model_has_no_parameters"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
@@ -447,6 +447,57 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
                 return False  # ``self.featureMaker = featureMaker``, then ``self.featureMaker(x)``: a module handed in
                 # (not ``loss_fn: Callable = nn.L1Loss()``: a function or a stateless loss by default)
     return True
+
+
+_WEIGHT_FIRST = frozenset({"NLLLoss", "NLLLoss2d", "CrossEntropyLoss", "BCELoss", "BCEWithLogitsLoss",
+                           "MultiLabelSoftMarginLoss"})  # (torch losses whose first parameter is the class weight)
+
+
+def loss_weight_params(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
+    """A loss class that holds nothing but torch losses weighted by its ``__init__``'s parameters that default to None
+    (``def __init__(self, weight=None): self.nll = nn.NLLLoss(weight)``): those parameters, in order; built without
+    them, it holds no tensor. None when it holds something else, or no such loss."""
+    if not cls.bases or not all((dotted(b) or "") in _MODULE_BASES for b in cls.bases):  # type: ignore[attr-defined]
+        return None
+    init = _init_of(cls)
+    if init is None:
+        return None
+    found: list[str] = []
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
+                in _STATE_CALLS:
+            return None
+        for _, value in _self_assignments(n):
+            for v in _held_parts(value):
+                if not isinstance(v, _HELD) or _plain_setting(sem, v, n):
+                    continue
+                names = _none_weights(sem, v, init) if sem.function_of(n) is init else None
+                if names is None:
+                    return None
+                found += [name for name in names if name not in found]
+    return tuple(found) if found else None
+
+
+def _none_weights(sem: SemanticModel, value: ast.AST, init: ast.AST) -> list[str] | None:
+    """``nn.NLLLoss(weight, ignore_index=i)`` whose weights are parameters of ``init`` that default to None: their
+    names; None for anything else."""
+    if not isinstance(value, ast.Call):
+        return None
+    q = sem.call_name(value) or ""
+    last = q.rsplit(".", 1)[-1]
+    if not (q.startswith("torch.nn.") and last.endswith("Loss") or last == "NLLLoss2d"):
+        return None
+    given = [k.value for k in value.keywords if k.arg in ("weight", "pos_weight")]
+    if any(k.arg is None for k in value.keywords) or value.args and last not in _WEIGHT_FIRST:
+        return None
+    given += value.args[:1]
+    names = []
+    for g in given:
+        if not (isinstance(g, ast.Name) and (b := sem.binding_at(g.id, value)) is not None and b.is_param
+                and b.node is init and isinstance(d := param_default(init, g.id), ast.Constant) and d.value is None):
+            return None
+        names.append(g.id)
+    return names
 
 
 def _kept_result(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:

@@ -21,7 +21,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
 from torchdoctor.check.semantic.models import class_has_batchnorm, class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_moves_itself, class_parts, holds_plain_tensors_only
+    class_moves_itself, class_parts, holds_plain_tensors_only, loss_weight_params
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "summarize"]
@@ -33,7 +33,7 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
-                 "collates_arrays", "quiet_methods", "moved_inputs", "network_methods", "batchnorm")
+                 "collates_arrays", "quiet_methods", "moved_inputs", "network_methods", "batchnorm", "loss_weights")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -54,6 +54,7 @@ class ClassSummary(FrozenRecord):
     moved_inputs: frozenset[int]  # positions of the ``forward`` inputs it moves to a device itself (forwards.py)
     network_methods: frozenset[str]  # methods other than ``forward`` that run its layers (``process``: forwards.py)
     batchnorm: bool  # a BatchNorm layer in it, its parts or its bases (DDP without SyncBatchNorm: TD706)
+    loss_weights: tuple[str, ...] | None  # a loss holding nothing unless given these weights (models.loss_weight_params)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
@@ -62,10 +63,10 @@ class ClassSummary(FrozenRecord):
                  yields_device: bool = False, loader_passes: frozenset[str] = frozenset(),
                  collates_arrays: bool = False, quiet_methods: frozenset[str] = frozenset(),
                  moved_inputs: frozenset[int] = frozenset(), network_methods: frozenset[str] = frozenset(),
-                 batchnorm: bool = False) -> None:
+                 batchnorm: bool = False, loss_weights: tuple[str, ...] | None = None) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
                    builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods,
-                   moved_inputs, network_methods, batchnorm)
+                   moved_inputs, network_methods, batchnorm, loss_weights)
 
 
 class FunctionSummary(FrozenRecord):
@@ -162,7 +163,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          else frozenset(),  # (a base of another module: maybe a module class)
                                          forward_moved_params(sem, cls) if is_module and moves else frozenset(),
                                          network_methods(sem, cls) if is_module else frozenset(),
-                                         dropout_bn and class_has_batchnorm(sem, name))
+                                         dropout_bn and class_has_batchnorm(sem, name),
+                                         loss_weight_params(sem, cls) if is_module and "Loss" in sem.text.source else None)
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
