@@ -27,8 +27,16 @@ def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     if not isinstance(recv, ast.Name):
         return False
     test = sem.statement_of(node)
-    if not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
-                                               for n in sem.subtree(b)) or node not in sem.subtree(test.test):
+    if isinstance(test, ast.Assign) and len(test.targets) == 1 and isinstance(flag := test.targets[0], ast.Name) \
+            and node in sem.subtree(test.value):
+        # ``last_step = bool(flag.item())``, then ``if last_step: break``: the flag read once, tested just after
+        test = next((s for s in sem.subtree(loop) if isinstance(s, ast.If) and any(
+            isinstance(n, ast.Name) and n.id == flag.id for n in sem.subtree(s.test)) and (s.lineno, s.col_offset) >
+            (test.lineno, test.col_offset)), None)
+        if test is None or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body for n in sem.subtree(b)):
+            return False
+    elif not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
+                                                 for n in sem.subtree(b)) or node not in sem.subtree(test.test):
         return False
     here = (node.lineno, node.col_offset)
     return any(isinstance(c, ast.Call) and method_name(c) in _SIGNALS and c.args and isinstance(c.args[0], ast.Name)
@@ -672,11 +680,24 @@ def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         if timed and isinstance(stmt, (ast.With, ast.AsyncWith)) and _syncs_on_exit(ctx, stmt):
             return True  # ``with timers["update"]: optimizer.step()``, whose ``__exit__`` synchronises: the GPU is idle
         calls = [n for n in sem.subtree(stmt) if isinstance(n, ast.Call)]
-        if any((ctx.call_name(c) or "") in SYNCHRONIZE for c in calls):
-            return all((ctx.call_name(c) or "") in SYNCHRONIZE or _clock_call(ctx, c) for c in calls)
+        if any(_synchronize(ctx, c) for c in calls):
+            return all(_synchronize(ctx, c) or _clock_call(ctx, c) for c in calls)
         if not all(_clock_call(ctx, c) or _queues_nothing(ctx, c) for c in calls):
             return False  # work queued after the sync (or none there): the read may wait for it
     return False
+
+
+def _synchronize(ctx: Context, call: ast.Call) -> bool:
+    """``torch.cuda.synchronize()``, or a name bound to it (``synchronize = torch.cuda.synchronize if device_type ==
+    "cuda" else lambda: None``, then ``synchronize()``)."""
+    if (ctx.call_name(call) or "") in SYNCHRONIZE:
+        return True
+    sem = ctx.semantic
+    if not isinstance(call.func, ast.Name) or (b := sem.binding_at(call.func.id, call)) is None or b.is_param:
+        return False
+    value = b.value
+    options = [value.body, value.orelse] if isinstance(value, ast.IfExp) else [value]
+    return any(isinstance(o, (ast.Name, ast.Attribute)) and (sem.qualname(o) or "") in SYNCHRONIZE for o in options)
 
 
 def _syncs_on_exit(ctx: Context, stmt: ast.With | ast.AsyncWith) -> bool:
