@@ -573,7 +573,8 @@ _TEXT_SOURCES = ("csv.reader", "open", "gzip.open", "bz2.open", "lzma.open", "io
 def class_yields_text(sem: SemanticModel, cls: ast.AST) -> bool:
     """A Dataset class whose ``__getitem__`` only indexes lists of text read from a file (``return
     self.names[i], self.countries[i]`` with ``self.names = [row[0] for row in csv_rows]``): the default
-    collate returns lists of strings, so there is nothing to pin."""
+    collate returns lists of strings, so there is nothing to pin. So does one that returns constants only (``return 0,
+    0``: a loader that counts the passes of a loop fed from elsewhere)."""
     get = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__getitem__"), None)  # type: ignore[attr-defined]
     if get is None:
         return False
@@ -581,6 +582,9 @@ def class_yields_text(sem: SemanticModel, cls: ast.AST) -> bool:
     returns = [n for n in nodes if isinstance(n, ast.Return)]
     if not returns or any(isinstance(n, ast.Call) for n in nodes):
         return False
+    if all(r.value is not None and all(isinstance(v, ast.Constant) for v in (
+            r.value.elts if isinstance(r.value, ast.Tuple) else [r.value])) for r in returns):
+        return True  # ``return 0, 0``: placeholder items that only count the passes (the batches come from elsewhere)
     for r in returns:
         values = r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]
         if not all(isinstance(v, ast.Subscript) and _text_attr(sem, cls, dotted(v.value) or "", 0) for v in values):
