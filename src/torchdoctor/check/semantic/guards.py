@@ -237,6 +237,8 @@ class Guards(GradModes, DeviceChoices):
         """``if seen >= eval_every: ...; seen = 0``: a threshold on a counter whose body restarts it runs once an
         interval, like a ``%`` test (a threshold that never restarts holds on every step from then on)."""
         def compute() -> bool:
+            if not isinstance(if_node, ast.If):
+                return False  # (``a if step >= n else b``: one expression, nothing restarted)
             counted = {side.id for n in self.index.subtree(if_node.test)  # type: ignore[attr-defined]
                        if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Gt, ast.GtE))
                        for side in (n.left,) if isinstance(side, ast.Name)}
