@@ -178,8 +178,7 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sites = sem.call_sites(func)
     if any(sem.feeds_backward(c) for c in sites):
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
-    if cls is not None and any((caller := sem.function_of(c)) is not None and caller is not func and sem.class_of(caller) is cls
-                               and "backward" in sem.effects(caller, True) for c in sites):
+    if cls is not None and _training_hook(sem, func, cls, sites):
         return  # (a learner's ``predict()`` keeping ``self.preds``, then ``self.get_loss(); self.backward()``: the
         # training forward of its batch method)
     if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
@@ -207,6 +206,28 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
         ctx.report("TD401", call, f"`{ctx.name(call.func)}(...)` runs the model with autograd on (in `{name}()`, which "
                    "trains nothing): it builds a graph it never uses",
                    fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _training_hook(sem, func: ast.AST, cls: ast.AST, sites: list[ast.Call]) -> bool:  # type: ignore[no-untyped-def]
+    """``func`` (``predict``) is a step hook of a learner or a callback: a method of the class or of a base that
+    calls it also runs ``backward`` (``_one_batch``: ``self.predict(); self.get_loss(); self.backward()``), or the
+    class's lineage defines the other hooks of such a step (``get_loss``, ``backward``), which a dispatcher runs by
+    name (``getattr(cb, "predict")(learn)``)."""
+    lineage = sem.calls_index.lineage(cls)
+    for c in sites:
+        caller = sem.function_of(c)
+        if caller is not None and caller is not func and (owner := sem.class_of(caller)) is not None \
+                and (owner in lineage or cls in sem.calls_index.lineage(owner)) and "backward" in sem.effects(caller, True):
+            return True
+    hooks = {f.name: f for c in lineage for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}  # type: ignore[attr-defined]
+    if {"get_loss", "backward"} <= set(hooks):
+        return True
+    kept = {d for n in sem.local_nodes(func) if isinstance(n, ast.Assign) for t in n.targets
+            if (d := dotted(t)) is not None and d.startswith("self.")}  # (``self.learn.preds = self.learn.model(x)``)
+    loss = hooks.get("get_loss")
+    return bool(kept) and loss is not None and any(
+        isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and dotted(n) in kept for n in sem.local_nodes(loss))
+    # (a callback's ``get_loss`` that reads what its ``predict`` kept: the two hooks of one training step)
 
 
 def _shared_forward_helper(ctx: Context, call: ast.Call) -> ast.AST | None:
