@@ -115,7 +115,9 @@ def _unmoved_construction(sem: SemanticModel, value: ast.Call, at: ast.AST) -> b
         if node.func.attr in _MOVES:
             return False
         node = node.func.value
-    return True
+    return not (isinstance(node, (ast.Name, ast.Attribute)) and sem.expr_kind(node, at) in ("model", "wrapper"))
+    # (``model = model.train()``: the model made before, maybe moved, no construction; ``nn.Embedding.from_pretrained``
+    # is one)
 
 
 def _listed_models(sem: SemanticModel, b: Binding) -> list[ast.Call] | None:
