@@ -401,8 +401,26 @@ class Kinds:
             return "tensor"  # ``out, _ = gru(seq)``: a model's first output (an RNN's, beside its hidden state)
         if isinstance(value.func, ast.Name) and value.func.id in self.bindings.functions:
             # ``x, y, lengths = fetch_data(batch)`` of an in-file helper whose every ``return`` is a tuple
-            return self._return_kind(self.bindings.functions[value.func.id], index)
-        return None
+            found = self._return_kind(self.bindings.functions[value.func.id], index)
+            if found is not None:
+                return found
+        return self._handed_back(value, index, at)
+
+    def _handed_back(self, value: ast.Call, index: int, at: ast.AST) -> str | None:
+        """``encoder, opt, epoch = load_checkpoint(path, encoder=encoder, opt=opt)``: a target named as the argument
+        it was handed (by keyword or position) is that object given back, loaded or moved in place: its kind."""
+        targets = at.targets if isinstance(at, ast.Assign) else []
+        if len(targets) != 1 or not isinstance(t := targets[0], ast.Tuple) or index >= len(t.elts) \
+                or not isinstance(e := t.elts[index], ast.Name):
+            return None
+        given = [a for a in value.args if isinstance(a, ast.Name) and a.id == e.id] + \
+            [k.value for k in value.keywords if k.arg == e.id and isinstance(k.value, ast.Name) and k.value.id == e.id]
+        if not given:
+            return None
+        b = self.bindings.at(e.id, value)
+        if b is None or b.node is at:
+            return None
+        return self.binding_kind(b)
 
     # ---- expressions ----------------------------------------------------------------------------------
     def expr_kind(self, node: ast.AST, at: ast.AST) -> str | None:
