@@ -2637,6 +2637,61 @@ def test_a_step_method_a_base_class_of_another_module_calls_every_step(project: 
     assert "batch loop of `Engine` that calls `self.forward_backward()`" in message
 
 
+def test_a_host_tensor_a_loss_method_makes_for_a_step_a_base_class_of_another_module_runs(project: Path) -> None:
+    """SPIN's shape: ``BaseTrainer.train`` (another module) calls ``self.train_step(batch)`` every step; the subclass's
+    ``train_step`` calls ``self.shape_loss(...)``, whose empty-batch branch makes ``torch.FloatTensor(1).fill_(0.)`` on
+    the host and moves it. The fix names a constructor that takes the device (the legacy one makes CPU tensors only).
+    A helper the subclass calls only from a method nothing runs per step is quiet."""
+    write(project, {
+        "utils/base_trainer.py": """\
+            import torch
+
+            class BaseTrainer:
+                def __init__(self, loader):
+                    self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                    self.loader = loader
+                    self.init_fn()
+
+                def train(self):
+                    for epoch in range(10):
+                        for batch in self.loader:
+                            batch = {k: v.to(self.device) for k, v in batch.items()}
+                            self.train_step(batch)
+            """,
+        "train/trainer.py": """\
+            import torch
+            from utils.base_trainer import BaseTrainer
+
+            class Trainer(BaseTrainer):
+                def init_fn(self):
+                    self.model = torch.nn.Linear(4, 4).to(self.device)
+                    self.opt = torch.optim.Adam(self.model.parameters())
+
+                def shape_loss(self, pred, gt, has):
+                    if has.sum() > 0:
+                        return ((pred[has == 1] - gt[has == 1]) ** 2).mean()
+                    return torch.FloatTensor(1).fill_(0.).to(self.device)
+
+                def report_loss(self):
+                    return torch.FloatTensor(1).fill_(0.).to(self.device)
+
+                def train_step(self, batch):
+                    loss = self.shape_loss(self.model(batch["x"]), batch["y"], batch["has"])
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+
+                def summary(self):
+                    return self.report_loss()
+            """,
+    })
+    results = check_files(["utils/base_trainer.py", "train/trainer.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "trainer.py") == [(12, "TD611")]
+    finding = next(f for r in results if r.path.endswith("trainer.py") for f in r.findings)
+    assert "batch loop of `BaseTrainer` that calls `self.train_step()` (which calls `shape_loss`)" in finding.message
+    assert "torch.empty(1, device=self.device)" in (finding.fix or "")
+
+
 def test_an_evaluations_outputs_copied_to_the_host_by_a_helper_of_another_module_are_no_pitfall(project: Path) -> None:
     """``detections = nms(outputs)`` in an evaluation loop, whose helper copies each image's boxes to the host
     (``to_cpu(x[i])``): the results must reach the host, as an evaluation's collected outputs. A helper that reads a

@@ -69,6 +69,8 @@ _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "rep
 _LEGACY_WRAPS = frozenset({"torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.DoubleTensor"})
 _LEGACY_SIZED = frozenset({"FloatTensor", "LongTensor", "Tensor", "ByteTensor", "DoubleTensor", "IntTensor",
                            "BoolTensor", "HalfTensor"})
+_LEGACY_DTYPES = {"LongTensor": "long", "ByteTensor": "uint8", "DoubleTensor": "float64", "IntTensor": "int32",
+                  "BoolTensor": "bool", "HalfTensor": "float16"}  # (FloatTensor, Tensor: the default float32)
 
 
 def _sizes_only(call: ast.Call, sem=None) -> bool:  # type: ignore[no-untyped-def]
@@ -171,6 +173,9 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if counting:  # (a legacy constructor takes no device: its arange does)
         rng = node.args[0] if dotted(node.args[0].func) == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
+    elif q.split(".")[1] in _LEGACY_SIZED:  # (``torch.FloatTensor(1, device=...)`` raises: a legacy constructor
+        dtype = _LEGACY_DTYPES.get(q.split(".")[1])  # makes CPU tensors only; ``torch.empty`` takes the device)
+        maker = f"torch.empty({', '.join(ctx.name(a) for a in node.args)}" + (f", dtype=torch.{dtype}" if dtype else "")
     mover = f"`{ctx.name(move.func)}()`" if helper else f"`.{how}()`"
     there = f"`{maker}, device={dev})`" if how in ("to", "type_as") else \
         f"`{maker}, device=...)` with the device {mover} moves it to"

@@ -303,10 +303,16 @@ def _step_of_a_method(ctx: Context, func: ast.AST) -> str | None:
     module calls on every step through an object of the class (``GroupDRO.update``), or that such a method calls at
     its top level (``self.get_dis_xy()`` in ``dis_step``): where that loop is."""
     sem = ctx.semantic
+    cls = sem.class_of(func)
     for entry in [func] if not sem.call_sites(func) else method_entries(ctx, func):
         callers = sem.project.step_callers(sem, entry)  # type: ignore[attr-defined]
         if callers:
             return _the_loop_that_calls(sem, callers, entry, func)
+        for base in getattr(cls, "bases", ()):  # ``self.train_step(batch)`` in the batch loop of a base class of
+            written = dotted(base)  # another module (SPIN's ``BaseTrainer.train``), overridden here
+            if written and sem.class_of(entry) is cls and sem.project.calls_every_step(sem, written, entry.name):  # type: ignore[attr-defined]
+                via = f" (which calls `{func.name}`)" if entry is not func else ""  # type: ignore[attr-defined]
+                return f"the batch loop of `{written}` that calls `self.{entry.name}()`{via}"  # type: ignore[attr-defined]
     return None
 
 
