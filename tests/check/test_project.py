@@ -2637,6 +2637,64 @@ def test_a_step_method_a_base_class_of_another_module_calls_every_step(project: 
     assert "batch loop of `Engine` that calls `self.forward_backward()`" in message
 
 
+def test_a_script_that_trains_through_a_method_of_a_project_object_run_on_every_batch(project: Path) -> None:
+    """mt-dnn's shape: ``for x, y in train_loader: model.update(x, y)`` of ``model = MTModel(device)``, whose ``update``
+    (another module) backpropagates: the script trains, so its test loader without workers is told (TD305). A
+    script whose loop only calls a method that trains nothing stays quiet."""
+    write(project, {
+        "pkg/__init__.py": "",
+        "pkg/model.py": """\
+            import torch
+            import torch.nn as nn
+
+            class MTModel:
+                def __init__(self, device):
+                    self.net = nn.Linear(4, 3).to(device)
+                    self.opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+                def update(self, x, y):
+                    loss = nn.functional.cross_entropy(self.net(x), y)
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+
+                @torch.no_grad()
+                def predict(self, x):
+                    return self.net(x).argmax(1)
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from pkg.model import MTModel
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+            train_loader = DataLoader(ds, batch_size=8, pin_memory=True, num_workers=2)
+            test_loader = DataLoader(ds, batch_size=8, pin_memory=True)
+            model = MTModel(device)
+            for x, y in train_loader:
+                model.update(x.to(device), y.to(device))
+            print([model.predict(x.to(device)) for x, _ in test_loader])
+            """,
+        "predict.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from pkg.model import MTModel
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,)))
+            test_loader = DataLoader(ds, batch_size=8, pin_memory=True)
+            model = MTModel(device)
+            for x, _ in test_loader:
+                print(model.predict(x.to(device)))
+            """,
+    })
+    results = check_files(["pkg/__init__.py", "pkg/model.py", "train.py", "predict.py"],
+                          Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "train.py") == [(8, "TD305")]
+    assert codes(results, "predict.py") == []
+
+
 def test_a_host_tensor_a_loss_method_makes_for_a_step_a_base_class_of_another_module_runs(project: Path) -> None:
     """SPIN's shape: ``BaseTrainer.train`` (another module) calls ``self.train_step(batch)`` every step; the subclass's
     ``train_step`` calls ``self.shape_loss(...)``, whose empty-batch branch makes ``torch.FloatTensor(1).fill_(0.)`` on
