@@ -30,10 +30,11 @@ def stop_signal(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     if isinstance(test, ast.Assign) and len(test.targets) == 1 and isinstance(flag := test.targets[0], ast.Name) \
             and node in sem.subtree(test.value):
         # ``last_step = bool(flag.item())``, then ``if last_step: break``: the flag read once, tested just after
-        test = next((s for s in sem.subtree(loop) if isinstance(s, ast.If) and any(
-            isinstance(n, ast.Name) and n.id == flag.id for n in sem.subtree(s.test)) and (s.lineno, s.col_offset) >
-            (test.lineno, test.col_offset)), None)
-        if test is None or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body for n in sem.subtree(b)):
+        after = (test.lineno, test.col_offset)
+        test = next((s for s in sem.subtree(loop) if isinstance(s, ast.If) and (s.lineno, s.col_offset) > after
+                     and any(isinstance(n, ast.Name) and n.id == flag.id for n in sem.subtree(s.test))
+                     and any(isinstance(n, (ast.Break, ast.Return)) for b in s.body for n in sem.subtree(b))), None)
+        if test is None:  # (``if last_step or step % every == 0: evaluate()`` first, ``if last_step: break`` later)
             return False
     elif not isinstance(test, ast.If) or not any(isinstance(n, (ast.Break, ast.Return)) for b in test.body
                                                  for n in sem.subtree(b)) or node not in sem.subtree(test.test):
