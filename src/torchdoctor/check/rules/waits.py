@@ -246,7 +246,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
     bound = sem.binding_at(name, node) if name is not None else None
     if name is not None and bound is None:
         return False
-    if name is None and not entry and not _read_of_a_view(node) and not _element_read(node) and not (
+    if name is None and not entry and not _read_of_a_view(node) and not _element_read(node) and not _formatting(sem, node) and not (
             isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
         return False  # (``if val_loss < best:``: a test of no one name, after another read all the same; ``entry``: the
         # call of a helper whose reads come before any GPU work of its own, ``drained_at_entry``)
@@ -356,6 +356,14 @@ def _tensor_arithmetic(ctx: Context, nodes: list[ast.AST]) -> bool:
 
     return any(isinstance(n, ast.BinOp) and any(isinstance(side, (ast.Name, ast.Attribute)) and tensor_value(ctx, side, n)
                                                  for side in (n.left, n.right)) for n in nodes)
+
+
+def _formatting(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``"acc %.2f" % (100 * correct / n)``, ``f"{loss / n:.3f}"``: a tensor formatted into text, whatever expression
+    holds it; after another read with only host work since, it waits for nothing."""
+    up = sem.parent(node)
+    return isinstance(node, ast.JoinedStr) or isinstance(up, ast.FormattedValue) or isinstance(up, ast.BinOp) \
+        and isinstance(up.op, ast.Mod) and up.right is node and isinstance(up.left, ast.Constant) and isinstance(up.left.value, str)
 
 
 def _read_of_a_view(node: ast.AST) -> bool:

@@ -28,11 +28,11 @@ _SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16",
                      "unsqueeze", "permute", "transpose", "flatten", "type", "pin_memory", "share_memory_",
                      "to_empty", "mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log",
                      "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
-                     "log_softmax", "prod"}
+                     "log_softmax", "prod", "eq", "ne", "lt", "le", "gt", "ge"}
 _TENSOR_METHODS_ONLY = {"mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log", "view", "reshape",
                         "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous",
                         "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
-                        "log_softmax", "prod"}
+                        "log_softmax", "prod", "eq", "ne", "lt", "le", "gt", "ge"}  # (``pred.eq(y)``: elementwise)
 _NAME_HINTS = (
     (lazy(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
     (lazy(r"(loader|^dl$|_dl$)", re.I), "loader"),
@@ -249,10 +249,22 @@ class Kinds:
                 kind = self._unpacked_kind(b.value, b.index, b.node)
             else:
                 kind = self.expr_kind(b.value, b.node)
+                if kind is None and isinstance(b.value, ast.Constant) and type(b.value.value) in (int, float) \
+                        and b.value.value == 0 and self._accumulates_tensors(b):
+                    kind = "tensor"  # ``correct = 0`` then ``correct += pred.eq(y).sum()``: a tensor from then on
         finally:
             self._busy.discard(key)
         self._memo[key] = kind
         return kind
+
+    def _accumulates_tensors(self, b: Binding) -> bool:
+        """Some ``<name> += <tensor>`` after ``b`` in its scope adds a tensor to the number ``b`` starts it at."""
+        for n in self.index.by_type.get(ast.AugAssign, ()):
+            if isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and n.target.id == b.key \
+                    and self.index.pos[n] > self.index.pos[b.node] and self.index.frame[n].scope is b.scope \
+                    and self.expr_kind(n.value, n) == "tensor":
+                return True
+        return False
 
     def _kind_from_callers(self, b: Binding) -> str | None:
         """"model" for a parameter of a module-level function that every call of it in this file hands a model
