@@ -208,6 +208,32 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
                    fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
 
 
+_TEST_FLAGS = {"test": True, "is_test": True, "eval": True, "evaluate": True, "inference": True, "training": False,
+               "is_training": False, "train": False, "is_train": False}
+
+
+@rule("TD401", keywords=tuple(_TEST_FLAGS))
+def forward_told_to_test(node: ast.AST, ctx: Context) -> None:
+    """``preds = model(ids, test=True)`` (or ``training=False``): a forward the caller asks for its test branch, run
+    with autograd on and fed to no backward; it records a graph it never uses."""
+    assert isinstance(node, ast.Call)
+    told = [k for k in node.keywords if k.arg in _TEST_FLAGS and isinstance(k.value, ast.Constant)
+            and k.value.value is _TEST_FLAGS[k.arg]]
+    sem = ctx.semantic
+    if not told or flow.consumer_kind(sem, node) != "model" or method_name(node) not in (None, "forward") \
+            or any(q.split(".")[0] in ("tensorflow", "keras", "jax", "flax") for q in sem.imports.values()):
+        return  # (Keras's ``model(x, training=False)`` is no torch forward)
+    target = node.func.value if method_name(node) == "forward" else node.func  # type: ignore[attr-defined]
+    if sem.expr_kind(target, node) not in ("model", "wrapper") or sem.under_no_grad(node) or sem.feeds_backward(node):
+        return
+    func = sem.function_of(node)
+    if func is not None and (sem.class_of(func) is not None and sem.class_of(func).name in sem.module_classes
+                             or any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list)  # type: ignore[attr-defined]
+                             or _callers_without_grad(ctx, func)):
+        return  # (a model's own forward asking a part for its test branch: the caller's mode decides)
+    _report_inference(ctx, node, f" (told `{told[0].arg}={told[0].value.value}`)")  # type: ignore[attr-defined]
+
+
 def _training_hook(sem, func: ast.AST, cls: ast.AST, sites: list[ast.Call]) -> bool:  # type: ignore[no-untyped-def]
     """``func`` (``predict``) is a step hook of a learner or a callback: a method of the class or of a base that
     calls it also runs ``backward`` (``_one_batch``: ``self.predict(); self.get_loss(); self.backward()``), or the
