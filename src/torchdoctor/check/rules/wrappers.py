@@ -249,7 +249,9 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
     recv = node.func.value
     prefix = wrapper_prefix(sem, recv, node)
     if prefix is None and sem.expr_kind(recv, node) == "wrapper" and not _wrapped_by_fsdp(ctx, recv, node):
-        prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module."
+        prefix = "_orig_mod." if _wrapped_by_compile(ctx, recv, node) else "module." if _wrapped_here(ctx, recv) else None
+        # (a wrapper handed back by a builder of another function, compiled or wrapped there: which prefix it adds
+        # is not seen here)
     if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
         prefix = "module."
     if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node) \
@@ -352,6 +354,21 @@ def _wrapped_by_a_helper(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     if b is None or b.is_param or not isinstance(b.value, ast.Call) or b.index is not None:
         return False
     return getattr(ctx.semantic.external(b.value), "returns", None) == "wrapper"
+
+
+def _wrapped_here(ctx: Context, recv: ast.AST) -> bool:
+    """Some binding of ``recv``'s name in this file wraps a model in DataParallel/DDP (``encoder =
+    DistributedDataParallel(encoder)``), or is no call this file's functions make (a parameter, an attribute kept
+    elsewhere), so the ``module.`` prefix is the wrappers' (not ``torch.compile``'s, done in a builder)."""
+    key = dotted(recv)
+    if not key:
+        return True
+    sem = ctx.semantic
+    bound = sem.bindings_of(key)
+    if any(isinstance(b.value, ast.Call) and b.index is None and (sem.call_name(b.value) or "").rsplit(".", 1)[-1]
+           in ("DataParallel", "DistributedDataParallel", "DDP") for b in bound):
+        return True
+    return not any(isinstance(b.value, ast.Call) and (sem.resolve(b.value) or b.index is not None) for b in bound)
 
 
 def _wrapped_by_compile(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
