@@ -115,6 +115,13 @@ def unwrap_iter(node: ast.AST) -> tuple[list[ast.AST], bool]:
 
 
 
+def _parameters_of_a_model(kinds: "Kinds", it: ast.AST, prefix: str) -> bool:
+    """``model.parameters()`` (``prefix`` ""), ``model.named_parameters()`` (``prefix`` "named_"): a model's own."""
+    return isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) \
+        and it.func.attr in (f"{prefix}parameters", f"{prefix}buffers") \
+        and kinds.expr_kind(it.func.value, it) in ("model", "wrapper")
+
+
 def plain_values(it: ast.AST) -> bool:
     """An iterable of plain values zipped beside a loader: ``["train", "val"]``, ``range(n)``."""
     if isinstance(it, ast.List | ast.Tuple):
@@ -316,8 +323,16 @@ class Kinds:
         return bool(LOADERISH.search(self.segment(it))) or bool(dotted(it)) and self.expr_kind(it, it) == "loader"
 
     def _loop_target_kind(self, b: Binding) -> str | None:
-        """Names a batch loop binds are tensors (enumerate's counter is not)."""
+        """Names a batch loop binds are tensors (enumerate's counter is not); so are a model's parameters
+        (``for name, p in model.named_parameters():``)."""
         loop = self.index.parent.get(b.node)
+        if isinstance(loop, (ast.For, ast.comprehension)) and b.node is loop.target:
+            target = loop.target
+            if isinstance(target, ast.Name) and _parameters_of_a_model(self, loop.iter, ""):
+                return "tensor"
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(second := target.elts[1], ast.Name) \
+                    and second.id == b.key and _parameters_of_a_model(self, loop.iter, "named_"):
+                return "tensor"
         if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)) or b.node is not loop.target:
             return None
         iters, counter = unwrap_iter(loop.iter)
