@@ -525,6 +525,31 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
 # ---- TD701 ---------------------------------------------------------------------
 
 
+def _sampler_never_told(ctx: Context, loop: ast.AST, samplers: list[ast.Call], set_epochs: list[ast.Call]) -> str | None:
+    """The name of a shuffling sampler kept under a name (``self.sampler_a = DistributedSampler(...)``) that no
+    ``set_epoch`` call names, while every ``set_epoch`` names another such sampler (``self.sampler_b.set_epoch(...)``
+    in a helper that restarts an auxiliary loader), and whose loader this epoch loop iterates."""
+    sem = ctx.semantic
+    names = {}
+    for s in samplers:
+        up = sem.parent(s)
+        if isinstance(up, ast.Assign) and len(up.targets) == 1 and (name := dotted(up.targets[0])):
+            names[name] = s
+    told = [dotted(c.func.value) if isinstance(c.func, ast.Attribute) else None for c in set_epochs]
+    if not names or not told or any(t not in names for t in told):
+        return None  # (``train_loader.sampler.set_epoch(e)``, a parameter's: which sampler it tells is not seen)
+    read = {dotted(n) for n in sem.subtree(loop) if isinstance(n, (ast.Name, ast.Attribute))}
+    for name in names:
+        if name in told:
+            continue
+        loaders = [dotted(up.targets[0]) for c in sem.of_type(ast.Call) if any(
+            k.arg == "sampler" and dotted(k.value) == name for k in c.keywords)  # type: ignore[attr-defined]
+            and isinstance(up := sem.parent(c), ast.Assign) and len(up.targets) == 1]
+        if any(l and l in read for l in loaders):
+            return name
+    return None
+
+
 @rule("TD701", ast.For, ast.AsyncFor)
 def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
     """`DistributedSampler` without `sampler.set_epoch(epoch)`: reported on the outermost epoch loop of a file
@@ -550,6 +575,12 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
             ctx.report("TD701", node, f"{sampler} is built (and shuffles) whatever `{flag}` is, but `set_epoch(epoch)` "
                        f"is only called `if {flag}`: when it is false, every epoch sees the same order",
                        fix=f"call `set_epoch(epoch)` whenever the sampler is a DistributedSampler, not only `if {flag}`")
+            return
+        untold = _sampler_never_told(ctx, node, samplers, set_epochs)
+        if untold is not None:
+            ctx.report("TD701", node, f"`{untold}` shuffles the loader this epoch loop runs, but `set_epoch` is only "
+                       "called on the other samplers: every epoch sees the same order",
+                       fix=f"call `{untold}.set_epoch(epoch)` at the start of each epoch")
         return
     effects = sem.region_effects(sem.body(node), deep=True)
     if "set_epoch" in effects or not {"backward", "step"} & set(effects) and not _counts_epochs(node):
