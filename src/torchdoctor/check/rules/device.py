@@ -47,7 +47,13 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     if program.has_cuda_check(sem):
         return
-    for site in cuda_sites.cuda_sites(sem):
+    sites = cuda_sites.cuda_sites(sem)
+    at = {id(s.node) for s in sites}
+    for site in sites:
+        up = sem.parent(site.node)
+        if site.text.startswith("torch.device(") and isinstance(up, ast.Call) and method_name(up) == "cuda" \
+                and id(up) in at:
+            continue  # (``x.cuda(torch.device(device))``: one finding, at the ``.cuda()`` that holds it)
         if program.uses_gpu_only_library(sem, site.node) or program.refuses_cpu(sem, at=site.node) \
                 or _moves_nothing(sem, site.node) or sem.chooses_device(site.node) and not _cuda_either_way(sem, site.node) \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
