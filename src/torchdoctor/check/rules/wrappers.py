@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from torchdoctor.check.astutil import dotted, func_params, param_default, string_value
+from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, param_default, string_value, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project import REQUIRES_WRAPPED, SELECTS_WRAPPED, STRIPS_WRAPPED
@@ -365,8 +365,9 @@ def _wrapped_here(ctx: Context, recv: ast.AST) -> bool:
         return True
     sem = ctx.semantic
     bound = sem.bindings_of(key)
-    if any(isinstance(b.value, ast.Call) and b.index is None and (sem.call_name(b.value) or "").rsplit(".", 1)[-1]
-           in ("DataParallel", "DistributedDataParallel", "DDP") for b in bound):
+    if any(isinstance(v := strip_methods(b.value, PLACEMENT_METHODS), ast.Call) and b.index is None
+           and (sem.call_name(v) or "").rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel", "DDP")
+           for b in bound if b.value is not None):  # (``nn.DataParallel(model).cuda()``)
         return True
     return not any(isinstance(b.value, ast.Call) and (sem.resolve(b.value) or b.index is not None) for b in bound)
 
