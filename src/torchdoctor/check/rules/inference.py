@@ -224,8 +224,9 @@ def forward_told_to_test(node: ast.AST, ctx: Context) -> None:
             or any(q.split(".")[0] in ("tensorflow", "keras", "jax", "flax") for q in sem.imports.values()):
         return  # (Keras's ``model(x, training=False)`` is no torch forward)
     target = node.func.value if method_name(node) == "forward" else node.func  # type: ignore[attr-defined]
-    if sem.expr_kind(target, node) not in ("model", "wrapper") or sem.under_no_grad(node) or sem.feeds_backward(node):
-        return
+    if sem.expr_kind(target, node) not in ("model", "wrapper") or sem.under_no_grad(node) or sem.feeds_backward(node) \
+            or not sem.loops_around(node):
+        return  # (``print(noisy_layer(x, training=False))`` once, in a demo: no evaluation pass)
     func = sem.function_of(node)
     if func is not None and (sem.class_of(func) is not None and sem.class_of(func).name in sem.module_classes
                              or any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list)  # type: ignore[attr-defined]

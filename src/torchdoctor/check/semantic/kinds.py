@@ -269,8 +269,10 @@ class Kinds:
         for n in self.index.by_type.get(ast.AugAssign, ()):
             if isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and n.target.id == b.key \
                     and self.index.pos[n] > self.index.pos[b.node] and self.index.frame[n].scope is b.scope \
-                    and self.expr_kind(n.value, n) == "tensor":
-                return True
+                    and self.expr_kind(n.value, n) == "tensor" and not any(
+                        isinstance(c, ast.Call) and method_name(c) in ("cpu", "numpy", "item", "tolist")
+                        for c in ast.walk(n.value)):
+                return True  # (``running_correct += pred.eq(y).cpu().sum()``: a host tensor, read as it was made)
         return False
 
     def _kind_from_callers(self, b: Binding) -> str | None:
