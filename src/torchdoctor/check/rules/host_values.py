@@ -218,7 +218,7 @@ def _grown_by_tensors(ctx: Context, name: str, b: object) -> bool:
                and (sem.expr_kind(aug.value, aug) == "tensor" or sem.call_kind(aug.value, aug) == "loss_fn"
                     or sem.expr_kind(aug.value.func, aug) in ("loss_fn", "model"))
                and not any(isinstance(c, ast.Call) and method_name(c) in ("cpu", "numpy", "item", "tolist")
-                           for c in ast.walk(aug.value))  # (``+= pred.eq(y).cpu().sum()``: a host tensor)
+                           for c in sem.subtree(aug.value))  # (``+= pred.eq(y).cpu().sum()``: a host tensor)
                for aug in sem.of_type(ast.AugAssign))
 
 

@@ -271,7 +271,7 @@ class Kinds:
                     and self.index.pos[n] > self.index.pos[b.node] and self.index.frame[n].scope is b.scope \
                     and self.expr_kind(n.value, n) == "tensor" and not any(
                         isinstance(c, ast.Call) and method_name(c) in ("cpu", "numpy", "item", "tolist")
-                        for c in ast.walk(n.value)):
+                        for c in self.index.subtree(n.value)):
                 return True  # (``running_correct += pred.eq(y).cpu().sum()``: a host tensor, read as it was made)
         return False
 
