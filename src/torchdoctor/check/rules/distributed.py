@@ -525,6 +525,9 @@ def batchnorm_without_sync(node: ast.Call, ctx: Context) -> None:
 # ---- TD701 ---------------------------------------------------------------------
 
 
+_EVAL_SAMPLER = lazy(r"(?i)(val|test|eval|dev)")
+
+
 def _sampler_never_told(ctx: Context, loop: ast.AST, samplers: list[ast.Call], set_epochs: list[ast.Call]) -> str | None:
     """The name of a shuffling sampler kept under a name (``self.sampler_a = DistributedSampler(...)``) that no
     ``set_epoch`` call names, while every ``set_epoch`` names another such sampler (``self.sampler_b.set_epoch(...)``
@@ -540,8 +543,8 @@ def _sampler_never_told(ctx: Context, loop: ast.AST, samplers: list[ast.Call], s
         return None  # (``train_loader.sampler.set_epoch(e)``, a parameter's: which sampler it tells is not seen)
     read = {dotted(n) for n in sem.subtree(loop) if isinstance(n, (ast.Name, ast.Attribute))}
     for name in names:
-        if name in told:
-            continue
+        if name in told or _EVAL_SAMPLER.search(name.rsplit(".", 1)[-1]):
+            continue  # (a validation sampler's order does not matter: each epoch evaluates the same set)
         loaders = [dotted(up.targets[0]) for c in sem.of_type(ast.Call) if any(
             k.arg == "sampler" and dotted(k.value) == name for k in c.keywords)  # type: ignore[attr-defined]
             and isinstance(up := sem.parent(c), ast.Assign) and len(up.targets) == 1]

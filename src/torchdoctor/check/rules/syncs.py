@@ -271,10 +271,15 @@ def _reduced_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
     return None
 
 
+_SHAPE_READS = frozenset({"numel", "nelement", "size", "dim", "ndimension", "element_size"})
+
+
 def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> str | None:
     """The device tensor under elementwise work: ``(y.int() < 0)``, ``(a - b).abs()``, ``x.float()``."""
     if depth > 8:
         return None
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SHAPE_READS:
+        return None  # (``offset + param.numel()``: a Python int, from the tensor's metadata)
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE:
         return _tensor_operand(ctx, expr.func.value, at, depth + 1)
     if isinstance(expr, ast.Attribute) and expr.attr == "data":  # ``(loss != loss).data.any()``
