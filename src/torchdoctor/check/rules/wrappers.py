@@ -365,6 +365,8 @@ def _wrapped_here(ctx: Context, recv: ast.AST) -> bool:
         return True
     sem = ctx.semantic
     bound = sem.bindings_of(key)
+    if bound and all(isinstance(b.value, (ast.Name, ast.Attribute)) for b in bound):
+        return False  # (``plain = net`` before ``net = DataParallel(net)``: an alias the wrap's prefix search followed)
     if any(isinstance(v := strip_methods(b.value, PLACEMENT_METHODS), ast.Call) and b.index is None
            and (sem.call_name(v) or "").rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel", "DDP")
            for b in bound if b.value is not None):  # (``nn.DataParallel(model).cuda()``)
