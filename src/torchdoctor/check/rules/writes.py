@@ -8,10 +8,11 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import argument, call_argument, dotted, is_none, param_default, string_value
+from torchdoctor.check.astutil import argument, call_argument, dotted, is_none, keyword, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.kinds import unwrap_iter
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -159,6 +160,28 @@ def _rank_strided_file(ctx: Context, call: ast.Call) -> bool:
             if re.search(r"(?i)rank", ctx.segment(start)) or any(dotted(n) in sem.guards.rank_aliases()
                                                                  for n in sem.subtree(start)):
                 return True
+        if isinstance(loop, ast.For) and _sharded_loader(ctx, loop.iter, call) and any(
+                isinstance(n, ast.Name) and n.id in named for n in sem.subtree(loop.target)):
+            return True  # ``for img, key in loader: np.save(f"{key.item()}.npy", ...)`` of a DistributedSampler's
+            # loader: each rank writes the files of the samples it was dealt
+    return False
+
+
+def _sharded_loader(ctx: Context, it: ast.AST, at: ast.AST) -> bool:
+    """``it`` is (a wrapper of) a DataLoader made here with ``sampler=DistributedSampler(...)``, or a sampler name
+    bound to one."""
+    sem = ctx.semantic
+    for i in unwrap_iter(it)[0]:
+        b = sem.binding_at(i.id, at) if isinstance(i, ast.Name) else None
+        made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else i
+        if not isinstance(made, ast.Call) or not (ctx.call_name(made) or "").endswith("DataLoader"):
+            continue
+        sampler = keyword(made, "sampler")
+        value = sampler.value if sampler is not None else None
+        if isinstance(value, ast.Name) and (sb := sem.binding_at(value.id, made)) is not None and sb.value is not None:
+            value = sb.value
+        if isinstance(value, ast.Call) and (ctx.call_name(value) or "").endswith("DistributedSampler"):
+            return True
     return False
 
 
