@@ -291,6 +291,13 @@ def _only_with_several_processes(sem, node: ast.AST) -> bool:  # type: ignore[no
     source = sem.text.source
     if func is None or "set_device" not in source and "nccl" not in source:
         return False
+    up = sem.parent(node)  # ``torch.device("cuda") if dist.get_world_size() > 1 else None``: the several-process arm
+    if isinstance(up, ast.IfExp) and up.body is node and isinstance(t := up.test, ast.Compare) and len(t.ops) == 1 \
+            and _WORLD.match(((dotted(t.left.func) if isinstance(t.left, ast.Call) else dotted(t.left)) or "")
+                             .rsplit(".", 1)[-1].removeprefix("get_")) \
+            and isinstance(c := t.comparators[0], ast.Constant) \
+            and (type(t.ops[0]), c.value) in ((ast.Gt, 1), (ast.GtE, 2), (ast.NotEq, 1)):
+        return True
     for stmt in func.body:  # type: ignore[attr-defined]
         if sem.contains(stmt, node):
             return False
