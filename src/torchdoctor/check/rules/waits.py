@@ -441,8 +441,8 @@ def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
         if not all(isinstance(a, (ast.Name, ast.Constant)) or isinstance(b := _strip_index(a), ast.Call) and (
                 dotted(b.func) == "len" or method_name(b) == "size") for a in it.args):
             return False  # (``for j in range(len(gold)):``: over the rows of what the step holds)
-    elif not isinstance(it, (ast.Name, ast.Attribute, ast.List, ast.Tuple)):
-        return False
+    elif not isinstance(it, (ast.Name, ast.Attribute, ast.List, ast.Tuple, ast.Dict)):
+        return False  # (``for k, v in {"loss": loss}.items():``: a literal of values the step holds)
     if ctx.semantic.loop_kind(loop) in ("train", "eval") or any(isinstance(n, ast.BinOp) for n in ctx.semantic.subtree(loop)):
         return False  # (a loop over batches: each pass queues its own work; ``(aux * 2).item()``: arithmetic queued)
     return all(_queues_nothing(ctx, c) for c in ctx.semantic.subtree(loop) if isinstance(c, ast.Call)
@@ -742,7 +742,8 @@ def _syncs_on_exit(ctx: Context, stmt: ast.With | ast.AsyncWith) -> bool:
 
 _HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "detach", "state_dict", "items", "keys", "values", "size", "dim", "numel", "nelement", "ndimension", "len",
                         "isinstance", "float", "int", "print", "append", "format", "add_scalar", "add_scalars",
-                        "set_postfix", "set_postfix_str", "set_description", "info", "debug", "warning"})
+                        "set_postfix", "set_postfix_str", "set_description", "info", "debug", "warning",
+                        "setdefault", "extend"})  # (``metrics.setdefault(k, []).append(v.item())``: containers)
 # (TensorBoard's writer; ``.cpu()``/``.numpy()``: copies to the host, GPU work only as reads)
 
 
@@ -758,6 +759,8 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     if name in _HOST_ONLY or isinstance(func, ast.Name) and name in ("min", "max", "round", "enumerate", "zip", "range"):
         return True  # (Python's ``min(min_lr, group["lr"])``; not ``loss.max()``, a reduction queued on the GPU)
+    if (ctx.call_name(call) or "").startswith(("numpy.", "math.")):
+        return True  # (``np.isnan(v.item())``, ``np.mean(lens)``: host arithmetic; a device tensor handed in is a read)
     if isinstance(func, ast.Name) and call.args and not call.keywords and all(_host_copy_name(ctx, a, call)
                                                                                for a in call.args):
         return True  # ``accuracy(out, y)`` of ``out = out.data.cpu().numpy()``: host arrays, no GPU work to queue

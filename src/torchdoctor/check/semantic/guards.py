@@ -233,6 +233,17 @@ class Guards(GradModes, DeviceChoices):
 
         return self._test_memo(if_node.test, "throttle", compute)  # type: ignore[attr-defined]
 
+    def _sampled(self, test: ast.AST) -> bool:
+        """``if np.random.rand() < 0.1:`` (``random.random() < p``): a random draw against a probability below 1 runs
+        the body on that share of the steps, like ``step % 10 == 0``."""
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.LtE))
+                and isinstance(test.left, ast.Call)):
+            return False
+        q = self.names.call_name(test.left) or ""
+        bound = test.comparators[0]
+        return q in ("numpy.random.rand", "numpy.random.random", "random.random", "numpy.random.uniform") \
+            and isinstance(bound, ast.Constant) and isinstance(bound.value, (int, float)) and 0 < bound.value < 1
+
     def _restarted_counter(self, if_node: ast.AST) -> bool:
         """``if seen >= eval_every: ...; seen = 0``: a threshold on a counter whose body restarts it runs once an
         interval, like a ``%`` test (a threshold that never restarts holds on every step from then on)."""
@@ -272,6 +283,7 @@ class Guards(GradModes, DeviceChoices):
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
                 if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._restarted_counter(frame.node)
+                                                                         or self._sampled(test)
                                                                          or self._chosen_steps(test)
                                                                          or self._own_counter_fixed(test, loop)
                                                                          or self._flag_of_guarded_steps(test, loop)))) and \
