@@ -2637,6 +2637,52 @@ def test_a_step_method_a_base_class_of_another_module_calls_every_step(project: 
     assert "batch loop of `Engine` that calls `self.forward_backward()`" in message
 
 
+def test_a_read_after_a_helper_that_copies_to_the_host_then_loops_over_the_copies_waits_for_nothing(project: Path) -> None:
+    """graph-convnet-tsp's shape: ``mean_tour_len_nodes`` (another module) copies its inputs with ``.cpu().numpy()``,
+    then sums in Python loops over the copies; after it (and NumPy work), the loop's ``loss.item()`` waits for
+    nothing. After a helper that queues GPU work after its copy, the read waits again."""
+    write(project, {
+        "utils.py": """\
+            def tour_len(x, nodes):
+                y = nodes.cpu().numpy()
+                w = x.cpu().numpy()
+                total = 0
+                for b in range(y.shape[0]):
+                    for k in range(y.shape[1] - 1):
+                        total += w[b][y[b][k]][y[b][k + 1]]
+                return total / y.shape[0]
+
+            def tour_len_then_more(x, nodes):
+                y = nodes.cpu().numpy()
+                return y.mean(), (x * 2).sum()
+            """,
+        "train.py": """\
+            import numpy as np
+            import torch
+            from torch import nn
+            from utils import tour_len, tour_len_then_more
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = nn.Linear(4, 4).to(device)
+            opt = torch.optim.Adam(model.parameters())
+            for step in range(100):
+                x = torch.randn(8, 4, 4, device=device)
+                pred = model(x)
+                loss = pred.pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                length = tour_len(x, pred.argmax(-1))
+                mean = np.mean([length, 1.0])
+                print(loss.item())
+                other, more = tour_len_then_more(x, pred.argmax(-1))
+                print(loss.item())
+            """,
+    })
+    results = check_files(["utils.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == [(16, "TD603"), (19, "TD603"), (20, "TD603")]
+
+
 def test_a_script_that_trains_through_a_method_of_a_project_object_run_on_every_batch(project: Path) -> None:
     """mt-dnn's shape: ``for x, y in train_loader: model.update(x, y)`` of ``model = MTModel(device)``, whose ``update``
     (another module) backpropagates: the script trains, so its test loader without workers is told (TD305). A

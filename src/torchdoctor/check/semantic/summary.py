@@ -355,7 +355,18 @@ def _ends_in_host_work(sem: SemanticModel, func: ast.AST) -> bool:
     if any(isinstance(n, ast.Return) and n is not body[-1] for stmt in body for n in sem.subtree(stmt)):
         return False
     modules = set(sem.names.imports) | set(sem.names.modules)
-    for stmt in body[last + 1:]:
+    todo = list(body[last + 1:])
+    while todo:
+        stmt = todo.pop(0)
+        if isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name) and not stmt.orelse \
+                and isinstance(stmt.iter, ast.Call) and isinstance(stmt.iter.func, ast.Name) and stmt.iter.func.id == "range":
+            # (``for b in range(y.shape[0]): total += W[b][i][j]``: a Python loop over host arrays)
+            if not all(isinstance(m, ast.Name) and (m.id in host or m.id in _HOST_BUILTINS) or not isinstance(m, ast.Name)
+                       for a in stmt.iter.args for m in sem.subtree(a)):
+                return False
+            host.add(stmt.target.id)
+            todo[:0] = list(stmt.body)
+            continue
         if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.Return)):
             return False
         for n in sem.subtree(stmt):
