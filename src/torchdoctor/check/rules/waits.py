@@ -766,8 +766,9 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
         return True  # ``accuracy(out, y)`` of ``out = out.data.cpu().numpy()``: host arrays, no GPU work to queue
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and _host_batch_element(ctx, func.value, call):
         return True  # ``y.view(-1, 1)`` of a batch element the loop never moved: the host's work
-    if name in ("log", "set_step") and isinstance(func, ast.Attribute) and _LOGGING_RECEIVER.search(dotted(func.value) or ""):
-        return True
+    if isinstance(func, ast.Attribute) and _LOGGING_RECEIVER.search(dotted(func.value) or "") \
+            and (name in ("log", "set_step") or name.startswith(("log", "record", "dump"))):
+        return True  # (``logger.logkv_mean(k, v.mean().item())``: a logger's own bookkeeping; what it is handed it reads)
     if name != "update" or not isinstance(func, ast.Attribute):
         return False
     receiver = func.value.value if isinstance(func.value, ast.Subscript) else func.value
