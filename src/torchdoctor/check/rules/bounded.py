@@ -81,6 +81,14 @@ def _one_batch_loader(sem, it: ast.AST, depth: int = 0) -> bool:  # type: ignore
         return False
     data = it.args[0] if it.args else next((k.value for k in it.keywords if k.arg == "dataset"), None)
     size = it.args[1] if len(it.args) > 1 else next((k.value for k in it.keywords if k.arg == "batch_size"), None)
+    made = data
+    if isinstance(data, ast.Name) and (b := sem.binding_at(data.id, it)) is not None and not b.is_param:
+        made = b.value
+    if isinstance(made, ast.Call) and made.args and isinstance(made.args[0], (ast.List, ast.Tuple)) \
+            and len(made.args[0].elts) == 1 and not any(isinstance(e, ast.Starred) for e in made.args[0].elts) \
+            and (size is None or isinstance(size, ast.Constant) and size.value == 1) \
+            and not any(k.arg in ("sampler", "batch_sampler") for k in it.keywords) and _counts_its_items(sem, made):
+        return True  # ``DataLoader(InferenceDataset([test_data]), batch_size=1)``: a set of one item, one pass
     if data is None or not (isinstance(size, ast.Call) and isinstance(size.func, ast.Name) and size.func.id == "len"
                             and len(size.args) == 1 and dotted(size.args[0]) is not None):
         return False
@@ -91,6 +99,16 @@ def _one_batch_loader(sem, it: ast.AST, depth: int = 0) -> bool:  # type: ignore
     if isinstance(data, ast.Name) and (b := sem.binding_at(data.id, it)) is not None and not b.is_param:
         made = b.value
     return isinstance(made, ast.Call) and any(dotted(a) == whole for a in made.args[:1])
+
+
+def _counts_its_items(sem, made: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """The Dataset class of this file that ``made`` builds says its length is ``len()`` of what it keeps (not a
+    number of draws from one image: ``return self.n_iters``)."""
+    cls = sem.calls_index.classes.get(dotted(made.func) or "")
+    length = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__len__"), None)
+    returns = [n for n in sem.local_nodes(length) if isinstance(n, ast.Return)] if length is not None else []
+    return len(returns) == 1 and isinstance(v := returns[0].value, ast.Call) and isinstance(v.func, ast.Name) \
+        and v.func.id == "len"
 
 
 def _enumerate_counter(loop: ast.AST, sem: object = None) -> str | None:
