@@ -427,10 +427,14 @@ _MODULE_BASES = ("nn.Module", "torch.nn.Module", "Module")
 _PARAMETER_CALLS = ("register_parameter", "Parameter", "ParameterList", "ParameterDict")
 
 
-def class_holds_no_state(sem: SemanticModel, cls: ast.AST) -> bool:
+def class_holds_no_state(sem: SemanticModel, cls: ast.AST, depth: int = 0) -> bool:
     """An ``nn.Module`` subclass with no parameters, buffers, submodules or tensors (``DiceLoss`` keeping
-    ``self.n_classes``): it computes on its inputs' device, so there is nothing to move."""
-    if not cls.bases or not all((dotted(b) or "") in _MODULE_BASES for b in cls.bases):  # type: ignore[attr-defined]
+    ``self.n_classes``): it computes on its inputs' device, so there is nothing to move. Its bases are ``nn.Module``
+    or such classes of this file (``MockAccuracy(Accuracy)``, ``Accuracy(_Metric)``, ``_Metric(nn.Module)``)."""
+    if not cls.bases or depth > 3 or not all(  # type: ignore[attr-defined]
+            (dotted(b) or "") in _MODULE_BASES or (base := sem.calls_index.classes.get(dotted(b) or "")) is not None
+            and (dotted(b) or "") in sem.module_classes and class_holds_no_state(sem, base, depth + 1)
+            for b in cls.bases):  # type: ignore[attr-defined]
         return False  # a subclass of another module class: it may hold what that one holds
     for n in sem.subtree(cls):
         if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
