@@ -45,6 +45,30 @@ def loss_collected(node: ast.AST, ctx: Context) -> None:
         _loss_graph_kept(ctx, node, node.func.value, node.args[0])
 
 
+@rule("TD405", calls=("update",))
+def loss_kept_by_a_meter(node: ast.AST, ctx: Context) -> None:
+    """``losses.update(loss, n)`` of a meter class of this file whose ``update`` adds what it is handed to an attribute
+    (``self.sum += val * n``): the meter keeps every step's graph alive."""
+    assert isinstance(node, ast.Call)
+    if not node.args or not isinstance(node.func, ast.Attribute):
+        return
+    sem = ctx.semantic
+    funcs = sem.resolve(node)
+    if len(funcs) != 1 or not isinstance(update := funcs[0], ast.FunctionDef):
+        return
+    params = [a.arg for a in update.args.args]
+    if params[:1] != ["self"] or len(params) < 2:
+        return
+    val = params[1]
+    if any(isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and (dotted(n.target) or "").startswith("self.")
+           and any(isinstance(m, ast.Name) and m.id == val and (b := sem.binding_at(val, m)) is not None and b.is_param
+                   for m in sem.subtree(n.value))  # (not ``val = val.item()`` first)
+           and not any(isinstance(c, ast.Call) and method_name(c) in ("item", "detach", "tolist", "cpu")
+                       or isinstance(c, ast.Call) and dotted(c.func) == "float" for c in sem.subtree(n.value))
+           for n in sem.local_nodes(update)):
+        _loss_graph_kept(ctx, node, node.func.value, node.args[0])
+
+
 def _loss_graph_kept(ctx: Context, node: ast.AST, acc: ast.AST, value: ast.AST) -> None:
     sem = ctx.semantic
     loop = sem.enclosing_loop(node, "batch")
