@@ -2683,6 +2683,68 @@ def test_a_read_after_a_helper_that_copies_to_the_host_then_loops_over_the_copie
     assert codes(results, "train.py") == [(16, "TD603"), (19, "TD603"), (20, "TD603")]
 
 
+def test_a_device_a_helper_of_another_module_returns_first_in_a_tuple(project: Path) -> None:
+    """squad's shape: ``device, gpu_ids = util.get_available_devices()``, whose helper picks a CUDA device when there
+    is one and returns it with the GPU ids: the script runs on a GPU (TD304 for its loader, TD603 for its
+    per-step read). A helper that only ever returns the CPU device leaves the script on the CPU."""
+    write(project, {
+        "util.py": """\
+            import torch
+
+            def get_available_devices():
+                ids = []
+                if torch.cuda.is_available():
+                    ids = list(range(torch.cuda.device_count()))
+                    device = torch.device(f"cuda:{ids[0]}")
+                else:
+                    device = torch.device("cpu")
+                return device, ids
+
+            def get_cpu():
+                return torch.device("cpu"), []
+            """,
+        "train.py": """\
+            import torch
+            import torch.nn.functional as F
+            from torch.utils.data import DataLoader, TensorDataset
+            import util
+
+            device, gpu_ids = util.get_available_devices()
+            model = torch.nn.Linear(4, 3).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,))), batch_size=8, num_workers=2)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = F.cross_entropy(model(x), y)
+                print(loss.item())
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+        "cpu_train.py": """\
+            import torch
+            import torch.nn.functional as F
+            from torch.utils.data import DataLoader, TensorDataset
+            import util
+
+            device, ids = util.get_cpu()
+            model = torch.nn.Linear(4, 3).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            loader = DataLoader(TensorDataset(torch.randn(64, 4), torch.randint(0, 3, (64,))), batch_size=8, num_workers=2)
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                loss = F.cross_entropy(model(x), y)
+                print(loss.item())
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["util.py", "train.py", "cpu_train.py"], Settings(root=str(project), select=("TD304", "TD603")))
+    assert codes(results, "train.py") == [(9, "TD304"), (13, "TD603")]
+    assert codes(results, "cpu_train.py") == []
+
+
 def test_a_script_that_trains_through_a_method_of_a_project_object_run_on_every_batch(project: Path) -> None:
     """mt-dnn's shape: ``for x, y in train_loader: model.update(x, y)`` of ``model = MTModel(device)``, whose ``update``
     (another module) backpropagates: the script trains, so its test loader without workers is told (TD305). A

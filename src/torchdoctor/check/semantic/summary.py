@@ -487,8 +487,10 @@ def _returns_cuda_choice(sem: SemanticModel, func: ast.AST) -> bool:
     for n in sem.local_nodes(func):
         if isinstance(n, ast.Return) and n.value is not None:
             values = [n.value]
-            if isinstance(n.value, ast.Name):
-                values += [b.value for b in sem.bindings_of(n.value.id) if b.value is not None and not b.is_param
+            if isinstance(n.value, ast.Tuple) and n.value.elts and isinstance(n.value.elts[0], ast.Name):
+                values = [n.value.elts[0]]  # (``return device, gpu_ids``: the device first, as squad's helper hands it)
+            if isinstance(values[0], ast.Name):
+                values += [b.value for b in sem.bindings_of(values[0].id) if b.value is not None and not b.is_param
                            and sem.scope_of(b.node) is func]
             if any(names_cuda(sem, v) for v in values):
                 return True
