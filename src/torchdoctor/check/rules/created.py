@@ -170,6 +170,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         # is a mask class's ``__init__`` a forward builds with ``device=queries.device``)
     made = ctx.name(node, 60)
     maker, dev = f"{ctx.name(node.func)}(...", device if how in ("to", "type_as") else "..."
+    if how == "to" and move.args and isinstance(move.args[0], ast.Name) and device == f"{move.args[0].id}.device":
+        dev = f"{device}, dtype={move.args[0].id}.dtype"  # (``.to(h)`` casts to ``h``'s dtype too)
     if counting:  # (a legacy constructor takes no device: its arange does)
         rng = node.args[0] if dotted(node.args[0].func) == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
@@ -425,6 +427,9 @@ def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-
         if ref is None and len(call.args) == 1 and _cuda_tensor_type(sem, call.args[0], call):
             return "cuda"  # ``.type(dtype)`` of ``dtype = torch.cuda.FloatTensor if ... else torch.FloatTensor``
         return f"{sem.segment(ref)}.device" if ref is not None else None
+    if method_name(call) == "to" and len(call.args) == 1 and not call.keywords and isinstance(ref := call.args[0], ast.Name) \
+            and sem.kind_of(ref.id, call) == "tensor" and not _host_bound(sem, ref, call):
+        return f"{ref.id}.device"  # ``torch.zeros(n, 1).to(h)``: to the device (and dtype) of ``h``
     return sem.move_device(call)
 
 
