@@ -586,9 +586,10 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
     """Not under no_grad, not in a training loop nor in an evaluation loop (reported by the loop rule), and
     not a method of this file's classes that turns autograd off itself."""
     sem = ctx.semantic
-    if sem.under_no_grad(call) or sem.enclosing_loop(call, "train") is not None or \
+    train = sem.enclosing_loop(call, "train")
+    if sem.under_no_grad(call) or train is not None and not (evaluated and sem.under_step_guard(call, train)) or \
             sem.enclosing_loop(call, "eval") is not None:
-        return False
+        return False  # (after ``model.eval()`` in a training loop's ``if b % 100 == 0:`` block: a periodic evaluation)
     cls = sem.class_of(call)
     target = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in _INFERENCE_METHODS \
         else call.func  # (``model.predict(x)``: the model; ``self.model(x)``: the attribute called)
