@@ -2683,6 +2683,51 @@ def test_a_read_after_a_helper_that_copies_to_the_host_then_loops_over_the_copie
     assert codes(results, "train.py") == [(16, "TD603"), (19, "TD603"), (20, "TD603")]
 
 
+def test_a_mask_helper_forwards_of_another_module_call_and_its_own_demo_calls(project: Path) -> None:
+    """``utils.causal_mask(x)``, called by a model's forward in model.py, also called once by utils.py's own ``__main__``
+    demo: the demo does not make it a helper of its module; its host-made mask is copied on every forward."""
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def causal_mask(x):
+                n = x.size(1)
+                return torch.triu(torch.ones(n, n), 1).to(x.device).bool()
+
+            if __name__ == "__main__":
+                print(causal_mask(torch.zeros(2, 5)))
+            """,
+        "model.py": """\
+            import torch.nn as nn
+            import utils
+
+            class Net(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.f = nn.Linear(4, 4)
+
+                def forward(self, x):
+                    m = utils.causal_mask(x)
+                    return self.f(x).masked_fill(m[None, :, :, None].any(-2), 0.0)
+            """,
+        "train.py": """\
+            import torch
+            from model import Net
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            net = Net().to(device)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for _ in range(100):
+                loss = net(torch.randn(8, 5, 4, device=device)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["utils.py", "model.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "utils.py") == [(5, "TD611")]
+
+
 def test_a_device_a_helper_of_another_module_returns_first_in_a_tuple(project: Path) -> None:
     """squad's shape: ``device, gpu_ids = util.get_available_devices()``, whose helper picks a CUDA device when there
     is one and returns it with the GPU ids: the script runs on a GPU (TD304 for its loader, TD603 for its

@@ -33,9 +33,11 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
     if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func) \
             and not _only_dead_classes_call(sem, func):
         return func  # ``def zero_state(ref, n): return torch.zeros(1, ref.size(0), n).to(ref.device)``, called by forwards
-    if func is not None and cls is None and sem.function_of(func) is None and not sem.call_sites(func) \
+    if func is not None and cls is None and sem.function_of(func) is None \
+            and not [s for s in sem.call_sites(func) if not sem.kinds._demo_code(s)] \
             and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
-        return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules
+        return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules (its
+        # ``__main__`` demo aside)
     if func is not None and cls is not None and func.name == "__init__" and cls.name not in sem.module_classes \
             and sem.function_of(func) is None \
             and sem.cached(("built_by_forwards", cls), lambda: _built_by_forwards(sem, cls, func)):
