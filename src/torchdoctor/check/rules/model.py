@@ -295,6 +295,11 @@ def _returns_moved(ctx: Context, func: ast.AST) -> bool:
         value = ret.value
         if value is not None and (sem.value_is_moved(value) or isinstance(value, ast.Name) and sem.is_moved(value.id, ret)):
             return True
+        if isinstance(value, ast.Name) and any(  # ``if torch.cuda.is_available(): net.cuda()`` before ``return net``
+                isinstance(n, ast.Expr) and isinstance(c := n.value, ast.Call) and method_name(c) in ("cuda", "to")
+                and isinstance(c.func, ast.Attribute) and dotted(c.func.value) == value.id and sem.move_device(c)
+                and n.lineno < ret.lineno for n in sem.local_nodes(func)):
+            return True
         made = value
         if isinstance(made, ast.Name) and (b := sem.binding_at(made.id, ret)) is not None and not b.is_param \
                 and b.index is None:
