@@ -224,7 +224,8 @@ _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "t
              "tensorrt", "torch_tensorrt", "torch2trt", "nvidia.dali", "bitsandbytes", "deepspeed.ops", "mamba_ssm",
              "pointnet2_ops", "knn_cuda", "pointops", "chamfer_3D",  # (point-cloud ops, CUDA kernels only)
              "neural_renderer", "nvdiffrast",  # (mesh rasterizers, CUDA kernels only)
-             "numba.cuda")  # (``@cuda.jit`` kernels)
+             "numba.cuda",  # (``@cuda.jit`` kernels)
+             "pynvml")  # (NVIDIA's management library: ``nvmlInit()`` fails without an NVIDIA driver)
 
 
 def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:
