@@ -24,6 +24,9 @@ def is_cpu_name(name: str) -> bool:
     return name not in _TENSOR_IDS and bool(_CPU_NAMES.match(name))
 
 
+_TORCH_OBJECTS = frozenset({"Generator", "Stream", "Event", "device", "Size", "dtype"})
+
+
 def consumer_kind(sem: SemanticModel, call: ast.Call) -> str | None:
     """"model" or "loss" when a call runs a model (or a submodule in forward) or computes a loss."""
     func = call.func
@@ -33,8 +36,8 @@ def consumer_kind(sem: SemanticModel, call: ast.Call) -> str | None:
     if q.startswith("torch.nn.functional.") and _LOSS_FUNCS.search(q) and not q.endswith("ctc_loss"):
         return "loss"
     key = dotted(func)
-    if key is None:
-        return None
+    if key is None or q.startswith("torch.") and q.rsplit(".", 1)[-1] in _TORCH_OBJECTS:
+        return None  # (``torch.Generator().manual_seed(0)``: a random number generator, named like a GAN's part)
     kind = sem.kind_of(key, call)
     if kind in ("model", "wrapper"):
         if any(isinstance(a, ast.JoinedStr) or isinstance(a, ast.Constant) and isinstance(a.value, str)

@@ -338,6 +338,8 @@ class Kinds:
         if not isinstance(loop, (ast.For, ast.AsyncFor, ast.comprehension)) or b.node is not loop.target:
             return None
         iters, counter = unwrap_iter(loop.iter)
+        if isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "sorted":
+            return None  # (``for name in sorted(loaders, key=...)``: the names of a dict of loaders; batches are not sorted)
         if not any(self.is_loader_expr(i) for i in iters):
             return self._item_kind(loop, b)
         target = loop.target
