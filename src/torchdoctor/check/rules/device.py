@@ -218,7 +218,10 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
     own = sem.function_of(node)
     cls = sem.class_of(own) if own is not None else None
     if own is not None and own.name in ("cuda", "to", "_apply") and cls is not None and (
-            cls.name in sem.module_classes or any(dotted(b) not in ("object", None) for b in cls.bases)):
+            cls.name in sem.module_classes or any(dotted(b) not in ("object", None) for b in cls.bases)
+            or any(isinstance(a, ast.Name) and a.id in {p.arg for p in own.args.args[1:] + own.args.kwonlyargs}
+                   for a in [*node.args, *(k.value for k in node.keywords)])):
+        # (a plain class's ``def cuda(self, device=None)`` calling ``x.cuda(device=device)``: the caller's choice)
         return  # an override of Module.cuda: it passes the caller's choice on (not a plain class's own ``def cuda``,
         # whose ``self.body.cuda()`` hard-wires CUDA like any call: mt-dnn's MTDNNModel.cuda)
     receiver = ctx.name(func.value)
