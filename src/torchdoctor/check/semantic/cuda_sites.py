@@ -138,9 +138,22 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
     for kw in call.keywords:
         if kw.arg in ("device", "map_location", "device_map"):  # (``device_map="cuda"``: Hugging Face loading)
             is_cuda, indexed = cuda_string(kw.value)
-            if is_cuda:
+            if is_cuda and not (kw.arg == "map_location" and _takes_no(sem, call, kw.arg)):
                 return CudaSite(kw.value, f"{kw.arg}={sem.segment(kw.value)}", indexed)
     return None
+
+
+def _takes_no(sem: SemanticModel, call: ast.Call, param: str) -> bool:
+    """``call`` runs a function of the project (this module's or another's) that has no parameter ``param`` and no
+    ``**kwargs``: ``load_file(path, map_location="cuda")`` of a pickle helper never hands it to torch."""
+    funcs = sem.resolve(call)
+    if funcs:
+        return all(isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.args.kwarg is None and param not in
+                   {a.arg for a in f.args.posonlyargs + f.args.args + f.args.kwonlyargs} for f in funcs)
+    found = sem.project.function_for(sem, call) if sem.project is not None else None  # type: ignore[attr-defined]
+    params = getattr(found, "params", None)
+    return params is not None and param not in params and not any(p in ("kwargs", "kw", "kwds", "kwarg", "options")
+                                                                  for p in params)  # (a ``**kwargs`` may pass it on)
 
 
 def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
