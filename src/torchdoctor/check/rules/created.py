@@ -610,7 +610,17 @@ def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:
     if isinstance(region, _LOOPS):
         return set()
     return {a.arg for a in region.args.args[1:] if not flow.is_cpu_name(a.arg)  # type: ignore[attr-defined]
-            and not _handed_numbers(ctx, region, a.arg)}
+            and not _handed_numbers(ctx, region, a.arg) and not _said_to_be_a_number(ctx, region, a)}
+
+
+def _said_to_be_a_number(ctx: Context, func: ast.AST, param: ast.arg) -> bool:
+    """The parameter is annotated ``float``/``int``, or its function compares it with a number literal (``if
+    keep_rate == 1.0: return adj``): a rate or a count, not a tensor of the step."""
+    if isinstance(param.annotation, ast.Name) and param.annotation.id in ("float", "int"):
+        return True
+    return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Eq, ast.NotEq))
+               and isinstance(n.left, ast.Name) and n.left.id == param.arg and isinstance(c := n.comparators[0], ast.Constant)
+               and type(c.value) is float for n in ctx.semantic.local_nodes(func))
 
 
 def _handed_numbers(ctx: Context, func: ast.AST, param: str) -> bool:
