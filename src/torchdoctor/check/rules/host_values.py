@@ -57,6 +57,11 @@ def tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and expr.value.attr == "data" \
             and isinstance(expr.slice, ast.Constant) and isinstance(expr.value.value, ast.Name):
         return tensor_value(ctx, expr.value.value, at)  # ``loss.data[0]``: PyTorch 0.3's spelling of ``loss.item()``
+    if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name) and _LOSS_NAME.match(expr.value.id):
+        b = ctx.semantic.binding_at(expr.value.id, at)  # ``loss, loss_dict = model.cal_loss(batch)``, then
+        made = b.value if b is not None and not b.is_param and b.index is not None else None  # ``loss_dict[name]``
+        return isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) \
+            and ctx.semantic.expr_kind(made.func.value, at) in ("model", "wrapper")  # (a model's own loss method)
     if isinstance(expr, ast.Attribute):
         return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
     if isinstance(expr, ast.Name):
