@@ -192,6 +192,9 @@ def param_slot(func: ast.AST, param: str) -> str | None:
     return f"#{params.index(param)}" if param in params else None
 
 
+# Methods that copy a tensor's values to the host (reading them back from the device)
+HOST_COPIES = frozenset({"cpu", "numpy", "tolist", "item"})
+
 # Methods that hand back the same object, placed or put in a mode: ``Net().to(dev)`` is still a ``Net``
 PLACEMENT_METHODS = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "half", "double", "bfloat16"})
 

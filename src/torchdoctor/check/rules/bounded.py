@@ -95,9 +95,6 @@ def _one_batch_loader(sem, it: ast.AST, depth: int = 0) -> bool:  # type: ignore
     whole = dotted(size.args[0])
     if whole == dotted(data):
         return True
-    made = data
-    if isinstance(data, ast.Name) and (b := sem.binding_at(data.id, it)) is not None and not b.is_param:
-        made = b.value
     return isinstance(made, ast.Call) and any(dotted(a) == whole for a in made.args[:1])
 
 

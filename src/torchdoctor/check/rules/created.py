@@ -16,7 +16,7 @@ from torchdoctor.check.rules.factory_regions import region as region_of
 from torchdoctor.check.rules.host_values import batch_on_device
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.forwards import moved_params
-from torchdoctor.check.semantic.models import model_is_stateless
+from torchdoctor.check.semantic.models import LEGACY_TENSORS, model_is_stateless
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.summary import returns_from_numpy
 
@@ -67,8 +67,6 @@ _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "rep
 
 
 _LEGACY_WRAPS = frozenset({"torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.DoubleTensor"})
-_LEGACY_SIZED = frozenset({"FloatTensor", "LongTensor", "Tensor", "ByteTensor", "DoubleTensor", "IntTensor",
-                           "BoolTensor", "HalfTensor"})
 _LEGACY_DTYPES = {"LongTensor": "long", "ByteTensor": "uint8", "DoubleTensor": "float64", "IntTensor": "int32",
                   "BoolTensor": "bool", "HalfTensor": "float16"}  # (FloatTensor, Tensor: the default float32)
 
@@ -115,15 +113,15 @@ def _counting(call: ast.Call) -> bool:
     return isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "range"
 
 
-@rule("TD611", calls=tuple(sorted(_MAKERS | _LEGACY_SIZED)))
+@rule("TD611", calls=tuple(sorted(_MAKERS | LEGACY_TENSORS)))
 def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     """``torch.randn(b, k).cuda()`` in a training or evaluation loop, or in forward(): made on the CPU and
     copied to the device at once, on every step (TD303 is the case where it is not moved at all)."""
     assert isinstance(node, ast.Call)
     q = ctx.call_name(node) or ""
-    counting = q.split(".")[-1] in _LEGACY_SIZED and _counting(node)
+    counting = q.split(".")[-1] in LEGACY_TENSORS and _counting(node)
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS and not (
-            q.split(".")[1] in _LEGACY_SIZED and (_sizes_only(node, ctx.semantic) or counting)):
+            q.split(".")[1] in LEGACY_TENSORS and (_sizes_only(node, ctx.semantic) or counting)):
         return
     if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
         return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
@@ -175,7 +173,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     if counting:  # (a legacy constructor takes no device: its arange does)
         rng = node.args[0] if dotted(node.args[0].func) == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
-    elif q.split(".")[1] in _LEGACY_SIZED:  # (``torch.FloatTensor(1, device=...)`` raises: a legacy constructor
+    elif q.split(".")[1] in LEGACY_TENSORS:  # (``torch.FloatTensor(1, device=...)`` raises: a legacy constructor
         dtype = _LEGACY_DTYPES.get(q.split(".")[1])  # makes CPU tensors only; ``torch.empty`` takes the device)
         maker = f"torch.empty({', '.join(ctx.name(a) for a in node.args)}" + (f", dtype=torch.{dtype}" if dtype else "")
     mover = f"`{ctx.name(move.func)}()`" if helper else f"`.{how}()`"

@@ -123,9 +123,7 @@ def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     cls = sem.calls_index.classes.get(q)
     if cls is not None:
         if q in sem.module_classes and (weights := models.loss_weight_params(sem, cls)) is not None:
-            init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
-            params = tuple(a.arg for a in init.args.args[1:]) if init is not None else ()
-            return not _given(recv, weights, params)
+            return not _given(recv, weights, models.init_params(cls))
         return q in sem.module_classes and models.class_holds_nothing(sem, cls)
     if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in models.STATELESS_LAYERS:
         return True

@@ -8,7 +8,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, method_name, root_name, strip_methods, string_value, target_names
+from torchdoctor.check.astutil import FACTORIES, HOST_COPIES, call_argument, dotted, method_name, root_name, strip_methods, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.forwards import moved_params
@@ -222,8 +222,7 @@ def _grown_by_tensors(ctx: Context, name: str, b: object) -> bool:
                and isinstance(aug.value, ast.Call) and not _host_leaf(aug.value)
                and (sem.expr_kind(aug.value, aug) == "tensor" or sem.call_kind(aug.value, aug) == "loss_fn"
                     or sem.expr_kind(aug.value.func, aug) in ("loss_fn", "model"))
-               and not any(isinstance(c, ast.Call) and method_name(c) in ("cpu", "numpy", "item", "tolist")
-                           for c in sem.subtree(aug.value))  # (``+= pred.eq(y).cpu().sum()``: a host tensor)
+               and not any(isinstance(c, ast.Call) and method_name(c) in HOST_COPIES for c in sem.subtree(aug.value))  # (``+= pred.eq(y).cpu().sum()``: a host tensor)
                for aug in sem.of_type(ast.AugAssign))
 
 

@@ -10,7 +10,7 @@ import builtins
 import os
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, param_default, root_name
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_none, method_name, param_default, root_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
@@ -68,19 +68,11 @@ def fills_a_none_branch(sem, node: ast.AST, func: ast.AST, site: ast.AST) -> boo
     if not isinstance(site, ast.Call) or any(k.arg is None for k in site.keywords) \
             or any(isinstance(a, ast.Starred) for a in site.args):
         return False
-    args = func.args  # type: ignore[attr-defined]
-    positional = [a.arg for a in args.posonlyargs + args.args]
-    defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
     filled = [t.left.id for t, holds in sem.guards.branch_tests(node)
               if holds and isinstance(t, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.Is)
-              and isinstance(t.left, ast.Name) and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value is None
-              and isinstance(d := defaults.get(t.left.id), ast.Constant) and d.value is None
+              and isinstance(t.left, ast.Name) and is_none(t.comparators[0]) and is_none(param_default(func, t.left.id))
               and (b := sem.binding_at(t.left.id, node)) is not None and b.is_param]
-    if not filled:
-        return False
-    shift = 1 if positional[:1] == ["self"] and not isinstance(site.func, ast.Name) else 0
-    given = {k.arg for k in site.keywords} | {positional[i + shift] for i in range(len(site.args)) if i + shift < len(positional)}
-    return all(name in given for name in filled)
+    return bool(filled) and all(call_argument(site, func, name) is not None for name in filled)
 
 
 def _other_mode_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:

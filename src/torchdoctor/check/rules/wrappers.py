@@ -165,15 +165,11 @@ def _wrapped_by_fsdp(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
 _WRAPPER_CLASSES = ("DataParallel", "DistributedDataParallel", "DDP", "OptimizedModule", "FullyShardedDataParallel")
 
 
-_SAME_MODULE_CALLS = frozenset({"cpu", "cuda", "to", "eval", "train", "float", "half", "double", "bfloat16"})
-
-
 def _in_unwrapped_branch(ctx: Context, recv: ast.AST, node: ast.AST) -> bool:
     """``if isinstance(net, nn.DataParallel): save(net.module.state_dict()) else: save(net.state_dict())``: the
     else branch runs only when ``net`` is no wrapper (or the if branch of ``if not isinstance(...)``)."""
     sem = ctx.semantic
-    while isinstance(recv, ast.Call) and isinstance(recv.func, ast.Attribute) and recv.func.attr in _SAME_MODULE_CALLS:
-        recv = recv.func.value  # ``self.model.cpu().state_dict()``: the test is of ``self.model``
+    recv = strip_methods(recv, PLACEMENT_METHODS)  # ``self.model.cpu().state_dict()``: the test is of ``self.model``
     key = dotted(recv)
     wraps_under = _wrapping_tests(ctx, key, node) if key else frozenset()
     for test, holds in sem.guards.branch_tests(node):

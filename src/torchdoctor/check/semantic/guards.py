@@ -440,7 +440,8 @@ class Guards(GradModes, DeviceChoices):
             if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
                 return True
             frame = frame.parent
-        return self._asserted_one_process(node) or self._early_exit_on_rank(None, node)
+        return self._asserted_one_process(node) or self.index.frame[node].function is None \
+            and self._early_exit_on_rank(None, node)  # (a script's ``if local_rank > 0: continue``)
 
     def only_on_rank_zero(self, node: ast.AST) -> bool:
         """Stricter than ``under_rank_guard``: only the main process gets here, so what is made here exists on no
@@ -457,7 +458,8 @@ class Guards(GradModes, DeviceChoices):
             if frame.kind == FUNCTION and self._rank_zero_function(frame.node, node):
                 return True
             frame = frame.parent
-        return self._asserted_one_process(node) or self._early_exit_on_rank(None, node)
+        return self._asserted_one_process(node) or self.index.frame[node].function is None \
+            and self._early_exit_on_rank(None, node)  # (a script's ``if local_rank > 0: continue``)
 
     def _asserted_one_process(self, node: ast.AST) -> bool:
         """An earlier ``assert opt.local_rank == -1`` (``assert not args.distributed``, ``assert world_size == 1``,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-from torchdoctor.check.astutil import FACTORIES, dotted, method_name, string_value, target_names
+from torchdoctor.check.astutil import FACTORIES, HOST_COPIES, dotted, method_name, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.bindings import Binding, Bindings
 from torchdoctor.check.semantic.names import Names
@@ -270,7 +270,7 @@ class Kinds:
             if isinstance(n.op, ast.Add) and isinstance(n.target, ast.Name) and n.target.id == b.key \
                     and self.index.pos[n] > self.index.pos[b.node] and self.index.frame[n].scope is b.scope \
                     and self.expr_kind(n.value, n) == "tensor" and not any(
-                        isinstance(c, ast.Call) and method_name(c) in ("cpu", "numpy", "item", "tolist")
+                        isinstance(c, ast.Call) and method_name(c) in HOST_COPIES
                         for c in self.index.subtree(n.value)):
                 return True  # (``running_correct += pred.eq(y).cpu().sum()``: a host tensor, read as it was made)
         return False

@@ -12,8 +12,8 @@ from torchdoctor.check.semantic.model import SemanticModel
 
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
-           "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "loss_weight_params", "holds_plain_tensors_only",
-           "class_has_no_parameters", "model_has_no_parameters"]
+           "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "init_params", "LEGACY_TENSORS",
+           "loss_weight_params", "holds_plain_tensors_only", "class_has_no_parameters", "model_has_no_parameters"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -673,6 +673,12 @@ def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> b
     return bool(sem.project is not None and written and sem.project.class_paramless(sem, written))  # type: ignore[attr-defined]
 
 
+def init_params(cls: ast.AST) -> tuple[str, ...]:
+    """The parameters of the class's ``__init__`` after ``self``, in order (to read a construction's arguments)."""
+    init = _init_of(cls)
+    return tuple(a.arg for a in init.args.args[1:]) if init is not None else ()  # type: ignore[attr-defined]
+
+
 def _init_of(cls: ast.AST) -> ast.AST | None:
     return next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
 
@@ -766,8 +772,8 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
 _NUMBER_CALLS = frozenset({"max", "min", "abs", "float", "int", "round", "pow", "len", "bool"})
 
 
-_LEGACY_TENSORS = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", "ByteTensor", "BoolTensor",
-                             "DoubleTensor", "HalfTensor"})
+LEGACY_TENSORS = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", "ByteTensor", "BoolTensor",
+                            "DoubleTensor", "HalfTensor"})  # (torch's legacy constructors: CPU tensors only)
 
 
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
@@ -802,7 +808,7 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         if q.startswith("torch.nn.") and last.endswith("Loss"):  # ``nn.MSELoss(reduction="none")``; a class weight
             return not value.args and not any(k.arg in ("weight", "pos_weight") or k.arg is None  # is a buffer
                                               for k in value.keywords)
-        if q.startswith("torch.") and q.count(".") == 1 and (last in FACTORIES or last in _LEGACY_TENSORS):
+        if q.startswith("torch.") and q.count(".") == 1 and (last in FACTORIES or last in LEGACY_TENSORS):
             return True  # ``self.freq_bands = torch.linspace(...)``, ``torch.LongTensor(perms)``: a plain attribute,
             # which ``.to()`` leaves alone
         return q.startswith("torch.nn.") and last in STATELESS_LAYERS

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, func_params, strip_methods
+from torchdoctor.check.astutil import HOST_COPIES, dotted, func_params, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.program import names_cuda
@@ -21,7 +21,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
 from torchdoctor.check.semantic.models import class_has_batchnorm, class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_moves_itself, class_parts, holds_plain_tensors_only, loss_weight_params
+    class_moves_itself, class_parts, holds_plain_tensors_only, init_params, loss_weight_params
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "summarize"]
@@ -154,7 +154,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          is_module and class_has_no_parameters(sem, cls),
                                          not is_module and builds_a_loader(sem, cls),
                                          class_freezes_itself(sem, cls) if is_module else None,
-                                         _init_params(cls),
+                                         init_params(cls),
                                          not is_module and class_yields_device_tensors(sem, cls),
                                          loader_init_passes(sem, cls) if not is_module and builds_a_loader(sem, cls)
                                          else frozenset(),
@@ -260,7 +260,6 @@ def _returned_object(sem: SemanticModel, func: ast.AST) -> str | None:
     return f"object:{made.pop()}" if len(made) == 1 else None
 
 
-_HOST_COPIES = frozenset({"cpu", "numpy", "tolist", "item"})
 
 
 def _returns_host_copies(sem: SemanticModel, func: ast.AST) -> bool:
@@ -344,13 +343,13 @@ def _ends_in_host_work(sem: SemanticModel, func: ast.AST) -> bool:
     at its end: the GPU is idle when it returns."""
     body = [s for s in getattr(func, "body", ()) if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
     last = max((i for i, stmt in enumerate(body) if any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _HOST_COPIES
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in HOST_COPIES
         for n in sem.subtree(stmt))), default=None)
     if last is None or last == len(body) - 1 or not isinstance(body[-1], ast.Return):
         return False
     host = {n.id for stmt in body for n in sem.subtree(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
             and isinstance(up := sem.parent(n), ast.Assign) and (isinstance(up.value, ast.Constant) or any(
-                isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in _HOST_COPIES
+                isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and c.func.attr in HOST_COPIES
                 for c in sem.subtree(up.value)))}
     if any(isinstance(n, ast.Return) and n is not body[-1] for stmt in body for n in sem.subtree(stmt)):
         return False
@@ -420,7 +419,7 @@ def _host_copy(sem: SemanticModel, value: ast.AST | None) -> bool:
         if isinstance(value, ast.Call):
             if not isinstance(value.func, ast.Attribute):
                 return False
-            if value.func.attr in _HOST_COPIES:
+            if value.func.attr in HOST_COPIES:
                 return True
             value = value.func.value
         else:
@@ -559,6 +558,3 @@ def _reads_host_draws_only(sem: SemanticModel, func: ast.AST) -> bool:
     return True
 
 
-def _init_params(cls: ast.AST) -> tuple[str, ...]:
-    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
-    return tuple(a.arg for a in init.args.args[1:]) if init is not None else ()
