@@ -322,6 +322,8 @@ class Kinds:
         return found  # type: ignore[return-value]
 
     def is_loader_expr(self, it: ast.AST) -> bool:
+        if isinstance(it, ast.Call) and dotted(it.func) in ("range", "len"):
+            return False  # (``range(num_microbatches)``: counts, whatever the bound is named)
         return bool(LOADERISH.search(self.segment(it))) or bool(dotted(it)) and self.expr_kind(it, it) == "loader"
 
     def _loop_target_kind(self, b: Binding) -> str | None:
