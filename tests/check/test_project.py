@@ -7319,3 +7319,51 @@ def test_an_evaluation_function_of_another_module_handed_a_moved_model_runs_on_t
     })
     results = check_files(["evaluate.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "evaluate.py") == expected
+
+
+@pytest.mark.parametrize("block, expected_evaluate, expected_infer", [
+    ("with torch.no_grad():\n                        start, end = self.model(ids)", [], []),
+    ("start, end = self.model(ids)", [(12, "TD401")], [(12, "TD401")]),
+])
+def test_a_helper_class_of_another_module_that_runs_its_model_under_no_grad_records_no_graph(
+        project: Path, block: str, expected_evaluate: list, expected_infer: list) -> None:
+    """An evaluation script loops over samples calling ``inferencer.inference_model(question, context)`` of a plain
+    class of ``infer.py`` (``InferenceModel``: tokenises, runs ``self.model`` under ``torch.no_grad()``, decodes): the
+    call records no graph. Without the block, both the helper's forward and the loop's call are reported."""
+    write(project, {
+        "infer.py": f"""\
+            import torch
+            from torch import nn
+
+            class InferenceModel:
+                def __init__(self, path):
+                    self.model = nn.Embedding(100, 2)
+                    self.model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+                    self.model.eval()
+
+                def inference_model(self, question, context):
+                    ids = torch.as_tensor([len(question), len(context)])[None]
+                    {block}
+                    return start.argmax().item(), end.argmax().item()
+            """,
+        "evaluate.py": """\
+            from tqdm import tqdm
+            from torchmetrics.text import SQuAD
+            from infer import InferenceModel
+
+
+            def score(path, validation_dataset):
+                inferencer = InferenceModel(path)
+                squad = SQuAD()
+                total = 0.0
+                for sample in tqdm(validation_dataset):
+                    question, context = sample["question"], sample["context"]
+                    prediction = inferencer.inference_model(question, context)
+                    result = squad([{"prediction_text": prediction, "id": sample["id"]}], sample)
+                    total += result["f1"].item()
+                return total / len(validation_dataset)
+            """,
+    })
+    results = check_files(["infer.py", "evaluate.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "evaluate.py") == expected_evaluate
+    assert codes(results, "infer.py") == expected_infer

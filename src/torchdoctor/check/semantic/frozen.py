@@ -10,7 +10,7 @@ from torchdoctor.check.astutil import call_argument, dotted, is_false, is_true, 
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import construction
 
-__all__ = ["calls_a_frozen_model", "class_freezes_itself", "frozen_as_built", "methods_without_grad",
+__all__ = ["calls_a_frozen_model", "calls_a_quiet_method", "class_freezes_itself", "frozen_as_built", "methods_without_grad",
            "model_forward_records_nothing"]
 
 
@@ -20,7 +20,29 @@ def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
     (a diffusion vocoder's ``forward`` that samples; a language model's ``@torch.inference_mode() def generate``):
     calling them records no graph."""
     methods = {f.name: f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef)}
-    return frozenset(name for name, f in methods.items() if name != "__init__" and _runs_without_grad(sem, f, methods, 0))
+    plain = getattr(cls, "name", None) not in sem.module_classes and ("no_grad" in sem.text.source
+                                                                      or "inference_mode" in sem.text.source)
+    return frozenset(name for name, f in methods.items() if name != "__init__" and (
+        _runs_without_grad(sem, f, methods, 0) or plain and _calls_its_model_without_grad(sem, f, methods)))
+
+
+def _calls_its_model_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast.AST]) -> bool:
+    """A method of a plain class that holds a model (``self.model = QAModel(cfg)`` of an inference helper) and calls it
+    only under ``with torch.no_grad():``, tokenising before and decoding after: calling it records no graph."""
+    inside = False
+    for n in sem.subtree(func):
+        if not isinstance(n, ast.Call) or not isinstance(n.func, ast.Attribute):
+            continue
+        key = dotted(n.func) if dotted(n.func.value) == "self" else dotted(n.func.value)
+        if n.func.attr in methods and dotted(n.func.value) == "self":
+            return False  # (another method of the class: it may call the model, outside the block)
+        if key is None or not key.startswith("self.") or key.count(".") != 1 \
+                or sem.kind_of(key, n) not in ("model", "wrapper"):
+            continue
+        if not sem.under_no_grad(n, strict=True):
+            return False
+        inside = True
+    return inside
 
 
 def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast.AST], depth: int) -> bool:
@@ -71,9 +93,27 @@ def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST
     q = sem.call_name(value) or ""
     cls = sem.calls_index.classes.get(q)
     if cls is not None:
-        return q in sem.module_classes and method in methods_without_grad(sem, cls)
+        return method in methods_without_grad(sem, cls)
     written = dotted(value.func)
     return bool(sem.project is not None and written and method in sem.project.class_quiet_methods(sem, written))  # type: ignore[attr-defined]
+
+
+def calls_a_quiet_method(sem: SemanticModel, call: ast.Call) -> bool:
+    """``inferencer.inference_model(q, c)`` where ``inferencer = InferenceModel(path)`` is an instance of a class (of this
+    file or of another module of the project) whose ``inference_model`` runs its model under ``torch.no_grad()``."""
+    func = call.func
+    if not isinstance(func, ast.Attribute) or not isinstance(func.value, ast.Name):
+        return False
+    b = sem.binding_at(func.value.id, call)
+    if b is None or b.is_param or b.index is not None or not isinstance(b.value, ast.Call):
+        return False
+    written = dotted(b.value.func)
+    if not written or not written.rsplit(".", 1)[-1][:1].isupper():
+        return False
+    cls = sem.calls_index.classes.get(sem.call_name(b.value) or "")
+    if cls is not None:
+        return func.attr in methods_without_grad(sem, cls)
+    return bool(sem.project is not None and func.attr in sem.project.class_quiet_methods(sem, written))  # type: ignore[attr-defined]
 
 
 def _annotated_class(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> ast.Call | None:

@@ -159,8 +159,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          loader_init_passes(sem, cls) if not is_module and builds_a_loader(sem, cls)
                                          else frozenset(),
                                          not is_module and class_collates_arrays(sem, cls),
-                                         methods_without_grad(sem, cls) if is_module or cls.bases  # type: ignore[attr-defined]
-                                         else frozenset(),  # (a base of another module: maybe a module class)
+                                         methods_without_grad(sem, cls),
                                          forward_moved_params(sem, cls) if is_module and moves else frozenset(),
                                          network_methods(sem, cls) if is_module else frozenset(),
                                          dropout_bn and class_has_batchnorm(sem, name),
