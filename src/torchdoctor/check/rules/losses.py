@@ -79,7 +79,7 @@ def _loss_graph_kept(ctx: Context, node: ast.AST, acc: ast.AST, value: ast.AST) 
         return
     acc_key = dotted(acc.value if isinstance(acc, ast.Subscript) else acc)
     if acc_key is None or _bound_in(ctx, acc_key, loop, node) or _backpropagated(ctx, acc_key, node) \
-            or _one_steps_micro_batches(ctx, acc_key, loop):
+            or _one_steps_micro_batches(ctx, acc_key, loop) or _an_optimizer_closure_total(ctx, acc_key, loop, node):
         return
     text = ctx.name(value)
     ctx.report("TD405", node, f"`{ctx.name(acc)}` accumulates the loss tensor `{text}`: every step's graph stays alive",
@@ -215,6 +215,20 @@ def _bound_in(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
             if any(dotted(t) == key for t in targets) and not sem.under_step_guard(n, loop):
                 return True
     return False
+
+
+def _an_optimizer_closure_total(ctx: Context, key: str, loop: ast.AST, node: ast.AST) -> bool:
+    """``def closure(): total = torch.tensor(0.0); for batch in loader: ...; total += batch_loss; return total``
+    handed to ``optimizer.step(closure)`` (L-BFGS over the whole dataset): the total is made afresh on each call and
+    handed back to the optimizer, so it holds one optimizer step's losses only."""
+    sem = ctx.semantic
+    func = sem.function_of(loop)
+    b = sem.binding_at(key, node)
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or b is None or b.is_param \
+            or sem.function_of(b.node) is not func or not sem.contains(func, b.node) or sem.contains(loop, b.node):
+        return False
+    return any(any(isinstance(a, ast.Name) and a.id == func.name for a in [*c.args, *(k.value for k in c.keywords)])
+               for c in sem.calls_named("step"))
 
 
 def _one_steps_micro_batches(ctx: Context, key: str, loop: ast.AST) -> bool:
