@@ -87,12 +87,16 @@ class Context:
         return Edit(line, col, line, col, text)
 
     def _dead(self, node: ast.AST) -> bool:
-        """``node`` sits in code that never runs: the body of ``if False:`` (``if 0:``), the ``else`` of ``if True:``."""
+        """``node`` sits in code that never runs: the body of ``if False:`` (``if 0:``), the ``else`` of ``if True:``, the
+        body of ``if remove_clashes:`` where the file binds ``remove_clashes`` only ever to ``False``."""
         child = node
         for up in self.semantic.ancestors(node):
             if isinstance(up, ast.If) and isinstance(up.test, ast.Constant) and up.test.value in (False, True, 0, 1):
                 if any(s is child for s in (up.body if not up.test.value else up.orelse)):
                     return True
+            if isinstance(up, ast.If) and isinstance(up.test, ast.Name) and any(s is child for s in up.body) \
+                    and program.always_false(self.semantic, up.test):
+                return True
             child = up
         return False
 
