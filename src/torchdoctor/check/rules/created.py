@@ -611,10 +611,15 @@ def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:
             and not _handed_numbers(ctx, region, a.arg) and not _said_to_be_a_number(ctx, region, a)}
 
 
+_RATE_NAME = lazy(r"(?i)^(?:(?:keep|drop|dropout|mask|noise)_?(?:prob|rate|ratio|p)|p|prob|rate|ratio|dropout)$")
+
+
 def _said_to_be_a_number(ctx: Context, func: ast.AST, param: ast.arg) -> bool:
-    """The parameter is annotated ``float``/``int``, or its function compares it with a number literal (``if
-    keep_rate == 1.0: return adj``): a rate or a count, not a tensor of the step."""
-    if isinstance(param.annotation, ast.Name) and param.annotation.id in ("float", "int"):
+    """The parameter is annotated ``float``/``int``, named as a rate (``keep_prob``, ``drop_rate``, ``p``), or its
+    function compares it with a number literal (``if keep_rate == 1.0: return adj``): a rate or a count, not a tensor
+    of the step."""
+    if isinstance(param.annotation, ast.Name) and param.annotation.id in ("float", "int") \
+            or _RATE_NAME.match(param.arg):
         return True
     return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.Eq, ast.NotEq))
                and isinstance(n.left, ast.Name) and n.left.id == param.arg and isinstance(c := n.comparators[0], ast.Constant)
