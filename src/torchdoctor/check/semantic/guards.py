@@ -139,14 +139,22 @@ class Guards(GradModes, DeviceChoices):
         return guarded
 
     def _returns_mod(self, call: ast.Call) -> bool:
-        """``self.should_log_this_step()`` whose function of this file returns ``self.global_step % interval == 0``."""
+        """``self.should_log_this_step()`` whose function of this file returns ``self.global_step % interval == 0``, or a
+        name bound to it (``test = state.step % freq == 0; ...; return test``)."""
         func = call.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         if name is None:
             return False
         defs = [f for f in self.index.by_type.get(ast.FunctionDef, ()) if f.name == name]  # type: ignore[attr-defined]
-        return bool(defs) and all(any(isinstance(r, ast.Return) and r.value is not None and self._mod_op(r.value)
-                                      for r in self.index.subtree(f)) for f in defs)
+        return bool(defs) and all(any(isinstance(r, ast.Return) and r.value is not None and (
+            self._mod_op(r.value) or isinstance(r.value, ast.Name) and self._bound_to_mod(f, r.value.id))
+            for r in self.index.subtree(f)) for f in defs)
+
+    def _bound_to_mod(self, func: ast.AST, name: str) -> bool:
+        """``func`` binds ``name`` to a ``%`` test first (``test = step % freq == 0``, then ``test = test and ...``)."""
+        assigns = [a for a in self.index.subtree(func) if isinstance(a, ast.Assign)
+                   and any(isinstance(t, ast.Name) and t.id == name for t in a.targets)]
+        return bool(assigns) and self._mod_op(assigns[0].value)
 
     def _mod_op(self, expr: ast.AST) -> bool:
         """``expr`` computes a ``%`` (``step % log_every == 0``)."""
