@@ -88,7 +88,8 @@ class Context:
 
     def _dead(self, node: ast.AST) -> bool:
         """``node`` sits in code that never runs: the body of ``if False:`` (``if 0:``), the ``else`` of ``if True:``, the
-        body of ``if remove_clashes:`` where the file binds ``remove_clashes`` only ever to ``False``."""
+        body of ``if remove_clashes:`` where the file binds ``remove_clashes`` only ever to ``False``, statements after
+        ``assert False, "broken"`` (or a ``raise``, ``return``) in the same block."""
         child = node
         for up in self.semantic.ancestors(node):
             if isinstance(up, ast.If) and isinstance(up.test, ast.Constant) and up.test.value in (False, True, 0, 1):
@@ -96,6 +97,8 @@ class Context:
                     return True
             if isinstance(up, ast.If) and isinstance(up.test, ast.Name) and any(s is child for s in up.body) \
                     and program.always_false(self.semantic, up.test):
+                return True
+            if isinstance(child, ast.stmt) and _after_an_exit(up, child):
                 return True
             child = up
         return False
@@ -118,3 +121,18 @@ class Context:
             self.findings.append(Finding(code, message, self.location(node), fix, edits, severity,
                                          unsafe_fix=bool(edits) and unsafe))
             self.sites.append(node)
+
+
+def _after_an_exit(block: ast.AST, stmt: ast.stmt) -> bool:
+    """``stmt`` follows, in the same statement list of ``block``, a statement that never lets control through:
+    ``assert False, "do not use"``, ``raise``, ``return``, ``continue`` or ``break``."""
+    for field in ("body", "orelse", "finalbody"):
+        seq = getattr(block, field, None)
+        if isinstance(seq, list) and any(s is stmt for s in seq):
+            for s in seq:
+                if s is stmt:
+                    return False
+                if isinstance(s, (ast.Raise, ast.Return, ast.Continue, ast.Break)) or isinstance(s, ast.Assert) \
+                        and isinstance(s.test, ast.Constant) and not s.test.value:
+                    return True
+    return False

@@ -46,7 +46,7 @@ _NAME_HINTS = (
 _SUBMODULE_FIELDS = frozenset({"features", "backbone", "encoder", "decoder", "body", "trunk", "classifier", "head"})
 QUEUE_NAME = lazy(r"(?i)^(\w*_)?(queue|q)$")  # ``inputs, targets = queue.get()``: batches a loader thread puts there
 _COUNTER_NAME = lazy(r"^(i|j|k|n|ii|idx|index|ix|it|itr|iter|iters|iteration|step|batch_idx|batch_id|batch_i|i_batch|"
-                     r"batch_index|batch_num|bi|bidx|b_idx|cnt|count|num)$")
+                     r"batch_index|batch_num|bi|bidx|b_idx|cnt|count|num|[a-z]+_(?:idx|index|num|no|count))$")
 _BUILDER_NAME = lazy(r"(?i)^(get|build|create|make|load|init|setup|prepare|construct|define|new)_")
 # Tensor fields of a model's output object (transformers' ModelOutput and the like).
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
