@@ -87,17 +87,15 @@ class Context:
         return Edit(line, col, line, col, text)
 
     def _dead(self, node: ast.AST) -> bool:
-        """``node`` sits in code that never runs: the body of ``if False:`` (``if 0:``), the ``else`` of ``if True:``, the
-        body of ``if remove_clashes:`` where the file binds ``remove_clashes`` only ever to ``False``, statements after
-        ``assert False, "broken"`` (or a ``raise``, ``return``) in the same block."""
+        """``node`` sits in code that never runs: the body of ``if False:`` (``if 0:``), the ``else`` of ``if True:``,
+        statements after ``assert False, "broken"`` (or a ``raise``, ``return``) in the same block. (Not the body of
+        ``if distributed:`` under ``distributed = False  # set True to train on several GPUs``: a switch the user
+        edits, whose code reviewers judge as live.)"""
         child = node
         for up in self.semantic.ancestors(node):
             if isinstance(up, ast.If) and isinstance(up.test, ast.Constant) and up.test.value in (False, True, 0, 1):
                 if any(s is child for s in (up.body if not up.test.value else up.orelse)):
                     return True
-            if isinstance(up, ast.If) and isinstance(up.test, ast.Name) and any(s is child for s in up.body) \
-                    and program.always_false(self.semantic, up.test):
-                return True
             if isinstance(child, ast.stmt) and _after_an_exit(up, child):
                 return True
             child = up

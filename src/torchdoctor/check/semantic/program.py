@@ -21,7 +21,7 @@ from torchdoctor.check.semantic.processes import is_ddp_program, is_rpc_program,
 __all__ = ["has_cuda_check", "is_ddp_program",
            "is_rpc_program", "names_process_group", "runs_on_accelerator", "places_cuda_work", "device_params", "in_test",
            "QUIET_IN_TESTS", "uses_gpu_only_library", "requires_gpu_only_library", "cpu_device_value", "subclass_of_an_accelerated_class", "in_gpu_only_branch", "gpu_only_test", "accelerator_api",
-           "sets_device_through_helper", "imports_gpu_only", "single_process_world", "in_dead_branch", "always_false",
+           "sets_device_through_helper", "imports_gpu_only", "single_process_world", "in_dead_branch",
            "states_gpu_need", "refuses_cpu", "shuffling_samplers"]
 
 # Test code exercises a construct on purpose (a DataParallel wrapper under test, a loader that is only
@@ -578,12 +578,12 @@ def cpu_device_value(sem: SemanticModel, value: ast.AST) -> bool:
         return cpu_device_value(sem, value.args[0])
     if isinstance(value, ast.IfExp):  # ``"cuda" if torch.cuda.is_available() and use_gpu else "cpu"``
         test = value.test
-        off = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(always_false(sem, v) for v in test.values)
-        return off and cpu_device_value(sem, value.orelse) or always_false(sem, test) and cpu_device_value(sem, value.orelse)
+        off = isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(_always_false(sem, v) for v in test.values)
+        return off and cpu_device_value(sem, value.orelse) or _always_false(sem, test) and cpu_device_value(sem, value.orelse)
     return False
 
 
-def always_false(sem: SemanticModel, test: ast.AST) -> bool:
+def _always_false(sem: SemanticModel, test: ast.AST) -> bool:
     """``False``, or a name bound only to ``False`` at module level (``use_gpu = False``)."""
     if isinstance(test, ast.Constant):
         return test.value is False
@@ -598,7 +598,7 @@ def in_dead_branch(sem: SemanticModel, node: ast.AST) -> bool:
     """``node`` sits in the body of an ``if`` whose test is always False (``parallel = False``, ``if parallel:``)."""
     child = node
     for up in sem.ancestors(node):
-        if isinstance(up, ast.If) and any(s is child for s in up.body) and always_false(sem, up.test):
+        if isinstance(up, ast.If) and any(s is child for s in up.body) and _always_false(sem, up.test):
             return True
         child = up
     return False
