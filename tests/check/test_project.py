@@ -7367,3 +7367,82 @@ def test_a_helper_class_of_another_module_that_runs_its_model_under_no_grad_reco
     results = check_files(["infer.py", "evaluate.py"], Settings(root=str(project), select=("TD401",)))
     assert codes(results, "evaluate.py") == expected_evaluate
     assert codes(results, "infer.py") == expected_infer
+
+
+@pytest.mark.parametrize("decorator, expected", [("@torch.inference_mode()", []), ("", [(7, "TD401")])])
+def test_an_override_its_base_class_calls_only_without_autograd_records_no_graph(
+        project: Path, decorator: str, expected: list) -> None:
+    """lingua's generators override ``generate_next_token``, which the base class of another module calls only from
+    ``@torch.inference_mode() def generate``: the override runs without autograd. A base that calls it with autograd
+    on leaves the override's forward reported."""
+    write(project, {
+        "base.py": f"""\
+            import torch
+
+            class Generator:
+                def __init__(self, model):
+                    self.model = model
+
+                def generate_next_token(self, tok):
+                    return self.model(tok)
+
+                {decorator}
+                def generate(self, tok, n):
+                    out = []
+                    for _ in range(n):
+                        tok = self.generate_next_token(tok).argmax(-1)
+                        out.append(tok)
+                    return out
+            """,
+        "rnn_gen.py": """\
+            import torch
+            import torch.nn as nn
+            from base import Generator
+
+            class RNNGenerator(Generator):
+                def generate_next_token(self, tok):
+                    return self.model.forward(tok)
+
+            if __name__ == "__main__":
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                model = nn.Embedding(10, 10).to(device).eval()
+                print(RNNGenerator(model).generate(torch.zeros(1, dtype=torch.long, device=device), 5))
+            """,
+    })
+    results = check_files(["base.py", "rnn_gen.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "rnn_gen.py") == expected
+
+
+def test_an_override_its_base_class_of_the_same_file_calls_under_no_grad_records_no_graph(project: Path) -> None:
+    """A trainer's ``validate_on_batch``, which the base class beside it calls in ``validate`` under
+    ``torch.no_grad()``, runs without autograd; ``predict_batch``, which the base also calls from ``fit``, does not."""
+    write(project, {
+        "trainer.py": """\
+            import torch
+            import torch.nn as nn
+
+            class BaseTrainer:
+                def __init__(self, model, loader):
+                    self.model, self.loader = model, loader
+
+                def validate(self):
+                    self.model.eval()
+                    with torch.no_grad():
+                        return [self.validate_on_batch(b) for b in self.loader]
+
+                def fit(self):
+                    return [self.predict_batch(b) for b in self.loader]
+
+            class Trainer(BaseTrainer):
+                def validate_on_batch(self, batch):
+                    return self.model(batch).mean().item()
+
+                def predict_batch(self, batch):
+                    return self.model(batch).argmax(-1)
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            Trainer(nn.Linear(4, 2).to(device), []).validate()
+            """,
+    })
+    results = check_files(["trainer.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "trainer.py") == [(21, "TD401")]

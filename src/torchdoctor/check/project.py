@@ -173,6 +173,12 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls is not None and method in cls.step_calls  # type: ignore[attr-defined]
 
+    def calls_without_grad(self, sem: SemanticModel, written: str, method: str) -> bool:
+        """The class ``written`` (imported here) calls ``self.<method>(...)`` only with autograd off (``@torch.inference_mode()
+        def generate(self, ...)`` calling ``self.generate_next_token(tok)``): a subclass's ``method`` records no graph."""
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and method in cls.quiet_calls  # type: ignore[attr-defined]
+
     def class_dropout_bn(self, sem: SemanticModel, written: str) -> bool | None:
         cls = self._lookup(sem, written, "class")
         return None if cls is None or not cls.is_module else cls.dropout_bn  # type: ignore[attr-defined]

@@ -197,7 +197,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     helpers = [call for call in nodes if isinstance(call, ast.Call) and not sem.under_no_grad(call)
                and sem.enclosing_loop(call, "eval") is None and (helper := _shared_forward_helper(ctx, call)) is not None
                and helper is not func]
-    if not found and not helpers or _callers_without_grad(ctx, func):
+    if not found and not helpers or _callers_without_grad(ctx, func) \
+            or cls is not None and not sites and _base_calls_without_grad(ctx, cls, name):
         return  # every caller runs it under no_grad, here or in another module (facenet's MTCNN.detect -> detect_face)
         # (asked last: it may read the other modules)
     for call in found:
@@ -651,6 +652,26 @@ def _paths_without_grad(ctx: Context, func: ast.AST, depth: int, seen: set[ast.A
         return sem.called_elsewhere_without_grad(func)
     return all(sem.grad_mode(s) == "off" or (outer := sem.function_of(s)) is not None and not sem.under_no_grad(s)
                and _paths_without_grad(ctx, outer, depth + 1, seen) for s in sites)
+
+
+def _base_calls_without_grad(ctx: Context, cls: ast.AST, method: str) -> bool:
+    """``method`` overrides one that a base class (of this file or of another module of the project) calls only with
+    autograd off: lingua's ``generate_next_token`` of a generator whose base runs it from ``@torch.inference_mode()
+    def generate``; a trainer's ``validate_on_batch``, called by the base's ``validate`` under ``torch.no_grad()``."""
+    sem = ctx.semantic
+    for base in cls.bases:  # type: ignore[attr-defined]
+        written = dotted(base)
+        if not written:
+            continue
+        here = sem.calls_index.classes.get(sem.names.qualname(base) or written)
+        if here is not None:
+            calls = [c for c in sem.subtree(here) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                     and c.func.attr == method and dotted(c.func.value) == "self"]
+            if calls and all(sem.under_no_grad(c, strict=True) for c in calls):
+                return True
+        elif sem.project is not None and sem.project.calls_without_grad(sem, written, method):  # type: ignore[attr-defined]
+            return True
+    return False
 
 
 def _callers_without_grad(ctx: Context, func: ast.AST, depth: int = 0) -> bool:

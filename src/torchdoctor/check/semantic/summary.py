@@ -33,7 +33,8 @@ _WRAPS = lazy(r"DataParallel|\bDDP\b|FullyShardedDataParallel|\bFSDP\b")
 class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
-                 "collates_arrays", "quiet_methods", "moved_inputs", "network_methods", "batchnorm", "loss_weights")
+                 "collates_arrays", "quiet_methods", "moved_inputs", "network_methods", "batchnorm", "loss_weights",
+                 "quiet_calls")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -55,6 +56,7 @@ class ClassSummary(FrozenRecord):
     network_methods: frozenset[str]  # methods other than ``forward`` that run its layers (``process``: forwards.py)
     batchnorm: bool  # a BatchNorm layer in it, its parts or its bases (DDP without SyncBatchNorm: TD706)
     loss_weights: tuple[str, ...] | None  # a loss holding nothing unless given these weights (models.loss_weight_params)
+    quiet_calls: frozenset[str]  # ``self.m(...)`` its methods call only with autograd off (a subclass's m records nothing)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
@@ -63,10 +65,11 @@ class ClassSummary(FrozenRecord):
                  yields_device: bool = False, loader_passes: frozenset[str] = frozenset(),
                  collates_arrays: bool = False, quiet_methods: frozenset[str] = frozenset(),
                  moved_inputs: frozenset[int] = frozenset(), network_methods: frozenset[str] = frozenset(),
-                 batchnorm: bool = False, loss_weights: tuple[str, ...] | None = None) -> None:
+                 batchnorm: bool = False, loss_weights: tuple[str, ...] | None = None,
+                 quiet_calls: frozenset[str] = frozenset()) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
                    builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods,
-                   moved_inputs, network_methods, batchnorm, loss_weights)
+                   moved_inputs, network_methods, batchnorm, loss_weights, quiet_calls)
 
 
 class FunctionSummary(FrozenRecord):
@@ -139,6 +142,13 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
                 and (owner := sem.class_of(call)) is not None and runs_per_step(sem, call):
             step_calls.setdefault(owner, set()).add(call.func.attr)
+    quiet_calls: dict[ast.AST, dict[str, bool]] = {}
+    if "no_grad" in sem.text.source or "inference_mode" in sem.text.source:
+        for call in sem.calls:
+            if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
+                    and call.func.value.id == "self" and (owner := sem.class_of(call)) is not None:
+                seen = quiet_calls.setdefault(owner, {})
+                seen[call.func.attr] = seen.get(call.func.attr, True) and sem.under_no_grad(call, strict=True)
     moves = ".to(" in sem.text.source or ".cuda(" in sem.text.source
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
@@ -163,7 +173,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          forward_moved_params(sem, cls) if is_module and moves else frozenset(),
                                          network_methods(sem, cls) if is_module else frozenset(),
                                          dropout_bn and class_has_batchnorm(sem, name),
-                                         loss_weight_params(sem, cls) if is_module and "Loss" in sem.text.source else None)
+                                         loss_weight_params(sem, cls) if is_module and "Loss" in sem.text.source else None,
+                                         frozenset(m for m, quiet in quiet_calls.get(cls, {}).items() if quiet))
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
