@@ -225,7 +225,14 @@ _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "t
              "pointnet2_ops", "knn_cuda", "pointops", "chamfer_3D",  # (point-cloud ops, CUDA kernels only)
              "neural_renderer", "nvdiffrast",  # (mesh rasterizers, CUDA kernels only)
              "numba.cuda",  # (``@cuda.jit`` kernels)
-             "pynvml")  # (NVIDIA's management library: ``nvmlInit()`` fails without an NVIDIA driver)
+             "pynvml",  # (NVIDIA's management library: ``nvmlInit()`` fails without an NVIDIA driver)
+             "causal_conv1d", "selective_scan_cuda")  # (Mamba's kernels)
+
+
+def _gpu_only_module(name: str, libs: tuple[str, ...] = _GPU_ONLY) -> bool:
+    """``name`` is (a module of) a GPU-only library, or a compiled CUDA extension named so (``causal_conv1d_cuda``,
+    ``emd_cuda``: a ``<name>_cuda`` module holds CUDA kernels only)."""
+    return any(name == lib or name.startswith(lib + ".") for lib in libs) or name.rsplit(".", 1)[-1].endswith("_cuda")
 
 
 def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:
@@ -244,7 +251,7 @@ def _imported_names(stmt: ast.Import | ast.ImportFrom) -> list[str]:
 
 
 def _imports_gpu_only(stmt: ast.Import | ast.ImportFrom, libs: tuple[str, ...] = _GPU_ONLY) -> bool:
-    return any(n == lib or n.startswith(lib + ".") for n in _imported_names(stmt) for lib in libs)
+    return any(_gpu_only_module(n, libs) for n in _imported_names(stmt))
 
 
 def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bool:
@@ -252,7 +259,7 @@ def uses_gpu_only_library(sem: SemanticModel, node: ast.AST | None = None) -> bo
     flash-attn, Triton kernels...), or asks a model for flash-attn (``attn_implementation="flash_attention_2"``):
     it cannot run on a CPU whatever its device code says. With ``node``: an import that has run when ``node``
     runs (a module-level import before it, as a notebook's later cell is not; one in ``node``'s function)."""
-    if any(q == lib or q.startswith(lib + ".") for q in sem.imports.values() for lib in _GPU_ONLY):
+    if any(_gpu_only_module(q) for q in sem.imports.values()):
         if node is None or any(_imported_before(sem, imp, node) for imp in _gpu_only_imports(sem)):
             return True
     if _imports_own_extension(sem):
