@@ -7446,3 +7446,40 @@ def test_an_override_its_base_class_of_the_same_file_calls_under_no_grad_records
     })
     results = check_files(["trainer.py"], Settings(root=str(project), select=("TD401",)))
     assert codes(results, "trainer.py") == [(21, "TD401")]
+
+
+@pytest.mark.parametrize("default, expected", [("min_depth=0.1", []), ("min_depth=None", [(14, "TD603")])])
+def test_a_read_after_another_module_s_metrics_copied_the_outputs_to_the_host_waits_for_nothing(
+        project: Path, default: str, expected: list) -> None:
+    """ZoeDepth's ``validate_on_batch`` calls ``compute_metrics(gt, pred, **config)`` of another module, which copies
+    both to the host first and then works in NumPy with a number parameter (``min_depth=0.1``): the GPU is idle when
+    it returns, so ``l.item()`` after it waits for nothing. A parameter the module cannot tell is a number (a
+    ``None`` default) may be a tensor: then the read still counts."""
+    write(project, {
+        "metrics.py": f"""\
+            import numpy as np
+
+            def compute_metrics(gt, pred, {default}):
+                pred = pred.squeeze().cpu().numpy()
+                gt = gt.squeeze().cpu().numpy()
+                return {{"abs_rel": float(np.mean(np.abs(gt - pred) / np.maximum(gt, min_depth)))}}
+            """,
+        "evaluate.py": """\
+            import torch
+            from metrics import compute_metrics
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Conv2d(3, 1, 1).to(device).eval()
+            loader = torch.utils.data.DataLoader([], pin_memory=True, num_workers=2)
+            out = []
+            with torch.no_grad():
+                for batch in loader:
+                    images, gt = batch["image"].to(device), batch["depth"].to(device)
+                    pred = model(images)
+                    loss = torch.nn.functional.l1_loss(pred, gt)
+                    metrics = compute_metrics(gt, pred)
+                    out.append((metrics, loss.item()))
+            """,
+    })
+    results = check_files(["metrics.py", "evaluate.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "evaluate.py") == expected

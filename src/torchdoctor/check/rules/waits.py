@@ -561,11 +561,23 @@ def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
     """``out`` bound to ``out.data.cpu().numpy()`` (or unpacked from a tuple of such copies): a host array."""
     if not isinstance(arg, ast.Name):
         return isinstance(arg, ast.Constant)
-    b = ctx.semantic.binding_at(arg.id, at)
+    sem = ctx.semantic
+    b = sem.binding_at(arg.id, at)
     if b is None or b.is_param or b.value is None:
         return False
+    if isinstance(b.value, ast.Call) and b.index is not None:  # ``loss, hits = train_batch(x, y)`` of a helper here
+        funcs = [f for f in sem.resolve(b.value) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        returns = [r for f in funcs for r in sem.local_nodes(f) if isinstance(r, ast.Return)]
+        return bool(returns) and all(isinstance(r.value, ast.Tuple) and b.index < len(r.value.elts)
+                                     and _host_copy_expr(r.value.elts[b.index]) for r in returns)
+        # (``return loss.detach(), (out.argmax(1) == y).cpu().numpy()``: the second item is a host array)
     value = b.value.elts[b.index] if isinstance(b.value, ast.Tuple) and b.index is not None \
         and b.index < len(b.value.elts) else b.value
+    return _host_copy_expr(value)
+
+
+def _host_copy_expr(value: ast.AST) -> bool:
+    """``out.data.cpu().numpy()`` (perhaps reshaped after: ``.squeeze()``): a copy on the host."""
     while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
             and value.func.attr in ("squeeze", "reshape", "flatten", "ravel", "astype", "copy"):
         value = value.func.value  # (``td.data.cpu().numpy().squeeze()``: NumPy's reshaping of the copy)
@@ -764,8 +776,10 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     if isinstance(func, ast.Name) and call.args and not call.keywords and all(_host_copy_name(ctx, a, call)
                                                                                for a in call.args):
         return True  # ``accuracy(out, y)`` of ``out = out.data.cpu().numpy()``: host arrays, no GPU work to queue
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and _host_batch_element(ctx, func.value, call):
-        return True  # ``y.view(-1, 1)`` of a batch element the loop never moved: the host's work
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and (
+            _host_batch_element(ctx, func.value, call) or _host_copy_name(ctx, func.value, call)):
+        return True  # ``y.view(-1, 1)`` of a batch element the loop never moved, ``hits.mean()`` of a host copy: the
+        # host's work
     if isinstance(func, ast.Attribute) and _LOGGING_RECEIVER.search(dotted(func.value) or "") \
             and (name in ("log", "set_step") or name.startswith(("log", "record", "dump"))):
         return True  # (``logger.logkv_mean(k, v.mean().item())``: a logger's own bookkeeping; what it is handed it reads)

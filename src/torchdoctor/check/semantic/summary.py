@@ -363,6 +363,11 @@ def _ends_in_host_work(sem: SemanticModel, func: ast.AST) -> bool:
                 for c in sem.subtree(up.value)))}
     if any(isinstance(n, ast.Return) and n is not body[-1] for stmt in body for n in sem.subtree(stmt)):
         return False
+    args = func.args  # type: ignore[attr-defined]
+    positional = [*args.posonlyargs, *args.args]
+    host |= {a.arg for a, d in [*zip(positional[len(positional) - len(args.defaults):], args.defaults),
+                                 *zip(args.kwonlyargs, args.kw_defaults)]
+             if isinstance(d, ast.Constant) and type(d.value) in (int, float, bool)}  # (``min_depth=0.1``: a number)
     modules = set(sem.names.imports) | set(sem.names.modules)
     todo = list(body[last + 1:])
     while todo:
