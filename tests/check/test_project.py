@@ -7483,3 +7483,68 @@ def test_a_read_after_another_module_s_metrics_copied_the_outputs_to_the_host_wa
     })
     results = check_files(["metrics.py", "evaluate.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "evaluate.py") == expected
+
+
+@pytest.mark.parametrize("second, expected", [("SetB", []), ("Plain", [(18, "TD304"), (18, "TD305")])])
+def test_a_dataset_class_picked_into_a_variable_whose_candidates_all_move_their_items(
+        project: Path, second: str, expected: list) -> None:
+    """3DInfomax picks its dataset class in an if/elif chain (``dataset = QM9Geomol`` ...) and builds
+    ``dataset(split="train", device=device)``: every candidate moves its items to the device in ``__getitem__``, so
+    the loader has nothing to pin and no worker may touch CUDA. With one candidate that keeps its items on the host,
+    the loader is judged."""
+    write(project, {
+        "sets.py": """\
+            import torch
+            from torch.utils.data import Dataset
+
+            class SetA(Dataset):
+                def __init__(self, split, device="cuda:0"):
+                    self.x = torch.randn(100, 4)
+                    self.device = device
+
+                def __len__(self):
+                    return 100
+
+                def __getitem__(self, i):
+                    return self.x[i].to(self.device), self.x[i, :1].to(self.device)
+
+            class SetB(SetA):
+                pass
+
+            class Plain(Dataset):
+                def __init__(self, split, device=None):
+                    self.x = torch.randn(100, 4)
+
+                def __len__(self):
+                    return 100
+
+                def __getitem__(self, i):
+                    return self.x[i], self.x[i, :1]
+            """,
+        "train.py": f"""\
+            import torch
+            from torch.utils.data import DataLoader
+            from sets import SetA, SetB, Plain
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 1).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+            def run(name):
+                if name == "a":
+                    dataset = SetA
+                elif name == "b":
+                    dataset = {second}
+                else:
+                    raise ValueError(name)
+                train = dataset(split="train", device=device)
+                for x, y in DataLoader(train, batch_size=8, shuffle=True):
+                    loss = (model(x.to(device)) - y.to(device)).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    })
+    results = check_files(["sets.py", "train.py"], Settings(root=str(project), select=("TD304", "TD305")))
+    assert codes(results, "train.py") == expected

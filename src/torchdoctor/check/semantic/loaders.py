@@ -352,11 +352,37 @@ def dataset_yields_device_tensors(sem: SemanticModel, dataset: ast.AST) -> bool:
         return False
     if _transform_moves(sem, dataset):
         return True
-    cls = sem.calls_index.classes.get(dotted(dataset.func) or "")
+    picked = _classes_held(sem, dataset.func, dataset)
+    if picked:  # ``dataset = QM9Geomol`` / ``elif ...: dataset = GEOMDrugs`` and ``train = dataset(split="train")``
+        return all(_class_yields_device(sem, c) for c in picked)
+    return _class_yields_device(sem, dataset.func)
+
+
+def _class_yields_device(sem: SemanticModel, written_node: ast.AST) -> bool:
+    cls = sem.calls_index.classes.get(dotted(written_node) or "")
     if cls is None:  # a Dataset class of another module of the project (``from rows import Rows``)
-        written = dotted(dataset.func)
+        written = dotted(written_node)
         return bool(written) and sem.project is not None and sem.project.class_yields_device(sem, written)  # type: ignore[attr-defined]
     return class_yields_device_tensors(sem, cls)
+
+
+def _classes_held(sem: SemanticModel, func: ast.AST, at: ast.AST) -> list[ast.AST]:
+    """The classes a lower-case name holds when it is called (``dataset = SetA if a else SetB``, or bound in each arm
+    of an if/elif chain): every binding of it in the function names a class (capitalised), or none is returned."""
+    if not isinstance(func, ast.Name) or func.id[:1].isupper():
+        return []
+    scope = sem.scope_of(at)
+    bound = [b for b in sem.bindings_of(func.id) if sem.scope_of(b.node) is scope]
+    out: list[ast.AST] = []
+    for b in bound:
+        if b.is_param or b.index is not None or b.value is None:
+            return []
+        values = [b.value.body, b.value.orelse] if isinstance(b.value, ast.IfExp) else [b.value]
+        for v in values:
+            if not isinstance(v, (ast.Name, ast.Attribute)) or not (dotted(v) or "").rsplit(".", 1)[-1][:1].isupper():
+                return []
+            out.append(v)
+    return out
 
 
 _PYTHON_CALLS = frozenset({"zip", "list", "tuple", "sorted", "len", "max", "min", "range", "enumerate", "dict", "set", "map",
