@@ -748,7 +748,8 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
             else:
                 others = [a.left, *a.comparators]
             for o in others:
-                if o is not child and not _host_scalar(o) and flow.mentions(ctx.semantic, o, hot):
+                if o is not child and not _host_scalar(o) and flow.mentions(ctx.semantic, o, hot) \
+                        and not _number_expr(ctx, o, a, 0):  # (``torch.rand(b) < self.drop_prob``: a number)
                     return _partner(ctx, o, hot)
         elif isinstance(a, ast.Call):
             if child is a.func:
