@@ -7548,3 +7548,52 @@ def test_a_dataset_class_picked_into_a_variable_whose_candidates_all_move_their_
     })
     results = check_files(["sets.py", "train.py"], Settings(root=str(project), select=("TD304", "TD305")))
     assert codes(results, "train.py") == expected
+
+
+@pytest.mark.parametrize("guard, expected", [("with torch.no_grad():", []), ("if True:", [(9, "TD401")])])
+def test_a_helper_class_run_by_a_method_its_other_modules_call_without_autograd_records_no_graph(
+        project: Path, guard: str, expected: list) -> None:
+    """UnsupervisedMT's decoder runs ``Beam(self).generate(x, n)`` of ``beam.py`` from its own ``generate``, which no
+    call in ``model.py`` makes and the evaluation scripts call under ``torch.no_grad()``: the beam's forwards record
+    no graph. Called with autograd on, they are reported."""
+    write(project, {
+        "beam.py": """\
+            import torch.nn.functional as F
+
+            class Beam:
+                def __init__(self, decoder):
+                    self.decoder = decoder
+
+                def generate(self, x, maxlen):
+                    for step in range(maxlen):
+                        probs = F.log_softmax(self.decoder(x), -1)
+                        x = probs.exp()
+                    return x
+            """,
+        "model.py": """\
+            import torch.nn as nn
+            from beam import Beam
+
+            class Decoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(8, 8)
+
+                def forward(self, x):
+                    return self.proj(x)
+
+                def generate(self, x):
+                    return Beam(self).generate(x, 10)
+            """,
+        "evaluate.py": f"""\
+            import torch
+            from model import Decoder
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            dec = Decoder().to(device).eval()
+            {guard}
+                outs = [dec.generate(x.to(device)) for x in [torch.randn(4, 8) for _ in range(5)]]
+            """,
+    })
+    results = check_files(["beam.py", "model.py", "evaluate.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "beam.py") == expected

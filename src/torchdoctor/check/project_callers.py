@@ -426,7 +426,10 @@ class Callers:
                     self.state.recording.discard(path)
                 # (a module read for the index resolves no import itself: the project answers for its bases, and for
                 # the device its functions are handed: ``def Trainer(model, ..., device)`` called with CUDA by main.py)
-                for r in call_records(sem, heads, accelerated):
+                def quiet_elsewhere(func: ast.AST, sem: SemanticModel = sem) -> bool:
+                    return self.callers_grad_mode(sem, func, by_class=sem.class_of(func) is not None) == "off"
+
+                for r in call_records(sem, heads, accelerated, quiet_elsewhere):
                     grouped.setdefault(r.written.split(".")[0], []).append(r)
                 self._done_with(path, sem)
             memo[path] = (names, grouped)

@@ -7,6 +7,7 @@ calls this function, and how); records are small and hold no syntax tree.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 
 from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, strip_methods
 from torchdoctor.check.patterns import lazy
@@ -69,9 +70,12 @@ class CallRecord(FrozenRecord):
                    choices, in_model_loop, unpinned_loaders)
 
 
-def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None) -> list[CallRecord]:
+def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None,
+                 quiet_elsewhere: Callable[[ast.AST], bool] | None = None) -> list[CallRecord]:
     """Records of the calls whose callee (as written) starts with one of ``names`` (imported names);
-    ``accelerator``: whether the module runs on one, when the caller knows better than the module alone."""
+    ``accelerator``: whether the module runs on one, when the caller knows better than the module alone;
+    ``quiet_elsewhere``: whether every call of a function of the module from the other modules runs without autograd
+    (the project's answer, for a module read for the index that resolves no import itself)."""
     out = []
     accelerator = program.runs_on_accelerator(sem) if accelerator is None else accelerator
     ddp = program.is_ddp_program(sem)
@@ -142,7 +146,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
             passed.add("*")
         per_step = accelerator and runs_per_step(sem, call)
         per_iteration = per_step or accelerator and _per_iteration(sem, call)
-        out.append(CallRecord(written, _grad_mode(sem, call), guarded, eval_before, frozenset(given), ddp,
+        out.append(CallRecord(written, _grad_mode(sem, call, quiet_elsewhere), guarded, eval_before, frozenset(given), ddp,
                               per_step, sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
                               host_args_of(sem, call) if per_step else frozenset(),
@@ -267,13 +271,29 @@ def _made_by_imports(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, tup
     return tuple(out)
 
 
-def _grad_mode(sem: SemanticModel, call: ast.Call) -> str:
+_GENERATES = lazy(r"(?i)generat|sampl|decod|translat|infer|predict|beam|search")
+_ASKING_FURTHER = [False]  # (one module further at most: records read while answering ask no further themselves)
+
+
+def _grad_mode(sem: SemanticModel, call: ast.Call, quiet_elsewhere: Callable[[ast.AST], bool] | None = None) -> str:
     """The grad mode at ``call``; "off" also when autograd is on there but every in-file call of its function is made
-    without it (``def critic_value(self, obs): return self.critic.estimate(obs)``, called under ``no_grad``)."""
+    without it (``def critic_value(self, obs): return self.critic.estimate(obs)``, called under ``no_grad``), or, with
+    no call of it in the file, every call of it from the other modules (a decoder's ``generate`` that runs
+    ``Beam(self).generate(x)``, called under ``no_grad`` by the evaluation scripts)."""
     mode = sem.grad_mode(call)
     func = sem.function_of(call) if mode == "on" else None
-    sites = sem.call_sites(func) if func is not None else []
-    return "off" if sites and all(sem.grad_mode(s) == "off" for s in sites) else mode
+    sites = [s for s in sem.call_sites(func) if not sem.contains(func, s)] if func is not None else []
+    # (not ``Beam(self).generate(x)`` inside ``generate`` itself: another class's method of that name)
+    if sites:
+        return "off" if all(sem.grad_mode(s) == "off" for s in sites) else mode
+    if func is None or quiet_elsewhere is None or _ASKING_FURTHER[0] or not _GENERATES.search(func.name):  # type: ignore[attr-defined]
+        return mode  # (asked of generation and inference methods only: each question reads the importers)
+    _ASKING_FURTHER[0] = True
+    try:
+        further = quiet_elsewhere(func)
+    finally:
+        _ASKING_FURTHER[0] = False
+    return "off" if further else mode
 
 
 def _held_instances(sem: SemanticModel, names: set[str]) -> dict[tuple[ast.AST | None, str], str]:
