@@ -769,7 +769,8 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     print. Between a timing sync and a read, it leaves the GPU idle."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if name in _HOST_ONLY or isinstance(func, ast.Name) and name in ("min", "max", "round", "enumerate", "zip", "range"):
+    if name in _HOST_ONLY or isinstance(func, ast.Name) and name in ("min", "max", "round", "enumerate", "zip", "range") \
+            or _clock_call(ctx, call):
         return True  # (Python's ``min(min_lr, group["lr"])``; not ``loss.max()``, a reduction queued on the GPU)
     if (ctx.call_name(call) or "").startswith(("numpy.", "math.")):
         return True  # (``np.isnan(v.item())``, ``np.mean(lens)``: host arithmetic; a device tensor handed in is a read)
