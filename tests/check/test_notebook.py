@@ -458,3 +458,14 @@ def test_losses_gathered_into_a_new_tensor_and_a_model_frozen_by_a_helper(tmp_pa
                    "backbone = nn.Sequential(nn.Linear(4, 8), nn.ReLU()).to(device)\nfreeze_model(backbone)\n"
                    "features = extract_features(backbone, loader)\n")
     assert found == [(2, 11, "TD405")]
+
+
+def test_a_cell_after_one_that_raises_is_still_checked_but_code_after_a_raise_in_a_block_is_not(tmp_path: Path) -> None:
+    """A course notebook's exercise cell ends with ``raise NotImplementedError`` at its top: the next cells still run
+    (each is run on its own), so their findings count. Inside a function, statements after ``raise`` never run."""
+    found = _codes(tmp_path, _SETUP,
+                   "def exercise():\n    pass\nraise NotImplementedError('fill in the exercise')\n",
+                   "with torch.cuda.amp.autocast():\n    y = torch.ones(2, device=device) * 2\n",
+                   "def broken(x):\n    raise NotImplementedError\n    with torch.cuda.amp.autocast():\n"
+                   "        return x * 2\n")
+    assert found == [(3, 1, "TD601")]

@@ -96,7 +96,8 @@ class Context:
             if isinstance(up, ast.If) and isinstance(up.test, ast.Constant) and up.test.value in (False, True, 0, 1):
                 if any(s is child for s in (up.body if not up.test.value else up.orelse)):
                     return True
-            if isinstance(child, ast.stmt) and _after_an_exit(up, child):
+            if isinstance(child, ast.stmt) and not isinstance(up, ast.Module) and _after_an_exit(up, child):
+                # (not at a module's top: a notebook's cells run one by one, whatever an earlier cell raised)
                 return True
             child = up
         return False
