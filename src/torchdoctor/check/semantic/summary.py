@@ -367,8 +367,25 @@ def _ends_in_host_work(sem: SemanticModel, func: ast.AST) -> bool:
     positional = [*args.posonlyargs, *args.args]
     host |= {a.arg for a, d in [*zip(positional[len(positional) - len(args.defaults):], args.defaults),
                                  *zip(args.kwonlyargs, args.kw_defaults)]
-             if isinstance(d, ast.Constant) and type(d.value) in (int, float, bool)}  # (``min_depth=0.1``: a number)
+             if isinstance(d, ast.Constant) and type(d.value) in (int, float, bool, str)}  # (``min_depth=0.1``: a number)
     modules = set(sem.names.imports) | set(sem.names.modules)
+    own = {f.name for funcs in sem.functions.values() for f in funcs  # type: ignore[attr-defined]
+           if sem.frame(f).kind == "module"}  # (``compute_errors(gt[valid], pred[valid])``: a helper given host arrays)
+
+    def host_only(node: ast.AST) -> bool:
+        for n in sem.subtree(node):
+            if isinstance(n, ast.Call) and not ((sem.qualname(n.func) or "").startswith("numpy.")
+                                                or isinstance(n.func, ast.Name) and (n.func.id in _HOST_BUILTINS
+                                                                                     or n.func.id in own and bool(n.args))
+                                                or isinstance(n.func, ast.Attribute) and all(
+                        isinstance(m, ast.Name) and m.id in host for m in sem.subtree(n.func.value)
+                        if isinstance(m, ast.Name))):
+                return False  # (``(output_ & target_).sum()``: a method of host arrays)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in host and n.id not in modules \
+                    and n.id not in _HOST_BUILTINS and n.id not in own:
+                return False
+        return True
+
     todo = list(body[last + 1:])
     while todo:
         stmt = todo.pop(0)
@@ -381,18 +398,13 @@ def _ends_in_host_work(sem: SemanticModel, func: ast.AST) -> bool:
             host.add(stmt.target.id)
             todo[:0] = list(stmt.body)
             continue
-        if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.Return)):
-            return False
-        for n in sem.subtree(stmt):
-            if isinstance(n, ast.Call) and not ((sem.qualname(n.func) or "").startswith("numpy.")
-                                                or isinstance(n.func, ast.Name) and n.func.id in _HOST_BUILTINS
-                                                or isinstance(n.func, ast.Attribute) and all(
-                        isinstance(m, ast.Name) and m.id in host for m in sem.subtree(n.func.value)
-                        if isinstance(m, ast.Name))):
-                return False  # (``(output_ & target_).sum()``: a method of host arrays)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in host and n.id not in modules \
-                    and n.id not in _HOST_BUILTINS:
+        if isinstance(stmt, ast.If):  # (``if garg_crop or eigen_crop:`` over flags and host arrays: a mask made in NumPy)
+            if not host_only(stmt.test):
                 return False
+            todo[:0] = [*stmt.body, *stmt.orelse]
+            continue
+        if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.Return)) or not host_only(stmt):
+            return False
         if isinstance(stmt, ast.Assign):
             host |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
             host |= {e.id for t in stmt.targets if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)}
