@@ -680,7 +680,8 @@ def _callers_without_grad(ctx: Context, func: ast.AST, depth: int = 0) -> bool:
     under ``torch.no_grad()``); a call here in a function whose own callers all run without it counts too, two
     levels up (``self.inference(model, img)`` in ``multi_scale_inference``, which ``testval`` calls under no_grad)."""
     sem = ctx.semantic
-    sites = sem.call_sites(func)
+    sites = [s for s in sem.call_sites(func) if not sem.contains(func, s)]  # (its own recursive calls, or another
+    # class's method of its name called inside it: their grad mode is the one it is called in)
     if sites:
         return all(sem.under_no_grad(s) or depth < 2 and (outer := sem.function_of(s)) is not None and outer is not func
                    and not any(sem.guards.grad_call(d) == "on" for d in outer.decorator_list)  # type: ignore[attr-defined]
