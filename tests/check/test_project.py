@@ -7609,3 +7609,48 @@ def test_a_helper_class_run_by_a_method_its_other_modules_call_without_autograd_
     })
     results = check_files(["beam.py", "model.py", "evaluate.py"], Settings(root=str(project), select=("TD401",)))
     assert codes(results, "beam.py") == expected
+
+
+@pytest.mark.parametrize("handed, expected", [("loss_value", []), ("loss", [(14, "TD603"), (16, "TD603")])])
+def test_a_reduce_helper_that_hands_back_its_argument_or_a_number_keeps_a_number_a_number(
+        project: Path, handed: str, expected: list) -> None:
+    """MAE/DeiT-style ``misc.all_reduce_mean(x)`` returns ``x_reduce.item()`` with several processes and ``x`` as
+    handed with one: given ``loss_value = loss.item()``, TensorBoard's ``add_scalar`` gets a number. Given the loss
+    tensor itself, it may get that tensor and copy it every step."""
+    write(project, {
+        "misc.py": """\
+            import torch
+            import torch.distributed as dist
+
+            def all_reduce_mean(x):
+                world_size = dist.get_world_size() if dist.is_initialized() else 1
+                if world_size > 1:
+                    x_reduce = torch.tensor(x).cuda()
+                    dist.all_reduce(x_reduce)
+                    x_reduce /= world_size
+                    return x_reduce.item()
+                return x
+            """,
+        "engine.py": f"""\
+            import torch
+            import misc
+
+            def train_one_epoch(model, loader, opt, device, log_writer, epoch):
+                for step, (x, y) in enumerate(loader):
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    loss_value = loss.item()
+                    if not torch.isfinite(torch.tensor(loss_value)):
+                        raise SystemExit(1)
+                    loss_value_reduce = misc.all_reduce_mean({handed})
+                    if log_writer is not None:
+                        log_writer.add_scalar("train_loss", loss_value_reduce, epoch * 1000 + step)
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            """,
+    })
+    results = check_files(["misc.py", "engine.py"], Settings(root=str(project), select=("TD603",)))
+    assert [c for c in codes(results, "engine.py") if c[0] != 11] == expected

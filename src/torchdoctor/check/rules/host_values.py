@@ -99,8 +99,14 @@ def host_number(ctx: Context, name: ast.Name, at: ast.AST, depth: int = 0) -> bo
         if value.args and all(_host_leaf(a) for a in value.args) and not value.keywords:
             return True  # ``overflow = bad_number(loss.item())``: an in-file helper handed host numbers only
         return all(_returns_host(ctx, f, b.index) for f in funcs)  # ``test_loss, acc = evaluate(...)``
-    if isinstance(value, ast.Call) and b.index is None and getattr(ctx.semantic.external(value), "returns", None) == "host":
-        return True  # ``train_iou = iou_on_batch(masks, preds)`` of another module, returning ``np.mean(ious)``
+    if isinstance(value, ast.Call) and b.index is None and (returns := getattr(ctx.semantic.external(value), "returns",
+                                                                                None)) in ("host", "host_or_first"):
+        if returns == "host":
+            return True  # ``train_iou = iou_on_batch(masks, preds)`` of another module, returning ``np.mean(ious)``
+        first = value.args[0] if value.args and not isinstance(value.args[0], ast.Starred) else None
+        if isinstance(first, ast.Name) and depth < 3 and host_number(ctx, first, b.node, depth + 1) \
+                or first is not None and _host_leaf(first):
+            return True  # ``loss_value_reduce = misc.all_reduce_mean(loss_value)`` of ``loss_value = loss.item()``
     if isinstance(value, ast.Call) and depth < 3 and dotted(value.func) in ("min", "max", "abs") and value.args \
             and not value.keywords:
         args = value.args[0].elts if len(value.args) == 1 and isinstance(value.args[0], (ast.List, ast.Tuple)) \

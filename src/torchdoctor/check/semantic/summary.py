@@ -83,7 +83,8 @@ class FunctionSummary(FrozenRecord):
     # "cuda_model": it returns what it built moved by ``.cuda()`` (``return model.cuda()``, ``return enc.cuda(),
     # dec.cuda()``); "derived": tensor arithmetic on its parameters (a tensor where they are); "python": its parameters,
     # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``); "host": every
-    # return hands back a host copy (``return err.view(-1).cpu().numpy()``); "moved": every return, each element of
+    # return hands back a host copy (``return err.view(-1).cpu().numpy()``); "host_or_first": a host copy or the first
+    # parameter as handed (``all_reduce_mean(x)``); "moved": every return, each element of
     # its tuple, is moved to a device (``return x.to(device), y.to(device)``)
 
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
@@ -210,6 +211,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "python" if len(func.args.args) == 1 and only_python(sem, func, 1) else \
                 "host" if _returns_host_copies(sem, func) or _returns_fresh_host_tensor(sem, func) \
                 or returns_from_numpy(sem, func) else \
+                "host_or_first" if _returns_host_or_first(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else \
                 "python" if len(func.args.args) > 1 and only_python(sem, func, 1) else \
                 "moved" if moves and _returns_moved(sem, func) else _returned_object(sem, func)
@@ -280,6 +282,20 @@ def _returns_host_copies(sem: SemanticModel, func: ast.AST) -> bool:
     if not returns:
         return False
     return all(_host_copy(sem, r.value) for r in returns)  # type: ignore[attr-defined]
+
+
+def _returns_host_or_first(sem: SemanticModel, func: ast.AST) -> bool:
+    """Every ``return`` hands back a host copy or the first parameter as it came (DeiT's ``all_reduce_mean(x)``:
+    ``return x_reduce.item()`` with several processes, ``return x`` with one): a host number when handed one."""
+    params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]  # type: ignore[attr-defined]
+    returns = sem.kinds.returns_of(func)
+    if not params or not returns:
+        return False
+    first = params[0]
+    if any(not b.is_param for b in sem.bindings_of(first) if sem.scope_of(b.node) is func):
+        return False  # (rebound in the function: not what the caller handed)
+    kept = [r for r in returns if isinstance(r.value, ast.Name) and r.value.id == first]
+    return bool(kept) and len(kept) < len(returns) and all(r in kept or _host_copy(sem, r.value) for r in returns)
 
 
 _HOST_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange", "torch.tensor",
