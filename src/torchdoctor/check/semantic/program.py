@@ -155,9 +155,10 @@ def _mentions_cuda(sem: SemanticModel) -> bool:
     if cuda:  # (a CUDA device string, a ``.cuda()`` call: the text names it)
         for node in sem.of_type(ast.Constant):
             s = string_value(node)
-            if s is not None and (CUDA_DEVICE.fullmatch(s.strip()) or s in CUDA_TEMPLATES or s == "cuda:"
-                                  and isinstance(up := sem.parent(node), ast.BinOp) and up.left is node):
-                return True  # (``"cuda:" + str(args.dev)``: an indexed CUDA device, built by concatenation)
+            if s is not None and (CUDA_DEVICE.fullmatch(s.strip()) or s in CUDA_TEMPLATES or s == "cuda:" and (
+                    isinstance(up := sem.parent(node), ast.BinOp) and up.left is node
+                    or isinstance(up, ast.JoinedStr) and up.values[0] is node)):
+                return True  # (``"cuda:" + str(args.dev)``, ``f"cuda:{args.gpu}"``: an indexed CUDA device)
         if any(method_name(c) == "cuda" for c in sem.calls_named("cuda")):
             return True
     prefixes = (("torch.cuda.",) if cuda else ()) + (("torch.accelerator",) if accelerator else ())
