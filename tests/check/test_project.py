@@ -7654,3 +7654,35 @@ def test_a_reduce_helper_that_hands_back_its_argument_or_a_number_keeps_a_number
     })
     results = check_files(["misc.py", "engine.py"], Settings(root=str(project), select=("TD603",)))
     assert [c for c in codes(results, "engine.py") if c[0] != 11] == expected
+
+
+@pytest.mark.parametrize("setting, expected", [('torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+                                                [(12, "TD603")]), ('"cpu"', [])])
+def test_a_device_constant_imported_by_name_from_a_settings_module(project: Path, setting: str, expected: list) -> None:
+    """ColBERT's trainer does ``from colbert.parameters import DEVICE`` and moves everything ``.to(DEVICE)``, a
+    module-level setting that is CUDA when available: a CUDA program whose per-step ``.item()`` is judged. A setting
+    of ``"cpu"`` keeps it on the host."""
+    write(project, {
+        "params.py": f"""\
+            import torch
+            DEVICE = {setting}
+            """,
+        "train.py": """\
+            import torch
+            from params import DEVICE
+
+            def train(model, reader, maxsteps):
+                model = model.to(DEVICE)
+                opt = torch.optim.AdamW(model.parameters())
+                for step, steps in zip(range(maxsteps), reader):
+                    this_loss = 0.0
+                    for x, y in steps:
+                        loss = torch.nn.functional.cross_entropy(model(x.to(DEVICE)), y.to(DEVICE))
+                        loss.backward()
+                        this_loss += loss.item()
+                    opt.step()
+                    opt.zero_grad()
+            """,
+    })
+    results = check_files(["params.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == expected

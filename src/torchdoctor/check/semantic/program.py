@@ -626,9 +626,11 @@ def config_module_device(sem: SemanticModel, project: object) -> bool:
         written = dotted(arg) if isinstance(arg, ast.Attribute) else None
         if written and written.split(".")[0] in heads and project.cuda_setting(sem, written):  # type: ignore[attr-defined]
             return True
-        if isinstance(arg, ast.Name) and sem.names.star and not sem.bindings_of(arg.id) \
+        if isinstance(arg, ast.Name) and (sem.names.star or arg.id in sem.names.from_imports) \
+                and not sem.bindings_of(arg.id) \
                 and project.cuda_setting(sem, arg.id):  # type: ignore[attr-defined]
-            return True  # ``from textkit import *`` whose ``device = torch.device("cuda" if ...)``
+            return True  # ``from textkit import *`` / ``from params import DEVICE``, whose ``DEVICE = torch.device("cuda"
+            # if ...)``
         maker = _options_maker(sem, arg, call) if written and written.endswith(".device") else None
         if maker and maker.split(".")[0] in heads and project.cuda_setting(sem, maker):  # type: ignore[attr-defined]
             return True  # ``opt = OptInit().get_args()`` of a config module that sets ``args.device`` to CUDA
