@@ -7686,3 +7686,59 @@ def test_a_device_constant_imported_by_name_from_a_settings_module(project: Path
     })
     results = check_files(["params.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "train.py") == expected
+
+
+@pytest.mark.parametrize("move, expected", [("enc.cuda()\n                    dis.cuda()", [(14, "TD603")]),
+                                            ("pass", [])])
+def test_models_a_builder_returns_through_another_builder_moved_to_the_gpu(project: Path, move: str, expected: list) -> None:
+    """UnsupervisedMT's ``build_model(params)`` returns ``build_attention_model(params)``, which moves each model in
+    place (``if params.cuda: encoder.cuda()``) and returns them in a tuple: the trainer's per-step ``.item()`` reads
+    a GPU loss. Models the builders leave on the host read nothing from a GPU."""
+    write(project, {
+        "build.py": f"""\
+            import torch.nn as nn
+
+            def build_linear(cuda=True):
+                enc, dis = nn.Linear(8, 8), nn.Linear(8, 2)
+                if cuda:
+                    {move}
+                return enc, dis
+
+            def build_model(kind="linear"):
+                if kind == "linear":
+                    return build_linear()
+            """,
+        "trainer.py": """\
+            import torch
+            import torch.nn.functional as F
+
+            class Trainer:
+                def __init__(self, enc, dis, data):
+                    self.enc, self.dis, self.data = enc, dis, data
+                    self.opt = torch.optim.SGD(dis.parameters(), 0.1)
+                    self.stats, self.n_sentences = [], 0
+
+                def step(self, device):
+                    x, y = next(self.data)
+                    h = self.enc(x.to(device))
+                    loss = F.cross_entropy(self.dis(h), y.to(device))
+                    self.stats.append(loss.item())
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+                    self.n_sentences += len(y)
+            """,
+        "main.py": """\
+            import itertools, torch
+            from build import build_model
+            from trainer import Trainer
+
+            enc, dis = build_model()
+            device = next(enc.parameters()).device
+            trainer = Trainer(enc, dis, itertools.cycle([(torch.randn(32, 8), torch.randint(0, 2, (32,)))]))
+            while trainer.n_sentences < 1000:
+                trainer.step(device)
+            """,
+    })
+    results = check_files(["build.py", "trainer.py", "main.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "trainer.py") == expected

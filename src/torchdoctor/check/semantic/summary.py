@@ -495,12 +495,15 @@ def _loops_backward(sem: SemanticModel, func: ast.AST) -> bool:
     return False
 
 
-def _returns_moved_to_cuda(sem: SemanticModel, func: ast.AST) -> bool:
+def _returns_moved_to_cuda(sem: SemanticModel, func: ast.AST, depth: int = 0) -> bool:
     """Every ``return`` of a value hands back ``x.cuda()`` (or a tuple of them), or a name moved in place by a
     ``x.cuda()`` statement of the function: a builder that puts the models it makes on the GPU (XLM's
     ``build_model``: ``return model.cuda()``, ``return encoder.cuda(), decoder.cuda()``; ``mapping.cuda()`` then
-    ``return emb, mapping``)."""
+    ``return emb, mapping``); or what such a builder of the module returns (``return build_lm(params)``)."""
     def moved(v: ast.AST) -> bool:
+        if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and depth < 2:
+            funcs = [f for f in sem.resolve(v) if f is not func]
+            return bool(funcs) and all(_returns_moved_to_cuda(sem, f, depth + 1) for f in funcs)
         return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "cuda"
 
     def none(v: ast.AST) -> bool:
