@@ -321,6 +321,9 @@ def _rebound_reshaped(sem, use: ast.Name, name: str) -> ast.Assign | None:  # ty
         if isinstance(up, ast.Compare) and up.left is cur and len(up.comparators) == 1 and _host_number(up.comparators[0]):
             cur = up  # ``mask = (mask == 0).unsqueeze(1)``: a mask cut on the host (SASRec's causal mask)
             continue
+        if isinstance(up, ast.BinOp) and _host_number(up.right if up.left is cur else up.left):
+            cur = up  # ``fake = (fake + 1) % 2``: arithmetic with numbers, on the host
+            continue
         if isinstance(up, ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) and call.func is up \
                 and _on_the_host(up.attr, call):
             cur = call
@@ -531,6 +534,11 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
                 and all(_host_factory(ctx, strip_methods(e, _CASTS)) for e in up.elts[1:]):
             cur = joined  # ``torch.cat((torch.arange(0, m), torch.arange(-m, 0)), 0)``: host factories joined on the host
             continue  # (told once, at the first of them)
+        if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur \
+                and isinstance(joined := sem.parent(up), ast.Call) and joined.args[:1] == [up] \
+                and (ctx.call_name(joined) or "") in ("torch.cat", "torch.stack", "torch.concat"):
+            cur = joined  # ``torch.cat([torch.zeros(n).fill_(i) for i, n in enumerate(sizes)])``: parts made and joined
+            continue  # on the host
         if isinstance(up, ast.Attribute) and up.attr in ("T", "mT", "data") and not (
                 isinstance(sem.parent(up), ast.Call) and sem.parent(up).func is up):
             cur = up  # ``torch.arange(n).T.unsqueeze(1)``: the transpose of the host tensor
