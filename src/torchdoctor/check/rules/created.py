@@ -62,6 +62,7 @@ _MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint
                      "kaiser_window"})
 _CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
 _MASK_OPS = frozenset({"torch.triu", "torch.tril", "torch.diag", "torch.diag_embed", "torch.flip", "torch.roll"})
+_EINOPS = frozenset({"einops.rearrange", "einops.repeat"})  # (``rearrange(torch.arange(t), "t -> () t")``: a reshape)
 _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "repeat", "flatten", "permute", "transpose",
                        "t", "contiguous"})
 
@@ -113,16 +114,16 @@ def _counting(call: ast.Call) -> bool:
     return isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "range"
 
 
-@rule("TD611", calls=tuple(sorted(_MAKERS | LEGACY_TENSORS)))
+@rule("TD611", calls=tuple(sorted(_MAKERS | LEGACY_TENSORS | {"tensor", "as_tensor"})))
 def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     """``torch.randn(b, k).cuda()`` in a training or evaluation loop, or in forward(): made on the CPU and
     copied to the device at once, on every step (TD303 is the case where it is not moved at all)."""
     assert isinstance(node, ast.Call)
     q = ctx.call_name(node) or ""
-    counting = q.split(".")[-1] in LEGACY_TENSORS and _counting(node)
+    counting = q.split(".")[-1] in (*LEGACY_TENSORS, "tensor", "as_tensor") and _counting(node)
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS and not (
-            q.split(".")[1] in LEGACY_TENSORS and (_sizes_only(node, ctx.semantic) or counting)):
-        return
+            q.split(".")[1] in LEGACY_TENSORS and (_sizes_only(node, ctx.semantic) or counting)) and not counting:
+        return  # (``torch.as_tensor(range(a, b))``: a count, like ``torch.LongTensor(range(n))``)
     if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
         return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
     if _zero_sized(node, q):
@@ -162,7 +163,8 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     how = "cuda" if helper == "cuda" else "to" if helper else method_name(move)
     if how != "cuda" and not program.runs_on_accelerator(sem) and not (
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (device.endswith(".device") and not device.startswith("self.") or _input_device_alias(ctx, move, region)
+            and (device.endswith(".device") and (not device.startswith("self.") or device.count(".") >= 2)
+                 or _input_device_alias(ctx, move, region)
                  or region.name == "__init__" and (b := sem.binding_at(device, move)) is not None and b.is_param)):
         return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too; so
         # is a mask class's ``__init__`` a forward builds with ``device=queries.device``)
@@ -526,7 +528,7 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
             cur = up  # ``torch.exp(-c * torch.arange(half) / half)``, ``torch.pow(0.4 * torch.ones(n), torch.arange(n))``
             continue
         if isinstance(up, ast.Subscript) and up.value is cur or isinstance(up, ast.Call) and up.args[:1] == [cur] \
-                and (ctx.call_name(up) or "") in _MASK_OPS:
+                and ((ctx.call_name(up) or "") in _MASK_OPS or (ctx.call_name(up) or "") in _EINOPS):
             cur = up  # ``torch.triu(torch.ones(n, n), diagonal=1)[..., None].to(dev)``: a mask cut on the host first
             continue
         if isinstance(up, (ast.Tuple, ast.List)) and up.elts[:1] == [cur] and isinstance(joined := sem.parent(up), ast.Call) \
