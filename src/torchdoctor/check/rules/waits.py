@@ -786,6 +786,14 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
         return True  # (``logger.logkv_mean(k, v.mean().item())``: a logger's own bookkeeping; what it is handed it reads)
     if name != "update" or not isinstance(func, ast.Attribute):
         return False
+    from torchdoctor.check.rules.host_values import tensor_value
+
+    effects = _update_effects(ctx, call)
+    if effects is not None and not effects & {"sync", "read"} and any(
+            isinstance(a, (ast.Name, ast.Attribute)) and tensor_value(ctx, a, call)
+            for a in [*call.args, *(k.value for k in call.keywords)]):
+        return False  # (``avg.update(rpn_cls_loss=rpn_cls_loss)`` of a meter whose ``update`` reads nothing back: it
+        # adds the tensors up on the GPU)
     receiver = func.value.value if isinstance(func.value, ast.Subscript) else func.value
     key = dotted(receiver) or ""
     if _METER.search(key):
@@ -793,3 +801,14 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     b = ctx.semantic.binding_at(key, call) if key else None
     made = b.value if b is not None and not b.is_param else None
     return isinstance(made, ast.Call) and bool(_METER.search((dotted(made.func) or "").rsplit(".", 1)[-1]))
+
+
+def _update_effects(ctx: Context, call: ast.Call) -> frozenset[str] | None:
+    """The effects of the ``update`` method a meter's call runs, when its class is of this file or of another module
+    of the project; None when unknown (a parameter's: a logger handed in)."""
+    sem = ctx.semantic
+    funcs = sem.resolve(call)
+    if funcs:
+        return frozenset().union(*(sem.effects(f) for f in funcs))
+    summary = sem.external(call)
+    return frozenset(getattr(summary, "effects", ())) if summary is not None else None
