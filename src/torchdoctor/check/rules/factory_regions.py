@@ -38,11 +38,41 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
             and sem.project is not None and sem.project.run_by_forwards_only(sem, func):  # type: ignore[attr-defined]
         return func  # the same helper in a module of its own (``nn.py``), called by forwards of other modules (its
         # ``__main__`` demo aside)
+    if func is not None and cls is not None and func.name != "__init__" and cls.name not in sem.module_classes \
+            and sem.function_of(func) is None \
+            and sem.cached(("held_by_forwards", func), lambda: _held_and_run_by_forwards(sem, func, cls)):
+        return func  # ``x = self.aug.jitter(x)`` in a model's forward, of ``self.aug = Augment(0.1)``: a plain helper
+        # object's method run on every forward
     if func is not None and cls is not None and func.name == "__init__" and cls.name not in sem.module_classes \
             and sem.function_of(func) is None \
             and sem.cached(("built_by_forwards", cls), lambda: _built_by_forwards(sem, cls, func)):
         return func  # ``TriangularCausalMask(B, L, device=x.device)`` made in an attention's forward: its ``__init__``
     return None
+
+
+def _held_and_run_by_forwards(sem, func: ast.AST, cls: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """A model class of this file holds an object of the plain class ``cls`` (``self.aug = Augment(sigma)``) and its
+    forward (or a method forward reaches) calls ``self.aug.<func>(...)``."""
+    held = set()
+    for n in sem.of_type(ast.Assign):
+        target = n.targets[0] if len(n.targets) == 1 else None  # type: ignore[attr-defined]
+        value = n.value  # type: ignore[attr-defined]
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self" \
+                and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == cls.name \
+                and (owner := sem.class_of(n)) is not None and owner.name in sem.module_classes:
+            held.add((owner, target.attr))
+    if not held:
+        return False
+    for call in sem.calls_named(func.name):  # type: ignore[attr-defined]
+        f = call.func
+        if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Attribute)
+                and isinstance(f.value.value, ast.Name) and f.value.value.id == "self"):
+            continue
+        owner, caller = sem.class_of(call), sem.function_of(call)
+        if (owner, f.value.attr) in held and caller is not None \
+                and (caller.name == "forward" or reached_from_forward(sem, caller, owner)):
+            return True
+    return False
 
 
 def _forwards_fill_it(sem, node: ast.AST, func: ast.AST, cls: ast.AST) -> bool:  # type: ignore[no-untyped-def]
