@@ -147,11 +147,13 @@ def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
     """Evaluation with the model still in training mode."""
     sem = ctx.semantic
     forwards = _eval_forwards(ctx, loop)
-    if not forwards or _eval_mode_set(ctx, loop):
+    handed = [] if forwards else _models_run_by_helpers(ctx, loop)
+    if not forwards and not handed or _eval_mode_set(ctx, loop):
         return
-    for node in forwards:
-        func = node.func.value if method_name(node) == "forward" or _runs_the_network(ctx, node) \
-            else node.func  # type: ignore[union-attr]
+    for node in [*forwards, *(call for call, _ in handed)]:
+        model = next((m for call, m in handed if call is node), None)
+        func = model if model is not None else node.func.value if method_name(node) == "forward" \
+            or _runs_the_network(ctx, node) else node.func  # type: ignore[union-attr]
         if has_dropout_or_bn(sem, func, node) is not True or _loaded_in_eval_mode(ctx, func, loop) \
                 or sem.guards.on_cpu_branch(node) or _eval_just_before(ctx, loop, node, func) \
                 or _dropout_left_off(ctx, func, node) or _bare_dropout(ctx, func, node):
@@ -159,6 +161,31 @@ def eval_in_train_mode(loop: ast.AST, ctx: Context) -> None:
         name = ctx.name(func)
         ctx.report("TD402", node, f"`{name}` evaluates in training mode: dropout/batch-norm stay active (no `{name}.eval()`)",
                    fix=f"call `{name}.eval()` before the evaluation loop (and `{name}.train()` before training again)")
+
+
+def _models_run_by_helpers(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, ast.AST]]:
+    """``test_loss = calc_loss(model, x, y)`` in an evaluation loop, of a function of this file that calls the model it
+    is handed (``return mse_loss(model(x), y)``): the call and the model given."""
+    sem = ctx.semantic
+    if sem.loop_kind(loop) != "eval":
+        return []
+    out = []
+    for node in sem.body(loop):
+        if not isinstance(node, ast.Call) or sem.enclosing_loop(node, "eval") is not loop:
+            continue
+        helpers = sem.resolve(node)
+        if len(helpers) != 1 or not isinstance(helper := helpers[0], ast.FunctionDef) or sem.class_of(helper) is not None:
+            continue
+        params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+        for i, arg in enumerate(node.args):
+            if i >= len(params) or not isinstance(arg, ast.Name) or sem.expr_kind(arg, node) not in ("model", "wrapper"):
+                continue
+            if any(isinstance(c, ast.Call) and (isinstance(c.func, ast.Name) and c.func.id == params[i]
+                                                or method_name(c) == "forward" and dotted(c.func.value) == params[i])
+                   for c in sem.local_nodes(helper)):
+                out.append((node, arg))
+                break
+    return out
 
 
 def _bare_dropout(ctx: Context, func: ast.AST, call: ast.Call) -> bool:
