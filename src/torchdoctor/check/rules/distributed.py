@@ -487,7 +487,8 @@ def _on_gpus(ctx: Context) -> bool:
     def compute() -> bool:
         sem = ctx.semantic
         return bool(cuda_sites.cuda_sites(sem)) or any(
-            (string_value(n) or "").lower().startswith(("nccl", "cuda")) for n in sem.of_type(ast.Constant))
+            (string_value(n) or "").lower().startswith(("nccl", "cuda")) for n in sem.of_type(ast.Constant)) \
+            or program.runs_on_accelerator(sem)  # (``model.to(args.local_rank)``: a GPU index, set up by the launcher)
 
     return ctx.semantic.cached("on_gpus", compute)  # type: ignore[no-any-return]
 
