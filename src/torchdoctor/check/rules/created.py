@@ -62,6 +62,7 @@ _MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint
                      "kaiser_window"})
 _CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
 _MASK_OPS = frozenset({"torch.triu", "torch.tril", "torch.diag", "torch.diag_embed", "torch.flip", "torch.roll"})
+_OPTIONS_DEVICE = lazy(r"^self\.(args|opt|opts|config|cfg|conf|hparams|hp|params|options|settings)\.device$")
 _EINOPS = frozenset({"einops.rearrange", "einops.repeat"})  # (``rearrange(torch.arange(t), "t -> () t")``: a reshape)
 _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "repeat", "flatten", "permute", "transpose",
                        "t", "contiguous"})
@@ -157,13 +158,14 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
             return
         region = inner
     if branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node) or sem.guards.on_cpu_branch(node) or program.is_rpc_program(sem) \
-            or made_once(ctx, node, region) \
+            or made_once(ctx, node, region) or _nan_fallback(ctx, node, region) \
             or sem.in_handler(node, region):  # (``except RuntimeError: return torch.rand(...).to(dev)``: a fallback)
         return
     how = "cuda" if helper == "cuda" else "to" if helper else method_name(move)
     if how != "cuda" and not program.runs_on_accelerator(sem) and not (
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (device.endswith(".device") and (not device.startswith("self.") or device.count(".") >= 2)
+            and (device.endswith(".device") and (not device.startswith("self.") or device.count(".") >= 2
+                                                 and not _OPTIONS_DEVICE.match(device))
                  or _input_device_alias(ctx, move, region)
                  or region.name == "__init__" and (b := sem.binding_at(device, move)) is not None and b.is_param)):
         return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too; so
@@ -190,6 +192,24 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by {mover} on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+_NAN_TESTS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "math.isnan", "math.isinf", "numpy.isnan"})
+
+
+def _nan_fallback(ctx: Context, node: ast.AST, region: ast.AST) -> bool:
+    """``if torch.isnan(self.K).any(): self.K = torch.eye(n).to(self.K.device)``: a fallback for a step that went
+    wrong, not the work of every step."""
+    sem = ctx.semantic
+    child = node
+    for up in sem.ancestors(node):
+        if up is region:
+            return False
+        if isinstance(up, ast.If) and any(s is child for s in up.body) and any(
+                isinstance(c, ast.Call) and (ctx.call_name(c) or "") in _NAN_TESTS for c in sem.subtree(up.test)):
+            return True
+        child = up
+    return False
 
 
 _GPU_WORD = lazy(r"(?i)gpu|cuda|rank|dev")
