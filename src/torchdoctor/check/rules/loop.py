@@ -169,7 +169,7 @@ def _models_run_by_helpers(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, 
     sem = ctx.semantic
     if sem.loop_kind(loop) != "eval":
         return []
-    out = []
+    out, moded = [], set()
     for node in sem.body(loop):
         if not isinstance(node, ast.Call) or sem.enclosing_loop(node, "eval") is not loop:
             continue
@@ -180,12 +180,15 @@ def _models_run_by_helpers(ctx: Context, loop: ast.AST) -> list[tuple[ast.Call, 
         for i, arg in enumerate(node.args):
             if i >= len(params) or not isinstance(arg, ast.Name) or sem.expr_kind(arg, node) not in ("model", "wrapper"):
                 continue
-            if any(isinstance(c, ast.Call) and (isinstance(c.func, ast.Name) and c.func.id == params[i]
-                                                or method_name(c) == "forward" and dotted(c.func.value) == params[i])
-                   for c in sem.local_nodes(helper)):
+            calls = [c for c in sem.local_nodes(helper) if isinstance(c, ast.Call)]
+            if any(sem.mode_call(c) is not None and dotted(c.func.value) == params[i] for c in calls):  # type: ignore[attr-defined]
+                moded.add(arg.id)  # (``def val_loss(x, y, model): model.eval(); ...``: the helper sets the mode itself,
+                break  # for the other calls of the loop too)
+            if any(isinstance(c.func, ast.Name) and c.func.id == params[i]
+                   or method_name(c) == "forward" and dotted(c.func.value) == params[i] for c in calls):  # type: ignore[attr-defined]
                 out.append((node, arg))
                 break
-    return out
+    return [(node, arg) for node, arg in out if arg.id not in moded]  # type: ignore[attr-defined]
 
 
 def _bare_dropout(ctx: Context, func: ast.AST, call: ast.Call) -> bool:
@@ -267,11 +270,19 @@ def _loaded_in_eval_mode(ctx: Context, func: ast.AST, loop: ast.AST) -> bool:
 
 
 def _handed_back_in_eval_mode(sem, b) -> bool:  # type: ignore[no-untyped-def]
-    """``model, hist = fit(model, xs, ys)`` where every ``return`` of ``fit`` is ``net.eval(), hist``."""
+    """``model, hist = fit(model, xs, ys)`` where every ``return`` of ``fit`` is ``net.eval(), hist``, or hands back a
+    name the function put in eval mode and never back (``model.eval()`` then ``return rec_graph, model``)."""
     funcs = sem.resolve(b.value) if isinstance(b.value, ast.Call) else []
-    values = [sem.kinds.returned_values(f, b.index) for f in funcs]
-    return bool(funcs) and all(v and all(isinstance(x, ast.Call) and sem.mode_call(x) == "eval" for x in v)
-                               for v in values)
+    values = [(f, sem.kinds.returned_values(f, b.index)) for f in funcs]
+
+    def evaluated(f: ast.AST, x: ast.AST) -> bool:
+        if isinstance(x, ast.Call) and sem.mode_call(x) == "eval":
+            return True
+        modes = [sem.mode_call(c) for c in sem.local_nodes(f) if isinstance(c, ast.Call) and isinstance(x, ast.Name)
+                 and isinstance(c.func, ast.Attribute) and dotted(c.func.value) == x.id and sem.mode_call(c)]
+        return bool(modes) and all(m == "eval" for m in modes)
+
+    return bool(funcs) and all(v and all(evaluated(f, x) for x in v) for f, v in values)
 
 
 def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
@@ -290,8 +301,10 @@ def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
         seen.add(id(f))
         for site in sem.call_sites(f):
             caller = sem.scope_of(site)
-            if _mode_calls(ctx, caller, "eval"):
-                return True
+            if _mode_calls(ctx, caller, "eval") or any(
+                    isinstance(a, ast.Name) and (b := sem.binding_at(a.id, site)) is not None and not b.is_param
+                    and isinstance(b.value, ast.Call) and _handed_back_in_eval_mode(sem, b) for a in site.args):
+                return True  # (``rec, model = load_model(args)``, which ends ``model.eval()``, then ``infer(loader, model)``)
             todo.append(caller)
         if sem.project is not None and sem.project.callers_effect(sem, f, "eval"):  # type: ignore[attr-defined]
             return True  # (a method too: ``learner.model.eval()`` then ``learner.infer(xs)`` in another module)
