@@ -190,3 +190,14 @@ def test_another_frameworks_code_borrowing_a_torchvision_transform_is_not_judged
     assert check_file(str(gluon)).findings == []
     assert "TD401" in {f.code for f in check_file(str(mixed)).findings}
     assert "TD401" in {f.code for f in check_file(str(gluon), mode=Mode(gate=False)).findings}
+
+
+def test_a_long_receiver_is_named_by_its_head_never_by_a_placeholder() -> None:
+    """tdmpc's ``self.last_frames[idxs[mask] // self.cfg.episode_length].cuda()``: the message and its fix name
+    ``self.last_frames[...]``, a name on the line, not an ``x`` the user would look for in vain."""
+    source = (Path(__file__).parent / "fixtures" / "TD102" / "long_receiver_named_by_its_head.py").read_text()
+    found = [f for f in check_source(source, "buffer.py") if f.code == "TD102"]
+    assert len(found) == 1
+    assert "`self.last_frames[...].cuda()`" in found[0].message
+    assert "`self.last_frames[...].to(device)`" in (found[0].fix or "")
+    assert "`x." not in found[0].message + (found[0].fix or "")

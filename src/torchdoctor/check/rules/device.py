@@ -222,9 +222,7 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
         # (a plain class's ``def cuda(self, device=None)`` calling ``x.cuda(device=device)``: the caller's choice)
         return  # an override of Module.cuda: it passes the caller's choice on (not a plain class's own ``def cuda``,
         # whose ``self.body.cuda()`` hard-wires CUDA like any call: mt-dnn's MTDNNModel.cuda)
-    receiver = ctx.name(func.value)
-    if len(receiver) > 40:
-        receiver = "x"
+    receiver = _receiver_name(ctx, func.value)
     args = ctx.name(node)[len(ctx.name(func)):] if node.args or node.keywords else "()"
     if not args.startswith("(") or len(args) > 40:
         args = "(...)"
@@ -372,3 +370,16 @@ def _chosen_device(sem, node: ast.AST) -> str | None:
                 and n.targets[0].attr.lstrip("_") == "device" and not cuda_sites.cuda_string(n.value)[0]:
             return f"self.{n.targets[0].attr}"
     return None
+
+
+def _receiver_name(ctx: Context, expr: ast.AST) -> str:
+    """How a TD102 message names what ``.cuda()`` is called on: its source, or, when that is long, its head with the
+    rest elided (``self.last_frames[...]``, ``build_model(...)``): never a name that is not on the line."""
+    name = ctx.name(expr)
+    if len(name) <= 40 or "\n" in name:
+        return name
+    if isinstance(expr, ast.Subscript) and len(head := ctx.name(expr.value)) <= 40:
+        return f"{head}[...]"
+    if isinstance(expr, ast.Call) and len(head := ctx.name(expr.func)) <= 40:
+        return f"{head}(...)"
+    return name
