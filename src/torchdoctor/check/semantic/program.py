@@ -52,6 +52,9 @@ def gpu_only_test(sem: SemanticModel, node: ast.AST) -> bool:
         if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
                 _GPU_MARK.search(sem.segment(d)) for d in a.decorator_list):
             return True
+        if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef)) and a.name.startswith("test") \
+                and _GPU_MARK.search(a.name):
+            return True  # ``def test_gpu_forward(self):`` beside ``test_cpu_forward``: a test named for the GPU
     if bool(_GPU_MARK.search(sem.text.source[:4000])) and "pytestmark" in sem.text.source[:4000]:
         return True
     func = sem.function_of(node)
