@@ -339,11 +339,19 @@ def eval_never_undone(node: ast.AST, ctx: Context) -> None:
         return
     loops = _training_loops_around(ctx, node)
     if not loops or any("train" in loop_effects(ctx, loop, deep=True) or _on_last_pass(ctx, loop, site)
-                        or _optimises_inputs_only(ctx, loop) for loop, site in loops) or _given_a_fresh_copy(ctx, recv, node):
+                        or _optimises_inputs_only(ctx, loop) or _single_pass(loop) for loop, site in loops) \
+            or _given_a_fresh_copy(ctx, recv, node):
         return
     name = ctx.name(recv)
     ctx.report("TD403", node, f"`{name}.eval()` is never undone: the next training pass runs in eval mode "
                "(no `.train()` in the loop)", fix=f"call `{name}.train()` at the start of each epoch")
+
+
+def _single_pass(loop: ast.AST) -> bool:
+    """``for epoch in range(1):``: one pass, so no training pass follows the evaluation (a notebook's demo run)."""
+    it = getattr(loop, "iter", None)
+    return isinstance(it, ast.Call) and dotted(it.func) == "range" and len(it.args) == 1 \
+        and isinstance(it.args[0], ast.Constant) and it.args[0].value == 1
 
 
 def loop_effects(ctx: Context, loop: ast.AST, deep: bool = False) -> frozenset[str]:
