@@ -505,8 +505,11 @@ def _instance_sites(ctx: Context, func: ast.AST) -> list[ast.Call]:
 
 def made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
     """``if features is None: features = torch.zeros(n, d)`` in the loop: a buffer made on the first pass only; or
-    ``if key not in hann_window: hann_window[key] = torch.hann_window(n).to(...)``: a cache, filled once a key."""
+    ``if key not in hann_window: hann_window[key] = torch.hann_window(n).to(...)``: a cache, filled once a key; or
+    a lazy initialiser (``if not self.ready: self._build(...)``, whose ``_build`` sets ``self.ready = True``)."""
     sem = ctx.semantic
+    if _lazy_init(sem, node):
+        return True
     stmt = sem.statement_of(node)
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(cache := stmt.targets[0], ast.Subscript):
         store = dotted(cache.value)
@@ -531,6 +534,47 @@ def made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
         if isinstance(a, ast.If) and _empty_test(a.test, target) and any(stmt is n for b in a.body for n in sem.subtree(b)):
             return bool(target)
     return False
+
+
+def _lazy_init(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` runs only until a flag of the object turns True: under ``if not self.ready:`` whose body (or the method
+    it calls there) sets ``self.ready = True``, a flag set False in ``__init__`` only."""
+    def flag_of(test: ast.AST) -> str | None:
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and isinstance(test.operand, ast.Attribute) \
+                and dotted(test.operand.value) == "self":
+            return test.operand.attr
+        return None
+
+    def sets_true(scope: ast.AST, flag: str) -> bool:
+        return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == flag
+                                                     and dotted(t.value) == "self" for t in n.targets)
+                   and isinstance(n.value, ast.Constant) and n.value.value is True for n in sem.subtree(scope))
+
+    def reset_elsewhere(flag: str) -> bool:
+        return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == flag for t in n.targets)
+                   and isinstance(n.value, ast.Constant) and n.value.value is False
+                   and getattr(sem.function_of(n), "name", "") != "__init__" for n in sem.of_type(ast.Assign))
+
+    def guarded(at: ast.AST, stop: ast.AST | None, sets: ast.AST | None) -> bool:
+        child = at
+        for a in sem.ancestors(at):
+            if a is stop:
+                return False
+            if isinstance(a, ast.If) and any(child is b for b in a.body) and (flag := flag_of(a.test)) \
+                    and sets_true(sets or a, flag) and not reset_elsewhere(flag):
+                return True
+            child = a
+        return False
+
+    func = sem.function_of(node)
+    if func is None:
+        return False
+    if guarded(node, func, None):
+        return True
+    cls = sem.class_of(func)
+    sites = [r for r in sem.self_reads(func.name) if sem.class_of(r) is cls] if cls is not None else []
+    return bool(sites) and all(isinstance(call := sem.parent(r), ast.Call) and call.func is r
+                               and guarded(call, sem.function_of(call), func) for r in sites)
 
 
 def _reset_elsewhere(sem, target: ast.Attribute) -> bool:  # type: ignore[no-untyped-def]
