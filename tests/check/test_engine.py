@@ -201,3 +201,11 @@ def test_a_long_receiver_is_named_by_its_head_never_by_a_placeholder() -> None:
     assert "`self.last_frames[...].cuda()`" in found[0].message
     assert "`self.last_frames[...].to(device)`" in (found[0].fix or "")
     assert "`x." not in found[0].message + (found[0].fix or "")
+
+
+def test_a_print_of_a_tensor_beside_its_grad_names_the_tensor() -> None:
+    """``print(h.grad, h.grad_fn, h)`` of ``h = x.matmul(w)``: the message names ``h``, the tensor whose printing
+    reads it back, not ``h.grad`` (None for a non-leaf)."""
+    source = (Path(__file__).parent / "fixtures" / "TD603" / "print_of_a_product_names_the_tensor_not_its_grad.py").read_text()
+    found = [f for f in check_source(source, "train.py") if f.code == "TD603"]
+    assert [f.message.split(" synchronises")[0] for f in found] == ["`print` of tensor `h`"]

@@ -751,7 +751,9 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
                 and tensor_value(ctx, names[0], node) and not made_on_host(ctx, names[0], node):
             return f"`{node.func.id}({ctx.name(names[0])}, {ctx.name(other)})` (Python's: a bool of the tensor)"
     if isinstance(node.func, ast.Name) and node.func.id == "print":
-        for arg in node.args:  # (an f-string argument is the f-string rule's)
+        grads = [a for a in node.args if isinstance(a, ast.Attribute) and a.attr == "grad"]
+        for arg in [*(a for a in node.args if a not in grads), *grads]:  # (an f-string argument is the f-string rule's)
+            # (``print(h.grad, h.grad_fn, h)``: ``h`` is the read named; a non-leaf's ``.grad`` may well be None)
             if not isinstance(arg, ast.JoinedStr) and (tensor_value(ctx, arg, node) and not (
                     isinstance(arg, ast.Name) and made_on_host(ctx, arg, node))  # (``pred = out.argmax(1).cpu()``)
                                                        or isinstance(arg, ast.Call)
