@@ -291,6 +291,7 @@ class Guards(GradModes, DeviceChoices):
             if frame.kind == IF:
                 test = frame.node.test  # type: ignore[attr-defined]
                 if (self._has_mod(test) or (frame.branch == "body" and (self._one_off(test) or self._throttle(frame.node) or self._restarted_counter(frame.node)
+                                                                         or self._first_fill(frame.node)
                                                                          or self._sampled(test)
                                                                          or self._chosen_steps(test)
                                                                          or self._own_counter_fixed(test, loop)
@@ -300,6 +301,17 @@ class Guards(GradModes, DeviceChoices):
                     return True
             frame = frame.parent
         return False
+
+    def _first_fill(self, if_node: ast.AST) -> bool:
+        """``if name not in self.losses: self.losses[name] = losses[name].item()``: the body fills the key it tests,
+        so it runs on a key's first pass only."""
+        test = if_node.test  # type: ignore[attr-defined]
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)):
+            return False
+        store, key = dotted(test.comparators[0]), self.segment(test.left)
+        return bool(store) and any(isinstance(s, ast.Assign) and any(
+            isinstance(t, ast.Subscript) and dotted(t.value) == store and self.segment(t.slice) == key for t in s.targets)
+            for s in if_node.body)  # type: ignore[attr-defined]
 
     def _flag_of_guarded_steps(self, test: ast.AST, loop: ast.AST | None) -> bool:
         """``if plot:`` of a flag the function sets ``False`` and turns ``True`` only behind a step guard (``plot = False;
