@@ -41,7 +41,7 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
                 or _built_under_a_device(ctx, stmt):
             continue
         if _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) or _parts_moved(ctx, key, stmt) \
-                or _moved_by_a_base_class(ctx, key, stmt):
+                or _moved_by_a_base_class(ctx, key, stmt) or _parent_moved_after(ctx, key, stmt):
             continue
         if _returned(ctx, key, stmt):
             continue  # a builder function: its caller decides where the model goes
@@ -109,6 +109,19 @@ def _same_move(ctx: Context, move: ast.Call, key: str) -> str:
         args = ", ".join(ctx.semantic.segment(a) for a in [*move.args, *move.keywords][:1] if ctx.semantic.segment(a))
         return f"{key}.{move.func.attr}({args})"
     return f"{key}.to({ctx.semantic.move_device(move)})"
+
+
+def _parent_moved_after(ctx: Context, key: str, stmt: ast.AST) -> bool:
+    """``model.fc = nn.Linear(n, 10)`` then ``model.to(device)`` in the same scope: the new head is a part of the model
+    that moves after it is set (set after the move, it stays behind)."""
+    sem = ctx.semantic
+    root, _, rest = key.partition(".")
+    if not rest or root == "self":
+        return False
+    scope = sem.scope_of(stmt)
+    return any(sem.is_device_move(c) and isinstance(c.func, ast.Attribute) and dotted(c.func.value) == root
+               and sem.scope_of(c) is scope and (c.lineno, c.col_offset) > (stmt.end_lineno or stmt.lineno, 0)  # type: ignore[attr-defined]
+               for c in sem.calls_named("to", "cuda"))
 
 
 def _rebound_moved(ctx: Context, key: str, stmt: ast.AST) -> bool:
