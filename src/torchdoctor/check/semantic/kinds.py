@@ -48,7 +48,8 @@ _SUBMODULE_FIELDS = frozenset({"features", "backbone", "encoder", "decoder", "bo
 QUEUE_NAME = lazy(r"(?i)^(\w*_)?(queue|q)$")  # ``inputs, targets = queue.get()``: batches a loader thread puts there
 _COUNTER_NAME = lazy(r"^(i|j|k|n|ii|idx|index|ix|it|itr|iter|iters|iteration|step|batch_idx|batch_id|batch_i|i_batch|"
                      r"batch_index|batch_num|bi|bidx|b_idx|cnt|count|num|[a-z]+_(?:idx|index|num|no|count))$")
-_BUILDER_NAME = lazy(r"(?i)^(get|build|create|make|load|init|setup|prepare|construct|define|new)_")
+_BUILDER_NAME = lazy(r"(?i)^(get|build|create|make|load|init|setup|prepare|construct|define|new|process|preprocess|"
+                     r"convert)_")
 # Tensor fields of a model's output object (transformers' ModelOutput and the like).
 OUTPUT_FIELDS = frozenset({"logits", "loss", "last_hidden_state", "pooler_output", "start_logits", "end_logits",
                            "image_embeds", "text_embeds", "sample", "prev_sample", "pred_original_sample"})
@@ -85,8 +86,9 @@ def _torch_layer(q: str) -> bool:
 
 @lru_cache(maxsize=4096)  # the same few names are asked about over and over (9 regex searches each)
 def _kind_from_last(last: str) -> str | None:
-    if _BUILDER_NAME.match(last):
-        return None  # ``get_model``, ``build_optimizer``: a function that makes one, not the thing itself
+    if _BUILDER_NAME.match(last.lstrip("_")) or "_for_" in last or "_to_" in last:
+        return None  # ``get_model``, ``build_optimizer``: a function that makes one, not the thing itself;
+        # ``_process_mentions_for_model``: one that prepares what the thing is given
     for pattern, kind in _NAME_HINTS:
         if pattern.search(last):
             return kind
