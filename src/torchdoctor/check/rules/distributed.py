@@ -315,7 +315,7 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             or program.single_process_world(sem) or _hf_trainer(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     sites = [site for site in cuda_sites.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)
-             and not _moved_again_to_an_index(ctx, site.node)]
+             and not _moved_again_to_an_index(ctx, site.node) and not _outside_the_spawned_workers(ctx, site.node)]
     if sites and _rank_per_node(ctx):
         return
     if sites and (_helper_sets_device(ctx) or sem.project is not None and (
@@ -353,6 +353,38 @@ def _rank_per_node(ctx: Context) -> bool:
     sem = ctx.semantic
     return any((ctx.call_name(call) or "") in ("torch.nn.DataParallel", "torch.nn.parallel.DataParallel")
                and not _single_process_branch(ctx, call) for call in sem.calls_named("DataParallel"))
+
+
+def _outside_the_spawned_workers(ctx: Context, node: ast.AST) -> bool:
+    """The file starts its ranks with ``mp.spawn(run, ...)`` and ``node`` is in a function that neither ``run`` nor the
+    functions of the file it calls reach (an ``evaluation(args)`` the ``-e`` flag runs in the launching process alone):
+    one process, whose GPU 0 is its GPU."""
+    sem = ctx.semantic
+
+    def reached() -> frozenset[ast.AST] | None:
+        targets = [c.args[0] for c in sem.calls_named("spawn", "start_processes")
+                   if (sem.call_name(c) or "").startswith("torch.multiprocessing") and c.args]
+        funcs = [f for t in targets if isinstance(t, ast.Name) for f in sem.functions.get(t.id, ())]
+        if not targets or len(funcs) != len(targets):
+            return None  # (a target of another module, or none: every function may run in a rank)
+        seen: set[ast.AST] = set()
+        todo = list(funcs)
+        while todo:
+            f = todo.pop()
+            if f in seen or len(seen) > 50:
+                continue
+            seen.add(f)
+            todo += [g for c in sem.local_nodes(f) if isinstance(c, ast.Call) for g in sem.resolve(c)]
+        return frozenset(seen)
+
+    workers = sem.cached("spawned_workers", reached)
+    func = sem.function_of(node)
+    if workers is None or func is None:
+        return False
+    outer = func
+    while (up := sem.function_of(outer)) is not None:
+        outer = up
+    return func not in workers and outer not in workers
 
 
 def _single_process_branch(ctx: Context, node: ast.AST) -> bool:
