@@ -6,7 +6,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import argument, dotted, is_true, method_name, string_value
+from torchdoctor.check.astutil import argument, call_argument, dotted, is_true, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, program
@@ -159,10 +159,12 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     if func is not None and ctx.semantic.project is not None and ctx.semantic.project.callers_refuse_cpu(ctx.semantic, func):
         return  # (a helper of ``utils/distributed.py`` whose every caller raises first without CUDA)
     set_at = _set_to_nccl(ctx, backend, node)
-    if ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None) \
+    handed = _handed_nccl(ctx, backend, node) if set_at is None else None
+    if ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None or handed is not None) \
             and not program.requires_gpu_only_library(ctx.semantic):  # (asked last: it may read the imported modules)
         # (``from apex.parallel import DistributedDataParallel``: the program needs NVIDIA GPUs, gloo or not)
-        where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else ""  # type: ignore[arg-type]
+        where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else \
+            f' (`{ctx.name(handed.func)}(...)` hands it `"nccl"` at line {handed.lineno})' if handed is not None else ""  # type: ignore[arg-type]
         ctx.report(
             "TD704",
             node,
@@ -204,6 +206,23 @@ def _under_a_gpu_count_test(ctx: Context, node: ast.AST) -> bool:
             return False
         child = up
     return False
+
+
+def _handed_nccl(ctx: Context, backend: ast.AST | None, call: ast.Call) -> ast.Call | None:
+    """``def setup_ddp(rank, world, backend): dist.init_process_group(backend=backend, ...)`` whose every call in this
+    file hands ``backend`` the literal ``"nccl"`` (``setup_ddp(rank, world, "nccl")``): hard-coded one call up."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    if not isinstance(backend, ast.Name) or func is None:
+        return None
+    b = sem.binding_at(backend.id, call)
+    if b is None or not b.is_param or b.node is not func:
+        return None
+    sites = sem.call_sites(func)
+    given = [call_argument(site, func, backend.id) for site in sites]  # type: ignore[arg-type]
+    if not sites or not all((string_value(g) or "").strip().lower() == "nccl" for g in given):
+        return None
+    return sites[0]
 
 
 def _set_to_nccl(ctx: Context, backend: ast.AST | None, call: ast.Call) -> ast.Assign | None:
