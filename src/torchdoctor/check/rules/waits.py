@@ -246,7 +246,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
     bound = sem.binding_at(name, node) if name is not None else None
     if name is not None and bound is None:
         return False
-    if name is None and not entry and not _read_of_a_view(node) and not _element_read(node) and not _formatting(sem, node) and not (
+    if name is None and not entry and not _read_of_a_view(node) and not _element_read(node) and not _formatting(sem, node) \
+            and not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print") and not (
             isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
         return False  # (``if val_loss < best:``: a test of no one name, after another read all the same; ``entry``: the
         # call of a helper whose reads come before any GPU work of its own, ``drained_at_entry``)
@@ -680,10 +681,23 @@ def _runs_whenever(sem, call: ast.AST, stmt: ast.stmt) -> bool:  # type: ignore[
     for up in sem.ancestors(call):
         if up is stmt:
             return True
+        if isinstance(up, (ast.ListComp, ast.SetComp, ast.DictComp)) and _over_a_filled_literal(sem, up):
+            continue  # (``{k: f"{metrics[k].cpu()}" for k in metrics}`` of ``metrics = {"acc": ...}``: runs)
         if isinstance(up, (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.BoolOp, ast.ListComp,
                            ast.GeneratorExp, ast.SetComp, ast.DictComp, ast.Lambda)):
             return False
     return False
+
+
+def _over_a_filled_literal(sem, comp: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """The comprehension's one generator walks a name bound (once, in its scope) to a dict, list or tuple literal with
+    items, and filters nothing: its body runs."""
+    gens = getattr(comp, "generators", [])
+    if len(gens) != 1 or gens[0].ifs or not isinstance(it := gens[0].iter, ast.Name):
+        return False
+    bound = sem.bindings_of(it.id)
+    return len(bound) == 1 and isinstance(v := bound[0].value, (ast.Dict, ast.List, ast.Tuple)) \
+        and bool(v.keys if isinstance(v, ast.Dict) else v.elts)
 
 
 def after_timing_sync(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
