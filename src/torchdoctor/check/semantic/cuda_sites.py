@@ -166,9 +166,23 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
             | set(sem.calls_with_keyword("device_map")) | set(sem.calls_with_keyword("gpus"))
         nodes = [*candidates, *sem.of_type(ast.Assign, ast.AnnAssign)]
         nodes.sort(key=sem.index.pos.__getitem__)
-        return [s for n in nodes if (s := cuda_site(sem, n)) is not None and not _default_or_override(sem, n)]
+        return [s for n in nodes if (s := cuda_site(sem, n)) is not None and not _default_or_override(sem, n)
+                and not _never_read(sem, n)]
 
     return sem.cached("cuda_sites", compute)  # type: ignore[no-any-return]
+
+
+def _never_read(sem: SemanticModel, node: ast.AST) -> bool:
+    """``device = f'cuda'`` at a notebook's top that nothing reads (the model is placed with ``device_map="auto"``):
+    a binding that places nothing."""
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+        return False
+    name = node.targets[0].id
+    if sem.frame(node).kind != "module" or sem.reads_of(name):
+        return False
+    return sem.path.endswith(".ipynb") or sem.project is None \
+        or not sem.project._module_importers(sem.project.state.absolute(sem.path))  # type: ignore[attr-defined]
+    # (a settings module's ``device = "cuda"`` is read by the modules that import it)
 
 
 def _default_or_override(sem: SemanticModel, node: ast.AST) -> bool:
