@@ -311,11 +311,12 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
                         for c in sem.subtree(up.test)):
             return True  # (``if d.item() not in seen: seen.add(d.item())``: the test read it just before; not ``if f1 >
             # best or loss.item() < low:``, whose read the ``or`` may skip)
-        if isinstance(up, (ast.If, ast.While)) and name is None and _element_read(node) \
-                and any(body is b for b in (up.body, up.orelse)) and any(
-                    isinstance(c, ast.Subscript) and sem.segment(c) == sem.segment(node.func.value)  # type: ignore[attr-defined]
-                    and _always_evaluated(sem, c, up.test) for c in sem.subtree(up.test)):
-            return True  # (``if src[i] != prev: prev = src[i].item()``: the test read that element just before)
+        if isinstance(up, ast.If) and name is None and _element_read(node) and body is up.body \
+                and isinstance(test := up.test, ast.Compare) and len(test.ops) == 1 \
+                and any(sem.segment(side) == sem.segment(node.func.value)  # type: ignore[attr-defined]
+                        for side in (test.left, *test.comparators)):
+            return True  # (``if src[i] != prev: prev = src[i].item()``: the test compared that element just before; not
+            # ``if isinstance(losses[i], dict): ... else: losses[i].item()``, nor a test in an ``or``)
         if isinstance(up, (ast.If, ast.While)) and not all(  # (``if self.after_iter_callback is not None:``: its test
                 _queues_nothing(ctx, c) for c in sem.subtree(up.test) if isinstance(c, ast.Call)) \
                 and not sem.guards.rank_test(up.test):  # queues nothing; nor does ``if dist.is_primary():``)
