@@ -229,10 +229,16 @@ _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "t
              "causal_conv1d", "selective_scan_cuda")  # (Mamba's kernels)
 
 
+_GPU_ONLY_PREFIXES = tuple(lib + "." for lib in _GPU_ONLY)
+_GPU_ONLY_NAMES = frozenset(_GPU_ONLY)
+
+
 def _gpu_only_module(name: str, libs: tuple[str, ...] = _GPU_ONLY) -> bool:
     """``name`` is (a module of) a GPU-only library, or a compiled CUDA extension named so (``causal_conv1d_cuda``,
     ``emd_cuda``: a ``<name>_cuda`` module holds CUDA kernels only)."""
-    return any(name == lib or name.startswith(lib + ".") for lib in libs) or name.rsplit(".", 1)[-1].endswith("_cuda")
+    if libs is _GPU_ONLY:
+        return name in _GPU_ONLY_NAMES or name.startswith(_GPU_ONLY_PREFIXES) or name.endswith("_cuda")
+    return any(name == lib or name.startswith(lib + ".") for lib in libs) or name.endswith("_cuda")
 
 
 def in_gpu_only_branch(sem: SemanticModel, node: ast.AST) -> bool:

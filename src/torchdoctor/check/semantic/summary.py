@@ -288,14 +288,15 @@ def _returns_host_or_first(sem: SemanticModel, func: ast.AST) -> bool:
     """Every ``return`` hands back a host copy or the first parameter as it came (DeiT's ``all_reduce_mean(x)``:
     ``return x_reduce.item()`` with several processes, ``return x`` with one): a host number when handed one."""
     params = [a.arg for a in (*func.args.posonlyargs, *func.args.args)]  # type: ignore[attr-defined]
-    returns = sem.kinds.returns_of(func)
-    if not params or not returns:
+    if not params:
         return False
+    returns = sem.kinds.returns_of(func)
     first = params[0]
-    if any(not b.is_param for b in sem.bindings_of(first) if sem.scope_of(b.node) is func):
-        return False  # (rebound in the function: not what the caller handed)
     kept = [r for r in returns if isinstance(r.value, ast.Name) and r.value.id == first]
-    return bool(kept) and len(kept) < len(returns) and all(r in kept or _host_copy(sem, r.value) for r in returns)
+    if not kept or len(kept) == len(returns) or not all(r in kept or _host_copy(sem, r.value) for r in returns):
+        return False
+    return not any(not b.is_param for b in sem.bindings_of(first) if sem.scope_of(b.node) is func)
+    # (rebound in the function: not what the caller handed)
 
 
 _HOST_FACTORIES = frozenset({"torch.zeros", "torch.ones", "torch.empty", "torch.full", "torch.arange", "torch.tensor",
