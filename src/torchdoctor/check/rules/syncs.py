@@ -468,7 +468,7 @@ def tensor_printf_every_step(node: ast.AST, ctx: Context) -> None:
         return
     values = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
     for v in values:
-        inner = v.value if isinstance(v, ast.Starred) else v
+        inner = strip_methods(v.value if isinstance(v, ast.Starred) else v, SAME_PLACE)  # (``loss.detach()``)
         # (``"%.3f" % (running / (i + 1))``: arithmetic on a device tensor is one too)
         name = _device_tensor_name(ctx, inner, node) or (_tensor_operand(ctx, inner, node) if isinstance(inner, ast.BinOp)
                                                          else None)
