@@ -19,6 +19,7 @@ __all__ = ["DeviceChoices"]
 _DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat|(^|_)cpu($|_only$)", re.IGNORECASE)
 _DEVICE_NAMES = frozenset({"gpu", "cpu", "cuda", "mps", "xpu"})
 _GPU_FLAG = lazy(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
+_NO_GPU_FLAG = lazy(r"(?i)^(no_|disable_|without_)(cuda|gpu)$|^(use_|force_|on_)?cpu(_only)?$")
 
 
 class DeviceChoices:
@@ -133,7 +134,7 @@ class DeviceChoices:
             if isinstance(parent, (ast.If, ast.IfExp)) and child is not parent.test:
                 says = self._device_test(parent.test)
                 in_body = child in parent.body if isinstance(parent, ast.If) else child is parent.body
-                if says is not None and (says == "cpu") == in_body:
+                if says is not None and says != "gpu_body" and (says == "cpu") == in_body:
                     return True
             child = parent
         return False
@@ -142,10 +143,13 @@ class DeviceChoices:
         """"cpu" or "gpu" for a test that tells which device runs, else None."""
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self._device_test(test.operand)
-            return None if inner is None else "gpu" if inner == "cpu" else "cpu"
+            return None if inner in (None, "gpu_body") else "gpu" if inner == "cpu" else "cpu"
         if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):  # ``not args.no_cuda and is_available()``:
-            said = {self._device_test(v) for v in test.values} - {None}  # its body needs the GPU, its ``else`` is
-            return "gpu" if said == {"gpu"} else None  # where the program runs without one
+            tests = [self._device_test(v) for v in test.values]  # its body needs the GPU, its ``else`` is where the
+            said = set(tests) - {None}  # program runs without one; with another condition beside (``args.cuda and
+            if said != {"gpu"}:  # args.fp16``), the ``else`` may run on the GPU too: "gpu_body"
+                return None
+            return "gpu" if None not in tests else "gpu_body"
         if isinstance(test, ast.Call):
             if (self.names.call_name(test) or "") == "isinstance" and len(test.args) == 2 \
                     and (self.names.qualname(test.args[1]) or "") in ("torch.nn.Module", "torch.nn.modules.module.Module"):
@@ -153,7 +157,8 @@ class DeviceChoices:
             return "gpu" if (self.names.call_name(test) or "") in ("torch.cuda.is_available",) else None
         if isinstance(test, (ast.Name, ast.Attribute)):
             last = (dotted(test) or "").rsplit(".", 1)[-1]
-            return "gpu" if _GPU_FLAG.match(last) else None
+            return "gpu" if _GPU_FLAG.match(last) else "cpu" if _NO_GPU_FLAG.match(last) else None
+            # (``not args.no_cuda``: the GPU wanted)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and (index := self._gpu_index_test(test)) is not None:
             return index  # ``if gpu_id >= 0:`` (else: the CPU, ``gpu_id = -1``)
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq)):
