@@ -28,12 +28,13 @@ _SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16",
                      "unsqueeze", "permute", "transpose", "flatten", "type", "pin_memory", "share_memory_",
                      "to_empty", "mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log",
                      "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
-                     "log_softmax", "prod", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "bmm"}
+                     "log_softmax", "prod", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "bmm", "add", "sub", "mul", "div"}
 _TENSOR_METHODS_ONLY = {"mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log", "view", "reshape",
                         "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous",
                         "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
                         "log_softmax", "prod", "eq", "ne", "lt", "le", "gt", "ge",
-                        "matmul", "mm", "bmm"}  # (``pred.eq(y)``: elementwise; ``x.matmul(w)``: a product of tensors)
+                        "matmul", "mm", "bmm", "add", "sub", "mul", "div"}  # (``pred.eq(y)``: elementwise;
+# ``x.matmul(w)``, ``a2.add(b1)``: arithmetic of tensors)
 _NAME_HINTS = (
     (lazy(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
     (lazy(r"(loader|^dl$|_dl$)", re.I), "loader"),
