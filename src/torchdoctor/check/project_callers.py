@@ -85,6 +85,10 @@ class Callers:
             memo[key] = bool(importers) and not any(pattern.search(self.state.text(path) or "") for path in importers)
         return memo[key]
 
+    def imported_by_others(self, sem: SemanticModel) -> bool:
+        """Some other module of the project imports ``sem``'s module."""
+        return bool(self._module_importers(self.state.absolute(sem.path)))
+
     def _module_importers(self, here: str) -> list[str]:
         """The modules of the project whose import statements lead to the module ``here`` (memoised per module)."""
         memo = self.state.module_importers

@@ -526,7 +526,7 @@ def made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
     target = dotted(stmt.targets[0])
     if isinstance(stmt.targets[0], ast.Name) and not isinstance(region, _LOOPS):
         return False  # (``if x_mask is None: x_mask = torch.ones(...)`` in a forward: a default, made on every call)
-    if isinstance(stmt.targets[0], ast.Attribute) and _reset_elsewhere(sem, stmt.targets[0]):
+    if isinstance(stmt.targets[0], ast.Attribute) and _reset_elsewhere(sem, stmt.targets[0].attr):
         return False  # (``self.prev_att = None`` in ``reset_mem()``, called before each batch: made every batch)
     for a in sem.ancestors(stmt):
         if a is region:
@@ -550,18 +550,13 @@ def _lazy_init(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
                                                      and dotted(t.value) == "self" for t in n.targets)
                    and isinstance(n.value, ast.Constant) and n.value.value is True for n in sem.subtree(scope))
 
-    def reset_elsewhere(flag: str) -> bool:
-        return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == flag for t in n.targets)
-                   and isinstance(n.value, ast.Constant) and n.value.value is False
-                   and getattr(sem.function_of(n), "name", "") != "__init__" for n in sem.of_type(ast.Assign))
-
     def guarded(at: ast.AST, stop: ast.AST | None, sets: ast.AST | None) -> bool:
         child = at
         for a in sem.ancestors(at):
             if a is stop:
                 return False
             if isinstance(a, ast.If) and any(child is b for b in a.body) and (flag := flag_of(a.test)) \
-                    and sets_true(sets or a, flag) and not reset_elsewhere(flag):
+                    and sets_true(sets or a, flag) and not _reset_elsewhere(sem, flag, False):
                 return True
             child = a
         return False
@@ -577,13 +572,13 @@ def _lazy_init(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
                                and guarded(call, sem.function_of(call), func) for r in sites)
 
 
-def _reset_elsewhere(sem, target: ast.Attribute) -> bool:  # type: ignore[no-untyped-def]
-    """``self.<attr> = None`` in a method other than ``__init__`` (or ``<attr> = None`` on another object of the
-    file): the buffer is emptied again between uses."""
+def _reset_elsewhere(sem, attr: str, to: object = None) -> bool:  # type: ignore[no-untyped-def]
+    """``self.<attr> = None`` (or ``to``: ``False`` for a flag) in a method other than ``__init__`` (or on another object
+    of the file): the buffer is emptied again, the flag turned back off, between uses."""
     for node in sem.of_type(ast.Assign):
         for t in node.targets:  # type: ignore[attr-defined]
-            if isinstance(t, ast.Attribute) and t.attr == target.attr and isinstance(v := node.value, ast.Constant) \
-                    and v.value is None and getattr(sem.function_of(node), "name", "") != "__init__":  # type: ignore[attr-defined]
+            if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(v := node.value, ast.Constant) \
+                    and v.value is to and getattr(sem.function_of(node), "name", "") != "__init__":  # type: ignore[attr-defined]
                 return True
     return False
 

@@ -130,8 +130,6 @@ def _may_be_true(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     return any(_truthy(v) for v in values)
 
 
-
-
 # ---- TD704 ---------------------------------------------------------------------
 
 
@@ -386,15 +384,7 @@ def _outside_the_spawned_workers(ctx: Context, node: ast.AST) -> bool:
         funcs = [f for t in targets if isinstance(t, ast.Name) for f in sem.functions.get(t.id, ())]
         if not targets or len(funcs) != len(targets):
             return None  # (a target of another module, or none: every function may run in a rank)
-        seen: set[ast.AST] = set()
-        todo = list(funcs)
-        while todo:
-            f = todo.pop()
-            if f in seen or len(seen) > 50:
-                continue
-            seen.add(f)
-            todo += [g for c in sem.local_nodes(f) if isinstance(c, ast.Call) for g in sem.resolve(c)]
-        return frozenset(seen)
+        return frozenset(g for f in funcs for g in sem.reachable(f))
 
     workers = sem.cached("spawned_workers", reached)
     func = sem.function_of(node)

@@ -12,7 +12,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.rules.loop import training_branch
-from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing
+from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing, quiet_self_calls
 from torchdoctor.check.semantic.models import construction, model_has_no_parameters
 
 
@@ -665,9 +665,7 @@ def _base_calls_without_grad(ctx: Context, cls: ast.AST, method: str) -> bool:
             continue
         here = sem.calls_index.classes.get(sem.names.qualname(base) or written)
         if here is not None:
-            calls = [c for c in sem.subtree(here) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
-                     and c.func.attr == method and dotted(c.func.value) == "self"]
-            if calls and all(sem.under_no_grad(c, strict=True) for c in calls):
+            if method in quiet_self_calls(sem, here):
                 return True
         elif sem.project is not None and sem.project.calls_without_grad(sem, written, method):  # type: ignore[attr-defined]
             return True

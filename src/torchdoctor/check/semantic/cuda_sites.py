@@ -180,8 +180,7 @@ def _never_read(sem: SemanticModel, node: ast.AST) -> bool:
     name = node.targets[0].id
     if sem.frame(node).kind != "module" or sem.reads_of(name):
         return False
-    return sem.path.endswith(".ipynb") or sem.project is None \
-        or not sem.project._module_importers(sem.project.state.absolute(sem.path))  # type: ignore[attr-defined]
+    return sem.path.endswith(".ipynb") or sem.project is None or not sem.project.imported_by_others(sem)  # type: ignore[attr-defined]
     # (a settings module's ``device = "cuda"`` is read by the modules that import it)
 
 

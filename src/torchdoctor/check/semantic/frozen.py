@@ -10,7 +10,7 @@ from torchdoctor.check.astutil import call_argument, dotted, is_false, is_true, 
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import construction
 
-__all__ = ["calls_a_frozen_model", "calls_a_quiet_method", "class_freezes_itself", "frozen_as_built", "methods_without_grad",
+__all__ = ["calls_a_frozen_model", "calls_a_quiet_method", "quiet_self_calls", "class_freezes_itself", "frozen_as_built", "methods_without_grad",
            "model_forward_records_nothing"]
 
 
@@ -24,6 +24,17 @@ def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
                                                                       or "inference_mode" in sem.text.source)
     return frozenset(name for name, f in methods.items() if name != "__init__" and (
         _runs_without_grad(sem, f, methods, 0) or plain and _calls_its_model_without_grad(sem, f, methods)))
+
+
+def quiet_self_calls(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
+    """The methods ``cls``'s own code calls as ``self.m(...)`` only with autograd off (``@torch.inference_mode() def
+    generate`` calling ``self.generate_next_token(tok)``): an override of ``m`` in a subclass records no graph."""
+    seen: dict[str, bool] = {}
+    for c in sem.subtree(cls):
+        if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) \
+                and c.func.value.id == "self" and sem.class_of(c) is cls:
+            seen[c.func.attr] = seen.get(c.func.attr, True) and sem.under_no_grad(c, strict=True)
+    return frozenset(m for m, quiet in seen.items() if quiet)
 
 
 def _calls_its_model_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast.AST]) -> bool:

@@ -23,18 +23,16 @@ _WRAPPERS = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedData
 _NOT_MODELS = lazy(r"(?i)Tokenizer|Processor|Config|Feature_?Extractor|Dataset|Pipeline|Scheduler|Accelerator")  # (``tokenizer_class.from_pretrained``)
 _OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
                "SparseAdam", "ASGD", "Rprop", "Lion", "Adafactor", "AdamW8bit", "Adam8bit", "LARS", "LAMB"}
-_SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_",
-                     "detach", "clone", "contiguous", "long", "int", "bool", "view", "reshape", "squeeze",
-                     "unsqueeze", "permute", "transpose", "flatten", "type", "pin_memory", "share_memory_",
-                     "to_empty", "mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log",
-                     "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
-                     "log_softmax", "prod", "eq", "ne", "lt", "le", "gt", "ge", "matmul", "mm", "bmm", "add", "sub", "mul", "div"}
 _TENSOR_METHODS_ONLY = {"mean", "sum", "abs", "sigmoid", "softmax", "argmax", "exp", "log", "view", "reshape",
                         "squeeze", "unsqueeze", "permute", "transpose", "flatten", "detach", "contiguous",
                         "max", "min", "argmin", "norm", "std", "var", "sqrt", "clamp", "pow", "cumprod", "cumsum",
                         "log_softmax", "prod", "eq", "ne", "lt", "le", "gt", "ge",
                         "matmul", "mm", "bmm", "add", "sub", "mul", "div"}  # (``pred.eq(y)``: elementwise;
 # ``x.matmul(w)``, ``a2.add(b1)``: arithmetic of tensors)
+_SAME_AS_RECEIVER = {"to", "cuda", "cpu", "float", "half", "double", "bfloat16", "train", "eval", "requires_grad_",
+                     "clone", "long", "int", "bool", "type", "pin_memory", "share_memory_",
+                     "to_empty"} | _TENSOR_METHODS_ONLY  # (placed, cast or put in a mode: what it was; a tensor's
+# method: a tensor when the receiver is one)
 _NAME_HINTS = (
     (lazy(r"(^|_)(model|net|network|encoder|decoder|backbone|teacher|student|generator|discriminator|classifier)s?$", re.I), "model"),
     (lazy(r"(loader|^dl$|_dl$)", re.I), "loader"),
@@ -116,7 +114,6 @@ def unwrap_iter(node: ast.AST) -> tuple[list[ast.AST], bool]:
             return list(node.args), counter
         node = node.args[0]
     return [node], counter
-
 
 
 def _parameters_of_a_model(kinds: "Kinds", it: ast.AST, prefix: str) -> bool:

@@ -19,7 +19,7 @@ from torchdoctor.check.semantic.device_choice import option_dest
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
-from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad
+from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad, quiet_self_calls
 from torchdoctor.check.semantic.models import class_has_batchnorm, class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
     class_moves_itself, class_parts, holds_plain_tensors_only, init_params, loss_weight_params
 from torchdoctor.record import FrozenRecord, Record
@@ -143,13 +143,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
         if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) and call.func.value.id == "self" \
                 and (owner := sem.class_of(call)) is not None and runs_per_step(sem, call):
             step_calls.setdefault(owner, set()).add(call.func.attr)
-    quiet_calls: dict[ast.AST, dict[str, bool]] = {}
-    if "no_grad" in sem.text.source or "inference_mode" in sem.text.source:
-        for call in sem.calls:
-            if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name) \
-                    and call.func.value.id == "self" and (owner := sem.class_of(call)) is not None:
-                seen = quiet_calls.setdefault(owner, {})
-                seen[call.func.attr] = seen.get(call.func.attr, True) and sem.under_no_grad(call, strict=True)
+    grad_off = "no_grad" in sem.text.source or "inference_mode" in sem.text.source
     moves = ".to(" in sem.text.source or ".cuda(" in sem.text.source
     for cls in sem.of_type(ast.ClassDef):
         name = cls.name  # type: ignore[attr-defined]
@@ -175,7 +169,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          network_methods(sem, cls) if is_module else frozenset(),
                                          dropout_bn and class_has_batchnorm(sem, name),
                                          loss_weight_params(sem, cls) if is_module and "Loss" in sem.text.source else None,
-                                         frozenset(m for m, quiet in quiet_calls.get(cls, {}).items() if quiet))
+                                         quiet_self_calls(sem, cls) if grad_off else frozenset())
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
@@ -251,8 +245,6 @@ def _inherited_methods(sem: SemanticModel, out: ModuleSummary) -> None:
                                                      found.moves, found.unpinned)
 
 
-
-
 def _returned_object(sem: SemanticModel, func: ast.AST) -> str | None:
     """``"object:Wrapper"`` when every ``return`` of a module-level builder hands back an object it makes of one class
     (``return Wrapper(opt)``, or a name bound to that): whether it runs on an accelerator is that class's module's
@@ -270,8 +262,6 @@ def _returned_object(sem: SemanticModel, func: ast.AST) -> str | None:
             return None
         made.add(written)
     return f"object:{made.pop()}" if len(made) == 1 else None
-
-
 
 
 def _returns_host_copies(sem: SemanticModel, func: ast.AST) -> bool:
@@ -603,5 +593,3 @@ def _reads_host_draws_only(sem: SemanticModel, func: ast.AST) -> bool:
                       "torch.randperm", "torch.arange") and not any(k.arg == "device" for k in made.keywords)):  # type: ignore[union-attr]
             return False
     return True
-
-
