@@ -26,7 +26,8 @@ def test_cells_joined_with_line_map() -> None:
     assert book.lines == ((1, 1), (1, 2), (2, 1), (2, 2))
 
 
-@pytest.mark.parametrize("line", ["%matplotlib inline", "!pip install timm", "    %time f()", "model?", "?model",
+@pytest.mark.parametrize("line", ["%matplotlib inline", "!pip install timm", "    %time f()", "model?", "?model", "torch.nn.Module??",
+                                  "torch.*Tensor?", "*int*?",
                                   "files = !ls", "t = %timeit -o f()", "pip install -r requirements.txt",
                                   "conda install -y tqdm"])
 def test_magics_are_masked(line: str) -> None:

@@ -27,8 +27,9 @@ __all__ = ["Notebook", "read_notebook"]
 
 # Cell magics whose body is Python run by the kernel; any other (%%bash, %%html...) is not Python.
 _PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug", "pypy", "python", "python3"}
+# (``torch.*Tensor?``: IPython's wildcard search, as ``model?`` is its help)
 # (``pip install x`` with no ``%``: IPython's automagic runs it as ``%pip``; masked only when the cell does not parse)
-_MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|\w[\w.]*\?\??\s*$|\?|(?:pip|conda|mamba)\s+(?:install|uninstall)\s)")
+_MAGIC_LINE = re.compile(r"^(\s*)(?:[%!]|[\w*][\w.*]*\?\??\s*$|\?|(?:pip|conda|mamba)\s+(?:install|uninstall)\s)")
 _MAGIC_ASSIGN = re.compile(r"^(\s*)(\w+)\s*=\s*[%!]")  # files = !ls ; t = %timeit -o f()
 
 
