@@ -447,7 +447,7 @@ def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-
             and isinstance(call.args[0], (ast.Name, ast.Attribute)) and not _host_bound(sem, call.args[0], call) else None
     if method_name(call) == "type":  # ``.type(ref.type())``: cast to the type of ``ref``, on its device
         ref = _type_of(call.args[0]) if len(call.args) == 1 else None
-        if ref is None and len(call.args) == 1 and _cuda_tensor_type(sem, call.args[0], call):
+        if ref is None and len(call.args) == 1 and sem.cuda_tensor_type(call.args[0], call):
             return "cuda"  # ``.type(dtype)`` of ``dtype = torch.cuda.FloatTensor if ... else torch.FloatTensor``
         return f"{sem.segment(ref)}.device" if ref is not None else None
     if method_name(call) == "to" and len(call.args) == 1 and not call.keywords and isinstance(ref := call.args[0], ast.Name) \
@@ -477,17 +477,6 @@ def _host_bound(sem, ref: ast.AST, at: ast.AST) -> bool:  # type: ignore[no-unty
     if funcs := sem.resolve(root):  # ``img = util.single2tensor4(img)``: a helper that hands back ``torch.from_numpy``
         return all(returns_from_numpy(sem, f) for f in funcs)
     return getattr(sem.external(root), "returns", None) == "host"
-
-
-def _cuda_tensor_type(sem, arg: ast.AST, at: ast.AST) -> bool:  # type: ignore[no-untyped-def]
-    """``torch.cuda.FloatTensor``, or a name bound to it (maybe as the CUDA arm of a conditional expression)."""
-    if isinstance(arg, ast.Name) and (b := sem.binding_at(arg.id, at)) is not None and not b.is_param \
-            and b.index is None and b.value is not None:
-        arg = b.value
-    if isinstance(arg, ast.IfExp):
-        return _cuda_tensor_type(sem, arg.body, at) or _cuda_tensor_type(sem, arg.orelse, at)
-    q = sem.qualname(arg) or ""
-    return q.startswith("torch.cuda.") and q.endswith("Tensor")
 
 
 _ELEMENTWISE = frozenset({"torch.exp", "torch.log", "torch.sqrt", "torch.rsqrt", "torch.sin", "torch.cos", "torch.pow",
@@ -593,7 +582,7 @@ _DTYPES = frozenset({"float", "float16", "float32", "float64", "half", "double",
 def _host_type_cast(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
     """``.type(torch.ByteTensor)``: a cast to a host tensor type (or a dtype), made on the host."""
     return method_name(call) == "type" and len(call.args) == 1 and "cuda" not in sem.segment(call.args[0]) \
-        and _type_of(call.args[0]) is None and not _cuda_tensor_type(sem, call.args[0], call)
+        and _type_of(call.args[0]) is None and not sem.cuda_tensor_type(call.args[0], call)
 
 
 def _type_of(arg: ast.AST) -> ast.AST | None:

@@ -646,28 +646,11 @@ def _made_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) ->
         return False
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("view", "reshape", "float", "long", "unsqueeze"):
         return _made_on_device(ctx, expr.func.value, at, depth + 1)
-    if _cuda_tensor_type(ctx, expr.func, at):
+    if ctx.semantic.cuda_tensor_type(expr.func, at):
         return True  # ``torch.cuda.FloatTensor(x)``, or ``Float(x)`` with ``Float = torch.cuda.FloatTensor if cuda else ...``
     dev = keyword(expr, "device")
     return dev is not None and (string_value(dev.value) or "cuda") != "cpu" and \
         (ctx.call_name(expr) or "").startswith("torch.")
-
-
-def _cuda_tensor_type(ctx: Context, func: ast.AST, at: ast.AST) -> bool:
-    """A legacy CUDA tensor type (``torch.cuda.FloatTensor``), or a name bound to one, in either branch of a choice
-    made on CUDA's presence (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``)."""
-    def cuda_type(node: ast.AST) -> bool:
-        q = ctx.semantic.qualname(node) or ""
-        return q.startswith("torch.cuda.") and q.endswith("Tensor")
-
-    if cuda_type(func):
-        return True
-    if not isinstance(func, ast.Name):
-        return False
-    b = ctx.semantic.binding_at(func.id, at)
-    value = b.value if b is not None and not b.is_param else None
-    return isinstance(value, ast.IfExp) and (cuda_type(value.body) or cuda_type(value.orelse)) or \
-        value is not None and cuda_type(value)
 
 
 def _returned_moved(ctx: Context, name: ast.Name, at: ast.AST) -> bool:

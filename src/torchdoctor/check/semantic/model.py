@@ -369,10 +369,21 @@ class SemanticModel:
             if arg is None or self._is_dtype(arg):
                 return None
             return string_value(arg) or self.segment(arg)
+        if meth == "type" and len(call.args) == 1 and not call.keywords and self.cuda_tensor_type(call.args[0], call):
+            return "cuda"  # ``imgs.type(Tensor)`` of ``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``
         name = (dotted(call.func) or "").rsplit(".", 1)[-1]
         if name in ("to_device", "move_to_device", "move_to", "send_to_device") and len(call.args) >= 2:
             return self.segment(call.args[1])
         return None
+
+    def cuda_tensor_type(self, node: ast.AST, at: ast.AST) -> bool:
+        """A legacy CUDA tensor type (``torch.cuda.FloatTensor``), or a name bound to one, maybe as an arm of a choice
+        made on CUDA's presence (``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``)."""
+        if isinstance(node, ast.Name) and (b := self.binding_at(node.id, at)) is not None and not b.is_param \
+                and b.index is None and b.value is not None:
+            node = b.value
+        arms = (node.body, node.orelse) if isinstance(node, ast.IfExp) else (node,)
+        return any((q := self.qualname(a) or "").startswith("torch.cuda.") and q.endswith("Tensor") for a in arms)
 
     def _is_dtype(self, arg: ast.AST) -> bool:
         q = self.qualname(arg) or ""
