@@ -426,3 +426,63 @@ def test_the_body_of_if_param_is_not_none_no_caller_passes_never_runs(project: P
     write(project, {"encoder.py": encoder.replace("self.attn(x)", "self.attn(x, lengths)")})
     results = check_files(["attention.py", "encoder.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "attention.py") == [(14, "TD611")]
+
+
+def test_a_step_method_of_an_object_named_by_its_annotation_reads_the_loss_every_step(project: Path) -> None:
+    """``bpr: utils.BPRLoss = loss_class`` (or a parameter annotated ``bpr: utils.BPRLoss``) whose ``stageOne`` steps
+    the optimizer and ends with ``return loss.cpu().item()``, called for each minibatch of a CUDA loop in another
+    module: the read waits for the step every time (TD603, LightGCN). A method that hands back a kept host copy
+    (``return scores.cpu()``) stays quiet, and so does an object whose class nothing names."""
+    files = {
+        "utils.py": """\
+            import torch
+
+            class BPRLoss:
+                def __init__(self, model, lr):
+                    self.model = model
+                    self.opt = torch.optim.Adam(model.parameters(), lr=lr)
+
+                def stageOne(self, users, pos, neg):
+                    loss = self.model.bpr_loss(users, pos, neg)
+                    self.opt.zero_grad()
+                    loss.backward()
+                    self.opt.step()
+                    return loss.cpu().item()
+
+                def scores(self, users):
+                    return self.model.rate(users).cpu()
+
+            def minibatch(*tensors, batch_size):
+                for i in range(0, len(tensors[0]), batch_size):
+                    yield tuple(x[i:i + batch_size] for x in tensors)
+            """,
+        "procedure.py": """\
+            import torch
+            import utils
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+            def train(samples, model, loss_class):
+                bpr: utils.BPRLoss = loss_class
+                users, pos, neg = (torch.as_tensor(samples[:, k]).long().to(device) for k in range(3))
+                total = 0.0
+                for u, p, n in utils.minibatch(users, pos, neg, batch_size=64):
+                    total += bpr.stageOne(u, p, n)
+                    kept = bpr.scores(u)
+                return total, kept
+            """,
+    }
+    write(project, files)
+    results = check_files(["utils.py", "procedure.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "utils.py") if c[1] == "TD603"] == [(13, "TD603")]
+    annotated_parameter = files["procedure.py"].replace("loss_class):", "bpr: utils.BPRLoss):")
+    files["procedure.py"] = "".join(line for line in annotated_parameter.splitlines(keepends=True)
+                                    if "= loss_class" not in line)
+    assert files["procedure.py"].count("bpr: utils.BPRLoss") == 1
+    write(project, files)
+    results = check_files(["utils.py", "procedure.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "utils.py") if c[1] == "TD603"] == [(13, "TD603")]
+    files["procedure.py"] = files["procedure.py"].replace("bpr: utils.BPRLoss", "bpr")
+    write(project, files)
+    results = check_files(["utils.py", "procedure.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "utils.py") if c[1] == "TD603"] == []

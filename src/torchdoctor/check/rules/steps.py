@@ -377,6 +377,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
             and _of_an_input(ctx, node, func):
         return  # ``remove_pad`` handing its callers host arrays of what they gave it: they keep them on the host
     if sem.class_of(func) is not None and (isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy")
+                                           and not _read_as_a_number(sem, node)
                                            or stepped_with(ctx, node, sem.local_nodes(func))):
         return  # a method of an object made in another module: its scalar reads are told (``return loss.item()``),
         # not its copies (``upsampler.enhance(img)`` handing back the image it made), nor ``self.env.step(a.item())``
@@ -400,6 +401,22 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
         more = f" and {len(sites) - 2} more" if len(sites) > 2 else ""
         loops = "loops that call" if len({c.path for c in callers}) > 1 else "loop that calls"  # (one file: one loop, mostly)
         report_sync(ctx, node, what, f"the {loops} `{callee}` at {sites[0]}, {sites[1]}{more}")
+
+
+def _read_as_a_number(sem, copy: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``loss.cpu().item()``, ``float(loss.cpu())``: the host copy is read at once as a scalar, not kept."""
+    cur, up = copy, sem.parent(copy)
+    while isinstance(up, ast.Attribute) and up.attr in ("data", "detach"):  # (``.cpu().data.item()``)
+        if up.attr == "detach":
+            if not isinstance(call := sem.parent(up), ast.Call) or call.func is not up:
+                break
+            cur, up = call, sem.parent(call)
+        else:
+            cur, up = up, sem.parent(up)
+    if isinstance(up, ast.Attribute) and up.attr == "item":
+        return True
+    return isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("float", "int") \
+        and len(up.args) == 1 and up.args[0] is cur
 
 
 def method_entries(ctx: Context, func: ast.AST) -> list[ast.AST]:

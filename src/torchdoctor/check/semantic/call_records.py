@@ -82,6 +82,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     made = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
             if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
     # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
+    made |= {n.id for n, ann in _annotated(sem) if (key := dotted(ann)) and key.split(".")[0] in names
+             and key.rsplit(".", 1)[-1][:1].isupper()}  # (``bpr: utils.BPRLoss = loss_class``)
     looked_up = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
                  if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and isinstance(v.func, ast.Name)
                  and v.func.id in made} if made else set()  # (``algorithm = algorithm_class(...)``)
@@ -376,6 +378,14 @@ def _pairs(stmt: ast.Assign) -> list[tuple[ast.Name, ast.AST]]:
     return out
 
 
+def _annotated(sem: SemanticModel) -> list[tuple[ast.AST, ast.AST]]:
+    """(name, annotation) of ``bpr: utils.BPRLoss = loss_class`` and of ``def train(bpr: utils.BPRLoss)``."""
+    out: list[tuple[ast.AST, ast.AST]] = [(n.target, n.annotation) for n in sem.of_type(ast.AnnAssign)  # type: ignore[attr-defined]
+                                          if isinstance(n.target, ast.Name)]  # type: ignore[attr-defined]
+    return out + [(ast.Name(id=a.arg), a.annotation) for a in sem.of_type(ast.arg)
+                  if isinstance(a.annotation, (ast.Name, ast.Attribute))]  # type: ignore[attr-defined]
+
+
 def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str | None:
     """``Engine.fit_batch`` for ``eng.fit_batch(x, y)`` where ``eng = Engine(net, lr, dev)`` and ``Engine`` (or the
     module ``engine.Engine`` is written through) is imported from the project: the class's method, as written."""
@@ -385,13 +395,16 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
         return None
     b = sem.binding_at(func.value.id, call)
+    annotated = b.node.annotation if b is not None and isinstance(b.node, ast.AnnAssign) else \
+        b.value if b is not None and b.is_param and isinstance(b.value, (ast.Name, ast.Attribute)) else None
+    # (``bpr: utils.BPRLoss = loss_class``, ``def train(bpr: utils.BPRLoss)``: an object of the class written)
     if b is not None and b.is_param and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         b = _handed_object(sem, b.node, func.value.id)  # ``train_moco(..., contrast, ...)``: what every call hands it
     made = b.value if b is not None and not b.is_param else None
     if made is not None and b.index is not None:  # ``log, stepper = StatLogger(), ClipStep()``
         made = made.elts[b.index] if isinstance(made, ast.Tuple) and b.index < len(made.elts) else None
     made = strip_methods(made, PLACEMENT_METHODS) if made is not None else None
-    ctor = dotted(made.func) if isinstance(made, ast.Call) else None
+    ctor = dotted(made.func) if isinstance(made, ast.Call) else dotted(annotated) if annotated is not None else None
     if not ctor or ctor.split(".")[0] not in names or not ctor.rsplit(".", 1)[-1][:1].isalpha() \
             or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
         return None  # (a Name called: a class's object; ``step = make_step(cfg)``, a function's result, is no object)
