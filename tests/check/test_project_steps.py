@@ -486,3 +486,70 @@ def test_a_step_method_of_an_object_named_by_its_annotation_reads_the_loss_every
     write(project, files)
     results = check_files(["utils.py", "procedure.py"], Settings(root=str(project)))
     assert [c for c in codes(results, "utils.py") if c[1] == "TD603"] == []
+
+
+def test_a_trainer_class_made_through_its_package_from_a_model_moved_in_place(project: Path) -> None:
+    """``agent = algo.PPO(actor_critic, ...)`` of ``from a2c import algo`` (whose ``__init__.py`` imports ``PPO`` from
+    ``ppo.py``), after ``actor_critic = Policy(...)`` and ``actor_critic.to(device)``; ``PPO.update`` runs the model it
+    keeps through one of its methods (``self.actor_critic.evaluate_actions(...)``) in a minibatch loop that reads
+    ``loss.item()`` each step: the class works on the GPU, so the read is TD603. Kept on the CPU: quiet."""
+    files = {
+        "a2c/__init__.py": "",
+        "a2c/model.py": """\
+            import torch.nn as nn
+
+            class Policy(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.v = nn.Linear(n, 1)
+
+                def evaluate_actions(self, obs):
+                    return self.v(obs)
+            """,
+        "a2c/algo/__init__.py": "from .ppo import PPO\n",
+        "a2c/algo/ppo.py": """\
+            import torch.nn as nn
+            import torch.optim as optim
+
+            class PPO:
+                def __init__(self, actor_critic, lr, epochs):
+                    self.actor_critic = actor_critic
+                    self.epochs = epochs
+                    self.optimizer = optim.Adam(actor_critic.parameters(), lr=lr)
+
+                def update(self, rollouts):
+                    total = 0.0
+                    for e in range(self.epochs):
+                        for obs, ret in rollouts.feed_forward_generator(4):
+                            values = self.actor_critic.evaluate_actions(obs)
+                            loss = (values - ret).pow(2).mean()
+                            self.optimizer.zero_grad()
+                            loss.backward()
+                            nn.utils.clip_grad_norm_(self.actor_critic.parameters(), 0.5)
+                            self.optimizer.step()
+                            total += loss.item()
+                    return total
+            """,
+        "main.py": """\
+            import torch
+            from a2c import algo
+            from a2c.model import Policy
+
+            def main(args, rollouts):
+                device = torch.device("cuda:0" if args.cuda else "cpu")
+                actor_critic = Policy(4)
+                actor_critic.to(device)
+                agent = algo.PPO(actor_critic, 1e-3, 4)
+                rollouts.to(device)
+                for j in range(100):
+                    print(agent.update(rollouts))
+            """,
+    }
+    write(project, files)
+    paths = list(files)
+    results = check_files(paths, Settings(root=str(project)))
+    assert [c for c in codes(results, "ppo.py") if c[1] == "TD603"] == [(20, "TD603")]
+    files["main.py"] = files["main.py"].replace('"cuda:0" if args.cuda else "cpu"', '"cpu"')
+    write(project, files)
+    results = check_files(paths, Settings(root=str(project)))
+    assert [c for c in codes(results, "ppo.py") if c[1] == "TD603"] == []

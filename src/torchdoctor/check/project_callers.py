@@ -320,7 +320,8 @@ class Callers:
         calls made through objects of its class (``trainer.train(model, opt)``)."""
         slot = param_slot(func, param)
         return any(param in r.moved_models or (slot is not None and slot in r.moved_models)
-                   for r in self._callers(sem, func, by_class=by_class))
+                   for r in self._callers(sem, func, by_class=by_class, through_package=func.name == "__init__"))
+        # (``agent = algo.PPO(actor_critic, ...)`` of ``from pkg import algo``, whose ``__init__`` imports ``PPO``)
 
     def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False,
                  through_package: bool = False) -> list[CallRecord]:
@@ -375,8 +376,11 @@ class Callers:
             if package in words and stem not in self.state.import_words(other) and (
                     star_only or name not in self.state.import_words(other)) and not (
                     "*" in self.state.import_words(other) and re.search(
-                        rf"(?m)^\s*from\s+[\w.]*\b{re.escape(package)}\s+import\s+\*", self.state.text(other) or "")):
-                continue  # (imports the package, but not this function from it, nor everything it re-exports)
+                        rf"(?m)^\s*from\s+[\w.]*\b{re.escape(package)}\s+import\s+\*", self.state.text(other) or "")) \
+                    and not (package in self.state.import_words(other)
+                             and f"{package}.{name}" in (self.state.text(other) or "")):
+                continue  # (imports the package, but not this function from it, nor everything it re-exports, nor
+                # writes it through the package: ``algo.PPO(...)``)
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
                 continue
@@ -478,10 +482,13 @@ class Callers:
             found = self._module_file(path, level, module)
             if imported == name and (found == target or found is not None and self._reexports(found, name, target)):
                 return True
-            return self._module_file(path, level, f"{module}.{imported}" if module else imported) == target
-        if head in imports:
-            return self._module_file(path, 0, imports[head]) == target
-        return False
+            found = self._module_file(path, level, f"{module}.{imported}" if module else imported)
+        elif head in imports:
+            found = self._module_file(path, 0, imports[head])
+        else:
+            return False
+        return found == target or found is not None and found.endswith("__init__.py") and self._reexports(found, name, target)
+        # (``algo.PPO(...)`` of ``from pkg import algo``, whose ``__init__.py`` imports ``PPO`` from ``target``)
 
     def accelerated_importer(self, sem: SemanticModel, maker: str | None = None) -> str | None:
         """A module of the project that imports this one (directly or through its package) and runs on an

@@ -121,9 +121,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         if accelerator:  # ``Runner(model, opt, cfg)`` after ``model.cuda()``: the model it trains is on the GPU
             moved = moved_keys(sem)
             models |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in moved
-                       and sem.expr_kind(arg, call) in ("model", "wrapper")}
+                       and _moved_model(sem, arg, call, names)}
             models |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
-                       and kw.value.id in moved and sem.expr_kind(kw.value, call) in ("model", "wrapper")}
+                       and kw.value.id in moved and _moved_model(sem, kw.value, call, names)}
         if not accelerator and (carriers := _cuda_carriers(sem)):  # ``args.device = torch.device('cuda')``
             given |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
                       and kw.value.id in carriers}
@@ -159,6 +159,21 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               per_iteration and not per_step and _in_a_model_loop(sem, call),
                               unpinned_loader_args(sem, call) if loaders_made else frozenset()))
     return out
+
+
+def _moved_model(sem: SemanticModel, arg: ast.Name, call: ast.Call, names: set[str]) -> bool:
+    """A moved name handed on is a model: known as one, or, in a module read for the project's index (which resolves
+    no import), an object of a class of the project (``actor_critic = Policy(...)``, then ``actor_critic.to(device)``
+    and ``algo.PPO(actor_critic, ...)``)."""
+    if sem.expr_kind(arg, call) in ("model", "wrapper"):
+        return True
+    if sem.project is not None:
+        return False
+    b = sem.binding_at(arg.id, call)
+    made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
+        and b.value is not None else None
+    ctor = dotted(made.func) if isinstance(made, ast.Call) else None
+    return bool(ctor) and ctor.split(".")[0] in names and ctor.rsplit(".", 1)[-1][:1].isupper()  # type: ignore[union-attr]
 
 
 def _on_the_gpu_side(sem: SemanticModel, call: ast.Call) -> bool:

@@ -15,6 +15,12 @@ __all__ = ["runs_a_moved_model", "device_from_project_helper", "model_from_proje
 MOVE_CALLS = ("to", "cuda", "to_device", "move_to_device", "move_to", "send_to_device")
 
 
+# methods of a kept model that do not run it
+_NOT_A_RUN = frozenset({"parameters", "named_parameters", "buffers", "modules", "children", "named_modules",
+                        "state_dict", "load_state_dict", "train", "eval", "to", "cuda", "cpu", "zero_grad",
+                        "requires_grad_", "apply"})
+
+
 def runs_a_moved_model(sem: SemanticModel) -> bool:
     """A trainer class of this file keeps the model its constructor is given (``self.model = model``) and runs it,
     and a caller in another module hands it a model it moved to the GPU: its batches go there too, moved by the
@@ -36,6 +42,10 @@ def runs_a_moved_model(sem: SemanticModel) -> bool:
                     and dotted(t.value) == "self" and v.id in params}
         run = {c.func.attr for c in sem.calls if isinstance(c.func, ast.Attribute) and dotted(c.func.value) == "self"
                and sem.class_of(c) is cls}
+        run |= {c.func.value.attr for c in sem.calls if isinstance(c.func, ast.Attribute)  # type: ignore[attr-defined]
+                and c.func.attr not in _NOT_A_RUN and isinstance(c.func.value, ast.Attribute)
+                and dotted(c.func.value.value) == "self" and sem.class_of(c) is cls}
+        # (``self.actor_critic.evaluate_actions(obs, ...)``: a method of the model it keeps, which runs it)
         for attr, param in kept.items():
             if attr in run and sem.project.passes_moved_model(sem, init, param):  # type: ignore[union-attr]
                 return True
