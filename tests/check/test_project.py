@@ -7742,3 +7742,44 @@ def test_models_a_builder_returns_through_another_builder_moved_to_the_gpu(proje
     })
     results = check_files(["build.py", "trainer.py", "main.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "trainer.py") == expected
+
+
+def test_a_collective_helpers_cuda_buffer_is_gpu_only_unless_the_project_names_gloo(project: Path) -> None:
+    """``all_gather_list`` hands its CUDA byte buffer to ``dist.all_reduce`` on every call: it runs only in a process
+    group, which is NCCL's on GPUs when no module of the project names gloo (quiet). Where the launcher may pick gloo
+    on CPUs (``"nccl" if torch.cuda.is_available() else "gloo"``), the buffer crashes there: TD101."""
+    files = {
+        "dist_utils.py": """\
+            import pickle
+            import torch
+            import torch.distributed as dist
+
+            def all_gather_list(data, max_size=4096):
+                buffer = torch.cuda.ByteTensor(max_size * dist.get_world_size())
+                enc = pickle.dumps(data)
+                buffer[:len(enc)].copy_(torch.ByteTensor(list(enc)))
+                dist.all_reduce(buffer)
+                return buffer
+            """,
+        "train.py": """\
+            import os
+            import torch
+            import torch.distributed as dist
+            from dist_utils import all_gather_list
+
+            def main(stats):
+                if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                    dist.init_process_group("nccl")
+                    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+                    stats = all_gather_list(stats)
+                return stats
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "dist_utils.py") if c[1] == "TD101"] == []
+    files["train.py"] = files["train.py"].replace('init_process_group("nccl")',
+                                                  'init_process_group("nccl" if torch.cuda.is_available() else "gloo")')
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "dist_utils.py") if c[1] == "TD101"] == [(6, "TD101")]

@@ -620,6 +620,15 @@ class Callers:
             state.saves_objects = found
         return state.saves_objects
 
+    def names_gloo(self, sem: SemanticModel) -> bool:
+        """Some module of the project (as ``saves_objects`` reads it: a text scan, once per process) names the gloo
+        backend: its process groups may run on CPUs."""
+        state = self.state
+        if state.names_gloo is None:
+            state.names_gloo = any("gloo" in (state.text(path) or "") for path in
+                                   self._candidates(state.absolute(sem.path)) + [state.absolute(sem.path)])
+        return state.names_gloo
+
     def selects_wrapped_keys(self, sem: SemanticModel) -> bool:
         """A module beside ``sem`` (its folder: the pretraining script's linear evaluation, as in moco and simsiam)
         picks a checkpoint's keys by the DDP prefix (``k.startswith("module.encoder")``): the prefix is the format

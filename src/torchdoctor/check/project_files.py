@@ -43,6 +43,7 @@ class State:
         self.words: dict[str, frozenset[str]] = {}
         self.importers: dict[tuple[str, str | None], str | None] = {}
         self.saves_objects: bool | None = None
+        self.names_gloo: bool | None = None
         self.wrapped_keys: dict[str, set[str]] = {}  # folder -> its files that pick keys by the DDP prefix
         self.required_keys: dict[str, set[str]] = {}  # folder -> its files (and below) that index keys by the prefix
         self.mentions: dict[tuple[str, str, str], bool] = {}  # callers_mention's and uncalled_helper's answers

@@ -288,6 +288,9 @@ def _only_with_several_processes(sem, node: ast.AST) -> bool:  # type: ignore[no
     GPU-only mode (denoiser's ``distrib.average``), never on a machine without GPUs."""
     func = sem.function_of(node)
     source = sem.text.source
+    if func is not None and _collective_helper(sem, func) and "gloo" not in source \
+            and (sem.project is None or not sem.project.names_gloo(sem)):
+        return True
     if func is None or "set_device" not in source and "nccl" not in source:
         return False
     up = sem.parent(node)  # ``torch.device("cuda") if dist.get_world_size() > 1 else None``: the several-process arm
@@ -304,6 +307,31 @@ def _only_with_several_processes(sem, node: ast.AST) -> bool:  # type: ignore[no
                 and isinstance(t := stmt.test, ast.Compare) and len(t.ops) == 1 and isinstance(t.left, ast.Name) \
                 and _WORLD.match(t.left.id) and isinstance(c := t.comparators[0], ast.Constant) and (
                     isinstance(t.ops[0], (ast.Eq, ast.LtE)) and c.value == 1 or isinstance(t.ops[0], ast.Lt) and c.value == 2):
+            return True
+    return False
+
+
+_COLLECTIVES = frozenset({"all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "reduce_scatter",
+                          "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter"})
+
+
+def _collective_helper(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    """``func`` runs a ``torch.distributed`` collective on every call (a statement of its own body, maybe through a
+    function of the module that does: fairseq's ``all_gather_list``, whose ``all_reduce(buffer)`` wraps
+    ``dist.all_reduce``), with no return before it: it only runs inside a process group; with no gloo backend in the
+    project, a GPU one."""
+    for stmt in func.body:  # type: ignore[attr-defined]
+        value = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign, ast.Return)) else None
+        if not isinstance(value, ast.Call):
+            if any(isinstance(n, ast.Return) for n in sem.subtree(stmt)):
+                return False  # (``if world_size == 1: return flag`` first: a single process runs what came before)
+            continue
+        q = sem.qualname(value.func) or ""
+        if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in _COLLECTIVES:
+            return True
+        if depth == 0 and isinstance(value.func, ast.Name) and any(
+                isinstance(f, ast.FunctionDef) and f is not func and _collective_helper(sem, f, 1)
+                for f in sem.resolve(value)):
             return True
     return False
 
