@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # Names people give a model object; what they give a checkpoint dict is excluded first.
 _MODEL_NAME = lazy(r"^(model|net|network|module|.*_model|model_.*|.*_net|.*_network|.*Model|.*Net)$")
 _NOT_MODEL = lazy(r"state|ckpt|checkpoint|dict|weights|params|optim|tensor|data"  # (``model_args``: a settings object)
-                  r"|(^|_)(args|arguments|config|cfg|conf|opts|options|kwargs|settings|hparams|info|meta|stats|name|path|dir"
+                  r"|(^|_)(args|arguments|config|cfg|conf|opt|opts|options|kwargs|settings|hparams|info|meta|stats|name|path|dir"
                   r"|step|steps|epoch|epochs|iter|iters|iteration|count|idx|index|size|lr|loss|score|acc)$",
                   re.IGNORECASE)
 # Library model constructors (their results are nn.Modules).
