@@ -159,6 +159,9 @@ def _same_binding(sem: SemanticModel, key: str, bound: ast.AST, at: ast.AST) -> 
         return True  # an attribute of the object: any method may use it
     if isinstance(bound, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not sem.contains(bound, at):
         return False  # a parameter is read inside its function (not in another ``def fit`` of the notebook)
+    scope = sem.scope_of(bound)
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) and not sem.contains(scope, at):
+        return False  # a function's own ``data_iter = DataLoader(...)``: another function's ``data_iter`` is another
     b = sem.binding_at(key, at)
     if b is not None and b.is_param and b.node is not bound:
         return False  # another function's parameter of the same name (``def training_loop(..., train_loader)``)
