@@ -61,7 +61,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
                 or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node) \
                 or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node) \
-                or _only_when_given_an_index(sem, site.node):
+                or _only_when_given_an_index(sem, site.node) or _cpu_in_the_other_branch(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -334,6 +334,21 @@ def _collective_helper(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ign
                 for f in sem.resolve(value)):
             return True
     return False
+
+
+def _cpu_in_the_other_branch(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``if opt.world_size == 1: self.device = "cuda"`` ``else: self.device = "cpu"``: an ``if`` whose other branch
+    sets the same name to the CPU chooses the device, whatever its test asks."""
+    setting = sem.parent(node)
+    while isinstance(setting, ast.Call):  # (``torch.device("cuda")``)
+        setting = sem.parent(setting)
+    up = sem.parent(setting)
+    if not (isinstance(setting, ast.Assign) and len(setting.targets) == 1 and isinstance(up, ast.If) and up.orelse):
+        return False
+    key = dotted(setting.targets[0])
+    other = up.orelse if any(s is setting for s in up.body) else up.body
+    return key is not None and any(isinstance(s, ast.Assign) and len(s.targets) == 1 and dotted(s.targets[0]) == key
+                                   and program.cpu_device_value(sem, s.value) for s in other)
 
 
 def _rebound_to_the_cpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]

@@ -465,10 +465,28 @@ def gradients_never_zeroed(node: ast.AST, ctx: Context) -> None:
         return  # the inner loop is the one that trains
     backward = next((n for n in body if sem.is_backward_call(n)), None)
     step = next((n for n in body if sem.is_optimizer_step(n)), None)
+    if step is not None and _fresh_parameters_each_pass(ctx, node, step):
+        return
     what = f"`{ctx.name(backward)}` and `{ctx.name(step)}`" if backward is not None and step is not None \
         else "backward() and an optimizer step (through the functions it calls)"
     ctx.report("TD404", node, f"this loop calls {what} but never `zero_grad()`: gradients add up across steps",
                fix="call `optimizer.zero_grad()` once per step (or every k steps when accumulating gradients)")
+
+
+def _fresh_parameters_each_pass(ctx: Context, loop: ast.AST, step: ast.AST) -> bool:
+    """``for case in cases: gen = CopyGenerator(**case); ...; SGD(gen.parameters(), 1).step()`` (a test's parameter
+    sweep): the optimizer and every name its parameters come from are made again on each pass, so no gradient
+    outlives its pass."""
+    sem = ctx.semantic
+    opt = step.func.value if isinstance(step, ast.Call) and isinstance(step.func, ast.Attribute) else None  # type: ignore[attr-defined]
+    b = sem.binding_at(opt.id, step) if isinstance(opt, ast.Name) else None
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    if not (isinstance(made, ast.Call) and made.args and (ctx.call_name(made) or "").startswith("torch.optim.")
+            and sem.contains(loop, b.node)):  # type: ignore[union-attr]
+        return False
+    names = [n for n in sem.subtree(made.args[0]) if isinstance(n, ast.Name)]
+    return bool(names) and all((nb := sem.binding_at(n.id, n)) is not None and not nb.is_param and sem.contains(loop, nb.node)
+                               for n in names)
 
 
 def _fresh_autograd_context(ctx: Context, loop: ast.AST) -> bool:
