@@ -553,3 +553,60 @@ def test_a_trainer_class_made_through_its_package_from_a_model_moved_in_place(pr
     write(project, files)
     results = check_files(paths, Settings(root=str(project)))
     assert [c for c in codes(results, "ppo.py") if c[1] == "TD603"] == []
+
+
+def test_a_read_in_the_forward_of_a_loss_module_of_another_module_runs_every_step(project: Path) -> None:
+    """DETR's ``SetCriterion.forward`` ends its normaliser with ``torch.clamp(num_boxes, min=1).item()``; a builder
+    returns the criterion and the train function of a third module calls it on every batch: a loss is computed on
+    every training step, so on a GPU the read waits every step (TD603). A model's forward of the same shape is not a
+    loss (quiet here), nor is the loss of a program that stays on the CPU."""
+    files = {
+        "models/__init__.py": "",
+        "models/detr.py": """\
+            import torch
+            import torch.nn as nn
+
+            class SetCriterion(nn.Module):
+                def forward(self, outputs, targets):
+                    num_boxes = torch.as_tensor([float(len(targets))], device=outputs.device)
+                    num_boxes = torch.clamp(num_boxes, min=1).item()
+                    return {"loss_ce": outputs.sum() / num_boxes}
+
+            class Head(nn.Module):
+                def forward(self, x):
+                    scale = torch.clamp(x.abs().max(), min=1).item()
+                    return x / scale
+
+            def build():
+                return Head(), SetCriterion()
+            """,
+        "engine.py": """\
+            def train_one_epoch(model, criterion, loader, optimizer, device):
+                for samples, targets in loader:
+                    outputs = model(samples.to(device))
+                    loss = sum(criterion(outputs, targets.to(device)).values())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+        "main.py": """\
+            import torch
+            from models.detr import build
+            from engine import train_one_epoch
+
+            def main(loader):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                model, criterion = build()
+                model.to(device)
+                optimizer = torch.optim.AdamW(model.parameters())
+                for epoch in range(10):
+                    train_one_epoch(model, criterion, loader, optimizer, device)
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "detr.py") if c[1] == "TD603"] == [(7, "TD603")]
+    files["main.py"] = files["main.py"].replace('"cuda" if torch.cuda.is_available() else "cpu"', '"cpu"')
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "detr.py") if c[1] == "TD603"] == []

@@ -234,6 +234,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if loop is None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
         _report_for_base_loop(ctx, node, what)
+        _report_in_a_loss_forward(ctx, node, what)
         return
     if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or few_in_range(ctx, loop):
         return
@@ -341,6 +342,26 @@ def _report_for_base_loop(ctx: Context, node: ast.AST, what: str) -> None:
         if written and sem.class_of(func) is cls and sem.project.calls_every_step(sem, written, func.name):  # type: ignore[attr-defined]
             report_sync(ctx, node, what, f"the batch loop of `{written}` that calls `self.{func.name}()`")
             return
+
+
+_LOSS_CLASS = lazy(r"(?i)(criterion|loss|losscompute)$")
+
+
+def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
+    """A read in the ``forward`` of a loss module (DETR's ``SetCriterion``, whose ``num_boxes = torch.clamp(...).item()``
+    normalises every step's loss; OpenNMT's ``LossCompute``): a loss is computed on every training step, wherever the
+    object is handed (a builder of another module returns it, a train function of a third calls it), so on an
+    accelerator the read runs every step. Asked of modules that run on one, or that a module which does imports."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    cls = sem.class_of(func) if func is not None else None
+    if cls is None or func.name != "forward" or not _LOSS_CLASS.search(cls.name) \
+            or cls.name not in sem.module_classes or sem.under_step_guard(node) or sem.call_sites(func):  # type: ignore[attr-defined]
+        return
+    if not program.runs_on_accelerator(sem) and (sem.project is None or (
+            sem.project.accelerated_importer(sem) or sem.project.accelerated_importer(sem, cls.name)) is None):  # type: ignore[attr-defined]
+        return  # (an importer that runs on one, or one module between: ``models/mttr.py``'s ``build``)
+    report_sync(ctx, node, what, f"the training loop that computes the loss `{cls.name}` (its forward)")  # type: ignore[attr-defined]
 
 
 def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:

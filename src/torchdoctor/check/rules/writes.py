@@ -103,10 +103,7 @@ def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
     cls = sem.class_of(func) if func is not None else None
     if cls is None or len(func.args.args) < 2:  # type: ignore[union-attr]
         return False
-    if func.name != "__getitem__" and not any(  # type: ignore[union-attr]
-            isinstance(n, ast.Attribute) and n.attr == func.name and isinstance(n.value, ast.Name)  # type: ignore[union-attr]
-            and n.value.id == "self" and (getter := sem.function_of(n)) is not None and getter.name == "__getitem__"
-            and sem.class_of(getter) is cls for n in sem.of_type(ast.Attribute)):
+    if not _run_by_getitem(sem, func, cls):  # type: ignore[arg-type]
         return False
     target = _write_target(ctx, call)
     if target is None or not _sharded(ctx, cls):  # type: ignore[arg-type]
@@ -128,6 +125,17 @@ def _per_sample_file(ctx: Context, call: ast.Call) -> bool:
         return False
 
     return from_param(target, 0)
+
+
+def _run_by_getitem(sem, func: ast.AST, cls: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    """``func`` is the class's ``__getitem__``, or a method it runs through ``self`` (two calls down at most: vits'
+    ``__getitem__`` -> ``get_audio_text_pair`` -> ``get_audio``, which caches the spectrogram)."""
+    if func.name == "__getitem__":  # type: ignore[attr-defined]
+        return True
+    return depth < 2 and any(
+        isinstance(n, ast.Attribute) and n.attr == func.name and isinstance(n.value, ast.Name)  # type: ignore[attr-defined]
+        and n.value.id == "self" and (caller := sem.function_of(n)) is not None and caller is not func
+        and sem.class_of(caller) is cls and _run_by_getitem(sem, caller, cls, depth + 1) for n in sem.of_type(ast.Attribute))
 
 
 _DISTRIBUTED_SAMPLER = lazy(r"\bDistributedSampler\b")
