@@ -77,6 +77,9 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
         func = sem.function_of(unpacking)
         return any(_feeds_value(sem, use, depth + 1) for use in sem.reads_of(key) if sem.function_of(use) is func
                    and (b := sem.binding_at(key, use)) is not None and b.node is unpacking)
+    if isinstance(parent, (ast.Tuple, ast.List)) and (target := _loop_target_of(sem, parent, child)) is not None:
+        loop, key = target  # ``for name, loader in [("train", train_loader), ("val", val_loader)]:``: ``loader``'s uses
+        return any(_feeds_value(sem, use, depth + 1) for use in sem.reads_of(key) if sem.contains(loop, use))
     if isinstance(parent, ast.Attribute) and parent.value is child and parent.attr in ("next", "__next__") \
             and isinstance(call := sem.parent(parent), ast.Call) and call.func is parent and isinstance(child, ast.Name) \
             and depth > 0:  # ``labeled_iter.next()`` (Python 2's spelling, FixMatch's): ``next(labeled_iter)``
@@ -105,6 +108,21 @@ def _feeds_value(sem: SemanticModel, value: ast.AST, depth: int) -> bool:
                  or sem.project.has_callers(sem, func, by_class=sem.class_of(func) is not None))  # type: ignore[attr-defined]
         # (a self-test here only checks shapes; the training scripts of other modules call it too)
     return True  # returned from code no caller here shows, stored in a container, given to a keyword: not followed
+
+
+def _loop_target_of(sem: SemanticModel, seq: ast.AST, item: ast.AST) -> tuple[ast.AST, str] | None:
+    """The loop and the name its target gives ``item`` of a literal it iterates: ``loader`` for ``train_loader`` in
+    ``for loader in [train_loader, val_loader]:`` and in ``for name, loader in [("train", train_loader), ...]:``."""
+    up = sem.parent(seq)
+    if isinstance(up, (ast.For, ast.AsyncFor)) and up.iter is seq:
+        target = up.target
+    elif isinstance(up, (ast.List, ast.Tuple)) and isinstance(loop := sem.parent(up), (ast.For, ast.AsyncFor)) \
+            and loop.iter is up and isinstance(loop.target, ast.Tuple) and len(loop.target.elts) == len(seq.elts):  # type: ignore[attr-defined]
+        up, target = loop, loop.target.elts[seq.elts.index(item)]  # type: ignore[attr-defined]
+    else:
+        return None
+    key = dotted(target)
+    return (up, key) if key else None
 
 
 def _self_test(sem: SemanticModel, site: ast.AST) -> bool:
