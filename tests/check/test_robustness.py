@@ -25,7 +25,7 @@ GOOD = "import torch\nmodel = torch.nn.Linear(2, 2)\n"
 BAD_FILES = {
     "syntax.py": (b"import torch\ndef f(:\n", "syntax error at line 2"),
     "latin.py": (b"import torch\nname = '\xe9t\xe9'\n", "not valid UTF-8 at line 2 (byte 0xe9)"),
-    "cookie.py": (b"# -*- coding: nosuch -*-\nimport torch\n", "unknown encoding: nosuch"),
+    "cookie.py": (b"# -*- coding: nosuch -*-\nimport torch\nname = '\xe9'\n", "unknown encoding: nosuch"),
     "binary.py": (b"\x7fELF\x02\x01\x01\x00\x00\x00torch", "binary file"),
     "nb.ipynb": (b'{"cells": [', "not a valid notebook: invalid JSON"),
     "deep.py": (b"import torch\nx = " + b"(" * 300 + b"1" + b")" * 300 + b"\n", "too many nested parentheses"),
@@ -38,6 +38,8 @@ def test_each_bad_input_is_a_per_file_error_and_the_rest_is_checked(tmp_path: Pa
     (tmp_path / "empty.py").write_bytes(b"")
     (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbfimport torch\n")
     (tmp_path / "cookie_ok.py").write_bytes(b"# -*- coding: latin-1 -*-\nimport torch\nname = '\xe9'\n")
+    # a codec a package registers (future-fstrings) over UTF-8 text: read as UTF-8
+    (tmp_path / "codec.py").write_bytes("# -*- coding: future_fstrings -*-\nimport torch\nname = 'é'\n".encode())
     for name, (data, _) in BAD_FILES.items():
         (tmp_path / name).write_bytes(data)
     os.symlink("loop.py", tmp_path / "loop.py")
@@ -50,7 +52,7 @@ def test_each_bad_input_is_a_per_file_error_and_the_rest_is_checked(tmp_path: Pa
     assert "loop.py: error: symbolic link loop" in err
     assert "missing.py: error: no such file or directory" in err
     assert "8 files could not be checked" in err
-    for fine in ("good.py", "empty.py", "bom.py", "cookie_ok.py"):
+    for fine in ("good.py", "empty.py", "bom.py", "cookie_ok.py", "codec.py"):
         assert f"{fine}:" not in err
     assert "Traceback" not in err
 

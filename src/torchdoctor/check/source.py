@@ -42,7 +42,10 @@ def decode_source(data: bytes) -> Decoded:
     except SyntaxError as exc:
         message = str(exc.args[0] if exc.args else exc)
         if "unknown encoding" in message or "encoding problem" in message:
-            raise SourceError(f"cannot decode: {message}") from None
+            try:  # a codec a package registers to rewrite the source (``# -*- coding: future_fstrings -*-``)
+                return Decoded(data.decode("utf-8").removeprefix("\ufeff"), "utf-8")  # over UTF-8: read it as such
+            except UnicodeDecodeError:
+                raise SourceError(f"cannot decode: {message}") from None
         encoding = "utf-8"  # undecodable first lines: let the decoder say where
     try:
         text = data.decode(encoding)
