@@ -767,8 +767,10 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
             else:
                 others = [a.left, *a.comparators]
             for o in others:
-                if o is not child and not _host_scalar(o) and flow.mentions(ctx.semantic, o, hot) \
-                        and not _number_expr(ctx, o, a, 0):  # (``torch.rand(b) < self.drop_prob``: a number)
+                if o is not child and not _host_scalar(o) and not _host_factory(ctx, o) \
+                        and flow.mentions(ctx.semantic, o, hot) and not _number_expr(ctx, o, a, 0):
+                    # (``torch.rand(b) < self.drop_prob``: a number; ``torch.ones(n, n) - torch.eye(n, n)``: two host
+                    # tensors, whatever sizes they are given)
                     return _partner(ctx, o, hot)
         elif isinstance(a, ast.Call):
             if child is a.func:

@@ -84,7 +84,8 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0
         sem = ctx.semantic
         loop = sem.enclosing_loop(at, "batch")
         if loop is not None and expr.id in sem.batch_vars(loop):  # batch data is on the host until it is moved
-            return expr.id if batch_on_device(ctx, expr.id, at, loop) else None
+            return expr.id if batch_on_device(ctx, expr.id, at, loop) and not host_number(ctx, expr, at) else None
+            # (``num_lb, num_ulb = img_x.shape[0], img_u_w.shape[0]``: sizes of the batch are host ints)
         if sem.kind_of(expr.id, at) != "tensor" and not _derived_in_another_module(ctx, expr, at) \
                 and not _backpropagated_param(ctx, expr, at) \
                 and not (loop is not None and computed_from_moved(ctx, expr.id, at, loop)) \
