@@ -61,7 +61,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
                 or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node) \
                 or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node) \
-                or _only_when_given_an_index(sem, site.node) or _cpu_in_the_other_branch(sem, site.node):
+                or _only_when_given_an_index(sem, site.node) or _cpu_in_the_other_branch(sem, site.node) \
+                or _class_asserts_cuda(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -334,6 +335,17 @@ def _collective_helper(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ign
                 for f in sem.resolve(value)):
             return True
     return False
+
+
+def _class_asserts_cuda(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """A method of a class whose ``__init__`` asserts a CUDA device (``assert "cuda" in args.device, "DDP backend can
+    not be used on non-CUDA devices"``, llm-baselines): no object of it exists without a GPU."""
+    cls = sem.class_of(node)
+    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    return init is not None and any(
+        isinstance(stmt, ast.Assert) and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
+                                             and n.value.lower().split(":")[0] == "cuda" for n in sem.subtree(stmt.test))
+        and "device" in sem.segment(stmt.test) for stmt in init.body)
 
 
 def _cpu_in_the_other_branch(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
