@@ -26,6 +26,7 @@ _ITEM_GETTER = lazy(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|exampl
 _DATASET_NAME = lazy(r"(?i)^(\w*_)?(dataset|ds|data_set)(_\w*)?$")
 _STEPPISH = lazy(r"(?i)step|update|optimi[sz]e|learn|train")  # the methods of a trainer object looked up elsewhere
 _TRAINISH = lazy(r"(?i)train|fit|epoch|eval|valid|test|step|loop|run|infer|predict")
+_RUNS_THE_MODEL = lazy(r"(?i)loss|forward|predict|infer|encode|decode|generate|score|logits|embed")  # a model's methods
 _LOADER_NAME = lazy(r"(?i)(^|_)(data)?loader$|^(\w+_)?dl$")  # a loop target named so is a loader, not a batch
 _NOT_BATCH_NAMES = {"_", "i", "idx", "step", "batch_idx", "batch_i", "it", "iteration", "n", "k", "j"}
 
@@ -318,6 +319,9 @@ class Loops:
                 key = dotted(n.func)
                 if key is not None and self.kinds.kind_of(key, n) in ("model", "wrapper"):
                     return True
+                if isinstance(n.func, ast.Attribute) and _RUNS_THE_MODEL.search(n.func.attr) \
+                        and (key := dotted(n.func.value)) is not None and self.kinds.kind_of(key, n) in ("model", "wrapper"):
+                    return True  # ``model.eval_loss(x, y)``, ``model.module.predict(x)``: a method that runs it
         return False
 
     def _derived_batch_vars(self, body: list[ast.AST], roots: list[str]) -> list[str]:
