@@ -164,7 +164,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     how = "cuda" if helper == "cuda" else "to" if helper else method_name(move)
     if how != "cuda" and not program.runs_on_accelerator(sem) and not (
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (device.endswith(".device") and (not device.startswith("self.") or device.count(".") >= 2
+            and (device.endswith((".device", ".device()")) and (not device.startswith("self.") or device.count(".") >= 2
                                                  and not _OPTIONS_DEVICE.match(device))
                  or _input_device_alias(ctx, move, region)
                  or region.name == "__init__" and (b := sem.binding_at(device, move)) is not None and b.is_param)):
