@@ -7783,3 +7783,45 @@ def test_a_collective_helpers_cuda_buffer_is_gpu_only_unless_the_project_names_g
     write(project, files)
     results = check_files(list(files), Settings(root=str(project)))
     assert [c for c in codes(results, "dist_utils.py") if c[1] == "TD101"] == [(6, "TD101")]
+
+
+def test_a_wrappers_model_that_the_modules_making_the_wrapper_move_is_moved(project: Path) -> None:
+    """PET's ``TransformerModelWrapper`` builds ``self.model`` in ``__init__`` and moves each batch to the ``device``
+    its ``train`` is handed; ``modeling.py``, which makes the wrappers, calls ``wrapper.model.to(device)`` before every
+    run: the model is moved (quiet). Where no module moves it, TD201."""
+    files = {
+        "wrapper.py": """\
+            import torch
+            from torch import nn
+
+            class Wrapper:
+                def __init__(self, size):
+                    self.model = nn.Linear(size, 2)
+
+                def train(self, batches, device):
+                    opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                    for x, y in batches:
+                        x, y = x.to(device), y.to(device)
+                        loss = nn.functional.cross_entropy(self.model(x), y)
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+            """,
+        "modeling.py": """\
+            import torch
+            from wrapper import Wrapper
+
+            def train_pet(batches, size):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                wrapper = Wrapper(size)
+                wrapper.model.to(device)
+                wrapper.train(batches, device)
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "wrapper.py") if c[1] == "TD201"] == []
+    files["modeling.py"] = files["modeling.py"].replace("wrapper.model.to(device)", "pass")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "wrapper.py") if c[1] == "TD201"] == [(6, "TD201")]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name
 from torchdoctor.check.context import Context
@@ -41,7 +42,8 @@ def model_never_moved(node: ast.AST, ctx: Context) -> None:
                 or _built_under_a_device(ctx, stmt):
             continue
         if _escapes(ctx, key) or _rebound_moved(ctx, key, stmt) or _parts_moved(ctx, key, stmt) \
-                or _moved_by_a_base_class(ctx, key, stmt) or _parent_moved_after(ctx, key, stmt):
+                or _moved_by_a_base_class(ctx, key, stmt) or _parent_moved_after(ctx, key, stmt) \
+                or _moved_by_the_class_callers(ctx, key, stmt):
             continue
         if _returned(ctx, key, stmt):
             continue  # a builder function: its caller decides where the model goes
@@ -69,6 +71,19 @@ def _moved_by_a_base_class(ctx: Context, key: str, stmt: ast.AST) -> bool:
     imported = {**sem.names.from_imports, **sem.names.imports}
     return any((written := dotted(b)) and written.split(".")[0] in imported
                and sem.project.base_moves_attribute(sem, written, key[5:]) for b in cls.bases)  # type: ignore[attr-defined]
+
+
+def _moved_by_the_class_callers(ctx: Context, key: str, stmt: ast.AST) -> bool:
+    """``self.model = model_class.from_pretrained(...)`` in a wrapper's ``__init__``, and the modules that make the
+    wrapper move that attribute themselves (``wrapper.model.to(device)`` before training, PET's ``modeling.py``)."""
+    sem = ctx.semantic
+    cls = sem.class_of(stmt)
+    func = sem.function_of(stmt)
+    if not key.startswith("self.") or key.count(".") != 1 or cls is None or func is None or func.name != "__init__" \
+            or sem.project is None:  # type: ignore[attr-defined]
+        return False
+    pattern = re.compile(rf"\.{re.escape(key[5:])}\s*(=\s*\w[\w.]*\.{re.escape(key[5:])}\s*)?\.(to|cuda)\(")
+    return sem.project.callers_mention(sem, cls, pattern)  # type: ignore[attr-defined]
 
 
 def _scalar_holder(ctx: Context, call: ast.Call) -> bool:
