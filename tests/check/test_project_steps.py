@@ -559,7 +559,8 @@ def test_a_read_in_the_forward_of_a_loss_module_of_another_module_runs_every_ste
     """DETR's ``SetCriterion.forward`` ends its normaliser with ``torch.clamp(num_boxes, min=1).item()``; a builder
     returns the criterion and the train function of a third module calls it on every batch: a loss is computed on
     every training step, so on a GPU the read waits every step (TD603). A model's forward of the same shape is not a
-    loss (quiet here), nor is the loss of a program that stays on the CPU."""
+    loss (quiet here), nor is the loss of a program that stays on the CPU; statistics a loss reads under ``no_grad``
+    and returns (an L-BFGS driver's ``BRSMaskLoss``) are numbers its caller asks for."""
     files = {
         "models/__init__.py": "",
         "models/detr.py": """\
@@ -576,6 +577,13 @@ def test_a_read_in_the_forward_of_a_loss_module_of_another_module_runs_every_ste
                 def forward(self, x):
                     scale = torch.clamp(x.abs().max(), min=1).item()
                     return x / scale
+
+            class BRSMaskLoss(nn.Module):
+                def forward(self, result, pos_mask):
+                    loss = ((1 - result) * pos_mask).pow(2).sum()
+                    with torch.no_grad():
+                        f_max = result.abs().max().item()
+                    return loss, f_max
 
             def build():
                 return Head(), SetCriterion()

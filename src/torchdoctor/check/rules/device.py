@@ -289,7 +289,7 @@ def _only_with_several_processes(sem, node: ast.AST) -> bool:  # type: ignore[no
     GPU-only mode (denoiser's ``distrib.average``), never on a machine without GPUs."""
     func = sem.function_of(node)
     source = sem.text.source
-    if func is not None and _collective_helper(sem, func) and "gloo" not in source \
+    if func is not None and (_collective_helper(sem, func) or _collective_block(sem, node)) and "gloo" not in source \
             and (sem.project is None or not sem.project.names_gloo(sem)):
         return True
     if func is None or "set_device" not in source and "nccl" not in source:
@@ -333,6 +333,28 @@ def _collective_helper(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ign
         if depth == 0 and isinstance(value.func, ast.Name) and any(
                 isinstance(f, ast.FunctionDef) and f is not func and _collective_helper(sem, f, 1)
                 for f in sem.resolve(value)):
+            return True
+    return False
+
+
+def _collective_block(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``avg = torch.tensor(avg).cuda()`` followed in its block by ``torch.distributed.reduce(avg, dst=0)`` (Cutie's
+    ``if self.distributed:`` branch of a log integrator): the tensor made on the GPU is handed to a collective, so
+    the block runs only inside a process group, where NCCL needs it there."""
+    stmt = sem.statement_of(node)
+    up = sem.parent(stmt)
+    block = next((b for b in (getattr(up, "body", None), getattr(up, "orelse", None))
+                  if isinstance(b, list) and any(s is stmt for s in b)), None)
+    made = {n.id for t in getattr(stmt, "targets", ()) for n in sem.subtree(t) if isinstance(n, ast.Name)}
+    if block is None or not made:
+        return False  # (the tensor the collective is handed: not an input moved before a step that reduces others)
+    for later in block[next(i for i, s in enumerate(block) if s is stmt) + 1:]:
+        if any(isinstance(n, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for n in sem.subtree(later)):
+            return False  # (``if world_size == 1: return flag`` between: a single process may stop there)
+        if isinstance(later, ast.Expr) and isinstance(later.value, ast.Call) \
+                and (q := sem.qualname(later.value.func) or "").startswith("torch.distributed.") \
+                and q.rsplit(".", 1)[-1] in _COLLECTIVES and any(
+                    isinstance(a, ast.Name) and a.id in made for a in later.value.args):
             return True
     return False
 

@@ -358,10 +358,21 @@ def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
     if cls is None or func.name != "forward" or not _LOSS_CLASS.search(cls.name) \
             or cls.name not in sem.module_classes or sem.under_step_guard(node) or sem.call_sites(func):  # type: ignore[attr-defined]
         return
+    if sem.grad_mode(node) == "off" and _returned_by(sem, node, func):
+        return  # (``with torch.no_grad(): f_max = diff.abs().max().item()`` then ``return loss, f_max``: statistics the
+        # loss hands its caller as numbers, on purpose: an L-BFGS driver's, which needs host values anyway)
     if not program.runs_on_accelerator(sem) and (sem.project is None or (
             sem.project.accelerated_importer(sem) or sem.project.accelerated_importer(sem, cls.name)) is None):  # type: ignore[attr-defined]
         return  # (an importer that runs on one, or one module between: ``models/mttr.py``'s ``build``)
     report_sync(ctx, node, what, f"the training loop that computes the loss `{cls.name}` (its forward)")  # type: ignore[attr-defined]
+
+
+def _returned_by(sem, node: ast.AST, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """The value read at ``node`` is bound to a name that a ``return`` of ``func`` hands back."""
+    stmt = sem.statement_of(node)
+    names = {n.id for t in getattr(stmt, "targets", ()) for n in sem.subtree(t) if isinstance(n, ast.Name)}
+    return bool(names) and any(isinstance(r, ast.Return) and r.value is not None and any(
+        isinstance(n, ast.Name) and n.id in names for n in sem.subtree(r.value)) for r in sem.local_nodes(func))
 
 
 def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
