@@ -447,9 +447,8 @@ def _move_target(sem, call: ast.Call) -> str | None:  # type: ignore[no-untyped-
             and isinstance(call.args[0], (ast.Name, ast.Attribute)) and not _host_bound(sem, call.args[0], call) else None
     if method_name(call) == "type":  # ``.type(ref.type())``: cast to the type of ``ref``, on its device
         ref = _type_of(call.args[0]) if len(call.args) == 1 else None
-        if ref is None and len(call.args) == 1 and sem.cuda_tensor_type(call.args[0], call):
-            return "cuda"  # ``.type(dtype)`` of ``dtype = torch.cuda.FloatTensor if ... else torch.FloatTensor``
-        return f"{sem.segment(ref)}.device" if ref is not None else None
+        return f"{sem.segment(ref)}.device" if ref is not None else sem.move_device(call)  # (``.type(Tensor)`` of
+        # ``Tensor = torch.cuda.FloatTensor if cuda else torch.FloatTensor``: "cuda")
     if method_name(call) == "to" and len(call.args) == 1 and not call.keywords and isinstance(ref := call.args[0], ast.Name) \
             and sem.kind_of(ref.id, call) == "tensor" and not _host_bound(sem, ref, call):
         return f"{ref.id}.device"  # ``torch.zeros(n, 1).to(h)``: to the device (and dtype) of ``h``

@@ -316,6 +316,12 @@ _COLLECTIVES = frozenset({"all_reduce", "all_gather", "all_gather_into_tensor", 
                           "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "gather", "scatter"})
 
 
+def _collective(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``dist.all_reduce(t)``, ``torch.distributed.all_gather(out, t)``: a collective of ``torch.distributed``."""
+    q = sem.qualname(call.func) or ""
+    return q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in _COLLECTIVES
+
+
 def _collective_helper(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
     """``func`` runs a ``torch.distributed`` collective on every call (a statement of its own body, maybe through a
     function of the module that does: fairseq's ``all_gather_list``, whose ``all_reduce(buffer)`` wraps
@@ -327,8 +333,7 @@ def _collective_helper(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ign
             if any(isinstance(n, ast.Return) for n in sem.subtree(stmt)):
                 return False  # (``if world_size == 1: return flag`` first: a single process runs what came before)
             continue
-        q = sem.qualname(value.func) or ""
-        if q.startswith("torch.distributed.") and q.rsplit(".", 1)[-1] in _COLLECTIVES:
+        if _collective(sem, value):
             return True
         if depth == 0 and isinstance(value.func, ast.Name) and any(
                 isinstance(f, ast.FunctionDef) and f is not func and _collective_helper(sem, f, 1)
@@ -351,10 +356,8 @@ def _collective_block(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-de
     for later in block[next(i for i, s in enumerate(block) if s is stmt) + 1:]:
         if any(isinstance(n, (ast.Return, ast.Raise, ast.Break, ast.Continue)) for n in sem.subtree(later)):
             return False  # (``if world_size == 1: return flag`` between: a single process may stop there)
-        if isinstance(later, ast.Expr) and isinstance(later.value, ast.Call) \
-                and (q := sem.qualname(later.value.func) or "").startswith("torch.distributed.") \
-                and q.rsplit(".", 1)[-1] in _COLLECTIVES and any(
-                    isinstance(a, ast.Name) and a.id in made for a in later.value.args):
+        if isinstance(later, ast.Expr) and isinstance(later.value, ast.Call) and _collective(sem, later.value) \
+                and any(isinstance(a, ast.Name) and a.id in made for a in later.value.args):
             return True
     return False
 

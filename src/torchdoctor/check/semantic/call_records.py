@@ -82,8 +82,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     made = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
             if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and (dotted(v.func) or "").split(".")[0] in names}
     # (names given an object of a class of the project: ``eng = Engine(...)``, ``log, step = Logger(), Step()``)
-    made |= {n.id for n, ann in _annotated(sem) if (key := dotted(ann)) and key.split(".")[0] in names
-             and key.rsplit(".", 1)[-1][:1].isupper()}  # (``bpr: utils.BPRLoss = loss_class``)
+    made |= {name for name, ann in _annotated(sem) if _project_class(dotted(ann), names)}  # (``bpr: utils.BPRLoss``)
     looked_up = {t.id for n in sem.of_type(ast.Assign) for t, value in _pairs(n)  # type: ignore[arg-type]
                  if isinstance(v := strip_methods(value, PLACEMENT_METHODS), ast.Call) and isinstance(v.func, ast.Name)
                  and v.func.id in made} if made else set()  # (``algorithm = algorithm_class(...)``)
@@ -172,8 +171,12 @@ def _moved_model(sem: SemanticModel, arg: ast.Name, call: ast.Call, names: set[s
     b = sem.binding_at(arg.id, call)
     made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
         and b.value is not None else None
-    ctor = dotted(made.func) if isinstance(made, ast.Call) else None
-    return bool(ctor) and ctor.split(".")[0] in names and ctor.rsplit(".", 1)[-1][:1].isupper()  # type: ignore[union-attr]
+    return isinstance(made, ast.Call) and _project_class(dotted(made.func), names)
+
+
+def _project_class(written: str | None, names: set[str]) -> bool:
+    """``utils.BPRLoss``, ``Policy``: a capitalised name reached through a name imported from the project."""
+    return bool(written) and written.split(".")[0] in names and written.rsplit(".", 1)[-1][:1].isupper()  # type: ignore[union-attr]
 
 
 def _on_the_gpu_side(sem: SemanticModel, call: ast.Call) -> bool:
@@ -393,11 +396,11 @@ def _pairs(stmt: ast.Assign) -> list[tuple[ast.Name, ast.AST]]:
     return out
 
 
-def _annotated(sem: SemanticModel) -> list[tuple[ast.AST, ast.AST]]:
+def _annotated(sem: SemanticModel) -> list[tuple[str, ast.AST]]:
     """(name, annotation) of ``bpr: utils.BPRLoss = loss_class`` and of ``def train(bpr: utils.BPRLoss)``."""
-    out: list[tuple[ast.AST, ast.AST]] = [(n.target, n.annotation) for n in sem.of_type(ast.AnnAssign)  # type: ignore[attr-defined]
-                                          if isinstance(n.target, ast.Name)]  # type: ignore[attr-defined]
-    return out + [(ast.Name(id=a.arg), a.annotation) for a in sem.of_type(ast.arg)
+    out: list[tuple[str, ast.AST]] = [(n.target.id, n.annotation) for n in sem.of_type(ast.AnnAssign)  # type: ignore[attr-defined]
+                                      if isinstance(n.target, ast.Name)]  # type: ignore[attr-defined]
+    return out + [(a.arg, a.annotation) for a in sem.of_type(ast.arg)  # type: ignore[attr-defined]
                   if isinstance(a.annotation, (ast.Name, ast.Attribute))]  # type: ignore[attr-defined]
 
 
