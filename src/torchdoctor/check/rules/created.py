@@ -748,6 +748,26 @@ def _host_scalar(expr: ast.AST) -> bool:
     return isinstance(expr, ast.Attribute) and expr.attr in ("shape", "ndim")
 
 
+def _copied_to_host(sem, expr: ast.AST) -> bool:
+    """``n_wins[:, None].to("cpu").to(torch.long)``, ``lengths.cpu().view(-1, 1)``: the chain's last move is to the
+    CPU (what follows it only casts, reshapes or indexes the copy)."""
+    cur = expr
+    while True:
+        if isinstance(cur, ast.Subscript):
+            cur = cur.value
+            continue
+        if not (isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute)):
+            return False
+        if cur.func.attr == "cpu":
+            return True
+        target = sem.move_device(cur)
+        if target is not None:
+            return target == "cpu" or target.replace('"', "'") == "torch.device('cpu')"
+        if cur.func.attr not in _CASTS and cur.func.attr not in _RESHAPES and cur.func.attr not in ("to", "detach"):
+            return False
+        cur = cur.func.value
+
+
 def _partner(ctx: Context, expr: ast.AST, hot: set[str]) -> str:
     """The device tensor ``expr`` mentions, by name: ``mask`` in ``torch.ones_like(mask)`` (not ``torch``)."""
     for n in ctx.semantic.subtree(expr):
@@ -767,7 +787,8 @@ def _meets(ctx: Context, expr: ast.AST, hot: set[str]) -> str | None:
                 others = [a.left, *a.comparators]
             for o in others:
                 if o is not child and not _host_scalar(o) and not _host_factory(ctx, o) \
-                        and flow.mentions(ctx.semantic, o, hot) and not _number_expr(ctx, o, a, 0):
+                        and flow.mentions(ctx.semantic, o, hot) and not _number_expr(ctx, o, a, 0) \
+                        and not _copied_to_host(sem, o):
                     # (``torch.rand(b) < self.drop_prob``: a number; ``torch.ones(n, n) - torch.eye(n, n)``: two host
                     # tensors, whatever sizes they are given)
                     return _partner(ctx, o, hot)
