@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 _COLLECTORS = frozenset({"append", "extend", "insert", "index_copy_", "copy_", "index_put_", "put_", "put"})
 _ON_HOST = frozenset({"numpy", "detach", "float", "double", "long", "int", "half", "tolist", "squeeze", "flatten",
-                      "view", "reshape"})
+                      "view", "reshape", "index_select", "contiguous", "clone"})
 
 
 _ALONG_AXIS = frozenset({"max", "min", "argmax", "argmin", "topk", "sort", "softmax", "log_softmax", "transpose",
@@ -253,6 +253,8 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                     and isinstance(name := target.elts[up.elts.index(cur)], ast.Name):
                 region = loop if sem.contains(loop, outer) else sem.function_of(outer)  # ``z, y = z.cpu(), y``
                 return region is not None and _name_kept(ctx, name.id, outer, region)
+            if isinstance(outer, (ast.ListComp, ast.GeneratorExp)) and outer.elt is up:
+                return True  # ``[[model(x).cpu().numpy(), y.cpu().numpy()] for x, y in loader]``: collected in pairs
             return isinstance(outer, ast.AugAssign) or isinstance(outer, ast.Call) and up in outer.args and _keeps(outer) \
                 or _grown_on_host(ctx, up, outer)
         if isinstance(up, ast.AugAssign) and isinstance(up.op, ast.Add) and up.value is cur:
