@@ -280,6 +280,13 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
                     for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
+            if isinstance(stmt, ast.If) and any(
+                    isinstance(c, ast.Call) and sync_site(ctx, c) is not None and not _element_maybe_on_host(ctx, c)
+                    and _always_evaluated(sem, c, stmt.test) for c in sem.subtree(stmt.test)) and all(
+                    _leaves(branch) or all(_queues_nothing(ctx, c) for s in branch for c in sem.subtree(s)
+                                           if isinstance(c, ast.Call)) for branch in (stmt.body, stmt.orelse)):
+                return True  # (``if is_nan.item() > 0: log(...); continue``: its test read the step, and what its
+                # branches do before this read queues nothing, or leaves the pass)
             if isinstance(stmt, (ast.For, ast.AsyncFor)) and _reading_pass(ctx, stmt) and any(
                     isinstance(c, ast.Call) and sync_site(ctx, c) is not None for c in nodes):
                 return True  # (``for cl_loss in cl_losses: total += cl_loss.item()``: a pass of reads just before)
@@ -454,6 +461,11 @@ def _reading_pass(ctx: Context, loop: ast.AST) -> bool:
         return False  # (a loop over batches: each pass queues its own work; ``(aux * 2).item()``: arithmetic queued)
     return all(_queues_nothing(ctx, c) for c in ctx.semantic.subtree(loop) if isinstance(c, ast.Call)
                and c is not it and not ctx.semantic.contains(loop.iter, c))  # type: ignore[attr-defined]
+
+
+def _leaves(branch: list[ast.stmt]) -> bool:
+    """The branch ends by leaving the pass (``continue``, ``break``, ``return``, ``raise``)."""
+    return bool(branch) and isinstance(branch[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise))
 
 
 def _always_evaluated(sem, node: ast.AST, test: ast.AST) -> bool:  # type: ignore[no-untyped-def]
