@@ -458,7 +458,26 @@ def branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
             if sites and not any(_passed(s, func, test.id) for s in sites) and (  # call turns on
                     sem.project is None or sem.frame(func).kind != "module" or not sem.project.has_callers(sem, func)):  # type: ignore[attr-defined]
                 return True
+        if isinstance(test, ast.Attribute) and holds and isinstance(test.value, ast.Name) and test.value.id == "self" \
+                and _set_false_once(sem, func, test.attr):
+            return True  # ``if self.individual:`` of a class whose ``__init__`` says ``self.individual = False``
     return False
+
+
+def _set_false_once(sem, func: ast.AST, attr: str) -> bool:  # type: ignore[no-untyped-def]
+    """``self.<attr>`` is set once in the module, in the ``__init__`` body of ``func``'s class, to a false constant
+    (``self.individual = False``), and nothing else in it names the attribute: the branch it guards never runs
+    (DLinear's per-channel layers). (An importer that sets it would have to name it: such code is rare; the
+    finding is then missed, never made up.)"""
+    cls = sem.class_of(func)
+    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    if init is None or f'"{attr}"' in sem.text.source or f"'{attr}'" in sem.text.source:
+        return False  # (``setattr(self, "individual", ...)``, ``getattr(cfg, "individual")``)
+    sets = [n for n in sem.of_type(ast.Attribute) if n.attr == attr and not isinstance(n.ctx, ast.Load)]
+    if len(sets) != 1 or not isinstance(stmt := sem.parent(sets[0]), ast.Assign) or stmt not in init.body \
+            or len(stmt.targets) != 1 or not isinstance(sets[0].value, ast.Name) or sets[0].value.id != "self":
+        return False
+    return isinstance(stmt.value, ast.Constant) and not stmt.value.value
 
 
 def _never_given(ctx: Context, func: ast.AST, param: str) -> bool:
