@@ -96,6 +96,11 @@ def _training_switch(ctx: Context, func: ast.AST):  # type: ignore[no-untyped-de
         if switch is None or found is not None and switch[0] != found[0]:
             return None
         found = switch
+    if found is not None and any(isinstance(n, ast.Call) and sem.under_no_grad(n) and flow.consumer_kind(sem, n) == "model"
+                                 and any((s := _switch(test, holds, params)) is not None and s[0] == found[0]
+                                         for test, holds in sem.guards.branch_tests(n)) for n in nodes):
+        return None  # ``if inference: with torch.no_grad(): output = model(x)`` / ``else: ... backward()``: the pass
+        # turns autograd off itself where the switch says not to train
     return found
 
 
