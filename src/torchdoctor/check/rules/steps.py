@@ -183,7 +183,7 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
     Use instead: remove it; call it between epochs or phases if another process needs the memory.
     """
     if ctx.call_name(node) != "torch.cuda.empty_cache" or (loop := per_step_loop(ctx, node)) is None \
-            or _whole_runs(ctx, loop):
+            or _whole_runs(ctx, loop) or _drops_the_model_it_built(ctx, loop):
         return
     ctx.report(
         "TD602",
@@ -192,6 +192,24 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
         "and nothing is freed for this process",
         fix="remove it from the step (at most call it between epochs)",
     )
+
+
+def _drops_the_model_it_built(ctx: Context, loop: ast.AST) -> bool:
+    """Each pass builds a model, runs it and drops it (``model = create_model(); ... output, model = None, None`` or
+    ``del model``): a trial a pass (a memory profile per input size), so ``empty_cache()`` runs between trials. A step
+    that drops its loss and output (``del loss, out``) drops no model: nothing in it is called as one."""
+    sem = ctx.semantic
+    body = sem.body(loop)
+    dropped = {t.id for n in body if isinstance(n, ast.Delete) for t in n.targets if isinstance(t, ast.Name)}
+    for n in body:
+        if isinstance(n, ast.Assign) and len(n.targets) == 1:
+            target, value = n.targets[0], n.value
+            pairs = zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+                and len(target.elts) == len(value.elts) else [(target, value)]
+            dropped |= {t.id for t, v in pairs if isinstance(t, ast.Name) and is_none(v)}
+    built = {n.targets[0].id for n in body if isinstance(n, ast.Assign) and len(n.targets) == 1
+             and isinstance(n.targets[0], ast.Name) and n.targets[0].id in dropped and isinstance(n.value, ast.Call)}
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in built for n in body)
 
 
 _LOADERISH = lazy(r"(?i)loader|dataset|\bdata\b")
