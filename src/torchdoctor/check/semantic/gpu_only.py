@@ -226,7 +226,8 @@ _GPU_ONLY = ("transformer_engine", "msamp", "apex", "flash_attn", "xformers", "t
              "neural_renderer", "nvdiffrast",  # (mesh rasterizers, CUDA kernels only)
              "numba.cuda",  # (``@cuda.jit`` kernels)
              "pynvml",  # (NVIDIA's management library: ``nvmlInit()`` fails without an NVIDIA driver)
-             "causal_conv1d", "selective_scan_cuda")  # (Mamba's kernels)
+             "causal_conv1d", "selective_scan_cuda",  # (Mamba's kernels)
+             "hqq_aten")  # (HQQ's ATen backend: a CUDAExtension of its kernels)
 
 
 _GPU_ONLY_PREFIXES = tuple(lib + "." for lib in _GPU_ONLY)
