@@ -314,7 +314,12 @@ def _imported_before(sem: SemanticModel, imp: ast.AST, node: ast.AST) -> bool:
     where = sem.function_of(imp)
     if where is None:
         return sem.index.pos[imp] < sem.index.pos[node] or sem.function_of(node) is not None or _required(sem, imp)
-    return where is sem.function_of(node)
+    if where is not sem.function_of(node):
+        return False
+    parent = sem.parent(imp)  # (``if trt_file is not None: from torch2trt import TRTModule``: that branch only)
+    block = next((b for b in (getattr(parent, f, None) for f in ("body", "orelse", "finalbody"))
+                  if isinstance(b, list) and any(s is imp for s in b)), None)
+    return block is None or any(sem.contains(s, node) for s in block[next(i for i, s in enumerate(block) if s is imp) + 1:])
 
 
 def _required(sem: SemanticModel, imp: ast.AST) -> bool:
