@@ -158,7 +158,8 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
         return  # (a helper of ``utils/distributed.py`` whose every caller raises first without CUDA)
     set_at = _set_to_nccl(ctx, backend, node)
     handed = _handed_nccl(ctx, backend, node) if set_at is None else None
-    if ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None or handed is not None) \
+    if ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None or handed is not None
+            or backend is not None and (ctx.semantic.qualname(backend) or "") in _NCCL_CONSTANTS) \
             and not program.requires_gpu_only_library(ctx.semantic):  # (asked last: it may read the imported modules)
         # (``from apex.parallel import DistributedDataParallel``: the program needs NVIDIA GPUs, gloo or not)
         where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else \
@@ -170,6 +171,9 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
             "the program cannot run on CPUs (gloo)",
             fix='choose the backend: `"nccl" if torch.cuda.is_available() else "gloo"`',
         )
+
+
+_NCCL_CONSTANTS = frozenset({"torch.distributed.Backend.NCCL", "torch.distributed.distributed_c10d.Backend.NCCL"})
 
 
 def _flag_cleared_without_gpus(ctx: Context, node: ast.AST) -> bool:
