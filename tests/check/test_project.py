@@ -5760,6 +5760,41 @@ def test_a_notebook_checked_with_the_modules_is_one_of_their_callers(project: Pa
     assert codes(alone, "fitting.py") == []
 
 
+@pytest.mark.parametrize("image_bytes", [1_000, 3_000_000])
+def test_a_notebook_with_large_saved_outputs_is_still_read_as_a_caller(project: Path, image_bytes: int) -> None:
+    """A GAN course notebook saves its generated images in its outputs (3.4 MB of JSON, 20 kB of code): its code, not
+    its file size, decides whether the index reads it."""
+    import json
+
+    cells = ["import torch\nfrom helper_train import train_gan",
+             "DEVICE = torch.device('cuda:0' if torch.cuda.is_available() else 'cpu')\n"
+             "model = torch.nn.Linear(4, 1).to(DEVICE)\nopt = torch.optim.Adam(model.parameters())\n"
+             "log = train_gan(model, opt, device=DEVICE, train_loader=[(torch.randn(8, 4), torch.ones(8, 1))])"]
+    image = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "A" * image_bytes}}
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"language": "python", "name": "python3"}},
+                "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [image], "source": c}
+                          for c in cells]}
+    write(project, {
+        "helper_train.py": """\
+            import torch
+
+            def train_gan(model, optimizer, device, train_loader):
+                losses = []
+                for features, targets in train_loader:
+                    loss = torch.nn.functional.mse_loss(model(features.to(device)), targets.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    losses.append(loss.item())
+                return losses
+            """,
+    })
+    (project / "dcgan.ipynb").write_text(json.dumps(notebook))
+    assert (project / "dcgan.ipynb").stat().st_size > (2_000_000 if image_bytes > 1_000_000 else 0)
+    results = check_files(["helper_train.py", "dcgan.ipynb"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "helper_train.py") == [(10, "TD603")]
+
+
 def test_a_loss_class_of_another_module_gives_a_loss_with_its_graph(project: Path) -> None:
     write(project, {
         "lossmod.py": """\

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_BYTES", "State", "file_of", "guess_root", "import_statements"]
 
-MAX_BYTES = 2_000_000  # a larger module is not read for the index
+MAX_BYTES = 2_000_000  # a larger module is not read for the index (for a notebook: its code)
+MAX_NOTEBOOK_BYTES = 64_000_000  # a notebook's file, outputs included (a GAN course's saved images: 3.4 MB)
 MAX_KEPT_TEXT = 8_000_000  # characters of notebook code kept for the index's questions
 _MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 _WORD = lazy(r"\w+")
@@ -101,14 +102,18 @@ class State:
         MAX_KEPT_TEXT characters are."""
         if path in self.texts:
             return self.texts[path]
+        notebook = path.endswith(".ipynb")
+        limit = MAX_NOTEBOOK_BYTES if notebook else MAX_BYTES
         try:
             with open(path, "rb") as fh:
-                data = fh.read(MAX_BYTES + 1)
+                data = fh.read(limit + 1)
         except OSError:
             return None
-        if not path.endswith(".ipynb"):
+        if not notebook:
             return None if len(data) > MAX_BYTES else data.decode("utf-8", "replace")
-        text = None if len(data) > MAX_BYTES else _notebook_code(data)
+        text = None if len(data) > limit else _notebook_code(data)
+        if text is not None and len(text) > MAX_BYTES:
+            text = None
         size = len(text) if text else 0
         if self.kept_chars + size <= MAX_KEPT_TEXT:
             self.texts[path] = text
