@@ -764,10 +764,15 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
     return None
 
 
+_TESTED_OPS = REDUCING_METHODS | {"isnan", "isinf", "isfinite", "any", "all"}
+
+
 def _torch_reduction_of_a_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
-    """``torch.sum(mask)`` (``int(torch.sum(mask))``): a torch reduction of a tensor, where that tensor is (not of a
-    host tensor)."""
-    if not (isinstance(expr, ast.Call) and expr.args and (ctx.call_name(expr) or "").rsplit(".", 1)[-1] in REDUCING_METHODS
+    """``torch.sum(mask)`` (``int(torch.sum(mask))``), ``torch.isnan(loss)`` (``int(torch.isnan(loss).any())``): a
+    torch reduction or test of a tensor, where that tensor is (not of a host tensor)."""
+    if isinstance(expr, ast.Call) and not (ctx.call_name(expr) or "").startswith("torch."):
+        expr = strip_methods(expr, SAME_PLACE)  # (``torch.isnan(loss).any()``)
+    if not (isinstance(expr, ast.Call) and expr.args and (ctx.call_name(expr) or "").rsplit(".", 1)[-1] in _TESTED_OPS
             and (ctx.call_name(expr) or "").startswith("torch.")):
         return False
     arg = strip_methods(expr.args[0], SAME_PLACE)
