@@ -2461,9 +2461,12 @@ def test_a_module_checked_a_moment_ago_answers_a_reverse_question_from_its_kept_
                     print(loss.item())
             """,
     })
-    results = check_files(["main.py", "engine.py"], Settings(root=str(project)), jobs=1)
+    (project / "tables.py").write_text("LABELS = [\n" + "    'label',\n" * 400 + "]\n")  # (the largest module
+    # bounds what is kept: the kept trees and the file being checked hold no more source than it does)
+    results = check_files(["main.py", "engine.py", "tables.py"], Settings(root=str(project)), jobs=1)
     assert codes(results, "engine.py") == [(10, "TD603")]  # main.py, checked first, gives it a GPU: the same either way
-    assert sorted(parsed) == (["engine.py", "main.py"] if kept else ["engine.py", "main.py", "main.py"])
+    assert sorted(parsed) == (["engine.py", "main.py", "tables.py"] if kept else
+                              ["engine.py", "main.py", "main.py", "tables.py"])
 
 
 def test_the_tests_of_a_cuda_kernel_built_beside_them_need_no_cpu_fallback(project: Path) -> None:
