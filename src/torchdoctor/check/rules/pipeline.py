@@ -547,14 +547,18 @@ def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
             return True
         if loaders.dataset_yields_device_tensors(ctx.semantic, arg):
             return True
+        if isinstance(arg, ast.Subscript) and _built_by_a_function_handed_the_device(ctx, arg, call):
+            return True  # (``DataLoader(collate(rows, device)[0])``)
         if isinstance(arg, ast.Call) and (ctx.call_name(arg) or "").rsplit(".", 1)[-1] in ("random_split", "Subset") \
                 and arg.args:
             arg = arg.args[0]  # ``part_a, part_b = random_split(cache, [48, 16])``: parts of that dataset
             continue
         if isinstance(arg, ast.Call):  # TensorDataset(X, Y) of moved tensors, or of a model's outputs
+            if _built_by_a_function_handed_the_device(ctx, arg, arg):
+                return True  # (``DataLoader(collate(rows, device))``: the tensors themselves, batched on their dimension 0)
             return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call)
                                                     or _returned_moved(ctx, a, call) or _made_on_device(ctx, a, call))
-                       for a in arg.args)
+                       or _built_by_a_function_handed_the_device(ctx, a, arg) for a in arg.args)
         key = dotted(arg)
         b = ctx.semantic.binding_at(key, call) if key else None
         if b is not None and b.is_param and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
@@ -563,6 +567,34 @@ def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
         if b is None or b.value is None:
             return False
         arg = b.value
+    return False
+
+
+_SAME_DATA = frozenset({"long", "float", "int", "double", "squeeze", "unsqueeze", "view", "reshape", "contiguous"})
+
+
+def _built_by_a_function_handed_the_device(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``data = collate(rows, device, ...)``, then ``TensorDataset(data[0], data[1].long().squeeze())`` (or the
+    collated tensor itself as the dataset): a function of this file handed the device builds what it returns there (``torch.zeros(n, d).to(device)``), so the dataset holds
+    device tensors (Raindrop's mTAND baselines)."""
+    sem = ctx.semantic
+    while isinstance(expr, ast.Subscript) or isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
+            and expr.func.attr in _SAME_DATA:
+        expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value  # type: ignore[union-attr]
+    b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
+    value = b.value if b is not None and not b.is_param else expr
+    if not isinstance(value, ast.Call):
+        return False
+    for func in sem.resolve(value):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for param in (a.arg for a in func.args.posonlyargs + func.args.args):
+            given = call_argument(value, func, param)
+            if given is None or not (sem.expr_kind(given, value) == "device" or (dotted(given) or "").endswith("device")):
+                continue
+            if any(isinstance(n, ast.Call) and method_name(n) == "to" and n.args[:1]
+                   and isinstance(n.args[0], ast.Name) and n.args[0].id == param for n in sem.local_nodes(func)):
+                return True
     return False
 
 
