@@ -349,6 +349,8 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
         return wrapper_prefix(sem, expr.body, at, depth + 1) or wrapper_prefix(sem, expr.orelse, at, depth + 1)
     if isinstance(expr, ast.Attribute) and expr.attr in ("module", "_orig_mod"):
         inner = _wrapped_argument(sem, expr.value, at, depth)
+        if inner is not None and _data_parallel_beside_ddp(sem, *inner):
+            return None
         return wrapper_prefix(sem, inner[0], inner[1], depth + 1) if inner is not None else None
     key = dotted(expr)
     b = sem.binding_at(key, at) if key else None
@@ -404,6 +406,22 @@ def _prefix_every_caller_hands(sem: SemanticModel, func: ast.FunctionDef, param:
             return None
         found.add(wrapper_prefix(sem, given, site, depth + 1))
     return found.pop() if len(found) == 1 else None
+
+
+def _data_parallel_beside_ddp(sem: SemanticModel, inner: ast.AST, at: ast.AST) -> bool:
+    """``if args.n_gpu > 1: model = DataParallel(model)`` then ``if args.local_rank != -1: model = DDP(model, ...)``
+    (Hugging Face's legacy example scripts, which set ``n_gpu = 1`` for a distributed run): the two wraps are the
+    single-process and the multi-process way, never both, so ``model.module`` of the DDP is the model itself."""
+    stmt = at if isinstance(at, (ast.Assign, ast.AnnAssign)) else sem.parent(at)
+    wrap = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+    if not (isinstance(wrap, ast.Call) and (sem.call_name(wrap) or "").endswith("DistributedDataParallel")) \
+            or not isinstance(inner, ast.Name):
+        return False
+    b = sem.binding_at(inner.id, wrap)
+    if b is None or not isinstance(b.value, ast.Call) or not (sem.call_name(b.value) or "").endswith(".DataParallel"):
+        return False
+    guard = next((a for a in sem.ancestors(b.node) if isinstance(a, ast.If)), None)
+    return guard is not None and not sem.contains(guard, wrap)
 
 
 def _wrapped_argument(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int) -> tuple[ast.AST, ast.AST] | None:
