@@ -6,7 +6,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import argument, call_argument, dotted, is_true, method_name, string_value
+from torchdoctor.check.astutil import argument, call_argument, dotted, is_true, keyword, method_name, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import cuda_sites, program
@@ -607,7 +607,7 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
     sem = ctx.semantic
     if sem.loop_kind(node) != "epoch" or sem.enclosing_loop(node, "epoch") is not None:
         return
-    samplers = shuffling_samplers(sem)
+    samplers = [s for s in shuffling_samplers(sem) if not _evaluation_sampler(sem, s)]
     helper = None if samplers else _sampler_from_a_helper(ctx, node)
     if not samplers and helper is None:
         return
@@ -641,6 +641,21 @@ def sampler_without_set_epoch(node: ast.For, ctx: Context) -> None:
         "every epoch sees the same order",
         fix="call `sampler.set_epoch(epoch)` at the start of each epoch",
     )
+
+
+_HELD_OUT = lazy(r"(?i)(^|_)(eval|evaluation|val|valid|validation|test|dev)(_|$|set|data)")
+
+
+def _evaluation_sampler(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``eval_sampler = SequentialSampler(eval_dataset) if ... else DistributedSampler(eval_dataset)`` in an
+    ``evaluate()`` the epoch loop calls: a sampler of held-out data (by its dataset's or its own name) splits the
+    evaluation between the ranks, where the order of the examples changes no metric."""
+    data = call.args[0] if call.args else (keyword(call, "dataset").value if keyword(call, "dataset") else None)  # type: ignore[union-attr]
+    names = [dotted(data) or ""]
+    stmt = next((a for a in sem.ancestors(call) if isinstance(a, ast.stmt)), None)
+    if isinstance(stmt, ast.Assign):
+        names += [dotted(t) or "" for t in stmt.targets]
+    return any(_HELD_OUT.search(n.rsplit(".", 1)[-1]) for n in names if n)
 
 
 def _sampler_from_a_helper(ctx: Context, loop: ast.AST) -> ast.Call | None:
