@@ -3476,6 +3476,43 @@ def test_an_inference_helper_that_every_caller_in_another_module_runs_under_no_g
     assert codes(results, "stages.py") == [(12, "TD401")]
 
 
+@pytest.mark.parametrize("trained, expected", [(True, []), (False, [(7, "TD401")])])
+def test_an_evaluate_helper_another_module_trains_through_is_a_training_forward(
+        project: Path, trained: bool, expected: list) -> None:
+    """Raindrop's baselines: ``evaluate_standard(model, P, ...)`` in ``utils_phy12.py`` is called by each baseline
+    script's training loop, whose loss of its output is backpropagated, and by its validation, under no_grad: the
+    helper is that training's forward too (TD401 quiet). Called only to evaluate, with autograd on, it is TD401."""
+    loss = "loss = criterion(outputs, y.cuda()); loss.backward(); opt.step()" if trained else "print(outputs.shape)"
+    write(project, {
+        "utils_phy12.py": """\
+            import torch
+
+
+            def evaluate_standard(model, P_tensor, P_time_tensor):
+                P_tensor = P_tensor.cuda()
+                lengths = torch.sum(P_time_tensor > 0, dim=0)
+                out = model.forward(P_tensor, lengths)
+                return out
+            """,
+        "baseline.py": f"""\
+            import torch
+            from utils_phy12 import evaluate_standard
+
+            model = torch.nn.Linear(4, 2).cuda()
+            criterion = torch.nn.CrossEntropyLoss()
+            opt = torch.optim.Adam(model.parameters())
+            for epoch in range(3):
+                for P, Ptime, y in [(torch.randn(8, 4), torch.ones(8), torch.zeros(8, dtype=torch.long))]:
+                    outputs = evaluate_standard(model, P, Ptime)
+                    {loss}
+                with torch.no_grad():
+                    out_val = evaluate_standard(model, P, Ptime)
+            """,
+    })
+    results = check_files(["utils_phy12.py", "baseline.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "utils_phy12.py") == expected
+
+
 IMAGE_HELPERS = """\
 import torch
 
@@ -7230,6 +7267,51 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
             from blocks import {imported}
 
             device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = Propagation().to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for step in range(10):
+                loss = model(torch.randn(4, 64, 3, device=device)).sum()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["blocks.py", "train.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "blocks.py") == expected
+
+
+@pytest.mark.parametrize("mention, expected", [
+    ('print("SetAbstraction was the first version")  # kept for SetAbstraction', []),
+    ("spare = SetAbstraction().to(device)", [(6, "TD611")])])
+def test_a_model_class_an_importer_names_only_in_strings_and_comments_is_built_nowhere(
+        project: Path, mention: str, expected: list) -> None:
+    """Raindrop's ``models_rd.py`` keeps the first version of its model beside ``Raindrop_v2``; the script imports
+    the module with ``*`` and names the first version only in a string (its W&B project) and its docstring: no step
+    runs that forward (TD611 quiet). A call of the class in the script's code builds it."""
+    write(project, {
+        "blocks.py": """\
+            import torch
+            import torch.nn as nn
+
+            class SetAbstraction(nn.Module):
+                def forward(self, xyz):
+                    return xyz + torch.rand(xyz.shape).to(xyz.device)
+
+            class Propagation(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.fc = nn.Linear(3, 3)
+
+                def forward(self, xyz):
+                    return self.fc(xyz)
+            """,
+        "train.py": f"""\
+            \"\"\"Here is the second version of SetAbstraction, renamed.\"\"\"
+            import torch
+            from blocks import *
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            {mention}
             model = Propagation().to(device)
             opt = torch.optim.SGD(model.parameters(), lr=0.1)
             for step in range(10):

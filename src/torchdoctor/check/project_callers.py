@@ -37,6 +37,17 @@ def _import_nodes(text: str):  # type: ignore[no-untyped-def]
             continue
 
 
+def _named_in_code(pattern: re.Pattern, text: str) -> bool:
+    """``pattern`` matches ``text`` outside a comment and a one-line string (``wandb.init(project='Raindrop')``, a
+    docstring that names the model class, do not build it); a string over several lines still counts."""
+    for m in pattern.finditer(text):
+        before = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+        if before.count('"') % 2 or before.count("'") % 2 or "#" in before:
+            continue
+        return True
+    return False
+
+
 class Callers:
     """Needs ``files``, ``root``, ``state``, ``summary()``, ``_module_file()``, ``_model()`` and ``_done_with()``
     (``Project`` has them)."""
@@ -82,7 +93,8 @@ class Callers:
             pattern = re.compile(rf"\b{re.escape(name)}\b")
             importers = [] if "__main__" in sem.text.source or self._package_reexports(here, name) else \
                 self._module_importers(here)
-            memo[key] = bool(importers) and not any(pattern.search(self.state.text(path) or "") for path in importers)
+            memo[key] = bool(importers) and not any(_named_in_code(pattern, self.state.text(path) or "")
+                                                    for path in importers)
         return memo[key]
 
     def imported_by_others(self, sem: SemanticModel) -> bool:
@@ -203,6 +215,11 @@ class Callers:
         through objects of its class (``self.critic.estimate(obs)`` of ``self.critic = ValueHead(8)``)."""
         modes = {r.grad_mode for r in self._callers(sem, func, by_class=by_class)}
         return modes.pop() if len(modes) == 1 else None
+
+    def callers_train_through(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """Some call of ``func`` in another module trains through it: autograd on, and its result reaches a
+        ``backward()`` (Raindrop's baselines: ``outputs = evaluate_standard(model, P, ...)``, then the loss of it)."""
+        return any(r.trains for r in self._callers(sem, func, by_class=sem.class_of(func) is not None))
 
     def step_callers(self, sem: SemanticModel, func: ast.AST) -> list[CallRecord]:
         """The calls of ``func`` from other modules that run on every step of their batch loop, on an accelerator,

@@ -201,6 +201,9 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
             or cls is not None and not sites and _base_calls_without_grad(ctx, cls, name):
         return  # every caller runs it under no_grad, here or in another module (facenet's MTCNN.detect -> detect_face)
         # (asked last: it may read the other modules)
+    if not sites and sem.project is not None and sem.project.callers_train_through(sem, func):  # type: ignore[attr-defined]
+        return  # (``outputs = evaluate_standard(model, P, ...)`` in another module's training loop, then its loss's
+        # backward: the helper is that training's forward too, named for its other use)
     for call in found:
         _report_inference(ctx, call, f" (in `{name}()`, which trains nothing)")
     for call in helpers:  # (``action = self.select_action(state)`` of an agent's ``test()``: the helper training uses)

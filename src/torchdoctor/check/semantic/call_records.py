@@ -31,7 +31,7 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by", "after_refusal", "choices", "in_model_loop", "unpinned_loaders")
+                 "made_by", "after_refusal", "choices", "in_model_loop", "unpinned_loaders", "trains")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -56,6 +56,7 @@ class CallRecord(FrozenRecord):
     # attribute the caller's file sets once to one: ``norm=args.norm`` of ``args.norm = "l2"``)
     in_model_loop: bool  # made on every pass of a loop that runs a model (a sampling or generation loop), on an accelerator
     unpinned_loaders: frozenset[str]  # arguments (by name or "#i") that are torch DataLoaders made without pinned memory
+    trains: bool  # autograd is on at the call and its result reaches a ``backward()`` (a training forward)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
@@ -64,10 +65,10 @@ class CallRecord(FrozenRecord):
                  host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
                  made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False,
                  choices: tuple[tuple[str, str | bool], ...] = (), in_model_loop: bool = False,
-                 unpinned_loaders: frozenset[str] = frozenset()) -> None:
+                 unpinned_loaders: frozenset[str] = frozenset(), trains: bool = False) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
                    rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal,
-                   choices, in_model_loop, unpinned_loaders)
+                   choices, in_model_loop, unpinned_loaders, trains)
 
 
 def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None,
@@ -146,8 +147,9 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         if any(isinstance(a, ast.Starred) for a in call.args):
             passed.add("*")
         per_step = accelerator and runs_per_step(sem, call)
+        grad_mode = _grad_mode(sem, call, quiet_elsewhere)
         per_iteration = per_step or accelerator and _per_iteration(sem, call)
-        out.append(CallRecord(written, _grad_mode(sem, call, quiet_elsewhere), guarded, eval_before, frozenset(given), ddp,
+        out.append(CallRecord(written, grad_mode, guarded, eval_before, frozenset(given), ddp,
                               per_step, sem.path, call.lineno, in_loop,
                               guarded and sem.guards.only_on_rank_zero(call), frozenset(models), frozenset(passed),
                               host_args_of(sem, call) if per_step else frozenset(),
@@ -156,7 +158,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               asks_gpus and program.refuses_cpu(sem, at=call) or _on_the_gpu_side(sem, call),
                               string_choices(sem, call),
                               per_iteration and not per_step and _in_a_model_loop(sem, call),
-                              unpinned_loader_args(sem, call) if loaders_made else frozenset()))
+                              unpinned_loader_args(sem, call) if loaders_made else frozenset(),
+                              grad_mode == "on" and in_loop and sem.feeds_backward(call)))
     return out
 
 
