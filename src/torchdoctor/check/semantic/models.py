@@ -701,6 +701,10 @@ def _init_of(cls: ast.AST) -> ast.AST | None:
     return next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
 
 
+_STAYS_WHERE_IT_IS = frozenset({"unsqueeze", "squeeze", "view", "reshape", "permute", "transpose", "contiguous", "float",
+                                "half", "double", "long", "clone", "detach", "repeat", "expand"})
+
+
 def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
     """The class's ``__init__`` moves itself or its parts: ``self.to(device)``, ``self.fc = self.fc.cuda()``,
     ``self.fc = nn.Linear(16, 8).cuda(rank)``, or a tensor moved first and then kept
@@ -713,6 +717,9 @@ def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
         if isinstance(n, ast.Call) and sem.is_device_move(n) and isinstance(n.func, ast.Attribute):
             if (dotted(n.func.value) or "").split(".")[0] == "self":
                 return True
+            while isinstance(up := sem.parent(n), ast.Attribute) and up.attr in _STAYS_WHERE_IT_IS \
+                    and isinstance(call := sem.parent(up), ast.Call) and call.func is up:
+                n = call  # (``torch.FloatTensor(k).cuda().unsqueeze(0).unsqueeze(0)``: still on the device)
             stmt = sem.parent(n)
             if isinstance(stmt, ast.Call) and (sem.call_name(stmt) or "").endswith("nn.Parameter") and stmt.args \
                     and stmt.args[0] is n:  # ``self.scale = nn.Parameter(torch.tensor(5.0).to(dev))``
