@@ -244,6 +244,9 @@ def _dataset_of_text(ctx: Context, call: ast.Call) -> bool:
     if isinstance(arg, ast.Name):
         b = sem.binding_at(arg.id, call)
         arg = b.value if b is not None and not b.is_param else None
+    if isinstance(arg, ast.ListComp) and (isinstance(arg.elt, ast.JoinedStr) or isinstance(arg.elt, ast.Call)
+                                          and isinstance(arg.elt.func, ast.Name) and arg.elt.func.id == "str"):
+        return True  # ``datasets = [str(sample) for sample in contexts]``: batches of strings, tokenized in the loop
     if not isinstance(arg, ast.Call):
         return False
     written = dotted(arg.func) or ""
