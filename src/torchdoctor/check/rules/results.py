@@ -406,6 +406,10 @@ def load_without_weights_only(node: ast.Call, ctx: Context) -> None:
 # ---- TD504 ---------------------------------------------------------------------
 
 
+_TENSOR_HOLDERS = frozenset({"Parameter", "UninitializedParameter", "Buffer", "ParameterList", "ParameterDict"})
+# (``patch = nn.Parameter(torch.zeros(3, h, w))``: a tensor, which ``weights_only=True`` loads)
+
+
 def _constructed_models(ctx: Context) -> set[str]:
     """Dotted names assigned a model constructor anywhere in the file (``model = Net()``)."""
 
@@ -416,7 +420,8 @@ def _constructed_models(ctx: Context) -> set[str]:
             value = strip_methods(node.value, PLACEMENT_METHODS)  # type: ignore[attr-defined]  # (``Enc().cuda()``)
             if isinstance(value, ast.Call):
                 name = ctx.call_name(value) or ""
-                if sem.kinds.is_module_class(name, value.func) or _MODEL_FACTORY.match(name):
+                if (sem.kinds.is_module_class(name, value.func) or _MODEL_FACTORY.match(name)) \
+                        and name.rsplit(".", 1)[-1] not in _TENSOR_HOLDERS:
                     out.update(d for t in node.targets if (d := dotted(t)))  # type: ignore[attr-defined]
         return out
 
