@@ -459,16 +459,18 @@ def branch_no_caller_takes(ctx: Context, node: ast.AST) -> bool:
                     sem.project is None or sem.frame(func).kind != "module" or not sem.project.has_callers(sem, func)):  # type: ignore[attr-defined]
                 return True
         if isinstance(test, ast.Attribute) and holds and isinstance(test.value, ast.Name) and test.value.id == "self" \
-                and _set_false_once(sem, func, test.attr):
+                and _set_false_once(ctx, func, test.attr):
             return True  # ``if self.individual:`` of a class whose ``__init__`` says ``self.individual = False``
     return False
 
 
-def _set_false_once(sem, func: ast.AST, attr: str) -> bool:  # type: ignore[no-untyped-def]
+def _set_false_once(ctx: Context, func: ast.AST, attr: str) -> bool:
     """``self.<attr>`` is set once in the module, in the ``__init__`` body of ``func``'s class, to a false constant
-    (``self.individual = False``), and nothing else in it names the attribute: the branch it guards never runs
-    (DLinear's per-channel layers). (An importer that sets it would have to name it: such code is rare; the
-    finding is then missed, never made up.)"""
+    (``self.individual = False``), or to a parameter of ``__init__`` that defaults to one and that no construction
+    passes (``def __init__(self, configs, individual=False)``, built by a registry as ``Model(args)``), and nothing
+    else in the module names the attribute: the branch it guards never runs (DLinear's per-channel layers). (An
+    importer that sets it would have to name it: such code is rare; the finding is then missed, never made up.)"""
+    sem = ctx.semantic
     cls = sem.class_of(func)
     init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
     if init is None or f'"{attr}"' in sem.text.source or f"'{attr}'" in sem.text.source:
@@ -477,7 +479,13 @@ def _set_false_once(sem, func: ast.AST, attr: str) -> bool:  # type: ignore[no-u
     if len(sets) != 1 or not isinstance(stmt := sem.parent(sets[0]), ast.Assign) or stmt not in init.body \
             or len(stmt.targets) != 1 or not isinstance(sets[0].value, ast.Name) or sets[0].value.id != "self":
         return False
-    return isinstance(stmt.value, ast.Constant) and not stmt.value.value
+    value = stmt.value
+    if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, value)) is not None and b.is_param \
+            and b.node is init and isinstance(default := param_default(init, value.id), ast.Constant) and not default.value:
+        sites = [c for c in sem.calls if sem.call_name(c) == cls.name]  # type: ignore[union-attr]
+        return not any(_passed(c, init, value.id) for c in sites) and (
+            sem.project is None or not sem.project.callers_pass(sem, init, value.id))  # type: ignore[attr-defined]
+    return isinstance(value, ast.Constant) and not value.value
 
 
 def _never_given(ctx: Context, func: ast.AST, param: str) -> bool:
