@@ -166,6 +166,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
             caller is None and isinstance(region, (ast.FunctionDef, ast.AsyncFunctionDef))
             and (device.endswith((".device", ".device()")) and (not device.startswith("self.") or device.count(".") >= 2
                                                  and not _OPTIONS_DEVICE.match(device))
+                 or device == "self.device" and _weights_device_property(sem, region)
                  or _input_device_alias(ctx, move, region)
                  or region.name == "__init__" and (b := sem.binding_at(device, move)) is not None and b.is_param)):
         return  # (a module's forward moving to its input's device is written for any device: the driver's GPU too; so
@@ -192,6 +193,17 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by {mover} on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+def _weights_device_property(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``self.device`` in a method of a module class that never sets it: the framework's property, the device of the
+    module's own weights (a Hugging Face ``PreTrainedModel``'s, a Lightning module's), like ``next(self.parameters())
+    .device``. (One the class sets, ``self.device = device``, is whatever its callers chose.)"""
+    cls = sem.class_of(func)
+    if cls is None or cls.name not in sem.module_classes:
+        return False
+    return not any(n.attr == "device" and isinstance(n.value, ast.Name) and n.value.id == "self"
+                   and not isinstance(n.ctx, ast.Load) and sem.class_of(n) is cls for n in sem.of_type(ast.Attribute))
 
 
 _NAN_TESTS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "math.isnan", "math.isinf", "numpy.isnan"})

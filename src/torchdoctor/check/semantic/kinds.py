@@ -166,6 +166,7 @@ class Kinds:
                     q = self.names.qualname(base) or ""
                     last = q.rsplit(".", 1)[-1]
                     if last in MODULE_BASES or last in found or self._imported_module_class(q, base) \
+                            or last.endswith("PreTrainedModel") and q.startswith("transformers.") \
                             or _torch_layer(q):  # (``class BatchNormFw(nn.BatchNorm2d)``: a layer, forward overridden)
                         found.add(cls.name)  # type: ignore[attr-defined]
                         changed = True
