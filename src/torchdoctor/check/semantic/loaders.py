@@ -518,8 +518,8 @@ def class_yields_device_tensors(sem: SemanticModel, cls: ast.AST) -> bool:
             continue
         seen.add(id(item))
         for node in sem.local_nodes(item):
-            if isinstance(node, ast.Call) and _moves_off_cpu(sem, node):
-                return True
+            if isinstance(node, ast.Call) and _moves_off_cpu(sem, node) and not _to_a_local_tensors_device(sem, node, item):
+                return True  # (not ``mel_basis.to(y.device)`` of the item's own audio: it stays where ``y`` is)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 todo += [f for f in sem.resolve(node) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))]
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -571,6 +571,16 @@ def loader_init_passes(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
             out |= {k.arg for k in n.keywords if k.arg in ("num_workers", "pin_memory") and not (
                 isinstance(k.value, ast.Constant) and k.value.value in (0, False, None))}
     return frozenset(out)  # type: ignore[arg-type]
+
+
+def _to_a_local_tensors_device(sem: SemanticModel, node: ast.Call, func: ast.AST) -> bool:
+    """``.to(y.device)`` where ``y`` is a parameter or a local of ``func`` (the item's own data, read on the host),
+    not an attribute the dataset keeps (``self.device``, ``self.x.device``)."""
+    target = node.args[0] if node.args and method_name(node) == "to" else None
+    if not (isinstance(target, ast.Attribute) and target.attr == "device" and isinstance(target.value, ast.Name)):
+        return False
+    b = sem.binding_at(target.value.id, node)
+    return b is not None and sem.scope_of(b.node) is func or b is not None and b.is_param and b.node is func
 
 
 def _moves_off_cpu(sem: SemanticModel, node: ast.Call) -> bool:
