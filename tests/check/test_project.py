@@ -7262,22 +7262,23 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
                 def forward(self, xyz):
                     return self.fc(xyz)
             """,
-        "train.py": f"""\
-            import torch
-            from blocks import {imported}
-
-            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            model = Propagation().to(device)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            for step in range(10):
-                loss = model(torch.randn(4, 64, 3, device=device)).sum()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            """,
+        "train.py": _trains_propagation(f"import torch\nfrom blocks import {imported}\n"),
     })
     results = check_files(["blocks.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "blocks.py") == expected
+
+
+def _trains_propagation(head: str, extra: str = "") -> str:
+    """A train.py: ``head`` (its imports), a device, ``extra`` (a line of its own), then a training loop of
+    ``Propagation``."""
+    return head + '\ndevice = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n' + extra + (
+        "model = Propagation().to(device)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(10):\n"
+        "    loss = model(torch.randn(4, 64, 3, device=device)).sum()\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n")
 
 
 @pytest.mark.parametrize("mention, expected", [
@@ -7305,21 +7306,8 @@ def test_a_model_class_an_importer_names_only_in_strings_and_comments_is_built_n
                 def forward(self, xyz):
                     return self.fc(xyz)
             """,
-        "train.py": f"""\
-            \"\"\"Here is the second version of SetAbstraction, renamed.\"\"\"
-            import torch
-            from blocks import *
-
-            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-            {mention}
-            model = Propagation().to(device)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            for step in range(10):
-                loss = model(torch.randn(4, 64, 3, device=device)).sum()
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            """,
+        "train.py": _trains_propagation('"""Here is the second version of SetAbstraction, renamed."""\n'
+                                        "import torch\nfrom blocks import *\n", mention + "\n"),
     })
     results = check_files(["blocks.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "blocks.py") == expected
