@@ -7235,7 +7235,7 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
     abstraction's forward calls it; the training script imports the feature propagation alone, so no step runs the
     helper (TD611 quiet). Imported (and so buildable) too, the set abstraction's forward makes them every step."""
     write(project, {
-        "blocks.py": """\
+        "blocks.py": textwrap.dedent("""\
             import torch
             import torch.nn as nn
 
@@ -7254,18 +7254,22 @@ def test_a_helper_only_forwards_of_classes_nobody_builds_call_runs_on_no_step(
                         xyz = self.fc(xyz + torch.rand(xyz.shape).to(xyz.device))
                     return sample_idx(xyz, 16) + start[:, None]
 
-            class Propagation(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.fc = nn.Linear(3, 3)
-
-                def forward(self, xyz):
-                    return self.fc(xyz)
-            """,
+            """) + _PROPAGATION,
         "train.py": _trains_propagation(f"import torch\nfrom blocks import {imported}\n"),
     })
     results = check_files(["blocks.py", "train.py"], Settings(root=str(project), select=("TD611",)))
     assert codes(results, "blocks.py") == expected
+
+
+_PROPAGATION = """
+class Propagation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, xyz):
+        return self.fc(xyz)
+"""
 
 
 def _trains_propagation(head: str, extra: str = "") -> str:
@@ -7290,7 +7294,7 @@ def test_a_model_class_an_importer_names_only_in_strings_and_comments_is_built_n
     the module with ``*`` and names the first version only in a string (its W&B project) and its docstring: no step
     runs that forward (TD611 quiet). A call of the class in the script's code builds it."""
     write(project, {
-        "blocks.py": """\
+        "blocks.py": textwrap.dedent("""\
             import torch
             import torch.nn as nn
 
@@ -7298,14 +7302,7 @@ def test_a_model_class_an_importer_names_only_in_strings_and_comments_is_built_n
                 def forward(self, xyz):
                     return xyz + torch.rand(xyz.shape).to(xyz.device)
 
-            class Propagation(nn.Module):
-                def __init__(self):
-                    super().__init__()
-                    self.fc = nn.Linear(3, 3)
-
-                def forward(self, xyz):
-                    return self.fc(xyz)
-            """,
+            """) + _PROPAGATION,
         "train.py": _trains_propagation('"""Here is the second version of SetAbstraction, renamed."""\n'
                                         "import torch\nfrom blocks import *\n", mention + "\n"),
     })
