@@ -117,7 +117,10 @@ def _collates_raw_items(ctx: Context, call: ast.Call) -> bool:
     sem = ctx.semantic
     fn = keyword(call, "collate_fn")
     funcs = sem.bindings.functions.get(fn.value.id, []) if fn is not None and isinstance(fn.value, ast.Name) else []
-    if not funcs and fn is not None and isinstance(fn.value, ast.Name) and fn.value.id in sem.names.from_imports \
+    if fn is not None and isinstance(fn.value, ast.Name) and fn.value.id in ("list", "tuple") \
+            and sem.binding_at(fn.value.id, call) is None:
+        pass  # ``collate_fn=list``: the batch is the list of the dataset's items, regrouped by Python alone
+    elif not funcs and fn is not None and isinstance(fn.value, ast.Name) and fn.value.id in sem.names.from_imports \
             and sem.project is not None:  # ``from data.batcher import coll_fn``: regroups with Python alone, there
         found = sem.project.function_for(sem, ast.Call(func=fn.value, args=[], keywords=[]))  # type: ignore[attr-defined]
         if getattr(found, "returns", None) != "python":
@@ -125,6 +128,8 @@ def _collates_raw_items(ctx: Context, call: ast.Call) -> bool:
     elif not funcs or not all(_only_regroups(sem, f) or loaders.only_python(sem, f) for f in funcs):
         return False
     made = _bound_call(sem, argument(call, "dataset", 0), call)
+    if made is not None and (sem.call_name(made) or "").startswith("torch."):
+        return False  # (``TensorDataset(x, y)``: its items are tensors, whatever regroups them)
     cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
     return cls is None or not any(isinstance(n, ast.Call) and (sem.call_name(n) or "").startswith("torch.")
                                   for n in sem.subtree(cls))
