@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.check.test_project import codes, project, write  # noqa: F401  (``project`` is a fixture)
 from torchdoctor.check.runner import check_files
 from torchdoctor.config import Settings
@@ -553,6 +555,47 @@ def test_a_trainer_class_made_through_its_package_from_a_model_moved_in_place(pr
     write(project, files)
     results = check_files(paths, Settings(root=str(project)))
     assert [c for c in codes(results, "ppo.py") if c[1] == "TD603"] == []
+
+
+@pytest.mark.parametrize("imported, expected", [("CPCLoss_sameSeq", [(11, "TD603")]),
+                                                  ("CPCLoss, CPCLoss_sameSeq", [(6, "TD603"), (11, "TD603")])])
+def test_a_loss_class_nothing_builds_computes_no_step(project: Path, imported: str, expected: list) -> None:
+    """VQMIVC keeps ``CPCLoss`` beside the ``CPCLoss_sameSeq`` its training script builds, the same per-step
+    ``.item()`` in both forwards: only the one that is built computes a loss each step. Imported too, both count."""
+    files = {
+        "model_encoder.py": """\
+            import torch
+            import torch.nn as nn
+
+            class CPCLoss(nn.Module):
+                def forward(self, z, c):
+                    accuracy = (z.argmax(-1) == c.argmax(-1)).float().mean().item()
+                    return (z - c).pow(2).mean(), accuracy
+
+            class CPCLoss_sameSeq(nn.Module):
+                def forward(self, z, c):
+                    accuracy = (z.argmax(-1) == c.argmax(-1)).float().mean().item()
+                    return (z - c).abs().mean(), accuracy
+            """,
+        "train.py": f"""\
+            import torch
+            from model_encoder import {imported}
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            encoder = torch.nn.Linear(8, 8).to(device)
+            cpc = CPCLoss_sameSeq().to(device)
+            optimizer = torch.optim.Adam(encoder.parameters())
+            for x in [torch.randn(4, 8) for _ in range(10)]:
+                z = encoder(x.to(device))
+                loss, acc = cpc(z, x.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "model_encoder.py") == expected
 
 
 def test_a_read_in_the_forward_of_a_loss_module_of_another_module_runs_every_step(project: Path) -> None:

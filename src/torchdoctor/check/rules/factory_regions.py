@@ -14,7 +14,7 @@ from torchdoctor.check.rules.steps import fills_a_none_branch, method_entries, p
 from torchdoctor.check.semantic import flow
 from torchdoctor.check.semantic.counts import few_passes
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
-from torchdoctor.check.semantic.models import construction, moved_keys
+from torchdoctor.check.semantic.models import built_nowhere, construction, moved_keys
 
 __all__ = ["model_loop", "project_step_caller", "region", "step_helper"]
 
@@ -28,7 +28,7 @@ def region(ctx: Context, node: ast.AST) -> ast.AST | None:
     cls = sem.class_of(node)
     if func is not None and cls is not None and cls.name in sem.module_classes and \
             (func.name == "forward" or reached_from_forward(sem, func, cls) and not _forwards_fill_it(sem, node, func, cls)) \
-            and not _unbuilt(sem, cls):
+            and not built_nowhere(sem, cls):
         return func
     if func is not None and cls is None and sem.function_of(func) is None and run_by_forwards(sem, func) \
             and not _only_dead_classes_call(sem, func):
@@ -92,14 +92,6 @@ def _forwards_fill_it(sem, node: ast.AST, func: ast.AST, cls: ast.AST) -> bool: 
     return bool(sites) and all(fills_a_none_branch(sem, node, func, s) for s in sites)
 
 
-def _unbuilt(sem, cls: ast.AST) -> bool:  # type: ignore[no-untyped-def]
-    """In a project run, the model class ``cls`` is built nowhere: its module names it only inside it, and the modules
-    of the project that import the module never name it (Time-LLM's ``ProbAttention`` beside the attention layers its
-    models use)."""
-    return sem.project is not None and all(sem.class_of(r) is cls for r in sem.reads_of(cls.name)) \
-        and sem.project.uncalled_helper(sem, cls)  # type: ignore[attr-defined]
-
-
 def _only_dead_classes_call(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
     """Every forward that runs the helper ``func`` (through helpers of the module) is of a model class nothing builds:
     the module makes none and names it nowhere else, and the modules of the project that import it never name it
@@ -113,7 +105,7 @@ def _only_dead_classes_call(sem, func: ast.AST, depth: int = 0) -> bool:  # type
             caller = sem.function_of(site)
             if caller is None or not _only_dead_classes_call(sem, caller, depth + 1):
                 return False
-        elif not _unbuilt(sem, owner):
+        elif not built_nowhere(sem, owner):
             return False  # (``super(SetAbstraction, self).__init__()`` in the class itself names it too)
     return bool(sites)
 
@@ -135,7 +127,7 @@ def model_loop(ctx: Context, node: ast.AST) -> ast.AST | None:
     sem = ctx.semantic
     loop = next(iter(sem.loops_around(node)), None)
     if loop is not None and (cls := sem.class_of(loop)) is not None and cls.name in sem.module_classes \
-            and _unbuilt(sem, cls):
+            and built_nowhere(sem, cls):
         return None  # (a loop of a model class nothing builds runs on no step)
     if loop is None or sem.function_of(loop) is not sem.function_of(node) or sem.loop_kind(loop) == "epoch" \
             and "epoch" in (dotted(getattr(loop, "target", None)) or "").lower():

@@ -23,6 +23,7 @@ from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, drai
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.call_records import chosen_value, host_args_of
+from torchdoctor.check.semantic.models import built_nowhere
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -376,6 +377,8 @@ def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
     if cls is None or func.name != "forward" or not _LOSS_CLASS.search(cls.name) \
             or cls.name not in sem.module_classes or sem.under_step_guard(node) or sem.call_sites(func):  # type: ignore[attr-defined]
         return
+    if built_nowhere(sem, cls):
+        return  # (``CPCLoss`` beside the ``CPCLoss_sameSeq`` the training script builds: no step computes it)
     if sem.grad_mode(node) == "off" and _returned_by(sem, node, func):
         return  # (``with torch.no_grad(): f_max = diff.abs().max().item()`` then ``return loss, f_max``: statistics the
         # loss hands its caller as numbers, on purpose: an L-BFGS driver's, which needs host values anyway)

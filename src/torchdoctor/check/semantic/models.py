@@ -669,6 +669,14 @@ def _plain_tensor(sem: SemanticModel, value: ast.AST) -> bool:
     return q.startswith("torch.") and q.count(".") == 1 and q[6:7].islower()
 
 
+def built_nowhere(sem: SemanticModel, cls: ast.AST) -> bool:
+    """In a project run, the model class ``cls`` is built nowhere: its module names it only inside it, and the modules
+    of the project that import the module never name it (Time-LLM's ``ProbAttention`` beside the attention layers its
+    models use)."""
+    return sem.project is not None and all(sem.class_of(r) is cls for r in sem.reads_of(cls.name)) \
+        and sem.project.uncalled_helper(sem, cls)  # type: ignore[attr-defined]
+
+
 def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
     """The model ``expr`` evaluates to has no parameter (a class of this file or of another module of the project
     that keeps only buffers, a stateless torch layer, a norm layer told ``affine=False``)."""
