@@ -2414,7 +2414,6 @@ def test_a_metric_helper_fed_the_data_of_packed_sequences_every_step_is_a_sync(p
 
 def test_a_reverse_question_does_not_parse_again_a_checked_file_that_cannot_call_the_function(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("torchdoctor.check.project.MAX_RECENT", 0)  # (else both are still kept, parsed or not)
     parsed = _count_parses(monkeypatch)
     write(project, {
         "a_other.py": "import torch\nfrom tools import engine  # another package's `engine`\n\nengine.train_one_epoch(torch.zeros(1))\n",
@@ -2438,35 +2437,6 @@ def test_a_reverse_question_does_not_parse_again_a_checked_file_that_cannot_call
     assert codes(results, "engine.py") == [(11, "TD603")]  # b_main.py, checked already, gives it a GPU
     # a_other.py says `engine` on an import line but imports another module: only b_main.py is read again
     assert sorted(parsed) == ["a_other.py", "b_main.py", "b_main.py", "engine.py"]
-
-
-@pytest.mark.parametrize("kept", [6, 0])
-def test_a_module_checked_a_moment_ago_answers_a_reverse_question_from_its_kept_syntax(
-        project: Path, monkeypatch: pytest.MonkeyPatch, kept: int) -> None:
-    monkeypatch.setattr("torchdoctor.check.project.MAX_RECENT", kept)
-    parsed = _count_parses(monkeypatch)
-    write(project, {
-        "main.py": "import torch\nfrom engine import train_one_epoch\n\ndevice = torch.device('cuda')\n"
-                   "model = torch.nn.Linear(2, 2).to(device)\ntrain_one_epoch(model, None, [], None, device)\n",
-        "engine.py": """\
-            import torch
-
-
-            def train_one_epoch(model, criterion, data_loader, optimizer, device):
-                for samples, targets in data_loader:
-                    loss = criterion(model(samples.to(device)), targets.to(device))
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    print(loss.item())
-            """,
-    })
-    (project / "tables.py").write_text("LABELS = [\n" + "    'label',\n" * 400 + "]\n")  # (the largest module
-    # bounds what is kept: the kept trees and the file being checked hold no more source than it does)
-    results = check_files(["main.py", "engine.py", "tables.py"], Settings(root=str(project)), jobs=1)
-    assert codes(results, "engine.py") == [(10, "TD603")]  # main.py, checked first, gives it a GPU: the same either way
-    assert sorted(parsed) == (["engine.py", "main.py", "tables.py"] if kept else
-                              ["engine.py", "main.py", "main.py", "tables.py"])
 
 
 def test_the_tests_of_a_cuda_kernel_built_beside_them_need_no_cpu_fallback(project: Path) -> None:

@@ -140,13 +140,12 @@ def analyse(source: str, path: str, *, tree: ast.Module | None = None, enabled: 
     ctx.enabled = codes
     if project is not None:
         project.begin(ctx.semantic)  # type: ignore[attr-defined]
-    kept = False
     try:
         _run(ctx, rules, errors)
     finally:
         if project is not None:
-            kept = project.end(ctx.semantic)  # type: ignore[attr-defined]
-        ctx.semantic.release(keep_syntax=kept)  # the tree goes at once (unless the project keeps it a while)
+            project.end(ctx.semantic)  # type: ignore[attr-defined]
+        ctx.semantic.release()  # the tree goes at once, not at the next full collection
     if not ctx.findings:
         return []
     kept = {id(f) for f in filter_noqa(ctx.findings, ctx.lines)}

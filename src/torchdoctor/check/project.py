@@ -38,7 +38,6 @@ if TYPE_CHECKING:  # summary.py is imported when a first module is summarised: a
 __all__ = ["Project", "REQUIRES_WRAPPED", "SELECTS_WRAPPED", "STRIPS_WRAPPED"]
 
 MAX_MODULES = 400  # summaries read per process
-MAX_RECENT = 6  # checked modules whose syntax is kept for the next files' reverse questions (who calls this?)
 MAX_PENDING = 8  # parsed modules kept for their own check, at most (each holds a tree: 64 cost +29 MB peak on 620 files)
 _RUNS = itertools.count()
 _WORKER_STATES: dict[str, State] = {}  # in a worker process: each run's caches, shared by the runs of files it checks
@@ -79,42 +78,13 @@ class Project(Callers):
     def begin(self, sem: SemanticModel) -> None:
         """``sem`` is being analysed: questions about its own module use it instead of reading the file."""
         self.state.current[self.state.absolute(sem.path)] = sem
-        self._keep_recent_within(len(sem.text.source))
 
-    def end(self, sem: SemanticModel) -> bool:
-        """``sem``'s check is over. True: the project keeps its syntax (tree, index, names, bindings) for a while,
-        for the files checked next: they are its imports, and ask who calls them (importers are checked first,
-        so ~10 % of the files were parsed again, a third of them by the next few files)."""
-        state = self.state
-        path = state.absolute(sem.path)
-        state.current.pop(path, None)
-        if path not in state.records:  # what a reverse question asks first, without parsing it again
-            state.imports_of[path] = (dict(sem.names.from_imports) | self.star_names(path, sem),
-                                      dict(sem.names.imports))
-        if path not in self._checked or len(self._checked) <= 1 or not path.endswith(".py"):
-            return False
-        state.recent[path] = (sem.text.source, sem.tree, *sem.syntax)
-        state.recent_chars += len(sem.text.source)
-        self._keep_recent_within(0)
-        return path in state.recent
-
-    def _keep_recent_within(self, current: int) -> None:
-        """Forget the oldest kept modules until at most MAX_RECENT are, and their texts with the ``current`` file's
-        sum to no more than the largest checked module's: the trees kept never hold more than a check of that one
-        file does anyway, so the peak memory stays where it was (without the bound, +13 % on the speed corpus)."""
-        state = self.state
-        recent = state.recent
-        if not recent:
-            return
-        if state.recent_budget is None:
-            state.recent_budget = max((_size(p) for p in self._checked if p.endswith(".py")), default=0)
-        while recent and (len(recent) > MAX_RECENT or state.recent_chars + current > state.recent_budget):
-            self._forget_recent(next(iter(recent)))
-
-    def _forget_recent(self, path: str) -> None:
-        old = self.state.recent.pop(path)
-        self.state.recent_chars -= len(old[0])
-        old[2].frame.index = None  # (the frames' way back to the index: the tree goes with its last reference)
+    def end(self, sem: SemanticModel) -> None:
+        path = self.state.absolute(sem.path)
+        self.state.current.pop(path, None)
+        if path not in self.state.records:  # what a reverse question asks first, without parsing it again
+            self.state.imports_of[path] = (dict(sem.names.from_imports) | self.star_names(path, sem),
+                                           dict(sem.names.imports))
 
     def take(self, path: str, text: str) -> tuple | None:
         """The tree and syntax-only parts of the semantic model the index already built for ``path``
@@ -170,8 +140,6 @@ class Project(Callers):
         """Drop the trees kept for files that are not checked here (in a worker: another worker's)."""
         if self._state is not None:
             self._state.pending.clear()
-            for path in list(self._state.recent):
-                self._forget_recent(path)
 
     def finished(self, path: str) -> None:
         """``path`` has had its own check: a later read of it for the index keeps no tree for it."""
@@ -574,7 +542,7 @@ class Project(Callers):
         """Free a model read for the index at once (SemanticModel.release), unless a check is using it."""
         if sem is None or self.state.current.get(path) is sem:
             return
-        kept = self.state.pending.get(path) or self.state.recent.get(path)
+        kept = self.state.pending.get(path)
         sem.release(keep_syntax=kept is not None and kept[2] is sem.index)
 
     def _model(self, path: str) -> SemanticModel | None:
@@ -582,9 +550,6 @@ class Project(Callers):
         if current is not None:
             return current
         state = self.state
-        recent = state.recent.get(path)
-        if recent is not None:  # checked a moment ago: its syntax is still here (read as the index reads a module)
-            return SemanticModel(recent[1], recent[0], path, None, recent[2:])
         if state.parsed >= MAX_MODULES:
             return None
         text = state.text(path)
@@ -602,13 +567,6 @@ class Project(Callers):
         if path in self._checked and path not in state.finished and len(state.pending) < MAX_PENDING:
             state.pending[path] = (text, tree, sem.index, sem.names, sem.bindings)
         return sem
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 def _names_torch_data_parallel(summary: ModuleSummary, base: str) -> bool:

@@ -39,10 +39,7 @@ class State:
         self.near: dict[str, list[str]] = {}
         self.current: dict[str, SemanticModel] = {}
         self.pending: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings) for its own check
-        self.finished: set[str] = set()  # checked already: no tree is kept for them, but for the recent ones
-        self.recent: dict[str, tuple] = {}  # path -> (text, tree, index, names, bindings), oldest first
-        self.recent_chars = 0
-        self.recent_budget: int | None = None  # characters: the largest checked module's size
+        self.finished: set[str] = set()  # checked already: no tree is kept for them
         self.imports_of: dict[str, tuple[dict, dict]] = {}  # checked already: (from_imports, imports)
         self.words: dict[str, frozenset[str]] = {}
         self.importers: dict[tuple[str, str | None], str | None] = {}

@@ -69,7 +69,6 @@ class SemanticModel:
             self.index = Index(tree)
             self.names = Names(self.index)
             self.bindings = Bindings(self.index, set(self.names.imports) | set(self.names.relative))
-        self.syntax = (self.index, self.names, self.bindings)  # (before a star import's borrowed names: syntax only)
         if project is not None and self.names.star:  # ``from network import *`` bringing ``nn``/``t`` (torch's) in
             borrowed = project.star_module_aliases(self)  # type: ignore[attr-defined]
             if borrowed:
