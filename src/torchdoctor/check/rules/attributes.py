@@ -284,8 +284,15 @@ def _number(ctx: Context, expr: ast.AST, at: ast.AST, literal: bool = True) -> b
         if b is None or not b.is_param or isinstance(b.node, ast.Lambda):
             return False
         default = param_default(b.node, expr.id)  # type: ignore[arg-type]
-        return default is not None and _number(ctx, default, at)
+        return default is not None and _number(ctx, default, at) or _compared_with_a_number(ctx, b.node, expr.id)
     return False
+
+
+def _compared_with_a_number(ctx: Context, func: ast.AST, param: str) -> bool:
+    """``assert order > 1`` in the function: the parameter is compared with a number literal, so it is a number."""
+    return any(isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.left, ast.Name) and n.left.id == param
+               and isinstance(c := n.comparators[0], ast.Constant) and type(c.value) in (int, float)
+               for n in ctx.semantic.local_nodes(func))
 
 
 def _only_in_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
