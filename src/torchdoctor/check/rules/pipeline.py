@@ -351,11 +351,26 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
             and not left_at_its_falsy_default(ctx, value, node):
         return  # (``**params`` of ``params = {"num_workers": 0, ...}``: told 0, as a keyword would)
     if not _judged_loader(ctx, node) or not (_trains(ctx) or _importer_trains(ctx, node)) \
-            or value is None and "num_workers" in _passes(ctx, node):
+            or value is None and "num_workers" in _passes(ctx, node) or _only_peeked_afresh(ctx, node):
         return
     what = "`num_workers=0`" if value is not None else "no `num_workers` (0)"
     ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
                fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
+
+
+def _only_peeked_afresh(ctx: Context, node: ast.AST) -> bool:
+    """Every read of the loader's name is ``next(iter(loader))``: one batch from a fresh iterator each time (a test
+    batch drawn every epoch), where workers would be started again on every read; more of them would only cost."""
+    sem = ctx.semantic
+    stmt = sem.parent(node)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    name = stmt.targets[0].id
+    reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.node is stmt.targets[0]
+             or b is not None and b.value is node]
+    return bool(reads) and all(isinstance(it := sem.parent(r), ast.Call) and dotted(it.func) == "iter" and it.args == [r]
+                               and isinstance(nx := sem.parent(it), ast.Call) and dotted(nx.func) == "next"
+                               and nx.args == [it] for r in reads)
 
 
 def _importer_trains(ctx: Context, node: ast.AST) -> bool:
