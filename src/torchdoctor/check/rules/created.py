@@ -312,6 +312,12 @@ def _moved_next_as(ctx: Context, parent: ast.Assign, name: str, region: ast.AST)
                 if _number(getattr(sem.parent(up), "value", None)):
                     continue  # ``stop[j, :n] = 0``: marked in place on the host first, with numbers
                 return None  # ``grid[row, :n] = torch.LongTensor(s)``: host data, which must cross the bus anyway
+            if isinstance(up := sem.parent(use), ast.Attribute) and up.attr in _FILLS \
+                    and isinstance(fill := sem.parent(up), ast.Call) and fill.func is up \
+                    and isinstance(sem.parent(fill), ast.Expr) and hops < 3:
+                hops += 1  # ``label_logits.zero_()``: filled in place on the host, then moved
+                end = (fill.end_lineno or fill.lineno, fill.end_col_offset or 0)
+                continue
             again = _rebound_reshaped(sem, use, name)
             if again is not None and hops < 3:  # ``rng = rng.unsqueeze(0).expand(b, n)``: still the host tensor
                 hops += 1
