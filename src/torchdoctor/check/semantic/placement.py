@@ -245,8 +245,10 @@ def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
     def compute() -> bool:
         func = sem.function_of(loop)
         body = sem.body(loop)
-        if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body):
-            return False
+        if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body) or any(
+                isinstance(n, ast.Lambda) and any(isinstance(m, ast.Call) and sem.is_device_move(m) for m in sem.subtree(n))
+                for n in sem.subtree(loop)):
+            return False  # (``x, y = map(lambda t: t.to(device), batch)``: moved by a lambda the loop runs)
         if func is None:  # a script's (a notebook's) loop: the models as they are when it runs
             end = sem.index.end(loop)
             calls = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
