@@ -11,6 +11,7 @@ from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, 
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
 from torchdoctor.check.semantic.call_records import chosen_value, set_once, string_choices
+from torchdoctor.check.semantic.models import init_of
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -472,7 +473,7 @@ def _set_false_once(ctx: Context, func: ast.AST, attr: str) -> bool:
     importer that sets it would have to name it: such code is rare; the finding is then missed, never made up.)"""
     sem = ctx.semantic
     cls = sem.class_of(func)
-    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    init = init_of(cls) if cls is not None else None
     if init is None or f'"{attr}"' in sem.text.source or f"'{attr}'" in sem.text.source:
         return False  # (``setattr(self, "individual", ...)``, ``getattr(cfg, "individual")``)
     sets = [n for n in sem.of_type(ast.Attribute) if n.attr == attr and not isinstance(n.ctx, ast.Load)]
@@ -482,8 +483,7 @@ def _set_false_once(ctx: Context, func: ast.AST, attr: str) -> bool:
     value = stmt.value
     if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, value)) is not None and b.is_param \
             and b.node is init and isinstance(default := param_default(init, value.id), ast.Constant) and not default.value:
-        sites = [c for c in sem.calls if sem.call_name(c) == cls.name]  # type: ignore[union-attr]
-        return not any(_passed(c, init, value.id) for c in sites) and (
+        return not any(_passed(c, init, value.id) for c in sem.call_sites(init)) and (
             sem.project is None or not sem.project.callers_pass(sem, init, value.id))  # type: ignore[attr-defined]
     return isinstance(value, ast.Constant) and not value.value
 

@@ -778,9 +778,10 @@ def _copied_to_host(sem, expr: ast.AST) -> bool:
             return False
         if cur.func.attr == "cpu":
             return True
-        target = sem.move_device(cur)
-        if target is not None:
-            return target == "cpu" or target.replace('"', "'") == "torch.device('cpu')"
+        if sem.move_device(cur) is not None:  # (``.to("cpu")``, ``.to(torch.device("cpu"))``; not ``.cuda()``)
+            dev = keyword(cur, "device")
+            arg = dev.value if dev is not None else cur.args[0] if cur.args else None
+            return arg is not None and program.cpu_device_value(sem, arg)
         if cur.func.attr not in _CASTS and cur.func.attr not in _RESHAPES and cur.func.attr not in ("to", "detach"):
             return False
         cur = cur.func.value

@@ -366,7 +366,7 @@ def _class_asserts_cuda(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-
     """A method of a class whose ``__init__`` asserts a CUDA device (``assert "cuda" in args.device, "DDP backend can
     not be used on non-CUDA devices"``, llm-baselines): no object of it exists without a GPU."""
     cls = sem.class_of(node)
-    init = next((f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    init = models.init_of(cls) if cls is not None else None
     return init is not None and any(
         isinstance(stmt, ast.Assert) and any(isinstance(n, ast.Constant) and isinstance(n.value, str)
                                              and n.value.lower().split(":")[0] == "cuda" for n in sem.subtree(stmt.test))

@@ -12,6 +12,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.rules.loop import training_branch
+from torchdoctor.check.semantic.call_records import INFERENCE_NAME
 from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing, quiet_self_calls
 from torchdoctor.check.semantic.models import construction, model_has_no_parameters
 
@@ -146,10 +147,6 @@ def _unit_test(sem, call: ast.Call) -> bool:
     return name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("randn", "rand", "randint", "randn_like", "rand_like")
 
 
-_INFERENCE_FUNC = lazy(r"(?i)^((predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)"
-                       r"|test(_(env|model|agent|policy|net|network|epoch|episode|game)s?)?$"  # (not ``test_split_fn``)
-                       r"|(save|show|plot|log|draw|visuali[sz]e)_(samples?|generated|predictions?|reconstructions?)$)")
-# (``save_sample(step)``: draws from the generator to write them, as ``sample_images`` does)
 
 
 @rule("TD401", ast.FunctionDef)
@@ -160,7 +157,7 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     name = func.name  # type: ignore[attr-defined]
     cls = sem.class_of(func)  # a method of an agent or a trainer counts; one of a model class is its own API
-    if not _INFERENCE_FUNC.match(name) or name in ("predict_step", "validation_step", "test_step") \
+    if not INFERENCE_NAME.match(name) or name in ("predict_step", "validation_step", "test_step") \
             or (cls is not None and (cls.name in sem.module_classes or name == "forward")) \
             or program.in_test(sem, func) or name in ("evaluate_actions", "evaluate_action"):  # type: ignore[attr-defined]
         return  # (PPO's ``evaluate_actions``: the log-probabilities and values of the actions taken, for the loss;
@@ -168,7 +165,7 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     if any(sem.guards.grad_call(d) in ("off", "maybe") for d in func.decorator_list):  # type: ignore[attr-defined]
         return
     outer = next((a for a in sem.ancestors(func) if isinstance(a, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
-    if outer is not None and not _INFERENCE_FUNC.match(outer.name):
+    if outer is not None and not INFERENCE_NAME.match(outer.name):
         return  # ``def inference(model, ...)`` nested in NeRF's ``render_rays``: a step of that function, which trains
     nodes = sem.local_nodes(func)
     if "backward" in sem.region_effects(nodes) or "step" in sem.region_effects(nodes):
@@ -267,7 +264,7 @@ def _shared_forward_helper(ctx: Context, call: ast.Call) -> ast.AST | None:
     torch.FloatTensor(state).to(self.device); return self.actor(s).detach().cpu().numpy()``, which training calls too."""
     sem = ctx.semantic
     funcs = sem.resolve(call)
-    if len(funcs) != 1 or not isinstance(helper := funcs[0], ast.FunctionDef) or _INFERENCE_FUNC.match(helper.name) \
+    if len(funcs) != 1 or not isinstance(helper := funcs[0], ast.FunctionDef) or INFERENCE_NAME.match(helper.name) \
             or helper.name == "forward" or (cls := sem.class_of(helper)) is not None and cls.name in sem.module_classes:
         return None
     if any(sem.guards.grad_call(d) in ("off", "maybe") for d in helper.decorator_list):

@@ -8,7 +8,7 @@ import ast
 import os
 
 from torchdoctor.check.astutil import argument, call_argument, dotted, has_kwargs, is_false, keyword, method_name, \
-    param_default, string_value, target_names
+    param_default, string_value, strip_methods, target_names
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, loaders, program
@@ -366,8 +366,7 @@ def _only_peeked_afresh(ctx: Context, node: ast.AST) -> bool:
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
         return False
     name = stmt.targets[0].id
-    reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.node is stmt.targets[0]
-             or b is not None and b.value is node]
+    reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.value is node]
     return bool(reads) and all(isinstance(it := sem.parent(r), ast.Call) and dotted(it.func) == "iter" and it.args == [r]
                                and isinstance(nx := sem.parent(it), ast.Call) and dotted(nx.func) == "next"
                                and nx.args == [it] for r in reads)
@@ -601,9 +600,7 @@ def _built_by_a_function_handed_the_device(ctx: Context, expr: ast.AST, at: ast.
     collated tensor itself as the dataset): a function of this file handed the device builds what it returns there (``torch.zeros(n, d).to(device)``), so the dataset holds
     device tensors (Raindrop's mTAND baselines)."""
     sem = ctx.semantic
-    while isinstance(expr, ast.Subscript) or isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) \
-            and expr.func.attr in _SAME_DATA:
-        expr = expr.value if isinstance(expr, ast.Subscript) else expr.func.value  # type: ignore[union-attr]
+    expr = strip_methods(expr, _SAME_DATA, subscripts=True, depth=8)
     b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
     value = b.value if b is not None and not b.is_param else expr
     if not isinstance(value, ast.Call):

@@ -21,7 +21,7 @@ from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.record import FrozenRecord
 
 __all__ = ["CallRecord", "call_records", "host_args_of", "chosen_value", "runs_per_step", "set_once", "string_choices",
-           "unpinned_loader_args"]
+           "unpinned_loader_args", "INFERENCE_NAME"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -159,7 +159,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               string_choices(sem, call),
                               per_iteration and not per_step and _in_a_model_loop(sem, call),
                               unpinned_loader_args(sem, call) if loaders_made else frozenset(),
-                              grad_mode == "on" and in_loop and sem.feeds_backward(call)))
+                              grad_mode == "on" and in_loop and bool(INFERENCE_NAME.match(written.rsplit(".", 1)[-1]))
+                              and sem.feeds_backward(call)))  # (asked of inference-named helpers only: TD401's)
     return out
 
 
@@ -294,6 +295,10 @@ def _made_by_imports(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, tup
     return tuple(out)
 
 
+INFERENCE_NAME = lazy(r"(?i)^((predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)"
+                       r"|test(_(env|model|agent|policy|net|network|epoch|episode|game)s?)?$"  # (not ``test_split_fn``)
+                       r"|(save|show|plot|log|draw|visuali[sz]e)_(samples?|generated|predictions?|reconstructions?)$)")
+# (``save_sample(step)``: draws from the generator to write them, as ``sample_images`` does)
 _GENERATES = lazy(r"(?i)generat|sampl|decod|translat|infer|predict|beam|search")
 _ASKING_FURTHER = [False]  # (one module further at most: records read while answering ask no further themselves)
 

@@ -580,7 +580,7 @@ def _to_a_local_tensors_device(sem: SemanticModel, node: ast.Call, func: ast.AST
     if not (isinstance(target, ast.Attribute) and target.attr == "device" and isinstance(target.value, ast.Name)):
         return False
     b = sem.binding_at(target.value.id, node)
-    return b is not None and sem.scope_of(b.node) is func or b is not None and b.is_param and b.node is func
+    return b is not None and (b.node is func or sem.scope_of(b.node) is func)  # (a parameter's node is its function)
 
 
 def _moves_off_cpu(sem: SemanticModel, node: ast.Call) -> bool:

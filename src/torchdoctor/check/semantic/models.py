@@ -13,7 +13,8 @@ from torchdoctor.check.semantic.model import SemanticModel
 __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last_name", "first_input_device",
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
            "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "init_params", "LEGACY_TENSORS",
-           "loss_weight_params", "holds_plain_tensors_only", "class_has_no_parameters", "model_has_no_parameters"]
+           "loss_weight_params", "holds_plain_tensors_only", "class_has_no_parameters", "model_has_no_parameters",
+           "built_nowhere", "init_of"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -481,7 +482,7 @@ def loss_weight_params(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | No
     them, it holds no tensor. None when it holds something else, or no such loss."""
     if not cls.bases or not all((dotted(b) or "") in _MODULE_BASES for b in cls.bases):  # type: ignore[attr-defined]
         return None
-    init = _init_of(cls)
+    init = init_of(cls)
     if init is None:
         return None
     found: list[str] = []
@@ -701,11 +702,11 @@ def model_has_no_parameters(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> b
 
 def init_params(cls: ast.AST) -> tuple[str, ...]:
     """The parameters of the class's ``__init__`` after ``self``, in order (to read a construction's arguments)."""
-    init = _init_of(cls)
+    init = init_of(cls)
     return tuple(a.arg for a in init.args.args[1:]) if init is not None else ()  # type: ignore[attr-defined]
 
 
-def _init_of(cls: ast.AST) -> ast.AST | None:
+def init_of(cls: ast.AST) -> ast.AST | None:
     return next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
 
 
@@ -717,7 +718,7 @@ def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
     """The class's ``__init__`` moves itself or its parts: ``self.to(device)``, ``self.fc = self.fc.cuda()``,
     ``self.fc = nn.Linear(16, 8).cuda(rank)``, or a tensor moved first and then kept
     (``init = init.cuda()`` ... ``self.transitions = nn.Parameter(init)``)."""
-    init = _init_of(cls)
+    init = init_of(cls)
     if init is None:
         return False
     moved_locals: set[str] = set()
@@ -766,7 +767,7 @@ def class_parts(sem: SemanticModel, cls: ast.AST) -> tuple[str, ...] | None:
     """The classes of the submodules ``__init__`` builds, as written (``self.enc = Encoder(cfg)``,
     ``self.crf = crf.CRF(n)``), when nothing else it keeps holds state (settings and stateless layers aside):
     None when it keeps a torch layer, a parameter or a tensor of its own, or has no ``__init__``."""
-    init = _init_of(cls)
+    init = init_of(cls)
     if init is None or len(cls.bases) != 1 or (dotted(cls.bases[0]) or "") not in _MODULE_BASES:  # type: ignore[attr-defined]
         return None
     parts: list[str] = []
