@@ -580,9 +580,8 @@ class Callers:
 
     def _importing(self, here: str, words: set[str]) -> list[str]:
         """The candidates (see ``_candidates``) with one of ``words`` on an import line, in their order."""
-        candidates = self._candidates(here)
-        if len(self.files) <= 1:
-            return [f for f in candidates if not words.isdisjoint(self.state.import_words(f))]
+        if len(self.files) <= 1:  # (a single-file run: the files near it; else the word index of the files checked)
+            return [f for f in self._candidates(here) if not words.isdisjoint(self.state.import_words(f))]
         index = self.word_index()
         hits = sorted({n for w in words for n in index.get(w, ())})
         return [self.files[n] for n in hits if self.files[n] != here]
