@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, param_default, param_slot, strip_methods
+from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, is_none, param_default, param_slot, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.counts import FEW, few_passes
 from torchdoctor.check.semantic.call_records import chosen_value, set_once, string_choices
@@ -237,7 +237,7 @@ def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
     sem = ctx.semantic
     for branch in _branches_around(ctx, node, loop):
         test = branch.test
-        if _first_steps_only(ctx, test, loop):
+        if _first_steps_only(ctx, test, loop) or _filled_on_first_pass(ctx, test, branch, loop):
             return True
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq) and \
                 isinstance(test.left, ast.Call) and dotted(test.left.func) == "len" and test.left.args and \
@@ -246,6 +246,26 @@ def first_pass_only(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append"
                        and dotted(n.func.value) == filled for n in sem.body(loop))
     return False
+
+
+def _filled_on_first_pass(ctx: Context, test: ast.AST, branch: ast.If, loop: ast.AST) -> bool:
+    """``if loss_ema is None: loss_ema = loss.item()`` (else: ``0.9 * loss_ema + 0.1 * loss.item()``): the branch
+    fills the name, and nothing in the loop sets it back to None, so it runs on the loop's first pass at most."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is)
+            and is_none(test.comparators[0]) and (name := dotted(test.left)) is not None):
+        return False
+    fills = [st for st in branch.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+             and dotted(st.targets[0]) == name and not is_none(st.value)]
+    if not fills:
+        return False
+    for n in ctx.semantic.subtree(loop):
+        target = n if isinstance(n, (ast.Name, ast.Attribute)) and not isinstance(n.ctx, ast.Load) else None
+        if target is None or dotted(target) != name:
+            continue
+        stmt = ctx.semantic.parent(target)
+        if not (isinstance(stmt, (ast.Assign, ast.AugAssign)) and stmt.value is not None and not is_none(stmt.value)):
+            return False  # (set to None again, deleted, or bound by a loop or a ``with``: maybe None on a later pass)
+    return True
 
 
 _SHOWN = lazy(r"(?i)vis|show|plot|sample|image|log_first")
