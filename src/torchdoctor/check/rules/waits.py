@@ -785,7 +785,7 @@ def _syncs_on_exit(ctx: Context, stmt: ast.With | ast.AsyncWith) -> bool:
 
 
 _HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "detach", "state_dict", "items", "keys", "values", "size", "dim", "numel", "nelement", "ndimension", "len",
-                        "isinstance", "float", "int", "print", "append", "format", "add_scalar", "add_scalars",
+                        "isinstance", "hasattr", "getattr", "callable", "float", "int", "print", "append", "format", "add_scalar", "add_scalars",
                         "set_postfix", "set_postfix_str", "set_description", "info", "debug", "warning",
                         "setdefault", "extend", "pop", "insert", "clear", "appendleft", "popleft"})
 # (``metrics.setdefault(k, []).append(v.item())``, ``if len(accs) > 100: accs.pop(0)``: containers; a tensor has no ``pop``)
