@@ -20,7 +20,9 @@ FACTORIES = frozenset({
 DTYPES = frozenset({
     "float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8",
     "int16", "int32", "int64", "long", "short", "bool", "uint8", "complex64", "complex128",
-    "cfloat", "cdouble", "float8_e4m3fn", "float8_e5m2",
+    "cfloat", "cdouble", "float8_e4m3fn", "float8_e5m2", "uint16", "uint32", "uint64", "complex32", "chalf",
+    "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn_x2", "qint8", "quint8", "qint32",
+    "quint4x2", "quint2x4",
 })
 
 

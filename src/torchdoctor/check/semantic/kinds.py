@@ -43,6 +43,8 @@ _NAME_HINTS = (
     (lazy(r"^(device|dev)$|_device$", re.I), "device"),
     (lazy(r"(^|_)(scheduler|sched|lr_scheduler)$", re.I), "scheduler"),
 )
+_TORCH_OBJECTS = frozenset({"torch.Generator", "torch.cuda.Stream", "torch.cuda.Event", "torch.Stream", "torch.Event",
+                            "torch.cuda.graphs.CUDAGraph", "torch.cuda.CUDAGraph"})  # (what a name hint may not override)
 _SUBMODULE_FIELDS = frozenset({"features", "backbone", "encoder", "decoder", "body", "trunk", "classifier", "head"})
 QUEUE_NAME = lazy(r"(?i)^(\w*_)?(queue|q)$")  # ``inputs, targets = queue.get()``: batches a loader thread puts there
 _COUNTER_NAME = lazy(r"^(i|j|k|n|ii|idx|index|ix|it|itr|iter|iters|iteration|step|batch_idx|batch_id|batch_i|i_batch|"
@@ -207,6 +209,8 @@ class Kinds:
                 return None  # ``self.pick_network(width)``: a method of the class, named like a model
             if b is not None and _names_a_class(key):
                 return None  # ``Model = eval(args.arch)``: a class picked by name; what it builds is the model
+            if b is not None and isinstance(b.value, ast.Call) and self.names.call_name(b.value) in _TORCH_OBJECTS:
+                return None  # ``generator = torch.Generator(device=d)``: a random number generator, not a GAN's model
             kind = kind_from_name(key)
         return kind
 
