@@ -338,3 +338,48 @@ def test_a_collate_that_tokenizes_with_a_python_helper_of_another_module_yields_
     write(project, {"train.py": train.replace("import tokenize", "import tensorize").replace("tokenize(None)", "tensorize(None)")})
     results = check_files(["batcher.py", "train.py"], Settings(root=str(project), select=("TD304",)))
     assert codes(results, "train.py") == [(9, "TD304")]
+
+
+def test_a_batch_dict_moved_entry_by_entry_through_a_project_helper(project: Path) -> None:
+    """Sentence-VAE's loop: ``for k, v in batch.items(): if torch.is_tensor(v): batch[k] = to_var(v)``, where
+    ``utils.to_var`` calls ``.cuda()`` when a GPU exists: the dict's tensors are on the device (quiet). A helper of
+    the same shape that only converts (``x.float()``) moves nothing: TD302."""
+    files = {
+        "utils.py": """\
+            import torch
+
+            def to_var(x):
+                if torch.cuda.is_available():
+                    x = x.cuda()
+                return x
+            """,
+        "train.py": """\
+            import torch
+            from torch import nn
+            from torch.utils.data import DataLoader
+            from utils import to_var
+
+            def main(dataset):
+                model = nn.Linear(8, 2)
+                if torch.cuda.is_available():
+                    model = model.cuda()
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                loader = DataLoader(dataset, batch_size=4, pin_memory=torch.cuda.is_available())
+                for iteration, batch in enumerate(loader):
+                    for k, v in batch.items():
+                        if torch.is_tensor(v):
+                            batch[k] = to_var(v)
+                    out = model(batch["input"])
+                    loss = nn.functional.cross_entropy(out, batch["target"])
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "train.py") if c[1] == "TD302"] == []
+    files["utils.py"] = files["utils.py"].replace("x = x.cuda()", "x = x.float()")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "train.py") if c[1] == "TD302"] == [(16, "TD302"), (17, "TD302")]

@@ -312,14 +312,17 @@ _DATA_PARALLEL = lazy(r"(?i)\bDataParallel\(|data_parallel\(")
 
 
 def _moved_key_by_key(ctx: Context, body: list[ast.AST], batch: set[str]) -> set[str]:
-    """``for k in batch: batch[k] = batch[k].to(device)`` (or ``batch[k] = v.to(device)`` over items()):
-    a batch dict moved entry by entry, in place."""
+    """``for k in batch: batch[k] = batch[k].to(device)`` (or ``batch[k] = v.to(device)`` over items(), or
+    ``batch[k] = to_var(v)`` of a helper that moves what it is handed): a batch dict moved entry by entry, in place."""
+    from torchdoctor.check.rules.host_values import moving_helper  # (host_values imports this stage's neighbours)
+
     sem = ctx.semantic
     out: set[str] = set()
     for node in body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Subscript):
             base = root_name(node.targets[0])
-            if base in batch and any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in sem.subtree(node.value)):
+            if base in batch and any(isinstance(n, ast.Call) and (sem.is_device_move(n) or moving_helper(ctx, n))
+                                     for n in sem.subtree(node.value)):
                 out.add(base)  # type: ignore[arg-type]
     return out
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from torchdoctor.check.context import Context
 
 __all__ = ["SAME_PLACE", "SYNC_METHODS", "before_the_first_move", "batch_on_device", "host_copy_of_cpu_data", "host_number", "inner_sync", "is_sync_call", "loader_batch_on_host",
-           "made_on_host", "sync_site", "tensor_value"]
+           "made_on_host", "moving_helper", "sync_site", "tensor_value"]
 
 
 SYNC_METHODS = ("item", "cpu", "tolist")
@@ -413,7 +413,7 @@ SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double"
 _NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})
 
 
-def _moving_helper(ctx: Context, call: ast.Call) -> bool:
+def moving_helper(ctx: Context, call: ast.Call) -> bool:
     """``to_gpu(lengths)``: a helper (named for it, or a function of this file or of another module of the project)
     that moves what it is handed to a device (``if torch.cuda.is_available(): x = x.cuda()``)."""
     sem = ctx.semantic
@@ -557,7 +557,7 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors
         values = [a for a in expr.args if not isinstance(a, ast.Constant)]
         return bool(values) and all(made_on_host(ctx, a, at, depth + 1) for a in values) \
-            and not _moving_lambda(ctx, expr.func, at) and not _moving_helper(ctx, expr)
+            and not _moving_lambda(ctx, expr.func, at) and not moving_helper(ctx, expr)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
 
