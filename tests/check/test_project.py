@@ -7927,3 +7927,59 @@ def test_a_wrappers_model_that_the_modules_making_the_wrapper_move_is_moved(proj
     write(project, files)
     results = check_files(list(files), Settings(root=str(project)))
     assert [c for c in codes(results, "wrapper.py") if c[1] == "TD201"] == [(6, "TD201")]
+
+
+def test_a_checkpoint_helper_that_only_unwraps_ddp_is_judged_by_its_callers(project: Path) -> None:
+    """A vendored ``checkpoint.py`` whose ``save_checkpoint`` takes ``model.module.state_dict()`` when
+    ``isinstance(model, DistributedDataParallel)``, and starts no process itself: not a DDP program of its own. A DDP
+    script that calls it on every rank, in its loop or not, makes its ``torch.save`` TD703 (naming that call); one that calls it under
+    ``if rank == 0:``, or none at all, leaves it quiet."""
+    files = {
+        "checkpoint.py": """\
+            import torch
+
+            def save_checkpoint(model, path):
+                if isinstance(model, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+                    state = model.module.state_dict()
+                else:
+                    state = model.state_dict()
+                torch.save(state, path)
+            """,
+        "train.py": """\
+            import os
+            import torch
+            import torch.distributed as dist
+            from torch import nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from checkpoint import save_checkpoint
+
+            def main(loader, epochs):
+                dist.init_process_group("nccl")
+                rank = int(os.environ["LOCAL_RANK"])
+                torch.cuda.set_device(rank)
+                model = DDP(nn.Linear(8, 2).cuda(rank), device_ids=[rank])
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        loss = nn.functional.cross_entropy(model(x.cuda(rank)), y.cuda(rank))
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+                    save_checkpoint(model, f"epoch{epoch}.pt")
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    found = [r for r in results if r.path.endswith("checkpoint.py")][0].findings
+    assert [(f.location.line, f.code) for f in found if f.code == "TD703"] == [(8, "TD703")]
+    assert "train.py:20" in found[0].message
+    files["train.py"] = files["train.py"].replace("        save_checkpoint(model", "        if rank == 0:\n"
+                                                  "                        save_checkpoint(model")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "checkpoint.py") if c[1] == "TD703"] == []
+    results = check_files(["checkpoint.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "checkpoint.py") if c[1] == "TD703"] == []
+    (project / "train.py").unlink()
+    results = check_files(["checkpoint.py"], Settings(root=str(project)))
+    assert [c for c in codes(results, "checkpoint.py") if c[1] == "TD703"] == []

@@ -195,11 +195,12 @@ class Callers:
         records = self._callers(sem, init)
         return all(r.rank_zero_only for r in records) if records else None
 
-    def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST) -> CallRecord | None:
+    def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST, anywhere: bool = False) -> CallRecord | None:
         """A call of ``func`` from the epoch or batch loop of a DDP program in another module that runs on every
-        rank (no rank guard)."""
-        return next((r for r in self._callers(sem, func, ddp_only=True) if r.ddp and r.in_loop and not r.rank_guarded),
-                    None)
+        rank (no rank guard); ``anywhere``: from any place of such a program (a helper that unwraps DDP models, made
+        for DDP programs, is no library API that any program may call once)."""
+        return next((r for r in self._callers(sem, func, ddp_only=True) if r.ddp and (anywhere or r.in_loop)
+                     and not r.rank_guarded), None)
 
     def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str]) -> bool:
         """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``)."""

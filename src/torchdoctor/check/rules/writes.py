@@ -13,6 +13,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
+from torchdoctor.check.semantic.processes import unwraps_ddp_only
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -366,6 +367,8 @@ def _multi_process(ctx: Context, node: ast.AST) -> bool:
     if sem.path.endswith(".ipynb") and not any(_launches(ctx, c) for c in sem.calls_named(*_LAUNCHERS)):
         return False  # a notebook's kernel is one process: only one it launches runs more (mp.spawn, notebook_launcher)
     if program.is_ddp_program(sem):
+        if unwraps_ddp_only(sem) and not sem.trains and sem.function_of(node) is not None:
+            return False  # (a checkpoint helper that takes ``model.module``'s state of a DDP model: its callers decide)
         return not program.single_process_world(sem)
     here = sem.function_of(node)
     return sem.trains and any((ctx.call_name(c) or "").startswith("accelerate.") and sem.function_of(c) is here
@@ -380,7 +383,7 @@ def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
     if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
             or sem.under_rank_guard(node):
         return None
-    return sem.project.unguarded_ddp_caller(sem, func)  # type: ignore[attr-defined]
+    return sem.project.unguarded_ddp_caller(sem, func, anywhere=unwraps_ddp_only(sem))  # type: ignore[attr-defined]
 
 
 def _is_spawn(ctx: Context, call: ast.Call) -> bool:

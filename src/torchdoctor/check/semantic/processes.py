@@ -8,7 +8,7 @@ import ast
 from torchdoctor.check.astutil import argument, dotted, int_literal, keyword, string_value
 from torchdoctor.check.semantic.model import SemanticModel
 
-__all__ = ["names_process_group", "is_ddp_program", "is_rpc_program", "single_process_world", "shuffling_samplers"]
+__all__ = ["names_process_group", "is_ddp_program", "unwraps_ddp_only", "is_rpc_program", "single_process_world", "shuffling_samplers"]
 
 
 _PROCESS_GROUP_WORDS = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP", "RANK", "WORLD_SIZE")
@@ -39,6 +39,32 @@ def is_ddp_program(sem: SemanticModel) -> bool:
         return any(string_value(n) in ("LOCAL_RANK", "WORLD_SIZE", "RANK") for n in sem.of_type(ast.Constant))
 
     return sem.cached("is_ddp", compute)  # type: ignore[no-any-return]
+
+
+def unwraps_ddp_only(sem: SemanticModel) -> bool:
+    """The file names DDP only in type tests (``isinstance(model, torch.nn.parallel.DistributedDataParallel)`` to take
+    ``model.module``'s state dict) and nothing else that starts processes: a helper for whatever its callers run, not a
+    DDP program of its own (``is_ddp_program`` counts every mention)."""
+
+    def compute() -> bool:
+        words = ("DistributedDataParallel", "init_process_group", "DistributedSampler", "DDP")
+        if any(string_value(n) in ("LOCAL_RANK", "WORLD_SIZE", "RANK") for n in sem.of_type(ast.Constant)):
+            return False
+        found = False
+        for node in (*sem.of_type(ast.Attribute), *sem.of_type(ast.Name)):
+            name = node.attr if isinstance(node, ast.Attribute) else (sem.qualname(node) or "").rsplit(".", 1)[-1]
+            if name not in words:
+                continue
+            call = sem.parent(node)
+            if isinstance(call, ast.Tuple):
+                call = sem.parent(call)  # (``isinstance(model, (DataParallel, DDP))``)
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in ("isinstance", "issubclass")
+                    and len(call.args) == 2 and sem.contains(call.args[1], node)):
+                return False
+            found = True
+        return found
+
+    return sem.cached("unwraps_ddp_only", compute)  # type: ignore[no-any-return]
 
 
 def is_rpc_program(sem: SemanticModel) -> bool:
