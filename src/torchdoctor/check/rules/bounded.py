@@ -578,9 +578,28 @@ def made_once(ctx: Context, node: ast.Call, region: ast.AST) -> bool:
     for a in sem.ancestors(stmt):
         if a is region:
             return False
-        if isinstance(a, ast.If) and _empty_test(a.test, target) and any(stmt is n for b in a.body for n in sem.subtree(b)):
-            return bool(target)
+        if isinstance(a, ast.If) and any(stmt is n for b in a.body for n in sem.subtree(b)) and (
+                _empty_test(a.test, target) or any(_empty_test(a.test, other) for other in _filled_with(sem, a.body, target))):
+            return bool(target)  # (``if self.in_norm is None:`` around ``self.loop_index = ...`` and ``self.in_norm = ...``:
+            # the branch fills the attribute it tests, together with this one)
     return False
+
+
+def _filled_with(sem, body: list[ast.stmt], target: str | None) -> list[str]:  # type: ignore[no-untyped-def]
+    """The attributes of the object (``self.in_norm``) that the statements of ``body`` fill with a computed value beside
+    ``target``, which nothing else sets back to None (or False)."""
+    if not target or not target.startswith("self."):
+        return []
+    out = []
+    for st in body:
+        for t in st.targets if isinstance(st, ast.Assign) else ():
+            for e in t.elts if isinstance(t, ast.Tuple) else [t]:
+                name = dotted(e)
+                if isinstance(e, ast.Attribute) and name and name.startswith("self.") and name != target \
+                        and not isinstance(st.value, ast.Constant) and not _reset_elsewhere(sem, e.attr) \
+                        and not _reset_elsewhere(sem, e.attr, False):  # (a flag set True: ``_lazy_init``'s)
+                    out.append(name)
+    return out
 
 
 def _lazy_init(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
@@ -645,8 +664,8 @@ def _empty_test(test: ast.AST, target: str | None) -> bool:
     if negated:
         return dotted(test) == target
     if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(c := test.comparators[0], ast.Constant):
-        if isinstance(test.ops[0], ast.Is):
-            return c.value is None and dotted(test.left) == target
+        if isinstance(test.ops[0], (ast.Is, ast.Eq)) and c.value is None:
+            return dotted(test.left) == target  # (``self.in_norm == None`` too: a tensor compared to None is False)
         if isinstance(test.ops[0], ast.Eq) and c.value == 0 and isinstance(left := test.left, ast.Call):
             return _empty_test(ast.UnaryOp(op=ast.Not(), operand=left), target)
     return False
