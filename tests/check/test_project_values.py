@@ -383,3 +383,61 @@ def test_a_batch_dict_moved_entry_by_entry_through_a_project_helper(project: Pat
     write(project, files)
     results = check_files(list(files), Settings(root=str(project)))
     assert [c for c in codes(results, "train.py") if c[1] == "TD302"] == [(16, "TD302"), (17, "TD302")]
+
+
+def test_numpy_of_a_method_that_a_method_run_under_no_grad_elsewhere_calls(project: Path) -> None:
+    """world-models' ``RolloutGenerator``: ``get_action`` returns ``action.squeeze().cpu().numpy()`` of the controller's
+    output, and only ``rollout`` calls it; every module that runs ``rollout`` does so under ``torch.no_grad()``: the
+    action needs no grad (quiet). A module that runs ``rollout`` with autograd on, or calls ``get_action`` itself with
+    it on, makes it TD501."""
+    files = {
+        "rollout.py": """\
+            import torch
+            from torch import nn
+
+            class RolloutGenerator:
+                def __init__(self, device):
+                    self.device = device
+                    self.controller = nn.Linear(4, 2).to(device)
+
+                def get_action(self, obs):
+                    action = self.controller(obs)
+                    return action.squeeze().cpu().numpy()
+
+                def rollout(self, steps):
+                    total = 0.0
+                    for _ in range(steps):
+                        total += float(self.get_action(torch.randn(1, 4, device=self.device)).sum())
+                    return total
+            """,
+        "train.py": """\
+            import torch
+            from rollout import RolloutGenerator
+
+            def evaluate(steps):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                r_gen = RolloutGenerator(device)
+                with torch.no_grad():
+                    return r_gen.rollout(steps)
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "rollout.py") if c[1] == "TD501"] == []
+    files["play.py"] = """\
+        import torch
+        from rollout import RolloutGenerator
+
+        def play():
+            r_gen = RolloutGenerator(torch.device("cpu"))
+            return r_gen.get_action(torch.randn(1, 4))
+        """
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "rollout.py") if c[1] == "TD501"] == [(11, "TD501")]
+    del files["play.py"]
+    (project / "play.py").unlink()
+    files["train.py"] = files["train.py"].replace("with torch.no_grad():\n                    return", "return")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project)))
+    assert [c for c in codes(results, "rollout.py") if c[1] == "TD501"] == [(11, "TD501")]

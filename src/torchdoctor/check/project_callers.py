@@ -217,6 +217,10 @@ class Callers:
         modes = {r.grad_mode for r in self._callers(sem, func, by_class=by_class)}
         return modes.pop() if len(modes) == 1 else None
 
+    def never_called_with_grad(self, sem: SemanticModel, func: ast.AST, by_class: bool = False) -> bool:
+        """No call of ``func`` from the other modules runs with autograd on (there may be none)."""
+        return all(r.grad_mode == "off" for r in self._callers(sem, func, by_class=by_class))
+
     def callers_train_through(self, sem: SemanticModel, func: ast.AST) -> bool:
         """Some call of ``func`` in another module trains through it: autograd on, and its result reaches a
         ``backward()`` (Raindrop's baselines: ``outputs = evaluate_standard(model, P, ...)``, then the loss of it)."""

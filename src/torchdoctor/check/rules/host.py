@@ -361,11 +361,23 @@ def device_tensor_into_numpy_array(node: ast.AST, ctx: Context) -> None:
 
 def _callers_turn_grad_off(ctx: Context, node: ast.AST) -> bool:
     """``def act(self, obs): ... return action.cpu().numpy()``, called only from other modules, each time under
-    ``torch.no_grad()`` (drqv2's ``with torch.no_grad(): action = agent.act(...)``): nothing it computes needs grad."""
+    ``torch.no_grad()`` (drqv2's ``with torch.no_grad(): action = agent.act(...)``): nothing it computes needs grad.
+    Also through a method of the file that calls it (world-models' ``rollout`` calls ``get_action_and_transition``,
+    and every module that runs ``rollout`` does so under ``no_grad``)."""
     sem = ctx.semantic
     func = sem.function_of(node)
-    return func is not None and sem.grad_mode(node) != "off" \
-        and sem.called_elsewhere_without_grad(func, by_class=sem.class_of(func) is not None)
+    return func is not None and sem.grad_mode(node) != "off" and _run_without_grad(sem, func)
+
+
+def _run_without_grad(sem, func: ast.AST, depth: int = 0) -> bool:  # type: ignore[no-untyped-def]
+    by_class = sem.class_of(func) is not None
+    sites = sem.call_sites(func)
+    if not sites:
+        return sem.called_elsewhere_without_grad(func, by_class=by_class)
+    if depth >= 2 or sem.project is None or not sem.project.never_called_with_grad(sem, func, by_class=by_class):
+        return False  # (a call of ``func`` itself from another module, with autograd on)
+    return all(sem.grad_mode(s) == "off" or (caller := sem.function_of(s)) is not None and caller is not func
+               and _run_without_grad(sem, caller, depth + 1) for s in sites)
 
 
 def _unmoved_yet(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
