@@ -336,7 +336,8 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             or program.single_process_world(sem) or _hf_trainer(ctx):
         return  # (Accelerate/Fabric and device helpers bind each rank to its GPU; so does the code that starts them)
     sites = [site for site in cuda_sites.cuda_sites(sem) if not site.indexed and not _single_process_branch(ctx, site.node)
-             and not _moved_again_to_an_index(ctx, site.node) and not _outside_the_spawned_workers(ctx, site.node)]
+             and not _moved_again_to_an_index(ctx, site.node) and not _outside_the_spawned_workers(ctx, site.node)
+             and not _after_fully_shard(ctx, site.node)]
     if sites and _rank_per_node(ctx):
         return
     if sites and (_helper_sets_device(ctx) or sem.project is not None and (
@@ -351,6 +352,18 @@ def every_rank_on_gpu0(node: ast.AST, ctx: Context) -> None:
             f"`{site.text}` names no GPU index in a DDP program that never calls `torch.cuda.set_device`: {where}",
             fix='call `torch.cuda.set_device(local_rank)` first, or use `torch.device("cuda", local_rank)`',
         )
+
+
+def _after_fully_shard(ctx: Context, node: ast.AST) -> bool:
+    """``torch.device("cuda")`` after FSDP2's ``fully_shard(model)`` in the same function: sharding made a device mesh
+    (its default one when given none), and making a mesh sets each process's current GPU from ``LOCAL_RANK`` while
+    CUDA is untouched (a model built on the meta device, then ``model.to_empty(device=torch.device("cuda"))``)."""
+    sem = ctx.semantic
+    pos = sem.index.pos.get(node)
+    scope = sem.scope_of(node)
+    return pos is not None and any(
+        (ctx.call_name(c) or "").startswith("torch.distributed.") and sem.scope_of(c) is scope
+        and sem.index.pos[c] < pos for c in sem.calls_named("fully_shard"))
 
 
 def _moved_again_to_an_index(ctx: Context, node: ast.AST) -> bool:
