@@ -24,7 +24,7 @@ __all__ = ["SAME_PLACE", "SYNC_METHODS", "before_the_first_move", "batch_on_devi
 
 SYNC_METHODS = ("item", "cpu", "tolist")
 REDUCING_METHODS = frozenset({"sum", "mean", "max", "min", "norm", "amax", "amin", "count_nonzero", "prod", "std", "var"})
-_LOSS_NAME = lazy(r"^(loss|.*_loss|loss_(?!scale|names?$|keys?$|types?$|fn$|func$).*|losses)$")
+_LOSS_NAME = lazy(r"^(loss\d?|.*_loss|loss_(?!scale|names?$|keys?$|types?$|fn$|func$).*|losses)$")  # (``loss1``: a part)
 # (``loss_scale_value``: AMP's scale, a float; ``loss_name``, ``loss_key``: the strings that name losses)
 
 
@@ -62,6 +62,8 @@ def tensor_value(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
         made = b.value if b is not None and not b.is_param and b.index is not None else None  # ``loss_dict[name]``
         return isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) \
             and ctx.semantic.expr_kind(made.func.value, at) in ("model", "wrapper")  # (a model's own loss method)
+    if isinstance(expr, ast.Attribute) and expr.attr == "data" and isinstance(expr.value, ast.Name):
+        return tensor_value(ctx, expr.value, at)  # ``float(loss1.data)``: the tensor's data, where the tensor is
     if isinstance(expr, ast.Attribute):
         return ctx.semantic.expr_kind(expr, at) == "tensor"  # ``outputs.loss``, ``out.logits``
     if isinstance(expr, ast.Name):

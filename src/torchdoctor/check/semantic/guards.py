@@ -45,6 +45,8 @@ _OPTIMIZERISH = lazy(r"(?i)opt|scaler")
 _RANKISH = lazy(r"(?i)(global_|local_|world_|node_|proc_|process_)?rank|gpu|local_gpu|process_index")  # (``rank % ngpus``)
 
 
+_MOD_FUNCTIONS = frozenset({"numpy.remainder", "numpy.mod", "numpy.fmod", "math.fmod", "operator.mod"})
+
 class Guards(GradModes, DeviceChoices):
     def __init__(self, index: Index, names: Names, bindings: Bindings, segment: Callable[[ast.AST], str],
                  call_sites: Callable[[ast.AST], list[ast.Call]]) -> None:
@@ -161,8 +163,11 @@ class Guards(GradModes, DeviceChoices):
         return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) and not isinstance(n.left, ast.JoinedStr)
                    and not (isinstance(n.left, ast.Constant) and isinstance(n.left.value, str))
                    and not _RANKISH.fullmatch((dotted(n.left) or "").rsplit(".", 1)[-1])
+                   or isinstance(n, ast.Call) and len(n.args) == 2 and self.names.call_name(n) in _MOD_FUNCTIONS
+                   and not _RANKISH.fullmatch((dotted(n.args[0]) or "").rsplit(".", 1)[-1])
                    for n in self.index.subtree(expr))  # (not ``"%s" % name``: a string formatted; not ``args.rank %
-        # ngpus_per_node == 0``, the first process of each node: a rank test, on every step of that process)
+        # ngpus_per_node == 0``, the first process of each node: a rank test, on every step of that process;
+        # ``np.remainder(num_iter, 10) == 0``: NumPy's spelling of ``%``)
 
     def _one_off(self, test: ast.AST) -> bool:
         """``i == 0`` / ``batch_idx == len(loader) - 1`` / ``step < 3``: a counter tested against a fixed value."""
