@@ -427,9 +427,12 @@ def _moved_by_every_caller(ctx: Context, node: ast.Call) -> ast.Call | None:
     ret = sem.parent(_host_made(ctx, node))
     func = sem.function_of(node)
     if not isinstance(ret, ast.Return) or func is None or (cls := sem.class_of(func)) is not None and (
-            cls.name in sem.module_classes or func.name.startswith("__")):
+            func.name.startswith("__") or func.name == "forward"):
         return None  # (a plain class's method: ``sched.sample_timesteps(n).to(device)`` of ``return torch.randint(...)``)
     sites = sem.call_sites(func)
+    if cls is not None and cls.name in sem.module_classes and any(sem.class_of(s) is cls for s in sites):
+        return None  # (a network's method its own forward runs: the forward rules' business; one the training loop
+        # calls on the model, ``h = rec.initHidden().to(device)`` every iteration, is the loop's)
     moves = [_move_through_methods(sem, site) for site in sites]
     return moves[0] if sites and all(m is not None for m in moves) else None
 
