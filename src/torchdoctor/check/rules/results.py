@@ -226,6 +226,15 @@ def _saves_host_data(ctx: Context, save: ast.Call) -> bool:
         b = sem.binding_at(obj.id, obj)
         if b is not None and b.value is not None and not b.is_param:
             nodes = nodes + sem.subtree(b.value)
+    saved = obj
+    if isinstance(obj, ast.Name) and (b := sem.binding_at(obj.id, obj)) is not None and b.value is not None \
+            and not b.is_param:
+        saved = b.value
+    if isinstance(saved, ast.Dict) and any(
+            isinstance(v, ast.Call) and method_name(v) == "state_dict" and not any(
+                isinstance(n, ast.Call) and method_name(n) == "cpu" for n in sem.subtree(v)) for v in saved.values):
+        return False  # (``{"rnn_state_dict": self.rnn_model.state_dict(), "sigma2": s.detach().cpu().numpy()}``: the
+        # model's own tensors beside a host copy are where the model is)
     if any(isinstance(n, ast.Call) and method_name(n) in ("cpu", "numpy") or
            isinstance(n, ast.Attribute) and (sem.qualname(n) or "").startswith("numpy.") for n in nodes):
         return True
