@@ -7983,3 +7983,47 @@ def test_a_checkpoint_helper_that_only_unwraps_ddp_is_judged_by_its_callers(proj
     (project / "train.py").unlink()
     results = check_files(["checkpoint.py"], Settings(root=str(project)))
     assert [c for c in codes(results, "checkpoint.py") if c[1] == "TD703"] == []
+
+
+def test_loaders_handed_in_a_dict_to_a_trainer_object_of_another_module(project: Path) -> None:
+    """Conv-TasNet: ``data = {"tr_loader": tr_loader, "cv_loader": cv_loader}``, then ``Solver(data, model, opt).train()``
+    whose ``train`` (solver.py) backpropagates over ``data["tr_loader"]``: the program trains, so the validation loader
+    built with ``num_workers=0`` is TD305. A solver that only evaluates leaves it quiet."""
+    files = {
+        "solver.py": """\
+            import torch
+
+            class Solver:
+                def __init__(self, data, model, optimizer):
+                    self.tr_loader, self.cv_loader = data["tr_loader"], data["cv_loader"]
+                    self.model, self.optimizer = model, optimizer
+
+                def train(self):
+                    for x, y in self.tr_loader:
+                        loss = (self.model(x.cuda()) - y.cuda()).pow(2).mean()
+                        self.optimizer.zero_grad()
+                        loss.backward()
+                        self.optimizer.step()
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from solver import Solver
+
+            def main(tr_dataset, cv_dataset, workers):
+                tr_loader = DataLoader(tr_dataset, batch_size=4, num_workers=workers, pin_memory=True)
+                cv_loader = DataLoader(cv_dataset, batch_size=1, num_workers=0, pin_memory=True)
+                data = {"tr_loader": tr_loader, "cv_loader": cv_loader}
+                model = torch.nn.Linear(8, 1).cuda()
+                optimizer = torch.optim.Adam(model.parameters())
+                solver = Solver(data, model, optimizer)
+                solver.train()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "train.py") == [(7, "TD305")]
+    files["solver.py"] = files["solver.py"].replace("loss.backward()", "print(loss.item())")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "train.py") == []

@@ -407,8 +407,9 @@ def _trains(ctx: Context) -> bool:
             if isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
                 b = sem.binding_at(call.func.value.id, call)
                 made = b.value if b is not None and not b.is_param and isinstance(b.value, ast.Call) else None
-                handed = made is not None and any(isinstance(a, ast.Name) and sem.expr_kind(a, made) == "loader"
+                handed = made is not None and any(_holds_loader(ctx, a, made)
                                                   for a in (*made.args, *(k.value for k in made.keywords)))
+                # (``Solver(data, model, opt, args)`` of ``data = {"tr_loader": tr_loader, "cv_loader": cv_loader}``)
                 # (``for x, y in train_loader: model.update(x, y)``: a method of a project object run on every batch)
                 if handed or made is not None and any(sem.kinds.is_loader_expr(i) for loop in sem.loops_around(call)
                                                        if isinstance(loop, ast.For) for i in unwrap_iter(loop.iter)[0]):
