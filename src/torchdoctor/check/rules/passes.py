@@ -173,10 +173,20 @@ def _phase_names(sem, it: ast.AST) -> list[str]:  # type: ignore[no-untyped-def]
     if isinstance(it, ast.Name):
         b = sem.binding_at(it.id, it)
         it = b.value if b is not None and not b.is_param and b.index is None and b.value is not None else it
-    if not isinstance(it, (ast.List, ast.Tuple)) or not all(isinstance(e, ast.Constant) and isinstance(e.value, str)
-                                                           for e in it.elts):
-        return []
-    return [e.value for e in it.elts]  # type: ignore[attr-defined]
+    return _string_items(it) or []
+
+
+def _string_items(it: ast.AST, depth: int = 0) -> list[str] | None:
+    """``["train", "val"]``; also ``["train", "valid"] + (["test"] if args.test else [])``: every string it may hold."""
+    if isinstance(it, (ast.List, ast.Tuple)):
+        if not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in it.elts):
+            return None
+        return [e.value for e in it.elts]  # type: ignore[attr-defined]
+    if depth < 3 and (isinstance(it, ast.BinOp) and isinstance(it.op, ast.Add) or isinstance(it, ast.IfExp)):
+        parts = [it.left, it.right] if isinstance(it, ast.BinOp) else [it.body, it.orelse]
+        found = [_string_items(p, depth + 1) for p in parts]
+        return None if any(f is None for f in found) else [x for f in found for x in f]  # type: ignore[union-attr]
+    return None
 
 
 def _mentions(sem, expr: ast.AST, name: str) -> bool:  # type: ignore[no-untyped-def]
