@@ -56,6 +56,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             continue  # (``x.cuda(torch.device(device))``: one finding, at the ``.cuda()`` that holds it)
         if program.uses_gpu_only_library(sem, site.node) or program.refuses_cpu(sem, at=site.node) \
                 or _moves_nothing(sem, site.node) or sem.chooses_device(site.node) and not _cuda_either_way(sem, site.node) \
+                and _fixed_flag(site.node) is None \
                 or program.gpu_only_test(sem, site.node) or _unused_setting(sem, site.node) \
                 or program.in_gpu_only_branch(sem, site.node) or _in_data_parallel_subclass(sem, site.node) \
                 or _tried_with_a_fallback(sem, site.node) or _used_only_when_asked(sem, site.node) \
@@ -69,6 +70,12 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             ctx.report("TD101", site.node, f"`{site.text}` hard-codes CUDA and the file never checks "
                        "`torch.cuda.is_available()`: it crashes on a machine without a GPU",
                        fix=f"pass the device this code already chose: `device={chosen}`")
+            continue
+        flag = _fixed_flag(site.node)
+        if flag is not None:  # (``cuda = True``, then ``torch.device("cuda" if cuda else "cpu")``)
+            ctx.report("TD101", site.node, f"`{site.text}` hard-codes CUDA: `{flag}` is always True and the file never "
+                       "checks `torch.cuda.is_available()`: it crashes on a machine without a GPU",
+                       fix=f"set the flag from the machine: `{flag} = torch.cuda.is_available()`")
             continue
         uncalled = program.uncalled_cuda_test(sem)
         asked = "the file never checks `torch.cuda.is_available()`" if uncalled is None else \
@@ -94,6 +101,13 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
              'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
+
+
+def _fixed_flag(node: ast.AST) -> str | None:
+    """The flag of ``torch.device("cuda" if cuda else "cpu")`` (or ``device = "cuda" if cuda else "cpu"``), which
+    cuda_sites takes for CUDA only when the file sets it True once."""
+    value = node.args[0] if isinstance(node, ast.Call) and node.args else node
+    return value.test.id if isinstance(value, ast.IfExp) and isinstance(value.test, ast.Name) else None
 
 
 def _cuda_either_way(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]

@@ -70,11 +70,25 @@ def cuda_site(sem: SemanticModel, node: ast.AST) -> CudaSite | None:
     if isinstance(node, ast.Call):
         return _call_site(sem, node)
     if isinstance(node, (ast.Assign, ast.AnnAssign)) and _device_target(node):
-        is_cuda, indexed = cuda_string(node.value)
+        is_cuda, indexed = cuda_string(_fixed_choice(sem, node.value))
         if is_cuda and sem.frame(node).kind != "class":
             target = node.targets[0] if isinstance(node, ast.Assign) else node.target
             return CudaSite(node.value, f"{_short(sem, target)} = {sem.segment(node.value)}", indexed)  # type: ignore[arg-type]
     return None
+
+
+def _fixed_choice(sem: SemanticModel, expr: ast.AST | None) -> ast.AST | None:
+    """``"cuda" if cuda else "cpu"`` where ``cuda = True`` is the file's only binding of the flag, at its top level (a
+    notebook's settings cell): the choice always gives ``"cuda"``. Any other expression: itself."""
+    if not (isinstance(expr, ast.IfExp) and isinstance(expr.test, ast.Name)):
+        return expr
+    bindings = sem.bindings_of(expr.test.id)
+    if len(bindings) != 1 or bindings[0].is_param or bindings[0].index is not None \
+            or not (isinstance(v := bindings[0].value, ast.Constant) and v.value is True) \
+            or sem.frame(bindings[0].node).kind != "module" \
+            or any(expr.test.id in g.names for g in sem.of_type(ast.Global)):  # type: ignore[attr-defined]
+        return expr
+    return expr.body
 
 
 def _device_target(node: ast.Assign | ast.AnnAssign) -> bool:
@@ -100,7 +114,7 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
         if isinstance(first, ast.Name) and (b := sem.binding_at(first.id, call)) is not None and not b.is_param \
                 and b.index is None and isinstance(b.value, ast.BinOp):
             first = b.value  # ``cudaid = "cuda:" + str(args.dev)``, then ``torch.device(cudaid)``
-        is_cuda, indexed = cuda_string(first)
+        is_cuda, indexed = cuda_string(_fixed_choice(sem, first))
         if is_cuda:
             return CudaSite(call, _short(sem, call), indexed or len(call.args) > 1
                             or any(k.arg == "index" for k in call.keywords))
