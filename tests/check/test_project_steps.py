@@ -661,3 +661,57 @@ def test_a_read_in_the_forward_of_a_loss_module_of_another_module_runs_every_ste
     write(project, files)
     results = check_files(list(files), Settings(root=str(project)))
     assert [c for c in codes(results, "detr.py") if c[1] == "TD603"] == []
+
+
+def test_a_read_in_a_base_loss_forward_that_the_built_subclass_runs_through_super(project: Path) -> None:
+    """Fast-SCNN: ``utils/loss.py``'s ``SoftmaxCrossEntropyOHEMLoss.forward`` copies the target to the host
+    (``target.data.cpu().numpy()``); the trainer builds the subclass ``MixSoftmaxCrossEntropyOHEMLoss``, whose forward
+    runs the base one through ``super(...).forward(...)``: a read on every training step (TD603). When the trainer
+    builds neither, no step computes the loss (quiet)."""
+    files = {
+        "loss.py": """\
+            import numpy as np
+            import torch.nn as nn
+
+            class OhemLoss(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.criterion = nn.CrossEntropyLoss()
+
+                def forward(self, predict, target):
+                    labels = target.data.cpu().numpy().ravel()
+                    return self.criterion(predict, target) * float(np.bincount(labels).argmax() > 0)
+
+            class MixOhemLoss(OhemLoss):
+                def forward(self, preds, target):
+                    loss = super(MixOhemLoss, self).forward(preds[0], target)
+                    for pred in preds[1:]:
+                        loss = loss + 0.4 * super(MixOhemLoss, self).forward(pred, target)
+                    return loss
+            """,
+        "train.py": """\
+            import torch
+            from loss import MixOhemLoss
+
+            def train(model, loader):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                model.to(device)
+                criterion = MixOhemLoss()
+                opt = torch.optim.SGD(model.parameters(), lr=0.01)
+                for images, targets in loader:
+                    images, targets = images.to(device), targets.to(device)
+                    loss = criterion(model(images), targets)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "loss.py") == [(10, "TD603")]
+    assert "MixOhemLoss" in [r for r in results if r.path.endswith("loss.py")][0].findings[0].message
+    files["train.py"] = files["train.py"].replace("from loss import MixOhemLoss", "from torch.nn import CrossEntropyLoss") \
+        .replace("MixOhemLoss()", "CrossEntropyLoss()")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "loss.py") == []

@@ -375,10 +375,16 @@ def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
     func = sem.function_of(node)
     cls = sem.class_of(func) if func is not None else None
     if cls is None or func.name != "forward" or not _LOSS_CLASS.search(cls.name) \
-            or cls.name not in sem.module_classes or sem.under_step_guard(node) or sem.call_sites(func):  # type: ignore[attr-defined]
+            or cls.name not in sem.module_classes or sem.under_step_guard(node):  # type: ignore[attr-defined]
         return
-    if built_nowhere(sem, cls):
+    sites = sem.call_sites(func)
+    heirs = _loss_heirs(sem, cls, sites) if sites else []
+    if heirs is None:
+        return  # (called as a function of the file: its callers' loops decide)
+    if all(built_nowhere(sem, h) for h in heirs) if heirs else built_nowhere(sem, cls):
         return  # (``CPCLoss`` beside the ``CPCLoss_sameSeq`` the training script builds: no step computes it)
+    if heirs:
+        cls = heirs[0]  # (the subclass the program builds, whose forward runs this one through ``super()``)
     if sem.grad_mode(node) == "off" and _returned_by(sem, node, func):
         return  # (``with torch.no_grad(): f_max = diff.abs().max().item()`` then ``return loss, f_max``: statistics the
         # loss hands its caller as numbers, on purpose: an L-BFGS driver's, which needs host values anyway)
@@ -386,6 +392,24 @@ def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
             sem.project.accelerated_importer(sem) or sem.project.accelerated_importer(sem, cls.name)) is None):  # type: ignore[attr-defined]
         return  # (an importer that runs on one, or one module between: ``models/mttr.py``'s ``build``)
     report_sync(ctx, node, what, f"the training loop that computes the loss `{cls.name}` (its forward)")  # type: ignore[attr-defined]
+
+
+def _loss_heirs(sem, cls: ast.ClassDef, sites: list[ast.Call]) -> list[ast.ClassDef] | None:  # type: ignore[no-untyped-def]
+    """The loss classes of the file that run ``cls.forward`` through ``super(...).forward(...)`` (Fast-SCNN's
+    ``MixSoftmaxCrossEntropyOHEMLoss`` over ``SoftmaxCrossEntropyOHEMLoss``), when every call of it is such a one;
+    else None."""
+    out: list[ast.ClassDef] = []
+    for site in sites:
+        func = site.func
+        owner = sem.class_of(site)
+        if not (isinstance(func, ast.Attribute) and func.attr == "forward" and isinstance(func.value, ast.Call)
+                and dotted(func.value.func) == "super" and owner is not None and owner is not cls
+                and any(dotted(b) == cls.name for b in owner.bases) and _LOSS_CLASS.search(owner.name)
+                and owner.name in sem.module_classes):
+            return None
+        if owner not in out:
+            out.append(owner)
+    return out
 
 
 def _returned_by(sem, node: ast.AST, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
