@@ -142,6 +142,8 @@ def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
         return q in sem.module_classes and models.class_holds_nothing(sem, cls)
     if q.startswith("torch.nn.") and q.rsplit(".", 1)[-1] in models.STATELESS_LAYERS:
         return True
+    if q in ("torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict") and not recv.args and not recv.keywords:
+        return True  # (``model = nn.Sequential(); model = model.cuda()``, filled with layers after: empty when moved)
     if q.startswith("torch.nn.") and q.endswith("Loss") and not recv.args and not any(
             k.arg in ("weight", "pos_weight") or k.arg is None for k in recv.keywords):  # (a loss without class weights)
         return True

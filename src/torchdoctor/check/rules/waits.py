@@ -247,6 +247,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
     if name is not None and bound is None:
         return False
     if name is None and not entry and not _read_of_a_view(node) and not _element_read(node) and not _formatting(sem, node) \
+            and not _attribute_read(node) \
             and not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print") and not (
             isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
         return False  # (``if val_loss < best:``: a test of no one name, after another read all the same; ``entry``: the
@@ -641,6 +642,14 @@ def _element_read(node: ast.AST) -> bool:
         and isinstance(node.func.value, ast.Subscript) and isinstance(node.func.value.value, ast.Name)
 
 
+def _attribute_read(node: ast.AST) -> bool:
+    """``model.angle_loss_write.item()``: a read of a tensor an object holds (a loss part its forward kept), not of a
+    name; after a read of the step, with only host work between, it waits for nothing either."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
+        and node.func.attr in ("item", "tolist") and isinstance(node.func.value, ast.Attribute) \
+        and dotted(node.func.value) is not None
+
+
 def _read_tensor(node: ast.AST) -> str | None:
     """The tensor name a reported read reads: ``loss`` of ``loss.item()``, ``float(loss)``, ``writer.add_scalar("l",
     loss)``, of the name itself (a ``%``-formatted value, a test), or of an f-string's one formatted name."""
@@ -694,12 +703,25 @@ def _runs_whenever(sem, call: ast.AST, stmt: ast.stmt) -> bool:  # type: ignore[
     for up in sem.ancestors(call):
         if up is stmt:
             return True
-        if isinstance(up, (ast.ListComp, ast.SetComp, ast.DictComp)) and _over_a_filled_literal(sem, up):
-            continue  # (``{k: f"{metrics[k].cpu()}" for k in metrics}`` of ``metrics = {"acc": ...}``: runs)
+        if isinstance(up, (ast.ListComp, ast.SetComp, ast.DictComp)) and (_over_a_filled_literal(sem, up)
+                                                                          or _over_parameters(up)):
+            continue  # (``{k: f"{metrics[k].cpu()}" for k in metrics}`` of ``metrics = {"acc": ...}``: runs; so does
+            # ``[p.grad.norm().item() ** 2 for p in model.parameters() if p.grad is not None]`` after a backward)
         if isinstance(up, (ast.If, ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.BoolOp, ast.ListComp,
                            ast.GeneratorExp, ast.SetComp, ast.DictComp, ast.Lambda)):
             return False
     return False
+
+
+def _over_parameters(comp: ast.AST) -> bool:
+    """The comprehension's one generator walks a model's ``parameters()`` (keeping those with a gradient, or that
+    require one): a model has some, so its body runs."""
+    gens = getattr(comp, "generators", [])
+    if len(gens) != 1 or not isinstance(it := gens[0].iter, ast.Call) or not isinstance(it.func, ast.Attribute) \
+            or it.func.attr != "parameters" or not isinstance(target := gens[0].target, ast.Name):
+        return False
+    return all(dotted(c.left if isinstance(c, ast.Compare) else c) in (f"{target.id}.grad", f"{target.id}.requires_grad")
+               for c in gens[0].ifs)
 
 
 def _over_a_filled_literal(sem, comp: ast.AST) -> bool:  # type: ignore[no-untyped-def]
