@@ -247,7 +247,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
     if name is not None and bound is None:
         return False
     if name is None and not entry and not _read_of_a_view(node) and not _element_read(node) and not _formatting(sem, node) \
-            and not _attribute_read(node) \
+            and not _attribute_read(sem, node) \
             and not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print") and not (
             isinstance(node, (ast.Compare, ast.BoolOp, ast.UnaryOp)) and not any(isinstance(n, ast.BinOp) for n in sem.subtree(node))):
         return False  # (``if val_loss < best:``: a test of no one name, after another read all the same; ``entry``: the
@@ -642,12 +642,12 @@ def _element_read(node: ast.AST) -> bool:
         and isinstance(node.func.value, ast.Subscript) and isinstance(node.func.value.value, ast.Name)
 
 
-def _attribute_read(node: ast.AST) -> bool:
-    """``model.angle_loss_write.item()``: a read of a tensor an object holds (a loss part its forward kept), not of a
+def _attribute_read(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``model.angle_loss_write.item()``: a read of a tensor a model holds (a loss part its forward kept), not of a
     name; after a read of the step, with only host work between, it waits for nothing either."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
-        and node.func.attr in ("item", "tolist") and isinstance(node.func.value, ast.Attribute) \
-        and dotted(node.func.value) is not None
+        and node.func.attr in ("item", "tolist") and isinstance(recv := node.func.value, ast.Attribute) \
+        and isinstance(recv.value, ast.Name) and sem.expr_kind(recv.value, node) in ("model", "wrapper")
 
 
 def _read_tensor(node: ast.AST) -> str | None:
