@@ -142,14 +142,47 @@ def analyse(source: str, path: str, *, tree: ast.Module | None = None, enabled: 
         project.begin(ctx.semantic)  # type: ignore[attr-defined]
     try:
         _run(ctx, rules, errors)
+        dead = shadowed_definitions(ctx.semantic) if ctx.findings else []
     finally:
         if project is not None:
             project.end(ctx.semantic)  # type: ignore[attr-defined]
         ctx.semantic.release()  # the tree goes at once, not at the next full collection
     if not ctx.findings:
         return []
+    if dead:  # (a module pasted twice: the first ``class Saver`` is rebound before anything uses it)
+        ctx.findings[:] = [f for f in ctx.findings if f.location is None or not any(
+            a <= f.location.line <= b for a, b in dead)]
     kept = {id(f) for f in filter_noqa(ctx.findings, ctx.lines)}
     return sort_findings(merge_constructs([(f, n) for f, n in zip(ctx.findings, ctx.sites) if id(f) in kept]))
+
+
+def shadowed_definitions(sem) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """The line ranges of module-level functions and classes that a later statement of the module defines again
+    under the same name, when nothing before that reads the name (a file pasted twice, a helper rewritten below the
+    old one): that code never runs. A notebook cell that calls the first definition before a later cell redefines it
+    keeps it alive, as does a function defined earlier that calls it."""
+    defs: dict[str, list[ast.stmt]] = {}
+    for stmt in sem.tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defs.setdefault(stmt.name, []).append(stmt)
+    twice = {name: found for name, found in defs.items() if len(found) > 1}
+    if not twice:
+        return []
+    reads: dict[str, list[tuple[int, int]]] = {}
+    for n in sem.of_type(ast.Name, ast.Attribute):
+        name = n.id if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) else n.attr \
+            if isinstance(n, ast.Attribute) else None  # (``module.Saver``, ``self.helper``: maybe it)
+        if name in twice:
+            reads.setdefault(name, []).append((n.lineno, n.col_offset))
+    out = []
+    for name, found in twice.items():
+        for first, second in zip(found, found[1:]):
+            inside = (first.lineno, first.end_lineno or first.lineno)
+            if not any(at < (second.lineno, 0) and not inside[0] <= at[0] <= inside[1] for at in reads.get(name, ())):
+                # (a read before the redefinition, even in an earlier function that a statement between them calls,
+                # may run the first one; a read in the first definition itself does not)
+                out.append((min([first.lineno, *(d.lineno for d in first.decorator_list)]), first.end_lineno or first.lineno))
+    return out
 
 
 def _targets(reg: RegisteredRule, ctx: Context) -> list[ast.AST]:
