@@ -178,9 +178,18 @@ class Loops:
                    and isinstance(n.func.value, ast.Name) and n.func.value.id in names for n in body)
 
     def _trains_over_a_loader(self, loop: ast.AST) -> bool:
-        """A loop inside ``loop`` iterates a loader and backpropagates: ``loop`` runs epochs."""
-        return any(isinstance(n, (ast.For, ast.AsyncFor)) and any(self._is_loader(it, n) for it in unwrap_iter(n.iter)[0])
+        """A loop inside ``loop`` iterates a loader and backpropagates: ``loop`` runs epochs. So does one around a
+        ``while data is not None:`` loop that takes its batches from a prefetcher (``data = prefetcher.next()`` at its
+        end) and backpropagates."""
+        return any((isinstance(n, (ast.For, ast.AsyncFor)) and any(self._is_loader(it, n) for it in unwrap_iter(n.iter)[0])
+                    or isinstance(n, ast.While) and self._fetches_batches(n))
                    and any(isinstance(c, ast.Call) and self.calls.is_backward_call(c) for c in self.index.body(n))
+                   for n in self.index.body(loop))
+
+    def _fetches_batches(self, loop: ast.While) -> bool:
+        """The ``while`` loop takes a batch each pass (``data = prefetcher.next()``, ``x, y = next(it)``)."""
+        return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
+                   and ((name := (dotted(n.value.func) or "").rsplit(".", 1)[-1]) == "next" or _GETS_BATCH.search(name))
                    for n in self.index.body(loop))
 
     def _moves_its_items(self, loop: ast.AST) -> bool:
