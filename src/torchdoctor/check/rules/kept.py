@@ -299,6 +299,8 @@ _STATISTICS = frozenset({"mean", "sum", "std", "var", "norm", "nanmean", "nansum
 _SCALAR_SINKS = frozenset({"float", "int", "round", "bool", "print", "str", "repr", "len"})
 
 
+_HOST_SELECTIONS = frozenset({"numpy.where", "numpy.nonzero", "numpy.argwhere", "numpy.flatnonzero"})
+
 def _copied_for_host_processing(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """``boxes = boxes.cpu().numpy()``, ``flow = padder.unpad(pred[0]).cpu()`` in a loop that does not train: an
     output copied once and bound to a name for host work (decoding, non-max suppression, metrics, files): some
@@ -315,6 +317,13 @@ def _copied_for_host_processing(ctx: Context, node: ast.Call, loop: ast.AST) -> 
                 or isinstance(up, ast.Call) and up.func is cur or isinstance(up, ast.Subscript) and up.value is cur \
                 or isinstance(up, ast.BinOp) or isinstance(up, ast.Call) and cur in up.args and not _makes_a_number(ctx, up):
             cur = up  # (``torch.sum((flow.cpu() - gt) ** 2, dim=0)``, ``clamp(boxes.cpu(), w, h)``: host work on it)
+            continue
+        if isinstance(up, ast.Compare) and isinstance(where := sem.parent(up), ast.Call) and up in where.args \
+                and (ctx.call_name(where) or "") in _HOST_SELECTIONS:
+            cur = where  # (``np.where(probs.cpu()[i] > thresh)``: the indices decoding walks, picked on the host)
+            continue
+        if isinstance(up, ast.Tuple) and up is stmt.value:
+            cur = up  # (``heads, tails = np.where(h.cpu() > t), np.where(t.cpu() > t)``: each bound to its name)
             continue
         return False  # (read as a number, formatted, compared: not the copy kept under a name)
     target = stmt.targets[0]
