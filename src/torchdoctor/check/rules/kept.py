@@ -242,6 +242,10 @@ def collected_on_host(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
                 keeper = sem.parent(outer)  # (as images for a grid written after the loop)
                 return isinstance(keeper, ast.AugAssign) or isinstance(keeper, ast.Call) and outer in keeper.args \
                     and _keeps(keeper)
+            if as_array and isinstance(outer, ast.Call) and up in outer.args and _keeps(outer) \
+                    and not (ctx.call_name(up) or "").startswith("torch.") and flow.consumer_kind(sem, up) is None:
+                return True  # ``predict_list.append(vocab.label_to_string(y_hat[i].cpu().numpy()))``: decoded on the
+                # host, kept (a transcript for the results file)
             return isinstance(outer, ast.Call) and up in outer.args and _saves(outer)
         if isinstance(up, (ast.ListComp, ast.GeneratorExp)) and up.elt is cur or isinstance(up, ast.DictComp) \
                 and up.value is cur:
