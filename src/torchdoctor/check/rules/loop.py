@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import call_argument, dotted, keyword, method_name, param_default
+from torchdoctor.check.astutil import call_argument, dotted, is_true, keyword, method_name, param_default
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.model import may_be_on_device
@@ -75,6 +75,7 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
         model = node.func.value if method != "forward" or isinstance(node.func, ast.Attribute) \
             and node.func.attr == "forward" else node.func
         if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node) \
+                or _input_asks_for_gradients(ctx, node, loop) \
                 or model_has_no_parameters(ctx.semantic, model, node) \
                 or model_forward_records_nothing(ctx.semantic, model, node, method) \
                 or method == "forward" and calls_a_quiet_method(ctx.semantic, node):
@@ -87,6 +88,26 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
             ctx.report("TD401", call, f"evaluation forward through `{ctx.name(call.func)}(...)` (which calls the model in "
                        f"`{helper}`) runs with autograd on: it builds a graph it never uses",
                        fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _input_asks_for_gradients(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """``img.requires_grad = True`` (or ``img.requires_grad_()``) before ``snet(img)`` in the loop: the evaluation takes
+    gradients with respect to its input (a Sobolev distillation loss, a saliency map, an adversarial test), which
+    needs the graph."""
+    sem = ctx.semantic
+    names = {a.id for a in node.args if isinstance(a, ast.Name)}
+    if not names:
+        return False
+    for n in sem.body(loop):
+        if sem.index.pos[n] >= sem.index.pos[node]:
+            break
+        if isinstance(n, ast.Assign) and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "requires_grad" \
+                and isinstance(t.value, ast.Name) and t.value.id in names and is_true(n.value) \
+                or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "requires_grad_" \
+                and isinstance(n.func.value, ast.Name) and n.func.value.id in names \
+                and not (n.args and isinstance(n.args[0], ast.Constant) and n.args[0].value is False):
+            return True
+    return False
 
 
 def _callers_elsewhere_without_grad(ctx: Context, loop: ast.AST) -> bool:
