@@ -8027,3 +8027,49 @@ def test_loaders_handed_in_a_dict_to_a_trainer_object_of_another_module(project:
     write(project, files)
     results = check_files(list(files), Settings(root=str(project), select=("TD305",)))
     assert codes(results, "train.py") == []
+
+
+def test_a_wrapped_save_whose_readers_drop_the_first_part_of_every_key(project: Path) -> None:
+    """TRN: ``main.py`` saves ``{"epoch": ..., "state_dict": model.state_dict(), "best_prec1": best}`` of a DataParallel
+    model; ``test_models.py`` beside it reads ``checkpoint["best_prec1"]`` and builds ``{'.'.join(k.split('.')[1:]): v for
+    k, v in checkpoint["state_dict"].items()}``: the program's own reader needs the prefix (quiet). A reader that names
+    only the generic ``"state_dict"`` may read another checkpoint: TD205."""
+    files = {
+        "main.py": """\
+            import torch
+            import torch.nn as nn
+
+            def main(loader, epochs):
+                model = nn.DataParallel(nn.Linear(8, 2)).cuda()
+                opt = torch.optim.SGD(model.parameters(), lr=0.1)
+                best = 0.0
+                for epoch in range(epochs):
+                    for x, y in loader:
+                        loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                        opt.zero_grad()
+                        loss.backward()
+                        opt.step()
+                    torch.save({"epoch": epoch + 1, "state_dict": model.state_dict(), "best_prec1": best}, "trn.pth")
+            """,
+        "test_models.py": """\
+            import argparse
+            import torch
+            import torch.nn as nn
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("weights")
+            args = parser.parse_args()
+            net = nn.Linear(8, 2)
+            checkpoint = torch.load(args.weights, map_location="cpu", weights_only=True)
+            print("best", checkpoint["best_prec1"])
+            base_dict = {'.'.join(k.split('.')[1:]): v for k, v in list(checkpoint["state_dict"].items())}
+            net.load_state_dict(base_dict)
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD205",)))
+    assert codes(results, "main.py") == []
+    files["test_models.py"] = files["test_models.py"].replace('print("best", checkpoint["best_prec1"])', 'print("loaded")')
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD205",)))
+    assert codes(results, "main.py") == [(14, "TD205")]

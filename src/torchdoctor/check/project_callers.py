@@ -722,8 +722,9 @@ class Callers:
     def strips_wrapped_beside(self, sem: SemanticModel, words: list[str], entries: list[str] = ()) -> bool:  # type: ignore[assignment]
         """A module beside ``sem`` strips the first 7 characters of every key of a checkpoint whose file name it
         shares a word with (``netG_{}.pth``): that reader needs the prefix the save writes. Or it reads the entry
-        the state dict is saved under (``ckpt["g_model_state_dict"]``, one of ``entries``) and takes the prefix
-        off (``k[7:] if k.startswith("module.") else k``, ``k.replace("module.", "")``): the program's own reader copes."""
+        the state dict is saved under (``ckpt["g_model_state_dict"]``, the first of ``entries``, and one of the others
+        when there are more) and takes the prefix off (``k[7:] if k.startswith("module.") else k``,
+        ``k.replace("module.", "")``, ``'.'.join(k.split('.')[1:])``): the program's own reader copes."""
         here = self.state.absolute(sem.path)
         folder = os.path.dirname(here)
         for path in self._candidates(here):
@@ -732,17 +733,24 @@ class Callers:
             text = self.state.text(path)
             if not text:
                 continue
-            if words and _STRIPS_ALWAYS.search(text) and any(w in text for w in words):
+            if words and (_STRIPS_ALWAYS.search(text) or _DROPS_FIRST_PART.search(text)) and any(w in text for w in words):
                 return True
-            if entries and (STRIPS_WRAPPED.search(text) or _RENAMES_WRAPPED.search(text)) and any(f'["{e}"]' in text or f"['{e}']" in text for e in entries):
-                return True
+            if entries and (STRIPS_WRAPPED.search(text) or _RENAMES_WRAPPED.search(text) or _DROPS_FIRST_PART.search(text)) \
+                    and _names_entry(text, entries[0]) and (len(entries) == 1 or any(_names_entry(text, e) for e in entries[1:])):
+                return True  # (several entries: a generic one, and one the program names its own, read together)
         return False
+
+def _names_entry(text: str, entry: str) -> bool:
+    return f'["{entry}"]' in text or f"['{entry}']" in text
+
 
 # a reader beside it that strips the first 7 characters of every key (``weights[name[7:]] = weights.pop(name)``), not
 # only of those that have the prefix (``k[7:] if k.startswith("module.") else k`` tolerates both formats)
 _BUILTINS = frozenset(dir(builtins))
 _RENAMES_WRAPPED = lazy(r"""\breplace\(\s*["']module\.["']\s*,\s*["']["']\s*\)""")  # ``k.replace("module.", "")``
 _STRIPS_ALWAYS = lazy(r"(?m)^(?!.*(startswith|\bif\b|#)).*\b(k|key|name|n)\[\s*(7|len\(\s*[\"']module\.[\"']\s*\))\s*:\s*\]")
+_DROPS_FIRST_PART = lazy(r"""["']\.["']\.join\(\s*(k|key|name|n)\.split\(\s*["']\.["']\s*\)\s*\[\s*1\s*:\s*\]\s*\)""")
+# (``{'.'.join(k.split('.')[1:]): v for k, v in checkpoint['state_dict'].items()}``: every key's first part dropped)
 _SETS_DEVICE = lazy(r"\bcuda\.set_device\s*\(")
 _OPTION = lazy(r"add_argument\(\s*['\"]--([\w-]+)['\"]([^)]*)\)")
 _ALWAYS_TRUE = lazy(r"type\s*=\s*bool\b|action\s*=\s*['\"]store_true['\"]")

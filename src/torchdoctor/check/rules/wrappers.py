@@ -393,8 +393,20 @@ def _saved_file_words(ctx: Context, call: ast.Call) -> list[str]:
 def _read_back_beside(ctx: Context, call: ast.Call) -> bool:
     """A script beside this one reads the checkpoint back with the prefix sliced off (by the file name it shares,
     or by the entry the state dict is stored under)."""
-    words, entries = _saved_file_words(ctx, call), _saved_entry(ctx, call)
+    words, entries = _saved_file_words(ctx, call), _saved_entry(ctx, call) or _entry_with_companions(ctx, call)
     return bool(words or entries) and ctx.semantic.project.strips_wrapped_beside(ctx.semantic, words, entries)  # type: ignore[union-attr]
+
+
+def _entry_with_companions(ctx: Context, call: ast.Call) -> list[str]:
+    """A generic entry (``"state_dict"``) saved beside entries of the program's own (``"best_prec1"``): readers that
+    name those too (``checkpoint['best_prec1']``) read this checkpoint, not another one. The entries, generic first."""
+    up = ctx.semantic.parent(call)
+    if not isinstance(up, ast.Dict):
+        return []
+    keys = [string_value(k) if k is not None else None for k in up.keys]
+    at = next((i for i, v in enumerate(up.values) if v is call), None)
+    own = [k for k in keys if k and k.lower() not in _GENERIC_ENTRIES and k.lower() not in _COMMON_ENTRIES]
+    return [keys[at], *own] if at is not None and keys[at] and own else []
 
 
 def _saved_entry(ctx: Context, call: ast.Call) -> list[str]:
@@ -413,6 +425,8 @@ def _saved_entry(ctx: Context, call: ast.Call) -> list[str]:
 
 # entries every checkpoint has: a sibling reading ``ckpt["state_dict"]`` may read another checkpoint (DINO's linear
 # evaluation saves its classifier under "state_dict", and strips the prefix off the pretrained backbone's)
+_COMMON_ENTRIES = frozenset({"epoch", "step", "iteration", "global_step", "optimizer", "optim", "scheduler", "lr",
+                             "arch", "args", "config", "cfg", "opt"})  # (in most checkpoints: they tell no program apart)
 _GENERIC_ENTRIES = frozenset({"state_dict", "model", "model_state_dict", "model_state", "net", "network", "state",
                               "weights", "params", "module", "checkpoint", "ckpt", "student", "teacher", "encoder"})
 
