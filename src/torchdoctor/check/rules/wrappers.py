@@ -68,7 +68,8 @@ def _key_adapter(ctx: Context, call: ast.AST) -> bool:
 
 
 _RETURNS_ITSELF = frozenset({"eval", "train", "requires_grad_", "cuda", "to"})  # (as a statement: runs nothing)
-_NOT_RUN = frozenset({"module", "load_state_dict", "state_dict"}) | _RETURNS_ITSELF
+_NOT_RUN = frozenset({"module", "load_state_dict", "state_dict", "children", "named_children"}) | _RETURNS_ITSELF
+# (``next(wrapper.children())``: the wrapped model, taken out as ``.module`` is)
 
 
 def _borrowed_uses(ctx: Context, reads: list[ast.AST], depth: int) -> set[str] | None:
