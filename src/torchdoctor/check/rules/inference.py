@@ -147,6 +147,19 @@ def _unit_test(sem, call: ast.Call) -> bool:
     return name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("randn", "rand", "randint", "randn_like", "rand_like")
 
 
+def _returns_a_log_prob(sem, func: ast.AST, nodes: list[ast.AST]) -> bool:  # type: ignore[no-untyped-def]
+    """Some ``return`` of ``func`` hands back a distribution's ``log_prob(...)`` (or a name bound to one in it): the
+    graph of the forward is what a policy gradient backpropagates."""
+    for ret in nodes:
+        if not isinstance(ret, ast.Return) or ret.value is None:
+            continue
+        for value in ret.value.elts if isinstance(ret.value, ast.Tuple) else [ret.value]:
+            if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, ret)) is not None and not b.is_param \
+                    and b.index is None and b.value is not None:
+                value = b.value
+            if isinstance(value, ast.Call) and method_name(value) == "log_prob":
+                return True
+    return False
 
 
 @rule("TD401", ast.FunctionDef)
@@ -175,6 +188,9 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sites = sem.call_sites(func)
     if any(sem.feeds_backward(c) for c in sites):
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
+    if _returns_a_log_prob(sem, func, nodes):
+        return  # (a policy's ``sample(state)`` returning ``action.item(), dist.log_prob(action)``: REINFORCE collects the
+        # log-probabilities and backpropagates through them in ``learn``)
     if cls is not None and _training_hook(sem, func, cls, sites):
         return  # (a learner's ``predict()`` keeping ``self.preds``, then ``self.get_loss(); self.backward()``: the
         # training forward of its batch method)
