@@ -304,6 +304,8 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
         return
     if program.is_rpc_program(ctx.semantic):
         return  # RPC serialises every batch it sends: pinned memory buys nothing there
+    if _moves_only_rebuilt_batches(ctx, node):
+        return  # (``x = torch.cat([support, query], dim=1); x = x.to(device)``: the tensor copied is a fresh one)
     where = ""
     if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
         func = ctx.semantic.function_of(node)
@@ -317,6 +319,39 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
             else " (the trainer of another module it is handed runs on a GPU)"
     ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
                fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
+
+
+_REBUILDS = frozenset({"torch.cat", "torch.stack", "torch.concat", "torch.concatenate", "torch.vstack", "torch.hstack"})
+
+
+def _moves_only_rebuilt_batches(ctx: Context, call: ast.AST) -> bool:
+    """Every loop of the file over this loader moves to the device only tensors it first joins on the host
+    (``x = torch.cat([support_set, query_set], dim=1)``, then ``x.to(device)``): what crosses the bus is a fresh,
+    pageable tensor whatever the loader pins, so pinning saves nothing."""
+    sem = ctx.semantic
+    stmt = sem.parent(call)
+    if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    name = stmt.targets[0].id
+    loops = [lp for lp in sem.of_type(ast.For) if (info := sem.loop_info(lp)).is_batch and info.loader is not None
+             and any(isinstance(n, ast.Name) and n.id == name for n in sem.subtree(info.loader))]
+    if not loops or len(loops) != len([r for r in sem.reads_of(name)]):
+        return False  # (the loader is also used elsewhere: handed on, peeked, iterated by a helper)
+    for loop in loops:
+        batch = set(sem.loop_info(loop).batch_vars)
+        moves = [m for m in sem.device_moves() if sem.contains(loop, m)]
+        if not moves:
+            return False
+        for move in moves:
+            recv = move.func.value if isinstance(move.func, ast.Attribute) else None  # type: ignore[attr-defined]
+            b = sem.binding_at(recv.id, move) if isinstance(recv, ast.Name) else None
+            made = recv if isinstance(recv, ast.Call) else b.value if b is not None and not b.is_param \
+                and b.index is None else None
+            if not (isinstance(made, ast.Call) and ctx.call_name(made) in _REBUILDS and made.args
+                    and any(isinstance(n, ast.Name) and n.id in batch for n in sem.subtree(made.args[0]))):
+                return False
+    return True
 
 
 def left_at_its_falsy_default(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
