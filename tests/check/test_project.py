@@ -8073,3 +8073,44 @@ def test_a_wrapped_save_whose_readers_drop_the_first_part_of_every_key(project: 
     write(project, files)
     results = check_files(list(files), Settings(root=str(project), select=("TD205",)))
     assert codes(results, "main.py") == [(14, "TD205")]
+
+
+def test_a_load_of_what_the_training_helper_just_saved_needs_no_map_location(project: Path) -> None:
+    """cnn-text-classification: ``best_acc = train.train(train_iter, dev_iter, cnn, args)``, whose ``train`` (train.py)
+    saves ``best_steps_*.pt`` under ``args.save_dir``, then ``cnn.load_state_dict(torch.load(best_path))`` of the
+    newest such file: it reads back what this run just wrote, on this machine (quiet). Loading ``args.snapshot``, a file
+    the user names, is TD502."""
+    files = {
+        "train.py": """\
+            import os
+            import torch
+
+            def train(loader, model, args):
+                opt = torch.optim.Adam(model.parameters())
+                for x, y in loader:
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                torch.save(model.state_dict(), os.path.join(args.save_dir, "best_steps_1.pt"))
+            """,
+        "main.py": """\
+            import glob
+            import os
+            import torch
+            import train
+
+            def main(loader, model, args):
+                train.train(loader, model, args)
+                best_files = glob.glob(os.path.join(args.save_dir, "best_steps_*.pt"))
+                best_path = max(best_files, key=os.path.getmtime)
+                model.load_state_dict(torch.load(best_path, weights_only=True))
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD502",)))
+    assert codes(results, "main.py") == []
+    files["main.py"] = files["main.py"].replace("torch.load(best_path,", "torch.load(args.snapshot,")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD502",)))
+    assert codes(results, "main.py") == [(10, "TD502")]

@@ -180,6 +180,9 @@ def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
         if not isinstance(call, ast.Call) or call is load or call.lineno >= load.lineno:  # type: ignore[attr-defined]
             continue
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if not _WRITERS.search(name or "") and _trains_and_saves(ctx, call, roots):
+            return True  # (``best_acc = train.train(train_iter, dev_iter, cnn, args)`` saving ``best_steps_*.pt`` under
+            # ``args.save_dir``, then ``torch.load`` of the newest file there)
         if not _WRITERS.search(name or "") or name[:1].isupper() or ctx.call_name(call) == "torch.save":
             continue  # (a class named ``CTCLabelConverter`` writes nothing)
         if name in ("write", "writelines") and isinstance(call.func, ast.Attribute) or _tracker_upload(ctx, call, name):
@@ -188,6 +191,39 @@ def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
         if any(_paths_named(sem, a) & roots for a in args):
             return True
     return False
+
+
+_OUTPUT_SETTING = lazy(r"(?i)^(save|saved|out|output|ckpt|checkpoint|checkpoints|model|models|log|exp|experiment)_?(dir|path|folder|root)$")
+
+
+def _trains_and_saves(ctx: Context, call: ast.Call, roots: set[str]) -> bool:
+    """``call`` runs a function of this file or of another module of the project that saves checkpoints
+    (``torch.save``) and is handed the options object whose attribute names the folder the load reads
+    (``args`` of ``args.save_dir``)."""
+    sem = ctx.semantic
+    handed = {dotted(a) for a in [*call.args, *(k.value for k in call.keywords)] if isinstance(a, (ast.Name, ast.Attribute))}
+    if not handed:
+        return False
+    seen, todo = set(roots), list(roots)
+    for _ in range(3):  # (``best_path = max(best_files, ...)`` of ``best_files = glob(os.path.join(args.save_dir, ...))``)
+        following = []
+        for name in todo:
+            if "." in name:
+                continue
+            for b in sem.bindings_of(name):
+                if not b.is_param and b.value is not None:
+                    following += [n for n in _paths_named(sem, b.value) if n not in seen]
+        seen.update(following)
+        todo = following
+    attrs = {r[len(h) + 1:] for h in handed if h for r in seen if r.startswith(f"{h}.")}
+    if not attrs:
+        return False
+    funcs = sem.resolve(call)
+    if funcs:  # (and the function writes under that very setting: ``os.path.join(args.save_dir, ...)``)
+        return any("save" in sem.effects(f) and any(f".{a}" in sem.segment(f) for a in attrs) for f in funcs)
+    return "save" in getattr(sem.external(call), "effects", ()) and any(_OUTPUT_SETTING.match(a) for a in attrs)
+    # (another module's: its folder named as an output one, ``args.save_dir``, not a file the user names,
+    # ``args.snapshot``)
 
 
 def _tracker_upload(ctx: Context, call: ast.Call, name: str) -> bool:
