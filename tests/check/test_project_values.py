@@ -441,3 +441,47 @@ def test_numpy_of_a_method_that_a_method_run_under_no_grad_elsewhere_calls(proje
     write(project, files)
     results = check_files(list(files), Settings(root=str(project)))
     assert [c for c in codes(results, "rollout.py") if c[1] == "TD501"] == [(11, "TD501")]
+
+
+def test_loaders_in_a_factory_nothing_calls_are_not_judged(project: Path) -> None:
+    """NRI: ``utils.py`` (which puts work on the GPU itself) holds ``load_data`` (called by train.py, which trains on
+    the GPU and star-imports it) and ``load_kuramoto_data``, which no module calls: only the first factory's loaders feed a GPU (TD304); the uncalled one's never exist. Once a
+    script calls the second too, its loaders are judged."""
+    files = {
+        "utils.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            def load_data(batch_size=1):
+                train = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+                return DataLoader(train, batch_size=batch_size, shuffle=True, num_workers=2)
+
+            def load_kuramoto_data(batch_size=1):
+                train = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+                return DataLoader(train, batch_size=batch_size, shuffle=True, num_workers=2)
+
+            def encode_onehot(labels):
+                return torch.eye(4)[labels].cuda() if torch.cuda.is_available() else torch.eye(4)[labels]
+            """,
+        "train.py": """\
+            import torch
+            from utils import *
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(4, 1).to(device)
+            opt = torch.optim.Adam(model.parameters())
+            for x, y in load_data(8):
+                loss = (model(x.to(device)) - y.to(device)).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "utils.py") == [(6, "TD304")]
+    files["train.py"] = files["train.py"].replace("for x, y in load_data(8):",
+                                                  "for x, y in [*load_data(8), *load_kuramoto_data(8)]:")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "utils.py") == [(6, "TD304"), (10, "TD304")]

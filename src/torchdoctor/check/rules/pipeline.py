@@ -29,7 +29,18 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
     handed = not feeds and (_handed_to_accelerated_trainer(ctx, node)  # (``Trainer(device, loader).train(10)``, also
                             or _batches_handed_to_an_accelerated_object(ctx, node) is not None)  # in a CUDA script)
     return (feeds or handed) and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) \
-        and not collates_onto_device(ctx, node) and not _index_loader(ctx, node)
+        and not collates_onto_device(ctx, node) and not _index_loader(ctx, node) and not _in_an_uncalled_factory(ctx, node)
+
+
+def _in_an_uncalled_factory(ctx: Context, node: ast.AST) -> bool:
+    """The loader is made in a module-level function that nothing calls: not its own module, and none of the modules
+    of the project that import it (NRI's ``load_kuramoto_data`` beside the ``load_data`` every script calls). Asked
+    last: it reads the importers."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    return func is not None and sem.project is not None and sem.frame(func).kind == "module" \
+        and not sem.call_sites(func) and not sem.reads_of(func.name) \
+        and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
 
 
 def _batches_handed_to_an_accelerated_object(ctx: Context, node: ast.Call) -> ast.Call | None:
