@@ -63,7 +63,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node) \
                 or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node) \
                 or _only_when_given_an_index(sem, site.node) or _cpu_in_the_other_branch(sem, site.node) \
-                or _class_asserts_cuda(sem, site.node):
+                or _class_asserts_cuda(sem, site.node) or _expected_to_raise(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -101,6 +101,20 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
              'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
+
+
+def _expected_to_raise(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``with pytest.raises(TypeError): model.cuda()`` (or ``self.assertRaises``): a test that the move is refused; it
+    raises before touching any device."""
+    for up in sem.ancestors(node):
+        if isinstance(up, (ast.With, ast.AsyncWith)) and any(
+                isinstance(item.context_expr, ast.Call)
+                and (dotted(item.context_expr.func) or "").rsplit(".", 1)[-1] in ("raises", "assertRaises", "assertRaisesRegex")
+                for item in up.items):
+            return True
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return False
+    return False
 
 
 def _fixed_flag(node: ast.AST) -> str | None:
@@ -230,6 +244,8 @@ def dot_cuda(node: ast.AST, ctx: Context) -> None:
         return  # (``self.cuda(*items)`` of a class's own ``def cuda``: the project's helper, not torch's)
     if not node.args and not node.keywords and _project_cuda_method(sem, node):
         return  # (``self.mac.cuda()`` of an object of a plain class whose own ``def cuda`` moves its modules)
+    if _expected_to_raise(sem, node):
+        return  # (a test that the move is refused: there is no placement to control)
     own = sem.function_of(node)
     cls = sem.class_of(own) if own is not None else None
     if own is not None and own.name in ("cuda", "to", "_apply") and cls is not None and (
