@@ -721,8 +721,15 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
     """How the message names the sync at ``node``, if it is one."""
     if is_sync_call(node):
         recv = node.func.value  # type: ignore[attr-defined]
-        if node.func.attr == "tolist" and isinstance(recv, ast.Name) and ctx.semantic.kind_of(recv.id, node) != "tensor" \
-                and not _forward_param_handed_moved(ctx, recv.id, node):  # type: ignore[attr-defined]
+        base, keyed = recv, False
+        while isinstance(base, ast.Subscript) and node.func.attr == "tolist":  # type: ignore[attr-defined]
+            keyed = keyed or not isinstance(base.slice, ast.Name)  # (only rows picked by an index array; not
+            # ``enc["input_ids"][0]``, an entry of a batch, nor ``text[:, 0]``, a column of a forward's input)
+            base = base.value  # (``pairs[idx_batch].tolist()`` of ``pairs = loader_module.load()``: rows of an array)
+        if node.func.attr == "tolist" and isinstance(base, ast.Name) and ctx.semantic.kind_of(base.id, node) != "tensor" \
+                and not _forward_param_handed_moved(ctx, base.id, node) \
+                and (base is recv or not keyed and not tensor_value(ctx, base, node)
+                     and not ctx.semantic.is_moved(base.id, node)):  # type: ignore[attr-defined]
             return None  # most likely a NumPy array already on the host
         if made_on_host(ctx, recv, node):
             return None  # a host tensor: reading it waits for no GPU

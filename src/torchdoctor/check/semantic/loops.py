@@ -49,6 +49,12 @@ class LoopInfo:
         return f"<LoopInfo {self.kind} line {getattr(self.node, 'lineno', 0)}>"
 
 
+
+def _over_a_range(loop: ast.For) -> bool:
+    """``for i in range(...)`` (maybe through ``enumerate``/``tqdm``)."""
+    iters, _ = unwrap_iter(loop.iter)
+    return bool(iters) and all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters)
+
 class Loops:
     """Classifies every loop and comprehension of the file once."""
 
@@ -180,13 +186,15 @@ class Loops:
     def _trains_over_a_loader(self, loop: ast.AST) -> bool:
         """A loop inside ``loop`` iterates a loader and backpropagates: ``loop`` runs epochs. So does one around a
         ``while data is not None:`` loop that takes its batches from a prefetcher (``data = prefetcher.next()`` at its
-        end) and backpropagates."""
+        end), or around a ``for iteration in range(gen.num_iterations()):`` loop that takes them from an index
+        generator (``idx = gen.next()``), and backpropagates."""
         return any((isinstance(n, (ast.For, ast.AsyncFor)) and any(self._is_loader(it, n) for it in unwrap_iter(n.iter)[0])
-                    or isinstance(n, ast.While) and self._fetches_batches(n))
+                    or isinstance(n, ast.While) and self._fetches_batches(n)
+                    or isinstance(n, ast.For) and n is not loop and _over_a_range(n) and self._fetches_batches(n))
                    and any(isinstance(c, ast.Call) and self.calls.is_backward_call(c) for c in self.index.body(n))
                    for n in self.index.body(loop))
 
-    def _fetches_batches(self, loop: ast.While) -> bool:
+    def _fetches_batches(self, loop: ast.AST) -> bool:
         """The ``while`` loop takes a batch each pass (``data = prefetcher.next()``, ``x, y = next(it)``)."""
         return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                    and ((name := (dotted(n.value.func) or "").rsplit(".", 1)[-1]) == "next" or _GETS_BATCH.search(name))
