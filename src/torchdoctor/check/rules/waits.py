@@ -815,6 +815,8 @@ _HOST_ONLY = frozenset({"item", "tolist", "cpu", "numpy", "detach", "state_dict"
 
 
 _METER = lazy(r"(?i)meter|logger|avg|average|stat|writer")
+_PROGRESS_BAR = lazy(r"(?i)^(pbar|p_bar|prog_bar|progress_bar|progressbar|bar)$")  # (``pbar(step=step, info=info)``: a
+# progress bar drawn on the host, of the numbers it is handed)
 _LOGGING_RECEIVER = lazy(r"(?i)wandb|logger|writer")  # ``wandb_logger._wandb.log({...})``: a logging call
 
 
@@ -825,7 +827,7 @@ def _queues_nothing(ctx: Context, call: ast.Call) -> bool:
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     if name in _HOST_ONLY or isinstance(func, ast.Name) and name in ("min", "max", "round", "enumerate", "zip", "range") \
-            or _clock_call(ctx, call):
+            or _clock_call(ctx, call) or _PROGRESS_BAR.match(name or ""):
         return True  # (Python's ``min(min_lr, group["lr"])``; not ``loss.max()``, a reduction queued on the GPU)
     if (ctx.call_name(call) or "").startswith(("numpy.", "math.")):
         return True  # (``np.isnan(v.item())``, ``np.mean(lens)``: host arithmetic; a device tensor handed in is a read)
