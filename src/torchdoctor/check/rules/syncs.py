@@ -492,6 +492,28 @@ def tensor_str_format_every_step(node: ast.Call, ctx: Context) -> None:
             return
 
 
+@rule("TD603", ast.Subscript)
+def legacy_scalar_read_every_step(node: ast.AST, ctx: Context) -> None:
+    """``epoch_loss.append(loss.data[0])``: PyTorch 0.3's spelling of ``loss.item()``, a read back of the loss on every
+    step (and, since 0.4, an IndexError on a 0-dim tensor)."""
+    value = node.value  # type: ignore[attr-defined]
+    if not (isinstance(value, ast.Attribute) and value.attr == "data" and isinstance(node.slice, ast.Constant)  # type: ignore[attr-defined]
+            and node.slice.value == 0 and isinstance(node.ctx, ast.Load)  # type: ignore[attr-defined]
+            and isinstance(value.value, (ast.Name, ast.Call))):
+        return  # (the cheap shape test first: every subscript of every file comes here)
+    up = ctx.semantic.parent(node)
+    if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("float", "int", "bool", "str"):
+        return  # (``float(loss.data[0])``: the conversion's own read, reported as such)
+    inner = value.value
+    if isinstance(inner, ast.Call):  # ``F.mse_loss(output, target).data[0]``: a loss torch computes
+        if ctx.semantic.expr_kind(inner, node) != "tensor" or not _LOSSISH_CALL.search(dotted(inner.func) or ""):
+            return
+    elif not tensor_value(ctx, inner, node) or host_number(ctx, inner, node) \
+            or not _LOSSISH_CALL.search(inner.id) and ctx.semantic.kind_of(inner.id, node) != "tensor":
+        return
+    _report(ctx, node, f"`{ctx.name(node)}` (PyTorch 0.3's `.item()`)")
+
+
 @rule("TD603", calls=("add_scalar", "add_scalars", "add_histogram"))
 def tensor_logged_every_step(node: ast.Call, ctx: Context) -> None:
     """``writer.add_scalar("loss", loss, step)`` with a device tensor: TensorBoard copies it to the host
