@@ -740,6 +740,7 @@ class Callers:
                 return True  # (several entries: a generic one, and one the program names its own, read together)
         return False
 
+
 def _names_entry(text: str, entry: str) -> bool:
     return f'["{entry}"]' in text or f"['{entry}']" in text
 

@@ -305,6 +305,7 @@ _SCALAR_SINKS = frozenset({"float", "int", "round", "bool", "print", "str", "rep
 
 _HOST_SELECTIONS = frozenset({"numpy.where", "numpy.nonzero", "numpy.argwhere", "numpy.flatnonzero"})
 
+
 def _copied_for_host_processing(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
     """``boxes = boxes.cpu().numpy()``, ``flow = padder.unpad(pred[0]).cpu()`` in a loop that does not train: an
     output copied once and bound to a name for host work (decoding, non-max suppression, metrics, files): some

@@ -11,6 +11,7 @@ from torchdoctor.check.astutil import argument, call_argument, dotted, has_kwarg
     param_default, string_value, strip_methods, target_names
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.kept import bound_name
 from torchdoctor.check.semantic import flow, loaders, program
 from torchdoctor.check.semantic.kinds import unwrap_iter
 
@@ -341,13 +342,11 @@ def _moves_only_rebuilt_batches(ctx: Context, call: ast.AST) -> bool:
     pageable tensor whatever the loader pins, so pinning saves nothing."""
     sem = ctx.semantic
     stmt = sem.parent(call)
-    if not (isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], ast.Name)):
+    if (name := bound_name(stmt)) is None or stmt.value is not call:  # type: ignore[union-attr]
         return False
-    name = stmt.targets[0].id
     loops = [lp for lp in sem.of_type(ast.For) if (info := sem.loop_info(lp)).is_batch and info.loader is not None
              and any(isinstance(n, ast.Name) and n.id == name for n in sem.subtree(info.loader))]
-    if not loops or len(loops) != len([r for r in sem.reads_of(name)]):
+    if not loops or len(loops) != len(sem.reads_of(name)):
         return False  # (the loader is also used elsewhere: handed on, peeked, iterated by a helper)
     for loop in loops:
         batch = set(sem.loop_info(loop).batch_vars)
@@ -408,10 +407,8 @@ def _only_peeked_afresh(ctx: Context, node: ast.AST) -> bool:
     """Every read of the loader's name is ``next(iter(loader))``: one batch from a fresh iterator each time (a test
     batch drawn every epoch), where workers would be started again on every read; more of them would only cost."""
     sem = ctx.semantic
-    stmt = sem.parent(node)
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+    if (name := bound_name(sem.parent(node))) is None:
         return False
-    name = stmt.targets[0].id
     reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.value is node]
     return bool(reads) and all(isinstance(it := sem.parent(r), ast.Call) and dotted(it.func) == "iter" and it.args == [r]
                                and isinstance(nx := sem.parent(it), ast.Call) and dotted(nx.func) == "next"

@@ -256,16 +256,12 @@ def _saves_host_data(ctx: Context, save: ast.Call) -> bool:
     sem = ctx.semantic
     if "offload_to_cpu" in ctx.source:
         return True  # FSDP gathers its full state dicts to the CPU (``FullStateDictConfig(offload_to_cpu=True)``)
-    obj = save.args[0]
+    obj = saved = save.args[0]
     nodes = sem.subtree(obj)
-    if isinstance(obj, ast.Name):
-        b = sem.binding_at(obj.id, obj)
-        if b is not None and b.value is not None and not b.is_param:
-            nodes = nodes + sem.subtree(b.value)
-    saved = obj
     if isinstance(obj, ast.Name) and (b := sem.binding_at(obj.id, obj)) is not None and b.value is not None \
             and not b.is_param:
-        saved = b.value
+        saved = b.value  # (``torch.save(ckpt, path)`` of ``ckpt = {...}``: what the name holds)
+        nodes = nodes + sem.subtree(saved)
     if isinstance(saved, ast.Dict) and any(
             isinstance(v, ast.Call) and method_name(v) == "state_dict" and not any(
                 isinstance(n, ast.Call) and method_name(n) == "cpu" for n in sem.subtree(v)) for v in saved.values):

@@ -17,7 +17,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range
 from torchdoctor.check.rules.perf import _scaler_names
-from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, timed_iteration, timer_call
+from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, legacy_item, timed_iteration, timer_call
 from torchdoctor.check.rules.forward_values import computed_in_forward, forward_value, reached_from_forward
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, \
     is_sync_call, made_on_host, meter_feeds, tensor_value
@@ -496,11 +496,9 @@ def tensor_str_format_every_step(node: ast.Call, ctx: Context) -> None:
 def legacy_scalar_read_every_step(node: ast.AST, ctx: Context) -> None:
     """``epoch_loss.append(loss.data[0])``: PyTorch 0.3's spelling of ``loss.item()``, a read back of the loss on every
     step (and, since 0.4, an IndexError on a 0-dim tensor)."""
-    value = node.value  # type: ignore[attr-defined]
-    if not (isinstance(value, ast.Attribute) and value.attr == "data" and isinstance(node.slice, ast.Constant)  # type: ignore[attr-defined]
-            and node.slice.value == 0 and isinstance(node.ctx, ast.Load)  # type: ignore[attr-defined]
-            and isinstance(value.value, (ast.Name, ast.Call))):
+    if not (legacy_item(node) and isinstance(node.ctx, ast.Load)):  # type: ignore[attr-defined]
         return  # (the cheap shape test first: every subscript of every file comes here)
+    value = node.value  # type: ignore[attr-defined]
     up = ctx.semantic.parent(node)
     if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("float", "int", "bool", "str"):
         return  # (``float(loss.data[0])``: the conversion's own read, reported as such)

@@ -278,7 +278,7 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
                     isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and (sync_site(ctx, c) is not None
                                                                                   and not _element_maybe_on_host(ctx, c)
                                                                                   or _logs_a_tensor(ctx, c))
-                    or _legacy_item(c) and _runs_whenever(sem, c, stmt) for c in nodes):
+                    or legacy_item(c) and _runs_whenever(sem, c, stmt) for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
             if isinstance(stmt, ast.If) and any(
@@ -650,7 +650,7 @@ def _attribute_read(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
         and isinstance(recv.value, ast.Name) and sem.expr_kind(recv.value, node) in ("model", "wrapper")
 
 
-def _legacy_item(node: ast.AST) -> bool:
+def legacy_item(node: ast.AST) -> bool:
     """``loss.data[0]``: PyTorch 0.3's ``loss.item()``."""
     return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "data" \
         and isinstance(node.value.value, (ast.Name, ast.Call)) and isinstance(node.slice, ast.Constant) \
@@ -662,7 +662,7 @@ def _read_tensor(node: ast.AST) -> str | None:
     loss)``, of the name itself (a ``%``-formatted value, a test), or of an f-string's one formatted name."""
     if isinstance(node, ast.Name):
         return node.id
-    if _legacy_item(node) and isinstance(node.value.value, ast.Name):  # type: ignore[attr-defined]
+    if legacy_item(node) and isinstance(node.value.value, ast.Name):  # type: ignore[attr-defined]
         return node.value.value.id  # type: ignore[attr-defined]
     if isinstance(node, ast.JoinedStr):
         values = [v.value for v in node.values if isinstance(v, ast.FormattedValue)]

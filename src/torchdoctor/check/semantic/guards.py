@@ -47,6 +47,7 @@ _RANKISH = lazy(r"(?i)(global_|local_|world_|node_|proc_|process_)?rank|gpu|loca
 
 _MOD_FUNCTIONS = frozenset({"numpy.remainder", "numpy.mod", "numpy.fmod", "math.fmod", "operator.mod"})
 
+
 class Guards(GradModes, DeviceChoices):
     def __init__(self, index: Index, names: Names, bindings: Bindings, segment: Callable[[ast.AST], str],
                  call_sites: Callable[[ast.AST], list[ast.Call]]) -> None:

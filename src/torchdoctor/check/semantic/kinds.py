@@ -136,6 +136,7 @@ def _names_a_class(name: str) -> bool:
     """``Model``, ``QNetwork``: named as classes are (not ``DEVICE``, a constant)."""
     return name[:1].isupper() and not name.isupper()
 
+
 class Kinds:
     """Answers ``kind_of(key, at)`` and ``expr_kind(expr, at)``, memoised per binding.
 

@@ -49,11 +49,11 @@ class LoopInfo:
         return f"<LoopInfo {self.kind} line {getattr(self.node, 'lineno', 0)}>"
 
 
-
 def _over_a_range(loop: ast.For) -> bool:
     """``for i in range(...)`` (maybe through ``enumerate``/``tqdm``)."""
     iters, _ = unwrap_iter(loop.iter)
     return bool(iters) and all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters)
+
 
 class Loops:
     """Classifies every loop and comprehension of the file once."""
@@ -112,9 +112,9 @@ class Loops:
         loaders = [it for it in iters if self._is_loader(it, loop)]
         if not loaders:
             # ``for k in range(eval_iters): X, Y = get_batch(split)``: steps that fetch their own batch
-            if all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters) \
-                    and not self._trains_over_a_loader(loop):  # (an epoch loop: ``next(iter(test_loader))`` after
-                self._describe_while(info, self.index.body(loop))  # its training loop peeks once an epoch)
+            # (not an epoch loop: there ``next(iter(test_loader))`` after its training loop peeks once an epoch)
+            if _over_a_range(loop) and not self._trains_over_a_loader(loop):  # type: ignore[arg-type]
+                self._describe_while(info, self.index.body(loop))
             elif len(iters) == 1 and isinstance(iters[0], (ast.Name, ast.Attribute, ast.Call, ast.Subscript)) \
                     and not (isinstance(iters[0], ast.Call) and (dotted(iters[0].func) or "") in ("range", "zip")) \
                     and self._moves_its_items(loop):
@@ -195,7 +195,7 @@ class Loops:
                    for n in self.index.body(loop))
 
     def _fetches_batches(self, loop: ast.AST) -> bool:
-        """The ``while`` loop takes a batch each pass (``data = prefetcher.next()``, ``x, y = next(it)``)."""
+        """The loop takes a batch each pass (``data = prefetcher.next()``, ``x, y = next(it)``)."""
         return any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call)
                    and ((name := (dotted(n.value.func) or "").rsplit(".", 1)[-1]) == "next" or _GETS_BATCH.search(name))
                    for n in self.index.body(loop))
