@@ -8114,3 +8114,41 @@ def test_a_load_of_what_the_training_helper_just_saved_needs_no_map_location(pro
     write(project, files)
     results = check_files(list(files), Settings(root=str(project), select=("TD502",)))
     assert codes(results, "main.py") == [(10, "TD502")]
+
+
+def test_a_helper_that_returns_a_framework_model_whose_predict_turns_autograd_off(project: Path) -> None:
+    """A course's helper module builds a Poutyne ``Model`` around the network (``model = pt.Model(network, ...)``,
+    moved when a GPU exists, returned); its ``predict`` runs in eval mode under ``no_grad`` itself. A helper that
+    returns a torch module is still judged: its forward after ``eval()`` records a graph."""
+    write(project, {
+        "helpers.py": """\
+            import torch
+            import torch.nn as nn
+            import poutyne as pt
+
+            def get_model(network, optimizer=None, use_gpu=True):
+                model = pt.Model(network, optimizer, nn.CrossEntropyLoss(), batch_metrics=["accuracy"])
+                if use_gpu and torch.cuda.is_available():
+                    model.cuda()
+                return model
+
+            def get_classifier(use_gpu=True):
+                model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+                if use_gpu and torch.cuda.is_available():
+                    model.cuda()
+                return model
+            """,
+        "lab.py": """\
+            import torch
+            import torch.nn as nn
+            from helpers import get_classifier, get_model
+
+            x_test = torch.randn(16, 8)
+            model = get_model(nn.Linear(8, 2), use_gpu=True)
+            y_pred = model.predict(x_test)
+            clf = get_classifier()
+            clf.eval()
+            scores = clf(x_test)
+            """})
+    results = check_files(["lab.py", "helpers.py"], Settings(root=str(project)), jobs=1)
+    assert [c for c in codes(results, "lab.py") if c[1] == "TD401"] == [(10, "TD401")]

@@ -322,6 +322,12 @@ class Project(Callers):
         DataLoader``): ``"torch.utils.data.DataLoader"``."""
         return self._lookup(sem, written, "external")  # type: ignore[return-value]
 
+    def returned_library_object(self, sem: SemanticModel, written: str) -> str | None:
+        """``written`` (imported here) is a function of the project that returns an object of a class it imports from
+        outside the project (``def get_model(net): model = pt.Model(net, ...); return model`` with ``import poutyne as
+        pt``): that class's full name, ``"poutyne.Model"``."""
+        return self._lookup(sem, written, "library_object")  # type: ignore[return-value]
+
     def function_for(self, sem: SemanticModel, call: ast.Call) -> FunctionSummary | None:
         written = dotted(call.func)
         if written is None:
@@ -416,6 +422,18 @@ class Project(Callers):
             return cls
         if what == "function" and attr in summary.functions:
             return summary.functions[attr]
+        if what == "library_object" and attr in summary.functions:
+            made = summary.functions[attr].made
+            if not made:
+                return None
+            head, _, rest = made.partition(".")
+            if rest and head in summary.imports:  # ``pt.Model(...)`` of ``import poutyne as pt``
+                module, name = summary.imports[head], rest
+            elif not rest and head in summary.from_imports and summary.from_imports[head][0] == 0:
+                module, name = summary.from_imports[head][1], summary.from_imports[head][2]  # ``from skorch import X``
+            else:
+                return None
+            return f"{module}.{name}" if self._module_file(target, 0, module) is None else None
         if what == "cuda_setting" and attr in summary.cuda_names:
             return summary
         if what == "data_parallel_class" and attr in summary.classes:  # a subclass of torch's DataParallel, maybe

@@ -328,7 +328,7 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
             for call in _forwards_after_eval(ctx, site, name):
                 _report_inference(ctx, call, f" (`{ctx.name(site.func)}()` put it in eval mode)")
     elif node.func.attr in ("predict", "prediction", "inference", "infer") and _inference_call(ctx, node) \
-            and not _estimator(ctx, node.func.value, node):
+            and not _estimator(ctx, node.func.value, node) and not _framework_object(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
 
 
@@ -425,6 +425,29 @@ def _estimator(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     key, func = dotted(recv), sem.function_of(at)
     return bool(key) and any(isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key
                              and sem.function_of(c) is func for c in sem.calls_named("fit"))
+
+
+# Training frameworks whose model object wraps a network and runs its own prediction loop (Poutyne's
+# ``Model.predict`` puts it in eval mode under ``no_grad``; skorch, fastai and Lightning do the same; the others are
+# no torch at all).
+_FRAMEWORKS = ("poutyne.", "skorch.", "fastai.", "pytorch_lightning.", "lightning.", "keras.", "tensorflow.",
+               "sklearn.", "xgboost.", "lightgbm.", "catboost.")
+
+
+def _framework_object(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``model = pt.Model(network, optimizer, loss)`` (Poutyne), ``NeuralNetClassifier(module)`` (skorch), or a helper
+    of the project that returns one (``model = get_model(net)``, whose ``model = pt.Model(...)`` it returns): a
+    framework's wrapper, whose ``predict`` turns autograd off itself."""
+    sem = ctx.semantic
+    b = sem.binding_at(dotted(recv) or "", at)
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    if not isinstance(value, ast.Call):
+        return False
+    if (sem.call_name(value) or "").startswith(_FRAMEWORKS):
+        return True
+    written = dotted(value.func)
+    origin = sem.project.returned_library_object(sem, written) if sem.project is not None and written else None
+    return origin is not None and origin.startswith(_FRAMEWORKS)
 
 
 _AS_MOVED = frozenset({"to", "cuda", "half", "float", "requires_grad_"})

@@ -74,7 +74,7 @@ class ClassSummary(FrozenRecord):
 
 class FunctionSummary(FrozenRecord):
     __slots__ = ("name", "effects", "loops", "params", "returns", "one_step", "numpy_params", "keys", "moves",
-                 "unpinned")
+                 "unpinned", "made")
     name: str  # "f" or "Class.method"
     effects: frozenset[str]  # see semantic.calls.EFFECTS
     loops: bool  # trains (reaches backward), or is an evaluate-named function with a loop
@@ -92,12 +92,13 @@ class FunctionSummary(FrozenRecord):
     keys: frozenset[str] | None  # every return is a dict of these keys (``loaders.returned_keys``), else None
     moves: tuple[tuple[str, str], ...]  # (parameter, device) it moves there (``forwards.moved_params``)
     unpinned: frozenset[int]  # the unpinned DataLoaders it returns: -1 alone, else tuple positions (loaders.py)
+    made: str | None  # the class, as written, of the object every return hands back (``pt.Model``; _returned_object)
 
     def __init__(self, name: str, effects: frozenset[str], loops: bool, params: tuple[str, ...],
                  returns: str | None = None, one_step: bool = False, numpy_params: frozenset[str] = frozenset(),
                  keys: frozenset[str] | None = None, moves: tuple[tuple[str, str], ...] = (),
-                 unpinned: frozenset[int] = frozenset()) -> None:
-        self._fill(name, effects, loops, params, returns, one_step, numpy_params, keys, moves, unpinned)
+                 unpinned: frozenset[int] = frozenset(), made: str | None = None) -> None:
+        self._fill(name, effects, loops, params, returns, one_step, numpy_params, keys, moves, unpinned, made)
 
 
 class ModuleSummary(Record):
@@ -208,13 +209,16 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "host_or_first" if _returns_host_or_first(sem, func) else \
                 "derived" if sem.kinds.computes_on_params([func]) else \
                 "python" if len(func.args.args) > 1 and only_python(sem, func, 1) else \
-                "moved" if moves and _returns_moved(sem, func) else _returned_object(sem, func)
+                "moved" if moves and _returns_moved(sem, func) else None
+            made = _returned_object(sem, func)
+            returns = returns or made
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
             keys = returned_keys(sem, func) if not params and returns is None else None  # (what ``**f()`` passes)
             out.functions[key] = FunctionSummary(key, effects, has_loop, params, returns, one_step, numpy_params(func),
                                                  keys, moved_params(sem, func) if moves else (),
-                                                 unpinned_returns(sem, func) if loaders_made else frozenset())
+                                                 unpinned_returns(sem, func) if loaders_made else frozenset(),
+                                                 made[len("object:"):] if made else None)
     _inherited_methods(sem, out)
     return out
 
@@ -242,7 +246,7 @@ def _inherited_methods(sem: SemanticModel, out: ModuleSummary) -> None:
                 key = f"{cls.name}.{method.name}"  # type: ignore[attr-defined]
                 out.functions[key] = FunctionSummary(key, effects, found.loops or "backward" in effects, found.params,
                                                      found.returns, found.one_step, found.numpy_params, found.keys,
-                                                     found.moves, found.unpinned)
+                                                     found.moves, found.unpinned, found.made)
 
 
 def _returned_object(sem: SemanticModel, func: ast.AST) -> str | None:
