@@ -481,6 +481,9 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
                 and isinstance(b.value.func, ast.Attribute) and b.value.func.attr in SAME_PLACE \
                 and not (ctx.call_name(b.value) or "").startswith("torch."):
             return made_on_host(ctx, b.value.func.value, b.node, depth + 1)  # ``values, indices = t.cpu().max(1)``
+        if b is not None and b.index is not None and isinstance(b.value, ast.Call) and _handed_back(ctx, b, expr.id):
+            given = next(a for a in b.value.args if isinstance(a, ast.Name) and a.id == expr.id)
+            return made_on_host(ctx, given, b.node, depth + 1)
         if b is not None and b.index is not None and isinstance(b.value, ast.Call):
             return _returns_host_tensor(ctx, b.value, b.index, depth)  # ``out, gt = run_one(...)``
         return b is not None and b.value is not None and b.node is not expr and \
@@ -562,6 +565,15 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
             and not _moving_lambda(ctx, expr.func, at) and not moving_helper(ctx, expr)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _handed_back(ctx: Context, b: object, name: str) -> bool:
+    """``ys_hat, frame_lens = self.model(xs, frame_lens)``: a model's output rebinds the name of the lengths it was handed
+    (a sequence model hands back the lengths it was given, or lengths it computed from them): they are where the
+    input was. (A recurrent state handed back, ``out, hidden = rnn(x, hidden)``, is not: it lives with the model.)"""
+    call = b.value  # type: ignore[attr-defined]
+    return "len" in name.lower() and isinstance(b.node, ast.Assign) and ctx.semantic.expr_kind(call.func, b.node) in ("model", "wrapper") \
+        and any(isinstance(a, ast.Name) and a.id == name for a in call.args)  # type: ignore[attr-defined]
 
 
 def _cpu_device_name(ctx: Context, move: ast.Call) -> bool:
