@@ -8152,3 +8152,44 @@ def test_a_helper_that_returns_a_framework_model_whose_predict_turns_autograd_of
             """})
     results = check_files(["lab.py", "helpers.py"], Settings(root=str(project)), jobs=1)
     assert [c for c in codes(results, "lab.py") if c[1] == "TD401"] == [(10, "TD401")]
+
+
+def test_a_loss_class_of_another_module_given_weights_already_moved(project: Path) -> None:
+    """A segmentation script moves its class weights (``weight = weight.cuda()``) and hands them to a loss class of
+    ``utils/loss.py`` that holds nothing else (``self.loss = nn.NLLLoss(weight)``): nothing of it is on the host.
+    Given weights made on the host and never moved, the loss still is."""
+    loss = """\
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class CrossEntropyLoss2d(torch.nn.Module):
+            def __init__(self, weight=None):
+                super(CrossEntropyLoss2d, self).__init__()
+                self.loss = nn.NLLLoss(weight)
+
+            def forward(self, outputs, targets):
+                return self.loss(F.log_softmax(outputs, dim=1), targets)
+        """
+    train = """\
+        import torch
+        from utils.loss import CrossEntropyLoss2d
+
+        def train(args, model, loader):
+            weight = torch.ones(20)
+            weight[0] = 2.0
+            if args.cuda:
+                weight = weight.cuda()
+            criterion = CrossEntropyLoss2d(weight)
+            for images, labels in loader:
+                if args.cuda:
+                    images = images.cuda()
+                    labels = labels.cuda()
+                loss = criterion(model(images), labels)
+                loss.backward()
+        """
+    unmoved = train.replace("            if args.cuda:\n                weight = weight.cuda()\n", "")
+    write(project, {"utils/__init__.py": "", "utils/loss.py": loss, "main.py": train, "main2.py": unmoved})
+    results = check_files(["main.py", "main2.py", "utils/loss.py", "utils/__init__.py"], Settings(root=str(project)), jobs=1)
+    assert [c for c in codes(results, "main.py") if c[1] == "TD201"] == []
+    assert [c for c in codes(results, "main2.py") if c[1] == "TD201"] == [(7, "TD201")]

@@ -258,10 +258,27 @@ def _constructs_model(ctx: Context, call: ast.Call, at: ast.AST) -> bool:
         if cls is None:  # a class of another module of the project, or of a library
             written = dotted(call.func)
             return not (sem.project is not None and written and (sem.project.class_stateless(sem, written)  # type: ignore[attr-defined]
-                                                                 or sem.project.class_moves_itself(sem, written)))  # type: ignore[attr-defined]
+                                                                 or sem.project.class_moves_itself(sem, written)  # type: ignore[attr-defined]
+                                                                 or _weights_not_on_the_host(ctx, call, written)))
         return not (_moves_itself(ctx, cls) or class_holds_nothing(sem, cls))
     builders = sem.resolve(call)
     return bool(builders) and not any(_returns_moved(ctx, f) for f in builders)
+
+
+def _weights_not_on_the_host(ctx: Context, call: ast.Call, written: str) -> bool:
+    """``criterion = CrossEntropyLoss2d(weight)`` of a loss class of another module that holds nothing but the class
+    weights it is given (``self.loss = nn.NLLLoss(weight)``), after ``weight = weight.cuda()``: nothing of it is left on
+    the host (weights made on the host and given unmoved still are)."""
+    from torchdoctor.check.rules.loop import _cpu_tensor
+
+    weighted = ctx.semantic.project.class_loss_weights(ctx.semantic, written)  # type: ignore[union-attr]
+    if weighted is None:
+        return False
+    names, params = weighted
+    given = [k.value for k in call.keywords if k.arg in names]
+    given += [a for a, p in zip(call.args, params) if p in names]
+    return not any(isinstance(a, ast.Starred) for a in call.args) and not any(k.arg is None for k in call.keywords) \
+        and not any(_cpu_tensor(ctx, v, call) for v in given)
 
 
 def _of_stateless_parts(ctx: Context, call: ast.Call) -> bool:
