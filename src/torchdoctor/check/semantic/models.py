@@ -726,6 +726,9 @@ def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
         if isinstance(n, ast.Call) and sem.is_device_move(n) and isinstance(n.func, ast.Attribute):
             if (dotted(n.func.value) or "").split(".")[0] == "self":
                 return True
+            if isinstance(n.func.value, ast.Name) and isinstance(sem.parent(n), ast.Expr) \
+                    and _of_own_parts(sem, n.func.value, init, 0):
+                return True  # ``for module in group: module.to(device)`` over groups of its layers: model parallel
             while isinstance(up := sem.parent(n), ast.Attribute) and up.attr in _STAYS_WHERE_IT_IS \
                     and isinstance(call := sem.parent(up), ast.Call) and call.func is up:
                 n = call  # (``torch.FloatTensor(k).cuda().unsqueeze(0).unsqueeze(0)``: still on the device)
@@ -745,6 +748,34 @@ def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:
                 and _moved_by_own_method(sem, cls, n.value):
             return True  # ``self.mask = self._get_correlated_mask()``, whose ``return mask.to(self.device)`` moves it
     return False
+
+
+def _of_own_parts(sem: SemanticModel, expr: ast.AST, init: ast.AST, depth: int) -> bool:
+    """``expr`` in ``__init__`` is drawn from the module's own parts: ``module`` of ``for module in group``, of
+    ``for group, idx in zip(np.array_split(modules, n), ...)``, of ``modules = [self.embeddings] + [e for e in
+    self.encoders] + [self.head]``."""
+    if depth > 10:
+        return False
+    if isinstance(expr, ast.Attribute):
+        return (dotted(expr) or "").startswith("self.")
+    if isinstance(expr, (ast.ListComp, ast.GeneratorExp)):
+        return any(_of_own_parts(sem, g.iter, init, depth + 1) for g in expr.generators)
+    if isinstance(expr, ast.Call):  # (``zip(groups, range(n))``, ``np.array_split(modules, n)``)
+        return any(_of_own_parts(sem, a, init, depth + 1) for a in expr.args)
+    if isinstance(expr, (ast.BinOp, ast.List, ast.Tuple)):  # (``[self.embeddings] + [...] + [self.head]``)
+        parts = [expr.left, expr.right] if isinstance(expr, ast.BinOp) else expr.elts
+        return any(_of_own_parts(sem, p, init, depth + 1) for p in parts)
+    if not isinstance(expr, ast.Name):
+        return False
+    b = sem.binding_at(expr.id, expr)
+    if b is None or b.is_param or sem.function_of(b.node) is not init and b.node is not init:
+        return False
+    if b.value is not None:
+        return b.node is not expr and _of_own_parts(sem, b.value, init, depth + 1)
+    loop = sem.parent(b.node)
+    while loop is not None and not isinstance(loop, (ast.For, ast.comprehension)):
+        loop = sem.parent(loop)
+    return loop is not None and _of_own_parts(sem, loop.iter, init, depth + 1)  # type: ignore[attr-defined]
 
 
 _KEEPS_DEVICE = frozenset({"type", "float", "bool", "long", "int", "half", "double", "contiguous", "view", "reshape"})
