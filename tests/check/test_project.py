@@ -8193,3 +8193,64 @@ def test_a_loss_class_of_another_module_given_weights_already_moved(project: Pat
     results = check_files(["main.py", "main2.py", "utils/loss.py", "utils/__init__.py"], Settings(root=str(project)), jobs=1)
     assert [c for c in codes(results, "main.py") if c[1] == "TD201"] == []
     assert [c for c in codes(results, "main2.py") if c[1] == "TD201"] == [(7, "TD201")]
+
+
+def test_a_step_method_overridden_two_bases_below_the_loop_that_calls_it(project: Path) -> None:
+    """A speech package's ``Trainer.train_epoch`` calls ``self.unit_train(data)`` on every batch;
+    ``NonSplitTrainer(Trainer)`` adds no loop, and ``LASTrainer(NonSplitTrainer)`` in another module overrides
+    ``unit_train`` with ``loss.item()`` and ``torch.cuda.synchronize()``: both run every step. Its ``save`` is no
+    step method, and a synchronize beside a clock read times the step (``TimedTrainer``): quiet."""
+    write(project, {
+        "asr/__init__.py": "",
+        "asr/trainer.py": """\
+            import torch
+
+            class Trainer:
+                def __init__(self, model, optimizer):
+                    self.model = model.cuda() if torch.cuda.is_available() else model
+                    self.optimizer = optimizer
+
+                def train_epoch(self, loader):
+                    for i, data in enumerate(loader):
+                        loss_value = self.unit_train(data)
+
+                def unit_train(self, data):
+                    raise NotImplementedError
+
+            class NonSplitTrainer(Trainer):
+                def load(self, path):
+                    self.model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+            """,
+        "asr/las/__init__.py": "",
+        "asr/las/train.py": """\
+            import time
+            import torch
+            from ..trainer import *
+
+            class LASTrainer(NonSplitTrainer):
+                def unit_train(self, data):
+                    xs, ys = data
+                    loss = self.model(xs.cuda(non_blocking=True), ys.cuda(non_blocking=True))
+                    loss_value = loss.item()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                    torch.cuda.synchronize()
+                    return loss_value
+
+                def save(self, path):
+                    torch.cuda.synchronize()
+                    torch.save(self.model.state_dict(), path)
+
+            class TimedTrainer(NonSplitTrainer):
+                def unit_train(self, data):
+                    start = time.perf_counter()
+                    loss = self.model(*data)
+                    loss.backward()
+                    self.optimizer.step()
+                    torch.cuda.synchronize()
+                    print(time.perf_counter() - start)
+            """})
+    results = check_files(["asr/las/train.py", "asr/trainer.py", "asr/__init__.py", "asr/las/__init__.py"],
+                          Settings(root=str(project)), jobs=1)
+    assert [c for c in codes(results, "train.py") if c[1] == "TD603"] == [(9, "TD603"), (13, "TD603")]

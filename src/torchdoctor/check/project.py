@@ -169,9 +169,10 @@ class Project(Callers):
         return self._lookup(sem, written, "module_class") is not None
 
     def calls_every_step(self, sem: SemanticModel, written: str, method: str) -> bool:
-        """The class ``written`` (imported here) calls ``self.<method>(...)`` on every step of a batch loop."""
-        cls = self._lookup(sem, written, "class")
-        return cls is not None and method in cls.step_calls  # type: ignore[attr-defined]
+        """The class ``written`` (imported here) calls ``self.<method>(...)`` on every step of a batch loop, itself or
+        through a base class (``LASTrainer(NonSplitTrainer)``, ``NonSplitTrainer(Trainer)``, whose ``train_epoch``
+        loop calls ``self.unit_train(data)``)."""
+        return self._lookup(sem, written, f"step_calls:{method}") is not None  # (or one of its bases does)
 
     def calls_without_grad(self, sem: SemanticModel, written: str, method: str) -> bool:
         """The class ``written`` (imported here) calls ``self.<method>(...)`` only with autograd off (``@torch.inference_mode()
@@ -395,6 +396,16 @@ class Project(Callers):
             # accelerator itself (a package's ``__init__`` that re-exports it: followed below)
         if what == "class" and attr in summary.classes:
             return summary.classes[attr]
+        if what.startswith("step_calls:") and attr in summary.classes:
+            cls = summary.classes[attr]
+            if what[len("step_calls:"):] in cls.step_calls:
+                return cls
+            for base in cls.bases:
+                found = self._in_module(target, base, what, depth + 1) if base in summary.classes else \
+                    self._find(target, summary.from_imports, summary.imports, base, what, depth + 1, summary.star)
+                if found is not None:
+                    return found
+            return None
         if what == "class_module" and attr in summary.classes:
             return summary  # (the module that defines the class)
         if what == "module_class" and attr in summary.classes:

@@ -252,7 +252,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     loop = per_step_loop(ctx, node)
     if loop is None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
-        _report_for_base_loop(ctx, node, what)
+        report_for_base_loop(ctx, node, what)
         _report_in_a_loss_forward(ctx, node, what)
         return
     if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or few_in_range(ctx, loop):
@@ -348,7 +348,7 @@ def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> 
     ctx.report("TD603", node, f"{what} synchronises with the GPU on every step of {where}", fix=fix)
 
 
-def _report_for_base_loop(ctx: Context, node: ast.AST, what: str) -> None:
+def report_for_base_loop(ctx: Context, node: ast.AST, what: str) -> None:
     """A method a base class of another module calls on every step (``self.forward_backward(data)`` in
     ``Engine.train``'s batch loop), overridden here: its sync runs every step."""
     sem = ctx.semantic

@@ -21,7 +21,7 @@ from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, legacy_item, time
 from torchdoctor.check.rules.forward_values import computed_in_forward, forward_value, reached_from_forward
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, \
     is_sync_call, made_on_host, meter_feeds, tensor_value
-from torchdoctor.check.rules.steps import per_step_loop, report_sync, report_sync_for_callers
+from torchdoctor.check.rules.steps import report_for_base_loop, per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
 if TYPE_CHECKING:
@@ -383,9 +383,13 @@ def synchronize_every_step(node: ast.Call, ctx: Context) -> None:
         return
     sem = ctx.semantic
     loop = per_step_loop(ctx, node)
+    func = sem.function_of(node)
+    if loop is None and func is not None and not any(
+            isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _reports_time(n))
+            for n in sem.local_nodes(func)):  # (an override of a step method a base class's loop calls)
+        report_for_base_loop(ctx, node, f"`{ctx.call_name(node)}()`")
     if loop is None or not _accelerated(ctx):
         return
-    func = sem.function_of(node)
     region = sem.body(loop) if sem.contains(loop, node) else sem.local_nodes(func) if func is not None else []
     if any(isinstance(n, ast.Call) and ((ctx.call_name(n) or "") in CLOCKS or timer_call(n) or _async_copy_to_host(n)
                                          or _reports_time(n)) for n in region) or _inside_a_timer(ctx, node) or sem.contains(loop, node) and timed_iteration(ctx, loop) \
