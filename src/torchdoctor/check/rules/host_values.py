@@ -771,6 +771,14 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
         if len(names) == 1 and isinstance(other := next(a for a in node.args if a is not names[0]), ast.Constant) \
                 and tensor_value(ctx, names[0], node) and not made_on_host(ctx, names[0], node):
             return f"`{node.func.id}({ctx.name(names[0])}, {ctx.name(other)})` (Python's: a bool of the tensor)"
+        calls = [a for a in node.args if isinstance(a, ast.Call)]  # ``max(num_pos.data.sum().float(), 1)``: a
+        if len(calls) == 1 and isinstance(other := next(a for a in node.args if a is not calls[0]), ast.Constant) \
+                and isinstance(other.value, (int, float)) and (  # reduction of a tensor, compared with a number
+                    _torch_reduction_of_a_tensor(ctx, calls[0], node)
+                    or method_name(calls[0]) in REDUCING_METHODS | {"float", "double", "long", "int"}
+                    and tensor_value(ctx, strip_methods(calls[0], SAME_PLACE), node)) \
+                and not made_on_host(ctx, calls[0], node):
+            return f"`{node.func.id}({ctx.name(calls[0])}, {ctx.name(other)})` (Python's: a bool of the tensor)"
     if isinstance(node.func, ast.Name) and node.func.id == "print":
         grads = [a for a in node.args if isinstance(a, ast.Attribute) and a.attr == "grad"]
         for arg in [*(a for a in node.args if a not in grads), *grads]:  # (an f-string argument is the f-string rule's)

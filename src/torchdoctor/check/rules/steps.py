@@ -339,7 +339,12 @@ def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> 
         told.add(id(stmt))
     where = loop if isinstance(loop, str) else f"the loop at line {loop.lineno}"  # type: ignore[attr-defined]
     fix = "keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch"
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min"):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min") \
+            and len(node.args) == 2 and (bound := next((a for a in node.args if isinstance(a, ast.Constant)), None)):
+        tensor = next(a for a in node.args if a is not bound)  # ``max(num_pos.sum().float(), 1)``: stay on the device
+        side = "min" if node.func.id == "max" else "max"
+        fix = f"clamp on the device instead: `{ctx.name(tensor)}.clamp({side}={ctx.name(bound)})`"
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min"):
         fix = (f"read it once with `int({ctx.name(node.args[0])}.{node.func.id}())`, or keep a host copy of it "
                "(lengths as the loader made them)")
     if isinstance(node, ast.Subscript):

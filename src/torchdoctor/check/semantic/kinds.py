@@ -544,6 +544,8 @@ class Kinds:
             return "loss_fn"  # (``nn.NLLLoss2d``: the old 2-D alias of NLLLoss)
         if self.is_model_constructor(call, q, last) or self._model_class_param(call) or self._model_registry_call(call):
             return "model"
+        if q == "torch.autograd.Variable" and call.args:
+            return "tensor"  # ``conf_t = Variable(conf_t, requires_grad=False)``: PyTorch 0.3's wrapper of a tensor
         if last in ("tqdm", "trange", "track", "iter", "enumerate") and call.args:
             return "loader" if self.expr_kind(call.args[0], at) == "loader" else None
         meth = method_name(call)
