@@ -8254,3 +8254,46 @@ def test_a_step_method_overridden_two_bases_below_the_loop_that_calls_it(project
     results = check_files(["asr/las/train.py", "asr/trainer.py", "asr/__init__.py", "asr/las/__init__.py"],
                           Settings(root=str(project)), jobs=1)
     assert [c for c in codes(results, "train.py") if c[1] == "TD603"] == [(9, "TD603"), (13, "TD603")]
+
+
+def test_a_submodule_of_a_model_class_of_another_module_run_after_eval(project: Path) -> None:
+    """A VAE script builds ``model = VAE(...)`` of ``modules.py`` and, after ``model.eval()``, draws samples with
+    ``model.decoder(z)``, a submodule the class sets in ``__init__``: an inference forward with autograd on. Its
+    ``model.latent_size(...)`` is a plain method, and the decoder run under ``no_grad`` records nothing: quiet."""
+    write(project, {
+        "modules.py": """\
+            import torch.nn as nn
+
+            class VAE(nn.Module):
+                def __init__(self, dim, z_dim):
+                    super().__init__()
+                    self.encoder = nn.Sequential(nn.Conv2d(3, dim, 4, 2, 1), nn.ReLU(), nn.Conv2d(dim, 2 * z_dim, 1))
+                    self.decoder = nn.Sequential(nn.ConvTranspose2d(z_dim, dim, 4, 2, 1), nn.Tanh())
+                    self.z_dim = z_dim
+
+                def latent_size(self, batch):
+                    return (batch, self.z_dim, 1, 1)
+
+                def forward(self, x):
+                    mu, logvar = self.encoder(x).chunk(2, dim=1)
+                    return self.decoder(mu), logvar
+            """,
+        "vae.py": """\
+            import torch
+            from modules import VAE
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = VAE(64, 16).to(device)
+
+            def generate_samples():
+                model.eval()
+                z = torch.randn(*model.latent_size(64), device=device)
+                return model.decoder(z)
+
+            def generate_quietly():
+                model.eval()
+                with torch.no_grad():
+                    return model.decoder(torch.randn(8, 16, 1, 1, device=device))
+            """})
+    results = check_files(["vae.py", "modules.py"], Settings(root=str(project)), jobs=1)
+    assert [c for c in codes(results, "vae.py") if c[1] == "TD401"] == [(10, "TD401")]

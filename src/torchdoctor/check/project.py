@@ -285,6 +285,11 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls.moved_inputs if cls is not None else frozenset()  # type: ignore[attr-defined]
 
+    def class_submodules(self, sem: SemanticModel, written: str) -> frozenset[str]:
+        """The attributes the model class ``written`` (imported here) sets to layers or models (summary.submodule_names)."""
+        cls = self._lookup(sem, written, "class")
+        return cls.submodules if cls is not None else frozenset()  # type: ignore[attr-defined]
+
     def class_network_methods(self, sem: SemanticModel, written: str) -> frozenset[str]:
         """The methods of the module class ``written`` (imported here) other than ``forward`` that run its layers."""
         cls = self._lookup(sem, written, "class")

@@ -602,8 +602,9 @@ def _submodule(ctx: Context, key: str, attr: str, at: ast.AST) -> bool:
     sem = ctx.semantic
     made = construction(sem, ast.Name(id=key, ctx=ast.Load()), at) if "." not in key else None
     cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
-    if cls is None:
-        return False
+    if cls is None:  # (a model class of another module: ``model = VAE(...).cuda()``, then ``model.decoder(z)``)
+        written = dotted(made.func) if isinstance(made, ast.Call) else None
+        return sem.project is not None and bool(written) and attr in sem.project.class_submodules(sem, written)  # type: ignore[attr-defined]
     for n in sem.subtree(cls):
         if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == attr and dotted(t.value) == "self"
                                              for t in n.targets) and isinstance(n.value, ast.Call):

@@ -34,7 +34,7 @@ class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
                  "collates_arrays", "quiet_methods", "moved_inputs", "network_methods", "batchnorm", "loss_weights",
-                 "quiet_calls")
+                 "quiet_calls", "submodules")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -57,6 +57,7 @@ class ClassSummary(FrozenRecord):
     batchnorm: bool  # a BatchNorm layer in it, its parts or its bases (DDP without SyncBatchNorm: TD706)
     loss_weights: tuple[str, ...] | None  # a loss holding nothing unless given these weights (models.loss_weight_params)
     quiet_calls: frozenset[str]  # ``self.m(...)`` its methods call only with autograd off (a subclass's m records nothing)
+    submodules: frozenset[str]  # attributes its ``__init__`` sets to a layer or a model (``self.decoder = Decoder(...)``)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
@@ -66,10 +67,10 @@ class ClassSummary(FrozenRecord):
                  collates_arrays: bool = False, quiet_methods: frozenset[str] = frozenset(),
                  moved_inputs: frozenset[int] = frozenset(), network_methods: frozenset[str] = frozenset(),
                  batchnorm: bool = False, loss_weights: tuple[str, ...] | None = None,
-                 quiet_calls: frozenset[str] = frozenset()) -> None:
+                 quiet_calls: frozenset[str] = frozenset(), submodules: frozenset[str] = frozenset()) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
                    builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods,
-                   moved_inputs, network_methods, batchnorm, loss_weights, quiet_calls)
+                   moved_inputs, network_methods, batchnorm, loss_weights, quiet_calls, submodules)
 
 
 class FunctionSummary(FrozenRecord):
@@ -170,7 +171,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          network_methods(sem, cls) if is_module else frozenset(),
                                          dropout_bn and class_has_batchnorm(sem, name),
                                          loss_weight_params(sem, cls) if is_module and "Loss" in sem.text.source else None,
-                                         quiet_self_calls(sem, cls) if grad_off else frozenset())
+                                         quiet_self_calls(sem, cls) if grad_off else frozenset(),
+                                         submodule_names(sem, cls) if is_module else frozenset())
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
@@ -221,6 +223,17 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                                  made[len("object:"):] if made else None)
     _inherited_methods(sem, out)
     return out
+
+
+def submodule_names(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
+    """The attributes the class sets to a layer of ``torch.nn`` or a model of its own (``self.decoder = nn.Sequential(
+    ...)``, ``self.encoder = Encoder(...)``), in any of its methods."""
+    out = set()
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (
+                sem.call_kind(n.value, n) == "model" or (sem.call_name(n.value) or "").startswith("torch.nn.")):
+            out.update(t.attr for t in n.targets if isinstance(t, ast.Attribute) and dotted(t.value) == "self")
+    return frozenset(out)
 
 
 def _inherited_methods(sem: SemanticModel, out: ModuleSummary) -> None:
