@@ -8297,3 +8297,51 @@ def test_a_submodule_of_a_model_class_of_another_module_run_after_eval(project: 
             """})
     results = check_files(["vae.py", "modules.py"], Settings(root=str(project)), jobs=1)
     assert [c for c in codes(results, "vae.py") if c[1] == "TD401"] == [(10, "TD401")]
+
+
+def test_a_sampling_method_of_a_model_class_of_another_module(project: Path) -> None:
+    """A PixelCNN script draws samples every epoch with ``model.generate(label, shape)``, a method of its class in
+    ``modules.py`` that runs ``self.forward`` for every pixel with autograd on. The prior's ``generate`` is
+    decorated ``@torch.no_grad()``: quiet."""
+    write(project, {
+        "modules.py": """\
+            import torch
+            import torch.nn as nn
+
+            class GatedPixelCNN(nn.Module):
+                def __init__(self, k=256, dim=64):
+                    super().__init__()
+                    self.emb = nn.Embedding(k, dim)
+                    self.out = nn.Conv2d(dim, k, 1)
+
+                def forward(self, x, label):
+                    return self.out(self.emb(x).permute(0, 3, 1, 2))
+
+                def generate(self, label, shape=(8, 8), batch_size=64):
+                    x = torch.zeros((batch_size, *shape), dtype=torch.int64, device=label.device)
+                    for i in range(shape[0]):
+                        for j in range(shape[1]):
+                            logits = self.forward(x, label)
+                            x[:, i, j] = logits[:, :, i, j].softmax(-1).multinomial(1).squeeze()
+                    return x
+
+            class Prior(GatedPixelCNN):
+                @torch.no_grad()
+                def generate(self, label, shape=(8, 8), batch_size=64):
+                    return super().generate(label, shape, batch_size)
+            """,
+        "pixelcnn.py": """\
+            import torch
+            from modules import GatedPixelCNN, Prior
+
+            model = GatedPixelCNN().cuda()
+            prior = Prior().cuda()
+
+            def generate_samples():
+                label = torch.arange(10).cuda()
+                x_tilde = model.generate(label, shape=(28, 28), batch_size=100)
+                codes = prior.generate(label, batch_size=100)
+                return x_tilde.cpu(), codes.cpu()
+            """})
+    results = check_files(["pixelcnn.py", "modules.py"], Settings(root=str(project)), jobs=1)
+    assert [c for c in codes(results, "pixelcnn.py") if c[1] == "TD401"] == [(9, "TD401")]

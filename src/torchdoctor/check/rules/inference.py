@@ -13,7 +13,9 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.rules.loop import training_branch
 from torchdoctor.check.semantic.call_records import INFERENCE_NAME
-from torchdoctor.check.semantic.frozen import calls_a_frozen_model, model_forward_records_nothing, quiet_self_calls
+from torchdoctor.check.semantic.forwards import network_methods
+from torchdoctor.check.semantic.frozen import calls_a_frozen_model, methods_without_grad, model_forward_records_nothing, \
+    quiet_self_calls
 from torchdoctor.check.semantic.models import construction, model_has_no_parameters
 
 
@@ -303,10 +305,10 @@ def _shared_forward_helper(ctx: Context, call: ast.Call) -> ast.AST | None:
     return helper
 
 
-_INFERENCE_METHODS = ("predict", "prediction", "inference", "infer", "sample", "forward")
+_INFERENCE_METHODS = ("predict", "prediction", "inference", "infer", "sample", "generate", "forward")
 
 
-@rule("TD401", calls=("eval", "train", "predict", "prediction", "inference", "infer"))
+@rule("TD401", calls=("eval", "train", "predict", "prediction", "inference", "infer", "generate", "sample"))
 def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     """Forwards outside evaluation loops: after ``model.eval()`` in a function (or script) that trains
     nothing (``sample_images()``, an inference script), or through a model method named
@@ -330,6 +332,8 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
     elif node.func.attr in ("predict", "prediction", "inference", "infer") and _inference_call(ctx, node) \
             and not _estimator(ctx, node.func.value, node) and not _framework_object(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
+    elif node.func.attr in ("generate", "sample") and _own_sampler(ctx, node) and _inference_call(ctx, node):
+        _report_inference(ctx, node, "")  # ``x = model.generate(label, shape)``: its loop of forwards records graphs
 
 
 _SUMMARY_FUNC = lazy(r"(?i)summary|flops|macs|profil|complexity|count")
@@ -425,6 +429,36 @@ def _estimator(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     key, func = dotted(recv), sem.function_of(at)
     return bool(key) and any(isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key
                              and sem.function_of(c) is func for c in sem.calls_named("fit"))
+
+
+def _own_sampler(ctx: Context, call: ast.Call) -> bool:
+    """``model.generate(label, shape=...)`` of ``model = GatedPixelCNN(...)``, a model class of the project whose
+    ``generate`` runs its layers (``logits = self.forward(x, label)`` for every pixel) and turns autograd off nowhere."""
+    sem = ctx.semantic
+    made = construction(sem, call.func.value, call)  # type: ignore[attr-defined]
+    if not isinstance(made, ast.Call) or _fresh_in_a_demo(sem, call, made):
+        return False
+    method = call.func.attr  # type: ignore[attr-defined]
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "")
+    if cls is not None:
+        return (sem.call_name(made) or "") in sem.module_classes and method in network_methods(sem, cls) \
+            and method not in methods_without_grad(sem, cls)
+    written = dotted(made.func)
+    return sem.project is not None and bool(written) \
+        and method in sem.project.class_network_methods(sem, written) \
+        and method not in sem.project.class_quiet_methods(sem, written)  # type: ignore[attr-defined]
+
+
+def _fresh_in_a_demo(sem, call: ast.Call, made: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``def test_joint_dist(...): p = JointDistribution(...); z, x = p.sample((2,)); print(x)``: a model built in the
+    same function, which neither trains nor loads it there: a demo of the untrained model's shapes, no inference."""
+    func = sem.function_of(call)
+    recv = call.func.value  # type: ignore[attr-defined]
+    b = sem.binding_at(recv.id, call) if isinstance(recv, ast.Name) else None
+    if func is None or b is None or b.is_param or b.value is not made or sem.function_of(b.node) is not func:
+        return False  # (``_, model = self.get_model(path)``: a helper's, loaded there)
+    return not any(isinstance(n, ast.Call) and method_name(n) in ("load_state_dict", "load", "backward", "step", "fit")
+                   for n in sem.local_nodes(func))
 
 
 # Training frameworks whose model object wraps a network and runs its own prediction loop (Poutyne's
@@ -651,8 +685,10 @@ def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bo
                 if sem.class_of(f) is not None and (any(sem.guards.grad_call(d) in ("off", "maybe") for d in f.decorator_list)  # type: ignore[attr-defined]
                                                     or _forwards_under_no_grad(sem, f)):
                     return False
-        if call.func.attr in ("sample", "generate") and not sem.functions.get(call.func.attr):
-            return False  # a library's sampling method (often under no_grad itself): not judged
+        if call.func.attr in ("sample", "generate") and not _own_sampler(ctx, call) \
+                and not any(sem.class_of(f) is not None for f in sem.functions.get(call.func.attr, [])):
+            return False  # a library's sampling method (often under no_grad itself): not judged (a function of the
+            # file named so is no method of the model)
     if evaluated and (_loaded_module(ctx, target, call) or _built_evaluated_and_moved(ctx, target, call)
                       or _kept_moved(ctx, target, call)):
         return True
