@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_false, method_name, param_default
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, func_params, is_false, method_name, param_default
 from torchdoctor.check.patterns import LazyPattern, lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
@@ -342,7 +342,8 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
             return "_orig_mod."
         if method_name(expr) in _SAME_MODULE:
             return wrapper_prefix(sem, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
-        return None
+        handed = _handed_back_argument(sem, expr)
+        return wrapper_prefix(sem, handed, at, depth + 1) if handed is not None else None
     if isinstance(expr, ast.IfExp):  # `m.module if wrapped else m`: the unwrapping branch decides
         unwrap = [b for b in (expr.body, expr.orelse) if isinstance(b, ast.Attribute) and b.attr in ("module", "_orig_mod")]
         if unwrap:
@@ -364,6 +365,24 @@ def wrapper_prefix(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int = 
     if b is None or b.value is None or b.index is not None or b.is_param:
         return None
     return wrapper_prefix(sem, b.value, b.node, depth + 1)
+
+
+def _handed_back_argument(sem: SemanticModel, call: ast.Call) -> ast.AST | None:
+    """``model = load_my_state_dict(model, sd)``, ``model = train(args, model, True)``: a function of this file whose
+    every ``return`` hands back one of its parameters as it came: the argument given for it (the same object)."""
+    funcs = sem.resolve(call)
+    if len(funcs) != 1 or sem.class_of(funcs[0]) is not None:
+        return None
+    func = funcs[0]
+    returns = sem.kinds.returns_of(func)
+    names = {r.value.id for r in returns if isinstance(r.value, ast.Name)}
+    if not returns or len(names) != 1 or not all(isinstance(r.value, ast.Name) for r in returns):
+        return None
+    param = names.pop()
+    if param not in func_params(func) or any(  # type: ignore[arg-type]
+            not b.is_param for b in sem.bindings_of(param) if sem.scope_of(b.node) is func):
+        return None  # (rebound in the function: not what the caller handed)
+    return call_argument(call, func, param)  # type: ignore[arg-type]
 
 
 def _dead_branch(sem: SemanticModel, node: ast.AST) -> bool:
