@@ -8345,3 +8345,49 @@ def test_a_sampling_method_of_a_model_class_of_another_module(project: Path) -> 
             """})
     results = check_files(["pixelcnn.py", "modules.py"], Settings(root=str(project)), jobs=1)
     assert [c for c in codes(results, "pixelcnn.py") if c[1] == "TD401"] == [(9, "TD401")]
+
+
+def test_a_metric_method_that_adds_host_copies_to_its_state_every_step(project: Path) -> None:
+    """A segmentation script calls ``iou.addBatch(outputs.max(1)[1], targets)`` on every training batch, a method of a
+    metric class of ``utils/metrics.py`` whose ``self.tp += tp.double().cpu()`` copies to the host each time: a read
+    every step. A method that hands its copy back (``return self.net(img).cpu()``) is the caller's to judge: quiet."""
+    write(project, {
+        "utils/__init__.py": "",
+        "utils/metrics.py": """\
+            import torch
+
+            class IoU:
+                def __init__(self, n):
+                    self.tp = torch.zeros(n).double()
+
+                def addBatch(self, x, y):
+                    tp = (x == y).sum(0)
+                    self.tp += tp.double().cpu()
+
+            class Enhancer:
+                def __init__(self, net):
+                    self.net = net
+
+                def enhance(self, img):
+                    return self.net(img).cpu()
+            """,
+        "train.py": """\
+            import torch
+            from utils.metrics import IoU, Enhancer
+
+            def train(model, loader, optimizer, n):
+                model = model.cuda()
+                iou = IoU(n)
+                enhancer = Enhancer(model)
+                for images, targets in loader:
+                    images, targets = images.cuda(), targets.cuda()
+                    outputs = model(images)
+                    loss = torch.nn.functional.cross_entropy(outputs, targets)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    iou.addBatch(outputs.max(1)[1], targets)
+                    kept = enhancer.enhance(images)
+            """})
+    results = check_files(["train.py", "utils/metrics.py", "utils/__init__.py"], Settings(root=str(project)), jobs=1)
+    assert [c for c in codes(results, "metrics.py") if c[1] == "TD603"] == [(9, "TD603")]

@@ -428,6 +428,14 @@ def _returned_by(sem, node: ast.AST, func: ast.AST) -> bool:  # type: ignore[no-
         isinstance(n, ast.Name) and n.id in names for n in sem.subtree(r.value)) for r in sem.local_nodes(func))
 
 
+def _added_to_state(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``self.tp += tp.double().cpu()`` in a metric's ``addBatch``: the copy is added to what the object keeps, on
+    every call, not handed back to the caller."""
+    up = sem.parent(node)
+    return isinstance(up, ast.AugAssign) and up.value is node and isinstance(up.target, ast.Attribute) \
+        and isinstance(up.target.value, ast.Name) and up.target.value.id == "self"
+
+
 def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     """A helper with no caller in its own file (``utils.clip_gradients(model, clip)``) whose sync runs on every
     step because another module of the project calls it from its batch loop: reported here, at the sync."""
@@ -462,7 +470,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
             and _of_an_input(ctx, node, func):
         return  # ``remove_pad`` handing its callers host arrays of what they gave it: they keep them on the host
     if sem.class_of(func) is not None and (isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy")
-                                           and not _read_as_a_number(sem, node)
+                                           and not _read_as_a_number(sem, node) and not _added_to_state(sem, node)
                                            or stepped_with(ctx, node, sem.local_nodes(func))):
         return  # a method of an object made in another module: its scalar reads are told (``return loss.item()``),
         # not its copies (``upsampler.enhance(img)`` handing back the image it made), nor ``self.env.step(a.item())``
