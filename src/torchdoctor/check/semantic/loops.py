@@ -50,9 +50,18 @@ class LoopInfo:
 
 
 def _over_a_range(loop: ast.For) -> bool:
-    """``for i in range(...)`` (maybe through ``enumerate``/``tqdm``)."""
+    """``for i in range(...)`` (maybe through ``enumerate``/``tqdm``, or in another order: ``for i in
+    list(reversed(range(len(data))))``)."""
     iters, _ = unwrap_iter(loop.iter)
-    return bool(iters) and all(isinstance(i, ast.Call) and (dotted(i.func) or "") == "range" for i in iters)
+    return bool(iters) and all(isinstance(r := _reordered(i), ast.Call) and (dotted(r.func) or "") == "range"
+                               for i in iters)
+
+
+def _reordered(it: ast.AST) -> ast.AST:
+    while isinstance(it, ast.Call) and (dotted(it.func) or "") in ("list", "reversed", "sorted", "tuple") \
+            and len(it.args) == 1:
+        it = it.args[0]
+    return it
 
 
 class Loops:
@@ -170,8 +179,11 @@ class Loops:
                     self._moves_one_of(body, {n for t in node.targets for n in target_names(t)})
                 # (a queue of batches a loader thread fills, moved to the device here; not A3C's queue of gradients)
             else:
-                fetched = isinstance(node.value, ast.Subscript) and bool(
-                    _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1]))
+                fetched = isinstance(node.value, ast.Subscript) and (bool(
+                    _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1])) or isinstance(
+                    info.node, ast.For) and isinstance(node.value.slice, ast.Name)  # ``sents, length, ... = data[i]``
+                    and node.value.slice.id in target_names(info.node.target)  # of ``for i in range(len(data))``,
+                    and self._moves_one_of(body, {n for t in node.targets for n in target_names(t)}))  # then moved
             if fetched:
                 info.is_batch = True
                 for t in node.targets:
