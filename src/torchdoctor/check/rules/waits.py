@@ -578,7 +578,8 @@ _LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)
 
 
 def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
-    """``out`` bound to ``out.data.cpu().numpy()`` (or unpacked from a tuple of such copies): a host array."""
+    """``out`` bound to ``out.data.cpu().numpy()`` (or unpacked from a tuple of such copies), or to what a NumPy
+    function made: a host array."""
     if not isinstance(arg, ast.Name):
         return isinstance(arg, ast.Constant)
     sem = ctx.semantic
@@ -593,7 +594,8 @@ def _host_copy_name(ctx: Context, arg: ast.AST, at: ast.AST) -> bool:
         # (``return loss.detach(), (out.argmax(1) == y).cpu().numpy()``: the second item is a host array)
     value = b.value.elts[b.index] if isinstance(b.value, ast.Tuple) and b.index is not None \
         and b.index < len(b.value.elts) else b.value
-    return _host_copy_expr(value)
+    return _host_copy_expr(value) or b.index is None and isinstance(value, ast.Call) \
+        and (sem.call_name(value) or "").startswith("numpy.")  # (``gt = np.asarray(labels.cpu()[0].numpy())``)
 
 
 def _host_copy_expr(value: ast.AST) -> bool:
@@ -643,11 +645,16 @@ def _element_read(node: ast.AST) -> bool:
 
 
 def _attribute_read(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
-    """``model.angle_loss_write.item()``: a read of a tensor a model holds (a loss part its forward kept), not of a
-    name; after a read of the step, with only host work between, it waits for nothing either."""
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args \
-        and node.func.attr in ("item", "tolist") and isinstance(recv := node.func.value, ast.Attribute) \
-        and isinstance(recv.value, ast.Name) and sem.expr_kind(recv.value, node) in ("model", "wrapper")
+    """``model.angle_loss_write.item()``, ``net.iou_loss.data.cpu()``: a read of a tensor a model holds (a loss part its
+    forward kept), not of a name; after a read of the step, with only host work between, it waits for nothing either."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args
+            and node.func.attr in ("item", "tolist", "cpu")):
+        return False
+    recv = node.func.value
+    if isinstance(recv, ast.Attribute) and recv.attr == "data":
+        recv = recv.value
+    return isinstance(recv, ast.Attribute) and isinstance(recv.value, ast.Name) \
+        and sem.expr_kind(recv.value, node) in ("model", "wrapper")
 
 
 def legacy_item(node: ast.AST) -> bool:
