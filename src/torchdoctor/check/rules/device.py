@@ -84,7 +84,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             "TD101",
             site.node,
             f"`{site.text}` hard-codes CUDA and {asked}: it crashes on a machine without a GPU",
-            fix=f'call the test: `if {ctx.name(uncalled)}():` (as written, its branch always runs)'
+            fix=f'call the test: `{ctx.name(uncalled)}()` (as written, the function object is always true)'
             if uncalled is not None else
             'pass `accelerator="auto"`: Lightning takes the GPU when there is one, else the CPU'
             if site.text.startswith("accelerator=") else
