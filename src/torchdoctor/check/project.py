@@ -403,26 +403,12 @@ class Project(Callers):
             return summary.classes[attr]
         if what.startswith("step_calls:") and attr in summary.classes:
             cls = summary.classes[attr]
-            if what[len("step_calls:"):] in cls.step_calls:
-                return cls
-            for base in cls.bases:
-                found = self._in_module(target, base, what, depth + 1) if base in summary.classes else \
-                    self._find(target, summary.from_imports, summary.imports, base, what, depth + 1, summary.star)
-                if found is not None:
-                    return found
-            return None
+            return cls if what[len("step_calls:"):] in cls.step_calls else self._in_bases(target, summary, cls, what, depth)
         if what == "class_module" and attr in summary.classes:
             return summary  # (the module that defines the class)
         if what == "module_class" and attr in summary.classes:
             cls = summary.classes[attr]
-            if cls.is_module:
-                return cls
-            for base in cls.bases:
-                found = self._in_module(target, base, what, depth + 1) if base in summary.classes else \
-                    self._find(target, summary.from_imports, summary.imports, base, what, depth + 1, summary.star)
-                if found is not None:
-                    return found
-            return None
+            return cls if cls.is_module else self._in_bases(target, summary, cls, what, depth)
         if what in ("stateless_class", "moved_class") and attr in summary.classes:
             # a class that holds nothing (moves itself), or whose every part, maybe in other modules, does
             cls = summary.classes[attr]
@@ -453,19 +439,24 @@ class Project(Callers):
         if what == "cuda_setting" and attr in summary.cuda_names:
             return summary
         if what == "data_parallel_class" and attr in summary.classes:  # a subclass of torch's DataParallel, maybe
-            for base in summary.classes[attr].bases:  # through classes of other modules (``BalancedDataParallel``)
-                if _names_torch_data_parallel(summary, base):
-                    return summary.classes[attr]
-                found = self._in_module(target, base, what, depth + 1) if base in summary.classes else \
-                    self._find(target, summary.from_imports, summary.imports, base, what, depth + 1, summary.star)
-                if found is not None:
-                    return found
-            return None
+            cls = summary.classes[attr]  # (through classes of other modules: ``BalancedDataParallel``)
+            if any(_names_torch_data_parallel(summary, base) for base in cls.bases):
+                return cls
+            return self._in_bases(target, summary, cls, what, depth)
         if what == "external" and attr in summary.from_imports:  # ``from torch.utils.data import DataLoader`` there
             level, module, name = summary.from_imports[attr]
             if level == 0 and self._module_file(target, 0, module) is None:
                 return f"{module}.{name}"
         return self._find(target, summary.from_imports, summary.imports, attr, what, depth + 1, summary.star)  # a re-export
+
+    def _in_bases(self, target: str, summary: ModuleSummary, cls: object, what: str, depth: int) -> object | None:
+        """The first answer to ``what`` about a base of ``cls`` (a class of module ``target``), wherever it is defined."""
+        for base in cls.bases:  # type: ignore[attr-defined]
+            found = self._in_module(target, base, what, depth + 1) if base in summary.classes else \
+                self._find(target, summary.from_imports, summary.imports, base, what, depth + 1, summary.star)
+            if found is not None:
+                return found
+        return None
 
     def _split_module(self, path: str, module: str, rest: str) -> tuple[str | None, str]:
         """``import a.b as x`` + ``x.c.f``: the longest prefix that is a module file, and what is left."""
