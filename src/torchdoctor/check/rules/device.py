@@ -63,7 +63,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or _rebound_to_the_cpu(sem, site.node) or _only_with_several_processes(sem, site.node) \
                 or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node) \
                 or _only_when_given_an_index(sem, site.node) or _cpu_in_the_other_branch(sem, site.node) \
-                or _class_asserts_cuda(sem, site.node) or _expected_to_raise(sem, site.node):
+                or _class_asserts_cuda(sem, site.node) or _expected_to_raise(sem, site.node) \
+                or _helper_called_when_chosen(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
@@ -432,6 +433,16 @@ def _rebound_to_the_cpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-
     return any(b.node is not setting and sem.function_of(b.node) is None and b.value is not None
                and sem.index.pos.get(b.node, -1) > sem.index.pos[setting] and program.cpu_device_value(sem, b.value)
                for b in sem.bindings_of(name)) and not program.runs_on_accelerator(sem)
+
+
+def _helper_called_when_chosen(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``def _move_to_cuda(t): return t.cuda()`` (recursing into dicts and lists), called only under ``if use_cuda:``:
+    the helper runs when the caller chose the GPU, as a ``.cuda()`` written in that branch would."""
+    func = sem.function_of(node)
+    if func is None:
+        return False
+    sites = [s for s in sem.call_sites(func) if not sem.contains(func, s)]  # (its own recursive calls aside)
+    return bool(sites) and all(sem.chooses_device(s) for s in sites)
 
 
 def _used_only_when_asked(sem, node: ast.AST) -> bool:
