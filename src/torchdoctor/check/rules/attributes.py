@@ -43,6 +43,7 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
             or _moved_at_every_use(ctx, cls, target.attr) or _host_bookkeeping(ctx, cls, target.attr) \
             or _iterated_into_arithmetic(ctx, cls, target.attr) or _only_into_numpy(ctx, cls, target.attr) \
+            or _only_beside_host_copies(ctx, cls, target.attr) \
             or program.default_device_set(ctx.semantic):
         return  # (``torch.set_default_device(device)`` first: the tensor is made on the device)
     if _zero_dim(ctx, value, node) and _only_in_arithmetic(ctx, cls, target.attr):
@@ -177,6 +178,22 @@ def _only_into_numpy(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
             cur, up = up, sem.parent(up)
         if not (isinstance(up, ast.Call) and cur in up.args
                 and (ctx.call_name(up) or "").startswith(("numpy.", "np."))):
+            return False
+    return True
+
+
+def _only_beside_host_copies(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
+    """Every read of ``self.attr`` outside ``__init__`` is handed to a call beside a host copy (``bboxes_iou(
+    truth_box.cpu(), self.ref_anchors)``, whose result goes to ``np.argmax``): kept on the host on purpose; registered
+    as a buffer it would move with the model and meet the host copy on another device."""
+    sem = ctx.semantic
+    reads = _reads_after_init(sem, cls, attr)
+    if not reads:
+        return False
+    for read in reads:
+        up = sem.parent(read)
+        if not (isinstance(up, ast.Call) and read in up.args and any(
+                a is not read and isinstance(a, ast.Call) and method_name(a) in ("cpu", "numpy") for a in up.args)):
             return False
     return True
 
