@@ -8391,3 +8391,72 @@ def test_a_metric_method_that_adds_host_copies_to_its_state_every_step(project: 
             """})
     results = check_files(["train.py", "utils/metrics.py", "utils/__init__.py"], Settings(root=str(project)), jobs=1)
     assert [c for c in codes(results, "metrics.py") if c[1] == "TD603"] == [(9, "TD603")]
+
+
+def test_reads_in_the_forward_of_a_model_class_that_a_training_loop_runs(project: Path) -> None:
+    """``models.py`` defines the layers a training script of the project runs on the GPU every step: the YOLO layer's
+    ``labels.cpu()`` for target assignment, its NaN test and the encoder's ``length.item()`` per sample are reads every
+    step. Quiet: lengths handed to ``pack_padded_sequence`` (PyTorch takes them on the host), reads behind ``if not
+    self.training:`` (inference post-processing), a normaliser set on the first call only, a debug print a parameter
+    turns on, a NaN report, a ``@torch.no_grad()`` post-processor's forward, and a copy the forward hands back."""
+    write(project, {
+        "models.py": """\
+            import numpy as np
+            import torch
+            import torch.nn as nn
+            from torch.nn.utils.rnn import pack_padded_sequence
+
+            class YOLOLayer(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.conv = nn.Conv2d(8, 16, 1)
+                    self.Z = None
+
+                def forward(self, x, labels=None, debug=False):
+                    out = self.conv(x)
+                    if not self.training:
+                        return out.sigmoid().cpu()
+                    truth = labels.cpu().numpy()
+                    if self.Z is None:
+                        self.Z = out.mean().item()
+                    if debug:
+                        print(out.abs().max().item())
+                    if torch.isnan(out).any():
+                        print(out.sum().item())
+                    return out, truth
+
+            class Encoder(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.rnn = nn.GRU(8, 8, batch_first=True)
+
+                def forward(self, x, lengths):
+                    for i in range(x.size(0)):
+                        x[i, lengths[i].item():] = 0
+                    packed = pack_padded_sequence(x, lengths.cpu().numpy(), batch_first=True, enforce_sorted=False)
+                    return self.rnn(packed)[1]
+
+            class PostProcess(nn.Module):
+                @torch.no_grad()
+                def forward(self, outputs):
+                    return [{"scores": o.max().item()} for o in outputs]
+            """,
+        "train.py": """\
+            import torch
+            from models import YOLOLayer, Encoder, PostProcess
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            yolo, enc, post = YOLOLayer().to(device), Encoder().to(device), PostProcess()
+
+            def train(loader, optimizer):
+                for images, labels, seqs, lengths in loader:
+                    out, truth = yolo(images.to(device), labels.to(device))
+                    h = enc(seqs.to(device), lengths.to(device))
+                    loss = out.mean() + h.mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    results = post([o for o in out])
+            """})
+    results = check_files(["train.py", "models.py"], Settings(root=str(project)), jobs=1)
+    assert [c for c in codes(results, "models.py") if c[1] == "TD603"] == [(16, "TD603"), (21, "TD603"), (32, "TD603")]

@@ -525,7 +525,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
     if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("argmin", "argmax", "min", "max", "sum", "mean",
                                                                 "topk", "sort", "stack", "cat", "exp", "log", "sigmoid",
                                                                 "softmax", "log_softmax", "abs", "sqrt", "tanh", "round",
-                                                                "clamp", "squeeze", "unsqueeze", "flatten", "norm") \
+                                                                "clamp", "squeeze", "unsqueeze", "flatten", "norm",
+                                                                "prod") \
             and expr.args:
         first = expr.args[0]  # a reduction of a host tensor stays on the host
         return made_on_host(ctx, first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else first,

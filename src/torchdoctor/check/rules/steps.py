@@ -254,6 +254,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         report_sync_for_callers(ctx, node, what)  # (the caller runs on an accelerator)
         report_for_base_loop(ctx, node, what)
         _report_in_a_loss_forward(ctx, node, what)
+        _report_in_a_model_forward(ctx, node, what)
         return
     if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or few_in_range(ctx, loop):
         return
@@ -402,6 +403,100 @@ def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
     report_sync(ctx, node, what, f"the training loop that computes the loss `{cls.name}` (its forward)")  # type: ignore[attr-defined]
 
 
+_POST_PROCESS = lazy(r"(?i)^post_?process")
+_HOST_ARGUMENTS = frozenset({"pack_padded_sequence", "pack_sequence", "tolist"})
+
+
+def _report_in_a_model_forward(ctx: Context, node: ast.AST, what: str) -> None:
+    """A read in the ``forward`` of a model class of the program (a YOLO layer's ``labels.cpu()`` for its target
+    assignment, an encoder's ``length.item()`` per sample): the forward runs on every training or evaluation step, so
+    on an accelerator the read does too. Not a copy PyTorch wants on the host (``pack_padded_sequence(x,
+    lengths.cpu())``), nor one the forward hands back, nor work behind ``if not self.training:`` (inference
+    post-processing), nor a forward this file calls itself (its callers' loops decide)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    cls = sem.class_of(func) if func is not None else None
+    if cls is None or func.name != "forward" or _LOSS_CLASS.search(cls.name) \
+            or cls.name not in sem.module_classes or sem.under_step_guard(node) or sem.call_sites(func):  # type: ignore[attr-defined]
+        return
+    if _lengths_for_packing(sem, node) \
+            or isinstance(node, ast.Call) and returned_copy(ctx, node) or _inference_only(sem, node, func) \
+            or _post_processing(sem, func) or _set_once_or_asked(sem, node, func) or built_nowhere(sem, cls):
+        return
+    if not program.runs_on_accelerator(sem) and (sem.project is None or (
+            sem.project.accelerated_importer(sem) or sem.project.accelerated_importer(sem, cls.name)) is None):  # type: ignore[attr-defined]
+        return
+    report_sync(ctx, node, what, f"the loop that runs `{cls.name}` (its forward)")  # type: ignore[attr-defined]
+
+
+def _post_processing(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """The ``forward`` of a post-processor (DETR's ``PostProcessPanoptic``; a ``@torch.no_grad()`` forward): it turns a
+    model's outputs into results for the host (the COCO API), which it must read."""
+    cls = sem.class_of(func)
+    return func.name == "forward" and cls is not None and (  # type: ignore[attr-defined]
+        bool(_POST_PROCESS.match(cls.name)) or any(sem.guards.grad_call(d) == "off" for d in func.decorator_list))  # type: ignore[attr-defined]
+
+
+def _lengths_for_packing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``pack_padded_sequence(x, lengths.cpu().numpy())``, or ``cap_lens = cap_lens.data.tolist()`` handed to it
+    next: PyTorch takes the lengths on the host (where the loader made them, the copy waits for nothing)."""
+    cur, up = node, sem.parent(node)
+    while isinstance(up, ast.Attribute) and up.attr in ("numpy", "tolist", "data", "long", "int") \
+            or isinstance(up, ast.Call) and up.func is cur:
+        cur, up = up, sem.parent(up)
+    if isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name):
+        name = up.targets[0].id
+        uses = [r for r in sem.reads_of(name) if sem.function_of(r) is sem.function_of(node)
+                and (b := sem.binding_at(name, r)) is not None and b.node is up]
+        return bool(uses) and all(isinstance(c := sem.parent(r), ast.Call) and r in c.args
+                                  and (dotted(c.func) or "").rsplit(".", 1)[-1] in _HOST_ARGUMENTS for r in uses)
+    return isinstance(up, ast.Call) and cur in up.args and (dotted(up.func) or "").rsplit(".", 1)[-1] in _HOST_ARGUMENTS
+
+
+def _set_once_or_asked(sem, node: ast.AST, func: ast.AST, flags: bool = True) -> bool:  # type: ignore[no-untyped-def]
+    """``if self.Z_t is None: self.Z_t = (out.mean() * n).item()``: read on the first call only; under ``if
+    print_attn_probs:`` of a parameter that defaults to False (a debugging option a caller turns on); or on the path
+    a NaN test takes (``if torch.isnan(y).any(): print(mask)``). ``flags=False``: not the debugging options (where the
+    callers are known, what they pass decides: ``_may_take_branch``)."""
+    for test, holds in sem.guards.branch_tests(node):
+        if sem.function_of(test) is not func or not holds:
+            continue
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
+                and is_none(test.comparators[0]) and (dotted(test.left) or "").startswith("self."):
+            return True
+        if any(isinstance(c, ast.Call) and (method_name(c) in ("any", "all") or (dotted(c.func) or "").endswith(
+                ("isnan", "isinf"))) for c in sem.subtree(test)):
+            return True  # (``if torch.isnan(new_y).any(): print(mask)``: a report on a failure path)
+        if not flags:
+            continue
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) \
+                and is_none(test.comparators[0]) and isinstance(test.left, ast.Name):
+            test = test.left  # (``if plotter is not None:`` of ``plotter=None``: a plot a caller asks for)
+        if isinstance(test, ast.Name) and (b := sem.binding_at(test.id, test)) is not None and b.is_param \
+                and b.node is func and isinstance(d := param_default(func, test.id), ast.Constant) \
+                and d.value in (False, None):  # type: ignore[arg-type]
+            return True
+    return False
+
+
+def _inference_only(sem, node: ast.AST, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``node`` runs only when the module is not training (``if not self.training:``, the ``else`` of ``if
+    self.training:``, ``if targets is None:`` at inference)."""
+    for test, holds in sem.guards.branch_tests(node):
+        if sem.function_of(test) is not func:
+            continue
+        if isinstance(test, ast.Attribute) and dotted(test) == "self.training" and not holds:
+            return True
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and dotted(test.operand) == "self.training" \
+                and holds:
+            return True
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
+                and is_none(test.comparators[0]) and holds == isinstance(test.ops[0], ast.Is) \
+                and isinstance(test.left, ast.Name) and test.left.id in ("targets", "target", "labels", "y"):
+            return True
+    return False
+
+
 def _loss_heirs(sem, cls: ast.ClassDef, sites: list[ast.Call]) -> list[ast.ClassDef] | None:  # type: ignore[no-untyped-def]
     """The loss classes of the file that run ``cls.forward`` through ``super(...).forward(...)`` (Fast-SCNN's
     ``MixSoftmaxCrossEntropyOHEMLoss`` over ``SoftmaxCrossEntropyOHEMLoss``), when every call of it is such a one;
@@ -442,7 +537,8 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     sem = ctx.semantic
     func = sem.function_of(node)
     if func is None or sem.project is None or sem.function_of(func) is not None \
-            or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None:
+            or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None \
+            or _set_once_or_asked(sem, node, func, flags=False) or _post_processing(sem, func):
         return  # (a method counts: ``eng.fit_batch(x, y)`` of ``eng = Engine(...)`` in another module's loop)
     if sem.call_sites(func):
         if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy"):
