@@ -302,9 +302,14 @@ def _python_data(ctx: Context, obj: ast.AST, depth: int = 0) -> bool:
     if isinstance(obj, ast.Dict):
         return all(v is not None and _python_data(ctx, v, depth) for v in obj.values)
     if isinstance(obj, ast.Name) and depth < 3:
-        b = ctx.semantic.binding_at(obj.id, obj)
-        return b is not None and not b.is_param and b.index is None and b.value is not None \
-            and _python_data(ctx, b.value, depth + 1)
+        sem = ctx.semantic
+        b = sem.binding_at(obj.id, obj)
+        if b is None or b.is_param or b.index is not None or b.value is None or not _python_data(ctx, b.value, depth + 1):
+            return False
+        filled = [n.value for n in sem.local_nodes(sem.scope_of(obj)) if isinstance(n, ast.Assign)  # ``snapshot = {}``,
+                  and any(isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == obj.id  # then
+                          for t in n.targets) and sem.binding_at(obj.id, n) is b]  # ``snapshot["MODEL"] = ...``
+        return all(_python_data(ctx, v, depth + 1) for v in filled)
     return False
 
 
