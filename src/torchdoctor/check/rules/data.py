@@ -51,8 +51,19 @@ def _is_tensor_value(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     if key is None:
         return False
     if sem.kind_of(key, at) != "tensor":
-        return _tensor_parameter(ctx, recv, at)
+        return _tensor_parameter(ctx, recv, at) or _field_of_the_batch(ctx, recv, at)
     return not _dict_like_batch(ctx, key, at)
+
+
+def _field_of_the_batch(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``src = batch.src`` of ``for i, batch in enumerate(data_loader)``: a field of the loop's batch (a torchtext
+    batch's tensor), not a module (which ``.cuda()`` would move in place)."""
+    sem = ctx.semantic
+    b = sem.binding_at(recv.id, at) if isinstance(recv, ast.Name) else None
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    loop = sem.enclosing_loop(at, "batch")
+    return isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and loop is not None \
+        and value.value.id in sem.batch_vars(loop) and sem.contains(loop, b.node)  # type: ignore[union-attr]
 
 
 _TENSOR_NAME = lazy(r"(?i)(^|_)tensors?$")
