@@ -414,18 +414,31 @@ def _prefix_every_caller_hands(sem: SemanticModel, func: ast.FunctionDef, param:
     """``def save_best(model, path): torch.save(model.state_dict(), ...)`` that every call of this file hands the same
     wrapper (``save_best(model, "ckpt")`` after ``model = nn.DataParallel(model)``): that wrapper's prefix."""
     sites = sem.call_sites(func)
-    if not sites or sem.class_of(func) is not None or any(
+    init = func.name == "__init__" and sem.class_of(func) is not None  # ``Trainer(args, config, model, ...)`` keeping
+    if not sites or sem.class_of(func) is not None and not init or any(  # ``self.model = model``
             isinstance(n, ast.Name) and n.id == param and (isinstance(up := sem.parent(n), ast.Attribute) and up.attr in (
                 "module", "_orig_mod") or isinstance(up, ast.Call) and dotted(up.func) in ("hasattr", "isinstance"))
             for n in sem.local_nodes(func)):
         return None  # (``g_module = generator.module`` under ``if args.distributed:``: the helper unwraps it itself)
     found = set()
     for site in sites:
-        given = call_argument(site, func, param)
+        given = _constructor_argument(site, func, param) if init else call_argument(site, func, param)
         if given is None:
             return None
         found.add(wrapper_prefix(sem, given, site, depth + 1))
     return found.pop() if len(found) == 1 else None
+
+
+def _constructor_argument(call: ast.Call, init: ast.FunctionDef, param: str) -> ast.AST | None:
+    """What the construction ``call`` (``Trainer(args, config, model)``) passes for ``param`` of the class's
+    ``__init__`` (its ``self`` is not in the call)."""
+    hit = next((k.value for k in call.keywords if k.arg == param), None)
+    if hit is not None:
+        return hit
+    names = [a.arg for a in init.args.posonlyargs + init.args.args][1:]
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    return call.args[names.index(param)] if param in names and names.index(param) < len(call.args) else None
 
 
 def _data_parallel_beside_ddp(sem: SemanticModel, inner: ast.AST, at: ast.AST) -> bool:
