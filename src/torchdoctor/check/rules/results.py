@@ -716,18 +716,22 @@ def _whole_model_value(ctx: Context, value: ast.AST) -> ast.AST | None:
 _EMA_MODELS = ("ema", "ema_model", "model_ema", "averaged_model")
 
 
-@rule("TD504", calls=("save",))
+_PICKLERS = frozenset({"torch.save", "joblib.dump", "pickle.dump", "dill.dump", "cloudpickle.dump"})
+
+
+@rule("TD504", calls=("save", "dump"))
 def whole_model_saved(node: ast.Call, ctx: Context) -> None:
     """`torch.save(model, ...)`: the whole model pickled instead of its `state_dict()`.
 
-    What it does: finds `torch.save` calls whose object is a model.
+    What it does: finds `torch.save` calls (and `joblib.dump`/`pickle.dump` to a file) whose object is a model.
     Why is this bad? The pickle stores the class by import path: loading needs the
     same code at the same place, breaks on refactors, and needs `weights_only=False`.
     Use instead: `torch.save(model.state_dict(), path)`.
     """
-    if ctx.call_name(node) != "torch.save":
+    saver = ctx.call_name(node) or ""
+    if saver not in _PICKLERS and not saver.endswith(".joblib.dump"):  # (``from sklearn.externals import joblib``)
         return
-    obj = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "obj"), None)
+    obj = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg in ("obj", "value")), None)
     if obj is None:
         return
     inner = None if is_model_expr(ctx, obj) else _model_inside(ctx, obj)
@@ -738,11 +742,16 @@ def whole_model_saved(node: ast.Call, ctx: Context) -> None:
     if brackets and text != ctx.segment(obj).strip():  # a long literal: ``[...]``, not its cut-off head
         text = f"{brackets[0]}...{brackets[1]}"
     what = f"the whole model `{ctx.name(inner)}` inside `{text}`" if inner is not None else "the whole model"
-    model = ctx.name(inner) if inner is not None else text
+    plain = obj
+    while isinstance(plain, ast.Call) and method_name(plain) in ("float", "half", "double", "cpu", "eval") \
+            and isinstance(plain.func, ast.Attribute):
+        plain = plain.func.value  # (``joblib.dump(model.float(), path)``: the model's own state_dict)
+    model = ctx.name(inner) if inner is not None else ctx.name(plain)
+    loading = "an unsafe `weights_only=False`" if saver == "torch.save" else "unpickling, which runs code"
     ctx.report(
         "TD504",
         node,
-        f"`torch.save({text}, ...)` pickles {what}: loading needs the same class at the same "
-        "import path and an unsafe `weights_only=False`",
+        f"`{dotted(node.func) or saver}({text}, ...)` pickles {what}: loading needs the same class at the same "
+        f"import path and {loading}",
         fix=f"save `{model}.state_dict()` and load it with `model.load_state_dict(...)`",
     )
