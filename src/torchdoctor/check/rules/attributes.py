@@ -169,17 +169,14 @@ def _only_into_numpy(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
     (``np.sinc(2 * f * self.hsupp / sr)``): host math, which a GPU tensor would break; what meets the input is
     its result, moved there (``torch.Tensor(...).to(x.device)``)."""
     sem = ctx.semantic
-    reads = _reads_after_init(sem, cls, attr)
-    if not reads:
-        return False
-    for read in reads:
+
+    def into_numpy(read: ast.AST) -> bool:
         cur, up = read, sem.parent(read)
         while isinstance(up, (ast.BinOp, ast.UnaryOp)):
             cur, up = up, sem.parent(up)
-        if not (isinstance(up, ast.Call) and cur in up.args
-                and (ctx.call_name(up) or "").startswith(("numpy.", "np."))):
-            return False
-    return True
+        return isinstance(up, ast.Call) and cur in up.args and (ctx.call_name(up) or "").startswith(("numpy.", "np."))
+
+    return _every_read(sem, cls, attr, into_numpy)
 
 
 def _only_beside_host_copies(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
@@ -187,15 +184,19 @@ def _only_beside_host_copies(ctx: Context, cls: ast.ClassDef, attr: str) -> bool
     truth_box.cpu(), self.ref_anchors)``, whose result goes to ``np.argmax``): kept on the host on purpose; registered
     as a buffer it would move with the model and meet the host copy on another device."""
     sem = ctx.semantic
-    reads = _reads_after_init(sem, cls, attr)
-    if not reads:
-        return False
-    for read in reads:
+
+    def beside_a_copy(read: ast.AST) -> bool:
         up = sem.parent(read)
-        if not (isinstance(up, ast.Call) and read in up.args and any(
-                a is not read and isinstance(a, ast.Call) and method_name(a) in ("cpu", "numpy") for a in up.args)):
-            return False
-    return True
+        return isinstance(up, ast.Call) and read in up.args and any(
+            a is not read and isinstance(a, ast.Call) and method_name(a) in ("cpu", "numpy") for a in up.args)
+
+    return _every_read(sem, cls, attr, beside_a_copy)
+
+
+def _every_read(sem, cls: ast.ClassDef, attr: str, test) -> bool:  # type: ignore[no-untyped-def]
+    """``self.attr`` is read outside ``__init__``, and every such read passes ``test``."""
+    reads = _reads_after_init(sem, cls, attr)
+    return bool(reads) and all(test(r) for r in reads)
 
 
 def _iterated_into_arithmetic(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
