@@ -166,12 +166,13 @@ def func_params(func: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> li
 
 def call_argument(call: ast.Call, func: ast.FunctionDef | ast.AsyncFunctionDef, param: str) -> ast.AST | None:
     """What ``call`` passes for ``func``'s parameter ``param``: by keyword, or by position (a method called on
-    an object, ``self.save(path)``, passes its ``self``/``cls`` implicitly)."""
+    an object, ``self.save(path)``, passes its ``self``/``cls`` implicitly, as a construction ``Trainer(args, model)``
+    does for ``__init__``)."""
     hit = next((k.value for k in call.keywords if k.arg == param), None)
     if hit is not None:
         return hit
     names = [a.arg for a in func.args.posonlyargs + func.args.args]
-    if isinstance(call.func, ast.Attribute) and names[:1] in (["self"], ["cls"]):
+    if (isinstance(call.func, ast.Attribute) or func.name == "__init__") and names[:1] in (["self"], ["cls"]):
         names = names[1:]
     return call.args[names.index(param)] if param in names and names.index(param) < len(call.args) else None
 

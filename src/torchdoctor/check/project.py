@@ -286,7 +286,7 @@ class Project(Callers):
         return cls.moved_inputs if cls is not None else frozenset()  # type: ignore[attr-defined]
 
     def class_submodules(self, sem: SemanticModel, written: str) -> frozenset[str]:
-        """The attributes the model class ``written`` (imported here) sets to layers or models (summary.submodule_names)."""
+        """The attributes the model class ``written`` (imported here) sets to layers or models (models.submodule_names)."""
         cls = self._lookup(sem, written, "class")
         return cls.submodules if cls is not None else frozenset()  # type: ignore[attr-defined]
 

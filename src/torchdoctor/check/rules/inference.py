@@ -16,7 +16,7 @@ from torchdoctor.check.semantic.call_records import INFERENCE_NAME
 from torchdoctor.check.semantic.forwards import network_methods
 from torchdoctor.check.semantic.frozen import calls_a_frozen_model, methods_without_grad, model_forward_records_nothing, \
     quiet_self_calls
-from torchdoctor.check.semantic.models import construction, model_has_no_parameters
+from torchdoctor.check.semantic.models import construction, model_has_no_parameters, submodule_names
 
 
 # a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
@@ -639,11 +639,7 @@ def _submodule(ctx: Context, key: str, attr: str, at: ast.AST) -> bool:
     if cls is None:  # (a model class of another module: ``model = VAE(...).cuda()``, then ``model.decoder(z)``)
         written = dotted(made.func) if isinstance(made, ast.Call) else None
         return sem.project is not None and bool(written) and attr in sem.project.class_submodules(sem, written)  # type: ignore[attr-defined]
-    for n in sem.subtree(cls):
-        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == attr and dotted(t.value) == "self"
-                                             for t in n.targets) and isinstance(n.value, ast.Call):
-            return sem.call_kind(n.value, n) == "model" or (sem.call_name(n.value) or "").startswith("torch.nn.")
-    return False
+    return attr in submodule_names(sem, cls)
 
 
 def _differentiates(ctx: Context, nodes: list[ast.AST]) -> bool:

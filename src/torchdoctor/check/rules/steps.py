@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, is_none, method_name, param_default, root_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
-from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range, few_iterations, first_pass_only, last_pass_only, retry_loop, \
-    while_few_kept
+from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range, few_iterations, first_pass_only, last_pass_only, made_once, \
+    retry_loop, while_few_kept
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, host_number, \
     made_on_host, sync_site, tensor_value
 from torchdoctor.check.rules.kept import collected_on_host, copied_for_a_checkpoint, phase_without_backward, returned_copy
@@ -397,14 +397,20 @@ def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
     if sem.grad_mode(node) == "off" and _returned_by(sem, node, func):
         return  # (``with torch.no_grad(): f_max = diff.abs().max().item()`` then ``return loss, f_max``: statistics the
         # loss hands its caller as numbers, on purpose: an L-BFGS driver's, which needs host values anyway)
-    if not program.runs_on_accelerator(sem) and (sem.project is None or (
-            sem.project.accelerated_importer(sem) or sem.project.accelerated_importer(sem, cls.name)) is None):  # type: ignore[attr-defined]
-        return  # (an importer that runs on one, or one module between: ``models/mttr.py``'s ``build``)
+    if not _on_an_accelerator(sem, cls):
+        return
     report_sync(ctx, node, what, f"the training loop that computes the loss `{cls.name}` (its forward)")  # type: ignore[attr-defined]
 
 
+def _on_an_accelerator(sem, cls: ast.ClassDef) -> bool:  # type: ignore[no-untyped-def]
+    """The module runs on an accelerator, or a module of the project that imports it (or its class ``cls``) does, or
+    one module between them (``models/mttr.py``'s ``build``): where a step computes the class's forward."""
+    return program.runs_on_accelerator(sem) or sem.project is not None and (
+        sem.project.accelerated_importer(sem) or sem.project.accelerated_importer(sem, cls.name)) is not None
+
+
 _POST_PROCESS = lazy(r"(?i)^post_?process")
-_HOST_ARGUMENTS = frozenset({"pack_padded_sequence", "pack_sequence", "tolist"})
+_HOST_ARGUMENTS = frozenset({"pack_padded_sequence", "pack_sequence"})
 
 
 def _report_in_a_model_forward(ctx: Context, node: ast.AST, what: str) -> None:
@@ -420,11 +426,9 @@ def _report_in_a_model_forward(ctx: Context, node: ast.AST, what: str) -> None:
             or cls.name not in sem.module_classes or sem.under_step_guard(node) or sem.call_sites(func):  # type: ignore[attr-defined]
         return
     if _lengths_for_packing(sem, node) \
-            or isinstance(node, ast.Call) and returned_copy(ctx, node) or _inference_only(sem, node, func) \
-            or _post_processing(sem, func) or _set_once_or_asked(sem, node, func) or built_nowhere(sem, cls):
-        return
-    if not program.runs_on_accelerator(sem) and (sem.project is None or (
-            sem.project.accelerated_importer(sem) or sem.project.accelerated_importer(sem, cls.name)) is None):  # type: ignore[attr-defined]
+            or isinstance(node, ast.Call) and returned_copy(ctx, node) or _inference_only(sem, node) \
+            or _post_processing(sem, func) or _set_once_or_asked(ctx, node, func) or built_nowhere(sem, cls) \
+            or not _on_an_accelerator(sem, cls):
         return
     report_sync(ctx, node, what, f"the loop that runs `{cls.name}` (its forward)")  # type: ignore[attr-defined]
 
@@ -453,17 +457,17 @@ def _lengths_for_packing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped
     return isinstance(up, ast.Call) and cur in up.args and (dotted(up.func) or "").rsplit(".", 1)[-1] in _HOST_ARGUMENTS
 
 
-def _set_once_or_asked(sem, node: ast.AST, func: ast.AST, flags: bool = True) -> bool:  # type: ignore[no-untyped-def]
+def _set_once_or_asked(ctx: Context, node: ast.AST, func: ast.AST, flags: bool = True) -> bool:
     """``if self.Z_t is None: self.Z_t = (out.mean() * n).item()``: read on the first call only; under ``if
     print_attn_probs:`` of a parameter that defaults to False (a debugging option a caller turns on); or on the path
     a NaN test takes (``if torch.isnan(y).any(): print(mask)``). ``flags=False``: not the debugging options (where the
     callers are known, what they pass decides: ``_may_take_branch``)."""
-    for test, holds in sem.guards.branch_tests(node):
-        if sem.function_of(test) is not func or not holds:
+    sem = ctx.semantic
+    if isinstance(node, ast.Call) and made_once(ctx, node, func):
+        return True
+    for test, holds in sem.guards.branch_tests(node):  # (the tests of this function, ``not`` taken off)
+        if not holds:
             continue
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Is) \
-                and is_none(test.comparators[0]) and (dotted(test.left) or "").startswith("self."):
-            return True
         if any(isinstance(c, ast.Call) and (method_name(c) in ("any", "all") or (dotted(c.func) or "").endswith(
                 ("isnan", "isinf"))) for c in sem.subtree(test)):
             return True  # (``if torch.isnan(new_y).any(): print(mask)``: a report on a failure path)
@@ -479,16 +483,11 @@ def _set_once_or_asked(sem, node: ast.AST, func: ast.AST, flags: bool = True) ->
     return False
 
 
-def _inference_only(sem, node: ast.AST, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+def _inference_only(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     """``node`` runs only when the module is not training (``if not self.training:``, the ``else`` of ``if
     self.training:``, ``if targets is None:`` at inference)."""
-    for test, holds in sem.guards.branch_tests(node):
-        if sem.function_of(test) is not func:
-            continue
-        if isinstance(test, ast.Attribute) and dotted(test) == "self.training" and not holds:
-            return True
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and dotted(test.operand) == "self.training" \
-                and holds:
+    for test, holds in sem.guards.branch_tests(node):  # (the tests of this function, ``not`` taken off)
+        if dotted(test) == "self.training" and not holds:
             return True
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)) \
                 and is_none(test.comparators[0]) and holds == isinstance(test.ops[0], ast.Is) \
@@ -538,7 +537,7 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     func = sem.function_of(node)
     if func is None or sem.project is None or sem.function_of(func) is not None \
             or sem.under_step_guard(node) or sem.enclosing_loop(node, "batch") is not None \
-            or _set_once_or_asked(sem, node, func, flags=False) or _post_processing(sem, func):
+            or _set_once_or_asked(ctx, node, func, flags=False) or _post_processing(sem, func):
         return  # (a method counts: ``eng.fit_batch(x, y)`` of ``eng = Engine(...)`` in another module's loop)
     if sem.call_sites(func):
         if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy"):

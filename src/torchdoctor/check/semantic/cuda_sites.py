@@ -81,8 +81,7 @@ def _fixed_choice(sem: SemanticModel, expr: ast.AST | None) -> ast.AST | None:
     """``"cuda" if cuda else "cpu"`` where ``cuda = True`` is the file's only binding of the flag, at its top level (a
     notebook's settings cell), or ``"cuda" if torch.cuda.is_available else "cpu"`` (not called): the choice always
     gives ``"cuda"``. Any other expression: itself."""
-    if isinstance(expr, ast.IfExp) and isinstance(expr.test, ast.Attribute) and expr.test.attr == "is_available" \
-            and (sem.call_name(ast.Call(func=expr.test, args=[], keywords=[])) or "").startswith("torch."):
+    if isinstance(expr, ast.IfExp) and sem.qualname(expr.test) == "torch.cuda.is_available":
         return expr.body  # ``"cuda" if torch.cuda.is_available else "cpu"``: the function object, never called, is true
     if not (isinstance(expr, ast.IfExp) and isinstance(expr.test, ast.Name)):
         return expr

@@ -14,7 +14,7 @@ __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
            "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "init_params", "LEGACY_TENSORS",
            "loss_weight_params", "holds_plain_tensors_only", "class_has_no_parameters", "model_has_no_parameters",
-           "built_nowhere", "init_of"]
+           "built_nowhere", "init_of", "submodule_names"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -422,23 +422,11 @@ def _prefix_every_caller_hands(sem: SemanticModel, func: ast.FunctionDef, param:
         return None  # (``g_module = generator.module`` under ``if args.distributed:``: the helper unwraps it itself)
     found = set()
     for site in sites:
-        given = _constructor_argument(site, func, param) if init else call_argument(site, func, param)
+        given = call_argument(site, func, param)
         if given is None:
             return None
         found.add(wrapper_prefix(sem, given, site, depth + 1))
     return found.pop() if len(found) == 1 else None
-
-
-def _constructor_argument(call: ast.Call, init: ast.FunctionDef, param: str) -> ast.AST | None:
-    """What the construction ``call`` (``Trainer(args, config, model)``) passes for ``param`` of the class's
-    ``__init__`` (its ``self`` is not in the call)."""
-    hit = next((k.value for k in call.keywords if k.arg == param), None)
-    if hit is not None:
-        return hit
-    names = [a.arg for a in init.args.posonlyargs + init.args.args][1:]
-    if any(isinstance(a, ast.Starred) for a in call.args):
-        return None
-    return call.args[names.index(param)] if param in names and names.index(param) < len(call.args) else None
 
 
 def _data_parallel_beside_ddp(sem: SemanticModel, inner: ast.AST, at: ast.AST) -> bool:
@@ -744,6 +732,17 @@ def init_of(cls: ast.AST) -> ast.AST | None:
 
 _STAYS_WHERE_IT_IS = frozenset({"unsqueeze", "squeeze", "view", "reshape", "permute", "transpose", "contiguous", "float",
                                 "half", "double", "long", "clone", "detach", "repeat", "expand"})
+
+
+def submodule_names(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
+    """The attributes the class sets to a layer of ``torch.nn`` or a model of its own (``self.decoder = nn.Sequential(
+    ...)``, ``self.encoder = Encoder(...)``), in any of its methods."""
+    out = set()
+    for n in sem.subtree(cls):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (
+                sem.call_kind(n.value, n) == "model" or (sem.call_name(n.value) or "").startswith("torch.nn.")):
+            out.update(t.attr for t in n.targets if isinstance(t, ast.Attribute) and dotted(t.value) == "self")
+    return frozenset(out)
 
 
 def class_moves_itself(sem: SemanticModel, cls: ast.AST) -> bool:

@@ -21,7 +21,7 @@ from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
 from torchdoctor.check.semantic.frozen import class_freezes_itself, methods_without_grad, quiet_self_calls
 from torchdoctor.check.semantic.models import class_has_batchnorm, class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
-    class_moves_itself, class_parts, holds_plain_tensors_only, init_params, loss_weight_params
+    class_moves_itself, class_parts, holds_plain_tensors_only, init_params, loss_weight_params, submodule_names
 from torchdoctor.record import FrozenRecord, Record
 
 __all__ = ["ClassSummary", "FunctionSummary", "ModuleSummary", "summarize"]
@@ -223,17 +223,6 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                                  made[len("object:"):] if made else None)
     _inherited_methods(sem, out)
     return out
-
-
-def submodule_names(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
-    """The attributes the class sets to a layer of ``torch.nn`` or a model of its own (``self.decoder = nn.Sequential(
-    ...)``, ``self.encoder = Encoder(...)``), in any of its methods."""
-    out = set()
-    for n in sem.subtree(cls):
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and (
-                sem.call_kind(n.value, n) == "model" or (sem.call_name(n.value) or "").startswith("torch.nn.")):
-            out.update(t.attr for t in n.targets if isinstance(t, ast.Attribute) and dotted(t.value) == "self")
-    return frozenset(out)
 
 
 def _inherited_methods(sem: SemanticModel, out: ModuleSummary) -> None:
