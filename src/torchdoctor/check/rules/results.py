@@ -518,6 +518,8 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if name == "self":
         return _object_holding_modules(ctx, expr)
     last = name.rsplit(".", 1)[-1]
+    if _another_librarys_object(ctx, name):
+        return False
     b = ctx.semantic.binding_at(name, expr)
     value = b.value if b is not None and not b.is_param else None
     if isinstance(value, ast.Call) and (ctx.call_name(value) or "") == "torch.load":
@@ -545,6 +547,17 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     if isinstance(expr, ast.Name) and _plain_value(ctx, expr):
         return False  # ``base_model: str``, ``model = "gpt2"``: a name or path, not a module
     return bool(_MODEL_NAME.match(last))
+
+
+_OTHER_LIBRARIES = frozenset({"sklearn", "xgboost", "lightgbm", "catboost", "scipy", "statsmodels", "gensim", "numpy",
+                              "pandas"})
+
+
+def _another_librarys_object(ctx: Context, name: str) -> bool:
+    """Some binding of ``name`` makes an object of a library that is not torch (``self.classifier =
+    sklearn.svm.SVC()`` beside a torch encoder): a classifier named like a model, no module."""
+    return any(isinstance(b.value, ast.Call) and (ctx.call_name(b.value) or "").split(".")[0] in _OTHER_LIBRARIES
+               for b in ctx.semantic.bindings_of(name))
 
 
 _DICT_ONLY = ("items", "keys", "values")
