@@ -63,8 +63,9 @@ def _key_adapter(ctx: Context, call: ast.AST) -> bool:
     name = up.targets[0].id
     reads = [r for r in sem.reads_of(name) if (b := sem.binding_at(name, r)) is not None and b.value is value]
     attrs = _borrowed_uses(ctx, reads, 0)
-    return attrs is not None and bool(attrs & {"load_state_dict", "state_dict"})
-    # (or to write one with the prefix: ``net = nn.DataParallel(net)``, ``torch.save(net.state_dict(), path)``)
+    return attrs is not None and bool(attrs & {"load_state_dict", "state_dict", "module"})
+    # (or to write one with the prefix: ``net = nn.DataParallel(net)``, ``torch.save(net.state_dict(), path)``; or
+    # unwrapped at once, ``model = model.module`` on the next line: the wrapper never runs)
 
 
 _RETURNS_ITSELF = frozenset({"eval", "train", "requires_grad_", "cuda", "to"})  # (as a statement: runs nothing)
