@@ -485,3 +485,65 @@ def test_loaders_in_a_factory_nothing_calls_are_not_judged(project: Path) -> Non
     write(project, files)
     results = check_files(list(files), Settings(root=str(project), select=("TD304",)))
     assert codes(results, "utils.py") == [(6, "TD304"), (10, "TD304")]
+
+
+DETECTION_UTILS = """\
+    import torch
+
+    def convert2cpu(gpu_matrix):
+        return torch.FloatTensor(gpu_matrix.size()).copy_(gpu_matrix)
+
+    def box_ious(boxes1, boxes2, x1y1x2y2=True):
+        inter = torch.min(boxes1[2], boxes2[2]) - torch.max(boxes1[0], boxes2[0])
+        return inter / (boxes1[2] - boxes1[0] + boxes2[2] - boxes2[0] - inter)
+
+    def get_all_boxes(output, conf_thresh):
+        anchors = output.size(1) // 5
+        n = output[0, 0, 0, 0].item()
+        boxes = convert2cpu(output.flatten(2).transpose(1, 2).contiguous())
+        return [[b.tolist() for b in boxes[i] if b[4] > conf_thresh] for i in range(len(boxes))]
+
+    def accuracy(output, target):
+        return (output.argmax(1) == target).float().mean().item()
+    """
+
+
+def test_an_evaluation_decodes_boxes_with_a_helper_and_scores_them_on_the_host(project: Path) -> None:
+    """A detector's evaluation (pytorch-0.4-yolov3's shape) decodes each batch's outputs with ``get_all_boxes`` of its
+    utilities (the head's outputs copied to the host for the Python NMS that follows, a size read with ``.item()``):
+    post-processing, not a read to avoid (TD603 quiet). It then scores the boxes against the loader's targets, never
+    moved: ``best_iou, j = torch.max(box_ious(gt, pred, x1y1x2y2=False), 0)`` of legacy ``torch.FloatTensor`` boxes,
+    so ``if best_iou > thresh`` reads a host tensor. A metric helper that reads the outputs with ``.item()`` in the
+    same kind of loop is a read every step (TD603)."""
+    write(project, {"utils.py": DETECTION_UTILS, "eval.py": """\
+        import numpy as np
+        import torch
+        from torch import nn
+        from utils import *
+
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        model = nn.Conv2d(3, 10, 1).to(device)
+        dataset = torch.utils.data.TensorDataset(torch.randn(6, 3, 4, 4), torch.rand(6, 50, 5))
+        loader = torch.utils.data.DataLoader(dataset, batch_size=2, pin_memory=True, num_workers=2)
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for data, target in loader:
+                output = model(data.to(device))
+                all_boxes = get_all_boxes(output, 0.5)
+                for k in range(len(all_boxes)):
+                    boxes = np.array(all_boxes[k])
+                    truths = target[k].view(-1, 5)
+                    for i in range(len(truths)):
+                        gt = torch.FloatTensor([truths[i][1], truths[i][2], truths[i][3], truths[i][4], 1.0])
+                        gt = gt.repeat(len(boxes), 1).t()
+                        pred = torch.FloatTensor(boxes).t()
+                        best_iou, best_j = torch.max(box_ious(gt, pred, x1y1x2y2=False), 0)
+                        if best_iou > 0.5 and pred[4][best_j] == gt[4][0]:
+                            correct += 1
+            for data, target in loader:
+                out = model(data.to(device)).mean((2, 3))
+                acc = accuracy(out, target[:, 0, 0].long().to(device))
+        """})
+    results = check_files(["utils.py", "eval.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "eval.py") == [(28, "TD603")]

@@ -484,6 +484,9 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         if b is not None and b.index is not None and isinstance(b.value, ast.Call) and _handed_back(ctx, b, expr.id):
             given = next(a for a in b.value.args if isinstance(a, ast.Name) and a.id == expr.id)
             return made_on_host(ctx, given, b.node, depth + 1)
+        if b is not None and b.index is not None and isinstance(b.value, ast.Call) \
+                and (ctx.call_name(b.value) or "") in _PAIRED_REDUCTIONS and b.value.args:
+            return made_on_host(ctx, b.value.args[0], b.node, depth + 1)  # ``best, j = torch.max(ious_of_host, 0)``
         if b is not None and b.index is not None and isinstance(b.value, ast.Call):
             return _returns_host_tensor(ctx, b.value, b.index, depth)  # ``out, gt = run_one(...)``
         return b is not None and b.value is not None and b.node is not expr and \
@@ -558,7 +561,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
                       and name.endswith("_loss")) and all(made_on_host(ctx, a, at, depth + 1) for a in expr.args
                                                           if not isinstance(a, ast.Constant)):
         return True  # ``loss = criterion(pred.cpu(), y.cpu())``: a loss of host tensors is computed on the host
-    if isinstance(expr.func, ast.Name) and not name.startswith("torch.") and expr.args and not expr.keywords \
+    if isinstance(expr.func, ast.Name) and not name.startswith("torch.") and expr.args \
+            and all(isinstance(k.value, ast.Constant) for k in expr.keywords) \
             and ctx.semantic.expr_kind(expr.func, at) is None and ctx.semantic.call_kind(expr, at) is None:
         # ``correct = process_batch(predn, labelsn, iouv)``: a helper given host tensors only hands back host tensors
         values = [a for a in expr.args if not isinstance(a, ast.Constant)]
@@ -595,6 +599,8 @@ def _moving_lambda(ctx: Context, func: ast.Name, at: ast.AST) -> bool:
         isinstance(n, ast.Call) and sem.is_device_move(n) for n in sem.subtree(b.value.body))
 
 
+_PAIRED_REDUCTIONS = frozenset({"torch.max", "torch.min", "torch.sort", "torch.topk", "torch.kthvalue", "torch.median",
+                                "torch.mode"})  # (values and indices, where their input is)
 _BINARY_OPS = frozenset({"torch.matmul", "torch.mm", "torch.bmm", "torch.mv", "torch.dot", "torch.add", "torch.sub",
                          "torch.mul", "torch.div"})
 

@@ -748,14 +748,18 @@ def sync_in_another_module(loop: ast.AST, ctx: Context) -> None:
         effects = getattr(ext, "effects", ())
         if ext is None or "sync" not in effects or getattr(ext, "one_step", False) or per_step_loop(ctx, node) is not loop:
             continue  # (``engine.train(x, y)``, a whole step of another module: its reads are told where they are)
-        if "read" not in effects and sem.loop_kind(loop) == "eval":
-            continue  # (an evaluation's outputs copied to the host by a post-processing helper: NMS, decoding)
+        if sem.loop_kind(loop) == "eval" and ("read" not in effects or _DECODER.search(getattr(ext, "name", ""))):
+            continue  # (an evaluation's outputs copied to the host by a post-processing helper: NMS, decoding; one
+            # named for what it decodes, ``get_all_boxes``, reads the sizes its decoding needs as well)
         if not _passes_tensors(ctx, node) or _host_tensors_only(ctx, node) or env_action(ctx, node, loop) \
                 or len(host_args_of(sem, node)) == len(node.args) + len(node.keywords):
             continue  # (``act = epsilon_pick(q, eps)`` handed to ``env.step``: the environment needs it; a batch
             # handed on before the step moves it: host tensors)
         report_sync(ctx, node, f"`{ctx.name(node.func)}(...)`, which reads tensors back in `{getattr(ext, 'name', '?')}`,",
                      loop)
+
+
+_DECODER = lazy(r"(?i)box|detection|decod|post_?process|nms")
 
 
 def _host_tensors_only(ctx: Context, call: ast.Call) -> bool:
