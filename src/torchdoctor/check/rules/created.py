@@ -13,7 +13,7 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import branch_no_caller_chooses, branch_no_caller_takes, made_once
 from torchdoctor.check.rules.factory_regions import model_loop, project_step_caller, step_helper
 from torchdoctor.check.rules.factory_regions import region as region_of
-from torchdoctor.check.rules.host_values import batch_on_device
+from torchdoctor.check.rules.host_values import batch_on_device, made_on_host
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.forwards import moved_params
 from torchdoctor.check.semantic.models import LEGACY_TENSORS, model_is_stateless
@@ -647,7 +647,16 @@ def _region_seeds(ctx: Context, region: ast.AST) -> set[str]:
     if isinstance(region, _LOOPS):
         return set()
     return {a.arg for a in region.args.args[1:] if not flow.is_cpu_name(a.arg)  # type: ignore[attr-defined]
-            and not _handed_numbers(ctx, region, a.arg) and not _said_to_be_a_number(ctx, region, a)}
+            and not _handed_numbers(ctx, region, a.arg) and not _said_to_be_a_number(ctx, region, a)
+            and not _handed_host_copies(ctx, region, a.arg)}
+
+
+def _handed_host_copies(ctx: Context, func: ast.AST, param: str) -> bool:
+    """Every call of ``func`` in this file hands ``param`` a tensor on the host (YOLO's ``build_targets(pred_boxes,
+    ...)`` after ``pred_boxes = convert2cpu(...).detach()``: targets built on the CPU on purpose)."""
+    sites = ctx.semantic.call_sites(func)
+    return bool(sites) and all((given := call_argument(site, func, param)) is not None  # type: ignore[arg-type]
+                               and made_on_host(ctx, given, site) for site in sites)
 
 
 _RATE_NAME = lazy(r"(?i)^(?:(?:keep|drop|dropout|mask|noise)_?(?:prob|rate|ratio|p)|p|prob|rate|ratio|dropout)$")

@@ -409,7 +409,7 @@ SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double"
                "half", "bool", "prod", "std", "var", "median", "topk", "sort", "t", "narrow", "select", "mul", "add",
                "sub", "div", "neg", "squeeze_", "unsqueeze_", "expand", "repeat", "numel", "type_as", "add_", "sub_",
                "mul_", "div_", "uniform_", "normal_", "random_", "fill_", "zero_", "bernoulli_", "exponential_",
-               "floor", "ceil", "trunc", "sign", "ne", "eq", "gt", "lt", "ge", "le")  # (``torch.empty(2).uniform_(-4, 4).round()``: still on the host)
+               "floor", "ceil", "trunc", "sign", "ne", "eq", "gt", "lt", "ge", "le", "copy_")  # (``torch.empty(2).uniform_(-4, 4).round()``: still on the host)
 
 
 _NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})

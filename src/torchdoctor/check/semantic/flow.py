@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, method_name, root_name
+from torchdoctor.check.astutil import FACTORIES, dotted, method_name, root_name
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
+from torchdoctor.check.semantic.models import LEGACY_TENSORS
 
 __all__ = ["is_cpu_name", "consumer_kind", "path_to_consumer", "device_names", "mentions", "combined_in_helper"]
 
@@ -91,10 +92,19 @@ def _device_names(sem: SemanticModel, region: ast.AST, seeds: set[str]) -> set[s
     for node in sem.body(region):
         if not isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) or node.value is None:
             continue
+        if _copied_to_host(sem, node.value):
+            continue  # ``tbox = target[b].view(-1, 5).to("cpu")``: a host copy, whatever it was copied from
         value_nodes = sem.subtree(node.value)
         hot = any(isinstance(n, ast.Call) and (sem.is_device_move(n) or consumer_kind(sem, n) or _self_call(n))
                   for n in value_nodes)
-        hot = hot or any(isinstance(n, ast.Name) and n.id in out and not _metadata_read(sem, n) for n in value_nodes)
+        if not hot:
+            sizes = {id(i) for n in value_nodes if isinstance(n, ast.Subscript) for i in sem.subtree(n.slice)}
+            sizes.update(id(i) for n in value_nodes if isinstance(n, ast.Call) and (
+                isinstance(n.func, ast.Attribute) and n.func.attr in _SHAPE_ARGS or _factory(sem, n))
+                for a in n.args for i in sem.subtree(a))
+            hot = any(isinstance(n, ast.Name) and n.id in out and id(n) not in sizes and not _metadata_read(sem, n)
+                      for n in value_nodes)  # (``boxes[b * n:(b + 1) * n]``: where ``boxes`` is, whatever ``n`` is;
+            # ``torch.arange(n, dtype=torch.float)``: on the host, whatever ``n`` is; ``.view(n, -1)``: a shape)
         if hot:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -103,6 +113,35 @@ def _device_names(sem: SemanticModel, region: ast.AST, seeds: set[str]) -> set[s
                     t = t.elts[0]  # (``out, lengths = pad_packed_sequence(...)``: the lengths are a CPU tensor always)
                 out.update(n.id for n in sem.subtree(t) if isinstance(n, ast.Name))
     return out
+
+
+_SHAPE_ARGS = frozenset({"view", "reshape", "expand", "repeat", "unsqueeze", "squeeze", "permute", "transpose", "narrow",
+                         "split", "chunk", "flatten", "size"})
+_SIZED = FACTORIES - {"tensor", "as_tensor", "normal", "bernoulli"}  # (made of sizes, not of the tensors handed)
+
+
+def _factory(sem: SemanticModel, call: ast.Call) -> bool:
+    """``torch.zeros(n)``, ``torch.arange(n, dtype=...)``: a factory given sizes and no device."""
+    name = sem.call_name(call) or ""
+    return name.startswith("torch.") and name.count(".") == 1 and name[6:] in _SIZED \
+        and not any(k.arg == "device" for k in call.keywords)
+
+
+def _copied_to_host(sem: SemanticModel, value: ast.AST) -> bool:
+    """``value`` ends in a copy to the host (``.cpu()``, ``.numpy()``, ``.tolist()``, ``.item()``, ``.to("cpu")``), or
+    is a legacy constructor's tensor, maybe reshaped: on the host, whatever it was made from."""
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)):
+        return False
+    attr = value.func.attr
+    if attr in ("cpu", "numpy", "tolist", "item") and not value.args \
+            or attr == "to" and (sem.move_device(value) or "").strip("'\"") == "cpu":
+        return True
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and not sem.is_device_move(value):
+        name = sem.call_name(value) or ""
+        if name.startswith("torch.") and name.count(".") == 1 and name[6:] in LEGACY_TENSORS:
+            return True  # ``torch.FloatTensor([gx, gy, gw, gh]).repeat(n, 1).t()``: a legacy constructor makes CPU tensors
+        value = value.func.value
+    return False
 
 
 _METADATA = frozenset({"shape", "size", "dtype", "device", "ndim", "dim", "numel"})

@@ -430,7 +430,8 @@ def _names_only(sem: SemanticModel, value: ast.AST | None) -> bool:
 
 
 _KEEPS_PLACE = frozenset({"float", "double", "long", "int", "half", "unsqueeze", "squeeze", "permute", "view",
-                          "reshape", "contiguous", "clone", "transpose", "flip", "mul_", "div_", "sub_", "add_"})
+                          "reshape", "contiguous", "clone", "transpose", "flip", "mul_", "div_", "sub_", "add_", "copy_",
+                          "fill_", "zero_", "detach", "t"})
 
 
 def returns_from_numpy(sem: SemanticModel, func: ast.AST) -> bool:
@@ -455,12 +456,16 @@ def _host_copy(sem: SemanticModel, value: ast.AST | None) -> bool:
                    for v in (value.left, value.right))
     if isinstance(value, ast.Call) and (sem.qualname(value.func) or "").startswith("numpy."):
         return True  # ``return np.mean(ious)``: NumPy hands back host values (it cannot take a CUDA tensor)
+    in_place = True  # (only methods that keep the place so far: ``torch.FloatTensor(x.size()).copy_(x)`` is fresh)
     while isinstance(value, (ast.Call, ast.Subscript, ast.Attribute)):
         if isinstance(value, ast.Call):
             if not isinstance(value.func, ast.Attribute):
                 return False
             if value.func.attr in HOST_COPIES:
                 return True
+            if in_place and sem.call_name(value) in _HOST_FACTORIES and not any(k.arg == "device" for k in value.keywords):
+                return True  # (a legacy ``convert2cpu``: a new host tensor the device one is copied into)
+            in_place = in_place and value.func.attr in _KEEPS_PLACE
             value = value.func.value
         else:
             value = value.value
