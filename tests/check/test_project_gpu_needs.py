@@ -690,3 +690,64 @@ def test_a_gpu_assert_in_the_ddp_branch_only_does_not_make_the_loss_module_gpu_o
     write(project, {"train.py": train.replace("    train(opt, device)", "    assert torch.cuda.is_available()\n            train(opt, device)")})
     results = check_files(["loss.py", "train.py"], Settings(root=str(project), select=("TD101",)))
     assert codes(results, "loss.py") == []
+
+
+def test_a_device_read_off_a_settings_class_and_kept_in_a_local_name(project: Path) -> None:
+    """A TTS project keeps its settings as class attributes (``class Hyper: device_text2mel = "cuda:0"``) and its
+    training function reads one into a local name (``device = Hyper.device_text2mel``) before ``.to(device)``: the
+    program trains on the GPU, so the loss copied to the host on every batch (``loss.cpu().data.mean()``) is a read
+    every step (TD603). A helper given a running average's formatted string (``log.add(avg(), step)`` of a plain class
+    whose ``__call__`` returns ``"%4f" % ...``) reads no tensor with its ``float(loss)``. With ``"cpu"``, nothing."""
+    files = {
+        "hyper.py": """\
+            class Hyper:
+                batch_size = 32
+                device_text2mel = "cuda:0"
+            """,
+        "train.py": """\
+            import torch
+            from torch import nn
+            from hyper import Hyper
+
+            class LogHelper:
+                def __init__(self):
+                    self.values = []
+
+                def add(self, loss, step):
+                    self.values.append((float(loss), int(step)))
+
+            class MovingAverage:
+                def __init__(self):
+                    self.sum_, self.num_ = 0.0, 0
+
+                def add(self, x):
+                    self.sum_ += x
+                    self.num_ += 1
+
+                def __call__(self):
+                    return "%4f" % (self.sum_ / self.num_)
+
+            def train(batches):
+                device = Hyper.device_text2mel
+                graph = nn.Linear(4, 1).to(device)
+                optimizer = torch.optim.Adam(graph.parameters())
+                log, average = LogHelper(), MovingAverage()
+                for step, (x, y) in enumerate(batches):
+                    loss = nn.functional.l1_loss(graph(x.to(device)), y.to(device))
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    average.add(loss.cpu().data.mean())
+                    log.add(average(), step)
+            """,
+    }
+    write(project, files)
+    paths = ["hyper.py", "train.py"]
+    results = check_files(paths, Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == [(33, "TD603")]
+    write(project, {"train.py": files["train.py"].replace("Hyper.device_text2mel", '"cuda:0"')})
+    results = check_files(paths, Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == [(33, "TD603")]  # (the string's ``float`` still reads nothing)
+    write(project, {"hyper.py": files["hyper.py"].replace('"cuda:0"', '"cpu"'), "train.py": files["train.py"]})
+    results = check_files(paths, Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "train.py") == []

@@ -504,6 +504,9 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return made_on_host(ctx, expr.value, at, depth)
     if isinstance(expr, ast.ListComp):  # ``[x.detach().cpu() for x in outputs]``
         return made_on_host(ctx, expr.elt, expr, depth + 1)
+    if isinstance(expr, ast.JoinedStr) or isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod) \
+            and isinstance(expr.left, ast.Constant) and isinstance(expr.left.value, str):
+        return True  # ``"%4f" % (self.sum_ / self.num_)``: a string, read already (where it was formatted)
     if isinstance(expr, ast.BinOp):  # ``(flow - flow_gt) ** 2`` with ``flow`` copied to the host: a host result
         sides = [x for x in (expr.left, expr.right) if not isinstance(x, ast.Constant) and not (  # (Python numbers
             isinstance(x, ast.Call) and isinstance(x.func, ast.Name) and x.func.id in _NUMBERS)]  # place nothing)
@@ -702,6 +705,8 @@ def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth:
     the tuple when one is unpacked)."""
     sem = ctx.semantic
     funcs = sem.resolve(call) if depth < 12 else []
+    if not funcs and isinstance(call.func, ast.Name) and depth < 12:
+        funcs = _call_method_of_object(ctx, call.func, call)  # ``loss_avg()`` of ``loss_avg = MovingAverage()``
     if not funcs and isinstance(call.func, ast.Name) and index is None and depth < 12 \
             and (b := sem.binding_at(call.func.id, call)) is not None and isinstance(b.value, ast.Lambda):
         return made_on_host(ctx, b.value.body, b.value.body, depth + 2)  # ``score = lambda x: f(x).cpu().numpy()``
@@ -711,6 +716,18 @@ def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth:
         return getattr(sem.project.function_for(sem, call), "returns", None) == "host"  # type: ignore[attr-defined]
     values = [sem.kinds.returned_values(f, index) for f in funcs]
     return bool(funcs) and all(v is not None and all(made_on_host(ctx, x, x, depth + 2) for x in v) for v in values)
+
+
+def _call_method_of_object(ctx: Context, func: ast.Name, at: ast.AST) -> list[ast.AST]:
+    """``[MovingAverage.__call__]`` for ``loss_avg`` bound to ``MovingAverage()``, a plain class of this file (not a
+    module: calling one runs ``forward``)."""
+    sem = ctx.semantic
+    b = sem.binding_at(func.id, at)
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    if not (isinstance(made, ast.Call) and isinstance(made.func, ast.Name)) or made.func.id in sem.module_classes:
+        return []
+    cls = sem.calls_index.classes.get(made.func.id)
+    return [f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef) and f.name == "__call__"]
 
 
 def _forward_param_handed_moved(ctx: Context, name: str, at: ast.AST) -> bool:
@@ -765,6 +782,8 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
             [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
         tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) or _device_element(ctx, p, node)
                      or _torch_reduction_of_a_tensor(ctx, p, node) for p in parts)  # float(loss.detach())
+        if tensor and isinstance(arg, ast.Name) and made_on_host(ctx, arg, node):
+            return None  # (``float(loss)`` of a parameter every call hands a host value: ``add(loss_avg(), step)``)
         return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None
     if isinstance(node.func, ast.Name) and node.func.id in ("max", "min") and len(node.args) == 1 and not node.keywords:
         arg = node.args[0]  # ``range(max(lengths))``: Python compares element by element, one read of each

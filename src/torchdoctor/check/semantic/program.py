@@ -626,6 +626,9 @@ def config_module_device(sem: SemanticModel, project: object) -> bool:
             arg = call.args[0]
         else:
             arg = next((k.value for k in call.keywords if k.arg == "device"), None)
+        if isinstance(arg, ast.Name) and (b := sem.binding_at(arg.id, call)) is not None and not b.is_param \
+                and b.index is None and isinstance(b.value, ast.Attribute):
+            arg = b.value  # ``device = Hyper.device_text2mel``, then ``.to(device)``
         written = dotted(arg) if isinstance(arg, ast.Attribute) else None
         if written and written.split(".")[0] in heads and project.cuda_setting(sem, written):  # type: ignore[attr-defined]
             return True

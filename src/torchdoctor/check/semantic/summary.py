@@ -555,12 +555,15 @@ def _cuda_settings(sem: SemanticModel) -> frozenset[str]:
                 and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) and "cuda" in sem.segment(n.value):
             out.add(n.targets[0].id)
     for cls in sem.tree.body if "cuda" in sem.text.source else ():
-        if isinstance(cls, ast.ClassDef) and any(  # ``@dataclass class TrainConfig: device = "cuda:0"``
-                isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and "cuda" in sem.segment(n.value)
-                and any(isinstance(t, ast.Name) and t.id.lower().endswith("device")
-                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
-                for n in cls.body):
-            out.add(cls.name)
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for n in cls.body:  # ``@dataclass class TrainConfig: device = "cuda:0"``; ``class Hyper: device_superres = "cuda:0"``
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and "cuda" in sem.segment(n.value):
+                for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                    if isinstance(t, ast.Name) and "device" in t.id.lower():
+                        out.add(f"{cls.name}.{t.id}")  # (read off the class itself: ``Hyper.device_superres``)
+                        if t.id.lower().endswith("device"):
+                            out.add(cls.name)
     if "cuda" in sem.text.source and ".device" in sem.text.source:
         for n in sem.of_type(ast.Assign):  # ``args.device = torch.device("cuda" if ...)`` in ``OptInit.__init__`` or
             if len(n.targets) == 1 and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "device" \
