@@ -84,8 +84,9 @@ def _sizes_only(call: ast.Call, sem=None) -> bool:  # type: ignore[no-untyped-de
             return size(a.left) and size(a.right)
         if isinstance(a, ast.Subscript):  # ``x.shape[0]``
             return isinstance(a.value, ast.Attribute) and a.value.attr == "shape"
-        if isinstance(a, ast.Call):  # ``x.size(0)``, ``len(seq)``
-            return method_name(a) == "size" and bool(a.args) or isinstance(a.func, ast.Name) and a.func.id in ("len", "int")
+        if isinstance(a, ast.Call):  # ``x.size(0)``, ``len(seq)``; alone, ``x.data.size()``: a whole shape
+            return method_name(a) == "size" and (bool(a.args) or len(call.args) == 1) \
+                or isinstance(a.func, ast.Name) and a.func.id in ("len", "int")
         return isinstance(a, (ast.Attribute, ast.Name))  # ``self.hidden``, ``b`` (two or more: sizes, not data)
 
     def one_size(a: ast.AST, at: ast.AST, depth: int = 0) -> bool:  # ``torch.Tensor(x.size(0))``, ``torch.Tensor(n)``
