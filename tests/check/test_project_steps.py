@@ -716,3 +716,50 @@ def test_a_read_in_a_base_loss_forward_that_the_built_subclass_runs_through_supe
     write(project, files)
     results = check_files(list(files), Settings(root=str(project), select=("TD603",)))
     assert codes(results, "loss.py") == []
+
+
+def test_a_device_handed_through_a_package_that_re_exports_the_loop_function(project: Path) -> None:
+    """``import utils`` then ``utils.run(model, loader, device)``, where ``utils/__init__.py`` re-exports ``run`` from
+    ``utils/run.py`` (a gloo ring all-reduce tutorial's shape): the module's loops run on the device its caller
+    chose, so their per-step ``.item()`` reads are TD603 (the module is imported through its package, never by
+    name). With the caller's device the CPU, nothing is told."""
+    files = {
+        "utils/__init__.py": "from .run import run\n",
+        "utils/run.py": """\
+            import torch
+
+            def train_model(model, loader, optimizer, criterion, device):
+                total = 0.0
+                for inputs, target in loader:
+                    inputs, target = inputs.to(device), target.to(device)
+                    loss = criterion(model(inputs), target)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                return total
+
+            def run(model, loader, optimizer, criterion, epochs, device):
+                for epoch in range(epochs):
+                    train_model(model, loader, optimizer, criterion, device)
+            """,
+        "train.py": """\
+            import torch
+            import utils
+
+            device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+            model = torch.nn.Linear(4, 2).to(device)
+            loader = torch.utils.data.DataLoader(
+                torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))),
+                batch_size=4, pin_memory=True, num_workers=2)
+            utils.run(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), torch.nn.CrossEntropyLoss(), 3, device)
+            """,
+    }
+    write(project, files)
+    paths = ["utils/__init__.py", "utils/run.py", "train.py"]
+    results = check_files(paths, Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "run.py") == [(11, "TD603")]
+    write(project, {"train.py": files["train.py"].replace(
+        'torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")', 'torch.device("cpu")')})
+    results = check_files(paths, Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "run.py") == []

@@ -254,6 +254,9 @@ class Callers:
         slot = param_slot(func, param)
         records = self._callers(sem, func, through_package=func.name == "__init__")  # type: ignore[attr-defined]
         # (``NCSNRunner(args, config)`` in a script that imports the class through ``runners/__init__.py``)
+        if not records and func.name != "__init__" and sem.class_of(func) is None:  # type: ignore[attr-defined]
+            records = self._callers(sem, func, via_package=True)  # (``utils.run(model, ..., device)`` of ``import
+            # utils``, whose ``__init__`` re-exports ``run``: asked only when the module's own importers call none)
         if any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args) for r in records):
             return True
         for r in records:  # ``Learner(conf)`` of ``conf = get_config()``, whose module sets ``conf.device`` to CUDA
@@ -346,7 +349,7 @@ class Callers:
         # (``agent = algo.PPO(actor_critic, ...)`` of ``from pkg import algo``, whose ``__init__`` imports ``PPO``)
 
     def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False,
-                 through_package: bool = False) -> list[CallRecord]:
+                 through_package: bool = False, via_package: bool = False) -> list[CallRecord]:
         """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process
         group (the others are not read: a question about DDP callers parses no single-process script)."""
         name = func.name  # type: ignore[attr-defined]
@@ -360,19 +363,22 @@ class Callers:
         here = self.state.absolute(sem.path)
         key = (here, f"{name}.{method}" if method else name)
         memo = self.state.callers
-        if key in memo:
+        if key in memo and not via_package:
             return memo[key]
         if ddp_only and (*key, "ddp") in memo:
             return memo[(*key, "ddp")]
         if through_package and (*key, "package") in memo:
             return memo[(*key, "package")]
+        if via_package and (*key, "via") in memo:
+            return memo[(*key, "via")]
         stem = os.path.splitext(os.path.basename(here))[0]
         package = os.path.basename(os.path.dirname(here))
         if stem == "__init__":
             stem = package
         # A DDP caller may import a save helper through its package (``from pkg import save``); for the other
         # questions the module's own name is enough (reading every importer of a package cost ~40 parses on 620 files).
-        words = {stem, package} if (ddp_only or through_package) and self._package_reexports(here, name) else {stem}
+        words = {stem, package} if (ddp_only or through_package or via_package) and self._package_reexports(here, name) \
+            else {stem}
         out: list[CallRecord] = []
         names = [name]
         if method is not None:  # ``trainer.mlm_step(...)`` of ``trainer = EncDecTrainer(...)``, a subclass here that
@@ -384,7 +390,8 @@ class Callers:
         for name in names:
             out += self._callers_named(here, stem, package, words, name, method, ddp_only, star_only=through_package)
         if not self.state.skipped:
-            memo[(*key, "ddp") if ddp_only else (*key, "package") if through_package else key] = out
+            memo[(*key, "ddp") if ddp_only else (*key, "package") if through_package else (*key, "via") if via_package
+                 else key] = out
         self.state.skipped = skipped or self.state.skipped
         return out
 
