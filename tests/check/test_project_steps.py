@@ -763,3 +763,48 @@ def test_a_device_handed_through_a_package_that_re_exports_the_loop_function(pro
         'torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")', 'torch.device("cpu")')})
     results = check_files(paths, Settings(root=str(project), select=("TD603",)))
     assert codes(results, "run.py") == []
+
+
+def test_modules_imported_through_the_package_the_project_folder_itself_is(project: Path) -> None:
+    """A project whose folder is itself a package (``pseudoESM/__init__.py``) imports its modules by the package's name
+    (``from pseudoESM.trainer import Trainer``), as it runs with the folder's parent on ``sys.path``: the trainer's
+    evaluation loop, told its CUDA device by train.py, reads ``.item()`` every step (TD603). A package name that is
+    not the project's leads nowhere: the module is read alone, and its device is not known."""
+    name = project.name
+    files = {
+        "__init__.py": "",
+        "trainer.py": """\
+            import torch
+
+            class Trainer:
+                def __init__(self, net, criterion, loader, device):
+                    self.net, self.criterion, self.loader, self.device = net, criterion, loader, device
+
+                def evaluate(self):
+                    losses = []
+                    self.net.eval()
+                    with torch.no_grad():
+                        for data in self.loader:
+                            x, y = tuple(t.to(self.device) for t in data)
+                            losses.append(self.criterion(self.net(x), y).item())
+                    return sum(losses) / len(losses)
+            """,
+        "train.py": f"""\
+            import torch
+            from {name}.trainer import Trainer
+
+            device = torch.device("cuda", 0)
+            net = torch.nn.Linear(4, 2).to(device)
+            loader = torch.utils.data.DataLoader(
+                torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randint(0, 2, (8,))),
+                batch_size=4, pin_memory=True, num_workers=2)
+            Trainer(net, torch.nn.CrossEntropyLoss(), loader, device).evaluate()
+            """,
+    }
+    write(project, files)
+    paths = ["__init__.py", "trainer.py", "train.py"]
+    results = check_files(paths, Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "trainer.py") == [(13, "TD603")]
+    write(project, {"train.py": files["train.py"].replace(f"from {name}.trainer", "from other_package.trainer")})
+    results = check_files(paths, Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "trainer.py") == []

@@ -486,6 +486,10 @@ class Project(Callers):
                 found = file_of(base, parts, self.state.is_file)
                 if found is not None:
                     break
+            if found is None and parts[0] == os.path.basename(self.root) \
+                    and self.state.is_file(os.path.join(self.root, "__init__.py")):
+                found = file_of(os.path.dirname(self.root), parts, self.state.is_file)  # ``from pseudoESM.trainer
+                # import Trainer`` in the package ``pseudoESM`` that is the project itself
         memo[key] = found
         return found
 
