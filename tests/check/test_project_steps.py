@@ -808,3 +808,79 @@ def test_modules_imported_through_the_package_the_project_folder_itself_is(proje
     write(project, {"train.py": files["train.py"].replace(f"from {name}.trainer", "from other_package.trainer")})
     results = check_files(paths, Settings(root=str(project), select=("TD603",)))
     assert codes(results, "trainer.py") == []
+
+
+TRIPLET_LOSS = """\
+    import numpy
+    import torch
+
+    class TripletLoss(torch.nn.modules.loss._Loss):
+        def __init__(self, compared_length, nb_random_samples):
+            super().__init__()
+            self.compared_length = compared_length
+            if self.compared_length is None:
+                self.compared_length = numpy.inf
+            self.nb_random_samples = nb_random_samples
+
+        def forward(self, batch, encoder, save_memory=False):
+            lengths = batch.size(2) - torch.isnan(batch[:, 0]).sum(1).data.cpu().numpy()
+            anchor = encoder(batch[:, :, : int(lengths.min())])
+            loss = -torch.nn.functional.logsigmoid((anchor * anchor.roll(1, 0)).sum(1)).mean()
+            if save_memory:
+                loss.backward(retain_graph=True)
+                loss = 0
+                torch.cuda.empty_cache()
+            return loss
+    """
+
+
+def test_a_loss_of_torch_s_loss_base_reached_through_a_package_that_loads_its_modules_at_run_time(project: Path) -> None:
+    """A time-series encoder's triplet loss subclasses ``torch.nn.modules.loss._Loss`` (a module that holds nothing but
+    numbers, ``numpy.inf`` among them) in ``losses/triplet_loss.py``; the package's ``__init__`` loads its modules at
+    run time (``pkgutil``), and the wrapper reaches the class as ``losses.triplet_loss.TripletLoss`` after ``import
+    losses``, training on the GPU. The loss's forward runs every step: its ``.cpu()`` read is TD603 and its
+    ``torch.cuda.empty_cache()`` TD602 (in the forward, not in a loop). The loss holds nothing to move: no TD201 at
+    its construction. Trained on the CPU, nothing is told."""
+    files = {
+        "losses/__init__.py": """\
+            import pkgutil
+
+            __all__ = []
+            for loader, module_name, is_pkg in pkgutil.walk_packages(__path__):
+                __all__.append(module_name)
+                module = loader.find_module(module_name).load_module(module_name)
+                exec("%s = module" % module_name)
+            """,
+        "losses/triplet_loss.py": TRIPLET_LOSS,
+        "wrappers.py": """\
+            import torch
+            import losses
+
+            class EncoderClassifier:
+                def __init__(self, encoder, cuda=True):
+                    self.cuda = cuda
+                    self.encoder = encoder.cuda() if cuda else encoder
+                    self.loss = losses.triplet_loss.TripletLoss(None, 2)
+                    self.optimizer = torch.optim.Adam(self.encoder.parameters(), lr=0.001)
+
+                def fit(self, loader, epochs):
+                    for epoch in range(epochs):
+                        for batch in loader:
+                            if self.cuda:
+                                batch = batch.cuda()
+                            self.optimizer.zero_grad()
+                            loss = self.loss(batch, self.encoder, save_memory=True)
+                            loss.backward()
+                            self.optimizer.step()
+            """,
+    }
+    write(project, files)
+    paths = ["losses/__init__.py", "losses/triplet_loss.py", "wrappers.py"]
+    settings = Settings(root=str(project), select=("TD201", "TD602", "TD603"))
+    results = check_files(paths, settings)
+    assert codes(results, "triplet_loss.py") == [(13, "TD603"), (19, "TD602")]
+    assert codes(results, "wrappers.py") == []
+    write(project, {"wrappers.py": files["wrappers.py"].replace("cuda=True", "cuda=False").replace(
+        "encoder.cuda() if cuda else encoder", "encoder").replace("batch = batch.cuda()", "pass")})
+    results = check_files(paths, settings)
+    assert codes(results, "triplet_loss.py") == [] and codes(results, "wrappers.py") == []

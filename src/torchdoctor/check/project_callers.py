@@ -535,22 +535,31 @@ class Callers:
             stem = os.path.splitext(os.path.basename(here))[0]
             targets, words = {here}, {stem}
             init = os.path.join(os.path.dirname(here), "__init__.py")
-            if init != here and self.state.is_file(init) and stem in self.state.import_words(init):
-                targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
-                words.add(os.path.basename(os.path.dirname(here)))
+            package = os.path.basename(os.path.dirname(here))
+            written = None  # (``losses.triplet_loss.TripletLoss(...)`` after ``import losses``, whose ``__init__``
+            if init != here and self.state.is_file(init):  # loads its modules at run time, found by the text)
+                if stem in self.state.import_words(init):
+                    targets.add(init)  # ``from litgpt.data import Alpaca`` through ``data/__init__.py``
+                else:
+                    written = f"{package}.{stem}."
+                words.add(package)
             between = []
             for other in self._importing(here, words):
                 text = self.state.text(other) or ""
                 named = _ACCELERATOR_WORDS.search(text)
                 if other in targets or maker is not None and maker not in text:
                     continue  # (one that never names the maker cannot take it)
+                through = written is not None and written in text and stem not in self.state.import_words(other)
+                if written is not None and not through and stem not in self.state.import_words(other):
+                    continue  # (imports the package, and never writes this module of it)
                 if depth == 0 and maker is not None and "__main__" not in text:
                     between.append(other)  # (a setup module that names no device: its importers may)
                 if not named and (maker is None or not _CONSTRUCTS.search(text)):
                     continue  # (one that names no device, GPU or accelerator, and makes no object of a class it
                     # imports, runs on none: it is not parsed)
                 summary = self.summary(other)
-                if summary is None or not self._imports_any(other, summary, targets, maker):
+                if summary is None or not self._imports_any(other, summary, targets | {init} if through else targets,
+                                                            maker):
                     continue
                 if named and summary.accelerated or self._trains_with_an_accelerated_object(other):
                     memo[key] = other  # (``Ganomaly(opt, load_data(opt))``: handed to a trainer that runs on a GPU)

@@ -183,13 +183,17 @@ def empty_cache_per_step(node: ast.Call, ctx: Context) -> None:
     allocate them again (slow, synchronising), and frees nothing this process still uses.
     Use instead: remove it; call it between epochs or phases if another process needs the memory.
     """
-    if ctx.call_name(node) != "torch.cuda.empty_cache" or (loop := per_step_loop(ctx, node)) is None \
-            or _whole_runs(ctx, loop) or _drops_the_model_it_built(ctx, loop):
+    if ctx.call_name(node) != "torch.cuda.empty_cache":
         return
+    loop = per_step_loop(ctx, node)
+    loss = loss_forward_class(ctx, node) if loop is None else None
+    if loop is None and loss is None or loop is not None and (_whole_runs(ctx, loop) or _drops_the_model_it_built(ctx, loop)):
+        return
+    where = "every step" if loss is None else f"every step (in the forward of the loss `{loss.name}`)"
     ctx.report(
         "TD602",
         node,
-        "`torch.cuda.empty_cache()` runs every step: the allocator must re-acquire the memory next step "
+        f"`torch.cuda.empty_cache()` runs {where}: the allocator must re-acquire the memory next step "
         "and nothing is freed for this process",
         fix="remove it from the step (at most call it between epochs)",
     )
@@ -372,7 +376,7 @@ def report_for_base_loop(ctx: Context, node: ast.AST, what: str) -> None:
             return
 
 
-_LOSS_CLASS = lazy(r"(?i)(criterion|loss|losscompute)$")
+_LOSS_CLASS = lazy(r"(?i:criterion|loss)$|Loss|(^|_)loss")  # (``SetCriterion``, ``TripletLossVaryingLength``, not ``Gloss``)
 
 
 def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
@@ -380,26 +384,34 @@ def _report_in_a_loss_forward(ctx: Context, node: ast.AST, what: str) -> None:
     normalises every step's loss; OpenNMT's ``LossCompute``): a loss is computed on every training step, wherever the
     object is handed (a builder of another module returns it, a train function of a third calls it), so on an
     accelerator the read runs every step. Asked of modules that run on one, or that a module which does imports."""
+    cls = loss_forward_class(ctx, node)
+    if cls is None:
+        return
+    func = ctx.semantic.function_of(node)
+    if ctx.semantic.grad_mode(node) == "off" and _returned_by(ctx.semantic, node, func):  # type: ignore[arg-type]
+        return  # (``with torch.no_grad(): f_max = diff.abs().max().item()`` then ``return loss, f_max``: statistics the
+        # loss hands its caller as numbers, on purpose: an L-BFGS driver's, which needs host values anyway)
+    report_sync(ctx, node, what, f"the training loop that computes the loss `{cls.name}` (its forward)")  # type: ignore[attr-defined]
+
+
+def loss_forward_class(ctx: Context, node: ast.AST) -> ast.ClassDef | None:
+    """The loss module class (the one the program builds) whose ``forward`` runs ``node`` on every training step, in a
+    program on an accelerator (not under a step guard of its own): else None."""
     sem = ctx.semantic
     func = sem.function_of(node)
     cls = sem.class_of(func) if func is not None else None
     if cls is None or func.name != "forward" or not _LOSS_CLASS.search(cls.name) \
             or cls.name not in sem.module_classes or sem.under_step_guard(node):  # type: ignore[attr-defined]
-        return
+        return None
     sites = sem.call_sites(func)
     heirs = _loss_heirs(sem, cls, sites) if sites else []
     if heirs is None:
-        return  # (called as a function of the file: its callers' loops decide)
+        return None  # (called as a function of the file: its callers' loops decide)
     if all(built_nowhere(sem, h) for h in heirs) if heirs else built_nowhere(sem, cls):
-        return  # (``CPCLoss`` beside the ``CPCLoss_sameSeq`` the training script builds: no step computes it)
+        return None  # (``CPCLoss`` beside the ``CPCLoss_sameSeq`` the training script builds: no step computes it)
     if heirs:
         cls = heirs[0]  # (the subclass the program builds, whose forward runs this one through ``super()``)
-    if sem.grad_mode(node) == "off" and _returned_by(sem, node, func):
-        return  # (``with torch.no_grad(): f_max = diff.abs().max().item()`` then ``return loss, f_max``: statistics the
-        # loss hands its caller as numbers, on purpose: an L-BFGS driver's, which needs host values anyway)
-    if not _on_an_accelerator(sem, cls):
-        return
-    report_sync(ctx, node, what, f"the training loop that computes the loss `{cls.name}` (its forward)")  # type: ignore[attr-defined]
+    return cls if _on_an_accelerator(sem, cls) else None
 
 
 def _on_an_accelerator(sem, cls: ast.ClassDef) -> bool:  # type: ignore[no-untyped-def]

@@ -81,8 +81,9 @@ def _torch_layer(q: str) -> bool:
     data-parallel wrapper, not a helper of ``torch.nn.utils``)."""
     if not q.startswith("torch.nn.") or q.startswith(("torch.nn.utils.", "torch.nn.parallel.", "torch.nn.functional.")):
         return False
-    last = q.rsplit(".", 1)[-1]
-    return last[:1].isupper() and last not in ("Parameter", "UninitializedParameter", "Buffer") and last not in _WRAPPERS
+    last = q.rsplit(".", 1)[-1]  # (``torch.nn.modules.loss._Loss``, ``_WeightedLoss``: the bases of torch's losses)
+    return last.lstrip("_")[:1].isupper() and last not in ("Parameter", "UninitializedParameter", "Buffer") \
+        and last not in _WRAPPERS
 
 
 @lru_cache(maxsize=4096)  # the same few names are asked about over and over (9 regex searches each)

@@ -462,7 +462,8 @@ def _wrapped_argument(sem: SemanticModel, expr: ast.AST, at: ast.AST, depth: int
 
 
 _STATE_CALLS = ("register_buffer", "register_parameter", "Parameter", "ParameterList", "ParameterDict")
-_MODULE_BASES = ("nn.Module", "torch.nn.Module", "Module")
+_MODULE_BASES = ("nn.Module", "torch.nn.Module", "Module", "torch.nn.modules.loss._Loss", "nn.modules.loss._Loss",
+                 "_Loss")  # (bases that hold nothing themselves: torch's ``_Loss`` keeps only its ``reduction`` string)
 _PARAMETER_CALLS = ("register_parameter", "Parameter", "ParameterList", "ParameterDict")
 
 
@@ -872,6 +873,10 @@ LEGACY_TENSORS = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", 
                             "DoubleTensor", "HalfTensor"})  # (torch's legacy constructors: CPU tensors only)
 
 
+_NUMBER_CONSTANTS = frozenset({"numpy.inf", "numpy.nan", "numpy.pi", "numpy.e", "math.inf", "math.nan", "math.pi", "math.e",
+                               "math.tau"})
+
+
 def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
     """``self.n_classes = n_classes``: a parameter's Python value (a setting), not a layer or a tensor; or a torch
     layer that holds nothing either (``self.act = nn.Softplus()``)."""
@@ -885,6 +890,8 @@ def _plain_setting(sem: SemanticModel, value: ast.AST, at: ast.AST) -> bool:
         return b is not None and b.is_param and sem.expr_kind(value, at) not in ("model", "tensor", "wrapper")
     if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Call):
         return _plain_setting(sem, value.value, at)  # ``Path(__file__).parent``: a part of a setting
+    if isinstance(value, ast.Attribute) and (sem.qualname(value) or "") in _NUMBER_CONSTANTS:
+        return True  # ``self.compared_length = numpy.inf``
     if isinstance(value, ast.ListComp):  # ``[Params(window=w, hop=w // 4) for w in sizes]``: records of settings
         return _namedtuple_call(sem, value.elt, at)
     if isinstance(value, ast.Call):
