@@ -259,6 +259,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         report_for_base_loop(ctx, node, what)
         _report_in_a_loss_forward(ctx, node, what)
         _report_in_a_model_forward(ctx, node, what)
+        _report_in_an_engine_step(ctx, node, what)
         return
     if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or few_in_range(ctx, loop):
         return
@@ -412,6 +413,25 @@ def loss_forward_class(ctx: Context, node: ast.AST) -> ast.ClassDef | None:
     if heirs:
         cls = heirs[0]  # (the subclass the program builds, whose forward runs this one through ``super()``)
     return cls if _on_an_accelerator(sem, cls) else None
+
+
+def _report_in_an_engine_step(ctx: Context, node: ast.AST, what: str) -> None:
+    """A read in an ignite process function, ``def train(engine, mini_batch)`` (a static method of a subclass of
+    ``ignite.engine.Engine``, or a function handed to ``Engine(...)``): the engine's ``run(loader)`` calls it on every
+    batch, so on an accelerator the read runs every step."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or "ignite" not in sem.text.source or sem.under_step_guard(node) or sem.function_of(func) is not None:
+        return
+    params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
+    cls = sem.class_of(func)
+    engine_class = cls is not None and params[:1] == ["engine"] and len(params) == 2 and any(
+        (sem.qualname(b) or "").startswith("ignite.engine") for b in cls.bases)  # type: ignore[attr-defined]
+    handed = any(isinstance(r, ast.Name) and isinstance(c := sem.parent(r), ast.Call) and c.args[:1] == [r]
+                 and (sem.call_name(c) or "").startswith("ignite.engine") for r in sem.reads_of(func.name))  # type: ignore[attr-defined]
+    if not (engine_class or handed) or not _on_an_accelerator(sem, cls or func):  # type: ignore[arg-type]
+        return
+    report_sync(ctx, node, what, f"the ignite engine that runs `{func.name}`")  # type: ignore[attr-defined]
 
 
 def _on_an_accelerator(sem, cls: ast.ClassDef) -> bool:  # type: ignore[no-untyped-def]
