@@ -751,3 +751,47 @@ def test_a_device_read_off_a_settings_class_and_kept_in_a_local_name(project: Pa
     write(project, {"hyper.py": files["hyper.py"].replace('"cuda:0"', '"cpu"'), "train.py": files["train.py"]})
     results = check_files(paths, Settings(root=str(project), select=("TD603",)))
     assert codes(results, "train.py") == []
+
+
+def test_ddp_around_a_model_one_of_the_builder_s_branches_makes_with_batchnorm(project: Path) -> None:
+    """A segmentation script picks its model by a command-line option (``if args.model == "unet": model =
+    BtsModel(...).to(device)``, ``elif ...: model = Plain(...).to(device)``) and wraps whatever it built in DDP: on the
+    UNet's path the BatchNorm layers of models.py normalise per GPU (TD706), though the last branch's class has none.
+    When no branch builds a class with BatchNorm, nothing is told."""
+    models = """\
+        from torch import nn
+
+        class BtsModel(nn.Module):
+            def __init__(self, n_classes):
+                super().__init__()
+                self.conv = nn.Conv2d(3, n_classes, 3)
+                self.bn = nn.BatchNorm2d(n_classes)
+
+        class Plain(nn.Module):
+            def __init__(self, n_classes):
+                super().__init__()
+                self.conv = nn.Conv2d(3, n_classes, 3)
+        """
+    main = """\
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from models import BtsModel, Plain
+
+        def create_model(args, device):
+            if args.model == "unet":
+                model = BtsModel(3).to(device)
+            elif args.model == "plain":
+                model = Plain(3).to(device)
+            else:
+                raise ValueError(args.model)
+            model = DDP(model, device_ids=[device])
+            return model
+
+        torch.distributed.init_process_group("nccl")
+        """
+    write(project, {"models.py": models, "main.py": main})
+    results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
+    assert codes(results, "main.py") == [(12, "TD706")]
+    write(project, {"main.py": main.replace("model = BtsModel(3)", "model = Plain(4)")})
+    results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
+    assert codes(results, "main.py") == []

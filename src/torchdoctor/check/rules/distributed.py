@@ -555,10 +555,18 @@ def _wraps_a_project_bn_model(ctx: Context, node: ast.Call) -> bool:
     """``DDP(model, ...)`` of ``model = BtsModel(args)``, a class of another module of the project with BatchNorm layers
     (in it, its parts or its bases)."""
     sem = ctx.semantic
-    made = construction(sem, node.args[0], node) if node.args and sem.project is not None else None
-    written = dotted(made.func) if isinstance(made, ast.Call) else None
-    return bool(written) and written.split(".")[0] in (sem.names.from_imports.keys() | sem.names.imports.keys()) \
-        and sem.project.class_batchnorm(sem, written)  # type: ignore[union-attr]
+    if not node.args or sem.project is None:
+        return False
+    made = [construction(sem, node.args[0], node)]
+    key = dotted(node.args[0])
+    current = sem.binding_at(key, node) if key else None
+    for b in sem.bindings_of(key) if current is not None else ():  # (``if args.model == "unet": model =
+        if b.scope is current.scope and b.value is not None and not b.is_param and b.index is None \
+                and sem.in_other_branch(b.node, current.node):  # SNGPUnet(...)``, ``elif ...: model = ...``: each model
+            made.append(construction(sem, b.value, b.node))  # a branch builds is what DDP wraps, on that path)
+    imported = sem.names.from_imports.keys() | sem.names.imports.keys()
+    return any(isinstance(m, ast.Call) and (written := dotted(m.func)) and written.split(".")[0] in imported
+               and sem.project.class_batchnorm(sem, written) for m in made)  # type: ignore[union-attr]
 
 
 @rule("TD706", calls=("DistributedDataParallel", "DDP"))
