@@ -501,6 +501,9 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
     if isinstance(expr, ast.Attribute) and (root := _numpy_root(ctx, expr)) is not None:
         return root  # ``np.finfo(np.float32).eps``: a NumPy value, no tensor
     if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
+        entry = _entry_assigned(ctx, expr, at)
+        if entry is not None:  # ``batch["loss"] = self.criterion(**batch)`` before ``batch["loss"].item()``
+            return made_on_host(ctx, entry.value, entry, depth + 1)
         return made_on_host(ctx, expr.value, at, depth)
     if isinstance(expr, ast.ListComp):  # ``[x.detach().cpu() for x in outputs]``
         return made_on_host(ctx, expr.elt, expr, depth + 1)
@@ -716,6 +719,22 @@ def _returns_host_tensor(ctx: Context, call: ast.Call, index: int | None, depth:
         return getattr(sem.project.function_for(sem, call), "returns", None) == "host"  # type: ignore[attr-defined]
     values = [sem.kinds.returned_values(f, index) for f in funcs]
     return bool(funcs) and all(v is not None and all(made_on_host(ctx, x, x, depth + 2) for x in v) for v in values)
+
+
+def _entry_assigned(ctx: Context, expr: ast.Subscript, at: ast.AST) -> ast.Assign | None:
+    """The last ``name["key"] = value`` of the function before ``at``, for ``expr`` = ``name["key"]``."""
+    key = string_value(expr.slice)
+    if key is None or not isinstance(expr.value, ast.Name):
+        return None
+    sem = ctx.semantic
+    func = sem.function_of(at)
+    found = None
+    for n in sem.local_nodes(func) if func is not None else ():
+        if isinstance(n, ast.Assign) and n.lineno < at.lineno and len(n.targets) == 1 \
+                and isinstance(t := n.targets[0], ast.Subscript) and isinstance(t.value, ast.Name) \
+                and t.value.id == expr.value.id and string_value(t.slice) == key:
+            found = n
+    return found
 
 
 def _call_method_of_object(ctx: Context, func: ast.Name, at: ast.AST) -> list[ast.AST]:
