@@ -795,3 +795,47 @@ def test_ddp_around_a_model_one_of_the_builder_s_branches_makes_with_batchnorm(p
     write(project, {"main.py": main.replace("model = BtsModel(3)", "model = Plain(4)")})
     results = check_files(["models.py", "main.py"], Settings(root=str(project), select=("TD706",)))
     assert codes(results, "main.py") == []
+
+
+def test_loaders_over_splits_a_data_helper_was_told_to_put_on_the_gpu(project: Path) -> None:
+    """A tabular benchmark prepares its splits with ``X_num, X_cat, ys = prepare_tensors(dataset, device=device)`` of
+    its ``lib/data.py`` (rtdl's helper, which moves each split to the device it is told) and wraps them as
+    ``TensorDataset(*(d["train"] for d in data_list))``: the batches are on the GPU already, pinning would fail
+    (no TD304). Splits from a helper told no device are host tensors: TD304."""
+    files = {
+        "lib/__init__.py": "",
+        "lib/data.py": """\
+            import torch
+
+            def prepare_tensors(dataset, device):
+                X_num, Y = ({k: torch.as_tensor(v) for k, v in x.items()} for x in [dataset.X_num, dataset.y])
+                if torch.device(device).type != "cpu":
+                    X_num, Y = ({k: v.to(device) for k, v in x.items()} for x in [X_num, Y])
+                return X_num, None, Y
+
+            def load_arrays(dataset):
+                return {k: torch.as_tensor(v) for k, v in dataset.X_num.items()}, None, dataset.y
+            """,
+        "run.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+            from lib.data import prepare_tensors
+
+            def run(dataset, model):
+                device = torch.device("cuda")
+                model.to(device)
+                X_num, X_cat, ys = prepare_tensors(dataset, device=device)
+                data_list = [X_num, ys] if X_cat is None else [X_num, X_cat, ys]
+                train_loader = DataLoader(TensorDataset(*(d["train"] for d in data_list)), batch_size=256, num_workers=0)
+                for x, y in train_loader:
+                    model(x)
+            """,
+    }
+    write(project, files)
+    paths = ["lib/__init__.py", "lib/data.py", "run.py"]
+    results = check_files(paths, Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "run.py") == []
+    write(project, {"run.py": files["run.py"].replace("prepare_tensors(dataset, device=device)", "load_arrays(dataset)")
+                    .replace("import prepare_tensors", "import load_arrays")})
+    results = check_files(paths, Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "run.py") == [(10, "TD304")]

@@ -624,7 +624,8 @@ def dataset_on_device(ctx: Context, call: ast.Call) -> bool:
                 return True  # (``DataLoader(collate(rows, device))``: the tensors themselves, batched on their dimension 0)
             return any(isinstance(a, ast.Name) and (ctx.semantic.is_moved(a.id, call) or _model_outputs(ctx, a, call)
                                                     or _returned_moved(ctx, a, call) or _made_on_device(ctx, a, call))
-                       or _built_by_a_function_handed_the_device(ctx, a, arg) for a in arg.args)
+                       or _built_by_a_function_handed_the_device(ctx, a, arg) for a in arg.args) \
+                or _parts_of_a_device_helper_s_result(ctx, arg)
         key = dotted(arg)
         b = ctx.semantic.binding_at(key, call) if key else None
         if b is not None and b.is_param and isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
@@ -659,6 +660,31 @@ def _built_by_a_function_handed_the_device(ctx: Context, expr: ast.AST, at: ast.
             if any(isinstance(n, ast.Call) and method_name(n) == "to" and n.args[:1]
                    and isinstance(n.args[0], ast.Name) and n.args[0].id == param for n in sem.local_nodes(func)):
                 return True
+    return False
+
+
+def _parts_of_a_device_helper_s_result(ctx: Context, made: ast.Call) -> bool:
+    """``TensorDataset(*(d["train"] for d in data_list))`` with ``data_list = [X_num, ys]`` and ``X_num, X_cat, ys =
+    prepare_tensors(dataset, device=device)``, a function of another module of the project told the device by keyword
+    (rtdl's data preparation, which moves each split there): the dataset holds device tensors."""
+    sem = ctx.semantic
+    names: list[ast.Name] = []
+    for a in made.args:
+        if isinstance(a, ast.Starred) and isinstance(gen := a.value, (ast.GeneratorExp, ast.ListComp)) \
+                and len(gen.generators) == 1 and isinstance(it := gen.generators[0].iter, ast.Name):
+            b = sem.binding_at(it.id, made)
+            listed = b.value if b is not None and not b.is_param else None
+            for part in (listed.body, listed.orelse) if isinstance(listed, ast.IfExp) else (listed,):
+                names += [e for e in getattr(part, "elts", ()) if isinstance(e, ast.Name)]
+        elif isinstance(a, ast.Subscript) and isinstance(a.value, ast.Name):
+            names.append(a.value)  # ``TensorDataset(X_num["train"], ys["train"])``
+    for name in names:
+        b = sem.binding_at(name.id, made)
+        value = b.value if b is not None and not b.is_param else None
+        if isinstance(value, ast.Call) and sem.project is not None and any(
+                k.arg == "device" and sem.expr_kind(k.value, value) == "device" and string_value(k.value) != "cpu"
+                for k in value.keywords) and sem.project.function_for(sem, value) is not None:  # type: ignore[attr-defined]
+            return True
     return False
 
 
