@@ -138,7 +138,8 @@ class Calls:
         func = call.func
         if isinstance(func, ast.Name):
             bound = self.bindings.at(func.id, call)
-            if bound is not None and func.id not in self.bindings.functions:
+            if bound is not None and (func.id not in self.bindings.functions or bound.scope is not self.index.tree):
+                # (``loss_fn = nn.NLLLoss()`` in ``def loss_fn(params)``, or a parameter: a local shadows the def)
                 # ``backwards = partial(loss_backwards, self.fp16)``: a call of it runs that function
                 value = bound.value
                 if isinstance(value, ast.Call) and value.args and (dotted(value.func) or "").rsplit(".", 1)[-1] == \
