@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 import os
 
-from torchdoctor.check.astutil import call_argument, dotted, has_kwargs, is_false, is_true, keyword, method_name, \
-    param_slot, root_name, string_value, strip_methods
+from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, has_kwargs, is_false, is_true, keyword, \
+    method_name, param_slot, root_name, string_value, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
@@ -167,6 +167,10 @@ def _forward_moves_input(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool
     func = consumer.func
     target = func.value if isinstance(func, ast.Attribute) and func.attr == "forward" else func
     made = construction(sem, target, consumer)
+    if made is None and isinstance(target, ast.Name) and (b := sem.binding_at(target.id, consumer)) is not None \
+            and not b.is_param and b.index is None and b.value is not None:
+        made = strip_methods(b.value, PLACEMENT_METHODS)  # ``criterion = MaskedLoss().to(device)``: a loss class's
+        made = made if isinstance(made, ast.Call) else None  # object (no model's construction)
     arg = next((i for i, a in enumerate(consumer.args) if sem.contains(a, use)), None)
     if made is None or arg is None:
         return False

@@ -18,16 +18,19 @@ NOT_FORWARDS = frozenset({"forward", "train", "eval", "to", "cuda", "cpu", "para
                            "zero_grad", "load_state_dict", "named_parameters", "modules", "children"})
 
 
-def forward_moved_params(sem: SemanticModel, cls: ast.AST) -> frozenset[int]:
-    """Positions (after ``self``) of the ``forward`` parameters that ``forward`` moves to a device itself, or hands to
-    a method of the class that does (the class's own methods, and those of its bases in this file: a base's forward
-    calls ``self.process_data(batch)``, which the subclass defines)."""
+def forward_moved_params(sem: SemanticModel, cls: ast.AST, moves: bool = True) -> frozenset[int]:
+    """Positions (after ``self``) of the ``forward`` parameters whose device does not matter to the caller: those
+    ``forward`` moves to a device itself, or hands to a method of the class that does (the class's own methods, and
+    those of its bases in this file: a base's forward calls ``self.process_data(batch)``, which the subclass defines),
+    and those it never reads (``def forward(self, x, x_len, y_in, y_target, y_len)`` reading no ``y_target``).
+    ``moves``: the module moves anything at all (else only the unread ones are looked for)."""
     methods = _methods(sem, cls)
     forward = methods.get("forward")
     if forward is None:
         return frozenset()
     params = _positional(forward)
-    return frozenset(i for i, p in enumerate(params) if _moves_param(sem, forward, p, methods, 0))
+    read = {n.id for n in sem.subtree(forward) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return frozenset(i for i, p in enumerate(params) if p not in read or moves and _moves_param(sem, forward, p, methods, 0))
 
 
 def _methods(sem: SemanticModel, cls: ast.AST) -> dict[str, ast.AST]:
@@ -50,8 +53,9 @@ def _moves_param(sem: SemanticModel, func: ast.AST, param: str, methods: dict[st
         if not isinstance(n, ast.Call):
             continue
         if sem.is_device_move(n) and isinstance(n.func, ast.Attribute) and root_name(n.func.value) == param \
-                and sem.binding_at(param, n) is not None and sem.binding_at(param, n).is_param:  # type: ignore[union-attr]
-            return True  # ``batch["x"].to(self.device)``, ``x = x.cuda()``
+                and (b := sem.binding_at(param, n)) is not None and (b.is_param or b.value is not None and any(
+                    isinstance(m, ast.Name) and m.id == param for m in sem.subtree(b.value))):
+            return True  # ``batch["x"].to(self.device)``, ``x = x.cuda()``; also after ``target = pad(target, pd)``
         if depth == 0 and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
                 and n.func.value.id == "self" and (method := methods.get(n.func.attr)) is not None and method is not func:
             inner = _positional(method)

@@ -167,7 +167,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          else frozenset(),
                                          not is_module and class_collates_arrays(sem, cls),
                                          methods_without_grad(sem, cls),
-                                         forward_moved_params(sem, cls) if is_module and moves else frozenset(),
+                                         forward_moved_params(sem, cls, moves) if is_module else frozenset(),
                                          network_methods(sem, cls) if is_module else frozenset(),
                                          dropout_bn and class_has_batchnorm(sem, name),
                                          loss_weight_params(sem, cls) if is_module and "Loss" in sem.text.source else None,
