@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None:
     """The batch loop that runs ``node`` on every iteration, unguarded; through helper calls too."""
     sem = ctx.semantic
-    if depth == 0 and (any(isinstance(a, ast.Raise) for a in sem.ancestors(node)) or _after_a_return(ctx, node)):
+    if depth == 0 and (any(isinstance(a, ast.Raise) for a in sem.ancestors(node)) or _after_a_return(ctx, node)
+                       or _under_a_guard_never_true(ctx, node)):
         return None  # an error message is built once, on the way out; code after a ``return`` never runs
     loop = sem.enclosing_loop(node, "batch")
     if loop is not None:
@@ -61,6 +62,43 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
         if found is not None and not _evaluation_pass(ctx, node, func, found) and not _other_mode_branch(ctx, node, found):
             return found
     return None
+
+
+def _under_a_guard_never_true(ctx: Context, node: ast.AST) -> bool:
+    """``if epoch_sep_loss: epoch_sep_loss += sep_loss.item()`` with ``epoch_sep_loss = 0`` before the loop: the name is
+    set to a false constant, and changed only inside the ``if`` it guards, so the body never runs."""
+    sem = ctx.semantic
+    for up in sem.ancestors(node):
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return False
+        if not (isinstance(up, ast.If) and isinstance(up.test, ast.Name) and any(sem.contains(s, node) for s in up.body)):
+            continue
+        name, region = up.test.id, sem.function_of(up)
+        if region is None and (sem.enclosing_loop(up, "batch") is None or any(
+                name in g.names for g in sem.of_type(ast.Global))):  # type: ignore[attr-defined]
+            return False  # (a module's flag, unless the script's own loop tests it and no function sets it)
+        if region is not None and name in {a.arg for a in (*region.args.posonlyargs, *region.args.args,  # type: ignore[attr-defined]
+                                                           *region.args.kwonlyargs)}:  # type: ignore[attr-defined]
+            return False  # (a parameter its callers set)
+        falsy = inside = False  # (a switch the user edits, ``log_every_step = False``, changes nowhere: live code)
+        for n in sem.local_nodes(region) if region is not None else sem.body(sem.tree):
+            if isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names:
+                return False
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, (ast.AugAssign, ast.AnnAssign)) \
+                else [n.target] if isinstance(n, (ast.For, ast.AsyncFor)) else []
+            if not any(isinstance(m, ast.Name) and m.id == name for t in targets for m in sem.subtree(t)):
+                continue
+            if any(sem.contains(s, n) for s in up.body):
+                inside = True
+                continue  # (changed only where the guard already holds)
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and not n.value.value:
+                falsy = True
+                continue
+            break
+        else:
+            if falsy and inside:
+                return True
+    return False
 
 
 def fills_a_none_branch(sem, node: ast.AST, func: ast.AST, site: ast.AST) -> bool:  # type: ignore[no-untyped-def]
@@ -266,7 +304,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS \
             and (host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
                  or stop_signal(ctx, node, loop) or env_action(ctx, node, loop) or decoding_stop(ctx, node, loop)
-                 ):
+                 or _stage_on_the_host(ctx.semantic, node)):
         return
     report_sync(ctx, node, what, loop)
 
@@ -460,9 +498,42 @@ def _report_in_a_model_forward(ctx: Context, node: ast.AST, what: str) -> None:
     if _lengths_for_packing(sem, node) \
             or isinstance(node, ast.Call) and returned_copy(ctx, node) or _inference_only(sem, node) \
             or _post_processing(sem, func) or _set_once_or_asked(ctx, node, func) or built_nowhere(sem, cls) \
-            or not _on_an_accelerator(sem, cls):
+            or _stage_on_the_host(sem, node) or _tried_outside_loops(sem, cls) or not _on_an_accelerator(sem, cls):
         return
     report_sync(ctx, node, what, f"the loop that runs `{cls.name}` (its forward)")  # type: ignore[attr-defined]
+
+
+def _tried_outside_loops(sem, cls: ast.ClassDef) -> bool:  # type: ignore[no-untyped-def]
+    """Every object of the class this file makes is a name only called directly, outside any loop (a notebook's scratch
+    ``rnn = RNNDropout()``, then ``rnn(a)`` on a sample): its forward runs when the cell runs, not every step."""
+    made = [c for c in sem.calls_named(cls.name) if isinstance(c.func, ast.Name)]  # type: ignore[attr-defined]
+    if not made:
+        return False
+    for call in made:
+        up = sem.parent(call)
+        if not (isinstance(up, ast.Assign) and len(up.targets) == 1 and isinstance(up.targets[0], ast.Name)) \
+                or sem.function_of(call) is not None or sem.enclosing_loop(call, "batch") is not None:
+            return False
+        for r in sem.reads_of(up.targets[0].id):
+            if not (isinstance(c := sem.parent(r), ast.Call) and c.func is r) or sem.enclosing_loop(r, "batch") is not None:
+                return False
+    return True
+
+
+def _stage_on_the_host(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``out = self.flatten(x).cpu()`` in the forward of a model split over devices that puts some of its own layers on
+    the CPU in ``__init__`` (``self.fc1 = nn.Linear(784, 512).cpu()``, the next ones ``.to("cuda:0")``): the copy hands
+    the activations to the host stage, the design of a CPU-offloaded model, not a read to avoid."""
+    if not (isinstance(node, ast.Call) and method_name(node) == "cpu" or
+            isinstance(node, ast.Call) and method_name(node) == "to" and (sem.move_device(node) or "").strip("'\"") == "cpu"):
+        return False
+    func = sem.function_of(node)
+    cls = sem.class_of(func) if func is not None and func.name == "forward" else None
+    return cls is not None and any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and sem.function_of(n) is not None
+               and sem.function_of(n).name == "__init__" and (method_name(n.value) == "cpu" and not n.value.args
+                                                              or method_name(n.value) == "to"
+                                                              and (sem.move_device(n.value) or "").strip("'\"") == "cpu")
+               for n in sem.subtree(cls))
 
 
 def _post_processing(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
