@@ -172,7 +172,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     name = func.name  # type: ignore[attr-defined]
     cls = sem.class_of(func)  # a method of an agent or a trainer counts; one of a model class is its own API
-    if not INFERENCE_NAME.match(name) or name in ("predict_step", "validation_step", "test_step") \
+    if not (INFERENCE_NAME.match(name) or _ACTING.match(name) and _returns_host_values(sem, func)) \
+            or name in ("predict_step", "validation_step", "test_step") \
             or (cls is not None and (cls.name in sem.module_classes or name == "forward")) \
             or program.in_test(sem, func) or name in ("evaluate_actions", "evaluate_action"):  # type: ignore[attr-defined]
         return  # (PPO's ``evaluate_actions``: the log-probabilities and values of the actions taken, for the loss;
@@ -225,6 +226,43 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
         ctx.report("TD401", call, f"`{ctx.name(call.func)}(...)` runs the model with autograd on (in `{name}()`, which "
                    "trains nothing): it builds a graph it never uses",
                    fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+_ACTING = lazy(r"(?i)^((get|select|choose|take|pick)_actions?|act)$")  # (an agent's acting step, on every environment step)
+_TO_HOST = frozenset({"item", "numpy", "tolist"})
+
+
+def _returns_host_values(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """Every ``return`` of an agent's ``get_action(state)`` hands back host values (``action.cpu().detach().numpy()``,
+    ``probs.sample().item()``, or a helper of such: ``self.rescale_action(action)``): no tensor, and so no graph,
+    leaves it (a REINFORCE ``select_action`` that keeps its log-probability for the loss hands one back, or stores it)."""
+    def host(value: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
+        if value is None or isinstance(value, ast.Constant):
+            return True
+        if isinstance(value, ast.Tuple):
+            return all(host(e, at, depth) for e in value.elts)
+        cur = value
+        while isinstance(cur, (ast.Call, ast.Subscript, ast.Attribute)):
+            if isinstance(cur, ast.Call) and isinstance(cur.func, ast.Attribute) and cur.func.attr in _TO_HOST:
+                return True
+            cur = cur.func if isinstance(cur, ast.Call) else cur.value
+            if isinstance(cur, ast.Attribute) and isinstance(cur.value, ast.Name) and cur.value.id == "self":
+                break
+        if isinstance(value, ast.Call) and depth < 2 and value.args and not value.keywords \
+                and all(host(a, at, depth + 1) for a in value.args):
+            return (dotted(value.func) or "").startswith(("self.", "np.", "numpy."))  # ``self.rescale_action(action)``
+        if isinstance(value, ast.Name) and depth < 3:
+            b = sem.binding_at(value.id, at)
+            return b is not None and not b.is_param and b.index is None and sem.scope_of(b.node) is func \
+                and host(b.value, b.node, depth + 1)
+        return False
+
+    returns = sem.kinds.returns_of(func)
+    stores = any(isinstance(n, (ast.Assign, ast.AugAssign)) and any(
+        isinstance(t, (ast.Attribute, ast.Subscript)) for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+        or isinstance(n, ast.Call) and method_name(n) in ("append", "extend", "insert", "put", "push")
+        for n in sem.local_nodes(func))
+    return bool(returns) and not stores and all(host(r.value, r) for r in returns)
 
 
 _TEST_FLAGS = {"test": True, "is_test": True, "eval": True, "evaluate": True, "inference": True, "training": False,
