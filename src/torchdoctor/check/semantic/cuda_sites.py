@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, string_value
+from torchdoctor.check.astutil import call_argument, dotted, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.record import FrozenRecord
@@ -208,11 +208,30 @@ def _default_or_override(sem: SemanticModel, node: ast.AST) -> bool:
     if func is not None and func.name in ("cuda", "to", "_apply", "cpu"):
         return True
     for a in sem.ancestors(node):
-        if isinstance(a, (ast.arguments, ast.Compare, ast.Assert)):
-            return True  # a default, or a comparison (``assert x.device == torch.device("cuda")``): no placement
+        if isinstance(a, ast.arguments):
+            return not _default_no_call_overrides(sem, node, a)
+        if isinstance(a, (ast.Compare, ast.Assert)):
+            return True  # a comparison (``assert x.device == torch.device("cuda")``): no placement
         if isinstance(a, ast.stmt):
             return False
     return False
+
+
+def _default_no_call_overrides(sem: SemanticModel, node: ast.AST, args: ast.arguments) -> bool:
+    """``def train(dl, model, loss_fn, optimizer, device=torch.device("cuda:0"))`` called in the file, by every call
+    without a device, and by no other module with one: the default is the only device the program uses (a default
+    some call overrides, or one of a function nothing here calls, is the callers' choice)."""
+    func = sem.parent(args)
+    pairs = [*zip([*args.posonlyargs, *args.args][len(args.posonlyargs) + len(args.args) - len(args.defaults):],
+                  args.defaults), *zip(args.kwonlyargs, args.kw_defaults)]
+    param = next((p.arg for p, d in pairs if d is not None and sem.contains(d, node)), None)
+    if param is None or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or sem.class_of(func) is not None:
+        return False
+    sites = sem.call_sites(func)
+    if not sites or any(call_argument(s, func, param) is not None or any(k.arg is None for k in s.keywords)
+                        or any(isinstance(a, ast.Starred) for a in s.args) for s in sites):
+        return False
+    return sem.project is None or not sem.project.callers_pass(sem, func, param)  # type: ignore[attr-defined]
 
 
 def on_module(sem: SemanticModel, receiver: ast.AST) -> bool:
