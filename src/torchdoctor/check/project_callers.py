@@ -254,9 +254,11 @@ class Callers:
         slot = param_slot(func, param)
         records = self._callers(sem, func, through_package=func.name == "__init__")  # type: ignore[attr-defined]
         # (``NCSNRunner(args, config)`` in a script that imports the class through ``runners/__init__.py``)
-        if not records and func.name != "__init__" and sem.class_of(func) is None:  # type: ignore[attr-defined]
+        if not records and func.name != "__init__" and sem.class_of(func) is None and any(  # type: ignore[attr-defined]
+                isinstance(n, (ast.For, ast.While)) for n in sem.local_nodes(func)):
             records = self._callers(sem, func, via_package=True)  # (``utils.run(model, ..., device)`` of ``import
-            # utils``, whose ``__init__`` re-exports ``run``: asked only when the module's own importers call none)
+            # utils``, whose ``__init__`` re-exports ``run``: asked only when the module's own importers call none, and
+            # of a function that loops: a layer factory's ``device`` of ``timm.layers`` decides no step's reads)
         if any(param in r.accelerator_args or (slot is not None and slot in r.accelerator_args) for r in records):
             return True
         for r in records:  # ``Learner(conf)`` of ``conf = get_config()``, whose module sets ``conf.device`` to CUDA
