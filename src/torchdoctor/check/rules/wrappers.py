@@ -40,6 +40,8 @@ def _one_device(ctx: Context, call: ast.AST) -> bool:
     if ids is None and len(call.args) > 1:  # type: ignore[attr-defined]
         ids = call.args[1]  # type: ignore[attr-defined]
     sem = ctx.semantic
+    if ids is None and _one_visible_gpu(ctx, call):
+        return True
     if isinstance(ids, ast.Name) and (b := sem.binding_at(ids.id, call)) is not None and b.is_param:
         func = b.node
         if any(k.arg == ids.id for site in sem.call_sites(func) for k in site.keywords) or any(
@@ -48,6 +50,24 @@ def _one_device(ctx: Context, call: ast.AST) -> bool:
             return False  # (some caller chooses the devices)
         ids = param_default(func, ids.id)  # type: ignore[arg-type]
     return isinstance(ids, (ast.List, ast.Tuple)) and len(ids.elts) == 1
+
+
+def _one_visible_gpu(ctx: Context, call: ast.AST) -> bool:
+    """``os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu_id)`` earlier in the same function (or script): one GPU is
+    visible, so the wrapper's ``device_ids`` (all visible GPUs) are that one (a detector's single-GPU inference class)."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    for n in sem.local_nodes(func) if func is not None else sem.body(sem.tree):
+        if isinstance(n, ast.Assign) and n.lineno < call.lineno and len(n.targets) == 1 \
+                and isinstance(t := n.targets[0], ast.Subscript) and string_value(t.slice) == "CUDA_VISIBLE_DEVICES" \
+                and (dotted(t.value) or "").endswith("environ"):
+            value = n.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "str" \
+                    and len(value.args) == 1 and isinstance(value.args[0], (ast.Name, ast.Attribute, ast.Constant)):
+                return True  # ``str(gpu_id)``: one id
+            text = string_value(value)
+            return text is not None and text.strip() != "" and "," not in text
+    return False
 
 
 def _key_adapter(ctx: Context, call: ast.AST) -> bool:
