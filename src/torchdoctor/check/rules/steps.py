@@ -524,16 +524,14 @@ def _stage_on_the_host(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-d
     """``out = self.flatten(x).cpu()`` in the forward of a model split over devices that puts some of its own layers on
     the CPU in ``__init__`` (``self.fc1 = nn.Linear(784, 512).cpu()``, the next ones ``.to("cuda:0")``): the copy hands
     the activations to the host stage, the design of a CPU-offloaded model, not a read to avoid."""
-    if not (isinstance(node, ast.Call) and method_name(node) == "cpu" or
-            isinstance(node, ast.Call) and method_name(node) == "to" and (sem.move_device(node) or "").strip("'\"") == "cpu"):
-        return False
+    def to_host(call: ast.AST) -> bool:
+        return isinstance(call, ast.Call) and (method_name(call) == "cpu" and not call.args or method_name(call) == "to"
+                                               and (sem.move_device(call) or "").strip("'\"") == "cpu")
+
     func = sem.function_of(node)
-    cls = sem.class_of(func) if func is not None and func.name == "forward" else None
-    return cls is not None and any(isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and sem.function_of(n) is not None
-               and sem.function_of(n).name == "__init__" and (method_name(n.value) == "cpu" and not n.value.args
-                                                              or method_name(n.value) == "to"
-                                                              and (sem.move_device(n.value) or "").strip("'\"") == "cpu")
-               for n in sem.subtree(cls))
+    cls = sem.class_of(func) if to_host(node) and func is not None and func.name == "forward" else None
+    return cls is not None and any(isinstance(n, ast.Assign) and to_host(n.value) and (f := sem.function_of(n)) is not None
+                                   and f.name == "__init__" for n in sem.subtree(cls))
 
 
 def _post_processing(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
