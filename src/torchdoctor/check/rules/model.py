@@ -583,7 +583,9 @@ def _names_escaping(ctx: Context) -> set[str]:
         if q.startswith(_NOT_MOVING_CALLS) or q.rsplit(".", 1)[-1] in ("DataParallel", "DistributedDataParallel", "DDP", "compile"):
             continue
         for a in list(node.args) + [k.value for k in node.keywords]:
-            for e in a.elts if isinstance(a, (ast.List, ast.Tuple)) else [a]:  # (``utils.cuda([D, G])``: each one)
+            for e in a.elts if isinstance(a, (ast.List, ast.Tuple)) else a.values if isinstance(a, ast.Dict) else [a]:
+                # (``utils.cuda([D, G])``: each one; ``self.model_dict.update({"encoder": self.encoder})``, moved by a
+                # loop over the dict's items)
                 if isinstance(e, (ast.Name, ast.Attribute)) and dotted(e):
                     out.add(last_name(dotted(e) or ""))
     return out
