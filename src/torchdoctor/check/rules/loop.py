@@ -313,6 +313,11 @@ def _eval_mode_set(ctx: Context, loop: ast.AST) -> bool:
     scope = sem.scope_of(loop)
     if any(_reaches(ctx, n, loop) for n in _mode_calls(ctx, scope, "eval")):
         return True
+    if any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and dotted(n.func.value) == "self"
+           and _reaches(ctx, n, loop) and any(_mode_calls(ctx, f, "eval") for f in sem.resolve(n) if f is not scope)
+           for n in sem.local_nodes(scope)):
+        return True  # (``self.set_mode(mode="evaluation")``, whose loop over ``self.model_dict`` calls ``model.eval()``:
+        # a method of the object that holds the models; not a helper handed some other model)
     seen: set[int] = set()
     todo = [scope]
     while todo:
