@@ -93,6 +93,8 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             '1.6 and later, `accelerator="auto", devices=1`)' if site.text.startswith("gpus=") else
             'make it with a factory on the device of the data it meets: `torch.empty(..., device=x.device)` (or '
             '`torch.zeros`, `torch.rand`)' if site.text.startswith("torch.cuda.") else
+            'pick the device once (`device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`) and cast '
+            f'with `.to(device, dtype={_LEGACY_CAST.get(site.text[17:-1], "...")})`' if site.text.startswith(".type(torch.cuda.") else
             'fall back to the CPU: `init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", ...)` '
             '(with the gloo backend)' if site.text.startswith("init_device_mesh(") else
             ('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '
@@ -102,6 +104,10 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
              'keep the chosen GPU but fall back to the CPU when `torch.cuda.is_available()` is False') if site.indexed else
                 'pick the device once: `device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`',
         )
+
+
+_LEGACY_CAST = {"FloatTensor": "torch.float32", "DoubleTensor": "torch.float64", "HalfTensor": "torch.float16",
+                "LongTensor": "torch.long", "IntTensor": "torch.int32", "ByteTensor": "torch.uint8", "BoolTensor": "torch.bool"}
 
 
 def _expected_to_raise(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]

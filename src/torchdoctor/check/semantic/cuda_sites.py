@@ -112,6 +112,10 @@ def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
     func = call.func
     if name and name.startswith("torch.cuda.") and name[11:] in _LEGACY_TYPES:  # ``torch.cuda.FloatTensor(n, c)``
         return CudaSite(call, f"{sem.segment(func)}(...)" if call.args else f"{sem.segment(func)}()", False)
+    if isinstance(func, ast.Attribute) and func.attr == "type" and len(call.args) == 1 \
+            and (sem.qualname(call.args[0]) or "").startswith("torch.cuda.") \
+            and (sem.qualname(call.args[0]) or "")[11:] in _LEGACY_TYPES:  # ``A.type(torch.cuda.FloatTensor)``: a copy there
+        return CudaSite(call, f".type({sem.segment(call.args[0])})", False)
     if name == "torch.device":
         first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "type"), None)
         if isinstance(first, ast.Name) and (b := sem.binding_at(first.id, call)) is not None and not b.is_param \
@@ -177,7 +181,7 @@ def cuda_sites(sem: SemanticModel) -> list[CudaSite]:
     """Every hard-coded CUDA device of the file, in source order."""
 
     def compute() -> list[CudaSite]:
-        candidates = set(sem.calls_named("device", "cuda", "to", "init_device_mesh", *_LEGACY_TYPES)) \
+        candidates = set(sem.calls_named("device", "cuda", "to", "type", "init_device_mesh", *_LEGACY_TYPES)) \
             | set(sem.calls_with_keyword("device")) \
             | set(sem.calls_with_keyword("map_location")) | set(sem.calls_with_keyword("accelerator")) \
             | set(sem.calls_with_keyword("device_map")) | set(sem.calls_with_keyword("gpus"))
