@@ -365,22 +365,19 @@ class Callers:
         here = self.state.absolute(sem.path)
         key = (here, f"{name}.{method}" if method else name)
         memo = self.state.callers
+        variant = "ddp" if ddp_only else "package" if through_package else "via" if via_package else None
+        mkey = (*key, variant) if variant else key
         if key in memo and not via_package:
-            return memo[key]
-        if ddp_only and (*key, "ddp") in memo:
-            return memo[(*key, "ddp")]
-        if through_package and (*key, "package") in memo:
-            return memo[(*key, "package")]
-        if via_package and (*key, "via") in memo:
-            return memo[(*key, "via")]
+            return memo[key]  # (every caller found already answers the narrower questions too; not the package's)
+        if mkey in memo:
+            return memo[mkey]
         stem = os.path.splitext(os.path.basename(here))[0]
         package = os.path.basename(os.path.dirname(here))
         if stem == "__init__":
             stem = package
         # A DDP caller may import a save helper through its package (``from pkg import save``); for the other
         # questions the module's own name is enough (reading every importer of a package cost ~40 parses on 620 files).
-        words = {stem, package} if (ddp_only or through_package or via_package) and self._package_reexports(here, name) \
-            else {stem}
+        words = {stem, package} if variant and self._package_reexports(here, name) else {stem}
         out: list[CallRecord] = []
         names = [name]
         if method is not None:  # ``trainer.mlm_step(...)`` of ``trainer = EncDecTrainer(...)``, a subclass here that
@@ -392,8 +389,7 @@ class Callers:
         for name in names:
             out += self._callers_named(here, stem, package, words, name, method, ddp_only, star_only=through_package)
         if not self.state.skipped:
-            memo[(*key, "ddp") if ddp_only else (*key, "package") if through_package else (*key, "via") if via_package
-                 else key] = out
+            memo[mkey] = out
         self.state.skipped = skipped or self.state.skipped
         return out
 
@@ -551,8 +547,8 @@ class Callers:
                 named = _ACCELERATOR_WORDS.search(text)
                 if other in targets or maker is not None and maker not in text:
                     continue  # (one that never names the maker cannot take it)
-                through = written is not None and written in text and stem not in self.state.import_words(other)
-                if written is not None and not through and stem not in self.state.import_words(other):
+                through = written is not None and stem not in self.state.import_words(other)
+                if through and written not in text:
                     continue  # (imports the package, and never writes this module of it)
                 if depth == 0 and maker is not None and "__main__" not in text:
                     between.append(other)  # (a setup module that names no device: its importers may)

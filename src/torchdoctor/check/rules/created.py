@@ -16,7 +16,7 @@ from torchdoctor.check.rules.factory_regions import region as region_of
 from torchdoctor.check.rules.host_values import batch_on_device, made_on_host
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.forwards import moved_params
-from torchdoctor.check.semantic.models import LEGACY_TENSORS, model_is_stateless
+from torchdoctor.check.semantic.models import LEGACY_DTYPES, LEGACY_TENSORS, model_is_stateless
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.summary import returns_from_numpy
 
@@ -69,8 +69,6 @@ _RESHAPES = frozenset({"view", "reshape", "unsqueeze", "squeeze", "expand", "rep
 
 
 _LEGACY_WRAPS = frozenset({"torch.Tensor", "torch.FloatTensor", "torch.LongTensor", "torch.DoubleTensor"})
-_LEGACY_DTYPES = {"LongTensor": "long", "ByteTensor": "uint8", "DoubleTensor": "float64", "IntTensor": "int32",
-                  "BoolTensor": "bool", "HalfTensor": "float16"}  # (FloatTensor, Tensor: the default float32)
 
 
 def _sizes_only(call: ast.Call, sem=None) -> bool:  # type: ignore[no-untyped-def]
@@ -180,7 +178,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         rng = node.args[0] if dotted(node.args[0].func) == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
     elif q.split(".")[1] in LEGACY_TENSORS:  # (``torch.FloatTensor(1, device=...)`` raises: a legacy constructor
-        dtype = _LEGACY_DTYPES.get(q.split(".")[1])  # makes CPU tensors only; ``torch.empty`` takes the device)
+        dtype = LEGACY_DTYPES.get(q.split(".")[1])  # makes CPU tensors only; ``torch.empty`` takes the device)
         maker = f"torch.empty({', '.join(ctx.name(a) for a in node.args)}" + (f", dtype=torch.{dtype}" if dtype else "")
     mover = f"`{ctx.name(move.func)}()`" if helper else f"`.{how}()`"
     there = f"`{maker}, device={dev})`" if how in ("to", "type_as") else \

@@ -94,7 +94,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
             'make it with a factory on the device of the data it meets: `torch.empty(..., device=x.device)` (or '
             '`torch.zeros`, `torch.rand`)' if site.text.startswith("torch.cuda.") else
             'pick the device once (`device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`) and cast '
-            f'with `.to(device, dtype={_LEGACY_CAST.get(site.text[17:-1], "...")})`' if site.text.startswith(".type(torch.cuda.") else
+            f'with `.to(device, dtype={_legacy_dtype(site.node)})`' if site.text.startswith(".type(torch.cuda.") else
             'fall back to the CPU: `init_device_mesh("cuda" if torch.cuda.is_available() else "cpu", ...)` '
             '(with the gloo backend)' if site.text.startswith("init_device_mesh(") else
             ('keep the per-rank GPU but fall back: `torch.device("cuda", local_rank) if torch.cuda.is_available() '
@@ -106,8 +106,11 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
         )
 
 
-_LEGACY_CAST = {"FloatTensor": "torch.float32", "DoubleTensor": "torch.float64", "HalfTensor": "torch.float16",
-                "LongTensor": "torch.long", "IntTensor": "torch.int32", "ByteTensor": "torch.uint8", "BoolTensor": "torch.bool"}
+def _legacy_dtype(cast: ast.AST) -> str:
+    """``torch.long`` for ``x.type(torch.cuda.LongTensor)``: the dtype the legacy type names (``...`` if none)."""
+    last = (dotted(cast.args[0]) or "").rsplit(".", 1)[-1] if isinstance(cast, ast.Call) and cast.args else ""
+    dtype = "float32" if last == "FloatTensor" else models.LEGACY_DTYPES.get(last)
+    return f"torch.{dtype}" if dtype else "..."
 
 
 def _expected_to_raise(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]

@@ -371,7 +371,7 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
             and not _estimator(ctx, node.func.value, node) and not _framework_object(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
     elif node.func.attr in ("generate", "sample") and _own_sampler(ctx, node) and _inference_call(ctx, node) \
-            and not _feeds_a_backward(ctx, node):
+            and not ctx.semantic.feeds_backward(node, through_detach=False):  # (SAC's policy sample: its update)
         _report_inference(ctx, node, "")  # ``x = model.generate(label, shape)``: its loop of forwards records graphs
 
 
@@ -468,31 +468,6 @@ def _estimator(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     key, func = dotted(recv), sem.function_of(at)
     return bool(key) and any(isinstance(c.func, ast.Attribute) and dotted(c.func.value) == key
                              and sem.function_of(c) is func for c in sem.calls_named("fit"))
-
-
-def _feeds_a_backward(ctx: Context, call: ast.Call) -> bool:
-    """What the call hands back flows, through the assignments of its function, into a tensor whose ``backward()``
-    the function calls (SAC's ``new_actions, log_pi = self.policy_net.sample(states)``, then ``policy_loss = (alpha *
-    log_pi - q).mean()`` and ``policy_loss.backward()``): a reparameterised sample the update differentiates."""
-    sem = ctx.semantic
-    func = sem.function_of(call)
-    up = sem.parent(call)
-    if func is None or not isinstance(up, ast.Assign):
-        return False
-    derived = {n.id for t in up.targets for n in sem.subtree(t) if isinstance(n, ast.Name)}
-
-    def uses(expr: ast.AST) -> bool:  # (``target.detach()``, ``target.data``: a constant of the graph, no path back)
-        return any(isinstance(m, ast.Name) and m.id in derived and not (
-            isinstance(p := sem.parent(m), ast.Attribute) and p.attr in ("detach", "data")) for m in sem.subtree(expr))
-
-    for n in sem.local_nodes(func):
-        if isinstance(n, (ast.Assign, ast.AugAssign)) and n.lineno > up.lineno and uses(n.value):
-            targets = n.targets if isinstance(n, ast.Assign) else [n.target]
-            derived |= {m.id for t in targets for m in sem.subtree(t) if isinstance(m, ast.Name)}
-        elif isinstance(n, ast.Call) and method_name(n) == "backward" and isinstance(n.func, ast.Attribute) \
-                and uses(n.func.value):
-            return True
-    return False
 
 
 def _own_sampler(ctx: Context, call: ast.Call) -> bool:

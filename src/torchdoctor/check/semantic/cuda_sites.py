@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import call_argument, dotted, string_value
+from torchdoctor.check.astutil import call_argument, dotted, func_params, param_default, string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.record import FrozenRecord
@@ -107,14 +107,18 @@ _LEGACY_TYPES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", 
                  "CharTensor", "ByteTensor", "BoolTensor")
 
 
+def _legacy_cuda_type(name: str | None) -> bool:
+    """``torch.cuda.FloatTensor`` and the other legacy CUDA tensor types."""
+    return bool(name) and name.startswith("torch.cuda.") and name[11:] in _LEGACY_TYPES  # type: ignore[union-attr]
+
+
 def _call_site(sem: SemanticModel, call: ast.Call) -> CudaSite | None:
     name = sem.call_name(call)
     func = call.func
-    if name and name.startswith("torch.cuda.") and name[11:] in _LEGACY_TYPES:  # ``torch.cuda.FloatTensor(n, c)``
+    if _legacy_cuda_type(name):  # ``torch.cuda.FloatTensor(n, c)``
         return CudaSite(call, f"{sem.segment(func)}(...)" if call.args else f"{sem.segment(func)}()", False)
     if isinstance(func, ast.Attribute) and func.attr == "type" and len(call.args) == 1 \
-            and (sem.qualname(call.args[0]) or "").startswith("torch.cuda.") \
-            and (sem.qualname(call.args[0]) or "")[11:] in _LEGACY_TYPES:  # ``A.type(torch.cuda.FloatTensor)``: a copy there
+            and _legacy_cuda_type(sem.qualname(call.args[0])):  # ``A.type(torch.cuda.FloatTensor)``: a copy there
         return CudaSite(call, f".type({sem.segment(call.args[0])})", False)
     if name == "torch.device":
         first = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "type"), None)
@@ -226,10 +230,11 @@ def _default_no_call_overrides(sem: SemanticModel, node: ast.AST, args: ast.argu
     without a device, and by no other module with one: the default is the only device the program uses (a default
     some call overrides, or one of a function nothing here calls, is the callers' choice)."""
     func = sem.parent(args)
-    pairs = [*zip([*args.posonlyargs, *args.args][len(args.posonlyargs) + len(args.args) - len(args.defaults):],
-                  args.defaults), *zip(args.kwonlyargs, args.kw_defaults)]
-    param = next((p.arg for p, d in pairs if d is not None and sem.contains(d, node)), None)
-    if param is None or not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or sem.class_of(func) is not None:
+    if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or sem.class_of(func) is not None:
+        return False
+    param = next((p for p in func_params(func) if (d := param_default(func, p)) is not None and sem.contains(d, node)),
+                 None)
+    if param is None:
         return False
     sites = sem.call_sites(func)
     if not sites or any(call_argument(s, func, param) is not None or any(k.arg is None for k in s.keywords)

@@ -449,9 +449,11 @@ class Loops:
         else:
             self._classify_eval(comp)
 
-    def feeds_backward(self, expr: ast.AST) -> bool:
+    def feeds_backward(self, expr: ast.AST, through_detach: bool = True) -> bool:
         """``expr``'s value reaches a ``backward()`` in its scope: ``loss = sum(crit(model(x), y) for ...)`` followed
-        by ``loss.backward()`` (through assignments), or a backward in its own statement."""
+        by ``loss.backward()`` (through assignments), or a backward in its own statement. ``through_detach=False``: a
+        use through ``.detach()`` or ``.data`` cuts the path (a constant of the graph: SAC's detached value target)."""
+        names_in = self._names_in if through_detach else self._attached_names_in
         stmt = next((a for a in self.index.ancestors(expr) if isinstance(a, ast.stmt)), None)
         if stmt is None:
             return False
@@ -464,10 +466,10 @@ class Loops:
         for node in self.calls.local_nodes(scope):
             if not tainted or (getattr(node, "lineno", 0), getattr(node, "col_offset", 0)) <= after:
                 continue
-            if isinstance(node, (ast.Assign, ast.AugAssign)) and self._names_in(node.value) & tainted:
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and names_in(node.value) & tainted:
                 for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
                     tainted.update(target_names(t))
-            elif self.calls.is_backward_call(node) and self._names_in(node) & tainted:
+            elif self.calls.is_backward_call(node) and names_in(node) & tainted:
                 return True
         kept = {key for t in getattr(stmt, "targets", ()) if isinstance(t, ast.Attribute)
                 and (key := dotted(t) or "").startswith("self.")}
@@ -496,6 +498,12 @@ class Loops:
     def _names_in(self, node: ast.AST) -> set[str]:
         """``names_in`` from the index (no walk of its own)."""
         return {n.id for n in self.index.subtree(node) if isinstance(n, ast.Name)}
+
+    def _attached_names_in(self, node: ast.AST) -> set[str]:
+        """The names ``node`` reads other than through ``.detach()`` or ``.data``."""
+        parent = self.index.parent
+        return {n.id for n in self.index.subtree(node) if isinstance(n, ast.Name) and not (
+            isinstance(p := parent.get(n), ast.Attribute) and p.attr in ("detach", "data"))}
 
     def _classify_eval(self, loop: ast.AST) -> None:
         info = self.info[loop]

@@ -270,8 +270,8 @@ class SemanticModel:
     def grad_mode(self, node: ast.AST) -> str:
         return self.guards.grad_mode(node)
 
-    def feeds_backward(self, expr: ast.AST) -> bool:
-        return self.loops_index.feeds_backward(expr)
+    def feeds_backward(self, expr: ast.AST, through_detach: bool = True) -> bool:
+        return self.loops_index.feeds_backward(expr, through_detach)
 
     def under_no_grad(self, node: ast.AST, strict: bool = False) -> bool:
         return self.guards.grad_mode(node) in (("off",) if strict else ("off", "maybe"))

@@ -14,7 +14,7 @@ __all__ = ["has_dropout_or_bn", "construction", "class_has_dropout_or_bn", "last
            "moved_keys", "wrapper_prefix", "DROPOUT_BN", "class_holds_no_state", "class_moves_itself", "class_parts",
            "STATELESS_LAYERS", "model_is_stateless", "class_holds_nothing", "init_params", "LEGACY_TENSORS",
            "loss_weight_params", "holds_plain_tensors_only", "class_has_no_parameters", "model_has_no_parameters",
-           "built_nowhere", "init_of", "submodule_names"]
+           "built_nowhere", "init_of", "submodule_names", "LEGACY_DTYPES"]
 
 DROPOUT_BN = lazy(r"Dropout|BatchNorm|dropout|batch_norm|SyncBatchNorm")  # (InstanceNorm: the catalog leaves it out)
 _LIBRARY_MODELS = ("torchvision.", "timm.", "transformers.", "torch.hub.")
@@ -871,6 +871,8 @@ _NUMBER_CALLS = frozenset({"max", "min", "abs", "float", "int", "round", "pow", 
 
 LEGACY_TENSORS = frozenset({"Tensor", "FloatTensor", "LongTensor", "IntTensor", "ByteTensor", "BoolTensor",
                             "DoubleTensor", "HalfTensor"})  # (torch's legacy constructors: CPU tensors only)
+LEGACY_DTYPES = {"LongTensor": "long", "ByteTensor": "uint8", "DoubleTensor": "float64", "IntTensor": "int32",
+                 "BoolTensor": "bool", "HalfTensor": "float16"}  # (FloatTensor, Tensor: the default float32)
 
 
 _NUMBER_CONSTANTS = frozenset({"numpy.inf", "numpy.nan", "numpy.pi", "numpy.e", "math.inf", "math.nan", "math.pi", "math.e",
