@@ -17,6 +17,9 @@ __all__ = ["LoopInfo", "Loops", "EVALISH", "EVAL_FUNC"]
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 _COMPS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 EVALISH = lazy(r"(?i)(val|valid|test|eval|dev\b|holdout)")
+_LOSSISH = lazy(r"(?i)loss|criterion")
+_DETACHED = frozenset({"cpu", "detach", "item", "numpy", "tolist"})
+_ASKS_FOR_GRADIENTS = frozenset({"grad", "requires_grad", "requires_grad_", "grad_fn", "retain_grad", "zero_grad"})
 EVAL_FUNC = lazy(r"(?i)(eval|valid|test|predict|infer|score|accuracy|(^|_)acc($|_))")  # (``compute_accuracy(model, loader)``)
 # ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
 _GETS_BATCH = lazy(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
@@ -78,6 +81,7 @@ class Loops:
         self.info: dict[ast.AST, LoopInfo] = {}
         self._holds: dict[ast.AST, bool] = {}
         self._trains: dict[ast.AST, bool] = {}  # function -> it (or a function it reaches) holds a training loop
+        self._no_training: bool | None = None  # the file trains nothing at all (``_trains_nothing``)
         get = index.by_type.get
         loops = [n for t in _LOOPS for n in get(t, ())]
         loops.sort(key=index.pos.__getitem__)
@@ -516,8 +520,36 @@ class Loops:
         text = self.segment(info.loader) if info.loader is not None else ""
         if EVALISH.search(text) or (func is not None and EVAL_FUNC.search(func.name)):  # type: ignore[attr-defined]
             info.kind = "eval"
-        elif self._after_eval_call(loop) or self.guards.grad_mode(loop) in ("off", "maybe"):
+        elif self._after_eval_call(loop) or self.guards.grad_mode(loop) in ("off", "maybe") \
+                or self._in_a_script_that_trains_nothing(loop):
             info.kind = "eval"
+
+    def _in_a_script_that_trains_nothing(self, loop: ast.AST) -> bool:
+        """``for name in files: out = net_g(load(name).to(device))`` in a script's own code (not a class's method) where
+        nothing trains: no training loop, no ``backward()``, no optimizer step, no gradient asked for anywhere in the
+        file (pix2pix's ``test.py``): every forward it runs is inference. Not a loop that computes a loss (another
+        module may train on it) or keeps outputs with their graph in a list (a rollout whose log-probabilities a learner
+        uses)."""
+        if self.index.frame[loop].cls is not None or not self._calls_model(loop) or not self._trains_nothing():
+            return False  # (``for b in range(n): amp = draw(1, dev)``: a solver generating data runs no model)
+        for n in self.index.body(loop):
+            if isinstance(n, ast.Name) and _LOSSISH.search(n.id) or isinstance(n, ast.Attribute) and _LOSSISH.search(n.attr):
+                return False
+            if isinstance(n, ast.Call) and method_name(n) in ("append", "extend") and not all(
+                    isinstance(a, ast.Call) and method_name(a) in _DETACHED for a in n.args):
+                return False  # (``log_probs.append(dist.log_prob(a))``; ``preds.append(out.cpu())`` keeps no graph)
+        return True
+
+    def _trains_nothing(self) -> bool:
+        if self._no_training is None:
+            calls = self.calls
+            self._no_training = not any(info.kind == "train" for info in self.info.values()) \
+                and not any(calls.is_backward_call(c) for c in calls.named("backward")) \
+                and not any(calls.is_optimizer_step(c) for c in calls.named("step")) \
+                and not any(n.attr in _ASKS_FOR_GRADIENTS for n in self.index.by_type.get(ast.Attribute, ())) \
+                and not any(n.arg == "requires_grad" for n in self.index.by_type.get(ast.keyword, ())) \
+                and not any(n.id == "autograd" for n in self.index.by_type.get(ast.Name, ()))
+        return self._no_training
 
     def _evaluates_inside(self, loop: ast.AST, outer: ast.AST) -> bool:
         """A validation pass nested in the training loop (``if step % print_every == 0: net.eval(); for x, y in
