@@ -191,6 +191,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sites = sem.call_sites(func)
     if any(sem.feeds_backward(c) for c in sites):
         return  # (``act = self.evaluate(obs)`` then ``loss.backward()``: SAC's reparameterised sample trains)
+    if _differentiates(ctx, nodes) or any(_hands_an_input_asking_for_gradients(sem, site) for site in sites):
+        return  # (``u = model(x); res = model.equation(x, u)``, a residual of du/dx: the graph is what it needs)
     if _returns_a_log_prob(sem, func, nodes):
         return  # (a policy's ``sample(state)`` returning ``action.item(), dist.log_prob(action)``: REINFORCE collects the
         # log-probabilities and backpropagates through them in ``learn``)
@@ -683,13 +685,39 @@ def _submodule(ctx: Context, key: str, attr: str, at: ast.AST) -> bool:
 
 def _differentiates(ctx: Context, nodes: list[ast.AST]) -> bool:
     """``torch.autograd.grad`` among these nodes or in a function of this file they call (a Hessian-vector
-    product, a gradient penalty): the eval-mode forward's graph is used."""
+    product, a gradient penalty): the eval-mode forward's graph is used. So is it by ``model.equation(x, u)``, a
+    method of a class of this file that the call names (its object a parameter: not resolved), which takes
+    ``gradients(u, x)`` of the output with respect to the input (a physics-informed network's residual)."""
     sem = ctx.semantic
     calls = [n for n in nodes if isinstance(n, ast.Call)]
-    for call in calls + [n for c in calls for f in sem.resolve(c) for n in sem.local_nodes(f) if isinstance(n, ast.Call)]:
-        if ctx.call_name(call) in ("torch.autograd.grad", "torch.autograd.functional.hvp", "torch.autograd.functional.vjp"):
+    called = [f for c in calls for f in sem.resolve(c)]
+    called += [f for c in calls if isinstance(c.func, ast.Attribute) and not sem.resolve(c)
+               for f in sem.functions.get(c.func.attr, ()) if sem.class_of(f) is not None]
+    for call in calls + [n for f in called for n in sem.local_nodes(f) if isinstance(n, ast.Call)]:
+        if ctx.call_name(call) in ("torch.autograd.grad", "torch.autograd.functional.hvp", "torch.autograd.functional.vjp") \
+                or isinstance(call.func, ast.Name) and _GRADIENT_OF.match(call.func.id) and len(call.args) >= 2:
             return True
     return False
+
+
+def _hands_an_input_asking_for_gradients(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``x.requires_grad_(True)`` (or ``x.requires_grad = True``) before ``inference(x, net)``: the caller wants
+    gradients with respect to what it hands over (a physics-informed network's residual), which needs the graph."""
+    names = {a.id for a in call.args if isinstance(a, ast.Name)}
+    if not names:
+        return False
+    for n in sem.local_nodes(sem.scope_of(call)):
+        if getattr(n, "lineno", 0) > call.lineno:
+            continue
+        if isinstance(n, ast.Call) and method_name(n) == "requires_grad_" and isinstance(n.func.value, ast.Name) \
+                and n.func.value.id in names and not (n.args and isinstance(n.args[0], ast.Constant) and not n.args[0].value) \
+                or isinstance(n, ast.Assign) and isinstance(t := n.targets[0], ast.Attribute) and t.attr == "requires_grad" \
+                and isinstance(t.value, ast.Name) and t.value.id in names and isinstance(n.value, ast.Constant) and n.value.value is True:
+            return True
+    return False
+
+
+_GRADIENT_OF = lazy(r"(?i)^(gradients?|grad|jacobian|hessian|laplacian|divergence)$")  # ``gradients(u, x)``: du/dx
 
 
 def _inference_call(ctx: Context, call: ast.Call, evaluated: bool = False) -> bool:
