@@ -359,6 +359,45 @@ def _launches(ctx: Context, call: ast.Call) -> bool:
         or name in ("os.system", "torch.distributed.run")
 
 
+_GROUP_STARTERS = ("init_process_group", "init_device_mesh", "init_distributed")  # (a mesh starts the default group)
+
+
+def _outside_the_process_group(ctx: Context, node: ast.AST) -> bool:
+    """``if args.mode == "single": single_run(args)`` / ``elif args.mode == "dist": dist_run(args)``: the file starts
+    its process group in a function (``dist_run`` calls ``init_process_group`` or ``init_device_mesh``), and the write's function runs
+    neither after it nor from it: called only from this file, from functions that start no group and that no
+    group-starting code calls, or from module-level code in another branch than every call that starts one (the
+    single-process mode of a dual-mode script, run as one plain process)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    inits = sem.calls_named(*_GROUP_STARTERS)
+    if func is None or not inits or sem.class_of(func) is not None or sem.project is not None and sem.project.has_callers(sem, func):
+        return False
+    starters = {sem.function_of(c) for c in inits}
+    if None in starters:
+        return False  # (a module-level ``init_process_group``: all that follows runs in the group)
+    functions = [f for fs in sem.functions.values() for f in fs]
+    group = [f for f in functions if any(s in starters for s in sem.reachable(f))]  # (``main`` calling ``setup()``)
+    inside = {f for g in group for f in sem.reachable(g)}
+    todo, seen = [func], set()
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        sites = sem.call_sites(f)
+        if f in inside or not sites or len(sem.reads_of(f.name)) != len(sites):  # type: ignore[attr-defined]
+            return False  # (handed around by name: ``mp.spawn(worker, ...)``, ``fire.Fire(main)``)
+        for site in sites:
+            caller = sem.function_of(site)
+            if caller is not None:
+                todo.append(caller)
+            elif any(sem.function_of(c) is None and not sem.in_other_branch(c, site)
+                     for g in group for c in sem.call_sites(g)):
+                return False
+    return True
+
+
 def _multi_process(ctx: Context, node: ast.AST) -> bool:
     """A DDP program, or an Accelerate training script whose ``Accelerator()`` is made in the function that
     writes (``accelerate launch`` runs it once per GPU; its evaluation scripts, and programs that only try
@@ -523,7 +562,8 @@ def write_without_rank_guard(node: ast.Call, ctx: Context) -> None:
     what = _write_site(ctx, node)
     if what is None or _writes_on_main_only(node) or _mentions_rank(ctx, node) or _in_memory(ctx, node) \
             or _per_sample_file(ctx, node) or _rank_strided_file(ctx, node) or _no_caller_takes(ctx, node) \
-            or _other_format_of(ctx, node) or _disabled_unless_given(ctx, node) or _in_own_temp_dir(ctx, node):
+            or _other_format_of(ctx, node) or _disabled_unless_given(ctx, node) or _in_own_temp_dir(ctx, node) \
+            or _outside_the_process_group(ctx, node):
         return
     caller = None if _multi_process(ctx, node) else _ddp_caller(ctx, node)
     if (caller is None and not _multi_process(ctx, node)) or _rank_guarded(ctx, node) or _in_spawning_parent(ctx, node):
