@@ -83,6 +83,11 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: i
             if not all(_unmoved_construction(sem, v, b.node) for v in made):
                 return False
             continue
+        if not b.is_param and isinstance(value, ast.Call) and b.index is not None:
+            made = _returned_construction(sem, value, b.index)
+            if made is None or not _unmoved_construction(sem, made, made):
+                return False
+            continue  # ``model, opt = get_model()`` of ``model = Net(); return model, optim.SGD(...)``
         if b.is_param or not isinstance(value, ast.Call) or sem.call_kind(value, b.node) != "model":
             return False
         if not _unmoved_construction(sem, value, b.node):
@@ -112,12 +117,40 @@ def _unmoved_construction(sem: SemanticModel, value: ast.Call, at: ast.AST) -> b
         return False  # ``AutoregressiveWrapper(model)``: it holds a model made before, which may well be moved
     node: ast.AST = value
     while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-        if node.func.attr in _MOVES:
-            return False
+        if node.func.attr in _MOVES and not _to_the_cpu(sem, node):
+            return False  # (``Net(...).to("cpu")``, a tutorial's CPU phase said out loud: still on the CPU)
         node = node.func.value
     return not (isinstance(node, (ast.Name, ast.Attribute)) and sem.expr_kind(node, at) in ("model", "wrapper"))
     # (``model = model.train()``: the model made before, maybe moved, no construction; ``nn.Embedding.from_pretrained``
     # is one)
+
+
+def _returned_construction(sem: SemanticModel, call: ast.Call, index: int) -> ast.Call | None:
+    """The model construction that element ``index`` of every ``return`` of the function of this file ``call`` runs
+    hands back (``return model, optim.SGD(...)`` after ``model = Mnist_Logistic()``), else None."""
+    funcs = sem.resolve(call)
+    made = None
+    for func in funcs if len(funcs) == 1 else ():
+        for ret in sem.kinds.returns_of(func):
+            value = ret.value
+            if not (isinstance(value, ast.Tuple) and index < len(value.elts)):
+                return None
+            elt = value.elts[index]
+            if isinstance(elt, ast.Name):
+                b = sem.binding_at(elt.id, ret)
+                elt = b.value if b is not None and not b.is_param and b.index is None else None
+            if not isinstance(elt, ast.Call) or sem.call_kind(elt, ret) != "model":
+                return None
+            made = elt
+    return made
+
+
+def _to_the_cpu(sem: SemanticModel, call: ast.Call) -> bool:
+    """``.to("cpu")`` (or ``.to(torch.device("cpu"))``, ``.to(dev)`` of a name that is the CPU wherever bound)."""
+    arg = call.args[0] if method_name(call) == "to" and len(call.args) == 1 and not call.keywords else None
+    if isinstance(arg, ast.Call) and dotted(arg.func) in ("torch.device", "device") and len(arg.args) == 1:
+        arg = arg.args[0]
+    return arg is not None and (isinstance(arg, ast.Constant) and arg.value == "cpu" or program.cpu_name(sem, arg))
 
 
 def _listed_models(sem: SemanticModel, b: Binding) -> list[ast.Call] | None:
