@@ -268,8 +268,19 @@ def _copy_moved(ctx: Context, read: ast.AST) -> bool:
     if not isinstance(stmt, ast.Assign) or func is None:
         return False
     names = {dotted(t.value if isinstance(t, ast.Subscript) else t) for t in stmt.targets} - {None}
+    nodes = sem.local_nodes(func)
+    names |= {dotted(n.func.value) for n in nodes if isinstance(n, ast.Call) and method_name(n) == "append"
+              and len(n.args) == 1 and dotted(n.args[0]) in names and n.lineno > stmt.lineno} - {None}
+    # (``anchor_wh = self.anchors[i].repeat(k, 1, 1)``, ``parts.append(anchor_wh)``, then ``torch.cat(parts).to(dev)``)
     return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("cuda", "to", "type_as")
-               and dotted(n.func.value) in names and n.lineno > stmt.lineno for n in sem.local_nodes(func))
+               and n.lineno > stmt.lineno and (dotted(n.func.value) in names or _joins(n.func.value, names))
+               for n in nodes)
+
+
+def _joins(expr: ast.AST, names: set[str | None]) -> bool:
+    """``torch.cat(parts, dim=0)`` (or ``stack``) of one of ``names``."""
+    return isinstance(expr, ast.Call) and (dotted(expr.func) or "").rsplit(".", 1)[-1] in ("cat", "stack") \
+        and bool(expr.args) and dotted(expr.args[0]) in names
 
 
 _SCALAR_FACTORIES = ("torch.tensor", "torch.as_tensor", "torch.scalar_tensor")
