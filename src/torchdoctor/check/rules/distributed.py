@@ -703,7 +703,8 @@ def _counts_epochs(loop: ast.For) -> bool:
 
 
 def _flag_guards(ctx: Context, node: ast.AST) -> set[str]:
-    """The flags (``args.distributed``) an ``if`` around ``node`` requires true (``if not x: ... else:`` too)."""
+    """The flags (``args.distributed``) an ``if`` around ``node`` requires true (``if not x: ... else:`` too, and each
+    flag of an ``and``)."""
     out = set()
     sem = ctx.semantic
     child = node
@@ -717,6 +718,9 @@ def _flag_guards(ctx: Context, node: ast.AST) -> set[str]:
                 test, in_body = test.operand, not in_body
             if in_body and isinstance(test, (ast.Name, ast.Attribute)) and dotted(test):
                 out.add(dotted(test))  # type: ignore[arg-type]
+            elif in_body and isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+                out.update(d for v in test.values if isinstance(v, (ast.Name, ast.Attribute)) and (d := dotted(v)))
+                # (``if args.distributed and args.num_gpu > 1:``: each operand holds in the body)
         child = parent
     return out
 
