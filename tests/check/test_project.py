@@ -1346,6 +1346,71 @@ def test_an_evaluation_through_a_model_method_of_another_module_that_runs_its_la
     assert codes(results, "run.py") == [(19, "TD401")]
 
 
+def test_a_detector_of_another_module_built_for_inference_records_no_graph(project: Path) -> None:
+    """``net = yolo_net(device, trainable=False)`` of a class in ``models/yolo.py`` whose forward returns
+    ``self.inference(x)`` (``@torch.no_grad()``) unless built trainable: the demo's helper and the test loop run it
+    without autograd. The same class built ``trainable=True``, and a class without the switch, still record one."""
+    write(project, {
+        "models/__init__.py": "",
+        "models/yolo.py": """\
+            import torch
+            import torch.nn as nn
+
+            class YOLO(nn.Module):
+                def __init__(self, device, input_size=416, trainable=False):
+                    super().__init__()
+                    self.trainable = trainable
+                    self.head = nn.Conv2d(3, 25, 1)
+
+                @torch.no_grad()
+                def inference(self, x):
+                    return self.head(x).sigmoid()
+
+                def forward(self, x, target=None):
+                    if not self.trainable:
+                        return self.inference(x)
+                    return self.head(x).mean()
+
+            class Plain(nn.Module):
+                def __init__(self, device):
+                    super().__init__()
+                    self.head = nn.Conv2d(3, 25, 1)
+
+                def forward(self, x):
+                    return self.head(x)
+            """,
+        "demo.py": """\
+            import torch
+            from models.yolo import YOLO as yolo_net
+            from models.yolo import Plain
+
+            def detect(net, device, frames):
+                for frame in frames:
+                    x = frame.unsqueeze(0).to(device)
+                    boxes = net(x)
+                    print(boxes.shape)
+
+            def run(net, frames):
+                for frame in frames:
+                    print(net(frame[None]).shape)
+
+            if __name__ == "__main__":
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                net = yolo_net(device=device, input_size=416, trainable=False).to(device)
+                net.eval()
+                detect(net, device, [torch.rand(3, 8, 8)])
+                other = yolo_net(device, 416, True).to(device)
+                other.eval()
+                detect_all = [other(torch.rand(1, 3, 8, 8, device=device)) for _ in range(2)]
+                plain = Plain(device).to(device)
+                plain.eval()
+                run(plain, [torch.rand(3, 8, 8, device=device)])
+            """,
+    })
+    results = check_files(["models/yolo.py", "demo.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "demo.py") == [(13, "TD401"), (22, "TD401")]
+
+
 def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_step(project: Path) -> None:
     """``cuda_variable(torch.zeros(1, b, 8))`` in a forward, where ``utils.cuda_variable`` moves its parameter to the
     GPU when there is one: made on the CPU and copied every step. ``utils.wrap`` moves nothing."""

@@ -244,6 +244,14 @@ class Project(Callers):
             return None
         return cls.frozen, cls.init_params  # type: ignore[attr-defined]
 
+    def class_quiet_unless(self, sem: SemanticModel, written: str) -> tuple[str, tuple[str, ...]] | None:
+        """The module class ``written`` (imported here) runs a no-grad method from ``forward`` unless built with a flag
+        (``frozen.forward_quiet_unless``): the flag and its ``__init__``'s parameters; else None."""
+        cls = self._lookup(sem, written, "class")
+        if cls is None or cls.quiet_unless is None:  # type: ignore[attr-defined]
+            return None
+        return cls.quiet_unless, cls.init_params  # type: ignore[attr-defined]
+
     def class_quiet_methods(self, sem: SemanticModel, written: str) -> frozenset[str]:
         """The methods of the module class ``written`` (imported here) that turn autograd off themselves."""
         cls = self._lookup(sem, written, "class")  # (a class whose base comes from a third module: its ``is_module``

@@ -14,8 +14,8 @@ from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.rules.loop import training_branch
 from torchdoctor.check.semantic.call_records import INFERENCE_NAME
 from torchdoctor.check.semantic.forwards import network_methods
-from torchdoctor.check.semantic.frozen import calls_a_frozen_model, methods_without_grad, model_forward_records_nothing, \
-    quiet_self_calls
+from torchdoctor.check.semantic.frozen import built_without_grad, calls_a_frozen_model, methods_without_grad, \
+    model_forward_records_nothing, quiet_self_calls
 from torchdoctor.check.semantic.models import construction, model_has_no_parameters, submodule_names
 
 
@@ -892,8 +892,10 @@ def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
     model = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr in _INFERENCE_METHODS else call.func
     method = call.func.attr if model is not call.func else "forward"  # type: ignore[attr-defined]
     if calls_a_frozen_model(ctx.semantic, call) or model_has_no_parameters(ctx.semantic, model, call) \
-            or model_forward_records_nothing(ctx.semantic, model, call, method):
+            or model_forward_records_nothing(ctx.semantic, model, call, method) \
+            or method == "forward" and built_without_grad(ctx.semantic, call):
         return  # every parameter was set ``requires_grad = False``, or there is none, or forward turns autograd off
+        # (as built: ``YOLOv3(..., trainable=False)``, whose forward returns ``self.inference(x)``, a no-grad method)
     if _graph_drawn(ctx, call):
         return
     name = ctx.name(call.func)

@@ -11,7 +11,7 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.model import may_be_on_device
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
-from torchdoctor.check.semantic.frozen import calls_a_frozen_model, calls_a_quiet_method, model_forward_records_nothing
+from torchdoctor.check.semantic.frozen import built_without_grad, calls_a_frozen_model, calls_a_quiet_method, model_forward_records_nothing
 from torchdoctor.check.semantic.models import DROPOUT_BN, class_has_dropout_or_bn, class_in_effect, construction, \
     first_input_device, has_dropout_or_bn, model_has_no_parameters
 
@@ -75,6 +75,7 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
         model = node.func.value if method != "forward" or isinstance(node.func, ast.Attribute) \
             and node.func.attr == "forward" else node.func
         if ctx.semantic.under_no_grad(node) or calls_a_frozen_model(ctx.semantic, node) \
+                or method == "forward" and built_without_grad(ctx.semantic, node) \
                 or _input_asks_for_gradients(ctx, node, loop) \
                 or model_has_no_parameters(ctx.semantic, model, node) \
                 or model_forward_records_nothing(ctx.semantic, model, node, method) \

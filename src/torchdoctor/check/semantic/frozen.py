@@ -10,8 +10,8 @@ from torchdoctor.check.astutil import call_argument, dotted, is_false, is_true, 
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import construction
 
-__all__ = ["calls_a_frozen_model", "calls_a_quiet_method", "quiet_self_calls", "class_freezes_itself", "frozen_as_built", "methods_without_grad",
-           "model_forward_records_nothing"]
+__all__ = ["built_without_grad", "calls_a_frozen_model", "calls_a_quiet_method", "quiet_self_calls", "class_freezes_itself",
+           "forward_quiet_unless", "frozen_as_built", "methods_without_grad", "model_forward_records_nothing"]
 
 
 def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
@@ -24,6 +24,61 @@ def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
                                                                       or "inference_mode" in sem.text.source)
     return frozenset(name for name, f in methods.items() if name != "__init__" and (
         _runs_without_grad(sem, f, methods, 0) or plain and _calls_its_model_without_grad(sem, f, methods)))
+
+
+def forward_quiet_unless(sem: SemanticModel, cls: ast.AST) -> str | None:
+    """``if not self.trainable: return self.inference(x)`` first in ``forward``, where ``inference`` turns autograd off
+    itself (``@torch.no_grad()``) and ``__init__`` sets ``self.trainable = trainable`` from a parameter whose default
+    is false: that parameter (a detector built for inference records no graph); else None."""
+    methods = {f.name: f for f in getattr(cls, "body", ()) if isinstance(f, ast.FunctionDef)}
+    forward, init = methods.get("forward"), methods.get("__init__")
+    if forward is None or init is None:
+        return None
+    body = [s for s in forward.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    first = body[0] if body else None
+    if not (isinstance(first, ast.If) and isinstance(first.test, ast.UnaryOp) and isinstance(first.test.op, ast.Not)
+            and (flag := dotted(first.test.operand) or "").startswith("self.") and flag.count(".") == 1
+            and isinstance(ret := first.body[-1], ast.Return) and isinstance(call := ret.value, ast.Call)
+            and isinstance(call.func, ast.Attribute) and dotted(call.func.value) == "self"
+            and (inner := methods.get(call.func.attr)) is not None and _runs_without_grad(sem, inner, methods, 1)):
+        return None
+    params = {a.arg for a in [*init.args.args[1:], *init.args.kwonlyargs]}
+    for st in init.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and dotted(st.targets[0]) == flag \
+                and isinstance(st.value, ast.Name) and st.value.id in params and is_false(param_default(init, st.value.id)):
+            return st.value.id
+    return None
+
+
+def built_without_grad(sem: SemanticModel, call: ast.Call) -> bool:
+    """``net(x)`` of ``net = YOLOv3(device, trainable=False)`` (here, or handed by every call of the function around it
+    in this file), a class whose forward runs a no-grad method unless built with its flag: autograd records nothing."""
+    target = call.func
+    if not isinstance(target, (ast.Name, ast.Attribute)) or not dotted(target):
+        return False
+    made = construction(sem, target, call)
+    if made is not None:
+        return _built_quiet(sem, made)
+    func = sem.function_of(call)
+    b = sem.binding_at(target.id, call) if isinstance(target, ast.Name) else None
+    if func is None or b is None or not b.is_param or b.node is not func:
+        return False
+    sites = sem.call_sites(func)
+    return bool(sites) and all(isinstance(arg := call_argument(site, func, target.id), (ast.Name, ast.Attribute))
+                               and (made := construction(sem, arg, site)) is not None and _built_quiet(sem, made)
+                               for site in sites)
+
+
+def _built_quiet(sem: SemanticModel, made: ast.Call) -> bool:
+    name = sem.call_name(made) or ""
+    cls = sem.calls_index.classes.get(name) if name in sem.module_classes else None
+    if cls is not None:
+        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+        flag = forward_quiet_unless(sem, cls)
+        return flag is not None and frozen_as_built(flag, made, [a.arg for a in init.args.args[1:]] if init else None)
+    written = dotted(made.func)
+    found = sem.project.class_quiet_unless(sem, written) if sem.project is not None and written else None  # type: ignore[attr-defined]
+    return found is not None and frozen_as_built(found[0], made, list(found[1]))
 
 
 def quiet_self_calls(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
