@@ -17,7 +17,8 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range
 from torchdoctor.check.rules.perf import _scaler_names
-from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, legacy_item, timed_iteration, timer_call
+from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, legacy_item, legacy_item_used_as_a_tensor, \
+    timed_iteration, timer_call
 from torchdoctor.check.rules.forward_values import computed_in_forward, forward_value, reached_from_forward
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, \
     is_sync_call, made_on_host, meter_feeds, tensor_value
@@ -506,6 +507,8 @@ def legacy_scalar_read_every_step(node: ast.AST, ctx: Context) -> None:
     up = ctx.semantic.parent(node)
     if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id in ("float", "int", "bool", "str"):
         return  # (``float(loss.data[0])``: the conversion's own read, reported as such)
+    if legacy_item_used_as_a_tensor(ctx, node):
+        return  # (``torch.sum(pred.data[0] == target.data[0])``: the first image of a batch, indexed, not read)
     inner = value.value
     if isinstance(inner, ast.Call):  # ``F.mse_loss(output, target).data[0]``: a loss torch computes
         if ctx.semantic.expr_kind(inner, node) != "tensor" or not _LOSSISH_CALL.search(dotted(inner.func) or ""):

@@ -278,7 +278,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
                     isinstance(c, ast.Call) and _runs_whenever(sem, c, stmt) and (sync_site(ctx, c) is not None
                                                                                   and not _element_maybe_on_host(ctx, c)
                                                                                   or _logs_a_tensor(ctx, c))
-                    or legacy_item(c) and _runs_whenever(sem, c, stmt) for c in nodes):
+                    or legacy_item(c) and _runs_whenever(sem, c, stmt) and not legacy_item_used_as_a_tensor(ctx, c)
+                    for c in nodes):
                 return True  # (an earlier read of another tensor of the step: the GPU was idle after it, and only
                 # host work came since; that read is the one reported)
             if isinstance(stmt, ast.If) and any(
@@ -662,6 +663,25 @@ def legacy_item(node: ast.AST) -> bool:
     return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "data" \
         and isinstance(node.value.value, (ast.Name, ast.Call)) and isinstance(node.slice, ast.Constant) \
         and node.slice.value == 0
+
+
+def legacy_item_used_as_a_tensor(ctx: Context, node: ast.AST) -> bool:
+    """``x.data[0]`` whose value goes on as a tensor: compared with another such subscript, handed to a torch
+    function, or asked its size (``torch.eq(pred.data[0], target.data[0])``, ``pred.data[0].size()``): the first
+    element of a batch, a view on the device, not PyTorch 0.3's read of a 0-dim loss."""
+    sem = ctx.semantic
+    up = sem.parent(node)
+    if isinstance(up, ast.Compare) and len(up.comparators) == 1:
+        other = up.comparators[0] if up.left is node else up.left
+        if isinstance(other, ast.Subscript) and legacy_item(other):
+            up = sem.parent(up)  # (``pred.data[0] == target.data[0]``: what the comparison goes on to)
+            if isinstance(up, ast.Call) and (ctx.call_name(up) or "").startswith("torch."):
+                return True
+            return False
+    if isinstance(up, ast.Attribute) and up.attr in ("size", "shape", "dim", "numel"):
+        return True
+    return isinstance(up, ast.Call) and node in up.args and (ctx.call_name(up) or "").startswith("torch.") \
+        and (ctx.call_name(up) or "").rsplit(".", 1)[-1] not in ("save", "tensor", "Tensor", "FloatTensor")
 
 
 def _read_tensor(node: ast.AST) -> str | None:
