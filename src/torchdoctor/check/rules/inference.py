@@ -172,7 +172,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     sem = ctx.semantic
     name = func.name  # type: ignore[attr-defined]
     cls = sem.class_of(func)  # a method of an agent or a trainer counts; one of a model class is its own API
-    if not (INFERENCE_NAME.match(name) or _ACTING.match(name) and _returns_host_values(sem, func)) \
+    acting = bool(_ACTING.match(name)) and _returns_host_values(sem, func)
+    if not (INFERENCE_NAME.match(name) or acting) \
             or name in ("predict_step", "validation_step", "test_step") \
             or (cls is not None and (cls.name in sem.module_classes or name == "forward")) \
             or program.in_test(sem, func) or name in ("evaluate_actions", "evaluate_action"):  # type: ignore[attr-defined]
@@ -196,9 +197,9 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     if _returns_a_log_prob(sem, func, nodes):
         return  # (a policy's ``sample(state)`` returning ``action.item(), dist.log_prob(action)``: REINFORCE collects the
         # log-probabilities and backpropagates through them in ``learn``)
-    if cls is not None and _training_hook(sem, func, cls, sites):
+    if cls is not None and not acting and _training_hook(sem, func, cls, sites):
         return  # (a learner's ``predict()`` keeping ``self.preds``, then ``self.get_loss(); self.backward()``: the
-        # training forward of its batch method)
+        # training forward of its batch method; not an agent's ``_act()``, whose host action carries no graph)
     if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
         return  # a model's own computation (Transformer-XL's ``sample_logits``, its sampled-softmax loss in ``forward``)
     found = []
@@ -230,7 +231,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
                    fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
 
 
-_ACTING = lazy(r"(?i)^((get|select|choose|take|pick)_actions?|act)$")  # (an agent's acting step, on every environment step)
+_ACTING = lazy(r"(?i)^_*((get|select|choose|take|pick)_actions?|act)$")  # (an agent's acting step, on every environment
+# step; a private one too: ``_act(state, eps)``)
 _TO_HOST = frozenset({"item", "numpy", "tolist"})
 
 
@@ -241,6 +243,8 @@ def _returns_host_values(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped
     def host(value: ast.AST | None, at: ast.AST, depth: int = 0) -> bool:
         if value is None or isinstance(value, ast.Constant):
             return True
+        if isinstance(value, ast.Call) and (dotted(value.func) or "").endswith("action_space.sample"):
+            return True  # (``return self.env.action_space.sample()``: gym's random action, a host value)
         if isinstance(value, ast.Tuple):
             return all(host(e, at, depth) for e in value.elts)
         cur = value
