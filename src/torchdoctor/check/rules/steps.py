@@ -43,7 +43,7 @@ def per_step_loop(ctx: Context, node: ast.AST, depth: int = 0) -> ast.AST | None
         if sem.under_step_guard(node, loop) or sem.in_handler(node, loop) or sem.in_exit_branch(node, loop) \
                 or first_pass_only(ctx, node, loop) or last_pass_only(ctx, node, loop) or retry_loop(ctx, node, loop) \
                 or few_iterations(ctx, loop) \
-                or while_few_kept(ctx, node, loop):
+                or while_few_kept(ctx, node, loop) or _visual_debug_branch(ctx, node, loop):
             return None
         return loop
     func = sem.function_of(node)
@@ -307,6 +307,24 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
                  or _stage_on_the_host(ctx.semantic, node)):
         return
     report_sync(ctx, node, what, loop)
+
+
+_SHOW_FLAG = lazy(r"(?i)^(vis|visuali[sz]e|visuali[sz]ation|show|show_?images?|plot|draw|debug|save_?(img|imgs|images?|vis|fig|figs))$")
+
+
+def _visual_debug_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
+    """``if args.vis: vis_data(images, targets)`` (or ``if visualize:`` around heat maps written out per image): a
+    branch a flag named for drawing turns on, whose copies to the host are what it draws; off, it never runs."""
+    sem = ctx.semantic
+    child = node
+    for up in sem.ancestors(node):
+        if up is loop:
+            return False
+        if isinstance(up, ast.If) and any(s is child for s in up.body) and isinstance(up.test, (ast.Name, ast.Attribute)) \
+                and _SHOW_FLAG.match((dotted(up.test) or "").rsplit(".", 1)[-1]):
+            return True
+        child = up
+    return False
 
 
 def _after_a_return(ctx: Context, node: ast.AST) -> bool:
