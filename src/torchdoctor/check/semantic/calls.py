@@ -391,6 +391,15 @@ class Calls:
             return "grad" in (dotted(node.func.value) or "")  # type: ignore[attr-defined]
         return False
 
+    def _closure_stepped(self, call: ast.Call) -> list[ast.AST]:
+        """``optimizer.step(closure)`` of a ``def closure():`` written in the same function: the optimizer runs it
+        (L-BFGS, a physics-informed network's training step), so its backward is the step's."""
+        if not (call.args and isinstance(arg := call.args[0], ast.Name) and method_name(call) == "step"
+                and self.is_optimizer_step(call)):
+            return []
+        here = self.index.frame[call].function
+        return [f for f in self.functions.get(arg.id, ()) if self.index.frame[f].function is here and here is not None]
+
     def node_effects(self, node: ast.AST) -> Iterable[str]:
         """The effects of one node by itself (not of the functions it calls)."""
         if isinstance(node, ast.Assign):
@@ -499,6 +508,8 @@ class Calls:
                 out.update(self.node_effects(node))
             if isinstance(node, ast.Call):
                 for f in self.resolve(node):
+                    out |= self.effects(f, deep)
+                for f in self._closure_stepped(node):
                     out |= self.effects(f, deep)
                 if deep and self.external is not None:
                     ext = self.external_of(node)
