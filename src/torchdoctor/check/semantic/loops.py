@@ -174,7 +174,7 @@ class Loops:
                 continue
             if isinstance(node.value, ast.Call):
                 name = (dotted(node.value.func) or "").rsplit(".", 1)[-1]
-                fetched = name == "next" or bool(_GETS_BATCH.search(name)) or bool(_GETS_FRAME.search(name))
+                fetched = name in ("next", "__next__") or bool(_GETS_BATCH.search(name)) or bool(_GETS_FRAME.search(name))
                 func = node.value.func  # ``img = dataset.pull_item(i)``: an item of the dataset, by index
                 fetched = fetched or isinstance(func, ast.Attribute) and bool(_ITEM_GETTER.match(func.attr)) and \
                     bool(_DATASET_NAME.search((dotted(func.value) or "").rsplit(".", 1)[-1])) or \
