@@ -708,10 +708,12 @@ def spread_value(sem: SemanticModel, call: ast.Call, key: str) -> ast.AST | None
         if isinstance(value, ast.Name):
             bound = sem.bindings_of(value.id)
             value = bound[0].value if len(bound) == 1 and not bound[0].is_param else None
-        if isinstance(value, ast.Dict):
-            for k, v in zip(value.keys, value.values):
-                if k is not None and string_value(k) == key:
-                    return v
+        for arm in (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,):
+            # (``**({"num_workers": 0, "pin_memory": True} if cuda else {})``: what the arm that holds the key gives)
+            if isinstance(arm, ast.Dict):
+                for k, v in zip(arm.keys, arm.values):
+                    if k is not None and string_value(k) == key:
+                        return v
     return None
 
 
@@ -728,6 +730,9 @@ def returned_keys(sem: SemanticModel, func: ast.AST) -> frozenset[str] | None:
 
 
 def _dict_keys(sem: SemanticModel, value: ast.AST, at: ast.AST, calls: bool = True) -> frozenset[str] | None:
+    if isinstance(value, ast.IfExp):  # ``**({"num_workers": 4} if cuda else {})``: either arm's keys
+        body, orelse = _dict_keys(sem, value.body, at, calls), _dict_keys(sem, value.orelse, at, calls)
+        return None if body is None or orelse is None else body | orelse
     if isinstance(value, ast.Dict):
         keys = [string_value(k) if k is not None else None for k in value.keys]
         return None if any(k is None for k in keys) else frozenset(keys)  # type: ignore[arg-type]
