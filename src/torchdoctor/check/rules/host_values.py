@@ -791,8 +791,8 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
         if _own_method(ctx, node):
             return None  # ``meter.item()`` of ``meter = RunningMean()``: the class's own method, not the tensor's
         return None if inner_sync(node) else f"`.{node.func.attr}()`"  # type: ignore[attr-defined]
-    number = isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool", "str")  # (``str(t)``
-    # formats the tensor, as an f-string does)
+    number = isinstance(node.func, ast.Name) and node.func.id in ("float", "int", "bool", "str", "to_python_float")
+    # (``str(t)`` formats the tensor, as an f-string does; apex's ``to_python_float(t)`` is ``t.item()``)
     if (number or not isinstance(node.func, ast.Attribute) or isinstance(node.func.value, ast.Name)
             and node.func.value.id == "math") and len(node.args) == 1 and (number or (ctx.call_name(node) or "")
                                                                           .startswith("math.")):

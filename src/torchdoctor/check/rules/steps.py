@@ -274,7 +274,7 @@ def _whole_runs(ctx: Context, loop: ast.AST) -> bool:
         for n in body)
 
 
-@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "str", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
+@rule("TD603", calls=("item", "cpu", "tolist", "float", "int", "bool", "str", "to_python_float", "print", "log10", "log", "log2", "sqrt", "exp", "isnan",
                     "isinf", "isfinite", "floor", "ceil", "max", "min"))
 def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """Host-device synchronisation every step.
