@@ -1411,6 +1411,59 @@ def test_a_detector_of_another_module_built_for_inference_records_no_graph(proje
     assert codes(results, "demo.py") == [(13, "TD401"), (22, "TD401")]
 
 
+def test_a_method_its_init_calls_and_another_modules_loop_calls_every_step(project: Path) -> None:
+    """``init_hidden`` of an LSTM classifier makes ``torch.zeros(...).cuda()``: its ``__init__`` calls it once, and the
+    training loop of ``main.py`` calls ``model.init_hidden()`` on every batch, through ``model = model.cuda()`` after
+    ``model = lstm.LSTMClassifier(...)`` (a module imported under an alias): a CPU allocation and a copy every step.
+    ``init_table``, which only ``__init__`` calls, runs once."""
+    write(project, {
+        "utils/__init__.py": "",
+        "utils/lstm.py": """\
+            import torch
+            import torch.nn as nn
+
+            class LSTMClassifier(nn.Module):
+                def __init__(self, hidden_dim, batch_size, use_gpu):
+                    super().__init__()
+                    self.use_gpu, self.batch_size, self.hidden_dim = use_gpu, batch_size, hidden_dim
+                    self.lstm = nn.LSTM(8, hidden_dim, batch_first=True)
+                    self.hidden = self.init_hidden()
+                    self.table = self.init_table()
+
+                def init_hidden(self):
+                    if self.use_gpu:
+                        return torch.zeros(1, self.batch_size, self.hidden_dim).cuda()
+                    return torch.zeros(1, self.batch_size, self.hidden_dim)
+
+                def init_table(self):
+                    return torch.zeros(4, self.hidden_dim).cuda() if self.use_gpu else torch.zeros(4, self.hidden_dim)
+
+                def forward(self, x):
+                    out, _ = self.lstm(x, (self.hidden, self.hidden))
+                    return out[:, -1]
+            """,
+        "main.py": """\
+            import torch
+            import utils.lstm as LSTMC
+
+            use_gpu = torch.cuda.is_available()
+            model = LSTMC.LSTMClassifier(hidden_dim=16, batch_size=4, use_gpu=use_gpu)
+            if use_gpu:
+                model = model.cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in [torch.rand(4, 5, 8) for _ in range(3)]:
+                x = x.cuda() if use_gpu else x
+                model.zero_grad()
+                model.hidden = model.init_hidden()
+                loss = model(x).sum()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["utils/lstm.py", "main.py"], Settings(root=str(project), select=("TD611",)))
+    assert codes(results, "lstm.py") == [(14, "TD611")]
+
+
 def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_step(project: Path) -> None:
     """``cuda_variable(torch.zeros(1, b, 8))`` in a forward, where ``utils.cuda_variable`` moves its parameter to the
     GPU when there is one: made on the CPU and copied every step. ``utils.wrap`` moves nothing."""

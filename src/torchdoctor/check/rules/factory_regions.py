@@ -328,7 +328,8 @@ def _step_of_a_method(ctx: Context, func: ast.AST) -> str | None:
     its top level (``self.get_dis_xy()`` in ``dis_step``): where that loop is."""
     sem = ctx.semantic
     cls = sem.class_of(func)
-    for entry in [func] if not sem.call_sites(func) else method_entries(ctx, func):
+    for entry in [func] if not sem.call_sites(func) else [*method_entries(ctx, func), func]:
+        # (``init_hidden``: called by ``__init__`` here, and by another module's batch loop on every step)
         callers = sem.project.step_callers(sem, entry)  # type: ignore[attr-defined]
         if callers:
             return _the_loop_that_calls(sem, callers, entry, func)

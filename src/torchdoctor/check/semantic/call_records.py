@@ -430,6 +430,12 @@ def _instance_method(sem: SemanticModel, call: ast.Call, names: set[str]) -> str
     if made is not None and b.index is not None:  # ``log, stepper = StatLogger(), ClipStep()``
         made = made.elts[b.index] if isinstance(made, ast.Tuple) and b.index < len(made.elts) else None
     made = strip_methods(made, PLACEMENT_METHODS) if made is not None else None
+    for _ in range(3):  # ``model = model.cuda()`` after ``model = LSTMC.LSTMClassifier(...)``: the object made before
+        if not (isinstance(made, ast.Name) and made.id == func.value.id and b is not None):
+            break
+        b = sem.binding_at(made.id, b.node)
+        made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
+            and b.value is not None else None
     ctor = dotted(made.func) if isinstance(made, ast.Call) else dotted(annotated) if annotated is not None else None
     if not ctor or ctor.split(".")[0] not in names or not ctor.rsplit(".", 1)[-1][:1].isalpha() \
             or func is not call.func and not ctor.rsplit(".", 1)[-1][:1].isupper():
