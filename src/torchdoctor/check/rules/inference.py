@@ -197,7 +197,8 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
     if _returns_a_log_prob(sem, func, nodes):
         return  # (a policy's ``sample(state)`` returning ``action.item(), dist.log_prob(action)``: REINFORCE collects the
         # log-probabilities and backpropagates through them in ``learn``)
-    if cls is not None and not acting and _training_hook(sem, func, cls, sites):
+    if cls is not None and not acting and not _result_left_unused(sem, func, cls, sites) \
+            and _training_hook(sem, func, cls, sites):
         return  # (a learner's ``predict()`` keeping ``self.preds``, then ``self.get_loss(); self.backward()``: the
         # training forward of its batch method; not an agent's ``_act()``, whose host action carries no graph)
     if sites and all((c := sem.class_of(s)) is not None and c.name in sem.module_classes for s in sites):  # type: ignore[attr-defined]
@@ -229,6 +230,36 @@ def inference_helper_with_autograd(func: ast.AST, ctx: Context) -> None:
         ctx.report("TD401", call, f"`{ctx.name(call.func)}(...)` runs the model with autograd on (in `{name}()`, which "
                    "trains nothing): it builds a graph it never uses",
                    fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")
+
+
+def _result_left_unused(sem, func: ast.AST, cls: ast.AST, sites: list[ast.Call]) -> bool:  # type: ignore[no-untyped-def]
+    """``self.score_model(epoch)`` in the training method: it returns nothing, each call is a statement of its own,
+    and what it keeps on ``self`` (``loss, self.train_z = self.model(...)``) reaches no method of the class that
+    backpropagates, directly or through what the methods reading it keep in turn: its forward's graph reaches no
+    backward."""
+    if not sites or any(r.value is not None for r in sem.kinds.returns_of(func)) \
+            or not all(isinstance(sem.parent(s), ast.Expr) for s in sites):
+        return False
+    def kept_by(f: ast.AST) -> set[str]:
+        return {d for n in sem.local_nodes(f) if isinstance(n, ast.Assign) for t in n.targets
+                for e in (t.elts if isinstance(t, ast.Tuple) else [t]) if (d := dotted(e)) is not None and d.startswith("self.")}
+
+    methods = [f for c in sem.calls_index.lineage(cls) for f in c.body  # type: ignore[attr-defined]
+               if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f is not func]
+    tainted, grown = kept_by(func), True
+    while grown:  # (``self.preds`` read by ``get_loss``, which keeps ``self.loss``, which ``backward()`` reads)
+        grown = False
+        for f in methods:
+            if not any(isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Load) and dotted(n) in tainted
+                       for n in sem.local_nodes(f)):
+                continue
+            if "backward" in sem.effects(f):
+                return False
+            more = kept_by(f) - tainted
+            if more:
+                tainted |= more
+                grown = True
+    return True
 
 
 _ACTING = lazy(r"(?i)^_*((get|select|choose|take|pick)_actions?|act)$")  # (an agent's acting step, on every environment

@@ -20,8 +20,9 @@ from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_m
 from torchdoctor.check.rules.kept import collected_on_host, copied_for_a_checkpoint, phase_without_backward, returned_copy
 from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, drained_at_entry, env_action, read_again, stepped_with, \
     stop_signal
-from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.placement import cpu_only_loop
+from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.call_records import chosen_value, host_args_of
 from torchdoctor.check.semantic.models import built_nowhere
 
@@ -131,9 +132,13 @@ def _evaluation_pass(ctx: Context, node: ast.AST, func: ast.AST, loop: ast.AST) 
     that a full-batch training loop calls once per step: its metrics are read once per evaluation, as after an
     evaluation loop (``for split in ("train", "val"): acc = pred[m].eq(y[m]).sum().item()``)."""
     sem = ctx.semantic
-    return "eval" in sem.effects(func) and sem.enclosing_loop(node, "batch") is None \
+    named = bool(EVAL_FUNC.search(func.name)) and "backward" not in sem.effects(func) and any(  # type: ignore[attr-defined]
+        isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model" for n in sem.local_nodes(func))
+    # (``score_model(epoch)``, named for an evaluation, running the model and training nothing, without ``.eval()``:
+    # TD401/TD402's business; not ``accuracy_fn(y, pred)``, a metric read on every step)
+    return ("eval" in sem.effects(func) or named) and sem.enclosing_loop(node, "batch") is None \
         and "backward" in sem.cached(("loop_effects", loop, False), lambda: sem.region_effects(sem.body(loop))) \
-        and (sem.grad_mode(node) == "off" or phase_without_backward(ctx, node, func))
+        and (named or sem.grad_mode(node) == "off" or phase_without_backward(ctx, node, func))
 
 
 def _lambda_calls(ctx: Context, lam: ast.Lambda) -> list[ast.Call]:

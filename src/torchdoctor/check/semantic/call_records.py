@@ -296,6 +296,7 @@ def _made_by_imports(sem: SemanticModel, call: ast.Call) -> tuple[tuple[str, tup
 
 
 INFERENCE_NAME = lazy(r"(?i)^((predict|infer|inference|detect|classify|recogni[sz]e|eval|evaluate|validate|sample|generate|translate)(_|$)"
+                       r"|score_(model|test|val|valid|validation)$"  # (SGCN's ``score_model(epoch)``: the test set's scores)
                        r"|test(_(env|model|agent|policy|net|network|epoch|episode|game)s?)?$"  # (not ``test_split_fn``)
                        r"|(save|show|plot|log|draw|visuali[sz]e)_(samples?|generated|predictions?|reconstructions?)$)")
 # (``save_sample(step)``: draws from the generator to write them, as ``sample_images`` does)
