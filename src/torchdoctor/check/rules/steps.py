@@ -294,7 +294,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """
     what = sync_site(ctx, node)  # (first: most calls of these names are no sync at all: ``torch.log(x)``)
     if what is None or program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node) \
-            or copied_for_a_checkpoint(ctx, node) or branch_no_caller_chooses(ctx, node):
+            or copied_for_a_checkpoint(ctx, node) or branch_no_caller_chooses(ctx, node) or _number_fallback(ctx, node):
         return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors; a checkpoint reads its tensors)
     loop = per_step_loop(ctx, node)
     if loop is None:
@@ -328,6 +328,25 @@ def _visual_debug_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
         if isinstance(up, ast.If) and any(s is child for s in up.body) and isinstance(up.test, (ast.Name, ast.Attribute)) \
                 and _SHOW_FLAG.match((dotted(up.test) or "").rsplit(".", 1)[-1]):
             return True
+        child = up
+    return False
+
+
+def _number_fallback(ctx: Context, node: ast.AST) -> bool:
+    """``try: vals.append(metric.item())`` / ``except: vals.append(metric)``: the code expects ``metric`` may be a
+    Python number already (a metric function that returns ``.item()``), for which ``.item()`` raises; whether the
+    read waits for the GPU depends on a value this file does not show."""
+    if not (isinstance(node, ast.Call) and method_name(node) == "item" and isinstance(node.func.value, ast.Name)):  # type: ignore[attr-defined]
+        return False
+    name = node.func.value.id  # type: ignore[attr-defined]
+    sem = ctx.semantic
+    child = node
+    for up in sem.ancestors(node):
+        if isinstance(up, ast.Try) and any(s is child for s in up.body):
+            return any(isinstance(n, ast.Name) and n.id == name and not isinstance(sem.parent(n), ast.Attribute)
+                       for h in up.handlers for st in h.body for n in sem.subtree(st))
+        if isinstance(up, (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While)):
+            return False
         child = up
     return False
 
