@@ -17,6 +17,7 @@ _CPU_NAMES = lazy(
     r"(?i)^(.*_)?(len|lens|lengths?|seq_lens?|idx|idxs|index|indices|names?|paths?|files?|filenames?|meta|"
     r"metadata|infos?|texts?|captions?|sentences?|questions?|answers?|prompts?|raw|keys?|uids?|ids?|strings?|words?|"
     r"tokens_str|fnames?|modes?|tags?|kinds?|splits?|tasks?|text_quer(?:y|ies)|lists|oovs?|oov_dicts?|vocabs?)$"
+    r"|^(?i:[xy]|src|tgt|seq)(lens?|lengths?)$"  # (``xlens``, ``ylens``, ``srclens``: lengths without an underscore)
 )
 _TENSOR_IDS = {"input_ids", "token_type_ids", "position_ids", "decoder_input_ids", "label_ids", "labels_ids"}
 
