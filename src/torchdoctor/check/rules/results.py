@@ -520,6 +520,9 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     last = name.rsplit(".", 1)[-1]
     if _another_librarys_object(ctx, name):
         return False
+    if last == "module" and isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) \
+            and _OPTIONS.match(expr.value.id):
+        return False  # ``"module": args.module``: a command-line option (a path to a file of layers), no wrapper's module
     b = ctx.semantic.binding_at(name, expr)
     value = b.value if b is not None and not b.is_param else None
     if isinstance(value, ast.Call) and (ctx.call_name(value) or "") == "torch.load":
@@ -549,6 +552,7 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
     return bool(_MODEL_NAME.match(last))
 
 
+_OPTIONS = lazy(r"(?i)^(args|opts?|options|cfg|config|conf|hparams|hps|flags|FLAGS)$")
 _OTHER_LIBRARIES = frozenset({"sklearn", "xgboost", "lightgbm", "catboost", "scipy", "statsmodels", "gensim", "numpy",
                               "pandas"})
 
