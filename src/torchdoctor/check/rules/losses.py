@@ -97,7 +97,8 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
             return _is_loss_tensor(ctx, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
         # ``criterion(pred.detach().cpu(), true.detach().cpu())``: a loss of detached copies has no graph
         return (flow.consumer_kind(sem, expr) == "loss" or _loss_module_call(ctx, expr)) \
-            and not (expr.args and all(_detached(a) for a in expr.args))
+            and not (expr.args and all(_detached(a) for a in expr.args)) \
+            and not (expr.args and all(_without_graph(ctx, a, at) for a in expr.args))
     if isinstance(expr, ast.Attribute):
         if expr.attr != "loss":
             return False
@@ -194,6 +195,29 @@ def _returns_numbers_at(ctx: Context, call: ast.Call, index: int) -> bool:
     return bool(funcs) and all(v is not None and all(
         isinstance(e, ast.Call) and (method_name(e) == "item" or dotted(e.func) in ("float", "int")) for e in v)
         for v in values)
+
+
+def _without_graph(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``criterion(te_predictions, te_label)`` where the predictions were computed under ``torch.no_grad()`` and the
+    labels are the batch's (moved, at most): no input of the loss carries a graph. A name only."""
+    sem = ctx.semantic
+    if _detached(expr):
+        return True
+    if not isinstance(expr, ast.Name):
+        return False
+    b = sem.binding_at(expr.id, at)
+    if b is None or b.is_param:
+        return False
+    if b.value is not None and sem.under_no_grad(b.node):
+        return True
+    loop = sem.enclosing_loop(at, "batch")
+    if loop is None or expr.id not in sem.batch_vars(loop):
+        return False
+    value = b.value
+    while isinstance(value, ast.Call) and method_name(value) in ("to", "cuda", "long", "float") \
+            and isinstance(value.func, ast.Attribute):
+        value = value.func.value  # ``te_label = te_label.cuda()``: the batch's labels, moved
+    return b.value is None or isinstance(value, ast.Name) and value.id == expr.id
 
 
 def _detached(expr: ast.AST) -> bool:
