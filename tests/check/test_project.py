@@ -1464,6 +1464,59 @@ def test_a_method_its_init_calls_and_another_modules_loop_calls_every_step(proje
     assert codes(results, "lstm.py") == [(14, "TD611")]
 
 
+def test_a_training_helper_handed_a_ddp_wrapper_of_a_moved_model_reads_on_the_gpu(project: Path) -> None:
+    """``utils.train_step(ddp_model, ...)`` where ``ddp_model = DDP(model, device_ids=[rank])`` wraps a model moved
+    with ``.to(rank)``: the helper's loop runs on the GPU, so its per-iteration ``loss.item()`` waits for it. Handed
+    an unmoved model's wrapper (a CPU ``gloo`` run), it does not."""
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def train_step(model, optimizer, inputs, targets, loss_fn, num_iters):
+                for i in range(num_iters):
+                    optimizer.zero_grad()
+                    loss = loss_fn(model(inputs), targets)
+                    loss.backward()
+                    optimizer.step()
+                    print(f"iter {i}: {loss.item()}")
+            """,
+        "ddp_train.py": """\
+            import torch
+            import torch.distributed as dist
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            import utils
+
+            def run(rank):
+                dist.init_process_group("nccl")
+                inputs = torch.randn(3, 5).to(rank)
+                targets = torch.randn(3, 5).to(rank)
+                model = nn.Linear(5, 5).to(rank)
+                ddp_model = DDP(model, device_ids=[rank])
+                opt = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+                utils.train_step(ddp_model, opt, inputs, targets, nn.MSELoss(), 100)
+            """,
+    })
+    results = check_files(["utils.py", "ddp_train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "utils.py") == [(9, "TD603")]
+    write(project, {"ddp_train.py": """\
+        import torch
+        import torch.distributed as dist
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        import utils
+
+        def run(rank):
+            dist.init_process_group("gloo")
+            model = nn.Linear(5, 5)
+            ddp_model = DDP(model)
+            opt = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+            utils.train_step(ddp_model, opt, torch.randn(3, 5), torch.randn(3, 5), nn.MSELoss(), 100)
+        """})
+    results = check_files(["utils.py", "ddp_train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "utils.py") == []
+
+
 def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_step(project: Path) -> None:
     """``cuda_variable(torch.zeros(1, b, 8))`` in a forward, where ``utils.cuda_variable`` moves its parameter to the
     GPU when there is one: made on the CPU and copied every step. ``utils.wrap`` moves nothing."""

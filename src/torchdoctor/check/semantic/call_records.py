@@ -120,10 +120,11 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
         models: set[str] = set()
         if accelerator:  # ``Runner(model, opt, cfg)`` after ``model.cuda()``: the model it trains is on the GPU
             moved = moved_keys(sem)
-            models |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name) and arg.id in moved
-                       and _moved_model(sem, arg, call, names)}
+            models |= {f"#{i}" for i, arg in enumerate(call.args) if isinstance(arg, ast.Name)
+                       and (arg.id in moved and _moved_model(sem, arg, call, names) or _wraps_a_moved(sem, arg, call, moved))}
             models |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
-                       and kw.value.id in moved and _moved_model(sem, kw.value, call, names)}
+                       and (kw.value.id in moved and _moved_model(sem, kw.value, call, names)
+                            or _wraps_a_moved(sem, kw.value, call, moved))}
         if not accelerator and (carriers := _cuda_carriers(sem)):  # ``args.device = torch.device('cuda')``
             given |= {kw.arg for kw in call.keywords if kw.arg and isinstance(kw.value, ast.Name)
                       and kw.value.id in carriers}
@@ -176,6 +177,14 @@ def _moved_model(sem: SemanticModel, arg: ast.Name, call: ast.Call, names: set[s
     made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
         and b.value is not None else None
     return isinstance(made, ast.Call) and _project_class(dotted(made.func), names)
+
+
+def _wraps_a_moved(sem: SemanticModel, arg: ast.Name, call: ast.Call, moved: set[str]) -> bool:
+    """``ddp_model = DDP(model, device_ids=[rank])`` of a ``model`` moved to the accelerator: the wrapper runs there."""
+    b = sem.binding_at(arg.id, call)
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    return isinstance(value, ast.Call) and sem.call_kind(value, b.node) == "wrapper" and bool(value.args) \
+        and isinstance(value.args[0], ast.Name) and value.args[0].id in moved  # type: ignore[union-attr]
 
 
 def _project_class(written: str | None, names: set[str]) -> bool:
