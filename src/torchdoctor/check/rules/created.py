@@ -137,7 +137,7 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
         region = sem.function_of(node)
     if region is None:
         return
-    move, helper = _moved_at_once(ctx, node) or _moved_next(ctx, node, region), None
+    move, helper = _moved_at_once(ctx, node) or _moved_next(ctx, node, region) or _attribute_moved_next(ctx, node), None
     if move is None and (found := _moved_by_helper(ctx, node)) is not None:
         move, helper = found  # ``cuda_variable(torch.zeros(n, 1))``: a helper that moves what it is handed
     if move is None:
@@ -336,6 +336,30 @@ def _moved_next_as(ctx: Context, parent: ast.Assign, name: str, region: ast.AST)
             if move is not None and _read_on_the_host_too(sem, name, use, region):
                 return None  # ``net(x, t.to(dev))`` then ``host_update(x, t, eps)``: the host needs it as well
             return move
+    return None
+
+
+def _attribute_moved_next(ctx: Context, node: ast.Call) -> ast.Call | None:
+    """``self.h0 = torch.zeros(2, b, h)``, then ``self.h0 = self.h0.cuda()`` (under ``if torch.cuda.is_available():``
+    or not) as the next thing the function does with that attribute: the move of the host tensor."""
+    sem = ctx.semantic
+    made = sem.parent(_host_made(ctx, node))
+    func = sem.function_of(node)
+    if func is None or not (isinstance(made, ast.Assign) and len(made.targets) == 1
+                            and isinstance(made.targets[0], ast.Attribute) and (key := dotted(made.targets[0]))
+                            and key.startswith("self.") and key.count(".") == 1):
+        return None
+    end = (made.end_lineno or made.lineno, made.end_col_offset or 0)
+    for n in sem.local_nodes(func):
+        if not (isinstance(n, ast.Attribute) and dotted(n) == key) or (n.lineno, n.col_offset) <= end:
+            continue
+        if isinstance(n.ctx, ast.Store):  # (the target comes before the value it is given)
+            stmt, n = sem.parent(n), None
+            value = stmt.value if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("cuda", "to") \
+                    and dotted(value.func.value) == key:
+                return value  # ``self.h0 = self.h0.cuda()``
+        return None  # (read, or rebound, before any move: the host tensor is used as it is)
     return None
 
 
