@@ -1517,6 +1517,58 @@ def test_a_training_helper_handed_a_ddp_wrapper_of_a_moved_model_reads_on_the_gp
     assert codes(results, "utils.py") == []
 
 
+def test_a_save_helper_of_another_module_handed_a_data_parallel_wrapper(project: Path) -> None:
+    """``utils.train(args, model=model)`` and ``Trainer(args, model)`` after ``model = nn.DataParallel(model)``: the
+    helper's ``torch.save({"model": model.state_dict()})`` and the trainer's ``self.model.state_dict()`` (``self.model
+    = model`` in ``__init__``, moved in place later) save ``module.`` keys. The same helpers handed the inner model
+    (``model.module``) save plain keys."""
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def train(args, model, *, loader, path):
+                for x in loader:
+                    model(x).sum().backward()
+                torch.save({"model": model.state_dict(), "epoch": 1}, path)
+
+            class Trainer:
+                def __init__(self, args, model, device="cuda"):
+                    self.args = args
+                    self.model = model
+                    self.model = self.model.to(device)
+
+                def save(self, path):
+                    torch.save({"state_dict": self.model.state_dict()}, path)
+            """,
+        "main.py": """\
+            import torch
+            import torch.nn as nn
+            import utils
+            from utils import Trainer
+
+            model = nn.Linear(4, 4)
+            if torch.cuda.device_count() > 1:
+                model = nn.DataParallel(model).cuda()
+            utils.train(None, model=model, loader=[torch.rand(2, 4)], path="m.pt")
+            Trainer(None, model).save("t.pt")
+            """,
+    })
+    results = check_files(["utils.py", "main.py"], Settings(root=str(project), select=("TD205",)))
+    assert codes(results, "utils.py") == [(6, "TD205"), (15, "TD205")]
+    write(project, {"main.py": """\
+        import torch
+        import torch.nn as nn
+        import utils
+        from utils import Trainer
+
+        net = nn.DataParallel(nn.Linear(4, 4))
+        utils.train(None, model=net.module, loader=[torch.rand(2, 4)], path="m.pt")
+        Trainer(None, net.module).save("t.pt")
+        """})
+    results = check_files(["utils.py", "main.py"], Settings(root=str(project), select=("TD205",)))
+    assert codes(results, "utils.py") == []
+
+
 def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_step(project: Path) -> None:
     """``cuda_variable(torch.zeros(1, b, 8))`` in a forward, where ``utils.cuda_variable`` moves its parameter to the
     GPU when there is one: made on the CPU and copied every step. ``utils.wrap`` moves nothing."""

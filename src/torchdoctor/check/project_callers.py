@@ -350,6 +350,13 @@ class Callers:
                    for r in self._callers(sem, func, by_class=by_class, through_package=func.name == "__init__"))
         # (``agent = algo.PPO(actor_critic, ...)`` of ``from pkg import algo``, whose ``__init__`` imports ``PPO``)
 
+    def passes_wrapper(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
+        """A caller in another module hands ``param`` of ``func`` a DataParallel/DDP wrapper (``utils.train(args,
+        model=model)`` after ``model = nn.DataParallel(model)``; ``Trainer(args, model)`` for ``__init__``)."""
+        slot = param_slot(func, param)
+        return any(param in r.wrapped_models or (slot is not None and slot in r.wrapped_models)
+                   for r in self._callers(sem, func, through_package=func.name == "__init__"))
+
     def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False,
                  through_package: bool = False, via_package: bool = False) -> list[CallRecord]:
         """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process

@@ -272,6 +272,8 @@ def wrapped_state_dict_saved(node: ast.AST, ctx: Context) -> None:
         # is not seen here)
     if prefix is None and _wrapped_by_a_helper(ctx, recv, node):
         prefix = "module."
+    if prefix is None and _saved(ctx, node) and _wrapped_by_the_callers(ctx, recv, node):
+        prefix = "module."  # (asked last, of saved state dicts only: it reads the modules that call this one)
     if prefix is None or not _saved(ctx, node) or _in_unwrapped_branch(ctx, recv, node) or _unwrap_chosen(ctx, node) \
             or _unwrapped_on_every_branch(ctx, recv, node):
         return
@@ -372,6 +374,40 @@ def _wrapped_by_a_helper(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
     if b is None or b.is_param or not isinstance(b.value, ast.Call) or b.index is not None:
         return False
     return getattr(ctx.semantic.external(b.value), "returns", None) == "wrapper"
+
+
+def _wrapped_by_the_callers(ctx: Context, recv: ast.AST, at: ast.AST) -> bool:
+    """``model.state_dict()`` of a parameter ``model`` (or ``self.model`` that ``__init__`` sets from its parameter)
+    that a caller in another module hands a DataParallel/DDP wrapper (``utils.train(args, model=model)`` after
+    ``model = nn.DataParallel(model)``; ``Trainer(args, model)``): the keys gain ``module.`` there."""
+    sem = ctx.semantic
+    if sem.project is None:
+        return False
+    key = dotted(recv)
+    func = sem.function_of(at)
+    while func is not None and isinstance(sem.scope_of(at), ast.Lambda) and sem.function_of(func) is not None:
+        func = sem.function_of(func)
+    if key is None or func is None:
+        return False
+    if "." not in key:
+        b = sem.binding_at(key, at)
+        owner = b.node if b is not None and b.is_param else None
+        if owner is None or sem.class_of(owner) is not None and owner.name != "__init__":  # type: ignore[attr-defined]
+            return False  # (a method's parameter: asked of the class's objects, not here)
+        if any(c is not b and not c.is_param and sem.scope_of(c.node) is owner for c in sem.bindings_of(key)):
+            return False  # (``model = model.module`` first: unwrapped)
+        return sem.project.passes_wrapper(sem, owner, key)  # type: ignore[attr-defined]
+    cls = sem.class_of(func)
+    if not key.startswith("self.") or key.count(".") != 1 or cls is None:
+        return False
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
+    params = {a.arg for a in init.args.args[1:]} if init is not None else set()
+    sets = [b for b in sem.bindings_of(key) if sem.class_of(b.node) is cls and not (
+        b.value is not None and dotted(strip_methods(b.value, PLACEMENT_METHODS)) == key)]  # (``self.model.to(dev)``)
+    if init is None or len(sets) != 1 or not isinstance(sets[0].value, ast.Name) or sets[0].value.id not in params \
+            or sem.function_of(sets[0].node) is not init:
+        return False  # (``self.model = model`` in ``__init__``, set nowhere else)
+    return sem.project.passes_wrapper(sem, init, sets[0].value.id)  # type: ignore[attr-defined]
 
 
 def _wrapped_here(ctx: Context, recv: ast.AST) -> bool:

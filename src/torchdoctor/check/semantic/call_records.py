@@ -31,7 +31,7 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by", "after_refusal", "choices", "in_model_loop", "unpinned_loaders", "trains")
+                 "made_by", "after_refusal", "choices", "in_model_loop", "unpinned_loaders", "trains", "wrapped_models")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -57,6 +57,7 @@ class CallRecord(FrozenRecord):
     in_model_loop: bool  # made on every pass of a loop that runs a model (a sampling or generation loop), on an accelerator
     unpinned_loaders: frozenset[str]  # arguments (by name or "#i") that are torch DataLoaders made without pinned memory
     trains: bool  # autograd is on at the call and its result reaches a ``backward()`` (a training forward)
+    wrapped_models: frozenset[str]  # arguments (by name or "#i") that are a DataParallel/DDP wrapper (``module.`` keys)
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
@@ -65,10 +66,11 @@ class CallRecord(FrozenRecord):
                  host_args: frozenset[str] = frozenset(), per_iteration: bool = False, in_forward: str = "",
                  made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False,
                  choices: tuple[tuple[str, str | bool], ...] = (), in_model_loop: bool = False,
-                 unpinned_loaders: frozenset[str] = frozenset(), trains: bool = False) -> None:
+                 unpinned_loaders: frozenset[str] = frozenset(), trains: bool = False,
+                 wrapped_models: frozenset[str] = frozenset()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
                    rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal,
-                   choices, in_model_loop, unpinned_loaders, trains)
+                   choices, in_model_loop, unpinned_loaders, trains, wrapped_models)
 
 
 def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None,
@@ -90,6 +92,7 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
     held = _held_instances(sem, names)
     asks_gpus = "is_available" in sem.text.source or "device_count" in sem.text.source
     loaders_made = "DataLoader(" in sem.text.source
+    wraps_models = "DataParallel" in sem.text.source or "DDP" in sem.text.source
     for call in sem.calls:
         written = dotted(call.func)
         if written is None and isinstance(call.func, ast.Attribute) and isinstance(obj := call.func.value, ast.Call) \
@@ -161,7 +164,8 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               per_iteration and not per_step and _in_a_model_loop(sem, call),
                               unpinned_loader_args(sem, call) if loaders_made else frozenset(),
                               grad_mode == "on" and in_loop and bool(INFERENCE_NAME.match(written.rsplit(".", 1)[-1]))
-                              and sem.feeds_backward(call)))  # (asked of inference-named helpers only: TD401's)
+                              and sem.feeds_backward(call),  # (asked of inference-named helpers only: TD401's)
+                              _wrapper_args(sem, call) if wraps_models else frozenset()))
     return out
 
 
@@ -177,6 +181,23 @@ def _moved_model(sem: SemanticModel, arg: ast.Name, call: ast.Call, names: set[s
     made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
         and b.value is not None else None
     return isinstance(made, ast.Call) and _project_class(dotted(made.func), names)
+
+
+def _wrapper_args(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
+    """The arguments of ``call`` (by name or "#i") that are names bound to a DataParallel/DDP wrapper (``model =
+    nn.DataParallel(model).cuda()``, then ``utils.train(args, model=model)``): its ``state_dict()`` keys gain
+    ``module.``."""
+    out = set()
+    for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]:
+        b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
+        made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
+            and b.value is not None else None
+        if isinstance(made, ast.Call) and (sem.call_name(made) or "").rsplit(".", 1)[-1] in _DP_WRAPPERS:
+            out.add(slot)
+    return frozenset(out)
+
+
+_DP_WRAPPERS = frozenset({"DataParallel", "DistributedDataParallel", "DDP"})
 
 
 def _wraps_a_moved(sem: SemanticModel, arg: ast.Name, call: ast.Call, moved: set[str]) -> bool:
