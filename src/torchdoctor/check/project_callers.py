@@ -355,12 +355,13 @@ class Callers:
         model=model)`` after ``model = nn.DataParallel(model)``; ``Trainer(args, model)`` for ``__init__``)."""
         slot = param_slot(func, param)
         return any(param in r.wrapped_models or (slot is not None and slot in r.wrapped_models)
-                   for r in self._callers(sem, func, through_package=func.name == "__init__"))
+                   for r in self._callers(sem, func, wrapper_only=True))
 
     def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False,
-                 through_package: bool = False, via_package: bool = False) -> list[CallRecord]:
+                 through_package: bool = False, via_package: bool = False, wrapper_only: bool = False) -> list[CallRecord]:
         """The calls of ``func`` in other modules; ``ddp_only``: only those of modules whose text names a process
-        group (the others are not read: a question about DDP callers parses no single-process script)."""
+        group (the others are not read: a question about DDP callers parses no single-process script);
+        ``wrapper_only``: only those of modules whose text names a DataParallel/DDP wrapper."""
         name = func.name  # type: ignore[attr-defined]
         cls = sem.class_of(func)
         method = None
@@ -372,7 +373,8 @@ class Callers:
         here = self.state.absolute(sem.path)
         key = (here, f"{name}.{method}" if method else name)
         memo = self.state.callers
-        variant = "ddp" if ddp_only else "package" if through_package else "via" if via_package else None
+        variant = "ddp" if ddp_only else "wrapper" if wrapper_only else "package" if through_package \
+            else "via" if via_package else None
         mkey = (*key, variant) if variant else key
         if key in memo and not via_package:
             return memo[key]  # (every caller found already answers the narrower questions too; not the package's)
@@ -394,14 +396,15 @@ class Callers:
             names += registries(sem, cls)  # (``algorithm.update(...)`` of ``algorithms.get_algorithm_class(name)(...)``)
         skipped, self.state.skipped = self.state.skipped, False
         for name in names:
-            out += self._callers_named(here, stem, package, words, name, method, ddp_only, star_only=through_package)
+            out += self._callers_named(here, stem, package, words, name, method, ddp_only, star_only=through_package,
+                                       wrapper_only=wrapper_only)
         if not self.state.skipped:
             memo[mkey] = out
         self.state.skipped = skipped or self.state.skipped
         return out
 
     def _callers_named(self, here: str, stem: str, package: str, words: set[str], name: str, method: str | None,
-                       ddp_only: bool, star_only: bool = False) -> list[CallRecord]:
+                       ddp_only: bool, star_only: bool = False, wrapper_only: bool = False) -> list[CallRecord]:
         """``star_only``: of the modules that import the package (not the module), those that import all it re-exports
         (``from runners import *``): a class's constructor callers, read without a parse of every importer."""
         pattern = re.compile(rf"\b{re.escape(name)}\b")
@@ -418,8 +421,9 @@ class Callers:
             text = self.state.text(other)
             if not text or name not in text or not pattern.search(text):  # (the substring test: 10x cheaper)
                 continue
-            if ddp_only and not program.names_process_group(text):
-                continue
+            if ddp_only and not program.names_process_group(text) \
+                    or wrapper_only and "DataParallel" not in text and "DDP" not in text:
+                continue  # (a question about wrapped models parses no module that wraps none: ~80 parses on 620 files)
             known = self.state.imports_of.get(other)  # checked already: its imports say if it can call ``func``
             if known is not None and other not in self.state.records and \
                     not any(self._imports_function(other, known, head, here, name) for head in (*known[0], *known[1])):
