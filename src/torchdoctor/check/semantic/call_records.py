@@ -183,18 +183,23 @@ def _moved_model(sem: SemanticModel, arg: ast.Name, call: ast.Call, names: set[s
     return isinstance(made, ast.Call) and _project_class(dotted(made.func), names)
 
 
+def _wrapper_bound(sem: SemanticModel, arg: ast.AST, call: ast.Call) -> ast.Call | None:
+    """The wrapper construction (DataParallel, DDP, FSDP, ``torch.compile``) the name ``arg`` is bound to at ``call``,
+    through placements (``model = nn.DataParallel(model).cuda()``); else None."""
+    b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
+    made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
+        and b.value is not None else None
+    return made if isinstance(made, ast.Call) and sem.call_kind(made, b.node) == "wrapper" else None  # type: ignore[union-attr]
+
+
 def _wrapper_args(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
-    """The arguments of ``call`` (by name or "#i") that are names bound to a DataParallel/DDP wrapper (``model =
-    nn.DataParallel(model).cuda()``, then ``utils.train(args, model=model)``): its ``state_dict()`` keys gain
+    """The arguments of ``call`` (by name or "#i") that are DataParallel/DDP wrappers (``model =
+    nn.DataParallel(model).cuda()``, then ``utils.train(args, model=model)``): their ``state_dict()`` keys gain
     ``module.``."""
-    out = set()
-    for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]:
-        b = sem.binding_at(arg.id, call) if isinstance(arg, ast.Name) else None
-        made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.index is None \
-            and b.value is not None else None
-        if isinstance(made, ast.Call) and (sem.call_name(made) or "").rsplit(".", 1)[-1] in _DP_WRAPPERS:
-            out.add(slot)
-    return frozenset(out)
+    return frozenset(slot for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)]
+                     + [(k.arg, k.value) for k in call.keywords if k.arg]
+                     if (made := _wrapper_bound(sem, arg, call)) is not None
+                     and (sem.call_name(made) or "").rsplit(".", 1)[-1] in _DP_WRAPPERS)
 
 
 _DP_WRAPPERS = frozenset({"DataParallel", "DistributedDataParallel", "DDP"})
@@ -202,10 +207,8 @@ _DP_WRAPPERS = frozenset({"DataParallel", "DistributedDataParallel", "DDP"})
 
 def _wraps_a_moved(sem: SemanticModel, arg: ast.Name, call: ast.Call, moved: set[str]) -> bool:
     """``ddp_model = DDP(model, device_ids=[rank])`` of a ``model`` moved to the accelerator: the wrapper runs there."""
-    b = sem.binding_at(arg.id, call)
-    value = b.value if b is not None and not b.is_param and b.index is None else None
-    return isinstance(value, ast.Call) and sem.call_kind(value, b.node) == "wrapper" and bool(value.args) \
-        and isinstance(value.args[0], ast.Name) and value.args[0].id in moved  # type: ignore[union-attr]
+    made = _wrapper_bound(sem, arg, call)
+    return made is not None and bool(made.args) and isinstance(made.args[0], ast.Name) and made.args[0].id in moved
 
 
 def _project_class(written: str | None, names: set[str]) -> bool:

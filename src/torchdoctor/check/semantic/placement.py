@@ -84,7 +84,7 @@ def never_moved(sem: SemanticModel, key: str, at: ast.AST | None = None, upto: i
                 return False
             continue
         if not b.is_param and isinstance(value, ast.Call) and b.index is not None:
-            made = _returned_construction(sem, value, b.index)
+            made = _returned_model_at(sem, value, b.index)
             if made is None or not _unmoved_construction(sem, made, made):
                 return False
             continue  # ``model, opt = get_model()`` of ``model = Net(); return model, optim.SGD(...)``
@@ -125,7 +125,7 @@ def _unmoved_construction(sem: SemanticModel, value: ast.Call, at: ast.AST) -> b
     # is one)
 
 
-def _returned_construction(sem: SemanticModel, call: ast.Call, index: int) -> ast.Call | None:
+def _returned_model_at(sem: SemanticModel, call: ast.Call, index: int) -> ast.Call | None:
     """The model construction that element ``index`` of every ``return`` of the function of this file ``call`` runs
     hands back (``return model, optim.SGD(...)`` after ``model = Mnist_Logistic()``), else None."""
     funcs = sem.resolve(call)
