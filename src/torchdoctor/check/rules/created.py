@@ -121,8 +121,10 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     assert isinstance(node, ast.Call)
     q = ctx.call_name(node) or ""
     counting = q.split(".")[-1] in (*LEGACY_TENSORS, "tensor", "as_tensor") and _counting(node)
+    constant = q.split(".")[-1] in (*LEGACY_TENSORS, "tensor") and _constant_data(ctx, node)
     if not q.startswith("torch.") or q.count(".") != 1 or q.split(".")[1] not in _MAKERS and not (
-            q.split(".")[1] in LEGACY_TENSORS and (_sizes_only(node, ctx.semantic) or counting)) and not counting:
+            q.split(".")[1] in LEGACY_TENSORS and (_sizes_only(node, ctx.semantic) or counting)) and not counting \
+            and not constant:
         return  # (``torch.as_tensor(range(a, b))``: a count, like ``torch.LongTensor(range(n))``)
     if keyword(node, "device") or keyword(node, "generator") or keyword(node, "out") or has_kwargs(node):
         return  # (a CPU generator makes the same numbers on any machine: a deliberate CPU draw)
@@ -174,7 +176,10 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     maker, dev = f"{ctx.name(node.func)}(...", device if how in ("to", "type_as") else "..."
     if how == "to" and move.args and isinstance(move.args[0], ast.Name) and device == f"{move.args[0].id}.device":
         dev = f"{device}, dtype={move.args[0].id}.dtype"  # (``.to(h)`` casts to ``h``'s dtype too)
-    if counting:  # (a legacy constructor takes no device: its arange does)
+    if constant:  # ``torch.LongTensor([[SOS_token] * b])``: the same numbers each step, made where they are used
+        dtype = LEGACY_DTYPES.get(q.split(".")[1])
+        maker = f"torch.tensor({ctx.name(node.args[0], 40)}" + (f", dtype=torch.{dtype}" if dtype else "")
+    elif counting:  # (a legacy constructor takes no device: its arange does)
         rng = node.args[0] if dotted(node.args[0].func) == "range" else node.args[0].args[0]  # type: ignore[attr-defined]
         maker = f"torch.arange({', '.join(ctx.name(a) for a in rng.args)}"  # type: ignore[attr-defined]
     elif q.split(".")[1] in LEGACY_TENSORS:  # (``torch.FloatTensor(1, device=...)`` raises: a legacy constructor
@@ -192,6 +197,41 @@ def tensor_made_then_moved(node: ast.AST, ctx: Context) -> None:
     ctx.report("TD611", node, f"`{made}` is made on the CPU and copied to the device by {mover} on "
                f"every step of {where}: an allocation and a host-to-device copy each time",
                fix=f"make it there: {there}")
+
+
+_CONSTANT_NAME = lazy(r"^[A-Z][A-Z0-9_]*$|^\w+_(token|TOKEN|idx|IDX|id|ID)$")
+
+
+def _constant_data(ctx: Context, call: ast.Call) -> bool:
+    """``torch.LongTensor([[SOS_token for _ in range(b)]])``, ``torch.tensor([0.5, 0.5])``: a tensor of the same
+    numbers on every call (literals, or constants: ``PAD_IDX``, ``SOS_token``), repeated by ``[c] * n`` or a
+    comprehension at most. Data a step reads (a label, a batch's list) is not; nor is a bare number, which a legacy
+    constructor takes for a size."""
+    if len(call.args) != 1 or call.keywords and not all(k.arg == "dtype" for k in call.keywords) \
+            or not isinstance(call.args[0], (ast.List, ast.Tuple, ast.ListComp, ast.BinOp)):
+        return False
+    return _constant_numbers(ctx.semantic, call.args[0], 0)
+
+
+def _constant_numbers(sem, e: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    """(``_constant_data``'s test of one expression: a module function, no closure that would keep the model alive.)"""
+    if depth > 4:
+        return False
+    if isinstance(e, ast.Constant):
+        return type(e.value) in (int, float, bool)
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+        return _constant_numbers(sem, e.operand, depth + 1)
+    if isinstance(e, ast.Name):
+        bound = sem.bindings_of(e.id)
+        return bool(_CONSTANT_NAME.match(e.id)) and (not bound or all(
+            isinstance(b.value, ast.Constant) and sem.frame(b.node).kind == "module" for b in bound))
+    if isinstance(e, (ast.List, ast.Tuple)):
+        return bool(e.elts) and all(_constant_numbers(sem, x, depth + 1) for x in e.elts)
+    if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):  # ``[SOS] * batch_size``
+        return isinstance(e.left, ast.List) and _constant_numbers(sem, e.left, depth + 1)
+    if isinstance(e, ast.ListComp) and len(e.generators) == 1:  # ``[SOS for _ in range(b)]``
+        return _constant_numbers(sem, e.elt, depth + 1)
+    return False
 
 
 def _weights_device_property(sem, func: ast.AST) -> bool:  # type: ignore[no-untyped-def]
