@@ -294,7 +294,8 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     """
     what = sync_site(ctx, node)  # (first: most calls of these names are no sync at all: ``torch.log(x)``)
     if what is None or program.is_rpc_program(ctx.semantic) or ctx.semantic.guards.on_cpu_branch(node) \
-            or copied_for_a_checkpoint(ctx, node) or branch_no_caller_chooses(ctx, node) or _number_fallback(ctx, node):
+            or copied_for_a_checkpoint(ctx, node) or branch_no_caller_chooses(ctx, node) or _number_fallback(ctx, node) \
+            or _stepped_by_lbfgs(ctx, node):
         return  # (RPC programs copy to the CPU on purpose: RPC sends host tensors; a checkpoint reads its tensors)
     loop = per_step_loop(ctx, node)
     if loop is None:
@@ -329,6 +330,23 @@ def _visual_debug_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
                 and _SHOW_FLAG.match((dotted(up.test) or "").rsplit(".", 1)[-1]):
             return True
         child = up
+    return False
+
+
+def _stepped_by_lbfgs(ctx: Context, node: ast.AST) -> bool:
+    """The read sits in a function that runs an L-BFGS step (``loss = optimizer.step(closure)`` of ``optimizer =
+    optim.LBFGS(...)``), or in the closure handed to it: L-BFGS reads the loss back itself, several times a step,
+    so one more read waits for nothing new (a full-batch PDE solve)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    while func is not None:
+        for c in sem.local_nodes(func):
+            if isinstance(c, ast.Call) and method_name(c) == "step" and c.args and isinstance(c.func, ast.Attribute) \
+                    and isinstance(c.func.value, ast.Name) and (b := sem.binding_at(c.func.value.id, c)) is not None \
+                    and not b.is_param and isinstance(b.value, ast.Call) \
+                    and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] == "LBFGS":
+                return True
+        func = sem.function_of(func)
     return False
 
 
@@ -867,7 +885,7 @@ def tensor_formatted_every_step(node: ast.AST, ctx: Context) -> None:
                    or isinstance(v, ast.Call) and sem.expr_kind(v, node) == "tensor"
                    or isinstance(v, ast.BinOp) and any(isinstance(o, ast.Name) and tensor_value(ctx, o, node)
                                                        for o in (v.left, v.right))), None)  # ``{total / n:.3f}``
-    if tensor is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem):
+    if tensor is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem) or _stepped_by_lbfgs(ctx, node):
         return
     loop = per_step_loop(ctx, node)
     if loop is not None and not cpu_only_loop(sem, loop) and not few_in_range(ctx, loop):
