@@ -19,7 +19,7 @@ __all__ = ["Guards", "RANKISH"]
 
 RANKISH = lazy(
     r"(?i)(rank|is_main|main_process|is_master|is_world_master|master_process|is_primary|is_global_zero|"
-    r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0|process_index(\(\))?\s*==\s*0|\bis_root\b|is_root_worker|is_rank_zero)"
+    r"is_world_process_zero|is_local_main|local_master|is_chief|gpu_id\s*==\s*0|process_index(\(\))?\s*==\s*0|\bis_root\b|is_root_worker|is_root_process|is_rank_zero)"
 )
 _DATA_NAME = lazy(r"(?i)loader|\bdl\b|_dl\b|batch|data|set\b|samples|examples")  # what a loop's passes run over
 _COUNTER = lazy(r"(?i)^(i|j|k|n|ni|it|idx|step|steps|iter|iters|iteration|batch_?(idx|id|i|num|index)?|"
