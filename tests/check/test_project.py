@@ -1569,6 +1569,37 @@ def test_a_save_helper_of_another_module_handed_a_data_parallel_wrapper(project:
     assert codes(results, "utils.py") == []
 
 
+def test_hard_coded_cuda_in_a_helper_no_module_calls_never_crashes(project: Path) -> None:
+    """``losses.py`` (no script itself) hard-codes ``.cuda()`` in ``adj_loss_``, which neither it nor ``train.py``,
+    its importer, ever calls: that code never runs, so it crashes nowhere (TD102 still names the ``.cuda()``). Its
+    ``local_loss``, which ``train.py`` calls, crashes without a GPU."""
+    write(project, {
+        "losses.py": """\
+            import torch
+
+            def local_loss(x):
+                return (x - torch.ones(x.shape).cuda()).pow(2).mean()
+
+            def adj_loss_(x):
+                mask = torch.eye(x.size(0)).cuda()
+                return (x * mask).sum()
+            """,
+        "train.py": """\
+            import torch
+            from losses import local_loss
+
+            net = torch.nn.Linear(4, 4)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x in [torch.rand(2, 4)]:
+                loss = local_loss(net(x))
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["losses.py", "train.py"], Settings(root=str(project), select=("TD101", "TD102")))
+    assert codes(results, "losses.py") == [(4, "TD101"), (4, "TD102"), (7, "TD102")]
+
+
 def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_step(project: Path) -> None:
     """``cuda_variable(torch.zeros(1, b, 8))`` in a forward, where ``utils.cuda_variable`` moves its parameter to the
     GPU when there is one: made on the CPU and copied every step. ``utils.wrap`` moves nothing."""

@@ -34,6 +34,17 @@ def _callers_need_a_gpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-
         and sem.project.callers_refuse_cpu(sem, func, ddp_only=False)
 
 
+def _in_a_helper_nothing_calls(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """The site is in a module-level function that no code calls or names: not this module (no script itself), nor
+    any module of the project that imports it (``Project.uncalled_helper``). Asked last: it reads the importers."""
+    func = sem.function_of(node)
+    while func is not None and sem.function_of(func) is not None:
+        func = sem.function_of(func)
+    return func is not None and sem.project is not None and sem.frame(func).kind == "module" \
+        and not sem.call_sites(func) and not sem.reads_of(func.name) \
+        and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
+
+
 @rule("TD101", ast.Module)
 def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
     """CUDA hard-coded with no GPU check anywhere in the file.
@@ -64,7 +75,7 @@ def hard_coded_cuda(node: ast.AST, ctx: Context) -> None:
                 or _callers_need_a_gpu(sem, site.node) or branch_no_caller_chooses(ctx, site.node) \
                 or _only_when_given_an_index(sem, site.node) or _cpu_in_the_other_branch(sem, site.node) \
                 or _class_asserts_cuda(sem, site.node) or _expected_to_raise(sem, site.node) \
-                or _helper_called_when_chosen(sem, site.node):
+                or _helper_called_when_chosen(sem, site.node) or _in_a_helper_nothing_calls(sem, site.node):
             continue
         chosen = _chosen_device(sem, site.node) if site.text.startswith("device=") and not site.indexed else None
         if chosen is not None:  # the class already holds the device it runs on: use it
