@@ -1600,6 +1600,43 @@ def test_hard_coded_cuda_in_a_helper_no_module_calls_never_crashes(project: Path
     assert codes(results, "losses.py") == [(4, "TD101"), (4, "TD102"), (7, "TD102")]
 
 
+def test_a_dataset_of_slices_a_project_helper_made_on_the_device_it_was_handed(project: Path) -> None:
+    """``samples, labels = charnn.chars_to_labelled_samples(text, idx, n, device)`` (the device by position), then
+    ``TensorDataset(samples[:k], labels[:k])``: the helper of another module builds its tensors on that device, so
+    the loader yields device tensors and pinning would fail. A dataset of the host lists it also returns is
+    pinned as usual."""
+    write(project, {
+        "charnn.py": """\
+            import torch
+
+            def chars_to_labelled_samples(text, idx, n, device="cpu"):
+                samples = torch.tensor([idx[c] for c in text[:-1]]).view(-1, n)
+                labels = torch.tensor([idx[c] for c in text[1:]]).view(-1, n)
+                return samples.to(device=device), labels.to(device=device)
+
+            def host_samples(text, n):
+                return torch.tensor([ord(c) for c in text]).view(-1, n)
+            """,
+        "train.py": """\
+            import torch
+            import charnn
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            samples, labels = charnn.chars_to_labelled_samples("abcdefghij" * 10, {}, 9, device)
+            ds = torch.utils.data.TensorDataset(samples[:8], labels[:8])
+            dl = torch.utils.data.DataLoader(ds, 4, shuffle=False, drop_last=True)
+            host = charnn.host_samples("abcdefghij" * 10, 10)
+            dl_host = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(host[:8]), 4, num_workers=2)
+            model = torch.nn.Embedding(128, 8).to(device)
+            for loader in (dl, dl_host):
+                for (x, *rest) in loader:
+                    model(x.to(device)).sum().backward()
+            """,
+    })
+    results = check_files(["charnn.py", "train.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "train.py") == [(9, "TD304")]
+
+
 def test_a_factory_handed_to_a_moving_helper_of_another_module_is_copied_every_step(project: Path) -> None:
     """``cuda_variable(torch.zeros(1, b, 8))`` in a forward, where ``utils.cuda_variable`` moves its parameter to the
     GPU when there is one: made on the CPU and copied every step. ``utils.wrap`` moves nothing."""

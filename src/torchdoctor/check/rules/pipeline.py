@@ -684,9 +684,11 @@ def _parts_of_a_device_helper_s_result(ctx: Context, made: ast.Call) -> bool:
     for name in names:
         b = sem.binding_at(name.id, made)
         value = b.value if b is not None and not b.is_param else None
-        if isinstance(value, ast.Call) and sem.project is not None and any(
+        if isinstance(value, ast.Call) and sem.project is not None and (any(
                 k.arg == "device" and sem.expr_kind(k.value, value) == "device" and string_value(k.value) != "cpu"
-                for k in value.keywords) and sem.project.function_for(sem, value) is not None:  # type: ignore[attr-defined]
+                for k in value.keywords) or any(  # (or by position: ``chars_to_labelled_samples(text, idx, n, device)``)
+                isinstance(a, ast.Name) and sem.expr_kind(a, value) == "device" for a in value.args)) \
+                and sem.project.function_for(sem, value) is not None:  # type: ignore[attr-defined]
             return True
     return False
 
