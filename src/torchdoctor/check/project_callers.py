@@ -345,17 +345,14 @@ class Callers:
         """A caller in another module hands ``param`` of ``func`` a model it moved to an accelerator (``Runner(model,
         opt, cfg)`` after ``model.cuda()``; a method's ``self`` takes no argument slot); ``by_class``: a method's
         calls made through objects of its class (``trainer.train(model, opt)``)."""
-        slot = param_slot(func, param)
-        return any(param in r.moved_models or (slot is not None and slot in r.moved_models)
-                   for r in self._callers(sem, func, by_class=by_class, through_package=func.name == "__init__"))
+        return _handed(self._callers(sem, func, by_class=by_class, through_package=func.name == "__init__"), func, param,
+                       "moved_models")
         # (``agent = algo.PPO(actor_critic, ...)`` of ``from pkg import algo``, whose ``__init__`` imports ``PPO``)
 
     def passes_wrapper(self, sem: SemanticModel, func: ast.AST, param: str) -> bool:
         """A caller in another module hands ``param`` of ``func`` a DataParallel/DDP wrapper (``utils.train(args,
         model=model)`` after ``model = nn.DataParallel(model)``; ``Trainer(args, model)`` for ``__init__``)."""
-        slot = param_slot(func, param)
-        return any(param in r.wrapped_models or (slot is not None and slot in r.wrapped_models)
-                   for r in self._callers(sem, func, wrapper_only=True))
+        return _handed(self._callers(sem, func, wrapper_only=True), func, param, "wrapped_models")
 
     def _callers(self, sem: SemanticModel, func: ast.AST, ddp_only: bool = False, by_class: bool = False,
                  through_package: bool = False, via_package: bool = False, wrapper_only: bool = False) -> list[CallRecord]:
@@ -879,3 +876,9 @@ def registries(sem: SemanticModel, cls: ast.AST) -> list[str]:
     anything, by_table = sem.cached("registries", compute)
     return anything + [f for f, classes in by_table.items() if cls.name in classes]  # type: ignore[attr-defined]
 
+
+def _handed(records: list[CallRecord], func: ast.AST, param: str, field: str) -> bool:
+    """Some call record's ``field`` (``moved_models``, ``wrapped_models``: parameters by name or "#i") names
+    ``param`` of ``func``, by name or by its position."""
+    slot = param_slot(func, param)
+    return any(param in (given := getattr(r, field)) or slot is not None and slot in given for r in records)

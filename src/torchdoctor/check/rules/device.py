@@ -35,14 +35,12 @@ def _callers_need_a_gpu(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-
 
 
 def _in_a_helper_nothing_calls(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
-    """The site is in a module-level function that no code calls or names: not this module (no script itself), nor
-    any module of the project that imports it (``Project.uncalled_helper``). Asked last: it reads the importers."""
+    """The site is in a module-level function (its outermost) that no code calls or names
+    (``program.uncalled_module_function``)."""
     func = sem.function_of(node)
     while func is not None and sem.function_of(func) is not None:
         func = sem.function_of(func)
-    return func is not None and sem.project is not None and sem.frame(func).kind == "module" \
-        and not sem.call_sites(func) and not sem.reads_of(func.name) \
-        and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
+    return program.uncalled_module_function(sem, func)
 
 
 @rule("TD101", ast.Module)

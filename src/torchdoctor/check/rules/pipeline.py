@@ -37,11 +37,7 @@ def _in_an_uncalled_factory(ctx: Context, node: ast.AST) -> bool:
     """The loader is made in a module-level function that nothing calls: not its own module, and none of the modules
     of the project that import it (NRI's ``load_kuramoto_data`` beside the ``load_data`` every script calls). Asked
     last: it reads the importers."""
-    sem = ctx.semantic
-    func = sem.function_of(node)
-    return func is not None and sem.project is not None and sem.frame(func).kind == "module" \
-        and not sem.call_sites(func) and not sem.reads_of(func.name) \
-        and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
+    return program.uncalled_module_function(ctx.semantic, ctx.semantic.function_of(node))
 
 
 def _batches_handed_to_an_accelerated_object(ctx: Context, node: ast.Call) -> ast.Call | None:

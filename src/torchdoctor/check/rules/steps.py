@@ -338,16 +338,25 @@ def _stepped_by_lbfgs(ctx: Context, node: ast.AST) -> bool:
     optim.LBFGS(...)``), or in the closure handed to it: L-BFGS reads the loss back itself, several times a step,
     so one more read waits for nothing new (a full-batch PDE solve)."""
     sem = ctx.semantic
+    stepping = sem.cached("lbfgs_steppers", lambda: _lbfgs_steppers(sem))
     func = sem.function_of(node)
-    while func is not None:
-        for c in sem.local_nodes(func):
-            if isinstance(c, ast.Call) and method_name(c) == "step" and c.args and isinstance(c.func, ast.Attribute) \
-                    and isinstance(c.func.value, ast.Name) and (b := sem.binding_at(c.func.value.id, c)) is not None \
-                    and not b.is_param and isinstance(b.value, ast.Call) \
-                    and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] == "LBFGS":
-                return True
+    while func is not None and stepping:
+        if func in stepping:
+            return True
         func = sem.function_of(func)
     return False
+
+
+def _lbfgs_steppers(sem) -> frozenset:  # type: ignore[no-untyped-def]
+    """The functions of the file that call ``.step(closure)`` of an optimizer bound to ``LBFGS(...)`` (once a file)."""
+    out = set()
+    for c in sem.calls_named("step"):
+        if c.args and isinstance(c.func, ast.Attribute) and isinstance(c.func.value, ast.Name) \
+                and (b := sem.binding_at(c.func.value.id, c)) is not None and not b.is_param \
+                and isinstance(b.value, ast.Call) and (sem.call_name(b.value) or "").rsplit(".", 1)[-1] == "LBFGS" \
+                and (func := sem.function_of(c)) is not None:
+            out.add(func)
+    return frozenset(out)
 
 
 def _number_fallback(ctx: Context, node: ast.AST) -> bool:

@@ -70,14 +70,25 @@ def built_without_grad(sem: SemanticModel, call: ast.Call) -> bool:
 
 
 def _built_quiet(sem: SemanticModel, made: ast.Call) -> bool:
+    """``made`` builds a module class whose forward runs a no-grad method unless given its flag (``forward_quiet_unless``),
+    and leaves the flag off."""
+    return _as_built(sem, made, forward_quiet_unless, "class_quiet_unless")
+
+
+def _as_built(sem: SemanticModel, made: ast.Call, how_of, asked: str) -> bool:  # type: ignore[no-untyped-def]
+    """Whether ``made`` builds its module class in the state ``how_of(sem, cls)`` (a class of this file) or the
+    project's answer ``asked`` (``class_frozen``, ``class_quiet_unless``: the deciding parameter and ``__init__``'s
+    parameters, of a class of another module) describes, by ``frozen_as_built``."""
     name = sem.call_name(made) or ""
     cls = sem.calls_index.classes.get(name) if name in sem.module_classes else None
     if cls is not None:
         init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
-        flag = forward_quiet_unless(sem, cls)
-        return flag is not None and frozen_as_built(flag, made, [a.arg for a in init.args.args[1:]] if init else None)
+        params = [a.arg for a in init.args.args[1:]] if init is not None else None
+        return frozen_as_built(how_of(sem, cls), made, params)
     written = dotted(made.func)
-    found = sem.project.class_quiet_unless(sem, written) if sem.project is not None and written else None  # type: ignore[attr-defined]
+    if sem.project is None or not written:
+        return False
+    found = getattr(sem.project, asked)(sem, written)
     return found is not None and frozen_as_built(found[0], made, list(found[1]))
 
 
@@ -414,14 +425,4 @@ def frozen_as_built(how: str | None, made: ast.Call, init_params: list[str] | No
 
 def _built_frozen(sem: SemanticModel, made: ast.Call) -> bool:
     """``made`` builds a module class (of this file, or of another module of the project) that freezes itself."""
-    name = sem.call_name(made) or ""
-    cls = sem.calls_index.classes.get(name) if name in sem.module_classes else None
-    if cls is not None:
-        init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)  # type: ignore[attr-defined]
-        params = [a.arg for a in init.args.args[1:]] if init is not None else None
-        return frozen_as_built(class_freezes_itself(sem, cls), made, params)
-    written = dotted(made.func)
-    if sem.project is None or not written:
-        return False
-    how = sem.project.class_frozen(sem, written)  # type: ignore[attr-defined]
-    return how is not None and frozen_as_built(how[0], made, list(how[1]))
+    return _as_built(sem, made, class_freezes_itself, "class_frozen")

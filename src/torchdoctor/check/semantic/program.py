@@ -194,6 +194,14 @@ def _places_work(sem: SemanticModel) -> bool:
                for c in sem.calls_named("set_device", "pick_device"))
 
 
+def uncalled_module_function(sem: SemanticModel, func: ast.AST | None) -> bool:
+    """``func`` is a module-level function that no code calls or names: not its own module, and none of the modules of
+    the project that import it (``Project.uncalled_helper``). Asked last by its users: it reads the importers."""
+    return func is not None and sem.project is not None and sem.frame(func).kind == "module" \
+        and not sem.call_sites(func) and not sem.reads_of(func.name) \
+        and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
+
+
 def moves_to_cpu_name(sem: SemanticModel, call: ast.AST) -> bool:
     """``x.to(device)`` with ``device`` the CPU wherever it is bound (see ``cpu_name``)."""
     return isinstance(call, ast.Call) and method_name(call) == "to" and bool(call.args) and cpu_name(sem, call.args[0])
