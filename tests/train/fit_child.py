@@ -44,6 +44,8 @@ def train(out: Path, ckpt: Path, announce: bool = True) -> None:
                   optimizer=opt, epochs=3, val_loader=DataLoader(Augmented(16), batch_size=16), scheduler=sched,
                   scheduler_interval="step", checkpoint_dir=ckpt, checkpoint_every=2, callbacks=[Announce()] if announce else [],
                   log_every=5, progress=False)  # fmt: skip
+    if announce:
+        sys.stdin.read()  # the test closes our stdin unless it means to kill us first: then we never get here
     torch.save(model.state_dict(), out / "weights.pt")
     rows = [{k: v for k, v in row.items() if k not in ("seconds", "samples_per_s")} for row in history.rows]
     (out / "history.json").write_text(json.dumps(rows))
