@@ -884,3 +884,61 @@ def test_a_loss_of_torch_s_loss_base_reached_through_a_package_that_loads_its_mo
         "encoder.cuda() if cuda else encoder", "encoder").replace("batch = batch.cuda()", "pass")})
     results = check_files(paths, settings)
     assert codes(results, "triplet_loss.py") == [] and codes(results, "wrappers.py") == []
+
+
+def _notebook(cells: list[str]) -> str:
+    import json
+
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"language": "python"}},
+                       "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                                  "source": c} for c in cells]})
+
+
+AGENT = """\
+    import torch
+    from torch import nn
+
+    class PolicyNet(nn.Module):
+        def __init__(self, d, n):
+            super().__init__()
+            self.fc = nn.Linear(d, n)
+
+        def forward(self, x):
+            return self.fc(x)
+
+        @staticmethod
+        def build(d, n, device="cpu"):
+            return PolicyNet(d, n).to(device)
+
+    class Trainer:
+        def __init__(self, net, device="cpu"):
+            self.net, self.device = net, device
+            self.opt = torch.optim.Adam(net.parameters())
+
+        def train(self, batches):
+            for states, rewards in batches:
+                loss = -(self.net(states.to(self.device)).log_softmax(1)[:, 0] * rewards.to(self.device)).mean()
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                print(loss.item())
+    """
+
+
+@pytest.mark.parametrize("forced", [True, False])
+def test_a_notebook_that_rebinds_its_device_to_the_cpu_hands_its_helpers_no_gpu(project: Path, forced: bool) -> None:
+    """A course notebook picks ``device = torch.device('cuda' if ... else 'cpu')``, then, in the same cell, forces
+    ``device = 'cpu'`` ("a GPU won't help here") and hands that name to the helpers of a sibling module, moving
+    nothing itself: the helpers' per-step ``.item()`` runs on the CPU (no TD603). Without the forcing line, the
+    notebook hands them a GPU."""
+    setup = "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+    if forced:
+        setup += "\n# Prefer the CPU here\ndevice = 'cpu'\nprint('Using device:', device)"
+    write(project, {"hw/__init__.py": "", "hw/agent.py": AGENT})
+    (project / "run.ipynb").write_text(_notebook([
+        "import torch\nimport hw.agent as ag", setup,
+        "net = ag.PolicyNet.build(4, 2, device)\ntrainer = ag.Trainer(net, device=device)",
+        "batches = [(torch.randn(8, 4), torch.randn(8)) for _ in range(10)]\ntrainer.train(batches)",
+    ]))
+    results = check_files(["hw/agent.py", "run.ipynb"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "agent.py") == ([] if forced else [(27, "TD603")])

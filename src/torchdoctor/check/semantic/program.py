@@ -523,16 +523,22 @@ def _cuda_always_off(sem: SemanticModel) -> bool:
 
 
 def _devices_end_on_cpu(sem: SemanticModel) -> bool:
-    """Every move of the file goes to a module-level device name whose last binding is the CPU: ``device =
-    torch.device("cuda" if torch.cuda.is_available() else "cpu")`` then ``device = "cpu"`` (a tutorial forcing the
-    CPU), or a choice gated by a flag set to False (``use_gpu = False``, ``"cuda" if avail and use_gpu else "cpu"``)."""
+    """Every move and every ``device=`` argument of the file goes to a module-level device name whose last binding is
+    the CPU: ``device = torch.device("cuda" if torch.cuda.is_available() else "cpu")`` then ``device = "cpu"`` (a
+    tutorial forcing the CPU; a notebook that moves nothing itself and hands ``device=device`` to its helpers), or a
+    choice gated by a flag set to False (``use_gpu = False``, ``"cuda" if avail and use_gpu else "cpu"``)."""
     source = sem.text.source
     if "cpu" not in source or ".cuda(" in source:
         return False
     moves = sem.device_moves()
-    if not moves:
+    given = [k.value for c in sem.calls_with_keyword("device") for k in c.keywords
+             if k.arg == "device" and isinstance(k.value, ast.Name)]
+    if not moves and not given:
         return False
     names: dict[str, bool] = {}
+    for value in given:  # (a notebook that moves nothing itself: ``Agent(env, net, device=device)``)
+        if value.id not in names:
+            names[value.id] = _ends_on_cpu(sem, value.id)
     for call in moves:
         dev = keyword(call, "device")
         arg = dev.value if dev else (call.args[0] if call.args else None)
