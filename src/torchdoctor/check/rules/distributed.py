@@ -151,7 +151,7 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     if program.refuses_cpu(ctx.semantic, at=node):
         return  # ``assert torch.cuda.is_available(), "DDP needs CUDA"`` (here, in the process that spawns this
         # worker, or in a project helper it calls): the author states the need
-    if _under_a_gpu_count_test(ctx, node) or _flag_cleared_without_gpus(ctx, node):
+    if _under_a_gpu_count_test(ctx, node) or _flag_cleared_without_gpus(ctx, node) or _started_only_with_gpus(ctx, node):
         return  # ``world_size = torch.cuda.device_count()``, ``if world_size > 1:``: it runs only with GPUs
     func = ctx.semantic.function_of(node)
     if func is not None and ctx.semantic.project is not None and ctx.semantic.project.callers_refuse_cpu(ctx.semantic, func):
@@ -186,6 +186,17 @@ def _flag_cleared_without_gpus(ctx: Context, node: ast.AST) -> bool:
     return bool(flags) and any(
         isinstance(n.value, ast.Constant) and n.value.value is False and any(dotted(t) in flags for t in n.targets)  # type: ignore[attr-defined]
         and sem.guards.on_cpu_branch(n) for n in sem.of_type(ast.Assign))
+
+
+def _started_only_with_gpus(ctx: Context, node: ast.AST) -> bool:
+    """``node`` is in a module-level worker every use of which (``mp.spawn(worker, ...)``, a call) sits under a test that
+    GPUs exist (``if torch.cuda.is_available() and torch.cuda.device_count() >= 4:``, else the demo says it skips)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if func is None or sem.function_of(func) is not None or sem.class_of(func) is not None:
+        return False
+    uses = sem.reads_of(func.name)  # type: ignore[attr-defined]
+    return bool(uses) and all(sem.chooses_device(u) or _under_a_gpu_count_test(ctx, u) for u in uses)
 
 
 def _under_a_gpu_count_test(ctx: Context, node: ast.AST) -> bool:
