@@ -8751,3 +8751,59 @@ def test_reads_in_the_forward_of_a_model_class_that_a_training_loop_runs(project
             """})
     results = check_files(["train.py", "models.py"], Settings(root=str(project)), jobs=1)
     assert [c for c in codes(results, "models.py") if c[1] == "TD603"] == [(16, "TD603"), (21, "TD603"), (32, "TD603")]
+
+
+def test_a_loss_that_keeps_its_partial_losses_and_their_total_holds_nothing_to_move(project: Path) -> None:
+    """A detection loss (a ``_Loss`` subclass) keeps settings and a CPU tensor of anchors, and its ``forward`` keeps
+    its partial losses on ``self`` and their total (``self.loss_tot = self.loss_coord + self.loss_cls``): results of
+    the call, no state; ``.to()`` would move nothing of it (TD201 quiet). One that keeps a layer's output total
+    beside a layer still holds parameters."""
+    write(project, {
+        "loss.py": """\
+            import torch
+            import torch.nn as nn
+
+            class RegionLoss(nn.modules.loss._Loss):
+                def __init__(self, num_classes, anchors, coord_scale=1.0):
+                    super().__init__()
+                    self.num_classes = num_classes
+                    self.anchors = torch.Tensor(anchors)
+                    self.coord_scale = coord_scale
+
+                def forward(self, output, target):
+                    mse = nn.MSELoss()
+                    self.loss_coord = self.coord_scale * mse(output[:, :4], target[:, :4])
+                    self.loss_cls = self.coord_scale * 2 * nn.functional.cross_entropy(output[:, 4:], target[:, 4].long())
+                    self.loss_tot = self.loss_coord + self.loss_cls
+                    return self.loss_tot, self.loss_coord, self.loss_cls
+
+            class ProjectedLoss(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.proj = nn.Linear(8, 8)
+
+                def forward(self, output, target):
+                    self.loss_a = (self.proj(output) - target).abs().mean()
+                    self.loss_tot = self.loss_a * 2
+                    return self.loss_tot
+            """,
+        "train.py": """\
+            import torch
+            from loss import ProjectedLoss, RegionLoss
+
+            def train(model, loader, optimizer, anchors):
+                model.cuda()
+                criterion = RegionLoss(20, anchors)
+                projected = ProjectedLoss()
+                for images, labels in loader:
+                    images, labels = images.cuda(), labels.cuda()
+                    logits = model(images)
+                    loss, _, _ = criterion(logits, labels)
+                    loss = loss + projected(logits, labels)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["train.py", "loss.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(7, "TD201")]

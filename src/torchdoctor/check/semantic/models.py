@@ -550,6 +550,8 @@ def _kept_result(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
     func = sem.function_of(stmt)
     if func is None or func.name != "forward":  # type: ignore[attr-defined]
         return False
+    if _sum_of_kept_results(sem, value, func):
+        return True
     root = value
     while isinstance(root, (ast.Call, ast.Attribute, ast.Subscript, ast.BinOp)):
         root = root.left if isinstance(root, ast.BinOp) else root.func if isinstance(root, ast.Call) else root.value
@@ -557,6 +559,24 @@ def _kept_result(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
         return False
     b = sem.binding_at(root.id, stmt)
     return b is not None and sem.function_of(b.node) is func or b is not None and b.node is func
+
+
+def _sum_of_kept_results(sem: SemanticModel, value: ast.AST, func: ast.AST) -> bool:
+    """``self.loss_tot = self.loss_coord + self.loss_conf`` in ``forward``, each part itself set in that ``forward``
+    (``self.loss_coord = self.coord_scale * mse(...)``): the total of this call's results, no state."""
+    parts: list[ast.AST] = []
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Add, ast.Sub, ast.Mult, ast.Div)):
+            todo += [v.left, v.right]
+        else:
+            parts.append(v)
+    attrs = [dotted(v) for v in parts if not isinstance(v, ast.Constant)]
+    if not attrs or not all(a and a.startswith("self.") and a.count(".") == 1 for a in attrs):
+        return False
+    set_here = {dotted(t) for n in sem.local_nodes(func) for t, _ in _self_assignments(n)}
+    return all(a in set_here for a in attrs)
 
 
 def holds_plain_tensors_only(sem: SemanticModel, cls: ast.AST) -> bool:
