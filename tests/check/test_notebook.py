@@ -85,7 +85,8 @@ def test_a_syntax_errors_column_is_counted_in_its_cell_not_in_the_notebook_file(
     whose line 1 here is ``{``."""
     p = tmp_path / "t.ipynb"
     p.write_text(json.dumps(json.loads(nb("total = (3 +\n")), indent=1))
-    assert check_file(str(p)).errors == [f"{p}: error: syntax error at cell 1, line 1, column 9: '(' was never closed"]
+    assert check_file(str(p)).errors == [f"{p}: error: syntax error at cell 1, line 1, column 9: '(' was never closed"
+                                          " (the cell is left out; the other cells were checked)"]
 
 
 # -- a code cell that does not parse: reported, left out, the other cells checked -------------------------
@@ -97,7 +98,8 @@ def test_a_cell_that_does_not_parse_is_reported_and_the_other_cells_are_checked(
     p.write_text(json.dumps(json.loads(book), indent=1))  # (the file's line 1 is "{": no column is counted in it)
     result = check_file(str(p))
     assert [(f.code, f.location.cell, f.location.line) for f in result.findings] == [("TD102", 1, 2), ("TD502", 4, 1)]
-    assert result.errors[0] == f"{p}: error: syntax error at cell 2, line 1, column 9: '(' was never closed"
+    assert result.errors[0] == f"{p}: error: syntax error at cell 2, line 1, column 9: '(' was never closed " \
+                               "(the cell is left out; the other cells were checked)"
     assert result.errors[1].startswith(f"{p}: error: syntax error at cell 3, line 1, column ") and len(result.errors) == 2
     p.write_bytes(nb("boom()\n", "width = (2\n"))  # no torch in it: the gate still keeps every rule away
     assert [e.split(", column")[0] for e in check_file(str(p)).errors] == [f"{p}: error: syntax error at cell 2, line 1"]
@@ -226,7 +228,8 @@ def test_a_cell_that_does_not_parse_exits_2_even_with_exit_zero(fake_rules, tmp_
     [py, book] = err.splitlines()  # each file as before: one line that names the line (and the cell) that fails
     assert py.startswith("broken.py: error: syntax error at line 2, column ")
     assert book.startswith("t.ipynb: error: syntax error at cell 2, line ")
-    assert "2 files could not be checked" in out
+    assert book.endswith("(the cell is left out; the other cells were checked)")  # (not the notebook: the cell)
+    assert "1 file could not be checked; 1 notebook was checked without the cells that do not parse" in out
 
 
 def test_a_line_named_in_a_message_is_given_as_its_cell_and_line(tmp_path: Path) -> None:

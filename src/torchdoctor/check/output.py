@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 
-from torchdoctor.check.runner import FileResult
+from torchdoctor.check.runner import CELL_LEFT_OUT, FileResult
 from torchdoctor.findings import Finding, sort_findings
 from torchdoctor.report import emit, render, use_color
 
@@ -23,7 +23,7 @@ def report(results: Sequence[FileResult], args: argparse.Namespace) -> int:
     errors = [line for r in results for line in r.errors]
     for line in errors + [line for r in results for line in r.notes]:
         print(line, file=sys.stderr)
-    unreadable = sum(1 for r in results if r.errors)
+    unreadable = _unchecked(results)
     if args.diff:
         return _report_diff(results, args, unreadable)
     findings = sort_findings([f for r in results for f in r.findings])
@@ -47,7 +47,20 @@ def report(results: Sequence[FileResult], args: argparse.Namespace) -> int:
     return 1 if findings and not args.exit_zero else 0
 
 
-def _text(findings: list[Finding], fixed: int, unreadable: int, *, color: bool) -> str:
+def _unchecked(results: Sequence[FileResult]) -> str:
+    """The summary's last line when some file, or some cell of a notebook, could not be checked; else ""."""
+    partly = sum(1 for r in results if r.errors and all(e.endswith(CELL_LEFT_OUT) for e in r.errors))
+    whole = sum(1 for r in results if r.errors) - partly
+    said = []
+    if whole:
+        said.append(f"{_plural(whole, 'file')} could not be checked")
+    if partly:
+        said.append(f"{_plural(partly, 'notebook')} {'was' if partly == 1 else 'were'} checked without "
+                    "the cells that do not parse")
+    return f"{'; '.join(said)} (see the errors above)." if said else ""
+
+
+def _text(findings: list[Finding], fixed: int, unreadable: str, *, color: bool) -> str:
     from torchdoctor.report import text as text_report
 
     lines = [text_report.format_finding(f, color=color) for f in findings]
@@ -56,19 +69,19 @@ def _text(findings: list[Finding], fixed: int, unreadable: int, *, color: bool) 
     if findings or not unreadable:
         lines.append(text_report.summary(findings))
     if unreadable:
-        lines.append(f"{_plural(unreadable, 'file')} could not be checked (see the errors above).")
+        lines.append(unreadable)
     return "\n".join(lines) + "\n"
 
 
-def _tail_to_stderr(fixed: int, unreadable: int) -> None:
+def _tail_to_stderr(fixed: int, unreadable: str) -> None:
     # Machine-readable reports stay pure; the human notes go to stderr.
     if fixed:
         print(f"Fixed {_plural(fixed, 'problem')}.", file=sys.stderr)
     if unreadable:
-        print(f"{_plural(unreadable, 'file')} could not be checked (see the errors above).", file=sys.stderr)
+        print(unreadable, file=sys.stderr)
 
 
-def _report_diff(results: Sequence[FileResult], args: argparse.Namespace, unreadable: int) -> int:
+def _report_diff(results: Sequence[FileResult], args: argparse.Namespace, unreadable: str) -> int:
     diffs = [r.diff for r in results if r.diff]
     if diffs or args.output_file:
         emit("".join(diffs), args.output_file)
@@ -78,7 +91,7 @@ def _report_diff(results: Sequence[FileResult], args: argparse.Namespace, unread
     else:
         print("No fixes to apply.", file=sys.stderr)
     if unreadable:
-        print(f"{_plural(unreadable, 'file')} could not be checked (see the errors above).", file=sys.stderr)
+        print(unreadable, file=sys.stderr)
         return 2
     return 1 if diffs else 0
 

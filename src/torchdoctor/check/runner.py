@@ -96,12 +96,16 @@ def _parse_or_report(result: FileResult, text: str, where=None):
     return None
 
 
-def _parse_error(result: FileResult, exc: Exception, where=None) -> None:  # type: ignore[no-untyped-def]
+# How a notebook's cell that does not parse, left out of a check of the others, ends its error line.
+CELL_LEFT_OUT = "(the cell is left out; the other cells were checked)"
+
+
+def _parse_error(result: FileResult, exc: Exception, where=None, left_out: bool = False) -> None:  # type: ignore[no-untyped-def]
     if isinstance(exc, SyntaxError):
         line, col = exc.lineno or 1, exc.offset or 1
         cell, line = where(line) if where else (None, line)
         at = f"cell {cell}, line {line}" if cell else f"line {line}"
-        result.error(f"syntax error at {at}, column {col}: {exc.msg}")
+        result.error(f"syntax error at {at}, column {col}: {exc.msg}" + (f" {CELL_LEFT_OUT}" if left_out else ""))
     elif isinstance(exc, (RecursionError, MemoryError)):
         result.error("cannot parse: the code is nested too deeply for Python's parser")
     else:  # ValueError: NUL bytes in a notebook's text
@@ -268,7 +272,7 @@ def _parse_notebook(result: FileResult, nb):  # type: ignore[no-untyped-def]
             pass
         else:
             for number, exc in bad.items():
-                _parse_error(result, exc, lambda line, cell=number: (cell, line))
+                _parse_error(result, exc, lambda line, cell=number: (cell, line), left_out=True)
             return tree, rest
     _parse_error(result, failed, nb.where)
     return None, nb
