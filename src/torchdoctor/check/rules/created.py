@@ -57,7 +57,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
 
 # ---- TD611 ----------------------------------------------------------------------------
 # Factories that make their own values (no host data to copy): made on the device, nothing crosses the bus.
-_MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "linspace",
+_MAKERS = frozenset({"zeros", "ones", "empty", "full", "rand", "randn", "randint", "randperm", "arange", "range", "linspace",
                      "logspace", "eye", "normal", "hann_window", "hamming_window", "blackman_window", "bartlett_window",
                      "kaiser_window"})
 _CASTS = frozenset({"float", "long", "half", "double", "int", "bool", "bfloat16"})
