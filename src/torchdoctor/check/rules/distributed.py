@@ -462,6 +462,9 @@ def _uses_batchnorm(ctx: Context) -> bool:
                 arch = name.rsplit(".", 1)[-1]
             elif name in ("timm.create_model", "torchvision.models.get_model") and n.args:
                 arch = string_value(n.args[0])
+            elif name.startswith("segmentation_models_pytorch.") and name.rsplit(".", 1)[-1][:1].isupper():
+                encoder = keyword(n, "encoder_name")  # (``smp.Unet(...)``: a ResNet-34 encoder unless told otherwise)
+                arch = string_value(encoder.value) if encoder else "resnet34"
             elif isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Attribute) \
                     and n.func.value.attr == "__dict__" and ctx.qualname(n.func.value.value) == "torchvision.models":
                 arch = _option_default(sem, n.func.slice)  # ``models.__dict__[args.arch]()``, ``default="resnet18"``
