@@ -296,10 +296,8 @@ def _tensor_operand(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) ->
 def tensor_tested_every_step(node: ast.AST, ctx: Context) -> None:
     """``if torch.isnan(loss):`` / ``assert mask.max() <= 1`` / ``a if loss < 1 else b`` in a step: Python needs a bool,
     so the CPU waits for the GPU to compute the tensor and copies it back, on every step."""
-    if isinstance(node, ast.IfExp) and not _accelerated(ctx):
-        return  # (many conditional expressions, few in GPU programs: the cheap question first)
     tensor = _tested_tensor(ctx, node.test, node)  # type: ignore[attr-defined]
-    if tensor is not None:
+    if tensor is not None and (not isinstance(node, ast.IfExp) or _accelerated(ctx)):
         what = "`assert`" if isinstance(node, ast.Assert) else "a conditional expression" if isinstance(node, ast.IfExp) \
             else "`if`"
         _report(ctx, node.test, f"{what} on tensor `{tensor}` (its truth value)")  # type: ignore[attr-defined]
