@@ -528,8 +528,8 @@ def _report_in_an_engine_step(ctx: Context, node: ast.AST, what: str) -> None:
     batch, so on an accelerator the read runs every step."""
     sem = ctx.semantic
     func = sem.function_of(node)
-    if func is None or "ignite" not in sem.text.source or sem.under_step_guard(node) or sem.function_of(func) is not None:
-        return
+    if func is None or "ignite" not in sem.text.source or sem.under_step_guard(node):
+        return  # (a closure of ``train()`` too, as in ignite's own examples: it sees the model and optimizer)
     params = [a.arg for a in func.args.posonlyargs + func.args.args]  # type: ignore[attr-defined]
     cls = sem.class_of(func)
     engine_class = cls is not None and params[:1] == ["engine"] and len(params) == 2 and any(
