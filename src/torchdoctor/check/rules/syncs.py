@@ -109,7 +109,8 @@ def _device_tensor_name(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0
                                                                      or _handed_device_tensors(ctx, expr.value, at, depth)):
         return ctx.name(expr)  # ``preds[i]``: one element of a device tensor, read for its truth value
     if isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Attribute) and isinstance(expr.value.value, ast.Name) \
-            and not expr.value.attr.startswith(("num_", "n_")) and isinstance(expr.slice, (ast.Constant, ast.UnaryOp)):
+            and not expr.value.attr.startswith(("num_", "n_")) and expr.value.attr not in ("shape", "stride") \
+            and isinstance(expr.slice, (ast.Constant, ast.UnaryOp)):  # (``images.shape[0]``: a Python int)
         sem = ctx.semantic
         loop = sem.enclosing_loop(at, "batch")
         name = expr.value.value.id
