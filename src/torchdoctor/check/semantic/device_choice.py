@@ -16,7 +16,7 @@ from torchdoctor.check.semantic.walk import CLASS, FUNCTION, IF, LAMBDA, LOOP, I
 
 __all__ = ["DeviceChoices"]
 
-_DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat|(^|_)cpu($|_only$)", re.IGNORECASE)
+_DEVICE_WORDS = lazy(r"cuda|gpu|device|accelerat|(^|_)cpu($|_only$)|^dev_?id$", re.IGNORECASE)  # (``--devid``, -1: the CPU)
 _DEVICE_NAMES = frozenset({"gpu", "cpu", "cuda", "mps", "xpu"})
 _GPU_FLAG = lazy(r"(?i)^(is_|use_|on_|has_|with_)?(cuda|gpu)(_mode|_available|_enabled)?$")
 _NO_GPU_FLAG = lazy(r"(?i)^(no_|disable_|without_)(cuda|gpu)$|^(use_|force_|on_)?cpu(_only)?$")
