@@ -182,16 +182,34 @@ class Loops:
                     bool(QUEUE_NAME.match((dotted(func.value) or "").rsplit(".", 1)[-1])) and \
                     self._moves_one_of(body, {n for t in node.targets for n in target_names(t)})
                 # (a queue of batches a loader thread fills, moved to the device here; not A3C's queue of gradients)
+                fetched = fetched or isinstance(func, ast.Attribute) and func.attr in ("to", "cuda") \
+                    and isinstance(func.value, ast.Subscript) and isinstance(info.node, ast.For) \
+                    and _over_a_range(info.node) and isinstance(func.value.slice, ast.Slice) \
+                    and self._item_of_the_pass(info.node, func.value.slice)
+                # (``x = test_data[i:i + bs].to(device)`` of ``for i in range(0, n, bs)``: a minibatch a pass moves)
             else:
                 fetched = isinstance(node.value, ast.Subscript) and (bool(
-                    _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1])) or isinstance(
-                    info.node, ast.For) and isinstance(node.value.slice, ast.Name)  # ``sents, length, ... = data[i]``
-                    and node.value.slice.id in target_names(info.node.target)  # of ``for i in range(len(data))``,
+                    _DATASET_NAME.search((dotted(node.value.value) or "").rsplit(".", 1)[-1])) and self._item_of_the_pass(
+                    info.node, node.value.slice) or isinstance(
+                    info.node, ast.For) and (isinstance(node.value.slice, ast.Name)  # ``sents, length, ... = data[i]``
+                                             and node.value.slice.id in target_names(info.node.target)
+                                             or isinstance(node.value.slice, ast.Slice) and _over_a_range(info.node)
+                                             and self._item_of_the_pass(info.node, node.value.slice))
+                    # of ``for i in range(len(data))`` (or ``x = test_data[i:i + bs]`` of ``range(0, n, bs)``),
                     and self._moves_one_of(body, {n for t in node.targets for n in target_names(t)}))  # then moved
             if fetched:
                 info.is_batch = True
                 for t in node.targets:
                     info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
+
+    def _item_of_the_pass(self, loop: ast.AST, key: ast.AST) -> bool:
+        """``dataset[i]``, ``dataset[order[i]]``, ``data[i:i + bs]`` of ``for i in ...``: an item (or a minibatch) the
+        pass picks by its own counter. Not ``dataset[test_mask.bool()]`` in a loop over cross-validation folds: a split
+        of the data, by a mask the pass built."""
+        if not isinstance(loop, (ast.For, ast.AsyncFor)):
+            return True
+        counters = set(target_names(loop.target))
+        return any(isinstance(n, ast.Name) and n.id in counters for n in self.index.subtree(key))
 
     @staticmethod
     def _moves_one_of(body: list[ast.AST], names: set[str]) -> bool:
