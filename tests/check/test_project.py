@@ -8807,3 +8807,40 @@ def test_a_loss_that_keeps_its_partial_losses_and_their_total_holds_nothing_to_m
     })
     results = check_files(["train.py", "loss.py"], Settings(root=str(project), select=("TD201",)))
     assert codes(results, "train.py") == [(7, "TD201")]
+
+
+def test_a_map_location_parameter_that_no_call_gives_is_no_map_location(project: Path) -> None:
+    """``def load_checkpoint(path, map_location=None): return torch.load(path, map_location=map_location)``, and the
+    training script calls ``utils.load_checkpoint(ckpt_dir)``: the keyword is there, its value None, so a checkpoint
+    saved on a GPU fails to load on a CPU-only machine (TD502). One whose callers pass it, one that nobody calls, and
+    a method are quiet."""
+    write(project, {
+        "utils.py": """\
+            import torch
+
+            def load_checkpoint(ckpt_path, map_location=None):
+                return torch.load(ckpt_path, map_location=map_location, weights_only=True)
+
+            def load_state(path, map_location=None):
+                return torch.load(path, map_location=map_location, weights_only=True)
+
+            def load_unused(path, map_location=None):
+                return torch.load(path, map_location=map_location, weights_only=True)
+
+            class Saver:
+                def load(self, path, map_location=None):
+                    return torch.load(path, map_location=map_location, weights_only=True)
+            """,
+        "train.py": """\
+            import torch
+            import utils
+
+            G = torch.nn.Linear(2, 2).to("cuda" if torch.cuda.is_available() else "cpu")
+            G.load_state_dict(utils.load_checkpoint("ckpt.pt")["G"])
+            state = utils.load_state("s.pt", map_location="cpu")
+            saved = utils.Saver().load("s.pt")
+            """,
+    })
+    results = check_files(["utils.py", "train.py"], Settings(root=str(project), select=("TD502",)))
+    assert codes(results, "utils.py") == [(4, "TD502")]
+    assert "passes `map_location=map_location`, a parameter no call gives" in results[0].findings[0].message

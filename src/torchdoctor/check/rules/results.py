@@ -7,8 +7,8 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, func_params, has_kwargs, is_true, keyword, method_name, \
-    strip_methods
+from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, func_params, has_kwargs, is_true, keyword, \
+    method_name, param_default, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.findings import Edit
@@ -64,6 +64,31 @@ def _device_var(ctx: Context, call: ast.Call) -> str | None:
     return "device" if any(_assigns_device(s) and s.lineno < stmt_line for s in ctx.tree.body) else None
 
 
+def _map_location_no_caller_passes(ctx: Context, node: ast.Call) -> str | None:
+    """``def load_checkpoint(path, map_location=None): ... torch.load(path, map_location=map_location)`` that no call,
+    in this file or another module of the project, gives ``map_location`` (and there is one): the parameter's name."""
+    given = keyword(node, "map_location")
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    if given is None or not isinstance(given.value, ast.Name) or func is None:
+        return None
+    name = given.value.id
+    b = sem.binding_at(name, node)
+    default = param_default(func, name) if b is not None and b.is_param and b.node is func else None  # type: ignore[arg-type]
+    if not (isinstance(default, ast.Constant) and default.value is None):
+        return None
+    sites = [s for s in sem.call_sites(func) if not sem.contains(func, s)]
+    if any(call_argument(s, func, name) is not None or any(k.arg is None for k in s.keywords)  # type: ignore[arg-type]
+           or any(isinstance(a, ast.Starred) for a in s.args) for s in sites):
+        return None
+    project = sem.project
+    if project is not None and (project.callers_pass(sem, func, name)  # type: ignore[attr-defined]
+                                or sem.class_of(func) is not None):  # (a method: its calls go through objects)
+        return None
+    elsewhere = project is not None and project.has_callers(sem, func)  # type: ignore[attr-defined]
+    return name if sites or elsewhere else None
+
+
 def _assigns_device(node: ast.AST) -> bool:
     targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) and node.value else []
     return any(isinstance(t, ast.Name) and t.id == "device" for t in targets)
@@ -92,19 +117,22 @@ def load_without_map_location(node: ast.Call, ctx: Context) -> None:
     """
     if ctx.call_name(node) != "torch.load":
         return
-    if len(node.args) >= 2 or keyword(node, "map_location") or has_kwargs(node) \
+    unpassed = _map_location_no_caller_passes(ctx, node)
+    if len(node.args) >= 2 or keyword(node, "map_location") and unpassed is None or has_kwargs(node) \
             or any(isinstance(a, ast.Starred) for a in node.args):
         return
     if _holds_no_device_tensors(ctx, node) or _saved_here(ctx, node):
         return
     target = _device_var(ctx, node) or '"cpu"'
-    edit = _insert_after_last_arg(ctx, node, f"map_location={target}")
+    edit = _insert_after_last_arg(ctx, node, f"map_location={target}") if unpassed is None else None
     ctx.report(
         "TD502",
         node,
         f"`{_load_text(ctx, node)}` has no map_location: a checkpoint saved on a GPU fails to load "
-        "on a CPU-only machine, or lands on the wrong GPU",
-        fix=f"pass `map_location={target}`",
+        "on a CPU-only machine, or lands on the wrong GPU" if unpassed is None else
+        f"`{_load_text(ctx, node)}` passes `map_location={unpassed}`, a parameter no call gives (its default is "
+        "None): a checkpoint saved on a GPU fails to load on a CPU-only machine, or lands on the wrong GPU",
+        fix=f"pass `map_location={target}`" if unpassed is None else f'default `{unpassed}` to "cpu", or pass it',
         edits=(edit,) if edit else (),
         # map_location changes where tensors land: harmless when they are copied into a model by
         # load_state_dict (which keeps the model's device), a change of behaviour otherwise
