@@ -772,6 +772,16 @@ def _forward_param_handed_moved(ctx: Context, name: str, at: ast.AST) -> bool:
     return False
 
 
+def _module_buffer(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``int(self.queue_ptr)`` in a method a model's forward runs (MoCo's ``_dequeue_and_enqueue``): a buffer the
+    module registered, where the module is."""
+    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
+        return False
+    from torchdoctor.check.rules.syncs import _module_state
+
+    return _module_state(ctx, expr, at) is not None
+
+
 def sync_site(ctx: Context, node: ast.Call) -> str | None:
     """How the message names the sync at ``node``, if it is one."""
     if is_sync_call(node):
@@ -800,7 +810,8 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
         parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
             [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
         tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) or _device_element(ctx, p, node)
-                     or _torch_reduction_of_a_tensor(ctx, p, node) for p in parts)  # float(loss.detach())
+                     or _torch_reduction_of_a_tensor(ctx, p, node) or _module_buffer(ctx, p, node)
+                     for p in parts)  # float(loss.detach())
         if tensor and isinstance(arg, ast.Name) and made_on_host(ctx, arg, node):
             return None  # (``float(loss)`` of a parameter every call hands a host value: ``add(loss_avg(), step)``)
         return f"`{ctx.name(node.func)}({ctx.name(arg)})`" if tensor else None

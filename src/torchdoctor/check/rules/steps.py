@@ -24,6 +24,7 @@ from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.call_records import chosen_value, host_args_of
+from torchdoctor.check.semantic.forwards import reached_from_forward
 from torchdoctor.check.semantic.models import built_nowhere
 
 if TYPE_CHECKING:
@@ -561,8 +562,16 @@ def _report_in_a_model_forward(ctx: Context, node: ast.AST, what: str) -> None:
     sem = ctx.semantic
     func = sem.function_of(node)
     cls = sem.class_of(func) if func is not None else None
-    if cls is None or func.name != "forward" or _LOSS_CLASS.search(cls.name) \
-            or cls.name not in sem.module_classes or sem.under_step_guard(node) or sem.call_sites(func):  # type: ignore[attr-defined]
+    if cls is None or _LOSS_CLASS.search(cls.name) or cls.name not in sem.module_classes or sem.under_step_guard(node):
+        return
+    if func.name != "forward":  # (a method only the forward runs, reading the module's own state back: MoCo's
+        # ``_dequeue_and_enqueue`` and its ``int(self.queue_ptr)``; other reads there hand host data on, or run in a
+        # fallback the caller picks: ``if mode == "cpu":``)
+        if sem.function_of(func) is not None or not _reads_module_state(ctx, node, cls) \
+                or not reached_from_forward(sem, func, cls) or sem.guards.on_cpu_branch(node) \
+                or any(sem.class_of(s) is not cls for s in sem.call_sites(func)):  # type: ignore[arg-type]
+            return
+    elif sem.call_sites(func):
         return
     if _lengths_for_packing(sem, node) \
             or isinstance(node, ast.Call) and returned_copy(ctx, node) or _inference_only(sem, node) \
@@ -570,6 +579,15 @@ def _report_in_a_model_forward(ctx: Context, node: ast.AST, what: str) -> None:
             or _stage_on_the_host(sem, node) or _tried_outside_loops(sem, cls) or not _on_an_accelerator(sem, cls):
         return
     report_sync(ctx, node, what, f"the loop that runs `{cls.name}` (its forward)")  # type: ignore[attr-defined]
+
+
+def _reads_module_state(ctx: Context, node: ast.AST, cls: ast.ClassDef) -> bool:
+    """The read is of a buffer or parameter the module class registers (``int(self.queue_ptr)``)."""
+    from torchdoctor.check.rules.syncs import _state_names
+
+    state = _state_names(ctx, cls)
+    return bool(state) and any(isinstance(n, ast.Attribute) and n.attr in state and isinstance(n.value, ast.Name)
+                               and n.value.id == "self" for n in ctx.semantic.subtree(node))
 
 
 def _tried_outside_loops(sem, cls: ast.ClassDef) -> bool:  # type: ignore[no-untyped-def]
