@@ -117,11 +117,15 @@ def load_without_map_location(node: ast.Call, ctx: Context) -> None:
     """
     if ctx.call_name(node) != "torch.load":
         return
-    unpassed = _map_location_no_caller_passes(ctx, node)
-    if len(node.args) >= 2 or keyword(node, "map_location") and unpassed is None or has_kwargs(node) \
-            or any(isinstance(a, ast.Starred) for a in node.args):
+    if len(node.args) >= 2 or has_kwargs(node) or any(isinstance(a, ast.Starred) for a in node.args):
+        return
+    given = keyword(node, "map_location") is not None
+    if given and not isinstance(keyword(node, "map_location").value, ast.Name):  # type: ignore[union-attr]
         return
     if _holds_no_device_tensors(ctx, node) or _saved_here(ctx, node):
+        return
+    unpassed = _map_location_no_caller_passes(ctx, node) if given else None  # (last: it may read the importers)
+    if given and unpassed is None:
         return
     target = _device_var(ctx, node) or '"cpu"'
     edit = _insert_after_last_arg(ctx, node, f"map_location={target}") if unpassed is None else None
