@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from torchdoctor.check.astutil import FACTORIES, HOST_COPIES, call_argument, dotted, method_name, root_name, strip_methods, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
-from torchdoctor.check.semantic.forwards import moved_params
+from torchdoctor.check.semantic.forwards import moved_params, reached_from_forward
 from torchdoctor.check.semantic.kinds import plain_values, unwrap_iter
 from torchdoctor.check.semantic.models import construction
 
@@ -772,14 +772,37 @@ def _forward_param_handed_moved(ctx: Context, name: str, at: ast.AST) -> bool:
     return False
 
 
-def _module_buffer(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
-    """``int(self.queue_ptr)`` in a method a model's forward runs (MoCo's ``_dequeue_and_enqueue``): a buffer the
-    module registered, where the module is."""
-    if not (isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self"):
-        return False
-    from torchdoctor.check.rules.syncs import _module_state
+def module_state(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
+    """``self.freqs_cos[0, 0]``, ``self.scale`` compared in a module class's ``forward`` (or a method only it runs): a
+    buffer or parameter of the module, where the module is."""
+    base = expr.value if isinstance(expr, ast.Subscript) else expr
+    if not (isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self"):
+        return None
+    sem = ctx.semantic
+    func, cls = sem.function_of(at), sem.class_of(at)
+    if func is None or cls is None or cls.name not in sem.module_classes or base.attr not in state_names(ctx, cls) \
+            or not (func.name == "forward" or reached_from_forward(sem, func, cls)):  # type: ignore[attr-defined]
+        return None
+    return ctx.name(expr)
 
-    return _module_state(ctx, expr, at) is not None
+
+def state_names(ctx: Context, cls: ast.AST) -> set[str]:
+    """The attributes a module class registers as buffers (``self.register_buffer("freqs", ...)``) or parameters
+    (``self.scale = nn.Parameter(...)``)."""
+    sem = ctx.semantic
+
+    def compute() -> set[str]:
+        out = set()
+        for n in sem.subtree(cls):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "register_buffer" \
+                    and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
+                out.add(n.args[0].value)
+            elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) \
+                    and (ctx.call_name(n.value) or "").endswith("nn.Parameter"):
+                out.update(t.attr for t in n.targets if isinstance(t, ast.Attribute) and dotted(t.value) == "self")
+        return out
+
+    return sem.cached(("state_names", cls), compute)  # type: ignore[no-any-return]
 
 
 def sync_site(ctx: Context, node: ast.Call) -> str | None:
@@ -810,7 +833,8 @@ def sync_site(ctx: Context, node: ast.Call) -> str | None:
         parts = [arg.left, *arg.comparators] if isinstance(arg, ast.Compare) else \
             [arg.left, arg.right] if isinstance(arg, ast.BinOp) else [arg]
         tensor = any(tensor_value(ctx, strip_methods(p, SAME_PLACE), node) or _device_element(ctx, p, node)
-                     or _torch_reduction_of_a_tensor(ctx, p, node) or _module_buffer(ctx, p, node)
+                     or _torch_reduction_of_a_tensor(ctx, p, node)
+                     or isinstance(p, ast.Attribute) and module_state(ctx, p, node) is not None  # ``int(self.queue_ptr)``
                      for p in parts)  # float(loss.detach())
         if tensor and isinstance(arg, ast.Name) and made_on_host(ctx, arg, node):
             return None  # (``float(loss)`` of a parameter every call hands a host value: ``add(loss_avg(), step)``)

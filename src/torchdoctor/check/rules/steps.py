@@ -16,7 +16,7 @@ from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import branch_no_caller_chooses, few_in_range, few_iterations, first_pass_only, last_pass_only, made_once, \
     retry_loop, while_few_kept
 from torchdoctor.check.rules.host_values import SYNC_METHODS, before_the_first_move, host_copy_of_cpu_data, host_number, \
-    made_on_host, sync_site, tensor_value
+    made_on_host, state_names, sync_site, tensor_value
 from torchdoctor.check.rules.kept import collected_on_host, copied_for_a_checkpoint, phase_without_backward, returned_copy
 from torchdoctor.check.rules.waits import after_timing_sync, decoding_stop, drained_at_entry, env_action, read_again, stepped_with, \
     stop_signal
@@ -583,9 +583,7 @@ def _report_in_a_model_forward(ctx: Context, node: ast.AST, what: str) -> None:
 
 def _reads_module_state(ctx: Context, node: ast.AST, cls: ast.ClassDef) -> bool:
     """The read is of a buffer or parameter the module class registers (``int(self.queue_ptr)``)."""
-    from torchdoctor.check.rules.syncs import _state_names
-
-    state = _state_names(ctx, cls)
+    state = state_names(ctx, cls)
     return bool(state) and any(isinstance(n, ast.Attribute) and n.attr in state and isinstance(n.value, ast.Name)
                                and n.value.id == "self" for n in ctx.semantic.subtree(node))
 

@@ -21,7 +21,7 @@ from torchdoctor.check.rules.waits import CLOCKS, SYNCHRONIZE, legacy_item, lega
     timed_iteration, timer_call
 from torchdoctor.check.rules.forward_values import computed_in_forward, forward_value, reached_from_forward
 from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, computed_from_moved, host_number, \
-    is_sync_call, made_on_host, meter_feeds, tensor_value
+    is_sync_call, made_on_host, meter_feeds, module_state, tensor_value
 from torchdoctor.check.rules.steps import report_for_base_loop, per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
 
@@ -220,41 +220,8 @@ def _tested_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
         return next((t for v in (expr.left, *expr.comparators) if (t := _reduced_tensor(ctx, v, at)
                                                                       or _device_tensor_name(ctx, v, at)
                                                                       or computed_in_forward(ctx, v, at)
-                                                                      or _module_state(ctx, v, at))), None)
+                                                                      or module_state(ctx, v, at))), None)
     return _reduced_tensor(ctx, expr, at) or _device_tensor_name(ctx, expr, at)
-
-
-def _module_state(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
-    """``self.freqs_cos[0, 0]``, ``self.scale`` compared in a module class's ``forward`` (or a method only it runs): a
-    buffer or parameter of the module, where the module is."""
-    base = expr.value if isinstance(expr, ast.Subscript) else expr
-    if not (isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id == "self"):
-        return None
-    sem = ctx.semantic
-    func, cls = sem.function_of(at), sem.class_of(at)
-    if func is None or cls is None or cls.name not in sem.module_classes or base.attr not in _state_names(ctx, cls) \
-            or not (func.name == "forward" or reached_from_forward(sem, func, cls)):  # type: ignore[attr-defined]
-        return None
-    return ctx.name(expr)
-
-
-def _state_names(ctx: Context, cls: ast.AST) -> set[str]:
-    """The attributes a module class registers as buffers (``self.register_buffer("freqs", ...)``) or parameters
-    (``self.scale = nn.Parameter(...)``)."""
-    sem = ctx.semantic
-
-    def compute() -> set[str]:
-        out = set()
-        for n in sem.subtree(cls):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "register_buffer" \
-                    and n.args and isinstance(n.args[0], ast.Constant) and isinstance(n.args[0].value, str):
-                out.add(n.args[0].value)
-            elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) \
-                    and (ctx.call_name(n.value) or "").endswith("nn.Parameter"):
-                out.update(t.attr for t in n.targets if isinstance(t, ast.Attribute) and dotted(t.value) == "self")
-        return out
-
-    return sem.cached(("state_names", cls), compute)  # type: ignore[no-any-return]
 
 
 def _reduced_tensor(ctx: Context, expr: ast.AST, at: ast.AST) -> str | None:
