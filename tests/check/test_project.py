@@ -8844,3 +8844,46 @@ def test_a_map_location_parameter_that_no_call_gives_is_no_map_location(project:
     results = check_files(["utils.py", "train.py"], Settings(root=str(project), select=("TD502",)))
     assert codes(results, "utils.py") == [(4, "TD502")]
     assert "passes `map_location=map_location`, a parameter no call gives" in results[0].findings[0].message
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_inputs_of_a_model_the_trainer_class_is_handed_wrapped_in_data_parallel_stay_on_the_host(
+        project: Path, wrapped: bool) -> None:
+    """A trainer class's ``train(model, ...)`` (a method called through the class, ``Trainer.train(model, ...)``)
+    hands the model to ``Trainer.epoch_train(model, ...)``, maybe after ``model = model.cuda()``; the script wraps it
+    in ``nn.DataParallel`` first, whose forward scatters the CPU inputs to the GPUs: only the targets need moving
+    (no TD302). A script that does not wrap it feeds a CUDA model CPU inputs (TD302)."""
+    write(project, {
+        "materials.py": """\
+            import torch
+
+            class Trainer():
+                def train(model, loader, optimizer, checkpoint, epochs):
+                    if checkpoint is not None:
+                        model.load_state_dict(torch.load(checkpoint, map_location="cpu", weights_only=True))
+                        model = model.cuda()
+                    for epoch in range(epochs):
+                        Trainer.epoch_train(model, loader, optimizer)
+
+                def epoch_train(model, loader, optimizer):
+                    model.train()
+                    for images, target in loader:
+                        target = target.cuda(non_blocking=True)
+                        loss = torch.nn.functional.cross_entropy(model(images), target)
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+            """,
+        "run.py": f"""\
+            import torch
+            from materials import Trainer
+
+            model = torch.nn.Linear(8, 4).cuda()
+            {"model = torch.nn.DataParallel(model).cuda()" if wrapped else "model = model.cuda()"}
+            loader = torch.utils.data.DataLoader([], batch_size=4, pin_memory=True, num_workers=2)
+            Trainer.train(model, loader, torch.optim.SGD(model.parameters(), lr=0.1), None, 3)
+            """,
+    })
+    results = check_files(["materials.py", "run.py"], Settings(root=str(project), select=("TD302",)))
+    assert codes(results, "materials.py") == ([] if wrapped else [(15, "TD302")])
+

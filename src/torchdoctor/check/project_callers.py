@@ -202,13 +202,14 @@ class Callers:
         return next((r for r in self._callers(sem, func, ddp_only=True) if r.ddp and (anywhere or r.in_loop)
                      and not r.rank_guarded), None)
 
-    def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str]) -> bool:
-        """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``)."""
+    def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str], by_class: bool = False) -> bool:
+        """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``);
+        ``by_class``: a method's calls through its class (``Trainer.train(model, ...)``)."""
         state = self.state
-        key = (self.state.absolute(sem.path), func.name, pattern.pattern)  # type: ignore[attr-defined]
+        key = (self.state.absolute(sem.path), func.name, pattern.pattern + ("/class" if by_class else ""))  # type: ignore[attr-defined]
         if key not in state.mentions:  # once per question: texts are read afresh
             state.mentions[key] = any(pattern.search(state.text(path) or "")
-                                      for path in {r.path for r in self._callers(sem, func)})
+                                      for path in {r.path for r in self._callers(sem, func, by_class=by_class)})
         return state.mentions[key]
 
     def callers_grad_mode(self, sem: SemanticModel, func: ast.AST, by_class: bool = False) -> str | None:

@@ -297,17 +297,41 @@ def _scatters_inputs(ctx: Context, call: ast.Call) -> bool:
     key = dotted(call.func)
     b = sem.binding_at(key, call) if key else None
     if b is not None and b.is_param and isinstance(key, str) and "." not in key:
-        # ``validate(val_loader, model, ...)`` where every call in the file passes ``nn.DataParallel(net).cuda()``
-        sites = sem.call_sites(b.node)
-        if sites:
-            given = [call_argument(site, b.node, key) for site in sites]  # type: ignore[arg-type]
-            return all(g is not None and _data_parallel_value(ctx, g, site) for g, site in zip(given, sites))
-    if b is not None and b.is_param and sem.project is not None:
-        # ``train_epoch(..., model, ...)`` called by a module that wraps the model in DataParallel
-        # (``model = make_data_parallel(model, ...)`` in main.py): the same scatter, out of this file's sight
-        return sem.project.callers_mention(sem, b.node, _DATA_PARALLEL)  # type: ignore[attr-defined]
+        return _handed_a_wrapper(ctx, b.node, key, 0)
     value = b.value if b is not None and not b.is_param else None
     return value is not None and _data_parallel_value(ctx, value, call)
+
+
+def _handed_a_wrapper(ctx: Context, func: ast.AST, param: str, depth: int) -> bool:
+    """Every call of ``func`` in the file hands ``param`` a DataParallel wrapper (``validate(val_loader, model, ...)``
+    given ``nn.DataParallel(net).cuda()``), or a parameter of its own caller that is handed one in turn
+    (``Trainer.train(model, ...)`` calling ``Trainer.epoch_train(model, ...)``); with no call in the file, a module
+    that calls it wraps the model (``model = make_data_parallel(model, ...)`` in main.py): the same scatter, out of this
+    file's sight."""
+    sem = ctx.semantic
+    sites = sem.call_sites(func)
+    if sites:
+        given = [call_argument(site, func, param) for site in sites]  # type: ignore[arg-type]
+        return all(g is not None and (_data_parallel_value(ctx, g, site) or depth < 2 and isinstance(g, ast.Name)
+                                      and (up := _param_behind(sem, g.id, site)) is not None and up is not func
+                                      and _handed_a_wrapper(ctx, up, g.id, depth + 1))
+                   for g, site in zip(given, sites))
+    method = sem.class_of(func) is not None and func.name != "__init__"  # type: ignore[attr-defined]
+    return sem.project is not None and sem.project.callers_mention(sem, func, _DATA_PARALLEL, by_class=method)  # type: ignore[attr-defined]
+
+
+def _param_behind(sem, name: str, at: ast.AST) -> ast.AST | None:  # type: ignore[no-untyped-def]
+    """The function whose parameter ``name`` holds at ``at``: bound as one, or rebound only to itself moved (``model =
+    model.cuda()``, which keeps a DataParallel wrapper a wrapper)."""
+    b = sem.binding_at(name, at)
+    for _ in range(3):
+        if b is None or b.is_param:
+            break
+        value = strip_methods(b.value, PLACEMENT_METHODS) if b.value is not None else None
+        if not (isinstance(value, ast.Name) and value.id == name):
+            return None
+        b = sem.binding_at(name, value)  # (what the right-hand side reads)
+    return b.node if b is not None and b.is_param else None
 
 
 def _data_parallel_value(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
