@@ -142,11 +142,77 @@ def _unit_test(sem, call: ast.Call) -> bool:
     unit test (a course notebook's), named so and asserting on the output of a forward over random data it made
     itself: no held-out evaluation."""
     func = sem.function_of(call)
-    if func is None or not func.name.startswith("test_") or not any(  # type: ignore[attr-defined]
-            isinstance(n, ast.Assert) and sem.function_of(n) is func for n in sem.of_type(ast.Assert)):
-        return False
+    if func is None:
+        return _checked_once_at_top_level(sem, call)
     name = _input_maker(sem, call)[1]
-    return name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("randn", "rand", "randint", "randn_like", "rand_like")
+    return name.startswith("torch.") and name.rsplit(".", 1)[-1] in _RANDOM and func.name.startswith("test_") and any(  # type: ignore[attr-defined]
+        isinstance(n, ast.Assert) and sem.function_of(n) is func for n in sem.of_type(ast.Assert))
+
+
+_RANDOM = frozenset({"randn", "rand", "randint", "randn_like", "rand_like"})
+_METADATA = frozenset({"shape", "size", "device", "dtype", "ndim"})
+
+
+def _checked_once_at_top_level(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """A notebook cell's check of an architecture: ``test_image = torch.randint(0, 256, (3, 100, 100)).to(device)``,
+    ``test_out = net(test_image.unsqueeze(0))``, then ``test.assertLess(torch.norm(test_out - expected), 1e-5)`` (or
+    a print of it): outside any loop, a random input read by such forwards only (moved again for the next cell's,
+    ``test_image = test_image.to(device)``), not a toy test set, whose targets are made from it."""
+    base = strip_methods(call.args[0], _AS_IS, subscripts=True)
+    if not isinstance(base, ast.Name) or sem.loops_around(call):
+        return False
+    made = sem.binding_at(base.id, call)
+    for _ in range(3):  # (``test_image = test_image.to(device)`` in the next cell: the same random image)
+        value = strip_methods(made.value, _AS_IS) if made is not None and not made.is_param and made.index is None \
+            and made.value is not None else None
+        if not (isinstance(value, ast.Name) and value.id == base.id):
+            break
+        made = sem.binding_at(base.id, value)
+    if not (isinstance(value, ast.Call) and (sem.call_name(value) or "").startswith("torch.")
+            and (sem.call_name(value) or "").rsplit(".", 1)[-1] in _RANDOM) or sem.loops_around(made.node):
+        return False
+    return _untrained_since_built(sem, call) and _read_by_forwards_only(sem, base.id, made, 0)
+
+
+def _untrained_since_built(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """The model ``call`` runs was built (then maybe moved: ``net = net.to(device)``) with no backward or optimizer
+    step between its construction and this forward: a freshly built network checked, not a trained one evaluated."""
+    if not isinstance(call.func, ast.Name):
+        return False
+    b = sem.binding_at(call.func.id, call)
+    for _ in range(3):
+        value = strip_methods(b.value, _AS_MOVED) if b is not None and not b.is_param and b.index is None \
+            and b.value is not None else None
+        if not (isinstance(value, ast.Name) and value.id == call.func.id):
+            break
+        b = sem.binding_at(call.func.id, value)
+    if not isinstance(value, ast.Call):
+        return False
+    start, end = sem.index.pos.get(b.node, -1), sem.index.pos.get(call, -1)
+    return not any(start < sem.index.pos.get(n, -1) < end for n in sem.calls_named("backward", "step"))
+
+
+def _read_by_forwards_only(sem, name: str, made, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    """Every read of the binding ``made`` of ``name`` is an argument of a forward outside loops, a look at its metadata
+    (``test_image.device``), or the move of a rebinding (``test_image = test_image.to(device)``) read so in turn."""
+    for r in sem.reads_of(name):
+        if sem.binding_at(name, r) is not made:
+            continue
+        up = sem.parent(r)
+        if isinstance(up, ast.Attribute) and up.attr in _METADATA:
+            continue
+        stmt = sem.statement_of(r)
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and stmt.targets[0].id == name and isinstance(strip_methods(stmt.value, _AS_IS), ast.Name):
+            again = next((b for b in sem.bindings_of(name) if b.node is stmt), None)
+            if depth < 3 and again is not None and again is not made and _read_by_forwards_only(sem, name, again, depth + 1):
+                continue
+            return False
+        outer = next((c for c in sem.ancestors(r) if isinstance(c, ast.Call) and c.args
+                      and strip_methods(c.args[0], _AS_IS, subscripts=True) is r), None)
+        if outer is None or sem.loops_around(outer) or flow.consumer_kind(sem, outer) != "model":
+            return False
+    return True
 
 
 def _returns_a_log_prob(sem, func: ast.AST, nodes: list[ast.AST]) -> bool:  # type: ignore[no-untyped-def]
