@@ -11,6 +11,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project import REQUIRES_WRAPPED, SELECTS_WRAPPED, STRIPS_WRAPPED
 from torchdoctor.check.registry import rule
+from torchdoctor.check.rules.bounded import branch_no_caller_chooses
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.models import wrapper_prefix
 
@@ -29,7 +30,8 @@ def data_parallel(node: ast.AST, ctx: Context) -> None:
     """nn.DataParallel (or the functional ``nn.parallel.data_parallel``): single-process, slower and unbalanced."""
     q = ctx.call_name(node) or ""
     if q in _DATA_PARALLEL and not _key_adapter(ctx, node) and not program.in_dead_branch(ctx.semantic, node) \
-            and not ctx.semantic.guards.on_cpu_branch(node) and not _one_device(ctx, node):
+            and not ctx.semantic.guards.on_cpu_branch(node) and not _one_device(ctx, node) \
+            and not branch_no_caller_chooses(ctx, node):  # (``if self.parallel:`` that no construction turns on)
         ctx.report("TD204", node, f"`{ctx.name(node.func)}` {_ONE_PROCESS}", fix=_USE_DDP)  # type: ignore[attr-defined]
 
 
