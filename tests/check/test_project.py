@@ -8887,3 +8887,58 @@ def test_inputs_of_a_model_the_trainer_class_is_handed_wrapped_in_data_parallel_
     results = check_files(["materials.py", "run.py"], Settings(root=str(project), select=("TD302",)))
     assert codes(results, "materials.py") == ([] if wrapped else [(15, "TD302")])
 
+
+def test_a_loss_of_derived_settings_keeping_detached_terms_holds_nothing_to_move(project: Path) -> None:
+    """A YOLO loss of another module keeps settings, some derived from others (``self.box_end = self.n_classes +
+    self.n_boxes * 4``), and its forward keeps the last call's detached terms in a dict for logging: nothing ``.to()``
+    would move (TD201 quiet). The same beside a layer holds parameters."""
+    write(project, {
+        "model.py": """\
+            import torch
+            import torch.nn as nn
+
+            class GridLoss(nn.Module):
+                def __init__(self, n_classes=20, n_boxes=2, lambda_coord=5.0):
+                    super().__init__()
+                    self.n_classes = n_classes
+                    self.n_boxes = n_boxes
+                    self.lambda_coord = lambda_coord
+                    self.box_end = self.n_classes + (self.n_boxes * 4)
+                    self.box_start = self.n_classes
+
+                def forward(self, pred, target):
+                    coord = ((pred[..., self.box_start:self.box_end] - target[..., self.box_start:self.box_end]) ** 2)
+                    cls = ((pred[..., :self.box_start] - target[..., :self.box_start]) ** 2).sum(-1)
+                    self.last_terms = {"coord": coord.mean().detach(), "class": cls.mean().detach()}
+                    return self.lambda_coord * coord.mean() + cls.mean()
+
+            class HeadLoss(nn.Module):
+                def __init__(self, n_classes=20):
+                    super().__init__()
+                    self.n_classes = n_classes
+                    self.box_start = self.n_classes
+                    self.proj = nn.Linear(30, 30)
+
+                def forward(self, pred, target):
+                    self.last_terms = {"all": (self.proj(pred) - target).abs().mean().detach()}
+                    return (self.proj(pred) - target).abs().mean()
+            """,
+        "train.py": """\
+            import torch
+            from model import GridLoss, HeadLoss
+
+            def train(model, loader, optimizer, device):
+                model.to(device)
+                criterion = GridLoss(n_classes=20)
+                head = HeadLoss()
+                for images, targets in loader:
+                    images, targets = images.to(device), targets.to(device)
+                    output = model(images)
+                    loss = criterion(output, targets) + head(output, targets)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["train.py", "model.py"], Settings(root=str(project), select=("TD201",)))
+    assert codes(results, "train.py") == [(7, "TD201")]

@@ -483,8 +483,9 @@ def class_holds_no_state(sem: SemanticModel, cls: ast.AST, depth: int = 0) -> bo
         for target, value in _self_assignments(n):
             if _kept_result(sem, value, n):
                 continue  # ``self.loss = (diff ** 2).mean()`` in forward: a result of the inputs, where they are
-            if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) for v in _held_parts(value)):
-                return False
+            if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) and not _own_attribute(v)
+                   for v in _held_parts(value)):
+                return False  # (``self.end = self.n_classes + self.n_boxes * 4``: settings, judged where they are set)
             if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, n)) is not None and b.is_param \
                     and param_default(b.node, value.id) is None and "Callable" not in sem.segment(b.value or value) \
                     and f"{dotted(target)}(" in sem.cached(("class_text", cls), lambda: sem.segment(cls)):
@@ -552,6 +553,9 @@ def _kept_result(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
         return False
     if _sum_of_kept_results(sem, value, func):
         return True
+    if isinstance(value, (ast.Dict, ast.Tuple, ast.List)):  # ``self.last_terms = {"coord": coord.mean().detach(), ...}``
+        parts = value.values if isinstance(value, ast.Dict) else value.elts
+        return bool(parts) and all(p is not None and _kept_result(sem, p, stmt) for p in parts)
     root = value
     while isinstance(root, (ast.Call, ast.Attribute, ast.Subscript, ast.BinOp)):
         root = root.left if isinstance(root, ast.BinOp) else root.func if isinstance(root, ast.Call) else root.value
@@ -559,6 +563,11 @@ def _kept_result(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
         return False
     b = sem.binding_at(root.id, stmt)
     return b is not None and sem.function_of(b.node) is func or b is not None and b.node is func
+
+
+def _own_attribute(value: ast.AST) -> bool:
+    """``self.n_classes``: another attribute of the same object, whose own assignment says what it holds."""
+    return isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "self"
 
 
 def _sum_of_kept_results(sem: SemanticModel, value: ast.AST, func: ast.AST) -> bool:
