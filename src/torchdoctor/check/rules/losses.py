@@ -93,8 +93,9 @@ def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> boo
     if isinstance(expr, ast.BinOp):
         return _is_loss_tensor(ctx, expr.left, at, depth + 1) or _is_loss_tensor(ctx, expr.right, at, depth + 1)
     if isinstance(expr, ast.Call):
-        if method_name(expr) in ("mean", "sum", "cpu", "clone") and not expr.args:
+        if method_name(expr) in ("mean", "sum", "cpu", "clone", "float", "double", "squeeze") and not expr.args:
             return _is_loss_tensor(ctx, expr.func.value, at, depth + 1)  # type: ignore[attr-defined]
+            # (``loss.float()`` of a float32 loss is the loss itself, graph and all)
         # ``criterion(pred.detach().cpu(), true.detach().cpu())``: a loss of detached copies has no graph
         return (flow.consumer_kind(sem, expr) == "loss" or _loss_module_call(ctx, expr)) \
             and not (expr.args and all(_detached(a) for a in expr.args)) \
