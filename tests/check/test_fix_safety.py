@@ -145,3 +145,20 @@ def test_load_fixes_are_unsafe_unless_a_state_dict_is_loaded() -> None:
     saves_args = src + 'torch.save({"args": args, "model": net.state_dict()}, "c.pt")\n'
     found = {(f.location.line, f.code): f for f in check_source(saves_args, "x.py")}
     assert found[(2, "TD503")].unsafe_fixable  # the file pickles a Namespace: the safe loader would refuse it
+
+
+def test_weights_only_is_unsafe_where_an_item_of_the_load_is_used_as_an_object() -> None:
+    """``model = torch.load("waveglow.pt")["model"]``, then ``model.remove_weightnorm(model)``: the checkpoint holds a
+    pickled module under a key, which the safe loader refuses. An item handed to ``load_state_dict`` is a state dict."""
+    from torchdoctor.check import check_source
+
+    src = textwrap.dedent("""\
+        import torch
+        model = torch.load("waveglow.pt", map_location="cpu")["model"]
+        net = model.remove_weightnorm(model)
+        state = torch.load("ckpt.pt", map_location="cpu")["state_dict"]
+        net.load_state_dict(state)
+        """)
+    found = {(f.location.line, f.code): f for f in check_source(src, "x.py")}
+    assert found[(2, "TD503")].unsafe_fixable and not found[(2, "TD503")].fixable
+    assert found[(4, "TD503")].fixable

@@ -361,7 +361,7 @@ def _load_use(ctx: Context, call: ast.Call) -> str:
     return "state" if kinds == {"state"} else "unknown"
 
 
-def _uses_of_value(sem, call: ast.Call) -> list[ast.AST] | None:
+def _uses_of_value(sem, call: ast.AST) -> list[ast.AST] | None:
     parent = sem.parent(call)
     if isinstance(parent, (ast.Assign, ast.AnnAssign)):
         targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
@@ -381,6 +381,9 @@ def _use_kind(sem, use: ast.AST) -> str:
         up = sem.parent(parent)
         if isinstance(up, ast.Call) and parent in up.args and method_name(up) == "load_state_dict":
             return "state"
+        if isinstance(up, ast.Assign) and up.value is parent \
+                and any(_item_used_as_an_object(sem, u) for u in _uses_of_value(sem, parent) or []):
+            return "object"  # ``model = torch.load(p)["model"]``, then ``model.remove_weightnorm(model)``: a pickled model
         return "state" if not isinstance(up, ast.Call) or parent in up.args else "unknown"
     if isinstance(parent, ast.Attribute) and parent.value is use:
         if parent.attr in _DICT_USES:
@@ -391,6 +394,27 @@ def _use_kind(sem, use: ast.AST) -> str:
     if isinstance(parent, ast.Compare) or (isinstance(parent, ast.Call) and (dotted(parent.func) or "") in ("len", "print")):
         return "state"
     return "unknown"
+
+
+# What an item of a loaded container may do as a tensor (or a container): no sign of a pickled object.
+_TENSOR_USES = frozenset({"to", "cuda", "cpu", "float", "double", "half", "long", "int", "bool", "byte", "type", "view",
+                          "reshape", "size", "numpy", "unsqueeze", "squeeze", "permute", "transpose", "t", "item",
+                          "tolist", "clone", "detach", "contiguous", "sum", "mean", "max", "min", "argmax", "norm",
+                          "index_select", "eq", "ne", "gt", "lt", "abs", "pow", "sqrt", "exp", "log", "std", "var",
+                          "shape", "dtype", "device", "ndim", "data", "T", "copy_", "fill_", "zero_", "new_tensor",
+                          # (a list's or a string's: ``epochs_count.append(epoch)``, ``arch.lower()``)
+                          "append", "extend", "insert", "pop", "index", "count", "sort", "reverse", "copy", "remove",
+                          "format", "split", "strip", "lower", "upper", "startswith", "endswith", "replace", "join"})
+
+
+def _item_used_as_an_object(sem, use: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``model(x)``, ``model.eval()``, ``model.remove_weightnorm(model)``: an item of the loaded container used as a
+    module or another object (not a tensor's method, nor a dict's)."""
+    parent = sem.parent(use)
+    if isinstance(parent, ast.Call) and parent.func is use:
+        return True
+    return isinstance(parent, ast.Attribute) and parent.value is use and parent.attr not in _TENSOR_USES \
+        and parent.attr not in _DICT_USES
 
 
 def _saves_objects(ctx: Context) -> bool:
