@@ -942,3 +942,51 @@ def test_a_notebook_that_rebinds_its_device_to_the_cpu_hands_its_helpers_no_gpu(
     ]))
     results = check_files(["hw/agent.py", "run.ipynb"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "agent.py") == ([] if forced else [(27, "TD603")])
+
+
+def test_a_loop_whose_step_is_a_method_of_a_model_class_elsewhere_is_no_evaluation(project: Path) -> None:
+    """A seq2seq script's loop over ``train_loader`` calls ``seq2seq.train_model(data)``, a method of the model class
+    of another module that zeroes the gradients, backpropagates and steps: a training loop, with no backward in
+    sight (no TD401). Its validation loop, a plain forward after ``eval()``, is an evaluation (TD401)."""
+    write(project, {
+        "transformer_model.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Seq2Seq(nn.Module):
+                def __init__(self, vocab):
+                    super().__init__()
+                    self.proj = nn.Linear(vocab, vocab)
+                    self.loss_function = nn.CrossEntropyLoss()
+                    self.optim = torch.optim.Adam(self.parameters())
+
+                def forward(self, data):
+                    return self.proj(data[:, 0])
+
+                def train_model(self, data):
+                    self.optim.zero_grad()
+                    loss = self.loss_function(self.forward(data), data[:, 1].argmax(-1))
+                    loss.backward()
+                    self.optim.step()
+                    return loss.data
+            """,
+        "train.py": """\
+            import torch
+            from transformer_model import Seq2Seq
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            seq2seq = Seq2Seq(32)
+            seq2seq.to(device)
+            train_loader = torch.utils.data.DataLoader(torch.randn(64, 2, 32), batch_size=8, pin_memory=True,
+                                                       num_workers=2)
+            for epoch in range(3):
+                for b, data in enumerate(train_loader):
+                    print("Train Loss:", seq2seq.train_model(data.to(device)).item())
+                seq2seq.eval()
+                for data in train_loader:
+                    out = seq2seq(data.to(device))
+                seq2seq.train()
+            """,
+    })
+    results = check_files(["train.py", "transformer_model.py"], Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "train.py") == [(14, "TD401")]

@@ -534,6 +534,9 @@ class Loops:
         training = [a for a in self.loops_around(loop) if self.info[a].kind == "train"]
         if training and not self._evaluates_inside(loop, training[-1]):
             return  # teacher/EMA forwards inside training are not evaluation
+        if self._steps_through_a_method(loop):
+            info.kind = "train"  # (``seq2seq.train_model(data)`` of a model class of another module: a whole step)
+            return
         func = self.index.frame[loop].function
         text = self.segment(info.loader) if info.loader is not None else ""
         if EVALISH.search(text) or (func is not None and EVAL_FUNC.search(func.name)):  # type: ignore[attr-defined]
@@ -541,6 +544,13 @@ class Loops:
         elif self._after_eval_call(loop) or self.guards.grad_mode(loop) in ("off", "maybe") \
                 or self._in_a_script_that_trains_nothing(loop):
             info.kind = "eval"
+
+    def _steps_through_a_method(self, loop: ast.AST) -> bool:
+        """The pass calls a method named for stepping (``train_model``, ``update``) that another module's summary
+        says is one whole training step (backward and an optimizer step)."""
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _STEPPISH.search(n.func.attr)
+                   and not self.calls.resolve(n) and getattr(self.calls.external_of(n), "one_step", False)
+                   for n in self.index.body(loop))
 
     def _in_a_script_that_trains_nothing(self, loop: ast.AST) -> bool:
         """``for name in files: out = net_g(load(name).to(device))`` in a script's own code (not a class's method) where
