@@ -323,14 +323,7 @@ def _handed_a_wrapper(ctx: Context, func: ast.AST, param: str, depth: int) -> bo
 def _param_behind(sem, name: str, at: ast.AST) -> ast.AST | None:  # type: ignore[no-untyped-def]
     """The function whose parameter ``name`` holds at ``at``: bound as one, or rebound only to itself moved (``model =
     model.cuda()``, which keeps a DataParallel wrapper a wrapper)."""
-    b = sem.binding_at(name, at)
-    for _ in range(3):
-        if b is None or b.is_param:
-            break
-        value = strip_methods(b.value, PLACEMENT_METHODS) if b.value is not None else None
-        if not (isinstance(value, ast.Name) and value.id == name):
-            return None
-        b = sem.binding_at(name, value)  # (what the right-hand side reads)
+    b, _ = sem.binding_before_self_moves(name, at, PLACEMENT_METHODS)
     return b.node if b is not None and b.is_param else None
 
 

@@ -161,13 +161,8 @@ def _checked_once_at_top_level(sem, call: ast.Call) -> bool:  # type: ignore[no-
     base = strip_methods(call.args[0], _AS_IS, subscripts=True)
     if not isinstance(base, ast.Name) or sem.loops_around(call):
         return False
-    made = sem.binding_at(base.id, call)
-    for _ in range(3):  # (``test_image = test_image.to(device)`` in the next cell: the same random image)
-        value = strip_methods(made.value, _AS_IS) if made is not None and not made.is_param and made.index is None \
-            and made.value is not None else None
-        if not (isinstance(value, ast.Name) and value.id == base.id):
-            break
-        made = sem.binding_at(base.id, value)
+    made, value = sem.binding_before_self_moves(base.id, call, _AS_IS)  # (``test_image = test_image.to(device)`` in
+    # the next cell: the same random image)
     if not (isinstance(value, ast.Call) and (sem.call_name(value) or "").startswith("torch.")
             and (sem.call_name(value) or "").rsplit(".", 1)[-1] in _RANDOM) or sem.loops_around(made.node):
         return False
@@ -179,13 +174,7 @@ def _untrained_since_built(sem, call: ast.Call) -> bool:  # type: ignore[no-unty
     step between its construction and this forward: a freshly built network checked, not a trained one evaluated."""
     if not isinstance(call.func, ast.Name):
         return False
-    b = sem.binding_at(call.func.id, call)
-    for _ in range(3):
-        value = strip_methods(b.value, _AS_MOVED) if b is not None and not b.is_param and b.index is None \
-            and b.value is not None else None
-        if not (isinstance(value, ast.Name) and value.id == call.func.id):
-            break
-        b = sem.binding_at(call.func.id, value)
+    b, value = sem.binding_before_self_moves(call.func.id, call, _AS_MOVED)
     if not isinstance(value, ast.Call):
         return False
     start, end = sem.index.pos.get(b.node, -1), sem.index.pos.get(call, -1)

@@ -220,6 +220,19 @@ class SemanticModel:
     def bindings_of(self, key: str) -> list[Binding]:
         return self.bindings.of_key(key)
 
+    def binding_before_self_moves(self, name: str, at: ast.AST, methods: frozenset[str]) -> tuple[Binding | None, ast.AST | None]:
+        """The binding of ``name`` at ``at``, followed back through rebindings to itself by ``methods`` (``net =
+        net.to(device)``, ``x = x.cuda()``; three at most), and its value stripped of those methods (None for a
+        parameter, an unpacked element, or a name bound to nothing)."""
+        b, value = self.binding_at(name, at), None
+        for _ in range(3):
+            value = strip_methods(b.value, methods) if b is not None and not b.is_param and b.index is None \
+                and b.value is not None else None
+            if not (isinstance(value, ast.Name) and value.id == name):
+                break
+            b = self.binding_at(name, value)
+        return b, value
+
     def kind_of(self, key: str, at: ast.AST) -> str | None:
         return self.kinds.kind_of(key, at)
 
