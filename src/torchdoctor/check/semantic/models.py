@@ -673,15 +673,31 @@ def class_has_no_parameters(sem: SemanticModel, cls: ast.AST, depth: int = 0) ->
         inner = sem.calls_index.classes.get(written)
         if inner is None or written not in sem.module_classes or not class_has_no_parameters(sem, inner, depth + 1):
             return False
+    asked = None
     for n in sem.subtree(cls):
         if isinstance(n, ast.Call) and (n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")) \
                 in _PARAMETER_CALLS:
             return False
-        for _, value in _self_assignments(n):
+        for target, value in _self_assignments(n):
             if any(isinstance(v, _HELD) and not _plain_setting(sem, v, n) and not _plain_tensor(sem, v)
                    and not _parameter_free_transform(sem, v) and not _activation_kept(sem, v, n) for v in _held_parts(value)):
                 return False
+            if isinstance(value, ast.Name) and isinstance(target, ast.Attribute):
+                asked = _parameters_asked(sem, cls) if asked is None else asked
+                if target.attr in asked:
+                    return False  # (``self.net_t = net_t``, then ``self.net_t.parameters()``: a layer handed in)
     return True
+
+
+_ASKS_PARAMETERS = frozenset({"parameters", "named_parameters", "children", "named_children", "modules"})
+
+
+def _parameters_asked(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
+    """The attributes ``a`` of which the class asks ``self.a.parameters()`` (or its children, its modules)."""
+    return frozenset(n.func.value.attr for n in sem.subtree(cls) if isinstance(n, ast.Call)
+                     and isinstance(n.func, ast.Attribute) and n.func.attr in _ASKS_PARAMETERS
+                     and isinstance(n.func.value, ast.Attribute) and isinstance(n.func.value.value, ast.Name)
+                     and n.func.value.value.id == "self")
 
 
 def _activation_kept(sem: SemanticModel, value: ast.AST, stmt: ast.AST) -> bool:
