@@ -937,12 +937,13 @@ def _forwards_under_no_grad(sem, func: ast.AST, depth: int = 0) -> bool:  # type
 
 def _loaded_module(ctx: Context, target: ast.AST, at: ast.AST) -> bool:
     """``net = ckpt["model"].half().to(device)`` with ``ckpt = torch.load(...)``, then ``net.eval()``: a module
-    unpickled from a checkpoint (its class is nowhere in sight, but it was put in eval mode and moved)."""
+    unpickled from a checkpoint (its class is nowhere in sight, but it was put in eval mode and moved, or brought to the
+    host: ``model = ckpt["model"].cpu()``)."""
     sem = ctx.semantic
     node: ast.AST | None = target
     for _ in range(6):  # (``w = torch.load(p)``, ``model = w["model"]``, ``model = model.half().to(device)``)
         while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                "to", "cuda", "half", "float", "eval", "fuse"):
+                "to", "cuda", "cpu", "half", "float", "double", "eval", "fuse"):
             node = node.func.value
         if isinstance(node, ast.Subscript):
             node = node.value
