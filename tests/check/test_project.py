@@ -8942,3 +8942,67 @@ def test_a_loss_of_derived_settings_keeping_detached_terms_holds_nothing_to_move
     })
     results = check_files(["train.py", "model.py"], Settings(root=str(project), select=("TD201",)))
     assert codes(results, "train.py") == [(7, "TD201")]
+
+
+def test_a_home_made_module_base_of_another_module_is_no_torch_module(project: Path) -> None:
+    """A homework's own autograd: ``class Module:`` (a plain class whose ``to()`` moves the tensors it lists) in
+    ``hw_nn.py``, ``class Linear(Module)`` there and ``class Conv(Module)`` in another module importing it. Their
+    tensors are no unregistered buffers (TD203): the class's own ``to()`` moves them. The same shape on
+    ``torch.nn.Module`` is reported."""
+    write(project, {
+        "hw_nn.py": """\
+            import torch
+
+            class Module:
+                def __init__(self):
+                    self._parameters = []
+
+                def to(self, device):
+                    for name in self._parameters:
+                        setattr(self, name, getattr(self, name).to(device))
+                    return self
+
+                def __call__(self, *args, ctx=None):
+                    return self.forward(*args, ctx=ctx)
+
+            class Linear(Module):
+                def __init__(self, n_in, n_out):
+                    super().__init__()
+                    self.weight = torch.empty(n_out, n_in)
+                    self.bias = torch.empty(n_out)
+                    self._parameters = ["weight", "bias"]
+
+                def forward(self, x, ctx=None):
+                    return x @ self.weight.t() + self.bias
+            """,
+        "conv_nn.py": """\
+            import torch
+            from hw_nn import Module
+
+            class Conv(Module):
+                def __init__(self, channels):
+                    super().__init__()
+                    self.weight = torch.empty(channels, channels, 3, 3)
+                    self._parameters = ["weight"]
+
+                def forward(self, x, ctx=None):
+                    return torch.nn.functional.conv2d(x, self.weight, padding=1)
+            """,
+        "torch_nn.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Scale(nn.Module):
+                def __init__(self, n):
+                    super().__init__()
+                    self.factor = torch.ones(n)
+                    self.proj = nn.Linear(n, n)
+
+                def forward(self, x):
+                    return self.proj(x) * self.factor
+            """,
+    })
+    results = check_files(["hw_nn.py", "conv_nn.py", "torch_nn.py"], Settings(root=str(project), select=("TD203",)))
+    assert codes(results, "hw_nn.py") == []
+    assert codes(results, "conv_nn.py") == []
+    assert codes(results, "torch_nn.py") == [(7, "TD203")]

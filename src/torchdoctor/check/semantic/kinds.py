@@ -19,6 +19,8 @@ __all__ = ["KINDS", "Kinds", "kind_from_name", "LOADERISH", "unwrap_iter"]
 KINDS = ("model", "tensor", "loader", "optimizer", "scaler", "sampler", "device", "loss_fn", "scheduler", "wrapper")
 
 MODULE_BASES = {"Module", "LightningModule", "PreTrainedModel", "Sequential", "ModuleList", "ModuleDict"}
+_LIBRARY_MODULE_BASES = ("torch.", "pytorch_lightning.", "lightning.", "transformers.", "flax.", "mindspore.", "paddle.",
+                         "jittor.", "oneflow.", "megengine.", "mxnet.", "keras.", "tensorflow.")
 _WRAPPERS = {"DataParallel", "DistributedDataParallel", "DDP", "FullyShardedDataParallel", "FSDP"}
 _NOT_MODELS = lazy(r"(?i)Tokenizer|Processor|Config|Feature_?Extractor|Dataset|Pipeline|Scheduler|Accelerator")  # (``tokenizer_class.from_pretrained``)
 _OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS",
@@ -159,6 +161,7 @@ class Kinds:
     # ---- classes ---------------------------------------------------------------------------------
     def _module_classes(self) -> set[str]:
         classes = self.index.by_type.get(ast.ClassDef, [])
+        local = {cls.name for cls in classes}  # type: ignore[attr-defined]
         found: set[str] = set()
         changed = True
         while changed:
@@ -169,6 +172,9 @@ class Kinds:
                 for base in cls.bases:  # type: ignore[attr-defined]
                     q = self.names.qualname(base) or ""
                     last = q.rsplit(".", 1)[-1]
+                    if last in MODULE_BASES and (q == last and last in local or self._plain_project_class(q, base)):
+                        continue  # (``class Linear(Module)`` of a homework's own ``class Module:``, here or imported
+                        # from another module of the project: no torch module, whatever its name)
                     if last in MODULE_BASES or last in found or self._imported_module_class(q, base) \
                             or last.endswith("PreTrainedModel") and q.startswith("transformers.") \
                             or _torch_layer(q):  # (``class BatchNormFw(nn.BatchNorm2d)``: a layer, forward overridden)
@@ -186,6 +192,17 @@ class Kinds:
                 not (self.names.star and head not in self.bindings.defined):
             return False
         return bool(self.project_class(written))
+
+    def _plain_project_class(self, q: str, node: ast.AST) -> bool:
+        """``Module`` imported from a module of the project that defines it as a plain class (``from hw2_nn import
+        Module``)."""
+        if self.project_class is None or "." not in q or q.startswith(_LIBRARY_MODULE_BASES):
+            return False
+        written = dotted(node) or ""
+        head = written.split(".")[0]
+        if head not in self.names.imports and head not in self.names.relative and head not in self.names.from_imports:
+            return False
+        return self.project_class(written) is False
 
     def is_module_class(self, q: str, node: ast.AST | None = None) -> bool:
         """``q`` (a resolved call name) is an nn.Module class of this file or of the project."""
