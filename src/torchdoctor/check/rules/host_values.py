@@ -409,7 +409,7 @@ SAME_PLACE = ("mean", "sum", "min", "max", "argmin", "argmax", "float", "double"
                "half", "bool", "prod", "std", "var", "median", "topk", "sort", "t", "narrow", "select", "mul", "add",
                "sub", "div", "neg", "squeeze_", "unsqueeze_", "expand", "repeat", "numel", "type_as", "add_", "sub_",
                "mul_", "div_", "uniform_", "normal_", "random_", "fill_", "zero_", "bernoulli_", "exponential_",
-               "floor", "ceil", "trunc", "sign", "ne", "eq", "gt", "lt", "ge", "le", "copy_")  # (``torch.empty(2).uniform_(-4, 4).round()``: still on the host)
+               "floor", "ceil", "trunc", "sign", "ne", "eq", "gt", "lt", "ge", "le", "copy_", "nonzero")  # (``torch.empty(2).uniform_(-4, 4).round()``: still on the host)
 
 
 _NUMBERS = frozenset({"len", "int", "float", "round", "abs", "min", "max", "sum"})
@@ -527,15 +527,16 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return True  # ``np.ceil(np.log(n)).astype("int")``: a NumPy value (``astype`` is NumPy's, not torch's)
     if any(k.arg == "return_tensors" for k in expr.keywords):
         return True  # ``tokenizer(text, return_tensors="pt")``: a tokenizer makes its tensors on the host
-    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in FACTORIES and name not in _HOST_MAKERS:
-        return True  # ``iouv = torch.linspace(0.5, 0.95, 10)``: no device given
+    if name.startswith("torch.") and name.rsplit(".", 1)[-1] in FACTORIES and name not in _HOST_MAKERS \
+            or name in ("torch.fft.fftfreq", "torch.fft.rfftfreq"):
+        return True  # ``iouv = torch.linspace(0.5, 0.95, 10)``, ``torch.fft.fftfreq(n)``: no device given
     if _TO_HOST.search(name.rsplit(".", 1)[-1]):
         return True  # ``to_cpu(loss)``, ``tensor_to_numpy(x)``: a helper that copies to the host
     if name.startswith("torch.") and name.rsplit(".", 1)[-1] in ("argmin", "argmax", "min", "max", "sum", "mean",
                                                                 "topk", "sort", "stack", "cat", "exp", "log", "sigmoid",
                                                                 "softmax", "log_softmax", "abs", "sqrt", "tanh", "round",
                                                                 "clamp", "squeeze", "unsqueeze", "flatten", "norm",
-                                                                "prod") \
+                                                                "prod", "fftshift", "ifftshift") \
             and expr.args:
         first = expr.args[0]  # a reduction of a host tensor stays on the host
         return made_on_host(ctx, first.elts[0] if isinstance(first, (ast.List, ast.Tuple)) and first.elts else first,
