@@ -40,6 +40,10 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
            and sem.function_of(b.node) is func and not sem.in_other_branch(b.node, node)
            for b in sem.bindings.in_scope(cls, f"self.{target.attr}")):
         return  # ``self.proj = torch.randn(m, d)`` then ``self.proj = nn.Parameter(...)``: a draft, rebound at once
+    if _empty(ctx, value) and any(b.node is not node and sem.in_other_branch(b.node, node) and isinstance(b.value, ast.Call)
+                                  and (ctx.call_name(b.value) or "").rsplit(".", 1)[-1] == "Parameter"
+                                  for b in sem.bindings.in_scope(cls, f"self.{target.attr}")):
+        return  # ``self.w1 = torch.empty(0)`` where the other branch makes ``nn.Parameter(...)``: a factor left out
     if _registered(ctx, cls, target.attr) or _moved_by_own_to(ctx, cls, target.attr) or not _used_later(ctx, cls, target.attr) \
             or _moved_at_every_use(ctx, cls, target.attr) or _host_bookkeeping(ctx, cls, target.attr) \
             or _iterated_into_arithmetic(ctx, cls, target.attr) or _only_into_numpy(ctx, cls, target.attr) \
@@ -60,6 +64,15 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
+
+
+def _empty(ctx: Context, value: ast.AST) -> bool:
+    """``torch.empty(0)``, ``torch.zeros(0)``, ``torch.tensor([])``: a tensor of no element."""
+    if not (isinstance(value, ast.Call) and len(value.args) == 1 and not value.keywords):
+        return False
+    name, arg = ctx.call_name(value) or "", value.args[0]
+    return name in ("torch.empty", "torch.zeros", "torch.ones") and isinstance(arg, ast.Constant) and arg.value == 0 \
+        or name in ("torch.tensor", "torch.Tensor", "torch.FloatTensor") and isinstance(arg, ast.List) and not arg.elts
 
 
 def _arithmetic_of_moved(sem, value: ast.AST) -> bool:  # type: ignore[no-untyped-def]
