@@ -990,3 +990,46 @@ def test_a_loop_whose_step_is_a_method_of_a_model_class_elsewhere_is_no_evaluati
     })
     results = check_files(["train.py", "transformer_model.py"], Settings(root=str(project), select=("TD401",)))
     assert codes(results, "train.py") == [(14, "TD401")]
+
+
+def test_a_helper_of_another_module_that_hands_the_action_to_the_environment_it_steps(project: Path) -> None:
+    """``eps_greedy(...)`` in ``utils.py``: ``actions = q.argmax(1).cpu().numpy()``, then ``envs.step(actions)`` in the
+    same helper, called on every step of ``train.py``'s loop: the copy is the action the host simulator needs (no
+    avoidable sync). The helper's loss read for a log line, on the same steps, is one."""
+    write(project, {
+        "utils.py": """\
+            import random
+            import torch
+
+            def eps_greedy(obs, dqn, device, envs, eps=0.1):
+                if random.random() > eps:
+                    with torch.no_grad():
+                        q = dqn(torch.from_numpy(obs).float().to(device))
+                        actions = torch.argmax(q, 1).cpu().numpy()
+                else:
+                    actions = envs.action_space.sample()
+                next_obs, rewards, dones = envs.step(actions)
+                return next_obs, rewards
+
+            def log_loss(history, loss):
+                history.append(loss.item())
+            """,
+        "train.py": """\
+            import torch
+            from utils import eps_greedy, log_loss
+
+            def train(dqn, envs, opt, steps):
+                device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+                dqn.to(device)
+                obs, history = envs.reset(), []
+                for i in range(steps):
+                    obs, rewards = eps_greedy(obs, dqn, device, envs)
+                    loss = dqn(torch.from_numpy(obs).float().to(device)).pow(2).mean()
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                    log_loss(history, loss)
+            """,
+    })
+    results = check_files(["utils.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "utils.py") == [(15, "TD603")]

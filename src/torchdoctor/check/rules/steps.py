@@ -753,11 +753,12 @@ def report_sync_for_callers(ctx: Context, node: ast.AST, what: str) -> None:
     if isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy") and returned_copy(ctx, node) \
             and _of_an_input(ctx, node, func):
         return  # ``remove_pad`` handing its callers host arrays of what they gave it: they keep them on the host
-    if sem.class_of(func) is not None and (isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy")
-                                           and not _read_as_a_number(sem, node) and not _added_to_state(sem, node)
-                                           or stepped_with(ctx, node, sem.local_nodes(func))):
+    if sem.class_of(func) is not None and isinstance(node, ast.Call) and method_name(node) in ("cpu", "tolist", "numpy") \
+            and not _read_as_a_number(sem, node) and not _added_to_state(sem, node) \
+            or stepped_with(ctx, node, sem.local_nodes(func)):
         return  # a method of an object made in another module: its scalar reads are told (``return loss.item()``),
-        # not its copies (``upsampler.enhance(img)`` handing back the image it made), nor ``self.env.step(a.item())``
+        # not its copies (``upsampler.enhance(img)`` handing back the image it made); nor, in any helper, the action
+        # it hands the environment it steps (``self.env.step(a.item())``, ``envs.step(actions)``)
     inner = next(iter(sem.loops_around(node)), None)
     if inner is not None and isinstance(node, ast.Call) and method_name(node) in ("cpu", "numpy", "tolist") \
             and sem.loop_kind(inner) != "train" and collected_on_host(ctx, node, inner):
