@@ -24,6 +24,7 @@ from torchdoctor.check.rules.host_values import SAME_PLACE, batch_on_device, com
     is_sync_call, made_on_host, meter_feeds, module_state, tensor_value
 from torchdoctor.check.rules.steps import report_for_base_loop, per_step_loop, report_sync, report_sync_for_callers
 from torchdoctor.check.semantic import program
+from torchdoctor.check.semantic.placement import cpu_only_loop
 
 if TYPE_CHECKING:
     from torchdoctor.check.context import Context
@@ -52,8 +53,8 @@ def _report(ctx: Context, node: ast.AST, what: str) -> None:
         return  # (``elif distance == "l_2":`` of a loss every call of which passes ``"l_inf"``)
     loop = per_step_loop(ctx, node)
     if loop is not None:
-        if _accelerated(ctx) and not few_in_range(ctx, loop):  # (``for i in range(9)``: a grid of 9 images shown)
-            report_sync(ctx, node, what, loop)
+        if _accelerated(ctx) and not few_in_range(ctx, loop) and not cpu_only_loop(ctx.semantic, loop):
+            report_sync(ctx, node, what, loop)  # (``for i in range(9)``: a grid of 9 images shown; a CPU trainer's loop)
     elif not program.is_rpc_program(ctx.semantic):
         report_sync_for_callers(ctx, node, what)  # (callers that run on an accelerator only)
 

@@ -271,14 +271,30 @@ def _objects_never_moved(sem: SemanticModel, cls: ast.AST | None) -> bool:
     return True
 
 
+def _to_the_cpu(sem: SemanticModel, move: ast.Call) -> bool:
+    """``.to("cpu")``, or ``.to(self.device)`` where every binding of ``self.device`` is the CPU."""
+    device = sem.move_device(move) or ""
+    if device.strip("'\"") == "cpu":
+        return True
+    if not all(part.isidentifier() for part in device.split(".")) or device.count(".") > 1:
+        return False
+    bound = sem.bindings_of(device)
+    return bool(bound) and all(not b.is_param and b.value is not None and b.index is None
+                               and program.cpu_device_value(sem, b.value) for b in bound)
+
+
 def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
-    """A loop that moves nothing and whose every model is a module nothing moves (``never_moved``): made here, or a
+    """A loop that moves to the CPU alone (``.to(self.device)`` of a trainer whose device is the CPU), or that moves
+    nothing and whose every model is a module nothing moves (``never_moved``): made here, or a
     parameter of the loop's function that every call passes such a module (a tutorial's CPU phase: ``fit(cpu_net,
     cpu_loader, ...)`` before it picks a device and defines ``fit`` again for the GPU)."""
     def compute() -> bool:
         func = sem.function_of(loop)
         body = sem.body(loop)
-        if any(isinstance(n, ast.Call) and sem.is_device_move(n) for n in body) or any(
+        moves = [n for n in body if isinstance(n, ast.Call) and sem.is_device_move(n)]
+        if moves and all(_to_the_cpu(sem, m) for m in moves):
+            return True  # ``data = data.to(self.device)`` with ``self.device = torch.device("cpu")`` only: a CPU trainer
+        if moves or any(
                 isinstance(n, ast.Lambda) and any(isinstance(m, ast.Call) and sem.is_device_move(m) for m in sem.subtree(n))
                 for n in sem.subtree(loop)):
             return False  # (``x, y = map(lambda t: t.to(device), batch)``: moved by a lambda the loop runs)
