@@ -329,7 +329,8 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
                fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
 
-_REBUILDS = frozenset({"torch.cat", "torch.stack", "torch.concat", "torch.concatenate", "torch.vstack", "torch.hstack"})
+_REBUILDS = frozenset({"torch.cat", "torch.stack", "torch.concat", "torch.concatenate", "torch.vstack", "torch.hstack",
+                       "torch.tensor"})  # (``torch.tensor(list(labels))``: a copy, too)
 
 
 def _moves_only_rebuilt_batches(ctx: Context, call: ast.AST) -> bool:
@@ -340,9 +341,23 @@ def _moves_only_rebuilt_batches(ctx: Context, call: ast.AST) -> bool:
     stmt = sem.parent(call)
     if (name := bound_name(stmt)) is None or stmt.value is not call:  # type: ignore[union-attr]
         return False
+    def reads(key: str, bound_by: ast.AST) -> list[ast.AST]:  # (not ``len(loaders[phase].dataset)``: a size asked)
+        return [r for r in sem.reads_of(key) if (b := sem.binding_at(key, r)) is not None and b.node is bound_by
+                and not _size_asked(sem, r)]
+
+    holders, uses = {name: stmt}, 0
+    for read in reads(name, stmt):  # (``dataloaders = {"train": train_loader, ...}``: the loops over ``dataloaders[p]``)
+        held, up = sem.parent(read), sem.parent(sem.parent(read))
+        alias = bound_name(up) if isinstance(held, ast.Dict) and isinstance(up, ast.Assign) and up.value is held else None
+        if alias is None:
+            uses += 1
+        elif alias not in holders:
+            holders[alias] = up
+            uses += len(reads(alias, up))
     loops = [lp for lp in sem.of_type(ast.For) if (info := sem.loop_info(lp)).is_batch and info.loader is not None
-             and any(isinstance(n, ast.Name) and n.id == name for n in sem.subtree(info.loader))]
-    if not loops or len(loops) != len(sem.reads_of(name)):
+             and any(isinstance(n, ast.Name) and n.id in holders and (b := sem.binding_at(n.id, n)) is not None
+                     and b.node is holders[n.id] for n in sem.subtree(info.loader))]
+    if not loops or len(loops) != uses:
         return False  # (the loader is also used elsewhere: handed on, peeked, iterated by a helper)
     for loop in loops:
         batch = set(sem.loop_info(loop).batch_vars)
@@ -358,6 +373,18 @@ def _moves_only_rebuilt_batches(ctx: Context, call: ast.AST) -> bool:
                     and any(isinstance(n, ast.Name) and n.id in batch for n in sem.subtree(made.args[0]))):
                 return False
     return True
+
+
+def _size_asked(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``len(loader)``, ``len(loaders[phase].dataset)``, ``loader.batch_size``: a loader's size, no batch drawn."""
+    node, up = read, sem.parent(read)
+    while isinstance(up, ast.Subscript) and up.value is node:
+        node, up = up, sem.parent(up)
+    if isinstance(up, ast.Attribute) and up.attr in ("dataset", "batch_size", "sampler"):
+        node, up = up, sem.parent(up)
+        if not isinstance(up, ast.Call) or up.func is not node:
+            return True
+    return isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "len" and node in up.args
 
 
 def left_at_its_falsy_default(ctx: Context, value: ast.AST, at: ast.AST) -> bool:
