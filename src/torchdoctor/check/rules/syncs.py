@@ -35,6 +35,7 @@ _REDUCTIONS = frozenset({"min", "max", "all", "any", "sum", "mean", "norm", "ama
 _TORCH_TESTS = frozenset({"torch.isnan", "torch.isinf", "torch.isfinite", "torch.any", "torch.all", "torch.equal",
                           "torch.allclose", "torch.is_nonzero", "torch.min", "torch.max", "torch.amin", "torch.amax",
                           "torch.sum", "torch.mean", "torch.norm", "torch.count_nonzero"})
+_COMPARISONS = frozenset({"torch.eq", "torch.ne", "torch.gt", "torch.lt", "torch.ge", "torch.le"})
 _LOSSISH_CALL = lazy(r"(?i)(loss|cross_entropy|criterion|nll|mse)")
 _HOST_TENSORS = ("torch.zeros", "torch.ones", "torch.empty", "torch.full", "numpy.zeros", "numpy.ones", "numpy.empty",
                  "numpy.full")
@@ -478,8 +479,11 @@ def legacy_scalar_read_every_step(node: ast.AST, ctx: Context) -> None:
         return  # (``torch.sum(pred.data[0] == target.data[0])``: the first image of a batch, indexed, not read)
     inner = value.value
     if isinstance(inner, ast.Call):  # ``F.mse_loss(output, target).data[0]``: a loss torch computes
-        if ctx.semantic.expr_kind(inner, node) != "tensor" or not _LOSSISH_CALL.search(dotted(inner.func) or ""):
-            return
+        counted = isinstance(inner.func, ast.Attribute) and inner.func.attr in ("sum", "mean") \
+            and isinstance(inner.func.value, ast.Call) and (ctx.call_name(inner.func.value) or "") in _COMPARISONS
+        if not counted and (ctx.semantic.expr_kind(inner, node) != "tensor"
+                            or not _LOSSISH_CALL.search(dotted(inner.func) or "")):
+            return  # (``torch.eq(pred, y).sum().data[0]``: a count of hits, read back as well)
     elif not tensor_value(ctx, inner, node) or host_number(ctx, inner, node) \
             or not _LOSSISH_CALL.search(inner.id) and ctx.semantic.kind_of(inner.id, node) != "tensor":
         return

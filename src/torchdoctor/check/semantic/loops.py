@@ -254,10 +254,24 @@ class Loops:
                 func = node.func
                 if isinstance(func, ast.Attribute) and func.attr in ("cuda", "to") and root_name(func.value) in items:
                     moved = True
+                elif isinstance(func, ast.Name) and any(root_name(a) in items for a in node.args) \
+                        and self._moving_helper(func.id):
+                    moved = True  # ``minbatch = get_variable(batch[0])``, a helper of this file that makes a CUDA tensor
                 elif (key := dotted(func)) is not None and (self.kinds.kind_of(key, node) in ("model", "wrapper")
                                                             or key in self._mode_receivers()):
                     model = True
         return moved and model
+
+    def _moving_helper(self, name: str) -> bool:
+        """A function of this module named ``name`` that moves to CUDA or makes a CUDA tensor (``tensor =
+        torch.cuda.LongTensor(x) if CUDA else torch.LongTensor(x)``)."""
+        for func in self.index.by_type.get(ast.FunctionDef, ()):
+            if func.name == name and self.index.frame[func].kind == "module":  # type: ignore[attr-defined]
+                return any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr == "cuda"
+                                                         or (dotted(n.func) or "").startswith("torch.cuda.")
+                                                         and (dotted(n.func) or "").endswith("Tensor"))
+                           for n in self.index.subtree(func))
+        return False
 
     def _indexes_what_it_counts(self, it: ast.AST, loop: ast.AST) -> bool:
         """``for i in range(len(val_loaders)):`` whose body reads ``val_loaders[i]``: named like a loader but indexed
