@@ -160,6 +160,19 @@ def test_a_method_chained_after_a_multi_line_call_is_reported_where_it_is_writte
     assert not [f for f in silenced if f.code in ("TD101", "TD102")]
 
 
+def test_a_long_call_is_named_with_the_methods_chained_after_it() -> None:
+    """A message names ``torch.eq(...).sum().data[0]`` and ``torch.FloatTensor(...).zero_().cuda()``: the call's
+    arguments collapse, the chain after it stays (it says what is read or moved); a multi-line tail does not."""
+    from torchdoctor.check.semantic.text import short
+
+    assert short("torch.eq(predictions, targets).sum().data[0]") == "torch.eq(...).sum().data[0]"
+    assert short("torch.FloatTensor(batch_size, hidden_size).zero_()") == "torch.FloatTensor(...).zero_()"
+    assert short("build_criterion(dict(name=args.kd_method, margin=m)).cuda(non_blocking=True, device=dev)") \
+        == "build_criterion(...)"  # (the tail alone is too long)
+    assert short("model(\n    x,\n)") == "model(...)"
+    assert short("model(x)") == "model(x)"
+
+
 GLUON_EVAL = '''import mxnet as mx
 from mxnet import gluon
 from torchvision import transforms

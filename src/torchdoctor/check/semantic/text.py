@@ -69,5 +69,23 @@ def short(text: str, limit: int = 40, placeholder: str = "...") -> str:
     head = text.split("\n", 1)[0]
     paren = head.find("(")
     if 0 < paren <= limit:
+        close = _closing(text, paren)  # (``torch.eq(pred, y).sum().data[0]``: ``torch.eq(...).sum().data[0]``)
+        tail = text[close + 1:] if close is not None else ""
+        if tail and "\n" not in tail and paren + 5 + len(tail) <= limit:
+            return head[:paren] + "(...)" + tail
         return head[:paren] + "(...)"
     return head[:limit].rstrip() + placeholder
+
+
+def _closing(text: str, opened: int) -> int | None:
+    """Where the parenthesis opened at ``opened`` closes (brackets in strings are not told apart: a name only)."""
+    depth = 0
+    for i in range(opened, len(text)):
+        c = text[i]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
