@@ -232,15 +232,16 @@ def _class_has(sem: SemanticModel, name: str, qualified: LazyPattern | None, ask
 
 
 def _code_words(nodes: list[ast.AST]) -> list[str]:
-    """The identifiers of the code (names, attributes, keywords, parameters), not its docstrings or comments:
-    a docstring saying "no dropout" is not a dropout layer."""
+    """The identifiers of the code (names, attributes, keywords), not its docstrings or comments: a docstring saying
+    "no dropout" is not a dropout layer; nor is a parameter (``def __init__(self, vocab, dropout)``) that the class
+    never reads (one it reads is a name where it is read: ``nn.GRU(h, h, dropout=dropout)``)."""
     words: list[str] = []
     for n in nodes:
         if isinstance(n, ast.Name):
             words.append(n.id)
         elif isinstance(n, ast.Attribute):
             words.append(n.attr)
-        elif isinstance(n, (ast.keyword, ast.arg)) and n.arg:
+        elif isinstance(n, ast.keyword) and n.arg:
             words.append(n.arg)
     return words
 
