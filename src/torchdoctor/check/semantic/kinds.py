@@ -677,10 +677,15 @@ class Kinds:
         return kinds.pop() if len(kinds) == 1 else None
 
     def returns_of(self, func: ast.AST) -> list[ast.Return]:
-        """The ``return value`` statements of ``func`` itself (not of functions nested in it)."""
-        frames = self.index.frame
-        return [n for n in self.index.below(func)
-                if isinstance(n, ast.Return) and n.value is not None and frames[n].unit is func]  # type: ignore[misc]
+        """The ``return value`` statements of ``func`` itself (not of functions nested in it); memoised (the summary
+        and the rules ask it of the same functions again and again)."""
+        key = ("returns", id(func))
+        found = self._memo.get(key)
+        if found is None:
+            frames = self.index.frame
+            found = self._memo[key] = [n for n in self.index.below(func)  # type: ignore[assignment]
+                                       if isinstance(n, ast.Return) and n.value is not None and frames[n].unit is func]  # type: ignore[misc]
+        return found  # type: ignore[return-value]
 
     def returned_values(self, func: ast.AST, index: int | None = None) -> list[ast.AST] | None:
         """What every ``return`` of ``func`` hands back (element ``index`` of its tuple, when one is unpacked);
