@@ -40,6 +40,10 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
            and sem.function_of(b.node) is func and not sem.in_other_branch(b.node, node)
            for b in sem.bindings.in_scope(cls, f"self.{target.attr}")):
         return  # ``self.proj = torch.randn(m, d)`` then ``self.proj = nn.Parameter(...)``: a draft, rebound at once
+    if _kept_on_the_host(ctx, cls, target.attr):
+        return  # ``self.mask = mask[key].cpu().clone().detach()`` in another branch: the class keeps it on the host
+    if _staging_buffer(ctx, cls, target.attr):
+        return  # ``self.buffer.copy_(self.workbuffer, non_blocking=True)``: filled on the host, then copied over
     if _empty(ctx, value) and any(b.node is not node and sem.in_other_branch(b.node, node) and isinstance(b.value, ast.Call)
                                   and (ctx.call_name(b.value) or "").rsplit(".", 1)[-1] == "Parameter"
                                   for b in sem.bindings.in_scope(cls, f"self.{target.attr}")):
@@ -64,6 +68,27 @@ def plain_tensor_attribute(node: ast.AST, ctx: Context) -> None:
                fix=f'register it: `self.register_buffer("{target.attr}", {ctx.name(value, 50)})` '
                    "(or wrap a learned value in nn.Parameter)",
                edits=edits)
+
+
+def _kept_on_the_host(ctx: Context, cls: ast.AST, attr: str) -> bool:
+    """Some binding of ``self.<attr>`` in the class copies to the host on purpose (``.cpu()``, ``.to("cpu")``): the
+    author keeps the tensor there, not left behind by accident."""
+    for b in ctx.semantic.bindings.in_scope(cls, f"self.{attr}"):
+        node = b.value
+        while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr == "cpu" and not node.args or node.func.attr == "to" and node.args \
+                    and string_value(node.args[0]) == "cpu":
+                return True
+            node = node.func.value
+    return False
+
+
+def _staging_buffer(ctx: Context, cls: ast.AST, attr: str) -> bool:
+    """``self.<attr>`` is what the class copies into another tensor (``self.buffer.copy_(self.workbuffer)``): a host
+    staging buffer, filled there on purpose."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "copy_" and n.args
+               and dotted(n.args[0]) == f"self.{attr}" and dotted(n.func.value) != f"self.{attr}"
+               for n in ctx.semantic.subtree(cls))
 
 
 def _empty(ctx: Context, value: ast.AST) -> bool:
