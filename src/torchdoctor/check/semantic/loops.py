@@ -197,10 +197,23 @@ class Loops:
                                              and self._item_of_the_pass(info.node, node.value.slice))
                     # of ``for i in range(len(data))`` (or ``x = test_data[i:i + bs]`` of ``range(0, n, bs)``),
                     and self._moves_one_of(body, {n for t in node.targets for n in target_names(t)}))  # then moved
+            if fetched and self._peek_only_printed(node, body):
+                continue  # (``b = next(iter(train_iter)); print(b.content)`` in a loop over k folds: a look, no step)
             if fetched:
                 info.is_batch = True
                 for t in node.targets:
                     info.batch_vars += [n for n in target_names(t) if n not in _NOT_BATCH_NAMES]
+
+    def _peek_only_printed(self, stmt: ast.Assign, body: list[ast.AST]) -> bool:
+        """``b = next(iter(loader))`` (a fresh iterator: its first batch) whose every read in the loop is printed."""
+        value = stmt.value
+        if not (isinstance(value, ast.Call) and dotted(value.func) == "next" and len(value.args) == 1
+                and isinstance(value.args[0], ast.Call) and dotted(value.args[0].func) == "iter"):
+            return False
+        names = {n for t in stmt.targets for n in target_names(t)}
+        reads = [n for n in body if isinstance(n, ast.Name) and n.id in names and isinstance(n.ctx, ast.Load)]
+        return bool(reads) and all(any(isinstance(up, ast.Call) and dotted(up.func) == "print"
+                                       for up in self.index.ancestors(r)) for r in reads)
 
     def _item_of_the_pass(self, loop: ast.AST, key: ast.AST) -> bool:
         """``dataset[i]``, ``dataset[order[i]]``, ``data[i:i + bs]`` of ``for i in ...``: an item (or a minibatch) the
