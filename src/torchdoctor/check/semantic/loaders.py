@@ -639,9 +639,10 @@ def class_yields_text(sem: SemanticModel, cls: ast.AST) -> bool:
     returns = [n for n in nodes if isinstance(n, ast.Return)]
     if not returns or any(isinstance(n, ast.Call) for n in nodes):
         return False
-    if all(r.value is not None and all(isinstance(v, ast.Constant) for v in (
+    if all(r.value is not None and all(isinstance(v, (ast.Constant, ast.JoinedStr)) for v in (
             r.value.elts if isinstance(r.value, ast.Tuple) else [r.value])) for r in returns):
-        return True  # ``return 0, 0``: placeholder items that only count the passes (the batches come from elsewhere)
+        return True  # ``return 0, 0``: placeholder items that only count the passes (the batches come from elsewhere);
+        # ``return f"x.{rank_id}.{step}"``: keys of tensors a database holds (the batches are lists of strings)
     for r in returns:
         values = r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]
         if not all(isinstance(v, ast.Subscript) and _text_attr(sem, cls, dotted(v.value) or "", 0) for v in values):
