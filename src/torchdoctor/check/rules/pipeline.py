@@ -513,7 +513,8 @@ def is_torch_dataloader(ctx: Context, call: ast.Call) -> bool:
             and ctx.semantic.project.defines_class(ctx.semantic, "DataLoader"):  # type: ignore[attr-defined]
         return False
     return q in _TORCH_LOADERS or q.startswith("torchdata.") and q.endswith(".StatefulDataLoader") \
-        or q in _PYG_LOADERS or _loader_subclass(ctx, call, q) or _reexported_loader(ctx, call, q)
+        or q in _PYG_LOADERS or _loader_subclass(ctx, call, q) or _reexported_loader(ctx, call, q) \
+        or isinstance(call.func, ast.Name) and "loader" in call.func.id and _loader_alias(ctx, call)
 
 
 def _reexported_loader(ctx: Context, call: ast.Call, q: str) -> bool:
@@ -595,6 +596,9 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
             name = call.func.id if isinstance(call.func, ast.Name) else call.func.attr \
                 if isinstance(call.func, ast.Attribute) else ""
             imported = sem.names.from_imports.get(name)
+            if isinstance(call.func, ast.Name) and "loader" in name and _loader_alias(ctx, call):
+                out.append(call)  # (``loader = DataListLoader if parallel else DataLoader``, then ``loader(ds, 32)``)
+                continue
             if not (name[:1].isupper() or "Loader" in name) or name in loaders.LOADER_NAMES or "Loader" not in name and \
                     name not in sem.calls_index.classes and not (imported and imported[2].endswith("Loader")):
                 continue  # (a class call whose name is a loader's, or an alias of one: ``DataLoader as GeoLoader``; a
@@ -605,6 +609,30 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
             return []  # (a factory of renamed loaders for another module's GPU: not followed; asked last, it is dear)
         return out
     return sem.cached("renamed_loaders", compute)  # type: ignore[no-any-return]
+
+
+def _loader_alias(ctx: Context, call: ast.Call) -> bool:
+    """``loader(ds, 32)`` where ``loader`` is bound only to torch's (or PyG's) loader classes (``loader = DataListLoader``
+    in one branch, ``loader = DataLoader`` in the other), here or in the one name every caller hands the parameter."""
+    sem = ctx.semantic
+    name, at = call.func.id, call  # type: ignore[attr-defined]
+    for _ in range(2):
+        b = sem.binding_at(name, at)
+        if b is None:
+            return False
+        if not b.is_param:
+            bound = [x for x in sem.bindings_of(name) if sem.scope_of(x.node) is sem.scope_of(b.node)]
+            return bool(bound) and all(not x.is_param and isinstance(x.value, ast.Name) and x.index is None
+                                       and (sem.qualname(x.value) or "") in (*_TORCH_LOADERS[:2], *_PYG_LOADERS)
+                                       for x in bound)
+        func = b.node
+        sites = sem.call_sites(func) if isinstance(func, ast.FunctionDef) else []
+        given = [call_argument(s, func, name) for s in sites]  # type: ignore[arg-type]
+        if not sites or not all(isinstance(g, ast.Name) for g in given) or len({g.id for g in given}) != 1 \
+                or len({id(sem.scope_of(s)) for s in sites}) != 1:  # type: ignore[union-attr]
+            return False
+        name, at = given[0].id, sites[0]  # type: ignore[union-attr]
+    return False
 
 
 def _formatted_onto_a_device(ctx: Context, arg: ast.AST | None, at: ast.AST) -> bool:
