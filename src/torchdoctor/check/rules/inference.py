@@ -21,7 +21,8 @@ from torchdoctor.check.semantic.models import construction, model_has_no_paramet
 
 # a held-out tensor: ``test_x``, ``x_test``, ``val_data``, ``test_images[:10]`` (not a loader's batch)
 _HELDOUT = lazy(r"(?i)^((test|val|valid|validation|holdout|dev)_?(x|data|inputs?|images?|imgs|features|set|tokens|ids)"
-                r"|(x|inputs?|images?|data)_?(test|val|valid|holdout))$")
+                r"|(x|inputs?|images?|imgs|data)_?(test|val|valid|holdout))(_[a-z0-9]{1,2})?$")
+# (``imgs_val_A``, ``imgs_val_lr``: one side of a paired set, a resolution)
 
 
 def _heldout_arg(sem, call: ast.Call) -> str | None:
