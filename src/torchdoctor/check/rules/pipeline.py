@@ -415,9 +415,12 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
         return  # (no dataset: pseudo-code)
     workers = keyword(node, "num_workers")  # type: ignore[arg-type]
     value = workers.value if workers is not None else loaders.spread_value(ctx.semantic, node, "num_workers")  # type: ignore[arg-type]
-    if isinstance(value, ast.Name) and len(bound := ctx.semantic.bindings_of(value.id)) == 1 and not bound[0].is_param \
+    key = dotted(value) if isinstance(value, (ast.Name, ast.Attribute)) else None
+    if key is not None and (key.count(".") == 0 or key.startswith("self.") and key.count(".") == 1) \
+            and len(bound := ctx.semantic.bindings_of(key)) == 1 and not bound[0].is_param \
             and isinstance(bound[0].value, ast.Constant) and bound[0].value.value == 0 and bound[0].value.value is not False:
-        value = bound[0].value  # ``NUM_WORKERS = 0`` set once, then ``num_workers=NUM_WORKERS``: told 0
+        value = bound[0].value  # ``NUM_WORKERS = 0`` (or ``self.num_workers = 0`` in ``__init__``) set once, then
+        # ``num_workers=NUM_WORKERS``: told 0
     if value is not None and not (isinstance(value, ast.Constant) and value.value == 0) \
             and not left_at_its_falsy_default(ctx, value, node):
         return  # (``**params`` of ``params = {"num_workers": 0, ...}``: told 0, as a keyword would)
