@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, func_params, is_false, method_name, param_default
+from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, func_params, is_false, keyword, method_name, param_default
 from torchdoctor.check.patterns import LazyPattern, lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.model import SemanticModel
@@ -301,6 +301,10 @@ def _find_moved_keys(sem: SemanticModel) -> set[str]:
                                 "move_to", "send_to_device"):
         if method_name(node) in ("prepare", "setup", "prepare_model", "setup_module") or sem.is_device_move(node):
             out |= {last_name(dotted(a) or "") for a in node.args}
+    for node in sem.calls_named("FullyShardedDataParallel", "FSDP"):  # ``FSDP(model, device_id=local_rank)``: FSDP
+        dev = keyword(node, "device_id")  # moves the module to that device itself
+        if dev is not None and not (isinstance(dev.value, ast.Constant) and dev.value.value is None) and node.args:
+            out.add(last_name(dotted(node.args[0]) or ""))
     # a function that moves one of its parameters moves whatever is passed in
     for funcs in sem.functions.values():
         for func in funcs:
