@@ -929,8 +929,9 @@ def loader_batch_on_host(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
     """``for feats, tags in loader: print(tags)``: a batch as the loader gives it, never moved: a host tensor."""
     sem = ctx.semantic
     b = sem.binding_at(expr.id, at) if isinstance(expr, ast.Name) else None
-    loop = sem.parent(b.node) if b is not None and b.value is None and not b.is_param else None
-    if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.target is not b.node or not sem.contains(loop, at):  # type: ignore[union-attr]
-        return False
+    loop = next((up for up in sem.ancestors(b.node) if isinstance(up, (ast.For, ast.AsyncFor))), None) \
+        if b is not None and b.value is None and not b.is_param else None
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or not sem.contains(loop.target, b.node) or not sem.contains(loop, at):  # type: ignore[union-attr]
+        return False  # (``for i, (images, labels) in enumerate(loader)``: an element of the target, too)
     return any(sem.kinds.is_loader_expr(i) for i in unwrap_iter(loop.iter)[0]) and \
         not batch_on_device(ctx, expr.id, at, loop)  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ from torchdoctor.check.astutil import call_argument, dotted, keyword, method_nam
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.pipeline import dataset_on_device, is_torch_dataloader
+from torchdoctor.check.rules.host_values import loader_batch_on_host
 from torchdoctor.check.semantic import cuda_sites, flow, program
 from torchdoctor.check.semantic.models import STATELESS_LAYERS, class_holds_nothing, class_moves_itself, class_parts, \
     first_input_device, last_name, model_is_stateless, moved_keys
@@ -456,6 +457,9 @@ def may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
 def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
     """``expr`` may hold a device tensor: moved, created with ``device=``, or of unknown origin."""
     sem = ctx.semantic
+    batch = expr.value if isinstance(expr, ast.Subscript) else expr
+    if isinstance(batch, ast.Call) and _host_batch(ctx, batch):
+        return False  # ``model(next(iter(loader))[0])``: a batch as the loader makes it
     nodes = sem.subtree(expr)
     plain = {id(a) for n in nodes if isinstance(n, ast.Call) and _host_maker(ctx, n) for a in sem.subtree(n) if a is not n}
     if plain:  # ``combinations_with_replacement(range(0, n + 1), k)``: numbers and lists, whatever they are made of
@@ -477,8 +481,12 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
                 _host_model_call(ctx, b.value) or flow.consumer_kind(sem, b.value) is None)
                 and not _may_be_on_device(ctx, b.value, b.node, depth + 1)):
             continue  # ``x, y = next(iter(loader))``; ``points, directions = generate_sequences(n=128, seed=13)``
-        if b is not None and b.value is None and not b.is_param and _iterates_host_values(ctx, b, depth):
-            continue  # ``for i in range(n)``; ``[torch.as_tensor(seq) for seq in all_seqs]``
+        if b is not None and b.index is not None and _item_of_a_library_dataset(ctx, b.value, b.node):
+            continue  # ``image, label = cifar10_eval_data[777]``: an item of a torchvision dataset, on the host
+        if b is not None and b.value is None and not b.is_param and (_iterates_host_values(ctx, b, depth)
+                                                                      or loader_batch_on_host(ctx, name, at)):
+            continue  # ``for i in range(n)``; ``[torch.as_tensor(seq) for seq in all_seqs]``; a loader's batch as
+            # it comes, never moved in the loop
         if b is not None and b.is_param and _given_host_values(ctx, b, name.id, depth):
             continue  # ``words_to_vec([[1, 2, 3], [4, 5]])``: every call of the function passes lists of numbers
         if b is None or b.value is None or b.index is not None:
@@ -488,6 +496,17 @@ def _may_be_on_device(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> b
                 and not _may_be_on_device(ctx, b.value, b.node, depth + 1)):
             return True
     return False
+
+
+def _item_of_a_library_dataset(ctx: Context, value: ast.AST | None, at: ast.AST) -> bool:
+    """``data[i]`` where ``data = torchvision.datasets.CIFAR10(...)`` (or torchaudio's, torchtext's): its items are
+    made on the host."""
+    if not isinstance(value, ast.Subscript) or not isinstance(value.value, ast.Name):
+        return False
+    b = ctx.semantic.binding_at(value.value.id, at)
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    return isinstance(made, ast.Call) and (ctx.call_name(made) or "").startswith(
+        ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets."))
 
 
 def _host_model_call(ctx: Context, call: ast.Call) -> bool:
@@ -543,8 +562,13 @@ def _makes_host_data(ctx: Context, name: str) -> bool:
 def _host_batch(ctx: Context, value: ast.Call) -> bool:
     """``next(iter(loader))`` of a DataLoader whose dataset is not already on the device."""
     sem = ctx.semantic
-    if dotted(value.func) != "next" or len(value.args) != 1 or not isinstance(it := value.args[0], ast.Call) \
-            or dotted(it.func) != "iter" or len(it.args) != 1 or not isinstance(it.args[0], ast.Name):
+    if isinstance(value.func, ast.Attribute) and value.func.attr == "next" and not value.args:
+        it = value.func.value  # (Python 2's ``iter(loader).next()``)
+    elif dotted(value.func) == "next" and len(value.args) == 1:
+        it = value.args[0]
+    else:
+        return False
+    if not isinstance(it, ast.Call) or dotted(it.func) != "iter" or len(it.args) != 1 or not isinstance(it.args[0], ast.Name):
         return False
     b = sem.binding_at(it.args[0].id, value)
     loader = b.value if b is not None and b.index is None else None
