@@ -173,6 +173,15 @@ def test_a_long_call_is_named_with_the_methods_chained_after_it() -> None:
     assert short("model(x)") == "model(x)"
 
 
+def test_an_element_tested_per_step_is_told_to_copy_its_tensor_once() -> None:
+    """``if same[i]:`` and ``if not same[i]:`` in a per-step helper: the fix names the tensor to copy once, not a
+    legacy ``.data[0]`` read (which once crashed the rule on such a test)."""
+    path = Path(__file__).parent / "fixtures" / "TD603" / "element_of_a_device_tensor_tested_bare_in_a_helper.py"
+    found = [f for f in check_source(path.read_text(), str(path)) if f.code == "TD603"]
+    assert [f.location.line for f in found] == [14, 16, 18]
+    assert all("to the host once (`.tolist()`)" in (f.fix or "") for f in found), [f.fix for f in found]
+
+
 GLUON_EVAL = '''import mxnet as mx
 from mxnet import gluon
 from torchvision import transforms

@@ -461,12 +461,13 @@ def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> 
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min"):
         fix = (f"read it once with `int({ctx.name(node.args[0])}.{node.func.id}())`, or keep a host copy of it "
                "(lengths as the loader made them)")
+    tested = node.operand if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) else node
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "data":
         fix = (f"`{ctx.name(node.value)}[0]` fails on PyTorch 0.4 and later for a 0-dim loss: keep "
                f"`total += {ctx.name(node.value.value)}.detach()` and call `.item()` every N steps or per epoch")
-    elif isinstance(node, ast.Subscript):  # ``if same[i]:`` per element: one read of the whole tensor instead
-        fix = (f"copy `{ctx.name(node.value)}` to the host once (`.tolist()`) before walking its elements, or count "
-               "on the device with a mask")
+    elif isinstance(tested, ast.Subscript):  # ``if same[i]:``, ``if not same[i]:`` per element: one read of the whole
+        fix = (f"copy `{ctx.name(tested.value)}` to the host once (`.tolist()`) before walking its elements, or "
+               "count on the device with a mask")  # tensor instead
     ctx.report("TD603", node, f"{what} synchronises with the GPU on every step of {where}", fix=fix)
 
 
