@@ -229,9 +229,17 @@ def _grown_by_tensors(ctx: Context, name: str, b: object) -> bool:
     return any(isinstance(aug.target, ast.Name) and aug.target.id == name and sem.scope_of(aug) is scope
                and isinstance(aug.value, ast.Call) and not _host_leaf(aug.value)
                and (sem.expr_kind(aug.value, aug) == "tensor" or sem.call_kind(aug.value, aug) == "loss_fn"
-                    or sem.expr_kind(aug.value.func, aug) in ("loss_fn", "model"))
+                    or sem.expr_kind(aug.value.func, aug) in ("loss_fn", "model") or _keyed_loss(aug.value.func))
                and not any(isinstance(c, ast.Call) and method_name(c) in HOST_COPIES for c in sem.subtree(aug.value))  # (``+= pred.eq(y).cpu().sum()``: a host tensor)
                for aug in sem.of_type(ast.AugAssign))
+
+
+_LOSS_KEY = lazy(r"(?i)^(loss|criterion)(_?(fn|func|function))?$")
+
+
+def _keyed_loss(func: ast.AST) -> bool:
+    """``params['loss_function'](out, y)``: the loss function kept in a dict of training parts."""
+    return isinstance(func, ast.Subscript) and bool(_LOSS_KEY.match(string_value(func.slice) or ""))
 
 
 def _returns_host(ctx: Context, func: ast.AST, index: int | None) -> bool:
