@@ -182,6 +182,30 @@ def test_an_element_tested_per_step_is_told_to_copy_its_tensor_once() -> None:
     assert all("to the host once (`.tolist()`)" in (f.fix or "") for f in found), [f.fix for f in found]
 
 
+VOLATILE = '''import torch
+from torch.autograd import Variable
+
+G = torch.nn.Linear(4, 4).cuda()
+G.eval()
+z = Variable(torch.randn(8, 4).cuda(), volatile=True)
+samples = G(z)
+for x, y in torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 4))):
+    out = G(Variable(x.cuda(), volatile=True))
+    plain = G(x.cuda())
+'''
+
+
+def test_a_forward_of_a_volatile_input_says_volatile_no_longer_turns_autograd_off() -> None:
+    """PyTorch 0.3 code that meant to run without autograd (``Variable(z, volatile=True)``): TD401 holds on PyTorch
+    0.4 and later, and its message says why the author may think otherwise; a forward of a plain input says nothing
+    of it."""
+    found = {f.location.line: f.message for f in check_source(VOLATILE, "sample.py") if f.code == "TD401"}
+    assert sorted(found) == [7, 9, 10]
+    assert "volatile=True" in found[7] and "before PyTorch 0.4" in found[7]
+    assert "volatile=True" in found[9]
+    assert "volatile" not in found[10]
+
+
 GLUON_EVAL = '''import mxnet as mx
 from mxnet import gluon
 from torchvision import transforms

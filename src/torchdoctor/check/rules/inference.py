@@ -11,7 +11,7 @@ from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import flow, program
-from torchdoctor.check.rules.loop import training_branch
+from torchdoctor.check.rules.loop import training_branch, volatile_note
 from torchdoctor.check.semantic.call_records import INFERENCE_NAME
 from torchdoctor.check.semantic.forwards import network_methods
 from torchdoctor.check.semantic.frozen import built_without_grad, calls_a_frozen_model, methods_without_grad, \
@@ -53,7 +53,8 @@ def heldout_forward(node: ast.AST, ctx: Context) -> None:
                 or _model_of_plain_tensors(sem, call) or _shape_only(sem, call) or _unit_test(sem, call):
             continue  # (``out = model(test_input); print(out.shape)``: a demo of the output's shape)
         ctx.report("TD401", call, f"evaluation forward `{ctx.name(call.func)}(...)` on held-out "  # type: ignore[attr-defined]
-                   f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses",  # type: ignore[arg-type]
+                   f"`{_heldout_arg(sem, call)}` runs with autograd on: it builds a graph it never uses"  # type: ignore[arg-type]
+                   f"{volatile_note(ctx, call)}",
                    fix="run the evaluation under `with torch.no_grad():` (or `torch.inference_mode()`)")
 
 
@@ -991,5 +992,6 @@ def _report_inference(ctx: Context, call: ast.Call, why: str) -> None:
     if _graph_drawn(ctx, call):
         return
     name = ctx.name(call.func)
-    ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never uses",
+    ctx.report("TD401", call, f"inference forward `{name}(...)` runs with autograd on{why}: it builds a graph it never "
+               f"uses{volatile_note(ctx, call)}",
                fix="run it under `with torch.no_grad():` (or `torch.inference_mode()`)")

@@ -19,6 +19,22 @@ _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.Gener
 
 
 # ---- TD401 / TD402: evaluation forward passes ---------------------------------------------
+def volatile_note(ctx: Context, call: ast.Call) -> str:
+    """``; its input is `Variable(..., volatile=True)`, which turns autograd off only before PyTorch 0.4`` for a
+    forward of PyTorch 0.3 code that meant to run without autograd; else "" (the finding holds on current PyTorch,
+    where ``volatile`` does nothing, and the message says why the author may think otherwise)."""
+    sem = ctx.semantic
+    for arg in call.args[:1]:
+        value = arg
+        if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, call)) is not None and not b.is_param \
+                and b.index is None and b.value is not None:
+            value = b.value
+        if isinstance(value, ast.Call) and (ctx.call_name(value) or "").rsplit(".", 1)[-1] == "Variable" \
+                and any(k.arg == "volatile" and is_true(k.value) for k in value.keywords):
+            return "; its input is `Variable(..., volatile=True)`, which turns autograd off only before PyTorch 0.4"
+    return ""
+
+
 def _eval_forwards(ctx: Context, loop: ast.AST) -> list[ast.Call]:
     """The model calls an evaluation loop makes itself (not a nested evaluation loop's, not a submodule's)."""
     sem = ctx.semantic
@@ -82,7 +98,8 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
                 or method == "forward" and calls_a_quiet_method(ctx.semantic, node):
             continue  # (a module with buffers only, ``Audio2Mel``: no parameter, no graph; a forward under no_grad)
         name = ctx.name(node.func)
-        ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never uses",
+        ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never "
+                   f"uses{volatile_note(ctx, node)}",
                    fix="wrap the evaluation loop in `with torch.no_grad():` (or `torch.inference_mode()`)")
     if not forwards:
         for call, helper in _eval_helper_forwards(ctx, loop):
