@@ -602,6 +602,9 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
                                                                  (ctx.call_name(up) or "") in _LEGACY_WRAPS):
             cur = up  # ``Variable(...)``; ``drop(torch.ones(x.shape))`` through a module that holds nothing;
             continue  # ``torch.Tensor(torch.zeros(b, n))``: the same host tensor
+        if isinstance(up, ast.Call) and up.args[:1] == [cur] and (ctx.call_name(up) or "") in _KEEP_PLACE:
+            cur = up  # ``torch.diag(torch.ones(n))``: a torch function of the host tensor, a host tensor
+            continue
         if isinstance(up, ast.BinOp) and _host_number(up.right if up.left is cur else up.left):
             cur = up  # ``(torch.ones(b, l) / l).to(x.device)``: scaled by a number on the host first
             continue  # (``-math.log(10000) * torch.arange(half) / half``)
@@ -800,13 +803,18 @@ def _moved_through_methods(sem, use: ast.AST) -> bool:
     return _move_through_methods(sem, use) is not None
 
 
+_KEEP_PLACE = frozenset({"torch.diag", "torch.diag_embed", "torch.unsqueeze", "torch.squeeze", "torch.flatten",
+                         "torch.tril", "torch.triu", "torch.t", "torch.transpose", "torch.reshape", "torch.flip"})
+# (torch functions of one tensor whose result is where that tensor is)
+
+
 def _move_through_methods(sem, use: ast.AST) -> ast.Call | None:
     """The move ending a chain of methods on ``use``: ``z.to(dev)``, ``z.view(4, 16).float().to(dev)``, also through
     the legacy wrapper: ``Variable(z, requires_grad=False).to(dev)``."""
     cur = use
     if isinstance(wrap := sem.parent(use), ast.Call) and wrap.args[:1] == [use] \
-            and (dotted(wrap.func) or "").rsplit(".", 1)[-1] == "Variable":
-        cur = wrap
+            and ((dotted(wrap.func) or "").rsplit(".", 1)[-1] == "Variable" or (sem.call_name(wrap) or "") in _KEEP_PLACE):
+        cur = wrap  # (``torch.unsqueeze(dg, 0).repeat(b, 1, 1).cuda()``: still the host tensor until the move)
     while isinstance(up := sem.parent(cur), ast.Attribute) and isinstance(call := sem.parent(up), ast.Call) \
             and call.func is up:
         if up.attr in ("to", "cuda", "type_as") or up.attr == "type" and _move_target(sem, call) is not None:
