@@ -9006,3 +9006,37 @@ def test_a_home_made_module_base_of_another_module_is_no_torch_module(project: P
     assert codes(results, "hw_nn.py") == []
     assert codes(results, "conv_nn.py") == []
     assert codes(results, "torch_nn.py") == [(7, "TD203")]
+
+
+def test_a_loader_made_at_the_top_of_a_data_module_and_imported_by_a_gpu_script(project: Path) -> None:
+    """``data_loader.py`` builds ``train_loader = DataLoader(...)`` at module level and never reads it; ``train.py``
+    imports it by name and moves its batches to CUDA: no pinned memory there. A loader of the same module that no
+    importer takes, and one that the module itself iterates on the CPU, are not the GPU's."""
+    write(project, {
+        "data_loader.py": """\
+            import torch
+            from torch.utils.data import DataLoader, TensorDataset
+
+            data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+            train_loader = DataLoader(data, batch_size=8, shuffle=True, num_workers=2)
+            spare_loader = DataLoader(data, batch_size=8, num_workers=2)
+            stats_loader = DataLoader(data, batch_size=8, num_workers=2)
+            total = sum(x.sum() for x, _ in stats_loader)
+            """,
+        "train.py": """\
+            import torch
+            from data_loader import train_loader
+
+            device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+            model = torch.nn.Linear(8, 2).to(device)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in train_loader:
+                x, y = x.to(device), y.to(device)
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            """,
+    })
+    results = check_files(["data_loader.py", "train.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "data_loader.py") == [(5, "TD304")]

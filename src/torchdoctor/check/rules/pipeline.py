@@ -26,11 +26,23 @@ def _judged_loader(ctx: Context, node: ast.AST) -> bool:
             or has_kwargs(node) and loaders.spread_keys(sem, node) is None:
         return False  # (``**kwargs`` may carry any keyword; ``**loader_kwargs()`` of known keys does not)
     accelerated = program.runs_on_accelerator(sem) or _factory_for_accelerated_module(ctx, node)
-    feeds = accelerated and loaders.feeds_device(sem, node)
+    feeds = accelerated and loaders.feeds_device(sem, node) or _exported_to_an_accelerated_module(ctx, node)
     handed = not feeds and (_handed_to_accelerated_trainer(ctx, node)  # (``Trainer(device, loader).train(10)``, also
                             or _batches_handed_to_an_accelerated_object(ctx, node) is not None)  # in a CUDA script)
     return (feeds or handed) and not dataset_on_device(ctx, node) and not _dataset_of_text(ctx, node) \
         and not collates_onto_device(ctx, node) and not _index_loader(ctx, node) and not _in_an_uncalled_factory(ctx, node)
+
+
+def _exported_to_an_accelerated_module(ctx: Context, node: ast.AST) -> bool:
+    """``train_loader = DataLoader(...)`` at the top of a data module that never reads it, imported by name (``from
+    data_loader import train_loader``) by a module of the project that runs on an accelerator."""
+    sem = ctx.semantic
+    if sem.project is None or sem.function_of(node) is not None or program.in_test(sem, node):
+        return False
+    name = bound_name(sem.parent(node))
+    if name is None or sem.reads_of(name):
+        return False  # (read here: the loops of this module say where its batches go)
+    return sem.project.accelerated_importer(sem, name) is not None  # type: ignore[attr-defined]
 
 
 def _in_an_uncalled_factory(ctx: Context, node: ast.AST) -> bool:
