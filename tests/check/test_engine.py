@@ -206,6 +206,14 @@ def test_a_forward_of_a_volatile_input_says_volatile_no_longer_turns_autograd_of
     assert "volatile" not in found[10]
 
 
+def test_a_loader_called_through_an_alias_is_named_by_it() -> None:
+    """``loader(ds, 32)`` of ``loader = DataLoader``: the message names the call the user wrote, not "DataLoader"."""
+    path = Path(__file__).parent / "fixtures" / "TD304" / "loader_class_chosen_into_a_name_and_handed_on.py"
+    found = [f for f in check_source(path.read_text(), str(path)) if f.code == "TD304"]
+    assert [f.location.line for f in found] == [19]
+    assert found[0].message.startswith("`loader(...)` (a DataLoader) without `pin_memory=True`"), found[0].message
+
+
 GLUON_EVAL = '''import mxnet as mx
 from mxnet import gluon
 from torchvision import transforms

@@ -337,7 +337,7 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
         where = f" (`{os.path.relpath(user, os.path.dirname(os.path.abspath(ctx.path)))}` imports it and runs on a GPU)" \
             if user else f" (its batches go to `{ctx.name(taker.func)}(...)`, of an object that runs on a GPU)" if taker \
             else " (the trainer of another module it is handed runs on a GPU)"
-    ctx.report("TD304", node, f"DataLoader without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
+    ctx.report("TD304", node, f"{_loader_said(node)} without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
                fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
 
 
@@ -440,7 +440,7 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
             or value is None and "num_workers" in _passes(ctx, node) or _only_peeked_afresh(ctx, node):
         return
     what = "`num_workers=0`" if value is not None else "no `num_workers` (0)"
-    ctx.report("TD305", node, f"DataLoader with {what} loads every batch in the training process",
+    ctx.report("TD305", node, f"{_loader_said(node)} with {what} loads every batch in the training process",
                fix="pass `num_workers=4` (tune to the CPU count) and `persistent_workers=True`")
 
 
@@ -624,6 +624,15 @@ def _renamed_loaders(ctx: Context) -> list[ast.Call]:
             return []  # (a factory of renamed loaders for another module's GPU: not followed; asked last, it is dear)
         return out
     return sem.cached("renamed_loaders", compute)  # type: ignore[no-any-return]
+
+
+def _loader_said(call: ast.AST) -> str:
+    """How a message names the loader: "DataLoader", or the name it is called through (```loader(...)` (a
+    DataLoader)`` for ``loader = DataLoader``), so the user finds the call."""
+    func = getattr(call, "func", None)
+    if isinstance(func, ast.Name) and "loader" in func.id:  # (``_loader_alias``: lower case, named for a loader)
+        return f"`{func.id}(...)` (a DataLoader)"
+    return "DataLoader"
 
 
 def _loader_alias(ctx: Context, call: ast.Call) -> bool:
