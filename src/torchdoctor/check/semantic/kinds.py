@@ -183,26 +183,25 @@ class Kinds:
                         break
         return found
 
-    def _imported_module_class(self, q: str, node: ast.AST) -> bool:
+    def _project_says(self, q: str, node: ast.AST, star: bool = True) -> bool | None:
+        """Whether the class ``node`` names, imported from a module of the project (``star``: or maybe through a
+        star import), is an nn.Module there; None when the project does not say (not imported, not its class)."""
         if self.project_class is None or q.startswith(("torch.", "typing.", "abc.", "enum.")):
-            return False
+            return None
         written = dotted(node) or ""
         head = written.split(".")[0]
         if head not in self.names.imports and head not in self.names.relative and \
-                not (self.names.star and head not in self.bindings.defined):
-            return False
-        return bool(self.project_class(written))
+                not (star and self.names.star and head not in self.bindings.defined):
+            return None
+        return self.project_class(written)
+
+    def _imported_module_class(self, q: str, node: ast.AST) -> bool:
+        return bool(self._project_says(q, node))
 
     def _plain_project_class(self, q: str, node: ast.AST) -> bool:
         """``Module`` imported from a module of the project that defines it as a plain class (``from hw2_nn import
         Module``)."""
-        if self.project_class is None or "." not in q or q.startswith(_LIBRARY_MODULE_BASES):
-            return False
-        written = dotted(node) or ""
-        head = written.split(".")[0]
-        if head not in self.names.imports and head not in self.names.relative and head not in self.names.from_imports:
-            return False
-        return self.project_class(written) is False
+        return "." in q and not q.startswith(_LIBRARY_MODULE_BASES) and self._project_says(q, node, star=False) is False
 
     def is_module_class(self, q: str, node: ast.AST | None = None) -> bool:
         """``q`` (a resolved call name) is an nn.Module class of this file or of the project."""

@@ -82,6 +82,7 @@ class Loops:
         self._holds: dict[ast.AST, bool] = {}
         self._trains: dict[ast.AST, bool] = {}  # function -> it (or a function it reaches) holds a training loop
         self._no_training: bool | None = None  # the file trains nothing at all (``_trains_nothing``)
+        self._helpers: dict[str, bool] = {}  # module-level function name -> it makes CUDA tensors (``_moving_helper``)
         get = index.by_type.get
         loops = [n for t in _LOOPS for n in get(t, ())]
         loops.sort(key=index.pos.__getitem__)
@@ -277,14 +278,17 @@ class Loops:
 
     def _moving_helper(self, name: str) -> bool:
         """A function of this module named ``name`` that moves to CUDA or makes a CUDA tensor (``tensor =
-        torch.cuda.LongTensor(x) if CUDA else torch.LongTensor(x)``)."""
-        for func in self.index.by_type.get(ast.FunctionDef, ()):
-            if func.name == name and self.index.frame[func].kind == "module":  # type: ignore[attr-defined]
-                return any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr == "cuda"
-                                                         or (dotted(n.func) or "").startswith("torch.cuda.")
-                                                         and (dotted(n.func) or "").endswith("Tensor"))
-                           for n in self.index.subtree(func))
-        return False
+        torch.cuda.LongTensor(x) if CUDA else torch.LongTensor(x)``). Memoised per name (asked per call in loops)."""
+        found = self._helpers.get(name)
+        if found is None:
+            func = next((f for f in self.index.by_type.get(ast.FunctionDef, ())
+                         if f.name == name and self.index.frame[f].kind == "module"), None)  # type: ignore[attr-defined]
+            found = self._helpers[name] = func is not None and any(
+                isinstance(n, ast.Call) and (isinstance(n.func, ast.Attribute) and n.func.attr == "cuda"
+                                             or (dotted(n.func) or "").startswith("torch.cuda.")
+                                             and (dotted(n.func) or "").endswith("Tensor"))
+                for n in self.index.subtree(func))
+        return found
 
     def _indexes_what_it_counts(self, it: ast.AST, loop: ast.AST) -> bool:
         """``for i in range(len(val_loaders)):`` whose body reads ``val_loaders[i]``: named like a loader but indexed

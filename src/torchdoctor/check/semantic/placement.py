@@ -146,11 +146,21 @@ def _returned_model_at(sem: SemanticModel, call: ast.Call, index: int) -> ast.Ca
 
 
 def _to_the_cpu(sem: SemanticModel, call: ast.Call) -> bool:
-    """``.to("cpu")`` (or ``.to(torch.device("cpu"))``, ``.to(dev)`` of a name that is the CPU wherever bound)."""
+    """``.to("cpu")`` (or ``.to(torch.device("cpu"))``, ``.to(dev)`` of a name that is the CPU wherever bound, or
+    every call hands it), or ``.to(self.device)`` where every binding of ``self.device`` is the CPU."""
     arg = call.args[0] if method_name(call) == "to" and len(call.args) == 1 and not call.keywords else None
     if isinstance(arg, ast.Call) and dotted(arg.func) in ("torch.device", "device") and len(arg.args) == 1:
         arg = arg.args[0]
-    return arg is not None and (isinstance(arg, ast.Constant) and arg.value == "cpu" or program.cpu_name(sem, arg))
+    if arg is not None and (isinstance(arg, ast.Constant) and arg.value == "cpu" or program.cpu_name(sem, arg)):
+        return True
+    device = sem.move_device(call) or ""  # (``self.device`` and ``.to(device=...)``: its bindings)
+    if device.strip("'\"") == "cpu":
+        return True
+    if not all(part.isidentifier() for part in device.split(".")) or device.count(".") > 1:
+        return False
+    bound = sem.bindings_of(device)
+    return bool(bound) and all(not b.is_param and b.value is not None and b.index is None
+                               and program.cpu_device_value(sem, b.value) for b in bound)
 
 
 def _listed_models(sem: SemanticModel, b: Binding) -> list[ast.Call] | None:
@@ -269,18 +279,6 @@ def _objects_never_moved(sem: SemanticModel, cls: ast.AST | None) -> bool:
             return False  # (``graphsage = GraphSAGE(...)`` only called, fitted and printed; asked as never_moved does,
             # of this class whatever the name's kind: a later cell may import another class of that name)
     return True
-
-
-def _to_the_cpu(sem: SemanticModel, move: ast.Call) -> bool:
-    """``.to("cpu")``, or ``.to(self.device)`` where every binding of ``self.device`` is the CPU."""
-    device = sem.move_device(move) or ""
-    if device.strip("'\"") == "cpu":
-        return True
-    if not all(part.isidentifier() for part in device.split(".")) or device.count(".") > 1:
-        return False
-    bound = sem.bindings_of(device)
-    return bool(bound) and all(not b.is_param and b.value is not None and b.index is None
-                               and program.cpu_device_value(sem, b.value) for b in bound)
 
 
 def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
