@@ -506,6 +506,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         return made_on_host(ctx, expr.value, at, depth)  # (syntax only, bounded by the tree: no hop counted)
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == "self":
         return _host_attribute(ctx, expr, depth)
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and _host_property(ctx, expr, at, depth):
+        return True  # ``val_loss.avg`` of Horovod's ``Metric``, which sums host copies: a host tensor
     if isinstance(expr, ast.Attribute) and (root := _numpy_root(ctx, expr)) is not None:
         return root  # ``np.finfo(np.float32).eps``: a NumPy value, no tensor
     if isinstance(expr, ast.Subscript):  # ``losses[i:i + n]`` of a host tensor
@@ -693,6 +695,22 @@ def _host_attribute(ctx: Context, expr: ast.Attribute, depth: int) -> bool:
               and any(isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"
                       and t.attr == expr.attr for t in n.targets)]  # type: ignore[attr-defined]
     return bool(values) and all(made_on_host(ctx, v, v, depth + 1) for v in values)
+
+
+def _host_property(ctx: Context, expr: ast.Attribute, at: ast.AST, depth: int) -> bool:
+    """``val_loss.avg`` of ``val_loss = Metric("val_loss")``, a class of this file whose property ``avg`` returns only
+    host tensors (``self.sum / self.n`` of ``self.sum = torch.tensor(0.)``: an in-place ``+=`` keeps it there)."""
+    sem = ctx.semantic
+    b = sem.binding_at(expr.value.id, at)  # type: ignore[attr-defined]
+    made = b.value if b is not None and not b.is_param and b.index is None else None
+    cls = sem.calls_index.classes.get(made.func.id) if isinstance(made, ast.Call) and isinstance(made.func, ast.Name) \
+        else None
+    prop = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == expr.attr  # type: ignore[attr-defined]
+                 and any(dotted(d) == "property" for d in n.decorator_list)), None) if cls is not None else None
+    if prop is None or depth > 8:
+        return False
+    values = [n.value for n in sem.local_nodes(prop) if isinstance(n, ast.Return)]
+    return bool(values) and all(v is not None and made_on_host(ctx, v, v, depth + 1) for v in values)
 
 
 def _numpy_number(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bool:
