@@ -16,7 +16,7 @@ from torchdoctor.check.semantic.call_records import unpinned_loader_args
 from torchdoctor.check.semantic.loaders import unpinned_returns
 from torchdoctor.check.semantic.forwards import forward_moved_params
 from torchdoctor.check.semantic.models import construction, moved_keys
-from torchdoctor.check.semantic.placement import never_moved
+from torchdoctor.check.semantic.placement import cpu_only_loop, never_moved
 from torchdoctor.findings import Severity
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -125,8 +125,9 @@ def batch_not_moved(node: ast.AST, ctx: Context) -> None:
               and method_name(m) == "to" and isinstance(m.func.value, ast.Name)  # type: ignore[attr-defined]
               and _dict_like_batch(ctx, m.func.value.id, m)}  # type: ignore[attr-defined]
     in_place |= _moved_key_by_key(ctx, body, batch)
-    if not partial and not _whole_batch_unmoved_applies(ctx, node):
-        return
+    if not partial and (not _whole_batch_unmoved_applies(ctx, node) or cpu_only_loop(sem, node)):
+        return  # (``train(model)`` that every call hands a model nothing moves: a notebook's CPU phase, before the
+        # cell that picks a device and defines ``train`` again)
     device = (sem.move_device(moves[0]) if moves else None) or _model_device(ctx) or "device"
     if device.strip("'\"") == "cpu":
         return  # ``cpu_model.to("cpu")``: host batches are where the model is
