@@ -1033,3 +1033,63 @@ def test_a_helper_of_another_module_that_hands_the_action_to_the_environment_it_
     })
     results = check_files(["utils.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "utils.py") == [(15, "TD603")]
+
+
+VAE_TRAINER = """\
+    import torch
+
+    class Trainer:
+        def __init__(self, model, optimizer, loss_f, device=torch.device("cpu")):
+            self.device = device
+            self.model = model.to(self.device)
+            self.optimizer, self.loss_f = optimizer, loss_f
+
+        def __call__(self, data_loader, epochs=10):
+            for epoch in range(epochs):
+                for data, _ in data_loader:
+                    loss = self._train_iteration(data)
+                    print(epoch, loss)
+
+        def _train_iteration(self, data):
+            data = data.to(self.device)
+            loss = self.loss_f(data, self.model(data))
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            return loss.item()
+    """
+
+
+def test_a_trainer_class_imported_through_its_package_is_handed_the_gpu(project: Path) -> None:
+    """disentangling-vae: ``main.py`` writes ``from disvae import Trainer`` (``disvae/__init__.py`` re-exports it from
+    ``disvae/training.py``) and hands it ``device=get_device()``, a CUDA choice: the trainer's per-step ``.item()`` is
+    TD603. The same trainer handed the CPU stays quiet."""
+    main = """\
+        import torch
+        from disvae import Trainer
+        from utils.helpers import get_device
+
+        def main(model, loader, loss_f):
+            device = get_device(is_gpu=True)
+            model = model.to(device)
+            optimizer = torch.optim.Adam(model.parameters())
+            trainer = Trainer(model, optimizer, loss_f, device=device)
+            trainer(loader)
+        """
+    write(project, {
+        "disvae/__init__.py": "from disvae.training import Trainer\n",
+        "disvae/training.py": VAE_TRAINER,
+        "utils/__init__.py": "",
+        "utils/helpers.py": """\
+            import torch
+
+            def get_device(is_gpu=True):
+                return torch.device("cuda" if torch.cuda.is_available() and is_gpu else "cpu")
+            """,
+        "main.py": main,
+    })
+    files = ["main.py", "disvae/__init__.py", "disvae/training.py", "utils/__init__.py", "utils/helpers.py"]
+    settings = Settings(root=str(project), select=("TD603",))
+    assert codes(check_files(files, settings), "training.py") == [(21, "TD603")]
+    write(project, {"main.py": main.replace("get_device(is_gpu=True)", 'torch.device("cpu")')})
+    assert codes(check_files(files, settings), "training.py") == []

@@ -394,22 +394,21 @@ class Callers:
             names += registries(sem, cls)  # (``algorithm.update(...)`` of ``algorithms.get_algorithm_class(name)(...)``)
         skipped, self.state.skipped = self.state.skipped, False
         for name in names:
-            out += self._callers_named(here, stem, package, words, name, method, ddp_only, star_only=through_package,
-                                       wrapper_only=wrapper_only)
+            out += self._callers_named(here, stem, package, words, name, method, ddp_only, wrapper_only=wrapper_only)
         if not self.state.skipped:
             memo[mkey] = out
         self.state.skipped = skipped or self.state.skipped
         return out
 
     def _callers_named(self, here: str, stem: str, package: str, words: set[str], name: str, method: str | None,
-                       ddp_only: bool, star_only: bool = False, wrapper_only: bool = False) -> list[CallRecord]:
-        """``star_only``: of the modules that import the package (not the module), those that import all it re-exports
-        (``from runners import *``): a class's constructor callers, read without a parse of every importer."""
+                       ddp_only: bool, wrapper_only: bool = False) -> list[CallRecord]:
+        """Of the modules that import the package (``words`` holds its name), those that import ``name`` from it (``from
+        disvae import Trainer``), import all it re-exports (``from runners import *``), or write ``package.name``."""
         pattern = re.compile(rf"\b{re.escape(name)}\b")
         out: list[CallRecord] = []
         for other in self._importing(here, words):
-            if package in words and stem not in self.state.import_words(other) and (
-                    star_only or name not in self.state.import_words(other)) and not (
+            if package in words and stem not in self.state.import_words(other) \
+                    and name not in self.state.import_words(other) and not (
                     "*" in self.state.import_words(other) and re.search(
                         rf"(?m)^\s*from\s+[\w.]*\b{re.escape(package)}\s+import\s+\*", self.state.text(other) or "")) \
                     and not (package in self.state.import_words(other)
