@@ -1093,3 +1093,57 @@ def test_a_trainer_class_imported_through_its_package_is_handed_the_gpu(project:
     assert codes(check_files(files, settings), "training.py") == [(21, "TD603")]
     write(project, {"main.py": main.replace("get_device(is_gpu=True)", 'torch.device("cpu")')})
     assert codes(check_files(files, settings), "training.py") == []
+
+
+S2S_MODEL = """\
+    import torch
+    from torch import nn
+
+    class S2S(nn.Module):
+        def __init__(self, vocab, dim):
+            super().__init__()
+            self.emb, self.out = nn.Embedding(vocab, dim), nn.Linear(dim, vocab)
+
+        def forward(self, src):
+            return self.out(self.emb(src))
+
+        def train_batch(self, src, tgt, criterion, optimizer):
+            loss = criterion(self(src).flatten(0, 1), tgt.flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            return loss
+    """
+
+
+@pytest.mark.parametrize("trains", [True, False])
+def test_a_model_moved_where_it_is_made_trains_through_its_own_method(project: Path, trains: bool) -> None:
+    """NMT: ``s2s = S2S_basic.S2S(encoder, decoder).to(device)``, then ``s2s.train_batch(x.to(device), ...)`` on every
+    batch: the model class's method backpropagates, so the script trains and its loader without workers is TD305.
+    The method is found through the placement the construction ends in. A method that only scores the batch trains
+    nothing (no TD305)."""
+    model = S2S_MODEL if trains else S2S_MODEL.replace("            loss.backward()\n", "")
+    write(project, {
+        "models/__init__.py": "",
+        "models/S2S_basic.py": model,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from models import S2S_basic
+
+            def main(args, train_data):
+                device = torch.device(args.device)
+                torch.cuda.set_device(device)
+                s2s = S2S_basic.S2S(100, 32).to(device)
+                criterion = torch.nn.CrossEntropyLoss()
+                optimizer = torch.optim.Adam(s2s.parameters())
+                train_loader = DataLoader(train_data, args.batch_size, shuffle=True, pin_memory=True)
+                for epoch in range(args.epochs):
+                    for src, tgt in train_loader:
+                        s2s.train_batch(src.to(device, non_blocking=True), tgt.to(device, non_blocking=True),
+                                        criterion, optimizer)
+            """,
+    })
+    results = check_files(["train.py", "models/__init__.py", "models/S2S_basic.py"],
+                          Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "train.py") == ([(11, "TD305")] if trains else [])

@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted
+from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.project_callers import REQUIRES_WRAPPED, SELECTS_WRAPPED, STRIPS_WRAPPED, Callers
 from torchdoctor.check.project_files import State, file_of, guess_root
@@ -351,8 +351,10 @@ class Project(Callers):
             found = self._lookup(sem, written + ".__init__", "function")
         if found is None and isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name):
             # ``metric_logger.update(...)`` on ``metric_logger = utils.MetricLogger()``: the class's method
-            b = sem.binding_at(call.func.value.id, call)
-            cls = dotted(b.value.func) if b is not None and isinstance(b.value, ast.Call) and not b.is_param else None
+            b = sem.binding_at(call.func.value.id, call)  # (through placements: ``S2S(enc, dec).to(device)``)
+            made = strip_methods(b.value, PLACEMENT_METHODS) if b is not None and not b.is_param and b.value is not None \
+                else None
+            cls = dotted(made.func) if isinstance(made, ast.Call) else None
             if cls and cls.rsplit(".", 1)[-1][:1].isupper():
                 found = self._lookup(sem, f"{cls}.{call.func.attr}", "function")
         return found  # type: ignore[return-value]
