@@ -1147,3 +1147,38 @@ def test_a_model_moved_where_it_is_made_trains_through_its_own_method(project: P
     results = check_files(["train.py", "models/__init__.py", "models/S2S_basic.py"],
                           Settings(root=str(project), select=("TD305",)))
     assert codes(results, "train.py") == ([(11, "TD305")] if trains else [])
+
+
+@pytest.mark.parametrize("device, found", [("'cuda:{}'.format(args.gpu)", [(5, "TD304")]), ("'cpu'", [])])
+def test_a_loader_factory_in_a_package_init_feeds_the_gpu_of_its_importer(project: Path, device: str, found) -> None:
+    """Cifar100-PyTorch: ``create_dataloader`` lives in ``datasets/__init__.py``, and ``train.py`` writes ``from
+    datasets import create_dataloader``, then moves every batch to ``'cuda:{}'.format(args.gpu)``: the package's own
+    module is the one imported, by the package's name. A CPU-only importer needs no pinned memory."""
+    write(project, {
+        "datasets/__init__.py": """\
+            import torch.utils.data
+
+            def create_dataloader(dataset, phase, **options):
+                if phase == "train":
+                    return torch.utils.data.DataLoader(dataset, batch_size=options["batch_size"], shuffle=True,
+                                                       num_workers=4, drop_last=True, pin_memory=False)
+                raise NotImplementedError(phase)
+            """,
+        "train.py": f"""\
+            import torch
+            from datasets import create_dataloader
+
+            def run(args, dataset, network, optimizer):
+                device = {device}
+                loader = create_dataloader(dataset, "train", batch_size=args.batch_size)
+                network = network.to(device)
+                for inputs, targets in loader:
+                    inputs, targets = inputs.to(device), targets.to(device)
+                    loss = torch.nn.functional.cross_entropy(network(inputs), targets)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+            """,
+    })
+    results = check_files(["datasets/__init__.py", "train.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "__init__.py") == found

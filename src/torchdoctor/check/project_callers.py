@@ -539,6 +539,8 @@ class Callers:
         if key not in memo:
             memo[key] = None
             stem = os.path.splitext(os.path.basename(here))[0]
+            if stem == "__init__":  # (``from datasets import create_dataloader`` of ``datasets/__init__.py``)
+                stem = os.path.basename(os.path.dirname(here))
             targets, words = {here}, {stem}
             init = os.path.join(os.path.dirname(here), "__init__.py")
             package = os.path.basename(os.path.dirname(here))
