@@ -3510,6 +3510,45 @@ def test_a_save_helper_whose_callers_save_only_state_keeps_weights_only_a_safe_f
     assert load.fixable
 
 
+NMT_TOOLS = """\
+import torch
+
+
+def save_model(s2s_model, optimizer, args):
+    return {"model_dict": s2s_model.state_dict(), "optimizer_state_dict": optimizer.state_dict(), "args": args}
+
+
+def load_model(model, model_path):
+    model_ckpt = torch.load(model_path, map_location="cpu")
+    model.load_state_dict(model_ckpt["model_dict"])
+    return model
+"""
+
+
+@pytest.mark.parametrize("saved, unsafe", [("save_model(s2s, optimizer, args)", True), ("s2s.state_dict()", False)])
+def test_a_checkpoint_a_helper_builds_with_the_options_makes_weights_only_an_unsafe_fix(project: Path, saved: str,
+                                                                                        unsafe: bool) -> None:
+    """NMT's shape: ``torch.save(save_model(s2s, optimizer, args), path)`` in the trainer, of a helper that returns
+    ``{..., "args": args}``: the file holds an argparse Namespace, which ``weights_only=True`` refuses. A trainer that
+    saves ``s2s.state_dict()`` keeps the fix safe (the helper's dict is never saved)."""
+    write(project, {
+        "utils/tools.py": NMT_TOOLS,
+        "trainer/train.py": f"""\
+            import torch
+            from utils.tools import save_model
+
+            def train(s2s, optimizer, args, loader):
+                for i, (x, y) in enumerate(loader):
+                    optimizer.zero_grad()
+                    s2s(x, y).backward()
+                    optimizer.step()
+                torch.save({saved}, args.checkpoint)
+            """,
+    })
+    [load] = [f for f in check_file("utils/tools.py", Settings(root=str(project))).findings if f.code == "TD503"]
+    assert (load.unsafe_fixable and not load.fixable) if unsafe else load.fixable
+
+
 def test_a_checkpoint_dict_built_before_its_save_with_the_options_makes_weights_only_an_unsafe_fix(project: Path) -> None:
     """attention-is-all-you-need's shape: train.py builds {'settings': opt, ...} on its own line, then saves it;
     translate.py loads the file and reads checkpoint['settings']."""

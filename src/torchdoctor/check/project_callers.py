@@ -655,9 +655,10 @@ class Callers:
                 if "torch.save(" in text and _pickles_objects(text):
                     found = True
                     break
-                # torch.save(*args, **kwargs) in a save helper, and somewhere the dict handed to it holds a config
-                # object under its own name (mae: save_on_master(to_save, path), to_save = {..., 'args': args})
-                helper = helper or _SAVE_HELPER.search(text) is not None
+                # torch.save(*args, **kwargs) in a save helper, or torch.save(build_checkpoint(...), path), and somewhere
+                # a dict holds a config object under its own name (mae: save_on_master(to_save, path), to_save = {...,
+                # 'args': args}; NMT: torch.save(save_model(s2s, opt, args), path) of a helper returning {..., "args": args})
+                helper = helper or _SAVE_HELPER.search(text) is not None or _saves_a_built_value(text)
                 entry = entry or _OBJECT_ENTRY.search(text) is not None
                 if helper and entry:
                     found = True
@@ -802,6 +803,17 @@ SELECTS_WRAPPED = lazy(r"""(startswith|replace)\(\s*(f?["'])module\.\w""")  # pi
 # or keeps only the prefixed keys: ``{k.replace("module.", ""): v for k, v in sd.items() if "module." in k}``
 STRIPS_WRAPPED = lazy(r"""\b(k|key|name|n)\[\s*(7|len\(\s*["']module\.["']\s*\))\s*:\s*\]"""
                       r"""|\bif\s+["']module\.["']\s+in\s+(k|key|name|n)\b""")
+_BUILT_SAVE = lazy(r"torch\.save\(\s*([A-Za-z_][\w.]*)\(")
+_PLAIN_BUILDERS = frozenset({"state_dict", "cpu", "deepcopy", "clone", "detach", "dict", "OrderedDict", "stack", "cat",
+                             "tensor", "from_numpy", "Tensor"})
+
+
+def _saves_a_built_value(text: str) -> bool:
+    """``torch.save(save_transformer(s2s, optimizer, args), path)``: what a function builds is saved (NMT's helper
+    returns ``{"model_dict": ..., "args": args}``); ``torch.save(model.state_dict(), path)`` is no such call."""
+    return any(m.group(1).rsplit(".", 1)[-1] not in _PLAIN_BUILDERS for m in _BUILT_SAVE.finditer(text))
+
+
 _OBJECT_ENTRY = lazy(r"""["'](args|opt|opts|config|cfg|hparams|hyperparameters)["']\s*:\s*(self\.)?"""
                      r"""(args|opt|opts|config|cfg|hparams|hyperparameters)\b\s*[,})]""")
 
