@@ -10,6 +10,7 @@ import os
 from torchdoctor.check.astutil import argument, call_argument, dotted, has_kwargs, is_false, keyword, method_name, \
     param_default, string_value, strip_methods, target_names
 from torchdoctor.check.context import Context
+from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.kept import bound_name
 from torchdoctor.check.semantic import flow, loaders, program
@@ -326,6 +327,8 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
         return  # RPC serialises every batch it sends: pinned memory buys nothing there
     if _moves_only_rebuilt_batches(ctx, node):
         return  # (``x = torch.cat([support, query], dim=1); x = x.to(device)``: the tensor copied is a fresh one)
+    if _function_moves_off_cuda_only(ctx, node):
+        return  # (``device = torch.device("mps") if ... else torch.device("cpu")`` in the function: pinning is CUDA's)
     where = ""
     if not program.runs_on_accelerator(ctx.semantic):  # a loader factory: say whose GPU it feeds
         func = ctx.semantic.function_of(node)
@@ -339,6 +342,31 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
             else " (the trainer of another module it is handed runs on a GPU)"
     ctx.report("TD304", node, f"{_loader_said(node)} without `pin_memory=True` feeds a CUDA model from pageable memory{where}",
                fix="pass `pin_memory=True` (or `pin_memory=torch.cuda.is_available()`)")
+
+
+_NO_CUDA_DEVICE = lazy(r"""(?i)["'](mps|cpu|xpu)["']""")
+
+
+def _function_moves_off_cuda_only(ctx: Context, call: ast.AST) -> bool:
+    """The loader's function moves everything to a device it picks itself, and never a CUDA one (``device =
+    torch.device("mps") if torch.backends.mps.is_available() else torch.device("cpu")``, then ``x.to(device)``), in a
+    notebook whose other cells do pick CUDA: pinned memory speeds up copies to CUDA devices only."""
+    sem = ctx.semantic
+    func = sem.function_of(call)
+    moves = [m for m in sem.device_moves() if sem.contains(func, m)] if func is not None else []
+    if not moves:
+        return False
+    for move in moves:
+        target = keyword(move, "device")
+        arg = target.value if target is not None else move.args[0] if move.args else None  # type: ignore[attr-defined]
+        b = sem.binding_at(arg.id, move) if isinstance(arg, ast.Name) else None
+        if b is None or b.is_param or b.value is None or sem.function_of(b.node) is not func \
+                or len([x for x in sem.bindings_of(arg.id) if sem.function_of(x.node) is func]) != 1:
+            return False
+        text = sem.segment(b.value)
+        if "cuda" in text.lower() or not _NO_CUDA_DEVICE.search(text):
+            return False
+    return True
 
 
 _REBUILDS = frozenset({"torch.cat", "torch.stack", "torch.concat", "torch.concatenate", "torch.vstack", "torch.hstack",
