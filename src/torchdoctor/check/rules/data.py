@@ -219,8 +219,9 @@ def peeked_batch_not_moved(node: ast.AST, ctx: Context) -> None:
                     continue
                 consumer, moved = flow.path_to_consumer(sem, use, stmt)
                 if consumer is None or moved or flow.consumer_kind(sem, consumer) != "model" \
-                        or not isinstance(consumer.func, ast.Name) or not sem.is_moved(consumer.func.id, consumer):
-                    continue
+                        or not isinstance(consumer.func, ast.Name) or not sem.is_moved(consumer.func.id, consumer) \
+                        or _forward_moves_input(ctx, consumer, use):
+                    continue  # (``FasterRCNN.forward`` begins with ``x = x.to(device)``)
                 ctx.report("TD302", use, f"`{key}`, peeked from `{ctx.name(loader)}` on the host, is used by "
                            f"`{consumer.func.id}(...)`, which was moved to the device",
                            fix=f"move it first: `{key}.to(device)`")
