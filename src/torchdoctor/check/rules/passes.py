@@ -146,8 +146,12 @@ def phase_loop_with_autograd(node: ast.AST, ctx: Context) -> None:
     every phase with autograd on: the ``val`` pass records a graph it never uses (the transfer-learning tutorial's
     older shape; the current one wraps the pass in ``torch.set_grad_enabled(phase == "train")``)."""
     sem = ctx.semantic
-    phase = node.target.id if isinstance(node.target, ast.Name) else None  # type: ignore[attr-defined]
-    names = _phase_names(sem, node.iter)  # type: ignore[attr-defined]
+    target, it = node.target, node.iter  # type: ignore[attr-defined]
+    if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(it, ast.Call) \
+            and dotted(it.func) == "enumerate" and len(it.args) == 1:
+        target, it = target.elts[1], it.args[0]  # ``for i, mod in enumerate(mode_list):`` (``data_loader[i]``)
+    phase = target.id if isinstance(target, ast.Name) else None
+    names = _phase_names(sem, it)
     held = [n for n in names if _HELD_PHASE.match(n)]
     if phase is None or not held or not any(_TRAIN_PHASE.match(n) for n in names) or program.in_test(sem, node):
         return
