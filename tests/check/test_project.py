@@ -2794,6 +2794,43 @@ def test_a_save_helper_that_a_ddp_training_loop_calls_on_every_rank_writes_from_
     assert "calls `save_checkpoint` at train.py:14" in message
 
 
+def test_a_write_helper_handed_a_per_rank_file_name_by_the_ddp_program_writes_apart(project: Path) -> None:
+    """NMT: the multi-GPU evaluation hands ``write_data(pred_data, p)`` a path of its own per rank (``p =
+    os.path.join(out, "{}_translations.rank{}".format(prefix, rank))``), and a script merges the shards later: every
+    rank writes its own file. The same helper handed one shared path is written by every rank."""
+    write(project, {
+        "utils/tools.py": """\
+            import torch
+
+
+            def write_data(data, write_path):
+                with open(write_path, "w") as f:
+                    f.write("\\n".join(data))
+            """,
+        "evaluation/multi_gpu_eval.py": """\
+            import os
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from utils.tools import write_data
+
+
+            def evaluate(args, model, batches):
+                dist.init_process_group("gloo")
+                rank = dist.get_rank()
+                model = DDP(model)
+                for epoch in range(args.epochs):
+                    pred_data = [str(model(x)) for x in batches]
+                    p = os.path.join(args.out, "{}_translations.rank{}".format(args.prefix, rank))
+                    write_data(pred_data, p)
+                    write_data(pred_data, SHARED)
+            """.replace("SHARED", "os.path.join(args.out, 'all.txt')"),
+    })
+    results = check_files(["utils/tools.py", "evaluation/multi_gpu_eval.py"], Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "tools.py") == [(5, "TD703")]
+    message = next(f.message for r in results if r.path.endswith("tools.py") for f in r.findings)
+    assert "calls `write_data` at evaluation/multi_gpu_eval.py:15" in message
+
+
 def test_a_loader_factory_counts_for_the_gpu_modules_that_import_it_not_for_those_that_take_other_names(
         project: Path) -> None:
     helpers = """\

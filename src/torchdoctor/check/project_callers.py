@@ -195,12 +195,14 @@ class Callers:
         records = self._callers(sem, init)
         return all(r.rank_zero_only for r in records) if records else None
 
-    def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST, anywhere: bool = False) -> CallRecord | None:
+    def unguarded_ddp_caller(self, sem: SemanticModel, func: ast.AST, anywhere: bool = False,
+                             named_by: frozenset[str] = frozenset()) -> CallRecord | None:
         """A call of ``func`` from the epoch or batch loop of a DDP program in another module that runs on every
         rank (no rank guard); ``anywhere``: from any place of such a program (a helper that unwraps DDP models, made
-        for DDP programs, is no library API that any program may call once)."""
+        for DDP programs, is no library API that any program may call once); ``named_by``: the parameter (by name and
+        slot) that names the file written, which a call handing it a per-rank name writes apart from the others."""
         return next((r for r in self._callers(sem, func, ddp_only=True) if r.ddp and (anywhere or r.in_loop)
-                     and not r.rank_guarded), None)
+                     and not r.rank_guarded and not named_by & r.per_rank), None)
 
     def callers_mention(self, sem: SemanticModel, func: ast.AST, pattern: re.Pattern[str], by_class: bool = False) -> bool:
         """Some module that calls ``func`` says ``pattern`` (``make_data_parallel(...)`` before ``train_epoch(model)``);

@@ -8,7 +8,8 @@ import os
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import argument, call_argument, dotted, is_none, keyword, param_default, string_value
+from torchdoctor.check.astutil import argument, call_argument, dotted, is_none, keyword, param_default, param_slot, \
+    string_value
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
@@ -422,7 +423,13 @@ def _ddp_caller(ctx: Context, node: ast.AST):  # type: ignore[no-untyped-def]
     if func is None or sem.project is None or sem.class_of(node) is not None or sem.call_sites(func) \
             or sem.under_rank_guard(node):
         return None
-    return sem.project.unguarded_ddp_caller(sem, func, anywhere=unwraps_ddp_only(sem))  # type: ignore[attr-defined]
+    target = _write_target(ctx, node)  # type: ignore[arg-type]
+    b = sem.binding_at(target.id, node) if isinstance(target, ast.Name) else None
+    named_by = frozenset({target.id, param_slot(func, target.id) or target.id}) \
+        if b is not None and b.is_param and b.node is func else frozenset()  # type: ignore[union-attr]
+    # (``open(write_path, "w")`` where the caller hands ``write_path`` a per-rank file name: each rank writes its own)
+    return sem.project.unguarded_ddp_caller(sem, func, anywhere=unwraps_ddp_only(sem),  # type: ignore[attr-defined]
+                                            named_by=named_by)
 
 
 def _is_spawn(ctx: Context, call: ast.Call) -> bool:

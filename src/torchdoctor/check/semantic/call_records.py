@@ -31,7 +31,8 @@ class CallRecord(FrozenRecord):
 
     __slots__ = ("written", "grad_mode", "rank_guarded", "eval_before", "accelerator_args", "ddp", "per_step", "path",
                  "line", "in_loop", "rank_zero_only", "moved_models", "passed", "host_args", "per_iteration", "in_forward",
-                 "made_by", "after_refusal", "choices", "in_model_loop", "unpinned_loaders", "trains", "wrapped_models")
+                 "made_by", "after_refusal", "choices", "in_model_loop", "unpinned_loaders", "trains", "wrapped_models",
+                 "per_rank")
     written: str  # the callee as written (``engine.train_one_epoch``, ``train_one_epoch``)
     grad_mode: str  # "on", "off", "maybe" at the call
     rank_guarded: bool
@@ -58,6 +59,7 @@ class CallRecord(FrozenRecord):
     unpinned_loaders: frozenset[str]  # arguments (by name or "#i") that are torch DataLoaders made without pinned memory
     trains: bool  # autograd is on at the call and its result reaches a ``backward()`` (a training forward)
     wrapped_models: frozenset[str]  # arguments (by name or "#i") that are a DataParallel/DDP wrapper (``module.`` keys)
+    per_rank: frozenset[str]  # arguments (by name or "#i") that name a per-rank value: ``"{}.rank{}".format(p, rank)``
 
     def __init__(self, written: str, grad_mode: str, rank_guarded: bool, eval_before: bool,
                  accelerator_args: frozenset[str], ddp: bool = False, per_step: bool = False, path: str = "",
@@ -67,10 +69,10 @@ class CallRecord(FrozenRecord):
                  made_by: tuple[tuple[str, tuple[int, str, str]], ...] = (), after_refusal: bool = False,
                  choices: tuple[tuple[str, str | bool], ...] = (), in_model_loop: bool = False,
                  unpinned_loaders: frozenset[str] = frozenset(), trains: bool = False,
-                 wrapped_models: frozenset[str] = frozenset()) -> None:
+                 wrapped_models: frozenset[str] = frozenset(), per_rank: frozenset[str] = frozenset()) -> None:
         self._fill(written, grad_mode, rank_guarded, eval_before, accelerator_args, ddp, per_step, path, line, in_loop,
                    rank_zero_only, moved_models, passed, host_args, per_iteration, in_forward, made_by, after_refusal,
-                   choices, in_model_loop, unpinned_loaders, trains, wrapped_models)
+                   choices, in_model_loop, unpinned_loaders, trains, wrapped_models, per_rank)
 
 
 def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None = None,
@@ -165,8 +167,30 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
                               unpinned_loader_args(sem, call) if loaders_made else frozenset(),
                               grad_mode == "on" and in_loop and bool(INFERENCE_NAME.match(written.rsplit(".", 1)[-1]))
                               and sem.feeds_backward(call),  # (asked of inference-named helpers only: TD401's)
-                              _wrapper_args(sem, call) if wraps_models else frozenset()))
+                              _wrapper_args(sem, call) if wraps_models else frozenset(),
+                              _per_rank_args(sem, call) if ddp else frozenset()))
     return out
+
+
+_RANK = lazy(r"(?i)rank")
+
+
+def _per_rank_args(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
+    """The arguments of ``call`` (by name or "#i") that name a per-rank value, as written or as the name's every binding
+    in the caller's function makes it: ``write_data(pred, p)`` of ``p = os.path.join(out, "{}.rank{}".format(pre, rank))``
+    (each rank writes its own file)."""
+    func = sem.function_of(call)
+
+    def per_rank(arg: ast.AST) -> bool:
+        if _RANK.search(sem.segment(arg)):
+            return True
+        bound = [b for b in sem.bindings_of(arg.id) if sem.function_of(b.node) is func] if isinstance(arg, ast.Name) \
+            else []
+        return bool(bound) and all(not b.is_param and b.value is not None and _RANK.search(sem.segment(b.value))
+                                   for b in bound)
+
+    return frozenset(slot for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)]
+                     + [(k.arg, k.value) for k in call.keywords if k.arg] if per_rank(arg))
 
 
 def _moved_model(sem: SemanticModel, arg: ast.Name, call: ast.Call, names: set[str]) -> bool:
