@@ -1182,3 +1182,42 @@ def test_a_loader_factory_in_a_package_init_feeds_the_gpu_of_its_importer(projec
     })
     results = check_files(["datasets/__init__.py", "train.py"], Settings(root=str(project), select=("TD304",)))
     assert codes(results, "__init__.py") == found
+
+
+@pytest.mark.parametrize("trains", [True, False])
+def test_a_model_a_project_builder_makes_and_moves_trains_through_its_own_method(project: Path, trains: bool) -> None:
+    """NMT's transformer script: ``s2s = build_transformer(args, device)``, a builder in ``utils/tools.py`` whose every
+    return is ``transformer.S2S(...).to(device)``; ``s2s.train_batch(...)`` on every batch is that class's method, which
+    backpropagates: the script trains (TD305 for its loader without workers). Quiet when the method trains nothing."""
+    model = S2S_MODEL if trains else S2S_MODEL.replace("            loss.backward()\n", "")
+    write(project, {
+        "models/__init__.py": "",
+        "models/transformer.py": model,
+        "utils/__init__.py": "",
+        "utils/tools.py": """\
+            from models import transformer
+
+            def build_transformer(args, device):
+                s2s = transformer.S2S(args.vocab, args.dim).to(device)
+                return s2s
+            """,
+        "train.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from utils.tools import build_transformer
+
+            def main(args, train_data):
+                device = torch.device(args.device)
+                torch.cuda.set_device(device)
+                s2s = build_transformer(args, device)
+                criterion = torch.nn.CrossEntropyLoss()
+                optimizer = torch.optim.Adam(s2s.parameters())
+                train_loader = DataLoader(train_data, args.batch_size, shuffle=True, pin_memory=True)
+                for epoch in range(args.epochs):
+                    for src, tgt in train_loader:
+                        s2s.train_batch(src.to(device), tgt.to(device), criterion, optimizer)
+            """,
+    })
+    files = ["train.py", "models/__init__.py", "models/transformer.py", "utils/__init__.py", "utils/tools.py"]
+    results = check_files(files, Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "train.py") == ([(11, "TD305")] if trains else [])

@@ -357,6 +357,8 @@ class Project(Callers):
             cls = dotted(made.func) if isinstance(made, ast.Call) else None
             if cls and cls.rsplit(".", 1)[-1][:1].isupper():
                 found = self._lookup(sem, f"{cls}.{call.func.attr}", "function")
+            elif cls:  # ``s2s = build_transformer(args, device)``, a builder of the project returning ``S2S(...)``
+                found = self._lookup(sem, cls, f"made_method:{call.func.attr}")
         return found  # type: ignore[return-value]
 
     def _lookup(self, sem: SemanticModel, written: str, what: str) -> object | None:
@@ -434,6 +436,13 @@ class Project(Callers):
             return cls
         if what == "function" and attr in summary.functions:
             return summary.functions[attr]
+        if what.startswith("made_method:") and attr in summary.functions:
+            ctor = summary.functions[attr].made  # (``transformer.S2S``: every return makes one, maybe moved)
+            if not ctor:
+                return None
+            method = f"{ctor}.{what[len('made_method:'):]}"
+            return self._in_module(target, method, "function", depth + 1) if ctor in summary.classes else \
+                self._find(target, summary.from_imports, summary.imports, method, "function", depth + 1, summary.star)
         if what == "library_object" and attr in summary.functions:
             made = summary.functions[attr].made
             if not made:

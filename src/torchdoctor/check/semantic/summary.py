@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import HOST_COPIES, dotted, func_params, strip_methods
+from torchdoctor.check.astutil import HOST_COPIES, PLACEMENT_METHODS, dotted, func_params, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import gpu_only, program
 from torchdoctor.check.semantic.program import names_cuda
@@ -267,6 +267,7 @@ def _returned_object(sem: SemanticModel, func: ast.AST) -> str | None:
         if isinstance(value, ast.Name) and (b := sem.binding_at(value.id, r)) is not None and not b.is_param \
                 and b.index is None:
             value = b.value
+        value = strip_methods(value, PLACEMENT_METHODS) if value is not None else None  # (``S2S(enc, dec).to(device)``)
         written = dotted(value.func) if isinstance(value, ast.Call) else None
         if not written or not written.rsplit(".", 1)[-1][:1].isupper():
             return None
