@@ -11,7 +11,8 @@ from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.models import construction
 
 __all__ = ["built_without_grad", "calls_a_frozen_model", "calls_a_quiet_method", "quiet_self_calls", "class_freezes_itself",
-           "forward_quiet_unless", "frozen_as_built", "methods_without_grad", "model_forward_records_nothing"]
+           "forward_quiet_unless", "frozen_as_built", "methods_without_grad", "model_forward_records_nothing",
+           "flags_pick_a_branch_without_grad"]
 
 
 def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
@@ -173,6 +174,58 @@ def model_forward_records_nothing(sem: SemanticModel, expr: ast.AST, at: ast.AST
         return method in methods_without_grad(sem, cls)
     written = dotted(value.func)
     return bool(sem.project is not None and written and method in sem.project.class_quiet_methods(sem, written))  # type: ignore[attr-defined]
+
+
+def flags_pick_a_branch_without_grad(sem: SemanticModel, call: ast.Call) -> bool:
+    """``model.forward(data, predict=True)`` (or ``model.forward(data)``) where ``forward`` picks its branch by flag
+    parameters (``if predict: with torch.no_grad(): ... return``, ``elif train: ...``, ``else: with torch.no_grad():
+    ... return``) and the branch the call's flags (or their defaults) take runs under no_grad: QuantumDeepField's
+    demo and tester. The class is the model's, or the one module class of the file whose ``forward`` branches so."""
+    target = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "forward" else call.func
+    made = construction(sem, target, call)
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
+    forwards = [f for c in ([cls] if cls is not None else [sem.calls_index.classes.get(n) for n in sem.module_classes])
+                if c is not None for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward"]  # type: ignore[attr-defined]
+    keys = {k.arg for k in call.keywords}
+    if None in keys:
+        return False
+    branches = [b for f in forwards if keys <= {a.arg for a in [*f.args.args, *f.args.kwonlyargs]}
+                and (b := _taken_branch(sem, f, call)) is not None]
+    if len(branches) != 1:
+        return False
+    branch = branches[0]
+    return len(branch) == 1 and isinstance(w := branch[0], ast.With) \
+        and any(sem.guards.grad_call(i.context_expr) == "off" for i in w.items if isinstance(i.context_expr, ast.Call)) \
+        and bool(w.body) and isinstance(w.body[-1], ast.Return)
+
+
+def _taken_branch(sem: SemanticModel, forward: ast.FunctionDef, call: ast.Call) -> list[ast.stmt] | None:
+    """The statements of the ``if`` branch of ``forward``'s body that ``call``'s flags take (a constant keyword, or the
+    parameter's constant default), when the statements before that ``if`` call nothing of the model; else None."""
+    body = [s for s in forward.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    given = {k.arg: k.value for k in call.keywords}
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, ast.If):
+            break
+        if any(isinstance(n, ast.Call) and (dotted(n.func) or "").startswith("self.") for n in sem.subtree(stmt)):
+            return None  # (the model runs before the flags choose)
+    else:
+        return None
+    params = {a.arg for a in [*forward.args.args, *forward.args.kwonlyargs]}
+    while True:
+        test = stmt.test  # type: ignore[attr-defined]
+        if not (isinstance(test, ast.Name) and test.id in params):
+            return None
+        value = given.get(test.id, param_default(forward, test.id))
+        if not isinstance(value, ast.Constant):
+            return None
+        if value.value:
+            return stmt.body  # type: ignore[attr-defined,no-any-return]
+        rest = stmt.orelse  # type: ignore[attr-defined]
+        if len(rest) == 1 and isinstance(rest[0], ast.If):
+            stmt = rest[0]
+            continue
+        return rest or None  # type: ignore[no-any-return]
 
 
 def calls_a_quiet_method(sem: SemanticModel, call: ast.Call) -> bool:
