@@ -298,6 +298,11 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls.submodules if cls is not None else frozenset()  # type: ignore[attr-defined]
 
+    def class_differentiates(self, sem: SemanticModel, written: str) -> bool:
+        """The module class ``written`` (imported here) takes gradients in its own methods (``autograd.grad``)."""
+        cls = self._lookup(sem, written, "class")
+        return cls is not None and cls.differentiates  # type: ignore[attr-defined]
+
     def class_network_methods(self, sem: SemanticModel, written: str) -> frozenset[str]:
         """The methods of the module class ``written`` (imported here) other than ``forward`` that run its layers."""
         cls = self._lookup(sem, written, "class")

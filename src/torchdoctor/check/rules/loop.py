@@ -12,7 +12,7 @@ from torchdoctor.check.rules.model import may_be_on_device
 from torchdoctor.check.semantic import flow, program
 from torchdoctor.check.semantic.forwards import NOT_FORWARDS, network_methods
 from torchdoctor.check.semantic.frozen import built_without_grad, calls_a_frozen_model, calls_a_quiet_method, \
-    flags_pick_a_branch_without_grad, model_forward_records_nothing
+    flags_pick_a_branch_without_grad, model_differentiates, model_forward_records_nothing
 from torchdoctor.check.semantic.models import DROPOUT_BN, class_has_dropout_or_bn, class_in_effect, construction, \
     first_input_device, has_dropout_or_bn, model_has_no_parameters
 
@@ -97,7 +97,8 @@ def eval_with_autograd(loop: ast.AST, ctx: Context) -> None:
                 or model_has_no_parameters(ctx.semantic, model, node) \
                 or model_forward_records_nothing(ctx.semantic, model, node, method) \
                 or method == "forward" and (calls_a_quiet_method(ctx.semantic, node)
-                                            or flags_pick_a_branch_without_grad(ctx.semantic, node)):
+                                            or flags_pick_a_branch_without_grad(ctx.semantic, node)) \
+                or model_differentiates(ctx.semantic, model, node):
             continue  # (a module with buffers only, ``Audio2Mel``: no parameter, no graph; a forward under no_grad)
         name = ctx.name(node.func)
         ctx.report("TD401", node, f"evaluation forward `{name}(...)` runs with autograd on: it builds a graph it never "

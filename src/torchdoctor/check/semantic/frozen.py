@@ -12,7 +12,7 @@ from torchdoctor.check.semantic.models import construction
 
 __all__ = ["built_without_grad", "calls_a_frozen_model", "calls_a_quiet_method", "quiet_self_calls", "class_freezes_itself",
            "forward_quiet_unless", "frozen_as_built", "methods_without_grad", "model_forward_records_nothing",
-           "flags_pick_a_branch_without_grad"]
+           "flags_pick_a_branch_without_grad", "class_differentiates", "model_differentiates"]
 
 
 def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
@@ -226,6 +226,29 @@ def _taken_branch(sem: SemanticModel, forward: ast.FunctionDef, call: ast.Call) 
             stmt = rest[0]
             continue
         return rest or None  # type: ignore[no-any-return]
+
+
+_GRAD_CALLS = frozenset({"torch.autograd.grad", "torch.autograd.functional.jacobian", "torch.autograd.functional.hessian",
+                         "torch.func.grad", "torch.func.vjp", "torch.func.jacrev"})
+
+
+def class_differentiates(sem: SemanticModel, cls: ast.AST) -> bool:
+    """Some method of the class takes gradients itself (``grads = autograd.grad(loss, fast_weights)`` in MAML's
+    ``single_task_out``, which its ``forward`` runs for every task): its forward needs autograd on, evaluation too."""
+    return any(isinstance(n, ast.Call) and (sem.call_name(n) or "") in _GRAD_CALLS for n in sem.subtree(cls))
+
+
+def model_differentiates(sem: SemanticModel, expr: ast.AST, at: ast.AST) -> bool:
+    """The model ``expr`` is of a module class (of this file, or of another module of the project) that takes gradients
+    in its own methods (``class_differentiates``)."""
+    made = construction(sem, expr, at)
+    if made is None:
+        return False
+    cls = sem.calls_index.classes.get(sem.call_name(made) or "")
+    if cls is not None:
+        return class_differentiates(sem, cls)
+    written = dotted(made.func)
+    return bool(written and sem.project is not None and sem.project.class_differentiates(sem, written))  # type: ignore[attr-defined]
 
 
 def calls_a_quiet_method(sem: SemanticModel, call: ast.Call) -> bool:
