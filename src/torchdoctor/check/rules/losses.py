@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import dotted, method_name
+from torchdoctor.check.astutil import dotted, is_true, method_name
 from torchdoctor.check.context import Context
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.loop import loop_effects
@@ -79,11 +79,24 @@ def _loss_graph_kept(ctx: Context, node: ast.AST, acc: ast.AST, value: ast.AST) 
         return
     acc_key = dotted(acc.value if isinstance(acc, ast.Subscript) else acc)
     if acc_key is None or _bound_in(ctx, acc_key, loop, node) or _backpropagated(ctx, acc_key, node) \
-            or _one_steps_micro_batches(ctx, acc_key, loop) or _an_optimizer_closure_total(ctx, acc_key, loop, node):
+            or _one_steps_micro_batches(ctx, acc_key, loop) or _an_optimizer_closure_total(ctx, acc_key, loop, node) \
+            or _differentiates_through_steps(ctx, node):
         return
     text = ctx.name(value)
     ctx.report("TD405", node, f"`{ctx.name(acc)}` accumulates the loss tensor `{text}`: every step's graph stays alive",
                fix=f"accumulate `{text}.item()` (or `{text}.detach()`)")
+
+
+def _differentiates_through_steps(ctx: Context, node: ast.AST) -> bool:
+    """The function around ``node`` takes gradients with ``create_graph=True`` (MAML's inner loop: ``grad =
+    autograd.grad(loss, fast_weights, create_graph=True)``): the meta-loss backpropagates through every inner step,
+    so the losses it keeps carry the graph on purpose."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    return func is not None and any(
+        (sem.call_name(c) or "") == "torch.autograd.grad" and any(k.arg == "create_graph" and is_true(k.value)
+                                                                 for k in c.keywords)
+        for c in sem.local_nodes(func) if isinstance(c, ast.Call))
 
 
 def _is_loss_tensor(ctx: Context, expr: ast.AST, at: ast.AST, depth: int) -> bool:
