@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import dotted, method_name, param_default
+from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, method_name, param_default, strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.rules.bounded import branch_no_caller_chooses
@@ -161,13 +161,26 @@ def _moves_nothing(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     nothing, so it cannot fail without a GPU (TD102 still asks for ``.to(device)``)."""
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("cuda", "to")):
         return False
-    recv = node.func.value
-    if isinstance(recv, ast.Name) and (b := sem.binding_at(recv.id, node)) is not None and not b.is_param \
+    return _holds_nothing(sem, node.func.value, node, 0)
+
+
+_LOSS_WRAPPERS = lazy(r"(DataParallel|DataParallelCriterion|DataParallelModel|\w*Criterion)$")
+
+
+def _holds_nothing(sem, recv: ast.AST, at: ast.AST, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    """``recv`` (as bound at ``at``) is a module that holds no tensor; through a parallel wrapper of one
+    (``DataParallelCriterion(loss_fn).cuda()`` of ``loss_fn = nn.NLLLoss(ignore_index=pad)``)."""
+    if isinstance(recv, ast.Name) and (b := sem.binding_at(recv.id, at)) is not None and not b.is_param \
             and b.index is None and isinstance(b.value, ast.Call):
-        recv = b.value  # ``criterion = DiceLoss()``, then ``criterion.cuda()``
+        recv, at = b.value, b.node  # ``criterion = DiceLoss()``, then ``criterion.cuda()``
+    recv = strip_methods(recv, PLACEMENT_METHODS) if isinstance(recv, ast.Call) else recv
     if not isinstance(recv, ast.Call):
         return False
     q = sem.call_name(recv) or ""
+    if depth < 2 and _LOSS_WRAPPERS.search(q) and len(recv.args) >= 1 and isinstance(recv.args[0], ast.Name):
+        return _holds_nothing(sem, recv.args[0], recv, depth + 1)  # (what the wrapper holds is what it wraps)
+    if depth and not q.endswith("Loss"):
+        return False  # (a wrapped model is judged only when it is a loss: a class's parts may be built at run time)
     cls = sem.calls_index.classes.get(q)
     if cls is not None:
         if q in sem.module_classes and (weights := models.loss_weight_params(sem, cls)) is not None:
