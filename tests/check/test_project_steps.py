@@ -1221,3 +1221,45 @@ def test_a_model_a_project_builder_makes_and_moves_trains_through_its_own_method
     files = ["train.py", "models/__init__.py", "models/transformer.py", "utils/__init__.py", "utils/tools.py"]
     results = check_files(files, Settings(root=str(project), select=("TD305",)))
     assert codes(results, "train.py") == ([(11, "TD305")] if trains else [])
+
+
+@pytest.mark.parametrize("flag, found", [("use_cuda=False", []), ("use_cuda=True", [(5, "TD304")])])
+def test_a_loader_handed_to_a_model_told_not_to_use_cuda_needs_no_pinning(project: Path, flag: str, found) -> None:
+    """DeepFM: ``model = DeepFM(feature_sizes, use_cuda=False)``, then ``model.fit(loader_train, ...)``; the class picks
+    CUDA only ``if use_cuda and torch.cuda.is_available()``, so this program trains on the CPU. Told ``use_cuda=True``,
+    its loader feeds the GPU."""
+    write(project, {
+        "model.py": """\
+            import torch
+            import torch.nn as nn
+
+            class DeepFM(nn.Module):
+                def __init__(self, sizes, use_cuda=True):
+                    super().__init__()
+                    self.fc = nn.Linear(sizes, 1)
+                    self.device = torch.device("cuda") if use_cuda and torch.cuda.is_available() else torch.device("cpu")
+
+                def fit(self, loader, optimizer, epochs=1):
+                    model = self.train().to(device=self.device)
+                    for _ in range(epochs):
+                        for x, y in loader:
+                            x, y = x.to(device=self.device), y.to(device=self.device)
+                            loss = torch.nn.functional.mse_loss(model.fc(x).squeeze(1), y)
+                            optimizer.zero_grad()
+                            loss.backward()
+                            optimizer.step()
+            """,
+        "main.py": f"""\
+            import torch
+            from torch.utils.data import DataLoader
+            from model import DeepFM
+
+            loader_train = DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64)), batch_size=8,
+                                      num_workers=2)
+            model = DeepFM(8, {flag})
+            optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+            model.fit(loader_train, optimizer, epochs=5)
+            """,
+    })
+    results = check_files(["model.py", "main.py"], Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "main.py") == found

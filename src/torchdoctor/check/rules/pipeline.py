@@ -106,6 +106,8 @@ def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
             b = sem.binding_at(call.func.value.id, call)  # ``trainer.pretrain(epoch, loader)``: the object's class
             if b is not None and not b.is_param and isinstance(b.value, ast.Call) and dotted(b.value.func):
                 written = dotted(b.value.func)
+                if _told_not_to_use_cuda(b.value):
+                    continue  # ``model = DeepFM(sizes, use_cuda=False)``, then ``model.fit(loader_train, ...)``
         if written and not sem.resolve(call) and sem.project.defined_on_accelerator(sem, written):  # type: ignore[attr-defined]
             return True
         if written and isinstance(call, ast.Call) and not sem.resolve(call) and written.rsplit(".", 1)[-1][:1].isupper() \
@@ -113,6 +115,16 @@ def _handed_to_accelerated_trainer(ctx: Context, node: ast.Call) -> bool:
                 and sem.project.class_of_project(sem, written):  # type: ignore[attr-defined]
             return True  # ``Trainer(device, loader)`` handed a CUDA choice: the trainer runs where it is told
     return False
+
+
+_CUDA_FLAG = lazy(r"(?i)^(use_?)?(cuda|gpu|gpus)$")
+
+
+def _told_not_to_use_cuda(made: ast.Call) -> bool:
+    """The object is made with a CUDA switch turned off: ``DeepFM(feature_sizes, use_cuda=False)`` (its class picks
+    CUDA only ``if use_cuda and torch.cuda.is_available()``)."""
+    return any(k.arg and _CUDA_FLAG.match(k.arg) and isinstance(k.value, ast.Constant) and not k.value.value
+               for k in made.keywords)
 
 
 def _index_loader(ctx: Context, call: ast.Call) -> bool:
