@@ -1223,6 +1223,19 @@ def test_a_model_a_project_builder_makes_and_moves_trains_through_its_own_method
     assert codes(results, "train.py") == ([(11, "TD305")] if trains else [])
 
 
+def test_a_policy_sample_whose_loss_a_helper_of_another_module_backpropagates_is_training(project: Path) -> None:
+    """ku2482's SAC: ``calc_policy_loss`` returns the loss of ``self.policy.sample(states)``, and ``learn`` hands it
+    to ``update_params`` of ``utils.py``, which runs ``loss.backward()``: a training forward, not inference. The
+    target's sample, handed to no update, is TD401."""
+    source = (Path(__file__).parent / "fixtures/TD401/quiet_policy_sample_whose_loss_a_helper_backpropagates.py").read_text()
+    helper = source[source.index("def update_params"):source.index("class Policy")]
+    agent = source.replace(helper, "").replace("import torch.nn as nn\n",
+                                               "import torch.nn as nn\nfrom utils import update_params\n")
+    write(project, {"utils.py": "import torch\n\n\n" + helper, "agent.py": agent})
+    results = check_files(["utils.py", "agent.py"], Settings(root=str(project), select=("TD401",)))
+    assert [line for line, _ in codes(results, "agent.py")] == [agent.count("\n", 0, agent.index("next_actions, ")) + 1]
+
+
 @pytest.mark.parametrize("flag, found", [("use_cuda=False", []), ("use_cuda=True", [(5, "TD304")])])
 def test_a_loader_handed_to_a_model_told_not_to_use_cuda_needs_no_pinning(project: Path, flag: str, found) -> None:
     """DeepFM: ``model = DeepFM(feature_sizes, use_cuda=False)``, then ``model.fit(loader_train, ...)``; the class picks

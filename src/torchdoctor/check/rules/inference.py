@@ -465,8 +465,37 @@ def inference_with_autograd(node: ast.AST, ctx: Context) -> None:
             and not _estimator(ctx, node.func.value, node) and not _framework_object(ctx, node.func.value, node):
         _report_inference(ctx, node, "")
     elif node.func.attr in ("generate", "sample") and _own_sampler(ctx, node) and _inference_call(ctx, node) \
-            and not ctx.semantic.feeds_backward(node, through_detach=False):  # (SAC's policy sample: its update)
+            and not ctx.semantic.feeds_backward(node, through_detach=False) \
+            and not _handed_back_to_training(ctx, node):  # (SAC's policy sample: its update)
         _report_inference(ctx, node, "")  # ``x = model.generate(label, shape)``: its loop of forwards records graphs
+
+
+def _handed_back_to_training(ctx: Context, node: ast.Call) -> bool:
+    """``policy_loss, entropies = self.calc_policy_loss(batch, weights)`` of the function around ``node``, then
+    ``update_params(self.policy_optim, self.policy, policy_loss)``, a helper (here or in another module) that
+    backpropagates what it is handed: the sample is the policy loss's training forward (SAC's ``learn``)."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    for site in sem.call_sites(func) if func is not None else []:
+        stmt = sem.parent(site)
+        if not (isinstance(stmt, ast.Assign) and stmt.value is site):
+            continue
+        names = {n.id for t in stmt.targets for n in sem.subtree(t) if isinstance(n, ast.Name)}
+        for name in names:
+            for r in sem.reads_of(name):
+                call = sem.parent(r)
+                if isinstance(call, ast.Call) and r in call.args and sem.binding_at(name, r) is not None \
+                        and sem.binding_at(name, r).node is stmt and _backpropagates(sem, call):  # type: ignore[union-attr]
+                    return True
+    return False
+
+
+def _backpropagates(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
+    """``call`` runs a ``backward()``: a function of this file, or of another module of the project."""
+    if "backward" in sem.region_effects([call]):
+        return True
+    found = sem.project.function_for(sem, call) if sem.project is not None else None
+    return found is not None and "backward" in found.effects
 
 
 _SUMMARY_FUNC = lazy(r"(?i)summary|flops|macs|profil|complexity|count")
