@@ -1276,3 +1276,41 @@ def test_a_loader_handed_to_a_model_told_not_to_use_cuda_needs_no_pinning(projec
     })
     results = check_files(["model.py", "main.py"], Settings(root=str(project), select=("TD304",)))
     assert codes(results, "main.py") == found
+
+
+@pytest.mark.parametrize("accelerator, found", [('"gpu"', [(12, "TD603")]), ('"cpu"', [])])
+def test_a_lightning_module_trained_on_the_gpu_by_another_module_reads_every_step(project: Path, accelerator: str,
+                                                                                found) -> None:
+    """FCN_Segmentation: ``UNet_Multiclass/model.py`` defines the LightningModule, whose ``training_step`` logs
+    ``loss.item()``; ``train.py`` imports it and fits it with ``pl.Trainer(accelerator="gpu")``: Lightning calls the
+    hook on every batch, on the GPU. Fitted on the CPU, the read waits for nothing."""
+    write(project, {
+        "model.py": """\
+            import pytorch_lightning as pl
+            import torch
+            import torch.nn as nn
+
+            class Experiment(pl.LightningModule):
+                def __init__(self):
+                    super().__init__()
+                    self.net = nn.Linear(8, 3)
+
+                def training_step(self, sample, batch_idx):
+                    loss = nn.functional.cross_entropy(self.net(sample[0]), sample[1])
+                    self.log("train_loss", loss.item(), prog_bar=True)
+                    return loss
+
+                def configure_optimizers(self):
+                    return torch.optim.Adam(self.parameters())
+            """,
+        "train.py": f"""\
+            import pytorch_lightning as pl
+            from model import Experiment
+
+            def main(loader):
+                trainer = pl.Trainer(accelerator={accelerator}, devices=1, max_epochs=3)
+                trainer.fit(Experiment(), loader)
+            """,
+    })
+    results = check_files(["model.py", "train.py"], Settings(root=str(project), select=("TD603",)))
+    assert codes(results, "model.py") == found

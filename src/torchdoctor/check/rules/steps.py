@@ -305,6 +305,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
         _report_in_a_loss_forward(ctx, node, what)
         _report_in_a_model_forward(ctx, node, what)
         _report_in_an_engine_step(ctx, node, what)
+        _report_in_a_lightning_step(ctx, node, what)
         return
     if not program.runs_on_accelerator(ctx.semantic) or cpu_only_loop(ctx.semantic, loop) or few_in_range(ctx, loop):
         return
@@ -438,7 +439,7 @@ def _of_an_input(ctx: Context, node: ast.Call, func: ast.AST) -> bool:
     return False
 
 
-def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> None:
+def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str, fix: str | None = None) -> None:
     sem = ctx.semantic
     if not isinstance(loop, str) and (after_timing_sync(ctx, node, loop) or read_again(ctx, node, loop)
                                       or drained_at_entry(ctx, node, loop)):
@@ -452,7 +453,7 @@ def report_sync(ctx: Context, node: ast.AST, what: str, loop: ast.AST | str) -> 
             return  # one statement, one finding: ``crit(p.detach().cpu(), t.detach().cpu())`` waits once
         told.add(id(stmt))
     where = loop if isinstance(loop, str) else f"the loop at line {loop.lineno}"  # type: ignore[attr-defined]
-    fix = "keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch"
+    fix = fix or "keep values on the device (`total += loss.detach()`) and read them every N steps or per epoch"
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("max", "min") \
             and len(node.args) == 2 and (bound := next((a for a in node.args if isinstance(a, ast.Constant)), None)):
         tensor = next(a for a in node.args if a is not bound)  # ``max(num_pos.sum().float(), 1)``: stay on the device
@@ -544,6 +545,35 @@ def _report_in_an_engine_step(ctx: Context, node: ast.AST, what: str) -> None:
     if not (engine_class or handed) or not _on_an_accelerator(sem, cls or func):  # type: ignore[arg-type]
         return
     report_sync(ctx, node, what, f"the ignite engine that runs `{func.name}`")  # type: ignore[attr-defined]
+
+
+_LIGHTNING_STEPS = frozenset({"training_step", "validation_step", "test_step"})
+
+
+def _report_in_a_lightning_step(ctx: Context, node: ast.AST, what: str) -> None:
+    """A scalar read in a LightningModule's ``training_step``/``validation_step``/``test_step``
+    (``self.log("train_loss", loss.item())``): Lightning's loop calls the hook on every batch, so where the program
+    trains on an accelerator (its ``Trainer``, here or in a module of the project that imports the class) the read
+    waits for the GPU every step; ``self.log`` takes the tensor itself. Only ``.item()`` and number conversions: a
+    copy to the host of a step's outputs (``preds.cpu().numpy()`` for a metric) is the collection TD603 leaves alone
+    in loops too."""
+    sem = ctx.semantic
+    func = sem.function_of(node)
+    cls = sem.class_of(func) if func is not None else None
+    if cls is None or func.name not in _LIGHTNING_STEPS or "ightning" not in sem.text.source \
+            or sem.under_step_guard(node) or not (isinstance(node, ast.Call) and (
+                method_name(node) == "item" or isinstance(node.func, ast.Name) and node.func.id in ("float", "int"))):  # type: ignore[attr-defined]
+        return
+    if not any((sem.qualname(b) or dotted(b) or "").rsplit(".", 1)[-1] == "LightningModule" for b in cls.bases):  # type: ignore[attr-defined]
+        return
+    if not _on_an_accelerator(sem, cls):  # type: ignore[arg-type]
+        return
+    log = next((up for up in sem.ancestors(node) if isinstance(up, ast.Call) and isinstance(up.func, ast.Attribute)
+                and up.func.attr == "log" and dotted(up.func.value) == "self" and up.args), None)
+    tensor = ctx.name(node.func.value) if method_name(node) == "item" else ctx.name(node.args[0])  # type: ignore[attr-defined]
+    report_sync(ctx, node, what, f"Lightning's loop, which calls `{func.name}` on every batch",  # type: ignore[attr-defined]
+                fix=f"hand `self.log` the tensor itself (`self.log({ctx.name(log.args[0])}, {tensor})`): Lightning "
+                    "reads it when it logs" if log is not None else None)
 
 
 def _on_an_accelerator(sem, cls: ast.ClassDef) -> bool:  # type: ignore[no-untyped-def]

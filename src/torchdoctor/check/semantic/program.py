@@ -496,8 +496,14 @@ def _gpu_index_device(sem: SemanticModel) -> bool:
 def _lightning_on_gpu(sem: SemanticModel) -> bool:
     """A Lightning ``Trainer``/``Fabric`` of the file is told to train on a GPU (``accelerator="gpu"``,
     ``gpus=1``): Lightning moves the model and each batch there."""
-    return any(k.arg == "accelerator" and string_value(k.value) in ("gpu", "cuda") or k.arg == "gpus" and some_gpus(k.value)
+    return any(k.arg == "accelerator" and _names_a_gpu(k.value) or k.arg == "gpus" and some_gpus(k.value)
                for call in _lightning_launches(sem) for k in call.keywords)
+
+
+def _names_a_gpu(value: ast.AST) -> bool:
+    """``"gpu"``, ``"cuda"``, or a choice of one when there is a GPU: ``"gpu" if torch.cuda.is_available() else "cpu"``."""
+    sides = (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)
+    return any(string_value(v) in ("gpu", "cuda") for v in sides)
 
 
 def _lightning_launches(sem: SemanticModel) -> list[ast.Call]:
