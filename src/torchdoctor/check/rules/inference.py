@@ -485,17 +485,10 @@ def _handed_back_to_training(ctx: Context, node: ast.Call) -> bool:
             for r in sem.reads_of(name):
                 call = sem.parent(r)
                 if isinstance(call, ast.Call) and r in call.args and sem.binding_at(name, r) is not None \
-                        and sem.binding_at(name, r).node is stmt and _backpropagates(sem, call):  # type: ignore[union-attr]
+                        and sem.binding_at(name, r).node is stmt \
+                        and "backward" in sem.region_effects([call], deep=True):  # type: ignore[union-attr]
                     return True
     return False
-
-
-def _backpropagates(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]
-    """``call`` runs a ``backward()``: a function of this file, or of another module of the project."""
-    if "backward" in sem.region_effects([call]):
-        return True
-    found = sem.project.function_for(sem, call) if sem.project is not None else None
-    return found is not None and "backward" in found.effects
 
 
 _SUMMARY_FUNC = lazy(r"(?i)summary|flops|macs|profil|complexity|count")
