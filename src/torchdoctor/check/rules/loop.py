@@ -520,6 +520,42 @@ def gradients_never_zeroed(node: ast.AST, ctx: Context) -> None:
                fix="call `optimizer.zero_grad()` once per step (or every k steps when accumulating gradients)")
 
 
+@rule("TD404", ast.For, ast.AsyncFor, ast.While)
+def optimizer_never_zeroed(node: ast.AST, ctx: Context) -> None:
+    """Two optimizers stepped in one loop, where only one is zeroed: a GAN's ``optimizer_D.zero_grad();
+    G_loss.backward(); optimizer_G.step()`` (``optimizer_D`` written for ``optimizer_G``) adds the generator's
+    gradients up step after step. Only direct ``opt.zero_grad()`` calls count: a model's ``zero_grad()``, one through a
+    helper, or one of a loop over optimizers may zero anything, and the loop is left alone."""
+    sem = ctx.semantic
+    effects = loop_effects(ctx, node)
+    if not {"backward", "step", "zero_grad"} <= effects:
+        return
+    body = sem.body(node)
+    if any({"backward", "step"} <= loop_effects(ctx, i) for i in body if isinstance(i, (ast.For, ast.AsyncFor, ast.While))):
+        return  # (an inner loop trains: it is judged itself)
+    calls = [n for n in body if isinstance(n, ast.Call)]
+    zeroes = [c for c in calls if method_name(c) == "zero_grad"]
+    if not zeroes or "zero_grad" in sem.region_effects([n for n in body if n not in zeroes], deep=True):
+        return  # (a helper zeroes, or ``param.grad = None``: which optimizer, the loop does not say)
+    zeroed = set()
+    for c in zeroes:
+        recv = c.func.value  # type: ignore[attr-defined]
+        key = dotted(recv)
+        b = sem.binding_at(key, c) if key is not None and "." not in key else None
+        if key is None or sem.expr_kind(recv, c) != "optimizer" or b is not None and b.value is None and not b.is_param:
+            return  # (``netG.zero_grad()`` zeroes a model; ``opt.zero_grad()`` of a loop variable, any of several)
+        zeroed.add(key)
+    for step in calls:
+        if not sem.is_optimizer_step(step) or not isinstance(step.func, ast.Attribute):
+            continue
+        key = dotted(step.func.value)
+        if key is None or key in zeroed or sem.expr_kind(step.func.value, step) != "optimizer":
+            continue
+        others = ", ".join(f"`{z}.zero_grad()`" for z in sorted(zeroed))
+        ctx.report("TD404", step, f"`{key}.step()` applies gradients this loop never zeroes ({others} zeroes only its "
+                   "own parameters): they add up across steps", fix=f"call `{key}.zero_grad()` before its backward()")
+
+
 def _fresh_parameters_each_pass(ctx: Context, loop: ast.AST, step: ast.AST) -> bool:
     """``for case in cases: gen = CopyGenerator(**case); ...; SGD(gen.parameters(), 1).step()`` (a test's parameter
     sweep): the optimizer and every name its parameters come from are made again on each pass, so no gradient
