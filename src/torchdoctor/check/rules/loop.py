@@ -545,15 +545,20 @@ def optimizer_never_zeroed(node: ast.AST, ctx: Context) -> None:
         if key is None or sem.expr_kind(recv, c) != "optimizer" or b is not None and b.value is None and not b.is_param:
             return  # (``netG.zero_grad()`` zeroes a model; ``opt.zero_grad()`` of a loop variable, any of several)
         zeroed.add(key)
+    unzeroed = []
     for step in calls:
         if not sem.is_optimizer_step(step) or not isinstance(step.func, ast.Attribute):
             continue
         key = dotted(step.func.value)
-        if key is None or key in zeroed or sem.expr_kind(step.func.value, step) != "optimizer":
-            continue
+        if key is not None and key not in zeroed and key not in unzeroed \
+                and sem.expr_kind(step.func.value, step) == "optimizer":
+            unzeroed.append(key)
+    if unzeroed:  # (reported at the loop, as TD404 is: the construct that lacks the zeroing)
+        steps = ", ".join(f"`{k}.step()`" for k in unzeroed)
         others = ", ".join(f"`{z}.zero_grad()`" for z in sorted(zeroed))
-        ctx.report("TD404", step, f"`{key}.step()` applies gradients this loop never zeroes ({others} zeroes only its "
-                   "own parameters): they add up across steps", fix=f"call `{key}.zero_grad()` before its backward()")
+        ctx.report("TD404", node, f"this loop calls {steps} but never zeroes {'it' if len(unzeroed) == 1 else 'them'} "
+                   f"({others} clears only its own parameters): gradients add up across steps",
+                   fix=" and ".join(f"call `{k}.zero_grad()` before its backward()" for k in unzeroed))
 
 
 def _fresh_parameters_each_pass(ctx: Context, loop: ast.AST, step: ast.AST) -> bool:
