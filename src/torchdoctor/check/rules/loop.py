@@ -524,8 +524,9 @@ def gradients_never_zeroed(node: ast.AST, ctx: Context) -> None:
 def optimizer_never_zeroed(node: ast.AST, ctx: Context) -> None:
     """Two optimizers stepped in one loop, where only one is zeroed: a GAN's ``optimizer_D.zero_grad();
     G_loss.backward(); optimizer_G.step()`` (``optimizer_D`` written for ``optimizer_G``) adds the generator's
-    gradients up step after step. Only direct ``opt.zero_grad()`` calls count: a model's ``zero_grad()``, one through a
-    helper, or one of a loop over optimizers may zero anything, and the loop is left alone."""
+    gradients up step after step. Only direct ``opt.zero_grad()`` calls count: where a model's ``zero_grad()``,
+    ``p.grad = None``, a helper, or ``opt.zero_grad()`` of a loop over optimizers clears gradients, which ones is not
+    said, and the loop is left alone. Reported at the loop, as TD404 is (the construct that lacks the zeroing)."""
     sem = ctx.semantic
     effects = loop_effects(ctx, node)
     if not {"backward", "step", "zero_grad"} <= effects:
@@ -553,7 +554,7 @@ def optimizer_never_zeroed(node: ast.AST, ctx: Context) -> None:
         if key is not None and key not in zeroed and key not in unzeroed \
                 and sem.expr_kind(step.func.value, step) == "optimizer":
             unzeroed.append(key)
-    if unzeroed:  # (reported at the loop, as TD404 is: the construct that lacks the zeroing)
+    if unzeroed:
         steps = ", ".join(f"`{k}.step()`" for k in unzeroed)
         others = ", ".join(f"`{z}.zero_grad()`" for z in sorted(zeroed))
         ctx.report("TD404", node, f"this loop calls {steps} but never zeroes {'it' if len(unzeroed) == 1 else 'them'} "
