@@ -1314,3 +1314,42 @@ def test_a_lightning_module_trained_on_the_gpu_by_another_module_reads_every_ste
     })
     results = check_files(["model.py", "train.py"], Settings(root=str(project), select=("TD603",)))
     assert codes(results, "model.py") == found
+
+
+@pytest.mark.parametrize("norm, found", [("nn.BatchNorm2d(out_channels), ", [(10, "TD706")]), ("", [])])
+def test_batchnorm_built_by_a_block_helper_of_the_model_module_counts(project: Path, norm: str, found) -> None:
+    """SRGAN-with-distributed-training: ``model.py``'s Discriminator builds its blocks with a module-level
+    ``convolution_block(...)`` returning ``nn.Sequential(conv, nn.BatchNorm2d(out), act)``; ``train_DDP.py`` wraps it
+    in DDP without SyncBatchNorm. A helper that builds no norm layer gives a model without BatchNorm."""
+    write(project, {
+        "model.py": f"""\
+            import torch.nn as nn
+
+            def convolution_block(in_channels, out_channels, stride):
+                return nn.Sequential(nn.Conv2d(in_channels, out_channels, 3, padding=1, stride=stride), {norm}nn.ReLU())
+
+            class Discriminator(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.blocks = nn.Sequential(convolution_block(3, 64, 2), convolution_block(64, 128, 2))
+                    self.fc = nn.LazyLinear(1)
+
+                def forward(self, x):
+                    return self.fc(self.blocks(x).flatten(1))
+            """,
+        "train_DDP.py": """\
+            import os
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from model import Discriminator
+
+            def main(rank):
+                dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+                net = Discriminator().to(rank)
+                net = DDP(net, device_ids=[rank])
+                return net
+            """,
+    })
+    results = check_files(["model.py", "train_DDP.py"], Settings(root=str(project), select=("TD706",)))
+    assert codes(results, "train_DDP.py") == found

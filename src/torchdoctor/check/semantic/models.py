@@ -223,12 +223,23 @@ def _class_has(sem: SemanticModel, name: str, qualified: LazyPattern | None, ask
     for u in used:
         if u and u in sem.module_classes and _class_has(sem, u, qualified, ask, seen, None):
             return True
+        if u and "." not in u and u not in sem.module_classes and any(  # ``convolution_block(64, 64, 2)``, a function
+                sem.frame(f).kind == "module" and _nodes_have(sem, sem.subtree(f), qualified)  # of the module returning
+                for f in sem.functions.get(u, ())):  # ``nn.Sequential(conv, nn.BatchNorm2d(out), act)``
+            return True
     if sem.project is not None:  # a base class or a submodule class from another module of the project
         for u in used:
             if u and u not in sem.module_classes and u.rsplit(".", 1)[-1][:1].isupper() \
                     and getattr(sem.project, ask)(sem, u):
                 return True
     return False
+
+
+def _nodes_have(sem: SemanticModel, nodes: list[ast.AST], qualified: LazyPattern | None) -> bool:
+    """The layers ``qualified`` names (else any word naming dropout or batch-norm) among ``nodes``."""
+    if qualified is None:
+        return any(DROPOUT_BN.search(word) for word in _code_words(nodes))
+    return any(isinstance(n, (ast.Name, ast.Attribute)) and qualified.fullmatch(sem.qualname(n) or "") for n in nodes)
 
 
 def _code_words(nodes: list[ast.AST]) -> list[str]:
