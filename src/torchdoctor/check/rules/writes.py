@@ -14,6 +14,7 @@ from torchdoctor.check.patterns import lazy
 from torchdoctor.check.registry import rule
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.kinds import unwrap_iter
+from torchdoctor.check.semantic.call_records import per_rank_value
 from torchdoctor.check.semantic.processes import unwraps_ddp_only
 
 if TYPE_CHECKING:
@@ -54,32 +55,9 @@ def _mentions_rank(ctx: Context, call: ast.Call) -> bool:
     if (ctx.call_name(call) or "") in _SAVERS:
         target = _write_target(ctx, call)
         args = [target] if target is not None else args  # (``torch.save(obj, *where)``: any argument may)
-    return any(_per_rank_value(ctx, arg, call, 0) for arg in args)
+    return any(per_rank_value(ctx.semantic, arg, call) for arg in args)
 
 
-def _per_rank_value(ctx: Context, arg: ast.AST, at: ast.AST, depth: int) -> bool:
-    sem = ctx.semantic
-    if re.search(r"(?i)rank", ctx.segment(arg)) or any(dotted(n) in sem.guards.rank_aliases() for n in sem.subtree(arg)):
-        return True
-    if any(isinstance(n, ast.Name) and _GPU_INDEX_NAME.match(n.id) for n in sem.subtree(arg)) \
-            and not isinstance(arg, ast.Name):
-        return True  # (``"embd_{}.pt".format(gpu)``: each process's GPU index names its own file, RawNet2's)
-    if not isinstance(arg, ast.Name):
-        return False
-    if any(b.value is not None and not b.is_param and re.search(r"(?i)rank", ctx.segment(b.value))
-           for b in sem.bindings_of(arg.id)):
-        return True
-    b = sem.binding_at(arg.id, at)
-    func = sem.function_of(at)
-    if depth > 2 or b is None or not b.is_param or func is None or b.node is not func:
-        return False
-    sites = sem.call_sites(func)
-    given = [call_argument(site, func, arg.id) for site in sites]  # type: ignore[arg-type]
-    return bool(sites) and all(g is not None and _per_rank_value(ctx, g, site, depth + 1)
-                               for g, site in zip(given, sites))
-
-
-_GPU_INDEX_NAME = lazy(r"(?i)^(gpu|gpu_?id|gpu_?idx|local_gpu|device_?id)$")
 
 
 def _write_target(ctx: Context, call: ast.Call) -> ast.AST | None:

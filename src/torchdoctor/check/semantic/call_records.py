@@ -20,8 +20,8 @@ from torchdoctor.check.semantic.models import moved_keys
 from torchdoctor.check.semantic.placement import cpu_only_loop
 from torchdoctor.record import FrozenRecord
 
-__all__ = ["CallRecord", "call_records", "host_args_of", "chosen_value", "runs_per_step", "set_once", "string_choices",
-           "unpinned_loader_args", "INFERENCE_NAME"]
+__all__ = ["CallRecord", "call_records", "host_args_of", "per_rank_value", "chosen_value", "runs_per_step", "set_once",
+           "string_choices", "unpinned_loader_args", "INFERENCE_NAME"]
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -173,24 +173,36 @@ def call_records(sem: SemanticModel, names: set[str], accelerator: bool | None =
 
 
 _RANK = lazy(r"(?i)rank")
+_GPU_INDEX_NAME = lazy(r"(?i)^(gpu|gpu_?id|gpu_?idx|local_gpu|device_?id)$")
+
+
+def per_rank_value(sem: SemanticModel, arg: ast.AST, at: ast.AST, depth: int = 0) -> bool:
+    """``arg`` (at ``at``) names a per-rank value, so each process writes its own file: ``f"ckpt_rank{rank}.pt"``, a name
+    of the rank (``rank_aliases``), a GPU index (``"embd_{}.pt".format(gpu)``, RawNet2's), a name some binding makes so
+    (``p = os.path.join(out, "{}.rank{}".format(prefix, rank))``), or a parameter every call of the file hands one."""
+    if _RANK.search(sem.segment(arg)) or any(dotted(n) in sem.guards.rank_aliases() for n in sem.subtree(arg)):
+        return True
+    if any(isinstance(n, ast.Name) and _GPU_INDEX_NAME.match(n.id) for n in sem.subtree(arg)) \
+            and not isinstance(arg, ast.Name):
+        return True
+    if not isinstance(arg, ast.Name):
+        return False
+    if any(b.value is not None and not b.is_param and _RANK.search(sem.segment(b.value)) for b in sem.bindings_of(arg.id)):
+        return True
+    b = sem.binding_at(arg.id, at)
+    func = sem.function_of(at)
+    if depth > 2 or b is None or not b.is_param or func is None or b.node is not func:
+        return False
+    sites = sem.call_sites(func)
+    given = [call_argument(site, func, arg.id) for site in sites]  # type: ignore[arg-type]
+    return bool(sites) and all(g is not None and per_rank_value(sem, g, site, depth + 1) for g, site in zip(given, sites))
 
 
 def _per_rank_args(sem: SemanticModel, call: ast.Call) -> frozenset[str]:
-    """The arguments of ``call`` (by name or "#i") that name a per-rank value, as written or as the name's every binding
-    in the caller's function makes it: ``write_data(pred, p)`` of ``p = os.path.join(out, "{}.rank{}".format(pre, rank))``
-    (each rank writes its own file)."""
-    func = sem.function_of(call)
-
-    def per_rank(arg: ast.AST) -> bool:
-        if _RANK.search(sem.segment(arg)):
-            return True
-        bound = [b for b in sem.bindings_of(arg.id) if sem.function_of(b.node) is func] if isinstance(arg, ast.Name) \
-            else []
-        return bool(bound) and all(not b.is_param and b.value is not None and _RANK.search(sem.segment(b.value))
-                                   for b in bound)
-
+    """The arguments of ``call`` (by name or "#i") that name a per-rank value (``per_rank_value``): ``write_data(pred,
+    p)`` of ``p = os.path.join(out, "{}.rank{}".format(pre, rank))`` (each rank writes its own file)."""
     return frozenset(slot for slot, arg in [(f"#{i}", a) for i, a in enumerate(call.args)]
-                     + [(k.arg, k.value) for k in call.keywords if k.arg] if per_rank(arg))
+                     + [(k.arg, k.value) for k in call.keywords if k.arg] if per_rank_value(sem, arg, call))
 
 
 def _moved_model(sem: SemanticModel, arg: ast.Name, call: ast.Call, names: set[str]) -> bool:
