@@ -1232,6 +1232,64 @@ def test_a_save_helper_called_unguarded_only_to_load_writes_on_rank_zero(project
     assert codes(results, "utils.py") == [(19, "TD703")]  # snapshot: handed a model on every rank
 
 
+def test_a_method_nothing_calls_writes_on_no_rank(project: Path) -> None:
+    """``State.save`` is named nowhere but as ``torch.save``: the training script saves through
+    ``save_checkpoint(state, ...)`` behind its rank guard, so the method's write runs on no rank. ``Saver.dump`` is
+    called on every rank, and ``Hook.save`` of a library base may be called by the library: both stay."""
+    write(project, {
+        "utils.py": """\
+            import torch
+            import torch.distributed as dist
+
+            def init_distributed():
+                dist.init_process_group("nccl")
+
+            class State:
+                def __init__(self, model):
+                    self.model = model
+
+                def snapshot(self):
+                    return {"model": self.model.state_dict()}
+
+                def save(self, f):
+                    torch.save(self.snapshot(), f)
+
+            class Saver:
+                def dump(self, model, f):
+                    torch.save(model.state_dict(), f)
+
+            class Hook(torch.nn.Module):
+                def save(self, f):
+                    torch.save(self.state_dict(), f)
+
+            def save_checkpoint(state, f):
+                torch.save(state.snapshot(), f)
+            """,
+        "train.py": """\
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            from utils import Saver, State, init_distributed, save_checkpoint
+
+            def main(loader):
+                init_distributed()
+                model = DDP(torch.nn.Linear(2, 2).cuda())
+                state = State(model.module)
+                saver = Saver()
+                for x in loader:
+                    model(x.cuda()).sum().backward()
+                if dist.get_rank() == 0:
+                    save_checkpoint(state, "m.pt")
+                saver.dump(model.module, "last.pt")
+
+            if __name__ == "__main__":
+                main([])
+            """,
+    })
+    results = check_files(["utils.py", "train.py"], Settings(root=str(project), select=("TD703",)))
+    assert codes(results, "utils.py") == [(19, "TD703"), (23, "TD703")]
+
+
 def test_a_batch_the_model_of_another_module_moves_in_its_forward_is_handed_over_as_it_is(project: Path) -> None:
     """``loss = model(batch)`` where ``model``'s class (another module) has a forward, inherited from its base, that
     hands the batch to ``self.process_data``, which moves each element: the batch needs no move of its own. A model

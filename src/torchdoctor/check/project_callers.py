@@ -97,6 +97,23 @@ class Callers:
                                                     for path in importers)
         return memo[key]
 
+    def uncalled_method(self, sem: SemanticModel, func: ast.AST) -> bool:
+        """``func``, a method of a plain class (no base a library could call it through), is named nowhere in the
+        project's code but as ``torch.NAME``: no ``.NAME``, no ``"NAME"`` for ``getattr`` (``def save(self, f):
+        torch.save(self.capture_snapshot(), f)`` of a ``State`` whose users call ``save_checkpoint(state, ...)``
+        instead), so it runs on no rank."""
+        cls = sem.class_of(func)
+        name = func.name  # type: ignore[attr-defined]
+        if cls is None or name.startswith("__") or any(dotted(b) != "object" for b in cls.bases) or cls.keywords:  # type: ignore[attr-defined]
+            return False
+        here = self.state.absolute(sem.path)  # type: ignore[attr-defined]
+        key = (here, f"{cls.name}.{name}", "uncalled method")  # type: ignore[attr-defined]
+        memo = self.state.mentions
+        if key not in memo:
+            pattern = re.compile(rf"(?<!\btorch)\.{re.escape(name)}\b|[\"']{re.escape(name)}[\"']")
+            memo[key] = not any(pattern.search(self.state.text(path) or "") for path in (here, *self._candidates(here)))
+        return memo[key]
+
     def imported_by_others(self, sem: SemanticModel) -> bool:
         """Some other module of the project imports ``sem``'s module."""
         return bool(self._module_importers(self.state.absolute(sem.path)))

@@ -284,7 +284,7 @@ def _rank_guarded(ctx: Context, node: ast.AST, depth: int = 0) -> bool:
     if sem.project.callers_rank_guarded(sem, func, gates):  # type: ignore[attr-defined]
         return True
     if cls is not None:
-        return False
+        return sem.project.uncalled_method(sem, func)  # type: ignore[attr-defined]
     # A helper module's function that nothing calls (``autosplit(path)`` beside the dataset classes of a module
     # the training script imports) runs on no rank; the script's own functions do (torchrun runs its file).
     return sem.frame(func).kind == "module" and sem.project.uncalled_helper(sem, func)  # type: ignore[attr-defined]
