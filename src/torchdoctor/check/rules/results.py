@@ -588,6 +588,9 @@ def is_model_expr(ctx: Context, expr: ast.AST) -> bool:
             or _restores_a_model(ctx, name, b, value)  # type: ignore[union-attr]
     if isinstance(value, ast.Call) and method_name(value) == "state_dict":
         return False  # ``crt_net = model.state_dict()`` (keys edited)
+    if isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) \
+            and "state_dict" in str(value.slice.value):
+        return False  # ``released_model = ckpt["state_dict"]``: a checkpoint's state dict, named for the model
     if isinstance(expr, ast.Name) and _only_state_dicts(ctx, expr):
         return False  # ``best_model = copy.deepcopy(model.state_dict())`` in the loop, ``None`` before it
     if name in _constructed_models(ctx):
