@@ -280,6 +280,8 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
         return
     if any(k.arg == "force" for k in node.keywords) or node.keywords:
         return
+    if _shows_the_error(ctx, node):
+        return
     gpu, grad = _flags(ctx, func.value)
     gpu = gpu and program.runs_on_accelerator(ctx.semantic) and not ctx.semantic.guards.on_cpu_branch(node)
     if grad and _callers_turn_grad_off(ctx, node):
@@ -306,6 +308,18 @@ def numpy_on_device_tensor(node: ast.Call, ctx: Context) -> None:
         fix=f"use `{recv}{missing or '.detach().cpu()'}.numpy()`",
         edits=edits,
     )
+
+
+_SHOWN_ERRORS = frozenset({"Exception", "BaseException", "TypeError", "RuntimeError"})
+
+
+def _shows_the_error(ctx: Context, call: ast.Call) -> bool:
+    """``try: tensor_gpu.numpy()`` / ``except Exception as e: print(e)``: a tutorial calls ``.numpy()`` for nothing but
+    the error it raises, which it catches (a statement whose value nobody keeps, in a ``try`` whose handler takes it)."""
+    stmt = ctx.semantic.parent(call)
+    up = ctx.semantic.parent(stmt) if isinstance(stmt, ast.Expr) else None
+    return isinstance(up, ast.Try) and stmt in up.body and any(
+        h.type is None or (dotted(h.type) or "").rsplit(".", 1)[-1] in _SHOWN_ERRORS for h in up.handlers)
 
 
 # ---- TD501 without a `.numpy()`: NumPy converting a tensor itself -----------------------------------------------
