@@ -8541,6 +8541,55 @@ def test_a_load_of_what_the_training_helper_just_saved_needs_no_map_location(pro
     assert codes(results, "main.py") == [(10, "TD502")]
 
 
+def test_a_load_of_what_an_early_stopper_of_another_module_saved_needs_no_map_location(project: Path) -> None:
+    """``stopper = EarlyStopping(model_path=Config.checkpoint_path)`` of utils/early_stopping.py, whose
+    ``save_checkpoint`` method saves there, is called each epoch; the best weights are then read back from that path:
+    this run wrote them, on this machine (quiet). A ``Logger`` of the same module that saves nothing leaves the load
+    TD502."""
+    files = {
+        "utils/early_stopping.py": """\
+            import torch
+
+            class EarlyStopping:
+                def __init__(self, patience, model_path):
+                    self.patience, self.model_path = patience, model_path
+
+                def __call__(self, score, model):
+                    self.save_checkpoint(model)
+                    return False
+
+                def save_checkpoint(self, model):
+                    torch.save(model.state_dict(), self.model_path)
+
+            class Logger:
+                def __init__(self, model_path):
+                    self.model_path = model_path
+
+                def __call__(self, score, model):
+                    print(self.model_path, score)
+                    return False
+            """,
+        "train.py": """\
+            import torch
+            from utils.early_stopping import EarlyStopping
+
+            def main(model, evaluate, Config):
+                stopper = EarlyStopping(patience=3, model_path=Config.checkpoint_path)
+                for epoch in range(Config.epochs):
+                    if stopper(evaluate(model), model):
+                        break
+                model.load_state_dict(torch.load(Config.checkpoint_path, weights_only=True))
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD502",)))
+    assert codes(results, "train.py") == []
+    files["train.py"] = files["train.py"].replace("EarlyStopping", "Logger").replace("patience=3, ", "")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD502",)))
+    assert codes(results, "train.py") == [(9, "TD502")]
+
+
 def test_a_helper_that_returns_a_framework_model_whose_predict_turns_autograd_off(project: Path) -> None:
     """A course's helper module builds a Poutyne ``Model`` around the network (``model = pt.Model(network, ...)``,
     moved when a GPU exists, returned); its ``predict`` runs in eval mode under ``no_grad`` itself. A helper that

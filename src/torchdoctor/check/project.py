@@ -308,6 +308,11 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls.network_methods if cls is not None else frozenset()  # type: ignore[attr-defined]
 
+    def class_saves(self, sem: SemanticModel, written: str) -> bool:
+        """``written`` (imported here) is a class of the project one of whose methods saves with ``torch.save``
+        (``EarlyStopping.save_checkpoint``)."""
+        return self._lookup(sem, written, "saving_class") is not None
+
     def class_of_project(self, sem: SemanticModel, written: str) -> bool:
         """``written`` (imported here) is a class defined in a module of the project."""
         return self._lookup(sem, written, "class") is not None
@@ -421,6 +426,9 @@ class Project(Callers):
         if what.startswith("step_calls:") and attr in summary.classes:
             cls = summary.classes[attr]
             return cls if what[len("step_calls:"):] in cls.step_calls else self._in_bases(target, summary, cls, what, depth)
+        if what == "saving_class" and attr in summary.classes:  # a method of it saves with ``torch.save``
+            return summary.classes[attr] if any(k.startswith(f"{attr}.") and "save" in f.effects
+                                                for k, f in summary.functions.items()) else None
         if what == "class_module" and attr in summary.classes:
             return summary  # (the module that defines the class)
         if what == "module_class" and attr in summary.classes:

@@ -212,6 +212,8 @@ def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
         if not isinstance(call, ast.Call) or call is load or call.lineno >= load.lineno:  # type: ignore[attr-defined]
             continue
         name = call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", "")
+        if name[:1].isupper() and _saver_made_and_used(ctx, call, load, roots):
+            return True
         if not _WRITERS.search(name or "") and _trains_and_saves(ctx, call, roots):
             return True  # (``best_acc = train.train(train_iter, dev_iter, cnn, args)`` saving ``best_steps_*.pt`` under
             # ``args.save_dir``, then ``torch.load`` of the newest file there)
@@ -223,6 +225,33 @@ def _written_by_an_earlier_call(ctx: Context, load: ast.Call) -> bool:
         if any(_paths_named(sem, a) & roots for a in args):
             return True
     return False
+
+
+def _saver_made_and_used(ctx: Context, call: ast.Call, load: ast.Call, roots: set[str]) -> bool:
+    """``call`` makes an object of a class, of this file or of the project, that saves with ``torch.save``, handed the
+    path the load reads; the object is then used before the load (``early_stopping = EarlyStopping(model_path=
+    cfg.checkpoint_path)``, ``early_stopping(val_loss, model)`` each epoch, then ``torch.load(cfg.checkpoint_path)``:
+    the best weights this run wrote)."""
+    sem = ctx.semantic
+    if not any(_paths_named(sem, a) & roots for a in [*call.args, *(k.value for k in call.keywords)]):
+        return False
+    stmt = sem.parent(call)
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    made, written = stmt.targets[0].id, dotted(call.func) or ""
+    def runs(r: ast.AST) -> bool:  # ``early_stopping(...)``, ``saver.step(...)``
+        up = sem.parent(r)
+        if isinstance(up, ast.Attribute):
+            r, up = up, sem.parent(up)
+        return isinstance(up, ast.Call) and up.func is r
+
+    if not any(call.lineno < r.lineno < load.lineno and runs(r) for r in sem.reads_of(made)):
+        return False
+    here = [c for c in sem.of_type(ast.ClassDef) if c.name == written]  # type: ignore[attr-defined]
+    if here:
+        return any("save" in sem.effects(m) for c in here for m in c.body  # type: ignore[attr-defined]
+                   if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return sem.project is not None and sem.project.class_saves(sem, written)  # type: ignore[attr-defined]
 
 
 _OUTPUT_SETTING = lazy(r"(?i)^(save|saved|out|output|ckpt|checkpoint|checkpoints|model|models|log|exp|experiment)_?(dir|path|folder|root)$")
