@@ -8590,6 +8590,64 @@ def test_a_load_of_what_an_early_stopper_of_another_module_saved_needs_no_map_lo
     assert codes(results, "train.py") == [(9, "TD502")]
 
 
+def test_the_flags_of_a_forward_of_another_module_pick_a_no_grad_branch(project: Path) -> None:
+    """QuantumDeepField's demo: ``self.model.forward(data, predict=True)`` of a ``Predictor`` handed
+    ``train.QuantumField(...)``, whose ``forward`` (train/train.py) runs its ``if predict:`` branch under
+    ``torch.no_grad()`` and returns: no graph (quiet). ``forward(data)`` takes the ``elif``/``else`` chain to a
+    branch with autograd on: TD401."""
+    files = {
+        "train/__init__.py": "",
+        "train/train.py": """\
+            import torch
+            import torch.nn as nn
+            import torch.nn.functional as F
+
+            class QuantumField(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.head = nn.Linear(8, 1)
+
+                def forward(self, data, train=False, predict=False):
+                    if predict:
+                        with torch.no_grad():
+                            return data[0], self.head(data[1])
+                    elif train:
+                        return F.mse_loss(self.head(data[1]), data[2])
+                    else:
+                        return data[0], self.head(data[1])
+            """,
+        "demo/run.py": """\
+            import sys
+            import torch
+            sys.path.append("../")
+            from train import train
+
+            class Predictor:
+                def __init__(self, model):
+                    self.model = model
+
+                def predict(self, loader):
+                    out = []
+                    for data in loader:
+                        idx, e_ = self.model.forward(data, predict=True)
+                        out.append(e_.tolist())
+                    return out
+
+            def main(loader):
+                model = train.QuantumField().to("cuda")
+                model.eval()
+                return Predictor(model).predict(loader)
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "run.py") == []
+    files["demo/run.py"] = files["demo/run.py"].replace("self.model.forward(data, predict=True)", "self.model.forward(data)")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "run.py") == [(13, "TD401")]
+
+
 def test_a_helper_that_returns_a_framework_model_whose_predict_turns_autograd_off(project: Path) -> None:
     """A course's helper module builds a Poutyne ``Model`` around the network (``model = pt.Model(network, ...)``,
     moved when a GPU exists, returned); its ``predict`` runs in eval mode under ``no_grad`` itself. A helper that

@@ -303,6 +303,12 @@ class Project(Callers):
         cls = self._lookup(sem, written, "class")
         return cls is not None and cls.differentiates  # type: ignore[attr-defined]
 
+    def class_flag_chain(self, sem: SemanticModel, written: str) -> tuple | None:
+        """How the ``forward`` of the module class ``written`` (imported here) picks a branch by flag parameters
+        (``frozen.forward_flag_chain``), when some branch runs under no_grad."""
+        cls = self._lookup(sem, written, "class")
+        return cls.flag_chain if cls is not None else None  # type: ignore[attr-defined]
+
     def class_network_methods(self, sem: SemanticModel, written: str) -> frozenset[str]:
         """The methods of the module class ``written`` (imported here) other than ``forward`` that run its layers."""
         cls = self._lookup(sem, written, "class")

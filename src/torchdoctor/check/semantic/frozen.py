@@ -12,7 +12,7 @@ from torchdoctor.check.semantic.models import construction
 
 __all__ = ["built_without_grad", "calls_a_frozen_model", "calls_a_quiet_method", "quiet_self_calls", "class_freezes_itself",
            "forward_quiet_unless", "frozen_as_built", "methods_without_grad", "model_forward_records_nothing",
-           "flags_pick_a_branch_without_grad", "class_differentiates", "model_differentiates"]
+           "flags_pick_a_branch_without_grad", "forward_flag_chain", "class_differentiates", "model_differentiates"]
 
 
 def methods_without_grad(sem: SemanticModel, cls: ast.AST) -> frozenset[str]:
@@ -180,31 +180,32 @@ def flags_pick_a_branch_without_grad(sem: SemanticModel, call: ast.Call) -> bool
     """``model.forward(data, predict=True)`` (or ``model.forward(data)``) where ``forward`` picks its branch by flag
     parameters (``if predict: with torch.no_grad(): ... return``, ``elif train: ...``, ``else: with torch.no_grad():
     ... return``) and the branch the call's flags (or their defaults) take runs under no_grad: QuantumDeepField's
-    demo and tester. The class is the model's, or the one module class of the file whose ``forward`` branches so."""
+    demo and tester. The class is the model's (of this file, or of another module of the project: its summary keeps
+    the chain), or the one module class of the file whose ``forward`` branches so."""
     target = call.func.value if isinstance(call.func, ast.Attribute) and call.func.attr == "forward" else call.func
     made = construction(sem, target, call)
+    if any(k.arg is None for k in call.keywords):
+        return False
     cls = sem.calls_index.classes.get(sem.call_name(made) or "") if made is not None else None
-    forwards = [f for c in ([cls] if cls is not None else [sem.calls_index.classes.get(n) for n in sem.module_classes])
-                if c is not None for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward"]  # type: ignore[attr-defined]
+    if made is not None and cls is None:
+        written = dotted(made.func)
+        chain = sem.project.class_flag_chain(sem, written) if written and sem.project is not None else None  # type: ignore[attr-defined]
+        return chain is not None and _chain_takes_quiet(chain, call)
     keys = {k.arg for k in call.keywords}
-    if None in keys:
-        return False
-    branches = [b for f in forwards if keys <= {a.arg for a in [*f.args.args, *f.args.kwonlyargs]}
-                and (b := _taken_branch(sem, f, call)) is not None]
-    if len(branches) != 1:
-        return False
-    branch = branches[0]
-    return len(branch) == 1 and isinstance(w := branch[0], ast.With) \
-        and any(sem.guards.grad_call(i.context_expr) == "off" for i in w.items if isinstance(i.context_expr, ast.Call)) \
-        and bool(w.body) and isinstance(w.body[-1], ast.Return)
+    chains = [chain for c in ([cls] if cls is not None else [sem.calls_index.classes.get(n) for n in sem.module_classes])
+              if c is not None for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "forward"  # type: ignore[attr-defined]
+              and keys <= {a.arg for a in [*f.args.args, *f.args.kwonlyargs]} and (chain := forward_flag_chain(sem, f))]
+    return len(chains) == 1 and _chain_takes_quiet(chains[0], call)
 
 
-def _taken_branch(sem: SemanticModel, forward: ast.FunctionDef, call: ast.Call) -> list[ast.stmt] | None:
-    """The statements of the ``if`` branch of ``forward``'s body that ``call``'s flags take (a constant keyword, or the
-    parameter's constant default), when the statements before that ``if`` call nothing of the model; else None."""
+def forward_flag_chain(sem: SemanticModel, forward: ast.AST) -> tuple[tuple[str | None, object, bool], ...] | None:
+    """How ``forward`` picks its branch by flag parameters: ``(flag, ("default", value) of its constant default or
+    None, the branch runs under no_grad and returns)`` for each ``if``/``elif``, then ``(None, None, quiet)`` for the
+    ``else``; None unless its body is such a chain after statements that call nothing of the model."""
+    if not isinstance(forward, ast.FunctionDef):
+        return None
     body = [s for s in forward.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-    given = {k.arg: k.value for k in call.keywords}
-    for i, stmt in enumerate(body):
+    for stmt in body:
         if isinstance(stmt, ast.If):
             break
         if any(isinstance(n, ast.Call) and (dotted(n.func) or "").startswith("self.") for n in sem.subtree(stmt)):
@@ -212,20 +213,42 @@ def _taken_branch(sem: SemanticModel, forward: ast.FunctionDef, call: ast.Call) 
     else:
         return None
     params = {a.arg for a in [*forward.args.args, *forward.args.kwonlyargs]}
+    chain: list[tuple[str | None, object, bool]] = []
     while True:
         test = stmt.test  # type: ignore[attr-defined]
         if not (isinstance(test, ast.Name) and test.id in params):
             return None
-        value = given.get(test.id, param_default(forward, test.id))
-        if not isinstance(value, ast.Constant):
-            return None
-        if value.value:
-            return stmt.body  # type: ignore[attr-defined,no-any-return]
+        default = param_default(forward, test.id)
+        chain.append((test.id, ("default", default.value) if isinstance(default, ast.Constant) else None,
+                      _quiet_branch(sem, stmt.body)))  # type: ignore[attr-defined]
         rest = stmt.orelse  # type: ignore[attr-defined]
         if len(rest) == 1 and isinstance(rest[0], ast.If):
             stmt = rest[0]
             continue
-        return rest or None  # type: ignore[no-any-return]
+        if rest:
+            chain.append((None, None, _quiet_branch(sem, rest)))
+        return tuple(chain)
+
+
+def _quiet_branch(sem: SemanticModel, branch: list[ast.stmt]) -> bool:
+    """The branch is one ``with torch.no_grad():`` that returns."""
+    return len(branch) == 1 and isinstance(w := branch[0], ast.With) \
+        and any(sem.guards.grad_call(i.context_expr) == "off" for i in w.items if isinstance(i.context_expr, ast.Call)) \
+        and bool(w.body) and isinstance(w.body[-1], ast.Return)
+
+
+def _chain_takes_quiet(chain: tuple[tuple[str | None, object, bool], ...], call: ast.Call) -> bool:
+    """The branch of ``chain`` that ``call``'s constant flags (or the flags' defaults) take runs under no_grad."""
+    given = {k.arg: k.value for k in call.keywords}
+    for flag, default, quiet in chain:
+        if flag is None:
+            return quiet
+        value = given.get(flag)
+        if value is not None and not isinstance(value, ast.Constant) or value is None and default is None:
+            return False  # (a flag the call computes, or leaves to a default that is no constant)
+        if (value.value if value is not None else default[1]):  # type: ignore[index,union-attr]
+            return quiet
+    return False  # (no ``else``: it falls through to the rest of the body)
 
 
 _GRAD_CALLS = frozenset({"torch.autograd.grad", "torch.autograd.functional.jacobian", "torch.autograd.functional.hessian",

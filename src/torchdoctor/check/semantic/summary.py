@@ -19,7 +19,8 @@ from torchdoctor.check.semantic.device_choice import option_dest
 from torchdoctor.check.semantic.loops import EVAL_FUNC
 from torchdoctor.check.semantic.model import SemanticModel
 from torchdoctor.check.semantic.forwards import forward_moved_params, moved_params, network_methods
-from torchdoctor.check.semantic.frozen import class_differentiates, class_freezes_itself, forward_quiet_unless, \
+from torchdoctor.check.semantic.frozen import class_differentiates, class_freezes_itself, forward_flag_chain, \
+    forward_quiet_unless, \
     methods_without_grad, quiet_self_calls
 from torchdoctor.check.semantic.models import class_has_batchnorm, class_has_dropout_or_bn, class_has_no_parameters, class_holds_no_state, \
     class_moves_itself, class_parts, holds_plain_tensors_only, init_params, loss_weight_params, submodule_names
@@ -35,7 +36,7 @@ class ClassSummary(FrozenRecord):
     __slots__ = ("name", "is_module", "dropout_bn", "stateless", "yields_text", "bases", "step_calls", "moves_self", "parts",
                  "paramless", "builds_loader", "frozen", "init_params", "yields_device", "loader_passes",
                  "collates_arrays", "quiet_methods", "moved_inputs", "network_methods", "batchnorm", "loss_weights",
-                 "quiet_calls", "submodules", "quiet_unless", "differentiates")
+                 "quiet_calls", "submodules", "quiet_unless", "differentiates", "flag_chain")
     name: str
     is_module: bool
     dropout_bn: bool
@@ -61,6 +62,7 @@ class ClassSummary(FrozenRecord):
     submodules: frozenset[str]  # attributes its ``__init__`` sets to a layer or a model (``self.decoder = Decoder(...)``)
     quiet_unless: str | None  # its ``forward`` runs a no-grad method unless built with this flag (frozen.forward_quiet_unless)
     differentiates: bool  # a module class whose methods take gradients themselves (``autograd.grad``: MAML's inner loop)
+    flag_chain: tuple | None  # how its ``forward`` picks a branch by flags, and which run under no_grad (frozen.py)
 
     def __init__(self, name: str, is_module: bool, dropout_bn: bool, stateless: bool = False,
                  yields_text: bool = False, bases: tuple[str, ...] = (), step_calls: frozenset[str] = frozenset(),
@@ -71,11 +73,11 @@ class ClassSummary(FrozenRecord):
                  moved_inputs: frozenset[int] = frozenset(), network_methods: frozenset[str] = frozenset(),
                  batchnorm: bool = False, loss_weights: tuple[str, ...] | None = None,
                  quiet_calls: frozenset[str] = frozenset(), submodules: frozenset[str] = frozenset(),
-                 quiet_unless: str | None = None, differentiates: bool = False) -> None:
+                 quiet_unless: str | None = None, differentiates: bool = False, flag_chain: tuple | None = None) -> None:
         self._fill(name, is_module, dropout_bn, stateless, yields_text, bases, step_calls, moves_self, parts, paramless,
                    builds_loader, frozen, init_params, yields_device, loader_passes, collates_arrays, quiet_methods,
                    moved_inputs, network_methods, batchnorm, loss_weights, quiet_calls, submodules, quiet_unless,
-                   differentiates)
+                   differentiates, flag_chain)
 
 
 class FunctionSummary(FrozenRecord):
@@ -179,7 +181,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                          quiet_self_calls(sem, cls) if grad_off else frozenset(),
                                          submodule_names(sem, cls) if is_module else frozenset(),
                                          forward_quiet_unless(sem, cls) if is_module and grad_off else None,
-                                         is_module and "grad(" in sem.text.source and class_differentiates(sem, cls))
+                                         is_module and "grad(" in sem.text.source and class_differentiates(sem, cls),
+                                         _forward_flag_chain(sem, cls) if is_module and grad_off else None)
     # A module that names no wrapper returns none (no return kinds asked); one that also compiles is left
     # unsaid: its wrapper's keys may gain `_orig_mod.` instead of `module.`.
     source = sem.text.source  # (substring tests first: a regex scan of the whole text costs ~10x more)
@@ -230,6 +233,12 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                                                  made[len("object:"):] if made else None)
     _inherited_methods(sem, out)
     return out
+
+
+def _forward_flag_chain(sem: SemanticModel, cls: ast.AST) -> tuple | None:
+    forward = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)  # type: ignore[attr-defined]
+    chain = forward_flag_chain(sem, forward) if forward is not None else None
+    return chain if chain is not None and any(quiet for _, _, quiet in chain) else None
 
 
 def _inherited_methods(sem: SemanticModel, out: ModuleSummary) -> None:
