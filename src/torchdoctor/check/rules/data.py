@@ -184,11 +184,15 @@ def _forward_moves_input(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool
 
 def _meets_host_copies(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:
     """``pred = model(x.to(dev)).cpu()`` then ``criterion(target, pred)``: the loss is computed on the host, where the
-    output was brought back; the target rightly stays there."""
+    output was brought back; the target rightly stays there. So too when the call itself copies an argument to the
+    host (``criterion(float_out.to("cpu"), targets, output_sizes, target_sizes)``: warp-ctc's CTC loss, which wants
+    its labels and lengths on the CPU)."""
     sem = ctx.semantic
     others = [a for a in (*consumer.args, *(k.value for k in consumer.keywords)) if not sem.contains(a, use)]
     if not others:
         return False
+    if any(_host_copy(sem, a) for a in others):
+        return True
     for arg in others:
         if isinstance(arg, ast.Name):
             b = sem.binding_at(arg.id, consumer)
@@ -197,6 +201,13 @@ def _meets_host_copies(ctx: Context, consumer: ast.Call, use: ast.AST) -> bool:
         if not (isinstance(arg, ast.Call) and method_name(arg) == "cpu"):
             return False
     return True
+
+
+def _host_copy(sem, arg: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``out.cpu()``, ``out.to("cpu")`` (after ``.float()``/``.detach()`` at most), as the argument is written."""
+    arg = strip_methods(arg, ("detach", "float", "double", "contiguous"), depth=4)
+    return isinstance(arg, ast.Call) and (method_name(arg) == "cpu" and not arg.args or sem.is_device_move(arg)
+                                          and (sem.move_device(arg) or "").strip("'\"") == "cpu")
 
 
 @rule("TD302", ast.Module)
