@@ -8,7 +8,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, HOST_COPIES, call_argument, dotted, method_name, root_name, strip_methods, string_value, target_names
+from torchdoctor.check.astutil import FACTORIES, HOST_COPIES, call_argument, dotted, method_name, param_default, root_name, strip_methods, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.forwards import moved_params, reached_from_forward
@@ -558,8 +558,9 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
     if isinstance(expr.func, ast.Attribute) and expr.func.attr == "to" and ctx.semantic.is_device_move(expr) \
             and ((ctx.semantic.move_device(expr) or "").strip("'\"") == "cpu" or _cpu_device_name(ctx, expr)):
         return True  # ``probs_host = probs.to("cpu")``: likewise; ``.to(loss_device)`` of ``torch.device("cpu")``
-    if isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE and not name.startswith("torch."):
-        return made_on_host(ctx, expr.func.value, at, depth)  # ``losses.mean()`` of a host tensor
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr in SAME_PLACE and not name.startswith("torch.") \
+            or _dtype_cast(ctx, expr):
+        return made_on_host(ctx, expr.func.value, at, depth)  # ``losses.mean()`` of a host tensor (``.to(torch.int64)``)
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("sample", "rsample") and not expr.args:
         dist = expr.func.value  # ``Categorical(probs).sample()`` of host probabilities: drawn on the host
         if isinstance(dist, ast.Name) and (b := ctx.semantic.binding_at(dist.id, at)) is not None and not b.is_param:
@@ -567,7 +568,8 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
         if isinstance(dist, ast.Call) and (ctx.call_name(dist) or "").startswith("torch.distributions.") \
                 and (dist.args or dist.keywords):
             values = [*dist.args, *(k.value for k in dist.keywords)]
-            return all(made_on_host(ctx, v, at, depth + 1) for v in values if not isinstance(v, ast.Constant))
+            return all(made_on_host(ctx, v, at, depth + 1) or _number_parameter(ctx, v, at)
+                       for v in values if not isinstance(v, ast.Constant))
     if name in _HOST_MAKERS:
         return name == "torch.from_numpy" or not any(tensor_value(ctx, a, at) for a in expr.args)
     if name == "torch.load":
@@ -587,6 +589,32 @@ def made_on_host(ctx: Context, expr: ast.AST, at: ast.AST, depth: int = 0) -> bo
             and not _moving_lambda(ctx, expr.func, at) and not moving_helper(ctx, expr)
     return name.startswith("torch.") and name.endswith("_like") and bool(expr.args) and \
         made_on_host(ctx, expr.args[0], at, depth + 1)
+
+
+def _dtype_cast(ctx: Context, expr: ast.Call) -> bool:
+    """``t.to(torch.int64)`` (or ``.to(dtype=...)``): a cast that leaves the tensor where it is."""
+    if not (isinstance(expr.func, ast.Attribute) and expr.func.attr == "to") or len(expr.args) > 1 \
+            or any(k.arg != "dtype" for k in expr.keywords) or not (expr.args or expr.keywords):
+        return False
+    return not expr.args or (dotted(expr.args[0]) or "").rsplit(".", 1)[-1] in _DTYPES \
+        and (dotted(expr.args[0]) or "").startswith(("torch.", "th."))
+
+
+_DTYPES = frozenset({"float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8", "int16",
+                     "int32", "int64", "long", "short", "uint8", "bool", "complex64", "complex128"})
+
+
+def _number_parameter(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:
+    """``alpha`` of ``def mixup_data(x, alpha=0.2)``: a parameter whose default is a number (a hyperparameter,
+    handed ``opt.mixup_alpha`` by the caller), so a distribution built from it draws on the host."""
+    if not isinstance(expr, ast.Name):
+        return False
+    b = ctx.semantic.binding_at(expr.id, at)
+    if b is None or not b.is_param or not isinstance(b.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    default = param_default(b.node, expr.id)
+    return isinstance(default, ast.Constant) and isinstance(default.value, (int, float)) \
+        and not isinstance(default.value, bool)
 
 
 def _handed_back(ctx: Context, b: object, name: str) -> bool:
