@@ -405,9 +405,20 @@ def _used_later(ctx: Context, cls: ast.ClassDef, attr: str) -> bool:
             return False  # reassigned as the object runs (an environment's state): data, not module state
     for read in sem.reads_of(f"self.{attr}"):
         func = sem.function_of(read)
-        if sem.class_of(read) is cls and func is not None and func.name != "__init__":
+        if sem.class_of(read) is cls and func is not None and func.name != "__init__" and not _only_reset(sem, read):
             return True
     return False
+
+
+_RESETS = frozenset({"zero_", "fill_", "uniform_", "normal_", "ones_"})
+
+
+def _only_reset(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``self.mean.zero_()`` as a statement of ``reset_parameters``: the tensor is filled again, its value not used
+    (BatchNormSync's ``self.mean``/``self.std``, which its ``forward`` no longer passes anywhere)."""
+    up = sem.parent(read)
+    call = sem.parent(up) if isinstance(up, ast.Attribute) and up.attr in _RESETS else None
+    return isinstance(call, ast.Call) and call.func is up and isinstance(sem.parent(call), ast.Expr)
 
 
 _NOT_TENSORS = frozenset({"tolist", "item", "numpy", "size", "dim", "numel", "nelement", "element_size"})
