@@ -8648,6 +8648,60 @@ def test_the_flags_of_a_forward_of_another_module_pick_a_no_grad_branch(project:
     assert codes(results, "run.py") == [(13, "TD401")]
 
 
+def test_a_sample_method_of_another_module_that_returns_after_its_no_grad_block(project: Path) -> None:
+    """GOGGLE: ``self.model.sample(count)`` of ``self.model = Goggle(...)`` (model/goggle.py), whose ``sample`` runs
+    its networks in a ``with torch.no_grad():`` block and then returns what the block made: no graph (quiet). A
+    ``sample`` that returns a decoder call from after its block builds one (TD401)."""
+    files = {
+        "model/__init__.py": "",
+        "model/goggle.py": """\
+            import torch
+            import torch.nn as nn
+
+            class Goggle(nn.Module):
+                def __init__(self, dim):
+                    super().__init__()
+                    self.dim = dim
+                    self.decoder = nn.Linear(dim, dim)
+
+                def forward(self, z):
+                    return self.decoder(z)
+
+                def sample(self, count):
+                    with torch.no_grad():
+                        z = torch.randn(count, self.dim, device="cuda")
+                        synth_x = self.decoder(z)
+
+                    return synth_x
+
+            class Leaky(Goggle):
+                def sample(self, count):
+                    with torch.no_grad():
+                        z = torch.randn(count, self.dim, device="cuda")
+                    return self.decoder(z)
+            """,
+        "goggle_model.py": """\
+            import torch
+            from model.goggle import Goggle
+
+            class GoggleModel:
+                def __init__(self, dim):
+                    self.model = Goggle(dim).to("cuda")
+
+                def generate(self, count):
+                    self.model.eval()
+                    return self.model.sample(count).cpu().numpy()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "goggle_model.py") == []
+    files["goggle_model.py"] = files["goggle_model.py"].replace("Goggle", "Leaky").replace("class LeakyModel", "class GoggleModel")
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD401",)))
+    assert codes(results, "goggle_model.py") == [(10, "TD401")]
+
+
 def test_a_helper_that_returns_a_framework_model_whose_predict_turns_autograd_off(project: Path) -> None:
     """A course's helper module builds a Poutyne ``Model`` around the network (``model = pt.Model(network, ...)``,
     moved when a GPU exists, returned); its ``predict`` runs in eval mode under ``no_grad`` itself. A helper that

@@ -127,6 +127,9 @@ def _runs_without_grad(sem: SemanticModel, func: ast.AST, methods: dict[str, ast
     if any(sem.guards.grad_call(d) == "off" for d in func.decorator_list):  # type: ignore[attr-defined]
         return True
     body = [s for s in func.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]  # type: ignore[attr-defined]
+    if len(body) > 1 and isinstance(body[-1], ast.Return) and isinstance(body[-2], ast.With) \
+            and not any(isinstance(n, ast.Call) for n in sem.subtree(body[-1])):
+        body = body[:-1]  # (``with torch.no_grad(): ... synth_x = self.decoder(h)`` then ``return synth_x``)
     if body and isinstance(body[-1], ast.With) and any(
             isinstance(item.context_expr, ast.Call) and sem.guards.grad_call(item.context_expr) == "off"
             for item in body[-1].items) and all(_lazy_setup(s) or _runs_no_network(sem, s, methods) for s in body[:-1]):
