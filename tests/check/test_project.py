@@ -8648,6 +8648,44 @@ def test_the_flags_of_a_forward_of_another_module_pick_a_no_grad_branch(project:
     assert codes(results, "run.py") == [(13, "TD401")]
 
 
+def test_a_loader_only_a_generator_of_another_module_wraps_and_nobody_advances_loads_nothing(project: Path) -> None:
+    """CoDi: ``looper = infiniteloop(train_iter)`` of ``from utils import *``, whose ``infiniteloop`` yields, with the
+    loader and the looper made again before the loop: the first loader loads nothing (quiet), the second feeds the GPU
+    (TD304). A ``fit(loader)`` of utils.py that is no generator runs the loader whatever it returns."""
+    files = {
+        "utils.py": """\
+            def infiniteloop(dataloader):
+                while True:
+                    for _, y in enumerate(dataloader):
+                        yield y
+
+            def fit(model, loader):
+                for x in loader:
+                    model(x.cuda()).sum().backward()
+            """,
+        "main.py": """\
+            import torch
+            from torch.utils.data import DataLoader
+            from utils import *
+
+            def main(data, model, steps):
+                train_iter = DataLoader(data, batch_size=64, num_workers=4)
+                looper = infiniteloop(train_iter)
+                train_iter = DataLoader(data, batch_size=64, num_workers=4)
+                looper = infiniteloop(train_iter)
+                for step in range(steps):
+                    model(next(looper).cuda()).sum().backward()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "main.py") == [(8, "TD304")]
+    files["main.py"] = files["main.py"].replace("looper = infiniteloop(train_iter)", "looper = fit(model, train_iter)", 1)
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD304",)))
+    assert codes(results, "main.py") == [(6, "TD304"), (8, "TD304")]
+
+
 def test_a_sample_method_of_another_module_that_returns_after_its_no_grad_block(project: Path) -> None:
     """GOGGLE: ``self.model.sample(count)`` of ``self.model = Goggle(...)`` (model/goggle.py), whose ``sample`` runs
     its networks in a ``with torch.no_grad():`` block and then returns what the block made: no graph (quiet). A

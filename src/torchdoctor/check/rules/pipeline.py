@@ -324,6 +324,71 @@ def _hands_out(node: ast.AST, names: set[str | None]) -> bool:
     return isinstance(node, (ast.For, ast.AsyncFor)) and dotted(node.iter) in names
 
 
+_LAZY_WRAPPERS = frozenset({"iter", "enumerate", "zip", "map", "itertools.cycle", "itertools.chain", "itertools.islice"})
+
+
+def _never_loads(ctx: Context, value: ast.AST, depth: int = 0) -> bool:
+    """The loader a function makes is bound to a name that nothing reads before it is bound again, or that only a lazy
+    wrapper takes whose own result nothing reads (``train_iter = DataLoader(...)``, ``looper = infiniteloop(
+    train_iter)`` of a generator, both made again before the training loop; a sampling script's copy of them): it
+    never loads a batch. Judged in straight-line code only: the statement is in no loop, and a read that sees another
+    binding sees one made after it in the same block."""
+    sem = ctx.semantic
+    stmt = sem.parent(value)
+    func = sem.function_of(value)
+    if func is None or not (isinstance(stmt, ast.Assign) and stmt.value is value and len(stmt.targets) == 1
+                            and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    block = next((b for b in (getattr(sem.parent(stmt), f, None) for f in ("body", "orelse", "finalbody"))
+                  if isinstance(b, list) and any(x is stmt for x in b)), None)
+    if block is None or any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for a in _ancestors_in(sem, stmt, func)):
+        return False
+    name = stmt.targets[0].id
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in sem.local_nodes(func)):
+        return False
+    later = block[next(k for k, x in enumerate(block) if x is stmt) + 1:]
+    for read in sem.reads_of(name):
+        if not sem.contains(func, read):
+            continue
+        b = sem.binding_at(name, read)
+        if b is None:
+            return False
+        if b.value is value:
+            up = sem.parent(read)
+            if depth < 2 and isinstance(up, ast.Call) and read in up.args and _lazy(ctx, up) \
+                    and _never_loads(ctx, up, depth + 1):
+                continue
+            return False
+        if (read.lineno, read.col_offset) < (stmt.lineno, stmt.col_offset):  # type: ignore[attr-defined]
+            continue  # (an earlier binding's read, before this one is made: no loop brings it back)
+        if not any(x is b.node for x in later):
+            return False  # (the read may see this loader: ``if ...: loader = A else: loader = B``, ``return loader``;
+            # ``if cond: loader = B``: when not ``cond``, it does)
+    return True
+
+
+def _ancestors_in(sem, node: ast.AST, func: ast.AST) -> list[ast.AST]:  # type: ignore[no-untyped-def]
+    out = []
+    for up in sem.ancestors(node):
+        if up is func:
+            break
+        out.append(up)
+    return out
+
+
+def _lazy(ctx: Context, call: ast.Call) -> bool:
+    """Calling ``call`` runs nothing of its arguments until its result is iterated: a generator function (of this file
+    or of another module of the project) or a lazy builtin."""
+    sem = ctx.semantic
+    if (ctx.call_name(call) or "") in _LAZY_WRAPPERS:
+        return True
+    funcs = sem.resolve(call)
+    if funcs:
+        return all(any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in sem.local_nodes(f)) for f in funcs)
+    found = sem.project.function_for(sem, call) if sem.project is not None else None  # type: ignore[attr-defined]
+    return found is not None and found.returns == "generator"
+
+
 @rule("TD304", calls=loaders.LOADER_NAMES)
 def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     """A DataLoader in a CUDA program without pin_memory=True."""
@@ -335,7 +400,7 @@ def loader_not_pinned(node: ast.AST, ctx: Context) -> None:
     if not _judged_loader(ctx, node) or pin is None and "pin_memory" in _passes(ctx, node) \
             or _collates_raw_items(ctx, node) or _collates_arrays(ctx, node):
         return
-    if program.is_rpc_program(ctx.semantic):
+    if program.is_rpc_program(ctx.semantic) or _never_loads(ctx, node):
         return  # RPC serialises every batch it sends: pinned memory buys nothing there
     if _moves_only_rebuilt_batches(ctx, node):
         return  # (``x = torch.cat([support, query], dim=1); x = x.to(device)``: the tensor copied is a fresh one)
@@ -477,7 +542,8 @@ def loader_without_workers(node: ast.AST, ctx: Context) -> None:
             and not left_at_its_falsy_default(ctx, value, node):
         return  # (``**params`` of ``params = {"num_workers": 0, ...}``: told 0, as a keyword would)
     if not _judged_loader(ctx, node) or not (_trains(ctx) or _importer_trains(ctx, node)) \
-            or value is None and "num_workers" in _passes(ctx, node) or _only_peeked_afresh(ctx, node):
+            or value is None and "num_workers" in _passes(ctx, node) or _only_peeked_afresh(ctx, node) \
+            or _never_loads(ctx, node):
         return
     what = "`num_workers=0`" if value is not None else "no `num_workers` (0)"
     ctx.report("TD305", node, f"{_loader_said(node)} with {what} loads every batch in the training process",

@@ -93,7 +93,8 @@ class FunctionSummary(FrozenRecord):
     # regrouped with Python alone (a collate function that makes no tensor: ``loaders.only_python``); "host": every
     # return hands back a host copy (``return err.view(-1).cpu().numpy()``); "host_or_first": a host copy or the first
     # parameter as handed (``all_reduce_mean(x)``); "moved": every return, each element of
-    # its tuple, is moved to a device (``return x.to(device), y.to(device)``)
+    # its tuple, is moved to a device (``return x.to(device), y.to(device)``); "generator": it yields (a call runs
+    # nothing until iterated)
 
     one_step: bool  # one whole training step: backward and an optimizer step, no loop that backpropagates
     numpy_params: frozenset[str]  # parameters its first statement turns into NumPy arrays (``x = x.cpu().numpy()``)
@@ -192,6 +193,8 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
     asks_gpus = "is_available" in source or "device_count" in source
     samplers = "Sampler(" in source
     loaders_made = "DataLoader(" in source
+    generators = {sem.function_of(y) for y in [*sem.of_type(ast.Yield), *sem.of_type(ast.YieldFrom)]} \
+        if "yield" in source else set()
     for funcs in sem.functions.values():
         for func in funcs:
             frame = sem.frame(func)
@@ -223,7 +226,7 @@ def summarize(sem: SemanticModel) -> ModuleSummary:
                 "python" if len(func.args.args) > 1 and only_python(sem, func, 1) else \
                 "moved" if moves and _returns_moved(sem, func) else None
             made = _returned_object(sem, func)
-            returns = returns or made
+            returns = returns or made or ("generator" if func in generators else None)
             params = tuple(func_params(func))  # type: ignore[arg-type]
             one_step = {"backward", "step"} <= effects and not _loops_backward(sem, func)
             keys = returned_keys(sem, func) if not params and returns is None else None  # (what ``**f()`` passes)
