@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 
-from torchdoctor.check.astutil import PLACEMENT_METHODS, dotted, is_false, keyword, method_name, strip_methods
+from torchdoctor.check.astutil import PLACEMENT_METHODS, call_argument, dotted, is_false, keyword, method_name, param_default, \
+    strip_methods
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic.bindings import Bindings
 from torchdoctor.check.semantic.kinds import Kinds
@@ -115,6 +116,29 @@ class Calls:
             out += [nested[r.value.id] for r in returns]  # type: ignore[attr-defined]
         return out
 
+    def _handed_functions(self, outer: ast.AST, param: str) -> list[ast.AST]:
+        """The module-level functions of the file a parameter of ``outer`` holds: its default (``def eval_model(...,
+        accuracy_fn=accuracy_fn)``) and what the file's direct calls of ``outer`` pass for it (``validate(loader,
+        model, criterion, eval_score=accuracy)``), when each is a function's name; else nothing."""
+        if not isinstance(outer, (ast.FunctionDef, ast.AsyncFunctionDef)) or self.index.frame[outer].function is not None:
+            return []
+        given = [param_default(outer, param)]
+        for site in self.by_name.get(outer.name, []):
+            if isinstance(site.func, ast.Name) and site.func.id == outer.name:
+                given.append(call_argument(site, outer, param))
+        out: list[ast.AST] = []
+        for g in given:
+            if isinstance(g, ast.Name):
+                out += [f for f in self.functions.get(g.id, []) if self.index.frame[f].function is None
+                        and not self._is_method(f) and f not in out and not self._backpropagates(f)]
+        return out
+
+    def _backpropagates(self, func: ast.AST) -> bool:
+        """``def fgsm(model, x, y, loss_fn): ... loss.backward()``: an attack handed to an evaluation loop takes its own
+        gradients; followed, it would make the loop a training one (so it is not followed)."""
+        return any(c.func.attr == "backward" for c in self.by_name.get("backward", [])  # type: ignore[attr-defined]
+                   if isinstance(c.func, ast.Attribute) and self.index.frame[c].function is func)
+
     def _live_at_calls(self, found: list[ast.AST], outer: ast.AST) -> list[ast.AST]:
         """A notebook defines ``accuracy()`` again cells later, and ``test()`` calls it: at run time each top-level
         call of ``test`` runs the ``accuracy`` last defined before that call (a ``trainIters`` run again after
@@ -145,7 +169,9 @@ class Calls:
                 if isinstance(value, ast.Call) and value.args and (dotted(value.func) or "").rsplit(".", 1)[-1] == \
                         "partial" and isinstance(value.args[0], ast.Name) and value.args[0].id != func.id:
                     return [f for f in self.functions.get(value.args[0].id, []) if not self._is_method(f)]
-                return self._closures(value) if not bound.is_param and bound.index is None else []
+                if bound.is_param:
+                    return self._handed_functions(bound.node, func.id)
+                return self._closures(value) if bound.index is None else []
                 # (a local value shadows nothing else we know)
             if func.id in self.classes:
                 return self._methods(self.classes[func.id], "__init__")
