@@ -303,8 +303,8 @@ def read_again(ctx: Context, node: ast.AST, loop: ast.AST, entry: bool = False) 
             if isinstance(stmt, (ast.Expr, ast.Assign)) and isinstance(stmt.value, ast.Call) and name is not None \
                     and _reads_in_another_module(ctx, stmt.value, name) and _runs_whenever(sem, stmt.value, stmt):
                 return True  # (``meter.update(acc=acc)`` whose ``update`` calls ``.item()``: reported there)
-            if isinstance(stmt, ast.If) and sem.under_step_guard(stmt.body[0], loop):
-                continue  # (work on every N-th step only)
+            if isinstance(stmt, ast.If) and (sem.under_step_guard(stmt.body[0], loop) or _new_best_branch(stmt)):
+                continue  # (work on every N-th step only, or when the score improves)
             if _drained(stmt):
                 continue  # (``writer.add_scalar("parts", out.mean(), it)``: the GPU work it queues, it reads back)
             if _host_copies(stmt) and isinstance(loop, _LOOP_NODES) and sem.loop_kind(loop) == "eval" and all(
@@ -615,6 +615,19 @@ def _logs_a_tensor(ctx: Context, call: ast.Call) -> bool:
 
     return isinstance(call.func, ast.Attribute) and call.func.attr in _LOGGED and len(call.args) > 1 \
         and isinstance(call.args[1], (ast.Name, ast.Attribute)) and tensor_value(ctx, call.args[1], call)
+
+
+def _new_best_branch(stmt: ast.If) -> bool:
+    """``if max_acc < acc: max_acc = acc; ...; evaluate on the test set``: a branch taken when the score improves,
+    which the branch records as the new best. Its GPU work (a test pass, a checkpoint) runs on few steps; on the
+    others, nothing is queued before the next read."""
+    test = stmt.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Lt, ast.Gt, ast.LtE, ast.GtE))):
+        return False
+    sides = {dotted(x) for x in (test.left, test.comparators[0]) if isinstance(x, (ast.Name, ast.Attribute))}
+    return len(sides) == 2 and any(isinstance(s, ast.Assign) and len(s.targets) == 1 and dotted(s.targets[0]) in sides
+                                   and isinstance(s.value, (ast.Name, ast.Attribute)) and dotted(s.value) in sides
+                                   for s in stmt.body)
 
 
 def _host_copies(stmt: ast.AST) -> bool:
