@@ -21,8 +21,9 @@ _LOSSISH = lazy(r"(?i)loss|criterion")
 _DETACHED = frozenset({"cpu", "detach", "item", "numpy", "tolist"})
 _ASKS_FOR_GRADIENTS = frozenset({"grad", "requires_grad", "requires_grad_", "grad_fn", "retain_grad", "zero_grad"})
 EVAL_FUNC = lazy(r"(?i)(eval|valid|test|predict|infer|score|accuracy|(^|_)acc($|_))")  # (``compute_accuracy(model, loader)``)
-# ``get_batch("train")``, ``next_batch()``, ``sample_batch()``; not ``decay_batch_step(batch_size)``
-_GETS_BATCH = lazy(r"(?i)^((get|next|sample|fetch|load|read|draw)_?batch(es)?|batch)$")
+# ``get_batch("train")``, ``next_batch()``, ``sample_batch()``, ``get_task_batch(...)`` (a few-shot task generator);
+# not ``decay_batch_step(batch_size)``
+_GETS_BATCH = lazy(r"(?i)^((get|next|sample|fetch|load|read|draw)_?([a-z]+_)?batch(es)?|batch)$")
 _GETS_FRAME = lazy(r"(?i)^(next|read|get|grab)_?frames?$")  # ``frame = src.next_frame()``: a video, frame by frame
 _ITERATOR_NAME = lazy(r"(?i)(^|[._])(train|dev|val|valid|test|eval|data|batch)_(iter|iterator)$")
 _ITEM_GETTER = lazy(r"(?i)^(pull|get|load|read|fetch)_?(item|image|sample|example|anno)?$")
