@@ -21,7 +21,12 @@ __all__ = ["dataset_on_device", "is_torch_dataloader"]
 
 # ---- TD304 / TD305 -----------------------------------------------------------------------
 def _judged_loader(ctx: Context, node: ast.AST) -> bool:
-    """A DataLoader of a program that runs on an accelerator, whose batches reach a model or a device."""
+    """A DataLoader of a program that runs on an accelerator, whose batches reach a model or a device (once a loader:
+    TD304 and TD305 both ask, and the answer may read other modules)."""
+    return ctx.semantic.cached(("judged_loader", id(node)), lambda: _judges_loader(ctx, node))  # type: ignore[no-any-return]
+
+
+def _judges_loader(ctx: Context, node: ast.AST) -> bool:
     sem = ctx.semantic
     if not (isinstance(node, ast.Call) and is_torch_dataloader(ctx, node)) \
             or has_kwargs(node) and loaders.spread_keys(sem, node) is None:

@@ -493,7 +493,11 @@ _GENERIC_ENTRIES = frozenset({"state_dict", "model", "model_state_dict", "model_
 
 def _saved(ctx: Context, call: ast.Call) -> bool:
     """The state_dict flows into ``torch.save`` (or a helper that saves: ``save_checkpoint({...})``),
-    directly or through the name it is stored under."""
+    directly or through the name it is stored under (asked twice a call: once)."""
+    return ctx.semantic.cached(("saved", id(call)), lambda: _flows_into_a_save(ctx, call))  # type: ignore[no-any-return]
+
+
+def _flows_into_a_save(ctx: Context, call: ast.Call) -> bool:
     sem = ctx.semantic
     stmt: ast.AST = call
     for a in sem.ancestors(call):
@@ -511,10 +515,10 @@ def _saved(ctx: Context, call: ast.Call) -> bool:
     if not names:
         return False
     for node in sem.local_nodes(sem.scope_of(stmt)):
-        if isinstance(node, ast.Call) and getattr(node, "lineno", 0) >= stmt.lineno and _is_save(ctx, node):  # type: ignore[attr-defined]
-            args = list(node.args) + [k.value for k in node.keywords]
-            if any(isinstance(a, ast.Name) and a.id in names for a in args):
-                return True
+        if isinstance(node, ast.Call) and getattr(node, "lineno", 0) >= stmt.lineno \
+                and any(isinstance(a, ast.Name) and a.id in names for a in [*node.args, *(k.value for k in node.keywords)]) \
+                and _is_save(ctx, node):  # type: ignore[attr-defined]  # (the names first: asking what a call runs
+            return True  # may read other modules)
     return False
 
 
