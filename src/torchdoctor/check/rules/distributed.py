@@ -146,11 +146,10 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
                                            "torch.distributed.distributed_c10d.init_process_group"):
         return
     backend = argument(node, "backend", 0)
-    set_at = _set_to_nccl(ctx, backend, node)  # (first: most calls name no NCCL, and the tests below read modules)
-    handed = _handed_nccl(ctx, backend, node) if set_at is None else None
-    if not ((string_value(backend) or "").strip().lower() == "nccl" or set_at is not None or handed is not None
-            or backend is not None and (ctx.semantic.qualname(backend) or "") in _NCCL_CONSTANTS):
-        return
+    literal = (string_value(backend) or "").strip().lower() == "nccl" \
+        or backend is not None and (ctx.semantic.qualname(backend) or "") in _NCCL_CONSTANTS
+    if not literal and not isinstance(backend, (ast.Name, ast.Attribute)):
+        return  # (first: ``backend=args.dist_backend`` names no NCCL here, and the tests below read modules)
     if ctx.semantic.chooses_device(node):
         return  # ``if torch.cuda.is_available(): init_process_group("nccl") else: ...``: the CPU has its path
     if program.refuses_cpu(ctx.semantic, at=node):
@@ -161,7 +160,10 @@ def nccl_hard_coded(node: ast.Call, ctx: Context) -> None:
     func = ctx.semantic.function_of(node)
     if func is not None and ctx.semantic.project is not None and ctx.semantic.project.callers_refuse_cpu(ctx.semantic, func):
         return  # (a helper of ``utils/distributed.py`` whose every caller raises first without CUDA)
-    if not program.requires_gpu_only_library(ctx.semantic):  # (asked last: it may read the imported modules)
+    set_at = _set_to_nccl(ctx, backend, node) if not literal else None
+    handed = _handed_nccl(ctx, backend, node) if not literal and set_at is None else None
+    if (literal or set_at is not None or handed is not None) \
+            and not program.requires_gpu_only_library(ctx.semantic):  # (asked last: it may read the imported modules)
         # (``from apex.parallel import DistributedDataParallel``: the program needs NVIDIA GPUs, gloo or not)
         where = f' (`{ctx.name(backend)} = "nccl"` at line {set_at.lineno})' if set_at is not None else \
             f' (`{ctx.name(handed.func)}(...)` hands it `"nccl"` at line {handed.lineno})' if handed is not None else ""  # type: ignore[arg-type]

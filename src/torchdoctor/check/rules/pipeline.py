@@ -360,8 +360,8 @@ def _never_loads(ctx: Context, value: ast.AST, depth: int = 0) -> bool:
             return False
         if b.value is value:
             up = sem.parent(read)
-            if depth < 2 and isinstance(up, ast.Call) and read in up.args and _lazy(ctx, up) \
-                    and _never_loads(ctx, up, depth + 1):
+            if depth < 2 and isinstance(up, ast.Call) and read in up.args and _never_loads(ctx, up, depth + 1) \
+                    and _lazy(ctx, up):  # (last: what a call runs may be in a module not read yet)
                 continue
             return False
         if (read.lineno, read.col_offset) < (stmt.lineno, stmt.col_offset):  # type: ignore[attr-defined]
