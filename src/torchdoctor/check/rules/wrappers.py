@@ -515,10 +515,10 @@ def _flows_into_a_save(ctx: Context, call: ast.Call) -> bool:
     if not names:
         return False
     for node in sem.local_nodes(sem.scope_of(stmt)):
-        if isinstance(node, ast.Call) and getattr(node, "lineno", 0) >= stmt.lineno \
-                and any(isinstance(a, ast.Name) and a.id in names for a in [*node.args, *(k.value for k in node.keywords)]) \
-                and _is_save(ctx, node):  # type: ignore[attr-defined]  # (the names first: asking what a call runs
-            return True  # may read other modules)
+        if isinstance(node, ast.Call) and getattr(node, "lineno", 0) >= stmt.lineno and _is_save(ctx, node):  # type: ignore[attr-defined]
+            args = list(node.args) + [k.value for k in node.keywords]
+            if any(isinstance(a, ast.Name) and a.id in names for a in args):
+                return True
     return False
 
 
