@@ -312,7 +312,7 @@ def sync_every_step(node: ast.Call, ctx: Context) -> None:
     if isinstance(node.func, ast.Attribute) and node.func.attr in SYNC_METHODS \
             and (host_copy_of_cpu_data(ctx, node, loop) or collected_on_host(ctx, node, loop)
                  or stop_signal(ctx, node, loop) or env_action(ctx, node, loop) or decoding_stop(ctx, node, loop)
-                 or _stage_on_the_host(ctx.semantic, node)):
+                 or _stage_on_the_host(ctx.semantic, node) or _decoded_to_text(ctx, node, loop)):
         return
     report_sync(ctx, node, what, loop)
 
@@ -333,6 +333,20 @@ def _visual_debug_branch(ctx: Context, node: ast.AST, loop: ast.AST) -> bool:
             return True
         child = up
     return False
+
+
+_DECODES = lazy(r"(?i)^(decode|decode_ids|batch_decode|decode_batch|convert_ids_to_tokens|detokeni[sz]e|ids_to_text|"
+               r"ids_to_tokens|to_text|seq2sen|idx2sent)$")
+
+
+def _decoded_to_text(ctx: Context, node: ast.Call, loop: ast.AST) -> bool:
+    """``tokenizer_en.decode_ids(generation.tolist())`` in a loop that trains nothing: generated ids turned into
+    text, which only the host can do; there is nothing to keep on the device (and the generation read the GPU back
+    at every token to stop)."""
+    up = ctx.semantic.parent(node)
+    return isinstance(up, ast.Call) and node in up.args and isinstance(up.func, (ast.Attribute, ast.Name)) \
+        and bool(_DECODES.match(up.func.attr if isinstance(up.func, ast.Attribute) else up.func.id)) \
+        and "backward" not in ctx.semantic.region_effects(ctx.semantic.body(loop))
 
 
 def _stepped_by_lbfgs(ctx: Context, node: ast.AST) -> bool:
