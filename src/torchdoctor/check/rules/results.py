@@ -656,12 +656,17 @@ _DICT_ONLY = ("items", "keys", "values")
 
 
 def _used_as_a_dict(ctx: Context, name: str, region: ast.AST) -> bool:
-    """``name`` is bound in ``region`` to an ``OrderedDict()``/a dict display, or has ``.items()``/``.keys()``/
-    ``.values()`` called on it there: a dict (a state dict), not a module, whatever it is called."""
+    """``name`` is bound in ``region`` to an ``OrderedDict()``/a dict display, has ``.items()``/``.keys()``/
+    ``.values()`` called on it there, or is loaded into a model there (``model.load_state_dict(best_model)``, of
+    ``best_model, metric = train(...)`` whose ``train`` in another module returns a deep copy of a state dict): a dict
+    (a state dict), not a module, whatever it is called."""
     sem = ctx.semantic
     for n in sem.local_nodes(region):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _DICT_ONLY and not n.args \
                 and isinstance(n.func.value, ast.Name) and n.func.value.id == name:
+            return True
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "load_state_dict" \
+                and n.args and isinstance(n.args[0], ast.Name) and n.args[0].id == name:
             return True
         if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(t := n.targets[0], ast.Name) and t.id == name \
                 and _container_value(ctx, n.value) is not None and not isinstance(n.value, (ast.List, ast.Tuple)):
