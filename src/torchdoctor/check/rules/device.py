@@ -337,11 +337,36 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
     (``configs/baseline.py``), read as ``config.device`` by a runner that decides (and checks) itself."""
     if isinstance(node, ast.Constant):
         node = sem.parent(node)  # type: ignore[attr-defined]
+    if _option_nothing_reads(sem, node):
+        return True
     if not isinstance(node, ast.Assign) or sem.function_of(node) is not None or sem.class_of(node) is not None:  # type: ignore[attr-defined]
         return False
     if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return False
     return not sem.reads_of(node.targets[0].id) or _overridden_by_exec(sem, node)  # type: ignore[attr-defined]
+
+
+def _option_nothing_reads(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``args.device = "cuda"`` before ``train(args)``, in a file where no option object's ``.device`` is read
+    (``train`` makes its own ``Diffusion(device="cuda")``, told where it is) and ``args`` goes to this file's
+    functions only: a setting nothing reads cannot crash."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(t := node.targets[0], ast.Attribute)
+            and isinstance(t.value, ast.Name) and t.value.id not in ("self", "cls") and isinstance(node.value, ast.Constant)):
+        return False
+    attr, owner = t.attr, t.value.id
+    if any(isinstance(n, ast.Attribute) and n.attr == attr and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)
+           and n.value.id not in ("self", "torch") for n in sem.of_type(ast.Attribute)):
+        return False
+    func = sem.function_of(node)
+    for read in sem.reads_of(owner):
+        if func is not None and sem.function_of(read) is not func:
+            continue
+        up = sem.parent(read)
+        if isinstance(up, ast.Call) and read in [*up.args, *(k.value for k in up.keywords)] and not sem.resolve(up):
+            return False  # (handed to a function of another module, which may read it)
+        if isinstance(up, (ast.Return, ast.Assign, ast.List, ast.Tuple, ast.Dict)):
+            return False
+    return True
 
 
 _WORLD = lazy(r"(?i)^(world_size|world|n_gpus?|num_gpus|ngpus?|nprocs)$")
