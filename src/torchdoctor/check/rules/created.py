@@ -39,7 +39,7 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
     if region is None or not program.runs_on_accelerator(sem) or program.is_rpc_program(sem) \
             or sem.guards.on_cpu_branch(node) or branch_no_caller_takes(ctx, node) or branch_no_caller_chooses(ctx, node):
         return  # (RPC programs build CPU tensors on purpose: RPC sends them between processes)
-    if isinstance(region, _LOOPS) and cpu_only_loop(sem, region):
+    if isinstance(region, _LOOPS) and cpu_only_loop(sem, region) or _in_an_inner_cpu_loop(sem, node, region):
         return  # (every model of the loop is one nothing moves: an ensemble's torch member next to scikit-learn's)
     parent = sem.parent(node)
     if isinstance(parent, ast.Attribute) and parent.attr in ("to", "cuda", "new_tensor", "pin_memory", "type_as") \
@@ -53,6 +53,17 @@ def tensor_created_on_cpu(node: ast.AST, ctx: Context) -> None:
         return
     ctx.report("TD303", node, f"`{ctx.name(node, 60)}` is created on the CPU and combined with device tensor "
                f"`{partner}`", fix=f"create it on the same device: `{ctx.name(node.func)}(..., device={partner}.device)`")
+
+
+def _in_an_inner_cpu_loop(sem, node: ast.AST, region: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``model = model.to(cpu)``, then a validation loop inside the training loop: the tensor is made where that
+    inner loop runs its model, on the host (``placement.cpu_only_loop``)."""
+    for loop in sem.loops_around(node):
+        if loop is region:
+            return False
+        if isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) and cpu_only_loop(sem, loop):
+            return True
+    return False
 
 
 # ---- TD611 ----------------------------------------------------------------------------

@@ -163,6 +163,20 @@ def _to_the_cpu(sem: SemanticModel, call: ast.Call) -> bool:
                                and program.cpu_device_value(sem, b.value) for b in bound)
 
 
+def _brought_to_the_cpu(sem: SemanticModel, key: str, loop: ast.AST) -> bool:
+    """``model = model.to(cpu)`` (or ``.cpu()``) just before the loop, in the block around it: a validation pass every
+    150 steps that brings the model to the host, runs there, and moves it back after (``model = model.to(gpu)``)."""
+    b = sem.binding_at(key, loop)
+    value = b.value if b is not None and not b.is_param and b.index is None else None
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and dotted(value.func.value) == key
+            and (value.func.attr == "cpu" and not value.args or sem.is_device_move(value) and _to_the_cpu(sem, value))):
+        return False
+    stmt = b.node  # type: ignore[union-attr]
+    block = sem.parent(stmt)
+    return any(isinstance(getattr(block, f, None), list) and any(x is stmt for x in getattr(block, f))
+               and any(sem.contains(x, loop) or x is loop for x in getattr(block, f)) for f in ("body", "orelse"))
+
+
 def _listed_models(sem: SemanticModel, b: Binding) -> list[ast.Call] | None:
     """``for j, model in enumerate(models)`` over ``models = [build_ann(...), KNeighborsClassifier(...)]``: the
     torch models the list builds (other elements, a scikit-learn estimator, are no torch module), else None."""
@@ -299,7 +313,8 @@ def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
         if func is None:  # a script's (a notebook's) loop: the models as they are when it runs
             end = sem.index.end(loop)
             calls = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
-            return bool(calls) and all(isinstance(c.func, ast.Name) and never_moved(sem, c.func.id, c, end)
+            return bool(calls) and all(isinstance(c.func, ast.Name) and (never_moved(sem, c.func.id, c, end)
+                                                                         or _brought_to_the_cpu(sem, c.func.id, loop))
                                        for c in calls)
         models = [n for n in body if isinstance(n, ast.Call) and flow.consumer_kind(sem, n) == "model"]
         if not models:
@@ -319,7 +334,8 @@ def cpu_only_loop(sem: SemanticModel, loop: ast.AST) -> bool:
                 if not sites or not all(isinstance(a, ast.Name) and never_moved(sem, a.id, site)
                                         for a, site in zip(args, sites)):
                     return False
-            elif sem.scope_of(b.node) is not func or not never_moved(sem, key, call):  # type: ignore[arg-type]
+            elif sem.scope_of(b.node) is not func or not (never_moved(sem, key, call)  # type: ignore[arg-type]
+                                                          or _brought_to_the_cpu(sem, key, loop)):  # type: ignore[arg-type]
                 return False
         return True
 
