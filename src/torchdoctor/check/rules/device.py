@@ -339,11 +339,34 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
         node = sem.parent(node)  # type: ignore[attr-defined]
     if _option_nothing_reads(sem, node):
         return True
+    if isinstance(node, ast.Call) and dotted(node.func) in ("torch.device", "device") \
+            and isinstance(sem.parent(node), ast.Assign):  # type: ignore[attr-defined]
+        node = sem.parent(node)  # type: ignore[attr-defined]  # ``device = torch.device("cuda:0")``, only printed
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return False
+        reads = sem.reads_of(node.targets[0].id)  # type: ignore[attr-defined]
+        return bool(reads) and all(_only_shown(sem, r) for r in reads)
     if not isinstance(node, ast.Assign) or sem.function_of(node) is not None or sem.class_of(node) is not None:  # type: ignore[attr-defined]
         return False
     if not isinstance(node.value, ast.Constant) or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
         return False
     return not sem.reads_of(node.targets[0].id) or _overridden_by_exec(sem, node)  # type: ignore[attr-defined]
+
+
+def _only_shown(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
+    """``print("device = {}".format(device))``, ``print(device)``, ``print(f"{device}")``: the device object is only
+    printed (making it touches no GPU; moving something to it would)."""
+    node = read
+    for up in sem.ancestors(read):
+        if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "print":
+            return True
+        if isinstance(up, ast.Call) and not (isinstance(up.func, ast.Attribute) and up.func.attr == "format"
+                                             or isinstance(up.func, ast.Name) and up.func.id in ("str", "repr")):
+            return False
+        if isinstance(up, ast.stmt):
+            return False
+        node = up
+    return False
 
 
 def _option_nothing_reads(sem, node: ast.AST) -> bool:  # type: ignore[no-untyped-def]
