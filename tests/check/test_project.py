@@ -8740,6 +8740,51 @@ def test_a_sample_method_of_another_module_that_returns_after_its_no_grad_block(
     assert codes(results, "goggle_model.py") == [(10, "TD401")]
 
 
+def test_a_loader_factory_is_judged_by_the_importer_that_trains_not_the_first_found(project: Path) -> None:
+    """yolov3: ``prepare_train_dataset`` of dataset.py makes its loader without workers; evaluate.py, found first,
+    imports it and runs on the GPU but trains nothing, while train.py imports it too and trains: TD305. With only
+    evaluate.py importing it, no training script loads through it (quiet)."""
+    files = {
+        "dataset.py": """\
+            from torch.utils.data import DataLoader
+
+            def prepare_train_dataset(ds, batch_size):
+                return DataLoader(ds, batch_size=batch_size, shuffle=True, pin_memory=True)
+            """,
+        "evaluate.py": """\
+            import torch
+            from dataset import prepare_train_dataset
+
+            def main(ds, model):
+                loader = prepare_train_dataset(ds, 8)
+                model = model.cuda()
+                with torch.no_grad():
+                    for x, y in loader:
+                        print(model(x.cuda()).argmax(1))
+            """,
+        "train.py": """\
+            import torch
+            from dataset import prepare_train_dataset
+
+            def main(ds, model, opt):
+                loader = prepare_train_dataset(ds, 8)
+                model = model.cuda()
+                for x, y in loader:
+                    loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+            """,
+    }
+    write(project, files)
+    results = check_files(list(files), Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "dataset.py") == [(4, "TD305")]
+    (project / "train.py").unlink()
+    del files["train.py"]
+    results = check_files(list(files), Settings(root=str(project), select=("TD305",)))
+    assert codes(results, "dataset.py") == []
+
+
 def test_a_helper_that_returns_a_framework_model_whose_predict_turns_autograd_off(project: Path) -> None:
     """A course's helper module builds a Poutyne ``Model`` around the network (``model = pt.Model(network, ...)``,
     moved when a GPU exists, returned); its ``predict`` runs in eval mode under ``no_grad`` itself. A helper that

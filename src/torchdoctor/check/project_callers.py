@@ -544,17 +544,18 @@ class Callers:
         return found == target or found is not None and found.endswith("__init__.py") and self._reexports(found, name, target)
         # (``algo.PPO(...)`` of ``from pkg import algo``, whose ``__init__.py`` imports ``PPO`` from ``target``)
 
-    def accelerated_importer(self, sem: SemanticModel, maker: str | None = None) -> str | None:
+    def accelerated_importer(self, sem: SemanticModel, maker: str | None = None, training: bool = False) -> str | None:
         """A module of the project that imports this one (directly or through its package) and runs on an
         accelerator itself: where the batches of a loader made here go (``data/alpaca.py`` for ``finetune.py``).
         ``maker``: the function or class that builds the loader; a ``from m import Model`` that leaves it
         behind does not count. One module between them counts too (``train.py`` imports ``dataset_setup.py``, which
-        imports ``wham.py`` and calls its ``Dataset(...).get_generator()``)."""
-        return self._accelerated_importer(self.state.absolute(sem.path), maker, 0)
+        imports ``wham.py`` and calls its ``Dataset(...).get_generator()``). ``training``: the first such importer that
+        also trains (yolov3's ``dataset.py``, imported by ``evaluate.py`` first and by ``train.py`` too)."""
+        return self._accelerated_importer(self.state.absolute(sem.path), maker, 0, training)
 
-    def _accelerated_importer(self, here: str, maker: str | None, depth: int) -> str | None:
+    def _accelerated_importer(self, here: str, maker: str | None, depth: int, training: bool = False) -> str | None:
         memo = self.state.importers
-        key = (here, maker)
+        key = (here, maker, "training") if training else (here, maker)
         if key not in memo:
             memo[key] = None
             stem = os.path.splitext(os.path.basename(here))[0]
@@ -588,14 +589,15 @@ class Callers:
                 if summary is None or not self._imports_any(other, summary, targets | {init} if through else targets,
                                                             maker):
                     continue
-                if named and summary.accelerated or self._trains_with_an_accelerated_object(other):
+                if (named and summary.accelerated or self._trains_with_an_accelerated_object(other)) \
+                        and (not training or self.trains_here_or_through(other)):  # type: ignore[attr-defined]
                     memo[key] = other  # (``Ganomaly(opt, load_data(opt))``: handed to a trainer that runs on a GPU)
                     break
             else:
                 for other in between:
                     summary = self.summary(other)
                     if summary is not None and self._imports_any(other, summary, targets, maker) \
-                            and (found := self._accelerated_importer(other, None, depth + 1)) is not None:
+                            and (found := self._accelerated_importer(other, None, depth + 1, training)) is not None:
                         memo[key] = found
                         break
         return memo[key]

@@ -577,7 +577,10 @@ def _importer_trains(ctx: Context, node: ast.AST) -> bool:
         return False  # (a factory module on the GPU itself, through its callers' ``device``, trains nothing either)
     cls = sem.class_of(func)
     user = sem.project.accelerated_importer(sem, cls.name if cls is not None else func.name)  # type: ignore[attr-defined]
-    return bool(user) and sem.project.trains_here_or_through(user)  # type: ignore[attr-defined]
+    if user and sem.project.trains_here_or_through(user):  # type: ignore[attr-defined]
+        return True  # (else another importer may train: ``evaluate.py`` found first, ``train.py`` beside it)
+    return bool(user) and sem.project.accelerated_importer(sem, cls.name if cls is not None else func.name,  # type: ignore[attr-defined]
+                                                           training=True) is not None
 
 
 def _trains(ctx: Context) -> bool:
