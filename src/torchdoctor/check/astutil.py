@@ -197,6 +197,9 @@ def param_slot(func: ast.AST, param: str) -> str | None:
 
 # Methods that copy a tensor's values to the host (reading them back from the device)
 HOST_COPIES = frozenset({"cpu", "numpy", "tolist", "item"})
+# the names of torch's dtypes (``torch.float32``, ``torch.long``): a ``.to()`` given one casts, it moves nothing
+DTYPE_NAMES = frozenset({"float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8", "int16",
+                         "int32", "int64", "long", "short", "uint8", "bool", "complex64", "complex128"})
 
 # Methods that hand back the same object, placed or put in a mode: ``Net().to(dev)`` is still a ``Net``
 PLACEMENT_METHODS = frozenset({"to", "cuda", "cpu", "eval", "train", "float", "half", "double", "bfloat16"})

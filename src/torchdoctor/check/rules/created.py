@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from torchdoctor.check.astutil import FACTORIES, call_argument, dotted, has_kwargs, keyword, method_name, root_name, \
+from torchdoctor.check.astutil import DTYPE_NAMES, FACTORIES, call_argument, dotted, has_kwargs, keyword, method_name, root_name, \
     param_default, strip_methods
 from torchdoctor.check.context import Context
 from torchdoctor.check.patterns import lazy
@@ -669,11 +669,7 @@ def _host_made(ctx: Context, node: ast.Call) -> ast.AST:
 def _dtype_only(arg: ast.AST) -> bool:
     """``t.dtype``, ``torch.float32``, ``torch.long``: a dtype, no device."""
     name = dotted(arg) or ""
-    return name.endswith(".dtype") or name.startswith("torch.") and name.rsplit(".", 1)[-1] in _DTYPES
-
-
-_DTYPES = frozenset({"float", "float16", "float32", "float64", "half", "double", "bfloat16", "long", "int", "int8",
-                     "int16", "int32", "int64", "uint8", "bool", "short", "complex64"})
+    return name.endswith(".dtype") or name.startswith("torch.") and name.rsplit(".", 1)[-1] in DTYPE_NAMES
 
 
 def _host_type_cast(sem, call: ast.Call) -> bool:  # type: ignore[no-untyped-def]

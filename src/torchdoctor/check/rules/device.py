@@ -356,7 +356,6 @@ def _unused_setting(sem: object, node: ast.AST) -> bool:
 def _only_shown(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
     """``print("device = {}".format(device))``, ``print(device)``, ``print(f"{device}")``: the device object is only
     printed (making it touches no GPU; moving something to it would)."""
-    node = read
     for up in sem.ancestors(read):
         if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "print":
             return True
@@ -365,7 +364,6 @@ def _only_shown(sem, read: ast.AST) -> bool:  # type: ignore[no-untyped-def]
             return False
         if isinstance(up, ast.stmt):
             return False
-        node = up
     return False
 
 

@@ -8,7 +8,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
-from torchdoctor.check.astutil import FACTORIES, HOST_COPIES, call_argument, dotted, method_name, param_default, root_name, strip_methods, string_value, target_names
+from torchdoctor.check.astutil import DTYPE_NAMES, FACTORIES, HOST_COPIES, call_argument, dotted, method_name, param_default, root_name, strip_methods, string_value, target_names
 from torchdoctor.check.patterns import lazy
 from torchdoctor.check.semantic import program
 from torchdoctor.check.semantic.forwards import moved_params, reached_from_forward
@@ -596,12 +596,8 @@ def _dtype_cast(ctx: Context, expr: ast.Call) -> bool:
     if not (isinstance(expr.func, ast.Attribute) and expr.func.attr == "to") or len(expr.args) > 1 \
             or any(k.arg != "dtype" for k in expr.keywords) or not (expr.args or expr.keywords):
         return False
-    return not expr.args or (dotted(expr.args[0]) or "").rsplit(".", 1)[-1] in _DTYPES \
+    return not expr.args or (dotted(expr.args[0]) or "").rsplit(".", 1)[-1] in DTYPE_NAMES \
         and (dotted(expr.args[0]) or "").startswith(("torch.", "th."))
-
-
-_DTYPES = frozenset({"float", "float16", "float32", "float64", "half", "double", "bfloat16", "int", "int8", "int16",
-                     "int32", "int64", "long", "short", "uint8", "bool", "complex64", "complex128"})
 
 
 def _number_parameter(ctx: Context, expr: ast.AST, at: ast.AST) -> bool:

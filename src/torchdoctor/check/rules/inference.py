@@ -484,9 +484,8 @@ def _handed_back_to_training(ctx: Context, node: ast.Call) -> bool:
         for name in names:
             for r in sem.reads_of(name):
                 call = sem.parent(r)
-                if isinstance(call, ast.Call) and r in call.args and sem.binding_at(name, r) is not None \
-                        and sem.binding_at(name, r).node is stmt \
-                        and "backward" in sem.region_effects([call], deep=True):  # type: ignore[union-attr]
+                if isinstance(call, ast.Call) and r in call.args and (b := sem.binding_at(name, r)) is not None \
+                        and b.node is stmt and "backward" in sem.region_effects([call], deep=True):
                     return True
     return False
 

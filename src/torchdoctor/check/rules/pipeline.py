@@ -344,9 +344,8 @@ def _never_loads(ctx: Context, value: ast.AST, depth: int = 0) -> bool:
     if func is None or not (isinstance(stmt, ast.Assign) and stmt.value is value and len(stmt.targets) == 1
                             and isinstance(stmt.targets[0], ast.Name)):
         return False
-    block = next((b for b in (getattr(sem.parent(stmt), f, None) for f in ("body", "orelse", "finalbody"))
-                  if isinstance(b, list) and any(x is stmt for x in b)), None)
-    if block is None or any(isinstance(a, (ast.For, ast.AsyncFor, ast.While)) for a in _ancestors_in(sem, stmt, func)):
+    block = sem.index.block_of(stmt)
+    if block is None or sem.loops_around(stmt):
         return False
     name = stmt.targets[0].id
     if any(isinstance(n, (ast.Global, ast.Nonlocal)) and name in n.names for n in sem.local_nodes(func)):
@@ -370,15 +369,6 @@ def _never_loads(ctx: Context, value: ast.AST, depth: int = 0) -> bool:
             return False  # (the read may see this loader: ``if ...: loader = A else: loader = B``, ``return loader``;
             # ``if cond: loader = B``: when not ``cond``, it does)
     return True
-
-
-def _ancestors_in(sem, node: ast.AST, func: ast.AST) -> list[ast.AST]:  # type: ignore[no-untyped-def]
-    out = []
-    for up in sem.ancestors(node):
-        if up is func:
-            break
-        out.append(up)
-    return out
 
 
 def _lazy(ctx: Context, call: ast.Call) -> bool:
@@ -576,11 +566,11 @@ def _importer_trains(ctx: Context, node: ast.AST) -> bool:
     if sem.project is None or func is None:
         return False  # (a factory module on the GPU itself, through its callers' ``device``, trains nothing either)
     cls = sem.class_of(func)
-    user = sem.project.accelerated_importer(sem, cls.name if cls is not None else func.name)  # type: ignore[attr-defined]
-    if user and sem.project.trains_here_or_through(user):  # type: ignore[attr-defined]
-        return True  # (else another importer may train: ``evaluate.py`` found first, ``train.py`` beside it)
-    return bool(user) and sem.project.accelerated_importer(sem, cls.name if cls is not None else func.name,  # type: ignore[attr-defined]
-                                                           training=True) is not None
+    maker, project = cls.name if cls is not None else func.name, sem.project
+    user = project.accelerated_importer(sem, maker)  # type: ignore[attr-defined]
+    return bool(user) and (project.trains_here_or_through(user)  # type: ignore[attr-defined]
+                           or project.accelerated_importer(sem, maker, training=True) is not None)  # type: ignore[attr-defined]
+    # (the first importer found may not train: ``evaluate.py`` found first, ``train.py`` beside it)
 
 
 def _trains(ctx: Context) -> bool:

@@ -247,9 +247,9 @@ def _saver_made_and_used(ctx: Context, call: ast.Call, load: ast.Call, roots: se
 
     if not any(call.lineno < r.lineno < load.lineno and runs(r) for r in sem.reads_of(made)):
         return False
-    here = [c for c in sem.of_type(ast.ClassDef) if c.name == written]  # type: ignore[attr-defined]
-    if here:
-        return any("save" in sem.effects(m) for c in here for m in c.body  # type: ignore[attr-defined]
+    here = sem.calls_index.classes.get(sem.call_name(call) or "")
+    if here is not None:
+        return any("save" in sem.effects(m) for m in here.body  # type: ignore[attr-defined]
                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)))
     return sem.project is not None and sem.project.class_saves(sem, written)  # type: ignore[attr-defined]
 

@@ -136,8 +136,8 @@ class Calls:
     def _backpropagates(self, func: ast.AST) -> bool:
         """``def fgsm(model, x, y, loss_fn): ... loss.backward()``: an attack handed to an evaluation loop takes its own
         gradients; followed, it would make the loop a training one (so it is not followed)."""
-        return any(c.func.attr == "backward" for c in self.by_name.get("backward", [])  # type: ignore[attr-defined]
-                   if isinstance(c.func, ast.Attribute) and self.index.frame[c].function is func)
+        return any(isinstance(c.func, ast.Attribute) and self.index.frame[c].function is func
+                   for c in self.by_name.get("backward", []))  # (the calls whose last name is ``backward``)
 
     def _live_at_calls(self, found: list[ast.AST], outer: ast.AST) -> list[ast.AST]:
         """A notebook defines ``accuracy()`` again cells later, and ``test()`` calls it: at run time each top-level

@@ -171,10 +171,8 @@ def _brought_to_the_cpu(sem: SemanticModel, key: str, loop: ast.AST) -> bool:
     if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and dotted(value.func.value) == key
             and (value.func.attr == "cpu" and not value.args or sem.is_device_move(value) and _to_the_cpu(sem, value))):
         return False
-    stmt = b.node  # type: ignore[union-attr]
-    block = sem.parent(stmt)
-    return any(isinstance(getattr(block, f, None), list) and any(x is stmt for x in getattr(block, f))
-               and any(sem.contains(x, loop) or x is loop for x in getattr(block, f)) for f in ("body", "orelse"))
+    block = sem.index.block_of(b.node)  # type: ignore[union-attr]
+    return block is not None and any(x is loop or sem.contains(x, loop) for x in block)
 
 
 def _listed_models(sem: SemanticModel, b: Binding) -> list[ast.Call] | None:

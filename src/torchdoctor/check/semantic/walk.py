@@ -210,6 +210,13 @@ class Index:
             yield node
             node = parent.get(node)  # type: ignore[assignment]
 
+    def block_of(self, stmt: ast.AST) -> list[ast.stmt] | None:
+        """The statement list (``body``, ``orelse``, ``finalbody``) that holds ``stmt``, else None."""
+        up = self.parent.get(stmt)
+        return next((part for part in (getattr(up, "body", None), getattr(up, "orelse", None),
+                                        getattr(up, "finalbody", None))
+                     if isinstance(part, list) and any(s is stmt for s in part)), None)
+
     def earlier_statements(self, node: ast.AST, upto: ast.AST | None = None):
         """The statements that run before ``node`` in each block around it, innermost block first: in the
         statement list (``body``, ``orelse``...) that holds ``node``'s branch. Up to the function ``upto``'s body,
